@@ -1,0 +1,560 @@
+"""Provider adapters: OpenAI chat and Anthropic Messages dicts <-> canonical :class:`Message`.
+
+One message at a time, lossless: ``message_to_openai(openai_to_message(d, i)) == d`` for every
+message OpenAI accepts (and every message the adapter accepts at all), likewise for Anthropic.
+Keys the canonical model has no field for travel in ``extra`` and come back verbatim; how
+``content`` was spelled (string, list, null, missing) travels in ``content_kind``.
+
+Bad input raises :class:`~contextwindow.errors.InvalidMessageError` naming the message index
+and the dotted field; never ``KeyError``, ``TypeError`` or ``AttributeError``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NoReturn
+
+import msgspec
+
+from .errors import InvalidMessageError
+from .messages import (
+    ContentKind,
+    ImagePart,
+    Message,
+    OpaquePart,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+
+__all__ = [
+    "Format",
+    "anthropic_to_message",
+    "detect_format",
+    "from_canonical",
+    "message_to_anthropic",
+    "message_to_openai",
+    "openai_to_message",
+    "to_canonical",
+]
+
+Format = Literal["openai", "anthropic", "canonical"]
+
+OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
+# Part types only one provider uses; they decide detect_format.
+_OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
+_ANTHROPIC_BLOCK_TYPES = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document"}
+)
+_ABSENT: Any = object()  # "leave the key out"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _fail(reason: str, index: int | None, field: str | None) -> NoReturn:
+    raise InvalidMessageError(reason, index=index, field=field)
+
+
+def _rest(d: Mapping[str, Any], skip: Sequence[str]) -> dict[str, Any] | None:
+    """The keys of ``d`` not in ``skip``, or ``None`` when there are none."""
+    rest = {k: v for k, v in d.items() if k not in skip}
+    return rest or None
+
+
+def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
+    value = d.get(key, _ABSENT)
+    if not isinstance(value, str):
+        _fail("is missing" if value is _ABSENT else "must be a string", index, field)
+    return value
+
+
+def _typed(p: object, index: int, field: str) -> tuple[Mapping[str, Any], str]:
+    """Check that a part is an object with a string ``type``; return both."""
+    if not isinstance(p, Mapping):
+        _fail("must be an object", index, field)
+    return p, _str(p, "type", index, f"{field}.type")
+
+
+def _merge(out: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Add ``extra`` to ``out`` without overriding what the adapter wrote."""
+    for k, v in (extra or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+def _scrub(value: Any) -> Any:
+    """Replace lone surrogates (invalid in UTF-8) with U+FFFD, recursively."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, Mapping):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _as_dict(p: Mapping[str, Any]) -> dict[str, Any]:
+    return p if isinstance(p, dict) else dict(p)
+
+
+def _content(
+    d: Mapping[str, Any],
+    index: int,
+    field: str,
+    parse: Callable[[object, int, str], Any],
+    *,
+    nullable: bool,
+) -> tuple[list[Any], ContentKind]:
+    """Parse ``d["content"]`` into parts and the way it was spelled."""
+    value = d.get("content", _ABSENT)
+    if isinstance(value, str):
+        return [TextPart(text=value)], "text"
+    if isinstance(value, list):
+        return [parse(p, index, f"{field}[{j}]") for j, p in enumerate(value)], "parts"
+    if nullable and value is _ABSENT:
+        return [], "absent"
+    if nullable and value is None:
+        return [], "null"
+    if value is _ABSENT:
+        _fail("is missing", index, field)
+    _fail("must be a string or a list of blocks", index, field)
+
+
+def _emit(
+    kind: ContentKind | None,
+    parts: Sequence[Part],
+    convert: Callable[[Any, int], Any],
+    empty: Any,
+) -> Any:
+    """Spell ``parts`` back as ``kind`` said; ``empty`` is the default for no parts."""
+    if not parts:
+        spelled = {"null": None, "absent": _ABSENT, "text": "", "parts": []}
+        return spelled[kind] if kind is not None else empty
+    if kind in ("text", None) and len(parts) == 1:
+        only = parts[0]
+        if isinstance(only, TextPart) and only.extra is None:
+            return only.text
+    return [convert(p, j) for j, p in enumerate(parts)]
+
+
+def _text_out(p: TextPart) -> dict[str, Any]:
+    return _merge({"type": "text", "text": p.text}, p.extra)
+
+
+# --------------------------------------------------------------------------------- OpenAI
+
+
+def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart | OpaquePart:
+    p, ptype = _typed(part, index, field)
+    if ptype == "text":
+        return TextPart(
+            text=_str(p, "text", index, f"{field}.text"), extra=_rest(p, ("type", "text"))
+        )
+    if ptype == "image_url":
+        img = p.get("image_url")
+        if not isinstance(img, Mapping):
+            _fail("must be an object with a url", index, f"{field}.image_url")
+        url = _str(img, "url", index, f"{field}.image_url.url")
+        detail = img.get("detail")
+        detail = detail if isinstance(detail, str) else None
+        extra = _rest(p, ("type", "image_url")) or {}
+        inner = _rest(img, ("url", "detail") if detail is not None else ("url",))
+        if inner:
+            extra["image_url"] = inner
+        return ImagePart(source=url, detail=detail, extra=extra or None)
+    return OpaquePart(type=ptype, raw=_as_dict(p))
+
+
+def _openai_call(tc: object, index: int, field: str) -> ToolCall:
+    if not isinstance(tc, Mapping):
+        _fail("must be an object", index, field)
+    call_id = _str(tc, "id", index, f"{field}.id")
+    fn = tc.get("function")
+    if not isinstance(fn, Mapping):
+        _fail("must be an object with name and arguments", index, f"{field}.function")
+    name = _str(fn, "name", index, f"{field}.function.name")
+    arguments = _str(fn, "arguments", index, f"{field}.function.arguments")
+    fn_extra = _rest(fn, ("name", "arguments"))
+    if fn_extra is None and tc.get("type") == "function" and len(tc) == 3:
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+    # Not the standard shape: keep every other key verbatim ({} records a missing "type").
+    extra = {k: v for k, v in tc.items() if k not in ("id", "function")}
+    if fn_extra:
+        extra["function"] = fn_extra
+    return ToolCall(id=call_id, name=name, arguments=arguments, extra=extra)
+
+
+def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
+    """Convert one OpenAI chat message to a canonical :class:`Message`.
+
+    Args:
+        d: the message dict (``role``, ``content``, ``tool_calls``, ``tool_call_id`` ...).
+        index: its position in the conversation, used in error messages.
+
+    Returns:
+        The canonical message; assistant ``tool_calls`` become :class:`ToolCall` parts after
+        the content parts, a ``tool`` message holds one :class:`ToolResult`.
+
+    Raises:
+        InvalidMessageError: the message does not have an OpenAI shape.
+
+    >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
+    >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
+    ('c1', [TextPart(text='42', extra=None)], 'text')
+    """
+    if not isinstance(d, Mapping):
+        _fail("must be an object", index, None)
+    role = _str(d, "role", index, "role")
+    if role not in OPENAI_ROLES:
+        _fail(f"unknown role {role!r}", index, "role")
+    parts, kind = _content(d, index, "content", _openai_part, nullable=True)
+    name = d.get("name")
+    name = name if isinstance(name, str) else None
+    skip = ["role", "content"] + (["name"] if name is not None else [])
+    if role == "tool":
+        call_id = _str(d, "tool_call_id", index, "tool_call_id")
+        result = ToolResult(call_id=call_id, content=parts, content_kind=kind)
+        extra = _rest(d, [*skip, "tool_call_id"])
+        return Message(role="tool", content=[result], name=name, extra=extra)
+    calls = d.get("tool_calls")
+    if role == "assistant" and calls is not None:
+        if not isinstance(calls, list):
+            _fail("must be a list or null", index, "tool_calls")
+        if calls:  # null and [] stay in extra, verbatim
+            parts = parts + [
+                _openai_call(tc, index, f"tool_calls[{j}]") for j, tc in enumerate(calls)
+            ]
+            skip.append("tool_calls")
+    return Message(role=role, content=parts, name=name, extra=_rest(d, skip), content_kind=kind)  # type: ignore[arg-type]
+
+
+def _openai_url(source: Any) -> str:
+    if isinstance(source, str):
+        return source
+    if isinstance(source, Mapping):
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            return source["url"]
+        media, data = source.get("media_type"), source.get("data")
+        if source.get("type") == "base64" and isinstance(media, str) and isinstance(data, str):
+            return f"data:{media};base64,{data}"
+    _fail("image has no source an OpenAI image_url can hold", None, "content")
+
+
+def _openai_part_out(p: Part, j: int) -> Any:
+    if isinstance(p, TextPart):
+        return _text_out(p)
+    if isinstance(p, ImagePart):
+        extra = dict(p.extra or {})
+        inner = extra.pop("image_url", None)
+        img: dict[str, Any] = {"url": _openai_url(p.source)}
+        if p.detail is not None:
+            img["detail"] = p.detail
+        if isinstance(inner, Mapping):
+            _merge(img, inner)
+        return _merge({"type": "image_url", "image_url": img}, extra)
+    if isinstance(p, OpaquePart):
+        return p.raw
+    _fail(f"a {type(p).__name__} cannot be an OpenAI content part", None, f"content[{j}]")
+
+
+def _openai_call_out(tc: ToolCall) -> dict[str, Any]:
+    fn = {"name": tc.name, "arguments": tc.arguments}
+    if tc.extra is None:
+        return {"id": tc.id, "type": "function", "function": fn}
+    out: dict[str, Any] = {"id": tc.id}
+    for k, v in tc.extra.items():
+        if k == "function" and isinstance(v, Mapping):
+            _merge(fn, v)
+        else:
+            out.setdefault(k, v)
+    out["function"] = fn
+    return out
+
+
+def message_to_openai(m: Message) -> dict[str, Any]:
+    """Convert a canonical :class:`Message` to an OpenAI chat message dict.
+
+    Args:
+        m: the message; ``content_kind`` and ``extra`` restore the original spelling.
+
+    Returns:
+        A new dict. Messages built without ``content_kind`` get the usual spelling: a
+        string for a single text part, ``null`` content next to tool calls.
+
+    Raises:
+        InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
+            without exactly one :class:`ToolResult`, a result outside a tool message).
+
+    >>> d = message_to_openai(
+    ...     Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")])
+    ... )
+    >>> d["content"], d["tool_calls"][0]["function"]
+    (None, {'name': 'f', 'arguments': '{}'})
+    """
+    out: dict[str, Any] = {"role": m.role}
+    if m.role == "tool":
+        result = m.content[0] if len(m.content) == 1 else None
+        if not isinstance(result, ToolResult):
+            _fail("a tool message must hold exactly one ToolResult", None, "content")
+        out["tool_call_id"] = result.call_id
+        content = _emit(result.content_kind, result.content, _openai_part_out, "")
+    else:
+        calls = [p for p in m.content if isinstance(p, ToolCall)]
+        body = [p for p in m.content if not isinstance(p, ToolCall)]
+        content = _emit(m.content_kind, body, _openai_part_out, None if calls else "")
+        if calls:
+            out["tool_calls"] = [_openai_call_out(tc) for tc in calls]
+    if content is not _ABSENT:
+        out["content"] = content
+    if m.name is not None:
+        out["name"] = m.name
+    return _merge(out, m.extra)
+
+
+# ------------------------------------------------------------------------------ Anthropic
+
+
+def _encode_input(value: Any, index: int, field: str) -> str:
+    try:
+        try:
+            return msgspec.json.encode(value).decode()
+        except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
+            return msgspec.json.encode(_scrub(value)).decode()
+    except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        _fail(f"is not JSON-encodable: {exc}", index, field)
+
+
+def _anthropic_block(block: object, index: int, field: str, *, nested: bool = False) -> Any:
+    b, btype = _typed(block, index, field)
+    if btype == "text":
+        return TextPart(
+            text=_str(b, "text", index, f"{field}.text"), extra=_rest(b, ("type", "text"))
+        )
+    if btype == "image":
+        if "source" not in b:
+            _fail("is missing", index, f"{field}.source")
+        return ImagePart(source=b["source"], extra=_rest(b, ("type", "source")))
+    if btype == "tool_use" and not nested:
+        call_id = _str(b, "id", index, f"{field}.id")
+        name = _str(b, "name", index, f"{field}.name")
+        if "input" not in b:
+            _fail("is missing", index, f"{field}.input")
+        arguments = _encode_input(b["input"], index, f"{field}.input")
+        extra = _rest(b, ("type", "id", "name", "input"))
+        return ToolCall(id=call_id, name=name, arguments=arguments, extra=extra)
+    if btype == "tool_result" and not nested:
+        call_id = _str(b, "tool_use_id", index, f"{field}.tool_use_id")
+        parts, kind = _content(b, index, f"{field}.content", _anthropic_nested, nullable=True)
+        is_error = b.get("is_error") is True
+        # An explicit "is_error": false (or any non-true value) stays in extra, verbatim.
+        skip = ("type", "tool_use_id", "content") + (("is_error",) if is_error else ())
+        return ToolResult(
+            call_id=call_id,
+            content=parts,
+            is_error=is_error,
+            extra=_rest(b, skip),
+            content_kind=kind,
+        )
+    return OpaquePart(type=btype, raw=_as_dict(b))
+
+
+def _anthropic_nested(b: object, index: int, field: str) -> Any:
+    return _anthropic_block(b, index, field, nested=True)
+
+
+def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
+    """Convert one Anthropic Messages API message to a canonical :class:`Message`.
+
+    Args:
+        d: the message dict (``role`` user or assistant, ``content`` string or blocks); role
+            ``system`` is accepted for the leading message made from a top-level ``system``.
+        index: its position in the conversation, used in error messages.
+
+    Returns:
+        The canonical message: ``tool_use`` blocks become :class:`ToolCall` (``input`` as
+        compact JSON text), ``tool_result`` blocks :class:`ToolResult`, unknown blocks
+        :class:`OpaquePart`.
+
+    Raises:
+        InvalidMessageError: the message does not have an Anthropic shape.
+
+    >>> m = anthropic_to_message({"role": "assistant", "content": [
+    ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})
+    >>> m.content[0].arguments
+    '{"q":1}'
+    """
+    if not isinstance(d, Mapping):
+        _fail("must be an object", index, None)
+    role = _str(d, "role", index, "role")
+    if role not in ANTHROPIC_ROLES:
+        _fail(f"unknown role {role!r}", index, "role")
+    parts, kind = _content(d, index, "content", _anthropic_block, nullable=False)
+    return Message(role=role, content=parts, extra=_rest(d, ("role", "content")), content_kind=kind)  # type: ignore[arg-type]
+
+
+def _anthropic_source(source: Any) -> Any:
+    if isinstance(source, str):
+        data_url = _DATA_URL.fullmatch(source)
+        if data_url:
+            return {"type": "base64", "media_type": data_url[1], "data": data_url[2]}
+        return {"type": "url", "url": source}
+    if source is None:
+        _fail("image has no source", None, "content")
+    return source
+
+
+def _anthropic_block_out(p: Part, j: int) -> Any:
+    if isinstance(p, TextPart):
+        return _text_out(p)
+    if isinstance(p, ImagePart):
+        return _merge({"type": "image", "source": _anthropic_source(p.source)}, p.extra)
+    if isinstance(p, ToolCall):
+        try:
+            value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
+        except msgspec.MsgspecError:
+            _fail("tool call arguments are not JSON", None, f"content[{j}].arguments")
+        block = {"type": "tool_use", "id": p.id, "name": p.name, "input": value}
+        return _merge(block, p.extra)
+    if isinstance(p, ToolResult):
+        block = {"type": "tool_result", "tool_use_id": p.call_id}
+        content = _emit(p.content_kind, p.content, _anthropic_block_out, _ABSENT)
+        if content is not _ABSENT:
+            block["content"] = content
+        if p.is_error:
+            block["is_error"] = True
+        return _merge(block, p.extra)
+    return p.raw
+
+
+def message_to_anthropic(m: Message) -> dict[str, Any]:
+    """Convert a canonical :class:`Message` to an Anthropic Messages API message dict.
+
+    Args:
+        m: the message; ``content_kind`` and ``extra`` restore the original spelling. A
+            ``tool`` message becomes a user message holding ``tool_result`` blocks.
+
+    Returns:
+        A new dict; ``ToolCall.arguments`` is decoded back into ``input``.
+
+    Raises:
+        InvalidMessageError: tool call arguments that are not JSON, an image without source.
+
+    >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
+    >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]
+    [{'type': 'tool_result', 'tool_use_id': 't1', 'content': '42'}]
+    """
+    out: dict[str, Any] = {"role": "user" if m.role == "tool" else m.role}
+    content = _emit(m.content_kind, m.content, _anthropic_block_out, [])
+    if content is not _ABSENT:
+        out["content"] = content
+    return _merge(out, m.extra)
+
+
+# ------------------------------------------------------------------------------- dispatch
+
+
+def detect_format(messages: Sequence[object]) -> Format:
+    """Tell which shape a message list has.
+
+    ``canonical`` when every item is a :class:`Message`. ``openai`` when any message has
+    role ``tool`` or ``developer``, ``tool_calls``, ``tool_call_id`` or ``image_url`` /
+    ``input_audio`` parts. Otherwise ``anthropic`` when any block is ``tool_use``,
+    ``tool_result``, ``thinking``, ``redacted_thinking``, ``document`` or an ``image`` with
+    a ``source`` (a leading ``system`` message does not outweigh that: it is how a top-level
+    Anthropic ``system`` is carried). Otherwise ``openai``: plain text chats, and the empty
+    list, read the same in both shapes.
+
+    Args:
+        messages: the conversation.
+
+    Returns:
+        ``"openai"``, ``"anthropic"`` or ``"canonical"``.
+
+    Raises:
+        InvalidMessageError: the list mixes :class:`Message` structs and dicts.
+
+    >>> detect_format([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}])
+    'anthropic'
+    """
+    items = list(messages)
+    structs = [isinstance(m, Message) for m in items]
+    if any(structs):
+        if all(structs):
+            return "canonical"
+        _fail("mixes Message structs and dicts", structs.index(not structs[0]), None)
+    anthropic = False
+    for m in items:
+        if not isinstance(m, Mapping):
+            continue
+        if m.get("role") in ("tool", "developer") or "tool_calls" in m or "tool_call_id" in m:
+            return "openai"
+        content = m.get("content")
+        for b in content if isinstance(content, list) else ():
+            btype = b.get("type") if isinstance(b, Mapping) else None
+            if btype in _OPENAI_PART_TYPES:
+                return "openai"
+            if btype in _ANTHROPIC_BLOCK_TYPES or (btype == "image" and "source" in b):
+                anthropic = True
+    return "anthropic" if anthropic else "openai"
+
+
+def to_canonical(messages: Sequence[Any], format: Format | None = None) -> list[Message]:
+    """Convert a whole conversation to canonical messages.
+
+    Args:
+        messages: provider dicts or :class:`Message` structs.
+        format: ``"openai"``, ``"anthropic"`` or ``"canonical"``; ``None`` detects it.
+
+    Returns:
+        A new list; for ``canonical`` it holds the very objects given.
+
+    Raises:
+        InvalidMessageError: a message does not have the format's shape.
+        ValueError: an unknown format name.
+
+    >>> to_canonical([{"role": "user", "content": "hi"}], "openai")[0].content
+    [TextPart(text='hi', extra=None)]
+    """
+    fmt = detect_format(messages) if format is None else format
+    if fmt == "canonical":
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                _fail("must be a Message", i, None)
+        return list(messages)
+    if fmt == "openai":
+        return [openai_to_message(d, i) for i, d in enumerate(messages)]
+    if fmt == "anthropic":
+        return [anthropic_to_message(d, i) for i, d in enumerate(messages)]
+    raise ValueError(f"unknown format {format!r}: expected openai, anthropic or canonical")
+
+
+def from_canonical(m: Message, format: Format) -> Any:
+    """Convert one canonical message to the given format.
+
+    Args:
+        m: the message.
+        format: ``"openai"``, ``"anthropic"`` or ``"canonical"`` (returns ``m`` itself).
+
+    Returns:
+        A provider dict, or ``m``.
+
+    Raises:
+        InvalidMessageError: the message cannot be expressed in that format.
+        ValueError: an unknown format name.
+
+    >>> from_canonical(Message(role="user", content=[TextPart(text="hi")]), "anthropic")
+    {'role': 'user', 'content': 'hi'}
+    """
+    if format == "canonical":
+        return m
+    if format == "openai":
+        return message_to_openai(m)
+    if format == "anthropic":
+        return message_to_anthropic(m)
+    raise ValueError(f"unknown format {format!r}: expected openai, anthropic or canonical")

@@ -1,0 +1,129 @@
+//! JSON entry points used by the Python binding and the CLI.
+//!
+//! Each takes canonical messages as a JSON array and returns JSON text. A trimming
+//! result is `{"messages": [op, ...], "report": {...}}` where an op is `{"src": i}` for
+//! input message `i` unchanged, or `{"src": i | null, "msg": message}` for a changed or
+//! new message.
+
+use serde::Serialize;
+
+use crate::estimate::{count, profile, CLASS_NAMES};
+use crate::model::{parse_messages, Format, Message};
+use crate::pairs::{validate, Missing};
+use crate::trim::{repair_report, trim_turn_count, trim_turns, Outcome, Report, TrimOptions};
+use crate::turns::segment;
+use crate::Result;
+
+#[derive(Serialize)]
+struct Op<'a> {
+    src: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msg: Option<&'a Message>,
+}
+
+#[derive(Serialize)]
+struct OutcomeJson<'a> {
+    messages: Vec<Op<'a>>,
+    report: &'a Report,
+}
+
+fn outcome_json(o: &Outcome<'_>) -> Result<String> {
+    let messages = o
+        .messages
+        .iter()
+        .map(|w| Op {
+            src: w.src,
+            msg: w.changed().then_some(&*w.msg),
+        })
+        .collect();
+    Ok(serde_json::to_string(&OutcomeJson {
+        messages,
+        report: &o.report,
+    })?)
+}
+
+fn opts<'p>(profile_name: &str, breadcrumb: bool, format: &str) -> Result<TrimOptions<'p>> {
+    Ok(TrimOptions {
+        profile: profile(profile_name)?,
+        breadcrumb,
+        format: Format::parse(format)?,
+    })
+}
+
+/// Tokens of a text under a profile.
+pub fn estimate_text(text: &str, profile_name: &str) -> Result<u64> {
+    Ok(profile(profile_name)?.text_tokens(text))
+}
+
+/// Per-class code point counts of a text, as `(class name, count)` pairs plus bytes.
+pub fn count_classes(text: &str) -> Vec<(&'static str, u64)> {
+    let c = count(text);
+    let mut out: Vec<(&'static str, u64)> = CLASS_NAMES.iter().copied().zip(c.classes).collect();
+    out.push(("bytes", c.bytes));
+    out
+}
+
+/// Tokens of every message, in order.
+pub fn count_messages(messages_json: &str, profile_name: &str) -> Result<Vec<u64>> {
+    let p = profile(profile_name)?;
+    let msgs = parse_messages(messages_json)?;
+    Ok(msgs.iter().map(|m| p.message_tokens(m)).collect())
+}
+
+/// Preamble, turns, tool units and current request as JSON.
+pub fn segment_turns(messages_json: &str) -> Result<String> {
+    #[derive(Serialize)]
+    struct Seg {
+        preamble_end: usize,
+        turns: Vec<(usize, usize)>,
+        units: Vec<Vec<usize>>,
+        current_request: Option<usize>,
+    }
+    let msgs = parse_messages(messages_json)?;
+    let s = segment(&msgs);
+    Ok(serde_json::to_string(&Seg {
+        preamble_end: s.preamble_end,
+        turns: s.turns.iter().map(|r| (r.start, r.end)).collect(),
+        units: s.units,
+        current_request: s.current_request,
+    })?)
+}
+
+/// Violations of the provider's rules as a JSON array.
+pub fn validate_messages(messages_json: &str, format: &str) -> Result<String> {
+    let msgs = parse_messages(messages_json)?;
+    Ok(serde_json::to_string(&validate(&msgs, Format::parse(format)?))?)
+}
+
+/// `repair_tool_pairs`: outcome JSON.
+pub fn repair_tool_pairs(messages_json: &str, format: &str, missing: &str, profile_name: &str) -> Result<String> {
+    let msgs = parse_messages(messages_json)?;
+    let o = repair_report(&msgs, Missing::parse(missing)?, opts(profile_name, false, format)?);
+    outcome_json(&o)
+}
+
+/// `trim_turns`: outcome JSON.
+pub fn trim_turns_json(
+    messages_json: &str,
+    budget: u64,
+    profile_name: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> Result<String> {
+    let msgs = parse_messages(messages_json)?;
+    let o = trim_turns(&msgs, budget, opts(profile_name, breadcrumb, format)?);
+    outcome_json(&o)
+}
+
+/// `trim_turn_count`: outcome JSON.
+pub fn trim_turn_count_json(
+    messages_json: &str,
+    max_turns: u64,
+    profile_name: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> Result<String> {
+    let msgs = parse_messages(messages_json)?;
+    let o = trim_turn_count(&msgs, max_turns, opts(profile_name, breadcrumb, format)?);
+    outcome_json(&o)
+}

@@ -1,0 +1,38 @@
+//! Error type of the core crate. Every fallible entry point returns [`Result`].
+
+use thiserror::Error;
+
+/// What went wrong, with enough detail to name the offending input.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The canonical message JSON could not be parsed.
+    #[error("invalid message JSON at line {line}, column {column}: {reason}")]
+    InvalidJson {
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+    /// A message is structurally wrong (index and field name it).
+    #[error("message {index}, field {field}: {reason}")]
+    InvalidMessage {
+        index: usize,
+        field: String,
+        reason: String,
+    },
+    /// An argument is out of its domain (unknown profile, bad format name, ...).
+    #[error("invalid argument {name}: {reason}")]
+    InvalidArgument { name: String, reason: String },
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::InvalidJson {
+            line: e.line(),
+            column: e.column(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Result alias of the core crate.
+pub type Result<T> = std::result::Result<T, Error>;

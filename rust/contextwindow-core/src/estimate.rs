@@ -1,0 +1,400 @@
+//! Token estimation: one pass over UTF-8 text counting code points by class, then a
+//! weighted sum (DESIGN.md section 3).
+//!
+//! Weights are integers in units of 1/[`SCALE`] token so that the Rust engine and the
+//! pure-Python reference (`contextwindow._reference`) agree exactly, with no floating
+//! point in the text rule.
+
+use crate::model::{Message, Part, PartKind};
+
+/// Weight unit: a weight of `SCALE` is one token per code point (or per byte).
+pub const SCALE: u64 = 12_000;
+
+/// Number of code point classes.
+pub const N_CLASSES: usize = 9;
+
+/// Code point classes, in the order of [`Counts::classes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Class {
+    /// `[A-Za-z0-9]`
+    AsciiAlnum = 0,
+    /// ASCII space, tab, newline, carriage return, form feed, vertical tab.
+    AsciiSpace = 1,
+    /// Every other ASCII code point (punctuation, symbols, controls).
+    AsciiPunct = 2,
+    /// Han ideographs, CJK symbols and punctuation, fullwidth forms.
+    Cjk = 3,
+    /// Hiragana, katakana, halfwidth katakana.
+    Kana = 4,
+    /// Hangul syllables and jamo.
+    Hangul = 5,
+    /// Emoji and pictographic symbols.
+    Emoji = 6,
+    /// Joiners and modifiers inside emoji sequences (ZWJ, variation selectors, tags).
+    Joiner = 7,
+    /// Any other non-ASCII code point (accented Latin, Cyrillic, Greek, Arabic, ...).
+    Other = 8,
+}
+
+/// Class names as exposed to Python, in class order.
+pub const CLASS_NAMES: [&str; N_CLASSES] = [
+    "ascii_alnum",
+    "ascii_space",
+    "ascii_punct",
+    "cjk",
+    "kana",
+    "hangul",
+    "emoji",
+    "joiner",
+    "other",
+];
+
+const fn ascii_table() -> [u8; 128] {
+    let mut t = [Class::AsciiPunct as u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] = Class::AsciiAlnum as u8;
+        } else if matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            t[b] = Class::AsciiSpace as u8;
+        }
+        b += 1;
+    }
+    t
+}
+
+static ASCII_CLASS: [u8; 128] = ascii_table();
+
+/// Class of a non-ASCII code point.
+pub fn classify_non_ascii(c: u32) -> Class {
+    match c {
+        0x200D | 0xFE00..=0xFE0F | 0xE0020..=0xE007F | 0x20E3 => Class::Joiner,
+        0x3040..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => Class::Kana,
+        0x1100..=0x11FF | 0x3130..=0x318F | 0xA960..=0xA97F | 0xAC00..=0xD7FF => Class::Hangul,
+        0x2E80..=0x303F
+        | 0x3190..=0x31EF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F
+        | 0xFF00..=0xFFEF
+        | 0x20000..=0x3FFFF => Class::Cjk,
+        0x2190..=0x21FF
+        | 0x2300..=0x23FF
+        | 0x25A0..=0x27BF
+        | 0x2900..=0x297F
+        | 0x2B00..=0x2BFF
+        | 0x1F000..=0x1FAFF => Class::Emoji,
+        _ => Class::Other,
+    }
+}
+
+/// Per-class code point counts of a text, plus its UTF-8 length.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Code points per [`Class`].
+    pub classes: [u64; N_CLASSES],
+    /// UTF-8 length in bytes.
+    pub bytes: u64,
+}
+
+impl Counts {
+    /// Number of code points.
+    pub fn chars(&self) -> u64 {
+        self.classes.iter().sum()
+    }
+}
+
+/// Count code points by class in one pass over the UTF-8 bytes.
+///
+/// ```
+/// use contextwindow_core::estimate::{count, Class};
+/// let c = count("ab 你");
+/// assert_eq!(c.classes[Class::AsciiAlnum as usize], 2);
+/// assert_eq!(c.classes[Class::Cjk as usize], 1);
+/// assert_eq!(c.bytes, 6);
+/// ```
+pub fn count(text: &str) -> Counts {
+    let mut classes = [0u64; N_CLASSES];
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let mut i = 0;
+    while i < n {
+        let b = bytes[i];
+        if b < 0x80 {
+            classes[ASCII_CLASS[b as usize] as usize] += 1;
+            i += 1;
+            continue;
+        }
+        // `text` is valid UTF-8, so the lead byte tells the length.
+        let (cp, len) = if b < 0xE0 {
+            (((b as u32 & 0x1F) << 6) | (bytes[i + 1] as u32 & 0x3F), 2)
+        } else if b < 0xF0 {
+            (
+                ((b as u32 & 0x0F) << 12)
+                    | ((bytes[i + 1] as u32 & 0x3F) << 6)
+                    | (bytes[i + 2] as u32 & 0x3F),
+                3,
+            )
+        } else {
+            (
+                ((b as u32 & 0x07) << 18)
+                    | ((bytes[i + 1] as u32 & 0x3F) << 12)
+                    | ((bytes[i + 2] as u32 & 0x3F) << 6)
+                    | (bytes[i + 3] as u32 & 0x3F),
+                4,
+            )
+        };
+        classes[classify_non_ascii(cp) as usize] += 1;
+        i += len;
+    }
+    Counts {
+        classes,
+        bytes: n as u64,
+    }
+}
+
+/// How the weighted sum is turned into whole tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    Floor,
+    Ceil,
+}
+
+/// Image cost model of a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageModel {
+    /// Every image costs the same.
+    Fixed(u64),
+    /// OpenAI tiles when width and height are known, else the constant.
+    OpenAITiles { unknown: u64 },
+}
+
+/// A token estimation profile (DESIGN.md section 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub name: &'static str,
+    /// Weight per code point of each class, in 1/SCALE tokens.
+    pub class_weights: [u64; N_CLASSES],
+    /// Weight per UTF-8 byte, in 1/SCALE tokens.
+    pub byte_weight: u64,
+    pub rounding: Rounding,
+    /// Tokens added per message (role markers, delimiters).
+    pub message_overhead: u64,
+    /// Tokens added per tool call on top of its name and arguments.
+    pub tool_call_overhead: u64,
+    pub image: ImageModel,
+}
+
+/// `fim`: the first seed's rule. ASCII 4 characters a token, every other code point
+/// 1.5 characters a token, floor, at least 1 for non-empty text; images 765; 4 per message.
+pub const FIM: Profile = Profile {
+    name: "fim",
+    class_weights: [3000, 3000, 3000, 8000, 8000, 8000, 8000, 8000, 8000],
+    byte_weight: 0,
+    rounding: Rounding::Floor,
+    message_overhead: 4,
+    tool_call_overhead: 0,
+    image: ImageModel::Fixed(765),
+};
+
+/// `bytes4`: the second seed's rule. ceil(UTF-8 bytes / 4), 4 per message.
+pub const BYTES4: Profile = Profile {
+    name: "bytes4",
+    class_weights: [0; N_CLASSES],
+    byte_weight: 3000,
+    rounding: Rounding::Ceil,
+    message_overhead: 4,
+    tool_call_overhead: 0,
+    image: ImageModel::Fixed(765),
+};
+
+/// `conservative` (the default): ASCII letters, digits and spaces at 4 characters a
+/// token, ASCII punctuation at 2.5, CJK, kana, hangul and other non-ASCII at one token or
+/// more per code point, emoji at 2, joiners at 1.5, rounded up. Hand-set for now; issue 3
+/// replaces it with weights fitted against real tokenizers.
+pub const CONSERVATIVE: Profile = Profile {
+    name: "conservative",
+    class_weights: [3000, 3000, 4800, 12000, 12000, 12000, 24000, 18000, 9000],
+    byte_weight: 0,
+    rounding: Rounding::Ceil,
+    message_overhead: 4,
+    tool_call_overhead: 3,
+    image: ImageModel::OpenAITiles { unknown: 765 },
+};
+
+/// Every built-in profile.
+pub const PROFILES: [&Profile; 3] = [&CONSERVATIVE, &FIM, &BYTES4];
+
+/// Look up a built-in profile by name.
+pub fn profile(name: &str) -> crate::Result<&'static Profile> {
+    PROFILES
+        .iter()
+        .copied()
+        .find(|p| p.name == name)
+        .ok_or_else(|| crate::Error::InvalidArgument {
+            name: "profile".into(),
+            reason: format!(
+                "unknown profile {name:?}; known: {}",
+                PROFILES.map(|p| p.name).join(", ")
+            ),
+        })
+}
+
+impl Profile {
+    /// Tokens of counted text.
+    pub fn tokens_from_counts(&self, c: &Counts) -> u64 {
+        if c.bytes == 0 {
+            return 0;
+        }
+        let mut sum = c.bytes * self.byte_weight;
+        for (n, w) in c.classes.iter().zip(self.class_weights.iter()) {
+            sum += n * w;
+        }
+        let t = match self.rounding {
+            Rounding::Floor => sum / SCALE,
+            Rounding::Ceil => sum.div_ceil(SCALE),
+        };
+        t.max(1)
+    }
+
+    /// Tokens of a text: 0 for `""`, at least 1 otherwise.
+    ///
+    /// ```
+    /// use contextwindow_core::estimate::FIM;
+    /// assert_eq!(FIM.text_tokens("abcdefgh"), 2);
+    /// assert_eq!(FIM.text_tokens("你好世"), 2);
+    /// assert_eq!(FIM.text_tokens("a"), 1);
+    /// ```
+    pub fn text_tokens(&self, text: &str) -> u64 {
+        self.tokens_from_counts(&count(text))
+    }
+
+    /// Tokens of an image of known or unknown size.
+    ///
+    /// OpenAI tiles: scale to fit 2048x2048, then the short side down to 768 (integer
+    /// division), then 85 + 170 per 512-pixel tile; `detail="low"` is 85.
+    pub fn image_tokens(&self, width: Option<u64>, height: Option<u64>, detail: Option<&str>) -> u64 {
+        match self.image {
+            ImageModel::Fixed(n) => n,
+            ImageModel::OpenAITiles { unknown } => {
+                if detail == Some("low") {
+                    return 85;
+                }
+                match (width, height) {
+                    (Some(w), Some(h)) if w > 0 && h > 0 => openai_tiles(w, h),
+                    _ => unknown,
+                }
+            }
+        }
+    }
+
+    /// Tokens of one part (a tool result counts its inner parts).
+    pub fn part_tokens(&self, p: &Part) -> u64 {
+        match p.kind {
+            PartKind::Text => self.text_tokens(p.text_str()),
+            PartKind::Image => self.image_tokens(p.width, p.height, p.detail.as_deref()),
+            PartKind::ToolCall => {
+                self.tool_call_overhead
+                    + self.text_tokens(p.name.as_deref().unwrap_or(""))
+                    + self.text_tokens(p.arguments.as_deref().unwrap_or(""))
+            }
+            PartKind::ToolResult => p.inner().iter().map(|q| self.part_tokens(q)).sum(),
+            PartKind::Opaque => self.text_tokens(p.raw.as_ref().map(|r| r.get()).unwrap_or("")),
+        }
+    }
+
+    /// Tokens of a message: overhead + name + every part.
+    pub fn message_tokens(&self, m: &Message) -> u64 {
+        self.message_overhead
+            + self.text_tokens(m.name.as_deref().unwrap_or(""))
+            + m.content.iter().map(|p| self.part_tokens(p)).sum::<u64>()
+    }
+}
+
+fn openai_tiles(w: u64, h: u64) -> u64 {
+    let (mut w, mut h) = (w, h);
+    let longest = w.max(h);
+    if longest > 2048 {
+        w = (w * 2048 / longest).max(1);
+        h = (h * 2048 / longest).max(1);
+    }
+    let shortest = w.min(h);
+    if shortest > 768 {
+        w = (w * 768 / shortest).max(1);
+        h = (h * 768 / shortest).max(1);
+    }
+    85 + 170 * w.div_ceil(512) * h.div_ceil(512)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fim_matches_seed_rule() {
+        // floor(ascii/4 + nonascii/1.5), at least 1
+        let cases: &[(&str, u64)] = &[
+            ("", 0),
+            ("a", 1),
+            ("abcd", 1),
+            ("abcdefg", 1),
+            ("abcdefgh", 2),
+            ("你", 1),
+            ("你好", 1),
+            ("你好世", 2),
+            ("ab你好", 1), // 0.5 + 1.333 = 1.83
+            ("abcd你好", 2),
+            ("é", 1),
+        ];
+        for (t, want) in cases {
+            assert_eq!(FIM.text_tokens(t), *want, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn bytes4_is_ceil_bytes_over_4() {
+        for t in ["", "a", "abcd", "abcde", "你", "你好", "👨‍👩‍👧"] {
+            let want = (t.len() as u64).div_ceil(4);
+            assert_eq!(BYTES4.text_tokens(t), want, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn classes() {
+        let c = count("Hi, 世界 ひら 한국 🙂\u{200d}é\n");
+        assert_eq!(c.classes[Class::AsciiAlnum as usize], 2);
+        assert_eq!(c.classes[Class::AsciiPunct as usize], 1);
+        assert_eq!(c.classes[Class::AsciiSpace as usize], 5);
+        assert_eq!(c.classes[Class::Cjk as usize], 2);
+        assert_eq!(c.classes[Class::Kana as usize], 2);
+        assert_eq!(c.classes[Class::Hangul as usize], 2);
+        assert_eq!(c.classes[Class::Emoji as usize], 1);
+        assert_eq!(c.classes[Class::Joiner as usize], 1);
+        assert_eq!(c.classes[Class::Other as usize], 1);
+        assert_eq!(c.bytes, "Hi, 世界 ひら 한국 🙂\u{200d}é\n".len() as u64);
+    }
+
+    #[test]
+    fn conservative_never_below_one_per_cjk_or_emoji() {
+        assert_eq!(CONSERVATIVE.text_tokens("你好世界"), 4);
+        assert_eq!(CONSERVATIVE.text_tokens("ひらがな"), 4);
+        assert_eq!(CONSERVATIVE.text_tokens("한국어"), 3);
+        assert_eq!(CONSERVATIVE.text_tokens("🙂🙂"), 4);
+        assert_eq!(CONSERVATIVE.text_tokens("hello world!"), 4); // 11*0.25 + 0.4 = 3.15
+    }
+
+    #[test]
+    fn openai_tile_formula() {
+        // 1024x1024 -> 768x768 -> 4 tiles -> 765 (OpenAI's documented example)
+        assert_eq!(openai_tiles(1024, 1024), 765);
+        // 2048x4096 -> 1024x2048 -> 768x1536 -> 2x3 tiles -> 1105 (documented example)
+        assert_eq!(openai_tiles(2048, 4096), 1105);
+        assert_eq!(openai_tiles(512, 512), 255);
+        assert_eq!(CONSERVATIVE.image_tokens(Some(4000), Some(3000), Some("low")), 85);
+        assert_eq!(CONSERVATIVE.image_tokens(None, None, None), 765);
+        assert_eq!(FIM.image_tokens(Some(10), Some(10), None), 765);
+    }
+}

@@ -1,0 +1,248 @@
+//! Canonical message model, the Rust side of `contextwindow.messages`.
+//!
+//! Parts are one flat struct with a `kind` tag rather than a serde enum so that
+//! provider data the engine does not interpret (`extra`, image `source`, opaque `raw`)
+//! stays as [`RawValue`]: it is carried through byte for byte and never re-encoded.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// Text of the breadcrumb inserted where older turns were removed.
+pub const BREADCRUMB: &str = "[earlier turns omitted to fit the context window]";
+/// Text of a synthetic tool result for a call that has none.
+pub const MISSING_RESULT: &str = "[tool result missing]";
+/// A user message whose text starts with this is a tool-result carrier, not a turn.
+pub const TOOL_RESULTS_PREFIX: &str = "[Tool results]";
+
+/// Message role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// Part kind tag (`kind` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartKind {
+    Text,
+    Image,
+    ToolCall,
+    ToolResult,
+    Opaque,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// One content part. Which fields are meaningful depends on `kind`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Part {
+    pub kind: PartKind,
+    // text
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    // image
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Box<RawValue>>,
+    // tool call
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    // tool result
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<Part>>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub is_error: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_kind: Option<String>,
+    // opaque
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<Box<RawValue>>,
+    // every kind
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Box<RawValue>>,
+}
+
+impl Part {
+    fn empty(kind: PartKind) -> Part {
+        Part {
+            kind,
+            text: None,
+            width: None,
+            height: None,
+            detail: None,
+            source: None,
+            id: None,
+            name: None,
+            arguments: None,
+            call_id: None,
+            content: None,
+            is_error: false,
+            content_kind: None,
+            type_: None,
+            raw: None,
+            extra: None,
+        }
+    }
+
+    /// A text part.
+    pub fn text(text: &str) -> Part {
+        Part {
+            text: Some(text.to_owned()),
+            ..Part::empty(PartKind::Text)
+        }
+    }
+
+    /// A synthetic tool result saying the real one is missing.
+    pub fn missing_result(call_id: &str) -> Part {
+        Part {
+            call_id: Some(call_id.to_owned()),
+            content: Some(vec![Part::text(MISSING_RESULT)]),
+            ..Part::empty(PartKind::ToolResult)
+        }
+    }
+
+    /// The text of a text part, `""` for other kinds.
+    pub fn text_str(&self) -> &str {
+        self.text.as_deref().unwrap_or("")
+    }
+
+    /// Parts of a tool result, empty for other kinds.
+    pub fn inner(&self) -> &[Part] {
+        self.content.as_deref().unwrap_or(&[])
+    }
+}
+
+/// One message in canonical form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default)]
+    pub content: Vec<Part>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pinned: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Box<RawValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_kind: Option<String>,
+}
+
+impl Message {
+    /// A new message with the given role and parts and nothing else.
+    pub fn new(role: Role, content: Vec<Part>) -> Message {
+        Message {
+            role,
+            content,
+            pinned: false,
+            priority: None,
+            name: None,
+            id: None,
+            extra: None,
+            content_kind: None,
+        }
+    }
+
+    /// Tool calls of this message.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &Part> {
+        self.content.iter().filter(|p| p.kind == PartKind::ToolCall)
+    }
+
+    /// Whether this message holds at least one tool call.
+    pub fn has_tool_calls(&self) -> bool {
+        self.content.iter().any(|p| p.kind == PartKind::ToolCall)
+    }
+
+    /// Whether this message holds at least one tool result.
+    pub fn has_tool_results(&self) -> bool {
+        self.content.iter().any(|p| p.kind == PartKind::ToolResult)
+    }
+
+    /// Text of the first part when it is a text part.
+    pub fn first_text(&self) -> Option<&str> {
+        match self.content.first() {
+            Some(p) if p.kind == PartKind::Text => Some(p.text_str()),
+            _ => None,
+        }
+    }
+
+    /// Leading system or developer message.
+    pub fn is_preamble_role(&self) -> bool {
+        matches!(self.role, Role::System | Role::Developer)
+    }
+
+    /// A user message that is only our breadcrumb.
+    pub fn is_breadcrumb(&self) -> bool {
+        self.role == Role::User
+            && self.content.len() == 1
+            && self.content[0].kind == PartKind::Text
+            && self.content[0].text_str() == BREADCRUMB
+    }
+
+    /// A real user message: starts a turn (DESIGN.md section 4).
+    pub fn is_real_user(&self) -> bool {
+        self.role == Role::User
+            && !self.has_tool_results()
+            && !self
+                .first_text()
+                .is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
+            && !self.is_breadcrumb()
+    }
+}
+
+/// Provider shape the messages came in; decides where synthetic content goes and
+/// which rules `validate` applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenAI,
+    Anthropic,
+}
+
+impl Format {
+    /// Parse `"openai"` or `"anthropic"`.
+    pub fn parse(name: &str) -> crate::Result<Format> {
+        match name {
+            "openai" => Ok(Format::OpenAI),
+            "anthropic" => Ok(Format::Anthropic),
+            other => Err(crate::Error::InvalidArgument {
+                name: "format".into(),
+                reason: format!("expected \"openai\" or \"anthropic\", got {other:?}"),
+            }),
+        }
+    }
+}
+
+/// Parse a JSON array of canonical messages.
+pub fn parse_messages(json: &str) -> crate::Result<Vec<Message>> {
+    Ok(serde_json::from_str(json)?)
+}
+
+impl AsRef<Message> for Message {
+    fn as_ref(&self) -> &Message {
+        self
+    }
+}

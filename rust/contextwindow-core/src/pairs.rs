@@ -1,0 +1,587 @@
+//! Tool-pair validation and repair (DESIGN.md section 4).
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use crate::model::{Format, Message, Part, PartKind, Role};
+use crate::turns::{resolve, Resolution};
+
+/// One violation of a provider's message rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Index of the offending message.
+    pub index: usize,
+    /// Machine-readable kind: `orphan_result`, `unanswered_call`,
+    /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
+    /// `first_not_user`, `not_alternating`, `role_not_allowed`.
+    pub code: &'static str,
+    /// The tool call id concerned, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// What is wrong, in words.
+    pub detail: String,
+}
+
+impl Violation {
+    /// Whether [`repair`] fixes this kind of violation.
+    pub fn is_pairing(&self) -> bool {
+        matches!(
+            self.code,
+            "orphan_result" | "unanswered_call" | "result_after_content"
+        )
+    }
+}
+
+fn v(index: usize, code: &'static str, call_id: Option<&str>, detail: String) -> Violation {
+    Violation {
+        index,
+        code,
+        call_id: call_id.map(str::to_owned),
+        detail,
+    }
+}
+
+fn call_ids(m: &Message) -> Vec<&str> {
+    m.tool_calls()
+        .map(|p| p.id.as_deref().unwrap_or(""))
+        .collect()
+}
+
+fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
+    m.content
+        .iter()
+        .filter(|p| p.kind == PartKind::ToolResult)
+        .map(|p| p.call_id.as_deref().unwrap_or(""))
+}
+
+/// List every violation of the provider's rules, in message order.
+///
+/// OpenAI: every tool message answers a call of the assistant message before its run of
+/// tool messages, and every call is answered before the next non-tool message.
+/// Anthropic: tool results sit in the user message right after their calls, ahead of
+/// other content; the first message is a user message; roles alternate; system prompts
+/// only lead.
+pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
+    match format {
+        Format::OpenAI => validate_openai(messages),
+        Format::Anthropic => validate_anthropic(messages),
+    }
+}
+
+fn validate_openai(messages: &[Message]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut owner: Option<usize> = None; // assistant whose tool run we are in
+    for (i, m) in messages.iter().enumerate() {
+        if m.role == Role::Tool {
+            let results: Vec<&str> = result_ids(m).collect();
+            if results.is_empty() {
+                out.push(v(i, "empty_tool_message", None, "tool message holds no tool result".into()));
+            }
+            for id in results {
+                let ok = owner.is_some_and(|a| call_ids(&messages[a]).contains(&id));
+                if !ok {
+                    out.push(v(
+                        i,
+                        "orphan_result",
+                        Some(id),
+                        format!("tool result {id:?} does not answer a call of the preceding assistant message"),
+                    ));
+                }
+            }
+            continue;
+        }
+        if m.has_tool_results() {
+            for id in result_ids(m) {
+                out.push(v(
+                    i,
+                    "result_outside_tool_message",
+                    Some(id),
+                    format!("tool result {id:?} is in a {:?} message, not a tool message", m.role),
+                ));
+            }
+        }
+        owner = if m.role == Role::Assistant && m.has_tool_calls() {
+            Some(i)
+        } else {
+            None
+        };
+        if m.has_tool_calls() {
+            let answered: HashSet<&str> = messages[i + 1..]
+                .iter()
+                .take_while(|n| n.role == Role::Tool)
+                .flat_map(result_ids)
+                .collect();
+            for id in call_ids(m) {
+                if !answered.contains(id) {
+                    out.push(v(
+                        i,
+                        "unanswered_call",
+                        Some(id),
+                        format!("tool call {id:?} has no result before the next non-tool message"),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let start = messages
+        .iter()
+        .position(|m| m.role != Role::System)
+        .unwrap_or(messages.len());
+    let mut prev: Option<Role> = None;
+    for (i, m) in messages.iter().enumerate().skip(start) {
+        if !matches!(m.role, Role::User | Role::Assistant) {
+            out.push(v(
+                i,
+                "role_not_allowed",
+                None,
+                format!("role {:?} is not allowed in Anthropic messages", m.role),
+            ));
+        } else if prev.is_none() && m.role != Role::User {
+            out.push(v(i, "first_not_user", None, "the first message must be a user message".into()));
+        } else if prev == Some(m.role) {
+            out.push(v(i, "not_alternating", None, "two messages in a row have the same role".into()));
+        }
+        prev = Some(m.role);
+        if m.has_tool_results() {
+            let calls: Vec<&str> = if i > 0 && messages[i - 1].role == Role::Assistant {
+                call_ids(&messages[i - 1])
+            } else {
+                Vec::new()
+            };
+            for id in result_ids(m) {
+                if !calls.contains(&id) {
+                    out.push(v(
+                        i,
+                        "orphan_result",
+                        Some(id),
+                        format!("tool_result {id:?} does not answer a tool_use of the previous message"),
+                    ));
+                }
+            }
+            let first_other = m.content.iter().position(|p| p.kind != PartKind::ToolResult);
+            let last_result = m.content.iter().rposition(|p| p.kind == PartKind::ToolResult);
+            if let (Some(f), Some(l)) = (first_other, last_result) {
+                if f < l {
+                    out.push(v(
+                        i,
+                        "result_after_content",
+                        None,
+                        "tool_result blocks must come before other content".into(),
+                    ));
+                }
+            }
+        }
+        if m.has_tool_calls() {
+            let answered: HashSet<&str> = match messages.get(i + 1) {
+                Some(n) if n.role == Role::User => result_ids(n).collect(),
+                _ => HashSet::new(),
+            };
+            for id in call_ids(m) {
+                if !answered.contains(id) {
+                    out.push(v(
+                        i,
+                        "unanswered_call",
+                        Some(id),
+                        format!("tool_use {id:?} has no tool_result in the next user message"),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What to do with a tool call that has no result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// Insert a synthetic result `[tool result missing]`.
+    Stub,
+    /// Remove the call (and its message when nothing else remains).
+    Drop,
+}
+
+impl Missing {
+    /// Parse `"stub"` or `"drop"`.
+    pub fn parse(name: &str) -> crate::Result<Missing> {
+        match name {
+            "stub" => Ok(Missing::Stub),
+            "drop" => Ok(Missing::Drop),
+            other => Err(crate::Error::InvalidArgument {
+                name: "missing".into(),
+                reason: format!("expected \"stub\" or \"drop\", got {other:?}"),
+            }),
+        }
+    }
+}
+
+/// One change made by [`repair`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PairChange {
+    /// `orphan_result_dropped`, `result_moved`, `stub_inserted`, `call_removed`,
+    /// `message_dropped`, `results_reordered`.
+    pub kind: &'static str,
+    /// Input index of the message concerned (for `stub_inserted`: the call's message).
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+/// A message of a working list: where it came from and whether it was changed.
+#[derive(Debug, Clone)]
+pub struct Work<'a> {
+    /// Input index, `None` for a synthetic message.
+    pub src: Option<usize>,
+    /// The message; `Cow::Owned` when changed or new.
+    pub msg: Cow<'a, Message>,
+}
+
+impl AsRef<Message> for Work<'_> {
+    fn as_ref(&self) -> &Message {
+        &self.msg
+    }
+}
+
+impl Work<'_> {
+    /// Whether the message differs from input message `src` (or is new).
+    pub fn changed(&self) -> bool {
+        matches!(self.msg, Cow::Owned(_)) || self.src.is_none()
+    }
+}
+
+/// Unchanged working list of the input.
+pub fn identity(messages: &[Message]) -> Vec<Work<'_>> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Work {
+            src: Some(i),
+            msg: Cow::Borrowed(m),
+        })
+        .collect()
+}
+
+fn change(kind: &'static str, index: usize, call_id: Option<&str>) -> PairChange {
+    PairChange {
+        kind,
+        index,
+        call_id: call_id.map(str::to_owned),
+    }
+}
+
+/// Repair tool pairs: drop orphan results, move separated results next to their call,
+/// stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
+/// order) when there is nothing to repair. Idempotent.
+pub fn repair(messages: &[Message], format: Format, missing: Missing) -> (Vec<Work<'_>>, Vec<PairChange>) {
+    let res = resolve(messages);
+    match format {
+        Format::OpenAI => repair_openai(messages, &res, missing),
+        Format::Anthropic => repair_anthropic(messages, &res, missing),
+    }
+}
+
+/// Unanswered call ids of message `i`, in call order.
+fn unanswered<'m>(messages: &'m [Message], res: &Resolution, i: usize) -> Vec<&'m str> {
+    messages[i]
+        .content
+        .iter()
+        .enumerate()
+        .filter(|(p, part)| part.kind == PartKind::ToolCall && res.answered_by[i][*p].is_empty())
+        .map(|(_, part)| part.id.as_deref().unwrap_or(""))
+        .collect()
+}
+
+/// Remove the given unanswered calls from an assistant message; `None` when it is empty.
+fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
+    let mut out = m.clone();
+    out.content.retain(|p| {
+        !(p.kind == PartKind::ToolCall && drop_ids.contains(&p.id.as_deref().unwrap_or("")))
+    });
+    if out.content.is_empty() {
+        None
+    } else {
+        Some(out)
+    }
+}
+
+/// Emit assistant message `i`, applying `missing`; returns the unanswered ids to stub.
+fn emit_caller<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    i: usize,
+    missing: Missing,
+    out: &mut Vec<Work<'a>>,
+    changes: &mut Vec<PairChange>,
+) -> Vec<&'a str> {
+    let open = unanswered(messages, res, i);
+    if open.is_empty() || missing == Missing::Stub {
+        out.push(Work {
+            src: Some(i),
+            msg: Cow::Borrowed(&messages[i]),
+        });
+        return open;
+    }
+    for id in &open {
+        changes.push(change("call_removed", i, Some(id)));
+    }
+    match without_calls(&messages[i], &open) {
+        Some(m) => out.push(Work {
+            src: Some(i),
+            msg: Cow::Owned(m),
+        }),
+        None => changes.push(change("message_dropped", i, None)),
+    }
+    Vec::new()
+}
+
+fn repair_openai<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    missing: Missing,
+) -> (Vec<Work<'a>>, Vec<PairChange>) {
+    let n = messages.len();
+    // Target assistant of each tool message: the call of its first resolved result.
+    let target: Vec<Option<usize>> = (0..n)
+        .map(|j| {
+            if messages[j].role != Role::Tool {
+                return None;
+            }
+            res.results[j].iter().flatten().next().map(|c| c.message)
+        })
+        .collect();
+    let mut belongs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (j, t) in target.iter().enumerate() {
+        if let Some(t) = t {
+            belongs[*t].push(j);
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut changes = Vec::new();
+    for i in 0..n {
+        let m = &messages[i];
+        if m.role == Role::Tool {
+            if target[i].is_none() {
+                for id in result_ids(m) {
+                    changes.push(change("orphan_result_dropped", i, Some(id)));
+                }
+                if !m.has_tool_results() {
+                    changes.push(change("message_dropped", i, None));
+                }
+            }
+            continue; // emitted with its call
+        }
+        if !m.has_tool_calls() {
+            out.push(Work {
+                src: Some(i),
+                msg: Cow::Borrowed(m),
+            });
+            continue;
+        }
+        let open = emit_caller(messages, res, i, missing, &mut out, &mut changes);
+        let zone_end = (i + 1..n)
+            .find(|&j| messages[j].role != Role::Tool)
+            .unwrap_or(n);
+        let (inside, outside): (Vec<usize>, Vec<usize>) =
+            belongs[i].iter().partition(|&&j| j < zone_end);
+        for j in inside.into_iter().chain(outside.iter().copied()) {
+            if j >= zone_end {
+                let id = result_ids(&messages[j]).next();
+                changes.push(change("result_moved", j, id));
+            }
+            out.push(Work {
+                src: Some(j),
+                msg: Cow::Borrowed(&messages[j]),
+            });
+        }
+        for id in open {
+            changes.push(change("stub_inserted", i, Some(id)));
+            out.push(Work {
+                src: None,
+                msg: Cow::Owned(Message::new(Role::Tool, vec![Part::missing_result(id)])),
+            });
+        }
+    }
+    (out, changes)
+}
+
+fn repair_anthropic<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    missing: Missing,
+) -> (Vec<Work<'a>>, Vec<PairChange>) {
+    let n = messages.len();
+    // Every resolved result part, grouped by the message holding its call.
+    let mut belongs: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+    for (j, row) in res.results.iter().enumerate() {
+        for (p, c) in row.iter().enumerate() {
+            if let Some(c) = c {
+                belongs[c.message].push((j, p));
+            }
+        }
+    }
+    let mut out: Vec<Work<'a>> = Vec::with_capacity(n);
+    let mut changes = Vec::new();
+    // Stubs and results owed to the next user message: (caller index, ids to stub).
+    let mut owed: Option<(usize, Vec<&'a str>)> = None;
+    for i in 0..n {
+        let m = &messages[i];
+        if let Some((caller, stubs)) = owed.take() {
+            if m.role == Role::User {
+                if let Some(w) = rebuild_user(messages, res, &belongs, i, Some((caller, &stubs)), &mut changes) {
+                    out.push(w);
+                }
+                continue;
+            }
+            // No user message follows the calls: create one.
+            out.push(Work {
+                src: None,
+                msg: Cow::Owned(carrier_for(messages, &belongs, caller, &stubs, &mut changes)),
+            });
+        }
+        if m.role == Role::User {
+            if let Some(w) = rebuild_user(messages, res, &belongs, i, None, &mut changes) {
+                out.push(w);
+            }
+            continue;
+        }
+        if m.has_tool_calls() {
+            let open = emit_caller(messages, res, i, missing, &mut out, &mut changes);
+            let caller_kept = out.last().is_some_and(|w| w.src == Some(i));
+            if caller_kept {
+                owed = Some((i, open));
+            }
+            continue;
+        }
+        out.push(Work {
+            src: Some(i),
+            msg: Cow::Borrowed(m),
+        });
+    }
+    if let Some((caller, stubs)) = owed.take() {
+        out.push(Work {
+            src: None,
+            msg: Cow::Owned(carrier_for(messages, &belongs, caller, &stubs, &mut changes)),
+        });
+    }
+    (out, changes)
+}
+
+/// Result parts owed to `caller` (from anywhere) followed by stubs.
+fn owed_parts(
+    messages: &[Message],
+    belongs: &[Vec<(usize, usize)>],
+    caller: usize,
+    stubs: &[&str],
+    here: Option<usize>,
+    changes: &mut Vec<PairChange>,
+) -> Vec<Part> {
+    let mut parts = Vec::new();
+    for &(j, p) in &belongs[caller] {
+        let part = &messages[j].content[p];
+        if Some(j) != here {
+            changes.push(change("result_moved", j, part.call_id.as_deref()));
+        }
+        parts.push(part.clone());
+    }
+    for id in stubs {
+        changes.push(change("stub_inserted", caller, Some(id)));
+        parts.push(Part::missing_result(id));
+    }
+    parts
+}
+
+fn carrier_for(
+    messages: &[Message],
+    belongs: &[Vec<(usize, usize)>],
+    caller: usize,
+    stubs: &[&str],
+    changes: &mut Vec<PairChange>,
+) -> Message {
+    Message::new(Role::User, owed_parts(messages, belongs, caller, stubs, None, changes))
+}
+
+/// Rebuild user message `i`: results owed to the previous caller first (its own ones
+/// and moved ones, in input order), then stubs, then its other parts; results that
+/// belong elsewhere or nowhere are removed. Borrowed when nothing changes.
+fn rebuild_user<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    belongs: &[Vec<(usize, usize)>],
+    i: usize,
+    caller: Option<(usize, &Vec<&str>)>,
+    changes: &mut Vec<PairChange>,
+) -> Option<Work<'a>> {
+    let m = &messages[i];
+    let borrowed = Work {
+        src: Some(i),
+        msg: Cow::Borrowed(m),
+    };
+    let owes = caller.is_some_and(|(c, s)| !belongs[c].is_empty() || !s.is_empty());
+    if !owes && !m.has_tool_results() {
+        return Some(borrowed);
+    }
+    let mut content = match caller {
+        Some((c, stubs)) => owed_parts(messages, belongs, c, stubs, Some(i), changes),
+        None => Vec::new(),
+    };
+    for (p, part) in m.content.iter().enumerate() {
+        if part.kind != PartKind::ToolResult {
+            content.push(part.clone());
+        } else if res.results[i][p].is_none() {
+            changes.push(change("orphan_result_dropped", i, part.call_id.as_deref()));
+        }
+        // Results resolved to some caller were placed with that caller.
+    }
+    let same = content.len() == m.content.len()
+        && content
+            .iter()
+            .zip(m.content.iter())
+            .all(|(a, b)| std::ptr::eq(a, b) || part_eq(a, b));
+    if same {
+        return Some(borrowed);
+    }
+    if content.is_empty() {
+        changes.push(change("message_dropped", i, None));
+        return None;
+    }
+    if caller.is_some() && m.content.first().is_some_and(|p| p.kind != PartKind::ToolResult) && m.has_tool_results() {
+        changes.push(change("results_reordered", i, None));
+    }
+    let mut edited = m.clone();
+    edited.content = content;
+    Some(Work {
+        src: Some(i),
+        msg: Cow::Owned(edited),
+    })
+}
+
+/// Structural equality of two parts (raw JSON compared as text).
+pub fn part_eq(a: &Part, b: &Part) -> bool {
+    let raw = |r: &Option<Box<serde_json::value::RawValue>>| r.as_ref().map(|x| x.get().to_owned());
+    a.kind == b.kind
+        && a.text == b.text
+        && a.width == b.width
+        && a.height == b.height
+        && a.detail == b.detail
+        && raw(&a.source) == raw(&b.source)
+        && a.id == b.id
+        && a.name == b.name
+        && a.arguments == b.arguments
+        && a.call_id == b.call_id
+        && a.is_error == b.is_error
+        && a.content_kind == b.content_kind
+        && a.type_ == b.type_
+        && raw(&a.raw) == raw(&b.raw)
+        && raw(&a.extra) == raw(&b.extra)
+        && match (&a.content, &b.content) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| part_eq(p, q)),
+            _ => false,
+        }
+}

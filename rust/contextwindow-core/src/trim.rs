@@ -1,0 +1,479 @@
+//! Turn-atomic trimming (DESIGN.md section 5): `trim_turns` and `trim_turn_count`.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::estimate::Profile;
+use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
+use crate::pairs::{repair, Missing, PairChange, Work};
+use crate::turns::segment;
+
+/// What happened to one input message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fate {
+    /// Index in the input.
+    pub index: usize,
+    /// `kept`, `dropped`, `truncated` or `repaired`.
+    pub fate: &'static str,
+    /// The rule that decided it (`fits`, `preamble`, `kept_turn`, `oldest_turn`,
+    /// `oldest_tool_unit`, `tool_result_shrunk`, `request_truncated`, `turn_limit`,
+    /// `orphan_result`, `result_moved`, `call_removed`, ...).
+    pub rule: &'static str,
+    /// Characters removed from the message's text (truncation only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub chars_removed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Report of a trim or repair (DESIGN.md section 5). Serializes to JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Estimated tokens of the input.
+    pub tokens_before: u64,
+    /// Estimated tokens of the output.
+    pub tokens_after: u64,
+    /// The token budget, when there was one.
+    pub budget: Option<u64>,
+    /// Whether the output is within the budget (always true without a budget).
+    pub fits: bool,
+    /// Why anything changed: `token_budget`, `turn_limit`, `tool_pairs`; `None` when
+    /// the output is the input.
+    pub reason: Option<&'static str>,
+    /// Turns in the (repaired) input.
+    pub turns_before: u64,
+    /// Turns kept.
+    pub kept_turns: u64,
+    /// Whole turns dropped.
+    pub dropped_turns: u64,
+    /// Input messages dropped.
+    pub dropped_messages: u64,
+    /// Input messages whose text was shortened.
+    pub truncated_messages: u64,
+    /// Messages the library inserted (breadcrumb, synthetic tool results).
+    pub inserted_messages: u64,
+    /// Whether a breadcrumb was inserted.
+    pub breadcrumb: bool,
+    /// Every change made to tool pairs.
+    pub repairs: Vec<PairChange>,
+    /// The fate of every input message, in input order.
+    pub fates: Vec<Fate>,
+}
+
+/// A trimmed conversation and its report.
+#[derive(Debug)]
+pub struct Outcome<'a> {
+    pub messages: Vec<Work<'a>>,
+    pub report: Report,
+}
+
+/// Options shared by the trimming functions.
+#[derive(Debug, Clone, Copy)]
+pub struct TrimOptions<'p> {
+    pub profile: &'p Profile,
+    pub breadcrumb: bool,
+    pub format: Format,
+}
+
+/// Marker put where text was cut out.
+pub fn marker(removed: usize) -> String {
+    format!("\n[... {removed} characters removed ...]\n")
+}
+
+fn is_extend(c: char) -> bool {
+    matches!(c as u32,
+        0x200D | 0xFE00..=0xFE0F | 0x1F3FB..=0x1F3FF | 0x0300..=0x036F | 0x20D0..=0x20FF | 0xE0020..=0xE007F)
+}
+
+/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme we know of.
+fn bad_cut(chars: &[char], p: usize) -> bool {
+    p > 0 && p < chars.len() && (is_extend(chars[p]) || chars[p - 1] == '\u{200D}')
+}
+
+/// Keep about `keep` characters of `text`: the first half and the last half, with a
+/// marker naming how many characters were removed between them. Cuts fall on code
+/// point boundaries and never inside a ZWJ sequence or before a combining mark.
+/// Returns the new text and the number of characters removed (0 when `keep` >= length).
+///
+/// ```
+/// use contextwindow_core::trim::shrink_text;
+/// let (t, removed) = shrink_text("abcdefghij", 4);
+/// assert_eq!(removed, 6);
+/// assert_eq!(t, "ab\n[... 6 characters removed ...]\nij");
+/// ```
+pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
+    let chars: Vec<char> = text.chars().collect();
+    shrink_chars(&chars, keep)
+}
+
+fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
+    let n = chars.len();
+    if keep >= n {
+        return (chars.iter().collect(), 0);
+    }
+    let mut head = keep.div_ceil(2);
+    while head > 0 && bad_cut(chars, head) {
+        head -= 1;
+    }
+    let mut tail_start = n - keep / 2;
+    while tail_start < n && bad_cut(chars, tail_start) {
+        tail_start += 1;
+    }
+    let removed = tail_start - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push_str(&marker(removed));
+    out.extend(chars[tail_start..].iter());
+    (out, removed)
+}
+
+fn fate(index: usize, fate: &'static str, rule: &'static str) -> Fate {
+    Fate {
+        index,
+        fate,
+        rule,
+        chars_removed: 0,
+    }
+}
+
+struct State<'a, 'p> {
+    opts: TrimOptions<'p>,
+    input_len: usize,
+    tokens_before: u64,
+    work: Vec<Work<'a>>,
+    costs: Vec<u64>,
+    keep: Vec<bool>,
+    fates: Vec<Fate>,
+    repairs: Vec<PairChange>,
+}
+
+impl<'a, 'p> State<'a, 'p> {
+    fn new(messages: &'a [Message], opts: TrimOptions<'p>, missing: Missing) -> Self {
+        let p = opts.profile;
+        let tokens_before = messages.iter().map(|m| p.message_tokens(m)).sum();
+        let (work, repairs) = repair(messages, opts.format, missing);
+        let costs = work.iter().map(|w| p.message_tokens(&w.msg)).collect();
+        let mut fates: Vec<Fate> = (0..messages.len()).map(|i| fate(i, "kept", "fits")).collect();
+        for c in &repairs {
+            let f = &mut fates[c.index];
+            match c.kind {
+                "orphan_result_dropped" | "message_dropped" => *f = fate(c.index, "dropped", "orphan_result"),
+                "result_moved" if f.fate == "kept" => *f = fate(c.index, "repaired", "result_moved"),
+                "call_removed" => *f = fate(c.index, "repaired", "call_removed"),
+                "stub_inserted" if f.fate == "kept" => *f = fate(c.index, "repaired", "stub_inserted"),
+                "results_reordered" if f.fate == "kept" => *f = fate(c.index, "repaired", "results_reordered"),
+                _ => {}
+            }
+        }
+        let keep = vec![true; work.len()];
+        State {
+            opts,
+            input_len: messages.len(),
+            tokens_before,
+            work,
+            costs,
+            keep,
+            fates,
+            repairs,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.costs
+            .iter()
+            .zip(&self.keep)
+            .filter(|(_, k)| **k)
+            .map(|(c, _)| c)
+            .sum()
+    }
+
+    fn set_fate(&mut self, w: usize, fate_: &'static str, rule: &'static str) {
+        if let Some(i) = self.work[w].src {
+            let f = &mut self.fates[i];
+            f.fate = fate_;
+            f.rule = rule;
+        }
+    }
+
+    fn drop_range(&mut self, idx: impl IntoIterator<Item = usize>, rule: &'static str) {
+        for w in idx {
+            self.keep[w] = false;
+            self.set_fate(w, "dropped", rule);
+        }
+    }
+
+    /// Cost of a breadcrumb inserted before work item `first` (0 when deduplicated).
+    fn breadcrumb_cost(&self, first: Option<usize>) -> u64 {
+        if !self.opts.breadcrumb || self.already_has_breadcrumb(first) {
+            return 0;
+        }
+        let p = self.opts.profile;
+        match self.opts.format {
+            Format::OpenAI => p.message_overhead + p.text_tokens(BREADCRUMB),
+            Format::Anthropic => p.text_tokens(BREADCRUMB),
+        }
+    }
+
+    fn already_has_breadcrumb(&self, first: Option<usize>) -> bool {
+        match (self.opts.format, first) {
+            (Format::Anthropic, Some(w)) => self.work[w].msg.first_text() == Some(BREADCRUMB),
+            _ => false,
+        }
+    }
+
+    /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
+    fn shrink(&mut self, w: usize, part: usize, inner: Option<usize>, budget: u64, rule: &'static str) {
+        let p = self.opts.profile;
+        let text = {
+            let m: &Message = &self.work[w].msg;
+            let pt = &m.content[part];
+            match inner {
+                Some(q) => pt.inner()[q].text_str(),
+                None => pt.text_str(),
+            }
+            .to_owned()
+        };
+        let chars: Vec<char> = text.chars().collect();
+        let old = p.text_tokens(&text);
+        let others = self.total() - old;
+        let fits = |k: usize| others + p.text_tokens(&shrink_chars(&chars, k).0) <= budget;
+        let mut lo = 0usize;
+        if fits(0) {
+            let mut hi = chars.len().saturating_sub(1);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+        }
+        let (new_text, removed) = shrink_chars(&chars, lo);
+        let new_tokens = p.text_tokens(&new_text);
+        if removed == 0 || new_tokens >= old {
+            return;
+        }
+        let m = self.work[w].msg.to_mut();
+        let target = match inner {
+            Some(q) => &mut m.content[part].content.get_or_insert_with(Vec::new)[q],
+            None => &mut m.content[part],
+        };
+        target.text = Some(new_text);
+        self.costs[w] = self.costs[w] - old + new_tokens;
+        if let Some(i) = self.work[w].src {
+            let f = &mut self.fates[i];
+            f.fate = "truncated";
+            f.rule = rule;
+            f.chars_removed += removed as u64;
+        }
+    }
+
+    fn finish(
+        mut self,
+        budget: Option<u64>,
+        reason: Option<&'static str>,
+        turns: (u64, u64),
+        breadcrumb_before: Option<usize>,
+    ) -> Outcome<'a> {
+        let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
+        let mut inserted = self.work.iter().zip(&self.keep).filter(|(w, k)| **k && w.src.is_none()).count() as u64;
+        let mut breadcrumb = false;
+        for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
+            if !self.keep[w] {
+                continue;
+            }
+            let mut item = item;
+            if breadcrumb_before == Some(w) && self.opts.breadcrumb {
+                match self.opts.format {
+                    Format::OpenAI => {
+                        out.push(Work {
+                            src: None,
+                            msg: Cow::Owned(Message::new(Role::User, vec![Part::text(BREADCRUMB)])),
+                        });
+                        inserted += 1;
+                        breadcrumb = true;
+                    }
+                    Format::Anthropic => {
+                        if item.msg.first_text() != Some(BREADCRUMB) {
+                            let m = item.msg.to_mut();
+                            m.content.insert(0, Part::text(BREADCRUMB));
+                            if m.content_kind.as_deref() == Some("text") {
+                                m.content_kind = Some("parts".into());
+                            }
+                            breadcrumb = true;
+                        }
+                    }
+                }
+            }
+            out.push(item);
+        }
+        let p = self.opts.profile;
+        let tokens_after: u64 = out.iter().map(|w| p.message_tokens(&w.msg)).sum();
+        let fits = budget.is_none_or(|b| tokens_after <= b);
+        let dropped = self.fates.iter().filter(|f| f.fate == "dropped").count() as u64;
+        let truncated = self.fates.iter().filter(|f| f.fate == "truncated").count() as u64;
+        let changed = out.len() != self.input_len
+            || out.iter().enumerate().any(|(i, w)| w.changed() || w.src != Some(i));
+        let reason = if changed { reason.or(Some("tool_pairs")) } else { None };
+        Outcome {
+            messages: out,
+            report: Report {
+                tokens_before: self.tokens_before,
+                tokens_after,
+                budget,
+                fits,
+                reason,
+                turns_before: turns.0,
+                kept_turns: turns.1,
+                dropped_turns: turns.0 - turns.1,
+                dropped_messages: dropped,
+                truncated_messages: truncated,
+                inserted_messages: inserted,
+                breadcrumb,
+                repairs: self.repairs,
+                fates: self.fates,
+            },
+        }
+    }
+}
+
+/// Drop the oldest whole turns until the conversation fits `budget` tokens.
+///
+/// Keeps the preamble and always the newest turn; inserts the breadcrumb after the
+/// preamble when turns were dropped. When the newest turn alone is over budget: drops
+/// its oldest complete tool units (never the newest one), then shrinks the largest tool
+/// results (head + tail + marker), then truncates the current request. Broken tool pairs
+/// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
+pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
+    let mut st = State::new(messages, opts, Missing::Stub);
+    let seg = segment(&st.work);
+    let n_turns = seg.turns.len() as u64;
+    if st.total() <= budget || seg.turns.is_empty() {
+        return st.finish(Some(budget), None, (n_turns, n_turns), None);
+    }
+    for w in 0..seg.preamble_end {
+        st.set_fate(w, "kept", "preamble");
+    }
+    let turn_cost: Vec<u64> = seg
+        .turns
+        .iter()
+        .map(|r| r.clone().map(|w| st.costs[w]).sum())
+        .collect();
+    let pre: u64 = st.costs[..seg.preamble_end].iter().sum();
+    let t = seg.turns.len();
+    // Smallest number of oldest turns to drop (at least 1, at most t-1).
+    let mut dropped = 0;
+    if t > 1 {
+        let mut suffix: u64 = turn_cost.iter().sum();
+        dropped = t - 1;
+        for k in 1..t {
+            suffix -= turn_cost[k - 1];
+            let bc = st.breadcrumb_cost(Some(seg.turns[k].start));
+            if pre + suffix + bc <= budget {
+                dropped = k;
+                break;
+            }
+        }
+        for r in &seg.turns[..dropped] {
+            st.drop_range(r.clone(), "oldest_turn");
+        }
+    }
+    for r in &seg.turns[dropped..] {
+        for w in r.clone() {
+            st.set_fate(w, "kept", "kept_turn");
+        }
+    }
+    let bc_at = (dropped > 0).then_some(seg.turns[dropped].start);
+    let bc_cost = if dropped > 0 { st.breadcrumb_cost(bc_at) } else { 0 };
+    // The newest turn alone is over budget: work inside it.
+    let last = seg.turns[t - 1].clone();
+    let over = |st: &State| st.total() + bc_cost > budget;
+    if over(&st) {
+        let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
+        if let Some((_, older)) = units.split_last() {
+            for u in older {
+                if !over(&st) {
+                    break;
+                }
+                st.drop_range(u.iter().copied(), "oldest_tool_unit");
+            }
+        }
+    }
+    if over(&st) {
+        let mut cands: Vec<(usize, usize, usize, usize)> = Vec::new(); // (len, w, part, inner)
+        for w in last.clone().filter(|&w| st.keep[w]) {
+            for (p, part) in st.work[w].msg.content.iter().enumerate() {
+                if part.kind == PartKind::ToolResult {
+                    for (q, inner) in part.inner().iter().enumerate() {
+                        if inner.kind == PartKind::Text && !inner.text_str().is_empty() {
+                            cands.push((inner.text_str().chars().count(), w, p, q));
+                        }
+                    }
+                }
+            }
+        }
+        cands.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));
+        for (_, w, p, q) in cands {
+            if !over(&st) {
+                break;
+            }
+            st.shrink(w, p, Some(q), budget - bc_cost.min(budget), "tool_result_shrunk");
+        }
+    }
+    if over(&st) {
+        if let Some(w) = seg.current_request.filter(|w| last.contains(w)) {
+            let mut cands: Vec<(usize, usize)> = st.work[w]
+                .msg
+                .content
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.kind == PartKind::Text && !p.text_str().is_empty())
+                .map(|(i, p)| (p.text_str().chars().count(), i))
+                .collect();
+            cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            for (_, p) in cands {
+                if !over(&st) {
+                    break;
+                }
+                st.shrink(w, p, None, budget - bc_cost.min(budget), "request_truncated");
+            }
+        }
+    }
+    let kept = (t - dropped) as u64;
+    st.finish(Some(budget), Some("token_budget"), (n_turns, kept), bc_at)
+}
+
+/// Keep the newest `max(1, max_turns)` turns (plus the preamble), with the breadcrumb.
+pub fn trim_turn_count<'a>(messages: &'a [Message], max_turns: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
+    let mut st = State::new(messages, opts, Missing::Stub);
+    let seg = segment(&st.work);
+    let t = seg.turns.len();
+    let keep = (max_turns.max(1) as usize).min(t);
+    let dropped = t - keep;
+    if dropped == 0 {
+        return st.finish(None, None, (t as u64, t as u64), None);
+    }
+    for w in 0..seg.preamble_end {
+        st.set_fate(w, "kept", "preamble");
+    }
+    for r in &seg.turns[..dropped] {
+        st.drop_range(r.clone(), "turn_limit");
+    }
+    for r in &seg.turns[dropped..] {
+        for w in r.clone() {
+            st.set_fate(w, "kept", "kept_turn");
+        }
+    }
+    let bc_at = Some(seg.turns[dropped].start);
+    st.finish(None, Some("turn_limit"), (t as u64, keep as u64), bc_at)
+}
+
+/// Repair tool pairs and report every change (no budget).
+pub fn repair_report<'a>(messages: &'a [Message], missing: Missing, opts: TrimOptions<'_>) -> Outcome<'a> {
+    let st = State::new(messages, opts, missing);
+    let t = segment(&st.work).turns.len() as u64;
+    st.finish(None, Some("tool_pairs"), (t, t), None)
+}

@@ -1,0 +1,181 @@
+//! Turns and tool units (DESIGN.md section 4).
+//!
+//! * The preamble is the run of leading system/developer messages.
+//! * A turn starts at a real user message ([`Message::is_real_user`]); messages before
+//!   the first real user message belong to the first turn.
+//! * A tool unit is an assistant message with tool calls plus every message holding a
+//!   result for those calls. A result answers the nearest preceding call with its id.
+//! * A turn boundary never falls inside a tool unit: turns that a unit spans are merged.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::model::{Message, PartKind};
+
+/// Where a tool result points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallRef {
+    /// Index of the message holding the call.
+    pub message: usize,
+    /// Index of the call among that message's parts.
+    pub part: usize,
+}
+
+/// Resolution of every tool result in a conversation.
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    /// For message `i`, part `p` (a tool result): the call it answers, or `None` for an
+    /// orphan. Indexed `results[i][p]`; `None` entries for parts that are not results.
+    pub results: Vec<Vec<Option<CallRef>>>,
+    /// For message `i`, part `p` (a tool call): indices of the messages holding its
+    /// results, in order.
+    pub answered_by: Vec<Vec<Vec<usize>>>,
+}
+
+/// Resolve every tool result to the nearest preceding call with its id.
+pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
+    let mut latest: HashMap<&str, CallRef> = HashMap::new();
+    let mut results = Vec::with_capacity(messages.len());
+    let mut answered_by: Vec<Vec<Vec<usize>>> = messages
+        .iter()
+        .map(|m| vec![Vec::new(); m.as_ref().content.len()])
+        .collect();
+    for (i, m) in messages.iter().enumerate() {
+        let m = m.as_ref();
+        let mut row = vec![None; m.content.len()];
+        for (p, part) in m.content.iter().enumerate() {
+            if part.kind == PartKind::ToolResult {
+                let id = part.call_id.as_deref().unwrap_or("");
+                if let Some(c) = latest.get(id) {
+                    row[p] = Some(*c);
+                    let list = &mut answered_by[c.message][c.part];
+                    if list.last() != Some(&i) {
+                        list.push(i);
+                    }
+                }
+            }
+        }
+        results.push(row);
+        // Calls become visible to results in later messages only.
+        for (p, part) in m.content.iter().enumerate() {
+            if part.kind == PartKind::ToolCall {
+                let id = part.id.as_deref().unwrap_or("");
+                latest.insert(id, CallRef { message: i, part: p });
+            }
+        }
+    }
+    Resolution {
+        results,
+        answered_by,
+    }
+}
+
+/// Turns and tool units of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segmentation {
+    /// Messages `0..preamble_end` are the preamble.
+    pub preamble_end: usize,
+    /// Turns, in order; they partition `preamble_end..len`.
+    pub turns: Vec<Range<usize>>,
+    /// Tool units: sorted message indices of each unit, units ordered by first index.
+    pub units: Vec<Vec<usize>>,
+    /// Index of the last real user message (the current request), if any.
+    pub current_request: Option<usize>,
+}
+
+fn find(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+/// Group messages into tool units by resolved call ids (union-find over messages).
+pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
+    let n = messages.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    let mut in_unit = vec![false; n];
+    for (i, row) in res.results.iter().enumerate() {
+        for c in row.iter().flatten() {
+            let (a, b) = (find(&mut parent, i), find(&mut parent, c.message));
+            parent[a.max(b)] = a.min(b);
+            in_unit[i] = true;
+            in_unit[c.message] = true;
+        }
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m.as_ref().has_tool_calls() {
+            in_unit[i] = true;
+        }
+    }
+    let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, &inside) in in_unit.iter().enumerate() {
+        if inside {
+            let r = find(&mut parent, i);
+            groups.entry(r).or_default().push(i);
+        }
+    }
+    let mut units: Vec<Vec<usize>> = groups.into_values().collect();
+    units.sort_by_key(|u| u[0]);
+    units
+}
+
+/// Split a conversation into preamble, turns and tool units.
+///
+/// ```
+/// use contextwindow_core::model::{Message, Part, Role};
+/// use contextwindow_core::turns::segment;
+/// let m = |r, t: &str| Message::new(r, vec![Part::text(t)]);
+/// let msgs = vec![m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b"), m(Role::User, "c")];
+/// let s = segment(&msgs);
+/// assert_eq!(s.preamble_end, 1);
+/// assert_eq!(s.turns, vec![1..3, 3..4]);
+/// assert_eq!(s.current_request, Some(3));
+/// ```
+pub fn segment<M: AsRef<Message>>(messages: &[M]) -> Segmentation {
+    let res = resolve(messages);
+    segment_resolved(messages, &res)
+}
+
+/// [`segment`] with a resolution computed by the caller.
+pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Segmentation {
+    let n = messages.len();
+    let preamble_end = messages
+        .iter()
+        .position(|m| !m.as_ref().is_preamble_role())
+        .unwrap_or(n);
+    let units = tool_units(messages, res);
+    let real: Vec<usize> = (preamble_end..n)
+        .filter(|&i| messages[i].as_ref().is_real_user())
+        .collect();
+    let current_request = real.last().copied();
+    // Boundaries: every real user message but the first, unless a unit spans it.
+    let mut is_boundary = vec![false; n + 1];
+    for &i in real.iter().skip(1) {
+        is_boundary[i] = true;
+    }
+    for u in &units {
+        let (lo, hi) = (u[0], u[u.len() - 1]);
+        for b in is_boundary.iter_mut().take(hi + 1).skip(lo + 1) {
+            *b = false;
+        }
+    }
+    let mut turns = Vec::new();
+    if preamble_end < n {
+        let mut start = preamble_end;
+        for (i, &b) in is_boundary.iter().enumerate().take(n).skip(preamble_end + 1) {
+            if b {
+                turns.push(start..i);
+                start = i;
+            }
+        }
+        turns.push(start..n);
+    }
+    Segmentation {
+        preamble_end,
+        turns,
+        units,
+        current_request,
+    }
+}

@@ -1,0 +1,116 @@
+//! PyO3 glue for contextwindow: extract arguments, release the GIL, call the core,
+//! map errors in one place. No logic lives here.
+
+use contextwindow_core::{api, Error};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// The one conversion point from core errors to Python exceptions.
+fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    let class = match &e {
+        Error::InvalidJson { .. } => "InvalidRequestError",
+        Error::InvalidMessage { .. } => "InvalidMessageError",
+        Error::InvalidArgument { .. } => return PyValueError::new_err(e.to_string()),
+    };
+    match py
+        .import("contextwindow.errors")
+        .and_then(|m| m.getattr(class))
+        .and_then(|cls| cls.call1((e.to_string(),)))
+    {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(import_error) => import_error,
+    }
+}
+
+fn utf8(py: Python<'_>, data: &[u8]) -> PyResult<String> {
+    String::from_utf8(data.to_vec()).map_err(|e| {
+        to_py(
+            py,
+            Error::InvalidJson {
+                line: 0,
+                column: e.utf8_error().valid_up_to(),
+                reason: "invalid UTF-8".into(),
+            },
+        )
+    })
+}
+
+/// Run `f` on owned input with the GIL released, mapping its error.
+fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> contextwindow_core::Result<T> + Send) -> PyResult<T> {
+    py.detach(f).map_err(|e| to_py(py, e))
+}
+
+#[pyfunction]
+fn estimate_text(py: Python<'_>, text: &str, profile: &str) -> PyResult<u64> {
+    run(py, || api::estimate_text(text, profile))
+}
+
+#[pyfunction]
+fn count_classes(text: &str) -> Vec<(&'static str, u64)> {
+    api::count_classes(text)
+}
+
+#[pyfunction]
+fn count_messages(py: Python<'_>, messages: &[u8], profile: &str) -> PyResult<Vec<u64>> {
+    let json = utf8(py, messages)?;
+    run(py, || api::count_messages(&json, profile))
+}
+
+#[pyfunction]
+fn segment_turns(py: Python<'_>, messages: &[u8]) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    run(py, || api::segment_turns(&json))
+}
+
+#[pyfunction]
+fn validate(py: Python<'_>, messages: &[u8], format: &str) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    run(py, || api::validate_messages(&json, format))
+}
+
+#[pyfunction]
+fn repair_tool_pairs(py: Python<'_>, messages: &[u8], format: &str, missing: &str, profile: &str) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    run(py, || api::repair_tool_pairs(&json, format, missing, profile))
+}
+
+#[pyfunction]
+fn trim_turns(
+    py: Python<'_>,
+    messages: &[u8],
+    budget: u64,
+    profile: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    run(py, || api::trim_turns_json(&json, budget, profile, breadcrumb, format))
+}
+
+#[pyfunction]
+fn trim_turn_count(
+    py: Python<'_>,
+    messages: &[u8],
+    max_turns: u64,
+    profile: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    run(py, || api::trim_turn_count_json(&json, max_turns, profile, breadcrumb, format))
+}
+
+/// Native engine of contextwindow. Private: use the `contextwindow` package.
+#[pymodule(gil_used = false)]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(estimate_text, m)?)?;
+    m.add_function(wrap_pyfunction!(count_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(count_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(repair_tool_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_turns, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_turn_count, m)?)?;
+    m.add("PROFILES", ["conservative", "fim", "bytes4"])?;
+    Ok(())
+}
