@@ -337,8 +337,8 @@ def _anthropic_block(block: object, index: int, field: str, *, nested: bool = Fa
             text=_str(b, "text", index, f"{field}.text"), extra=_rest(b, ("type", "text"))
         )
     if btype == "image":
-        if "source" not in b:
-            _fail("is missing", index, f"{field}.source")
+        if not isinstance(b.get("source"), Mapping):
+            _fail("must be an object", index, f"{field}.source")
         return ImagePart(source=b["source"], extra=_rest(b, ("type", "source")))
     if btype == "tool_use" and not nested:
         call_id = _str(b, "id", index, f"{field}.id")
@@ -404,7 +404,7 @@ def _anthropic_source(source: Any) -> Any:
         if data_url:
             return {"type": "base64", "media_type": data_url[1], "data": data_url[2]}
         return {"type": "url", "url": source}
-    if source is None:
+    if not isinstance(source, Mapping):
         _fail("image has no source", None, "content")
     return source
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::estimate::{count, profile, CLASS_NAMES};
+use crate::estimate::{count, profile, CLASS_NAMES, RUN_NAMES};
 use crate::model::{parse_messages, Format, Message};
 use crate::pairs::{validate, Missing};
 use crate::trim::{repair_report, trim_turn_count, trim_turns, Outcome, Report, TrimOptions};
@@ -55,10 +55,12 @@ pub fn estimate_text(text: &str, profile_name: &str) -> Result<u64> {
     Ok(profile(profile_name)?.text_tokens(text))
 }
 
-/// Per-class code point counts of a text, as `(class name, count)` pairs plus bytes.
+/// Per-class code point counts and run features of a text, as `(name, count)` pairs,
+/// plus `("bytes", UTF-8 length)`.
 pub fn count_classes(text: &str) -> Vec<(&'static str, u64)> {
     let c = count(text);
     let mut out: Vec<(&'static str, u64)> = CLASS_NAMES.iter().copied().zip(c.classes).collect();
+    out.extend(RUN_NAMES.iter().copied().zip(c.runs));
     out.push(("bytes", c.bytes));
     out
 }

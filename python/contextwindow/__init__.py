@@ -1,0 +1,49 @@
+"""contextwindow: keep an LLM agent's conversation inside the model's context window.
+
+>>> from contextwindow import trim_turns
+>>> r = trim_turns([{"role": "user", "content": "hi"}], budget=100)
+>>> r.report.fits
+True
+"""
+
+from __future__ import annotations
+
+from .errors import ContextOverflowError, ContextWindowError, InvalidMessageError, InvalidRequestError
+from .estimate import PROFILES, count_classes, count_messages, estimate_tokens, message_tokens
+from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
+from .pairs import repair_tool_pairs, validate
+from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
+from .trim import trim_turn_count, trim_turns
+from .turns import segment_turns
+
+__all__ = [
+    "BREADCRUMB",
+    "PROFILES",
+    "ContextOverflowError",
+    "ContextWindowError",
+    "Fate",
+    "FitReport",
+    "ImagePart",
+    "InvalidMessageError",
+    "InvalidRequestError",
+    "Message",
+    "OpaquePart",
+    "PairChange",
+    "Segmentation",
+    "TextPart",
+    "ToolCall",
+    "ToolResult",
+    "TrimResult",
+    "Violation",
+    "count_classes",
+    "count_messages",
+    "estimate_tokens",
+    "message_tokens",
+    "repair_tool_pairs",
+    "segment_turns",
+    "trim_turn_count",
+    "trim_turns",
+    "validate",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,87 @@
+"""Tool-pair validation and repair (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import msgspec
+
+from . import _engine
+from .estimate import DEFAULT_PROFILE
+from .report import TrimResult, Violation
+
+__all__ = ["repair_tool_pairs", "validate"]
+
+_VIOLATIONS = msgspec.json.Decoder(list[Violation])
+
+
+def repair_tool_pairs(
+    messages: Any,
+    missing: Literal["stub", "drop"] = "stub",
+    *,
+    format: Optional[str] = None,
+    profile: str = DEFAULT_PROFILE,
+) -> TrimResult[Any]:
+    """Make every tool call and tool result a valid pair.
+
+    Drops results whose call does not exist (a result answers the nearest preceding call
+    with its id); moves a result that is separated from its call back next to it; for a
+    call without a result either inserts ``[tool result missing]`` right after the call's
+    results (``missing="stub"``) or removes the call, and its message when nothing else
+    remains (``"drop"``). In Anthropic shape results go into the next user message, ahead
+    of its other content (a user message is created only when none follows). Idempotent;
+    a valid conversation comes back as the same objects.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        missing: ``"stub"`` or ``"drop"``.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        profile: profile for the report's token counts.
+
+    Returns:
+        ``TrimResult`` with the repaired messages (caller's shape) and a ``FitReport``
+        whose ``repairs`` lists every change.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: ``missing`` is not ``"stub"`` or ``"drop"``.
+
+    >>> r = repair_tool_pairs([{"role": "user", "content": "hi"},
+    ...                        {"role": "tool", "tool_call_id": "x", "content": "orphan"}])
+    >>> [m["role"] for m in r.messages], r.report.repairs[0].kind
+    (['user'], 'orphan_result_dropped')
+    """
+    if missing not in ("stub", "drop"):
+        raise ValueError(f"missing must be 'stub' or 'drop', got {missing!r}")
+    prep = _engine.prepare(messages, format)
+    out = _engine.native.repair_tool_pairs(prep.payload, prep.provider, missing, profile)
+    return _engine.apply(prep, out)
+
+
+def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format: Optional[str] = None) -> list[Violation]:
+    """List every violation of the provider's message rules.
+
+    OpenAI: every tool message answers a call of the assistant message before its run of
+    tool messages; every call is answered before the next non-tool message. Anthropic:
+    ``tool_result`` blocks sit in the user message right after their ``tool_use``, ahead
+    of other content; the first message is a user message; roles alternate.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        provider: ``"openai"`` or ``"anthropic"``: whose rules to check.
+        format: input shape, when auto-detection should be skipped.
+
+    Returns:
+        Violations in message order; empty when the conversation is valid.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown provider.
+
+    >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
+    'orphan_result'
+    """
+    if provider not in ("openai", "anthropic"):
+        raise ValueError(f"provider must be 'openai' or 'anthropic', got {provider!r}")
+    prep = _engine.prepare(messages, format)
+    return _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))

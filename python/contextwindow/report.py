@@ -1,0 +1,160 @@
+"""Reports returned by every trimming and repair function (DESIGN.md section 5).
+
+All are msgspec Structs: ``msgspec.json.encode(report)`` gives JSON, and the CLI's
+``--json`` prints exactly that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Optional, TypeVar
+
+import msgspec
+
+__all__ = ["Fate", "PairChange", "FitReport", "TrimResult", "Violation", "Segmentation"]
+
+T = TypeVar("T")
+
+
+class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What happened to one input message.
+
+    Attributes:
+        index: position in the input list.
+        fate: ``"kept"``, ``"dropped"``, ``"truncated"`` or ``"repaired"``.
+        rule: the rule that decided it: ``fits``, ``preamble``, ``kept_turn``,
+            ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
+            ``request_truncated``, ``turn_limit``, ``orphan_result``, ``result_moved``,
+            ``stub_inserted``, ``call_removed``, ``results_reordered``.
+        chars_removed: characters (code points) cut from the message's text.
+
+    >>> Fate(index=0, fate="kept", rule="fits").fate
+    'kept'
+    """
+
+    index: int
+    fate: str
+    rule: str
+    chars_removed: int = 0
+
+
+class PairChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One change made to tool pairs.
+
+    Attributes:
+        kind: ``orphan_result_dropped``, ``result_moved``, ``stub_inserted``,
+            ``call_removed``, ``message_dropped`` or ``results_reordered``.
+        index: input index of the message concerned (for ``stub_inserted``, the message
+            holding the call).
+        call_id: the tool call id concerned, when there is one.
+
+    >>> PairChange(kind="stub_inserted", index=2, call_id="c1").kind
+    'stub_inserted'
+    """
+
+    kind: str
+    index: int
+    call_id: Optional[str] = None
+
+
+class FitReport(msgspec.Struct, frozen=True, kw_only=True):
+    """Every decision a trim or repair made.
+
+    Attributes:
+        tokens_before: estimated tokens of the input (profile's units: tokens).
+        tokens_after: estimated tokens of the output.
+        budget: the token budget, ``None`` for count limits and repairs.
+        fits: whether ``tokens_after <= budget`` (``True`` without a budget).
+        reason: ``"token_budget"``, ``"turn_limit"`` or ``"tool_pairs"``; ``None`` when
+            the output is the input.
+        turns_before: turns in the input (after repair).
+        kept_turns: turns kept.
+        dropped_turns: whole turns dropped.
+        dropped_messages: input messages dropped.
+        truncated_messages: input messages whose text was shortened.
+        inserted_messages: messages the library inserted (breadcrumb, stub results).
+        breadcrumb: whether the breadcrumb was inserted.
+        repairs: every tool-pair change.
+        fates: one entry per input message, in input order.
+
+    >>> r = FitReport(tokens_before=10, tokens_after=10, budget=20, fits=True, reason=None,
+    ...               turns_before=1, kept_turns=1, dropped_turns=0, dropped_messages=0,
+    ...               truncated_messages=0, inserted_messages=0, breadcrumb=False,
+    ...               repairs=[], fates=[])
+    >>> msgspec.json.encode(r)[:20]
+    b'{"tokens_before":10,'
+    """
+
+    tokens_before: int
+    tokens_after: int
+    budget: Optional[int]
+    fits: bool
+    reason: Optional[str]
+    turns_before: int
+    kept_turns: int
+    dropped_turns: int
+    dropped_messages: int
+    truncated_messages: int
+    inserted_messages: int
+    breadcrumb: bool
+    repairs: list[PairChange]
+    fates: list[Fate]
+
+
+class TrimResult(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """What a trimming function returns.
+
+    Attributes:
+        messages: the output, in the same shape as the input (dicts or ``Message``);
+            messages that were not changed are the very objects passed in.
+        report: the :class:`FitReport`.
+
+    >>> TrimResult(messages=[], report=None).messages
+    []
+    """
+
+    messages: list[Any]
+    report: Any
+
+
+class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One violation of a provider's rules, found by ``validate``.
+
+    Attributes:
+        index: index of the offending message.
+        code: ``orphan_result``, ``unanswered_call``, ``result_after_content``,
+            ``result_outside_tool_message``, ``empty_tool_message``, ``first_not_user``,
+            ``not_alternating`` or ``role_not_allowed``.
+        detail: what is wrong, in words.
+        call_id: the tool call id concerned, when there is one.
+
+    >>> Violation(index=3, code="orphan_result", detail="...").code
+    'orphan_result'
+    """
+
+    index: int
+    code: str
+    detail: str
+    call_id: Optional[str] = None
+
+
+class Segmentation(msgspec.Struct, frozen=True, kw_only=True):
+    """Preamble, turns and tool units of a conversation (DESIGN.md section 4).
+
+    Attributes:
+        preamble_end: messages ``[0, preamble_end)`` are the preamble.
+        turns: ``(start, end)`` index ranges, end exclusive, in order; they cover every
+            message after the preamble.
+        units: tool units as sorted message indices (assistant call message and every
+            message holding one of its results).
+        current_request: index of the last real user message, ``None`` when there is none.
+
+    >>> Segmentation(preamble_end=1, turns=[(1, 3)], units=[], current_request=1).turns
+    [(1, 3)]
+    """
+
+    preamble_end: int
+    turns: list[tuple[int, int]]
+    units: list[list[int]]
+    current_request: Optional[int]
+
+

@@ -1,0 +1,101 @@
+"""Turn-atomic trimming (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import _engine
+from .estimate import DEFAULT_PROFILE, PROFILES
+from .report import TrimResult
+
+__all__ = ["trim_turns", "trim_turn_count"]
+
+
+def _check(profile: str, n: Any, name: str) -> None:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+
+
+def trim_turns(
+    messages: Any,
+    budget: int,
+    *,
+    profile: str = DEFAULT_PROFILE,
+    breadcrumb: bool = True,
+    format: Optional[str] = None,
+) -> TrimResult[Any]:
+    """Fit a conversation into a token budget by dropping whole turns, oldest first.
+
+    If the estimate fits, the input comes back unchanged (same objects, same order).
+    Otherwise the oldest whole turns are dropped until it fits, keeping the preamble and
+    always the newest turn, and the breadcrumb ``[earlier turns omitted to fit the
+    context window]`` is inserted after the preamble (Anthropic shape: as the leading
+    text block of the first kept user message). When the newest turn alone is over
+    budget, its oldest complete tool units are dropped (never the newest unit, never the
+    request), then the largest tool results are cut to head + tail with a marker, then
+    the request itself. If it still does not fit the report says ``fits=False``. Broken
+    tool pairs are repaired first, so the output always passes ``validate``.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        budget: token budget (tokens of ``profile``), >= 0.
+        profile: name of a built-in profile.
+        breadcrumb: insert the breadcrumb when turns are dropped.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        ``TrimResult(messages, report)``; messages in the caller's shape.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown profile or negative budget.
+
+    >>> msgs = [{"role": "system", "content": "sys"},
+    ...         {"role": "user", "content": "old " * 100}, {"role": "assistant", "content": "ok"},
+    ...         {"role": "user", "content": "new"}]
+    >>> r = trim_turns(msgs, budget=40, profile="fim")
+    >>> [m["content"] for m in r.messages]
+    ['sys', '[earlier turns omitted to fit the context window]', 'new']
+    """
+    _check(profile, budget, "budget")
+    prep = _engine.prepare(messages, format)
+    out = _engine.native.trim_turns(prep.payload, budget, profile, bool(breadcrumb), prep.provider)
+    return _engine.apply(prep, out)
+
+
+def trim_turn_count(
+    messages: Any,
+    max_turns: int,
+    *,
+    profile: str = DEFAULT_PROFILE,
+    breadcrumb: bool = True,
+    format: Optional[str] = None,
+) -> TrimResult[Any]:
+    """Keep the newest ``max(1, max_turns)`` whole turns (plus the preamble).
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        max_turns: how many turns to keep; 0 still keeps the newest turn.
+        profile: profile for the report's token counts.
+        breadcrumb: insert the breadcrumb when turns are dropped.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        ``TrimResult(messages, report)`` with ``report.reason == "turn_limit"`` when
+        turns were dropped.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown profile or negative ``max_turns``.
+
+    >>> msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+    ...         {"role": "user", "content": "c"}]
+    >>> [m["content"] for m in trim_turn_count(msgs, 1).messages]
+    ['[earlier turns omitted to fit the context window]', 'c']
+    """
+    _check(profile, max_turns, "max_turns")
+    prep = _engine.prepare(messages, format)
+    out = _engine.native.trim_turn_count(prep.payload, max_turns, profile, bool(breadcrumb), prep.provider)
+    return _engine.apply(prep, out)

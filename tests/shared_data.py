@@ -1,0 +1,46 @@
+"""Where ../shared lives, and corpus/case loaders that skip cleanly when it is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("CONTEXTWINDOW_SHARED", ROOT.parent / "shared"))
+CORPUS = SHARED / "corpus"
+CASES = SHARED / "cases"
+
+
+
+def corpus_files() -> list[Path]:
+    """Every conversation file of ../shared/corpus (empty when absent)."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.rglob("*.json"))
+
+
+def case_files() -> list[Path]:
+    """Every case file of ../shared/cases (empty when absent)."""
+    if not CASES.is_dir():
+        return []
+    return sorted(CASES.glob("*.json"))
+
+
+def load(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def ids(paths: list[Path]) -> list[str]:
+    return [f"{p.parent.name}/{p.stem}" for p in paths]
+
+
+def need(paths: list[Path], what: str) -> list[Any]:
+    """Parametrize values, or one skip marker when the shared data is absent."""
+    if paths:
+        return paths
+    return [pytest.param(None, marks=pytest.mark.skip(reason=f"{what} not found beside the repo"))]

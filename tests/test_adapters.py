@@ -1,0 +1,849 @@
+"""Provider adapters and conversation files: lossless round trips, detection, errors.
+
+Run with ``PYTHONPATH=python python -m pytest tests/test_adapters.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from contextwindow.adapters import (
+    anthropic_to_message,
+    detect_format,
+    from_canonical,
+    message_to_anthropic,
+    message_to_openai,
+    openai_to_message,
+    to_canonical,
+)
+from contextwindow.errors import InvalidMessageError, InvalidRequestError
+from contextwindow.io import Conversation, dump_conversation, load_conversation
+from contextwindow.messages import (
+    MISSING_RESULT,
+    ImagePart,
+    Message,
+    OpaquePart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS_FILES = sorted(CORPUS.glob("*/*.json")) if CORPUS.is_dir() else []
+MAX_EXAMPLES = int(os.environ.get("CONTEXTWINDOW_MAX_EXAMPLES", "200"))
+
+TO: dict[str, Callable[[Any, int], Message]] = {
+    "openai": openai_to_message,
+    "anthropic": anthropic_to_message,
+}
+BACK: dict[str, Callable[[Message], dict[str, Any]]] = {
+    "openai": message_to_openai,
+    "anthropic": message_to_anthropic,
+}
+
+
+def roundtrip(fmt: str, d: Any) -> Message:
+    """Convert ``d`` to canonical, assert it comes back equal, return the canonical form."""
+    m = TO[fmt](d, 0)
+    assert BACK[fmt](m) == d
+    assert msgspec.json.decode(msgspec.json.encode(m), type=Message) == m
+    return m
+
+
+# ------------------------------------------------------------------------------ (a) corpus
+
+
+@pytest.mark.parametrize(
+    "path", CORPUS_FILES or [None], ids=lambda p: p and f"{p.parent.name}/{p.stem}"
+)
+def test_corpus_round_trip(path: Path | None) -> None:
+    if path is None:
+        pytest.skip(f"no corpus at {CORPUS}")
+    doc = msgspec.json.decode(path.read_bytes())
+    fmt = doc["format"]
+    for i, d in enumerate(doc["messages"]):
+        m = TO[fmt](d, i)
+        assert BACK[fmt](m) == d, f"message {i}"
+    conv = load_conversation(path)
+    assert (conv.kind, conv.format, conv.messages) == ("corpus", fmt, doc["messages"])
+    assert msgspec.json.decode(dump_conversation(conv, conv.messages)) == doc
+    shaped = any(
+        isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "image")
+        for d in doc["messages"]
+        for b in (d["content"] if isinstance(d.get("content"), list) else [])
+    )
+    assert detect_format(doc["messages"]) == ("openai" if fmt == "openai" or not shaped else fmt)
+
+
+# ----------------------------------------------------------------------- (b) OpenAI by hand
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+
+
+def test_openai_text_with_name() -> None:
+    m = roundtrip("openai", {"role": "user", "content": "hi", "name": "bob"})
+    assert m == Message(role="user", content=[TextPart(text="hi")], name="bob", content_kind="text")
+
+
+def test_openai_null_content_with_tool_calls() -> None:
+    m = roundtrip("openai", {"role": "assistant", "content": None, "tool_calls": [CALL]})
+    call = ToolCall(id="call_1", name="get_weather", arguments="{}")
+    assert m == Message(role="assistant", content=[call], content_kind="null")
+
+
+def test_openai_missing_content() -> None:
+    m = roundtrip("openai", {"role": "assistant", "tool_calls": [CALL]})
+    assert m.content_kind == "absent"
+    assert "content" not in message_to_openai(m)
+
+
+def test_openai_tool_calls_after_text() -> None:
+    d = {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL, {**CALL, "id": "c2"}]}
+    m = roundtrip("openai", d)
+    assert [type(p).__name__ for p in m.content] == ["TextPart", "ToolCall", "ToolCall"]
+    assert m.content[2] == ToolCall(id="c2", name="get_weather", arguments="{}")
+
+
+@pytest.mark.parametrize("calls", [None, []])
+def test_openai_tool_calls_null_or_empty(calls: list[Any] | None) -> None:
+    m = roundtrip("openai", {"role": "assistant", "content": "It is sunny.", "tool_calls": calls})
+    expected = [TextPart(text="It is sunny.")]
+    assert m == Message(
+        role="assistant", content=expected, extra={"tool_calls": calls}, content_kind="text"
+    )
+
+
+def test_openai_unknown_keys_kept() -> None:
+    d = {
+        "role": "assistant",
+        "content": "x",
+        "reasoning_content": "think",
+        "refusal": None,
+        "audio": {"id": "a1"},
+    }
+    m = roundtrip("openai", d)
+    assert m.extra == {"reasoning_content": "think", "refusal": None, "audio": {"id": "a1"}}
+
+
+def test_openai_non_string_name_goes_to_extra() -> None:
+    m = roundtrip("openai", {"role": "user", "content": "x", "name": 7})
+    assert (m.name, m.extra) == (None, {"name": 7})
+
+
+def test_openai_tool_message() -> None:
+    d = {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"}
+    m = roundtrip("openai", d)
+    result = ToolResult(call_id="c1", content=[TextPart(text="sunny")], content_kind="text")
+    assert m == Message(role="tool", content=[result], name="get_weather")
+
+
+@pytest.mark.parametrize(
+    ("content", "parts", "kind"),
+    [
+        ([{"type": "text", "text": "a"}], [TextPart(text="a")], "parts"),
+        (None, [], "null"),
+        ("", [TextPart(text="")], "text"),
+    ],
+)
+def test_openai_tool_message_content(content: Any, parts: list[Any], kind: str) -> None:
+    m = roundtrip("openai", {"role": "tool", "tool_call_id": "c1", "content": content})
+    assert m.content == [ToolResult(call_id="c1", content=parts, content_kind=kind)]
+
+
+def test_openai_tool_call_without_type_and_with_extra_keys() -> None:
+    bare = {"id": "c1", "function": {"name": "f", "arguments": "{}"}}
+    m = roundtrip("openai", {"role": "assistant", "content": None, "tool_calls": [bare]})
+    assert m.content == [ToolCall(id="c1", name="f", arguments="{}", extra={})]
+    odd = {
+        "id": "c1",
+        "type": "function",
+        "index": 0,
+        "function": {"name": "f", "arguments": "", "x": 1},
+    }
+    m = roundtrip("openai", {"role": "assistant", "tool_calls": [odd]})
+    extra = {"type": "function", "index": 0, "function": {"x": 1}}
+    assert m.content == [ToolCall(id="c1", name="f", arguments="", extra=extra)]
+
+
+def test_openai_image_parts() -> None:
+    part = {
+        "type": "image_url",
+        "image_url": {"url": "https://x/a.png", "detail": "low", "f": 1},
+        "g": 2,
+    }
+    m = roundtrip("openai", {"role": "user", "content": [part]})
+    assert m.content == [
+        ImagePart(source="https://x/a.png", detail="low", extra={"g": 2, "image_url": {"f": 1}})
+    ]
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA", "detail": None}}
+    m = roundtrip("openai", {"role": "user", "content": [part]})
+    assert m.content == [
+        ImagePart(source="data:image/png;base64,AA", extra={"image_url": {"detail": None}})
+    ]
+
+
+def test_openai_opaque_parts() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AAA", "format": "wav"}}
+    refusal = {"type": "refusal", "refusal": "no"}
+    m = roundtrip("openai", {"role": "user", "content": [audio, refusal]})
+    assert m.content == [
+        OpaquePart(type="input_audio", raw=audio),
+        OpaquePart(type="refusal", raw=refusal),
+    ]
+
+
+def test_openai_text_part_extra() -> None:
+    part = {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}
+    m = roundtrip("openai", {"role": "system", "content": [part]})
+    assert m.content == [TextPart(text="a", extra={"cache_control": {"type": "ephemeral"}})]
+
+
+def test_openai_from_built_messages() -> None:
+    call = ToolCall(id="c", name="f", arguments="{}")
+    assert message_to_openai(Message(role="user", content=[TextPart(text="hi")])) == {
+        "role": "user",
+        "content": "hi",
+    }
+    assert message_to_openai(Message(role="assistant", content=[call])) == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+    stub = ToolResult(call_id="c", content=[TextPart(text=MISSING_RESULT)])
+    assert message_to_openai(Message(role="tool", content=[stub])) == {
+        "role": "tool",
+        "tool_call_id": "c",
+        "content": "[tool result missing]",
+    }
+    two = Message(
+        role="user", content=[TextPart(text="a"), TextPart(text="b")], content_kind="text"
+    )
+    assert message_to_openai(two)["content"] == [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": "b"},
+    ]
+    empty = Message(role="user", content=[], content_kind="parts")
+    assert message_to_openai(empty) == {"role": "user", "content": []}
+
+
+def test_openai_cannot_express() -> None:
+    with pytest.raises(InvalidMessageError) as err:
+        message_to_openai(Message(role="tool", content=[TextPart(text="x")]))
+    assert err.value.field == "content"
+    carrier = Message(role="user", content=[ToolResult(call_id="c")])
+    with pytest.raises(InvalidMessageError) as err:
+        message_to_openai(carrier)
+    assert err.value.field == "content[0]"
+
+
+# -------------------------------------------------------------------- (b) Anthropic by hand
+
+
+def tool_result(**kw: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": "t1", **kw}
+
+
+def test_anthropic_text_and_string_content() -> None:
+    m = roundtrip("anthropic", {"role": "user", "content": "hi"})
+    assert m == Message(role="user", content=[TextPart(text="hi")], content_kind="text")
+    block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}, "citations": []}
+    m = roundtrip("anthropic", {"role": "user", "content": [block]})
+    extra = {"cache_control": {"type": "ephemeral"}, "citations": []}
+    assert m == Message(
+        role="user", content=[TextPart(text="hi", extra=extra)], content_kind="parts"
+    )
+
+
+def test_anthropic_tool_use() -> None:
+    block = {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "search",
+        "input": {"q": "日本", "n": [1, 2.5]},
+    }
+    m = roundtrip("anthropic", {"role": "assistant", "content": [block]})
+    assert m.content == [
+        ToolCall(id="toolu_1", name="search", arguments='{"q":"日本","n":[1,2.5]}')
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "is_error", "extra"),
+    [
+        ({}, False, None),
+        ({"is_error": False}, False, {"is_error": False}),
+        ({"is_error": True}, True, None),
+    ],
+)
+def test_anthropic_is_error(flag: dict[str, Any], is_error: bool, extra: Any) -> None:
+    m = roundtrip("anthropic", {"role": "user", "content": [tool_result(content="ok", **flag)]})
+    expected = ToolResult(
+        call_id="t1",
+        content=[TextPart(text="ok")],
+        is_error=is_error,
+        extra=extra,
+        content_kind="text",
+    )
+    assert m.content == [expected]
+
+
+def test_anthropic_tool_result_content_shapes() -> None:
+    src = {"type": "base64", "media_type": "image/png", "data": "iVBO"}
+    listed = [
+        {"type": "text", "text": "a"},
+        {"type": "image", "source": src},
+        {"type": "search_result", "x": 1},
+    ]
+    m = roundtrip(
+        "anthropic",
+        {
+            "role": "user",
+            "content": [tool_result(content=listed), {"type": "text", "text": "next"}],
+        },
+    )
+    assert m.content == [
+        ToolResult(
+            call_id="t1",
+            content=[
+                TextPart(text="a"),
+                ImagePart(source=src),
+                OpaquePart(type="search_result", raw=listed[2]),
+            ],
+            content_kind="parts",
+        ),
+        TextPart(text="next"),
+    ]
+    m = roundtrip("anthropic", {"role": "user", "content": [tool_result()]})
+    assert m.content == [ToolResult(call_id="t1", content_kind="absent")]
+    m = roundtrip("anthropic", {"role": "user", "content": [tool_result(content="")]})
+    assert m.content == [ToolResult(call_id="t1", content=[TextPart(text="")], content_kind="text")]
+
+
+def test_anthropic_image_and_opaque_blocks() -> None:
+    src = {"type": "url", "url": "https://x/a.png"}
+    image = {"type": "image", "source": src, "cache_control": {"type": "ephemeral"}}
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    redacted = {"type": "redacted_thinking", "data": "xyz"}
+    m = roundtrip("anthropic", {"role": "assistant", "content": [thinking, redacted, image]})
+    assert m.content == [
+        OpaquePart(type="thinking", raw=thinking),
+        OpaquePart(type="redacted_thinking", raw=redacted),
+        ImagePart(source=src, extra={"cache_control": {"type": "ephemeral"}}),
+    ]
+
+
+def test_anthropic_system_and_nested_tool_use_is_opaque() -> None:
+    system = [{"type": "text", "text": "Be brief."}]
+    m = roundtrip("anthropic", {"role": "system", "content": system})
+    assert m == Message(role="system", content=[TextPart(text="Be brief.")], content_kind="parts")
+    nested = {"type": "tool_use", "id": "x", "name": "f", "input": {}}
+    m = roundtrip("anthropic", {"role": "user", "content": [tool_result(content=[nested])]})
+    assert m.content[0].content == [OpaquePart(type="tool_use", raw=nested)]
+
+
+def test_anthropic_from_built_messages() -> None:
+    carrier = Message(
+        role="user",
+        content=[ToolResult(call_id="c", content=[TextPart(text="x")]), TextPart(text="next")],
+    )
+    assert message_to_anthropic(carrier) == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "c", "content": "x"},
+            {"type": "text", "text": "next"},
+        ],
+    }
+    err = Message(role="tool", content=[ToolResult(call_id="c", is_error=True)])
+    assert message_to_anthropic(err) == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "c", "is_error": True}],
+    }
+
+
+def test_cross_format_calls_and_images() -> None:
+    openai = {
+        "role": "assistant",
+        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+        ],
+    }
+    assert message_to_anthropic(openai_to_message(openai, 0)) == {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+            },
+            {"type": "tool_use", "id": "c", "name": "f", "input": {"a": 1}},
+        ],
+    }
+    anthropic = {
+        "role": "user",
+        "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}],
+    }
+    assert message_to_openai(anthropic_to_message(anthropic, 0)) == {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "https://x/a.png"}}],
+    }
+    bad = Message(role="assistant", content=[ToolCall(id="c", name="f", arguments="{oops")])
+    with pytest.raises(InvalidMessageError) as err:
+        message_to_anthropic(bad)
+    assert err.value.field == "content[0].arguments"
+
+
+# ----------------------------------------------------------------------- (b) bad input
+
+
+def user(content: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def calls(*tool_calls: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(tool_calls)}
+
+
+def uses(**block: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", **block}]}
+
+
+TEXT = {"type": "text", "text": "a"}
+FN = {"name": "f", "arguments": "{}"}
+OK_CALL = {"id": "c", "type": "function", "function": FN}
+BAD_OPENAI = [
+    ("not a dict", None),
+    ({"content": "x"}, "role"),
+    ({"role": 5, "content": "x"}, "role"),
+    ({"role": "function", "name": "f", "content": "x"}, "role"),
+    (user(5), "content"),
+    (user(TEXT), "content"),
+    (user(["x"]), "content[0]"),
+    (user([TEXT, TEXT, {"text": "c"}]), "content[2].type"),
+    (user([{"type": "text", "text": None}]), "content[0].text"),
+    (user([{"type": "image_url", "image_url": "https://x"}]), "content[0].image_url"),
+    (user([{"type": "image_url", "image_url": {"detail": "low"}}]), "content[0].image_url.url"),
+    ({"role": "assistant", "tool_calls": "call"}, "tool_calls"),
+    (calls(OK_CALL, "x"), "tool_calls[1]"),
+    (calls(OK_CALL, {"type": "function", "function": FN}), "tool_calls[1].id"),
+    (calls({"id": "c", "function": "f"}), "tool_calls[0].function"),
+    (calls({"id": "c", "function": {"arguments": "{}"}}), "tool_calls[0].function.name"),
+    (calls({"id": "c", "function": {**FN, "arguments": {}}}), "tool_calls[0].function.arguments"),
+    ({"role": "tool", "content": "x"}, "tool_call_id"),
+    ({"role": "tool", "tool_call_id": 3, "content": "x"}, "tool_call_id"),
+]
+BAD_ANTHROPIC = [
+    ([], None),
+    ({"role": "tool", "content": "x"}, "role"),
+    ({"role": "developer", "content": "x"}, "role"),
+    ({"role": "user"}, "content"),
+    (user(None), "content"),
+    (user([TEXT, 7]), "content[1]"),
+    (uses(id="t", input={}), "content[0].name"),
+    (uses(id=1, name="f", input={}), "content[0].id"),
+    (uses(id="t", name="f"), "content[0].input"),
+    (uses(id="t", name="f", input={1j}), "content[0].input"),
+    (user([{"type": "tool_result", "content": "x"}]), "content[0].tool_use_id"),
+    (user([tool_result(content=5)]), "content[0].content"),
+    (user([tool_result(content=[{"type": 1}])]), "content[0].content[0].type"),
+    (user([{"type": "image"}]), "content[0].source"),
+    (user([{"type": "image", "source": "https://x"}]), "content[0].source"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "d", "field"),
+    [("openai", d, f) for d, f in BAD_OPENAI] + [("anthropic", d, f) for d, f in BAD_ANTHROPIC],
+)
+def test_bad_input_names_index_and_field(fmt: str, d: Any, field: str | None) -> None:
+    with pytest.raises(InvalidMessageError) as err:
+        TO[fmt](d, 3)
+    assert (err.value.index, err.value.field) == (3, field)
+    with pytest.raises(InvalidMessageError) as err:
+        to_canonical([{"role": "user", "content": "ok"}, d], fmt)
+    assert (err.value.index, err.value.field) == (1, field)
+
+
+# ------------------------------------------------------------------- detection / dispatch
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([], "openai"),
+        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "openai"),
+        ([{"role": "tool", "tool_call_id": "c", "content": "x"}], "openai"),
+        ([{"role": "assistant", "content": None, "tool_calls": None}], "openai"),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}],
+            "openai",
+        ),
+        ([{"role": "user", "content": [{"type": "image", "source": {}}]}], "anthropic"),
+        ([{"role": "assistant", "content": [{"type": "thinking", "thinking": ""}]}], "anthropic"),
+        (
+            [{"role": "system", "content": "s"}, {"role": "user", "content": [tool_result()]}],
+            "anthropic",
+        ),
+        (
+            [{"role": "user", "content": [tool_result()]}, {"role": "tool", "content": "x"}],
+            "openai",
+        ),
+        ([Message(role="user")], "canonical"),
+        (["junk", {"role": "user", "content": [tool_result()]}], "anthropic"),
+    ],
+)
+def test_detect_format(messages: list[Any], expected: str) -> None:
+    assert detect_format(messages) == expected
+
+
+def test_detect_format_mixed() -> None:
+    with pytest.raises(InvalidMessageError) as err:
+        detect_format([{"role": "user", "content": "x"}, Message(role="user")])
+    assert err.value.index == 1
+    with pytest.raises(InvalidMessageError) as err:
+        detect_format([Message(role="user"), Message(role="user"), {"role": "user"}])
+    assert err.value.index == 2
+
+
+def test_to_and_from_canonical() -> None:
+    ms = [Message(role="user", content=[TextPart(text="hi")])]
+    out = to_canonical(ms, "canonical")
+    assert out == ms and out is not ms and out[0] is ms[0]
+    assert from_canonical(ms[0], "canonical") is ms[0]
+    assert to_canonical([{"role": "user", "content": "hi"}]) == [
+        Message(role="user", content=[TextPart(text="hi")], content_kind="text")
+    ]
+    assert from_canonical(ms[0], "openai") == {"role": "user", "content": "hi"}
+    with pytest.raises(InvalidMessageError) as err:
+        to_canonical([ms[0], {"role": "user"}], "canonical")
+    assert err.value.index == 1
+    with pytest.raises(ValueError, match="unknown format"):
+        to_canonical(ms, "gemini")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown format"):
+        from_canonical(ms[0], "gemini")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------ (c) hypothesis
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+json_leaf = st.none() | st.booleans() | st.integers() | finite | st.text(max_size=8)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+short = st.text(max_size=12)
+
+
+def extra_keys(names: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.dictionaries(st.sampled_from(names), json_value, max_size=2)
+
+
+@st.composite
+def openai_part(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["text", "image_url", "opaque"]))
+    if kind == "text":
+        return {"type": "text", "text": draw(short), **draw(extra_keys(["cache_control", "x"]))}
+    if kind == "image_url":
+        img = {"url": draw(short), **draw(extra_keys(["detail", "width", "x"]))}
+        return {"type": "image_url", "image_url": img, **draw(extra_keys(["x", "cache_control"]))}
+    ptype = draw(st.sampled_from(["input_audio", "file", "refusal", "custom"]))
+    return {"type": ptype, **draw(extra_keys([ptype, "x"]))}
+
+
+def openai_content() -> st.SearchStrategy[dict[str, Any]]:
+    return st.one_of(
+        st.just({}),
+        st.just({"content": None}),
+        short.map(lambda s: {"content": s}),
+        st.lists(openai_part(), max_size=3).map(lambda ps: {"content": ps}),
+    )
+
+
+@st.composite
+def openai_call(draw: st.DrawFn) -> dict[str, Any]:
+    fn = {"name": draw(short), "arguments": draw(short), **draw(extra_keys(["x"]))}
+    call = {"id": draw(short), "function": fn, **draw(extra_keys(["index", "x"]))}
+    type_ = draw(st.sampled_from(["function", "function", "custom", None]))
+    return call if type_ is None else {**call, "type": type_}
+
+
+@st.composite
+def openai_message(draw: st.DrawFn) -> dict[str, Any]:
+    role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool"]))
+    d: dict[str, Any] = {"role": role, **draw(openai_content())}
+    d.update(draw(extra_keys(["reasoning_content", "refusal", "audio", "name"])))
+    if role == "tool":
+        d["tool_call_id"] = draw(short)
+    if role == "assistant":
+        d.update(draw(st.sampled_from([{}, {"tool_calls": None}, {"tool_calls": []}])))
+        calls = draw(st.lists(openai_call(), max_size=3))
+        if calls:
+            d["tool_calls"] = calls
+    return d
+
+
+@st.composite
+def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
+    kinds = ["text", "image", "opaque"] + ([] if nested else ["tool_use", "tool_result"])
+    kind = draw(st.sampled_from(kinds))
+    cache = draw(extra_keys(["cache_control", "citations"]))
+    if kind == "text":
+        return {"type": "text", "text": draw(short), **cache}
+    if kind == "image":
+        source = draw(st.dictionaries(short, json_value, max_size=3))
+        return {"type": "image", "source": source, **cache}
+    if kind == "tool_use":
+        return {
+            "type": "tool_use",
+            "id": draw(short),
+            "name": draw(short),
+            "input": draw(json_value),
+            **cache,
+        }
+    if kind == "tool_result":
+        block = {"type": "tool_result", "tool_use_id": draw(short), **cache}
+        block.update(draw(st.sampled_from([{}, {"is_error": True}, {"is_error": False}])))
+        content = draw(
+            st.one_of(st.none(), short, st.lists(anthropic_block(nested=True), max_size=2))
+        )
+        return block if content is None else {**block, "content": content}
+    btype = draw(st.sampled_from(["thinking", "redacted_thinking", "document", "server_tool_use"]))
+    return {"type": btype, **draw(extra_keys(["data", "signature", "x"]))}
+
+
+@st.composite
+def anthropic_message(draw: st.DrawFn) -> dict[str, Any]:
+    role = draw(st.sampled_from(["user", "assistant", "system"]))
+    content = draw(short | st.lists(anthropic_block(), max_size=4))
+    return {"role": role, "content": content, **draw(extra_keys(["x"]))}
+
+
+@settings(max_examples=MAX_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(openai_message())
+def test_openai_round_trip_property(d: dict[str, Any]) -> None:
+    roundtrip("openai", d)
+
+
+@settings(max_examples=MAX_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(anthropic_message())
+def test_anthropic_round_trip_property(d: dict[str, Any]) -> None:
+    roundtrip("anthropic", d)
+
+
+VALUES = "user assistant tool system text tool_use tool_result image_url image function"
+fuzz_value = st.recursive(
+    json_leaf | st.sampled_from(VALUES.split()),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(short, inner, max_size=3),
+    max_leaves=8,
+)
+maybe_str = short | fuzz_value
+
+
+def fuzz_dict(required: dict[str, Any], optional: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts with the given keys and a random subset of ``optional`` (space-separated)."""
+    return st.fixed_dictionaries(required, optional=dict.fromkeys(optional.split(), maybe_str))
+
+
+fuzz_nested = fuzz_dict({"type": st.sampled_from(VALUES.split())}, "text source url x")
+fuzz_block = fuzz_dict(
+    {"type": st.sampled_from(VALUES.split())},
+    "text image_url source id name input tool_use_id is_error x",
+).flatmap(
+    lambda b: st.one_of(
+        st.just(b), st.lists(fuzz_nested, max_size=2).map(lambda c: {**b, "content": c})
+    )
+)
+fuzz_call = fuzz_dict({"id": maybe_str}, "type x").flatmap(
+    lambda c: fuzz_dict({}, "name arguments x").map(lambda f: {**c, "function": f}) | st.just(c)
+)
+fuzz_message = fuzz_dict({"role": st.sampled_from(VALUES.split())}, "tool_call_id name x").flatmap(
+    lambda m: st.fixed_dictionaries(
+        {},
+        optional={
+            "content": st.lists(fuzz_block | fuzz_value, max_size=3) | maybe_str,
+            "tool_calls": st.lists(fuzz_call | fuzz_value, max_size=2) | fuzz_value,
+        },
+    ).map(lambda more: {**m, **more})
+)
+
+
+@settings(max_examples=MAX_EXAMPLES * 2, suppress_health_check=[HealthCheck.too_slow])
+@given(fuzz_message | fuzz_value, st.sampled_from(["openai", "anthropic"]))
+def test_fuzz_only_invalid_message_error(d: Any, fmt: str) -> None:
+    """Anything is either rejected with InvalidMessageError or round-trips exactly."""
+    try:
+        m = TO[fmt](d, 0)
+    except InvalidMessageError:
+        return
+    assert BACK[fmt](m) == d
+
+
+# ------------------------------------------------------------------------------- (d) files
+
+
+def write(tmp_path: Path, name: str, data: bytes | str) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def test_openai_body(tmp_path: Path) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
+    body = {"model": "gpt-4o", "messages": msgs, "tools": tools, "temperature": 0}
+    conv = load_conversation(write(tmp_path, "b.json", msgspec.json.encode(body)))
+    assert (conv.kind, conv.format, conv.messages, conv.tools) == (
+        "openai_body",
+        "openai",
+        msgs,
+        tools,
+    )
+    out = dump_conversation(conv, msgs[1:])
+    assert out.startswith(b'{\n  "model": "gpt-4o",\n  "messages": [\n    {\n      "role"')
+    assert msgspec.json.decode(out) == {**body, "messages": msgs[1:]}
+    assert conv.document == body  # not mutated
+
+
+def test_anthropic_body_system(tmp_path: Path) -> None:
+    system = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    body = {"model": "claude", "max_tokens": 64, "system": system, "messages": msgs}
+    conv = load_conversation(write(tmp_path, "a.json", msgspec.json.encode(body)))
+    assert (conv.kind, conv.format) == ("anthropic_body", "anthropic")
+    assert conv.messages == [{"role": "system", "content": system}, *msgs]
+    assert msgspec.json.decode(dump_conversation(conv, conv.messages)) == body
+    new = [{"role": "system", "content": "New."}, msgs[1]]
+    assert msgspec.json.decode(dump_conversation(conv, new)) == {
+        **body,
+        "system": "New.",
+        "messages": [msgs[1]],
+    }
+    assert msgspec.json.decode(dump_conversation(conv, msgs)) == {
+        "model": "claude",
+        "max_tokens": 64,
+        "messages": msgs,
+    }
+
+
+def test_anthropic_body_detected_by_tools_or_blocks(tmp_path: Path) -> None:
+    plain = [{"role": "user", "content": "hi"}]
+    body = {"messages": plain, "tools": [{"name": "f", "input_schema": {"type": "object"}}]}
+    assert (
+        load_conversation(write(tmp_path, "t.json", msgspec.json.encode(body))).format
+        == "anthropic"
+    )
+    blocks = [{"role": "user", "content": [tool_result(content="x")]}]
+    conv = load_conversation(write(tmp_path, "k.json", msgspec.json.encode({"messages": blocks})))
+    assert (conv.kind, conv.format) == ("anthropic_body", "anthropic")
+    conv = load_conversation(write(tmp_path, "p.json", msgspec.json.encode({"messages": plain})))
+    assert (conv.kind, conv.format) == ("openai_body", "openai")
+    conv = load_conversation(tmp_path / "p.json", format="anthropic")
+    assert (conv.kind, conv.format) == ("anthropic_body", "anthropic")
+
+
+def test_bare_list(tmp_path: Path) -> None:
+    conv = load_conversation(write(tmp_path, "l.json", '[{"role": "user", "content": "hi"}]'))
+    assert (conv.kind, conv.format, conv.tools) == ("list", "openai", None)
+    assert (
+        dump_conversation(conv, conv.messages)
+        == b'[\n  {\n    "role": "user",\n    "content": "hi"\n  }\n]\n'
+    )
+
+
+def test_jsonl(tmp_path: Path) -> None:
+    text = '{"role": "user", "content": "hi"}\n\n  \n{"role":"assistant","content":"yo"}\n'
+    conv = load_conversation(write(tmp_path, "c.jsonl", text))
+    assert (conv.kind, conv.format) == ("jsonl", "openai")
+    assert conv.messages == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+    ]
+    assert dump_conversation(conv, conv.messages) == (
+        b'{"role":"user","content":"hi"}\n{"role":"assistant","content":"yo"}\n'
+    )
+    one = load_conversation(write(tmp_path, "one.jsonl", '{"role": "user", "content": "hi"}\n'))
+    assert (one.kind, one.messages) == ("jsonl", [{"role": "user", "content": "hi"}])
+
+
+def test_jsonl_bad_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "bad.jsonl", '{"role": "user", "content": "a"}\n{"role": "user"}\n{"role": \n'
+    )
+    with pytest.raises(InvalidRequestError, match=r"bad\.jsonl: line 3: invalid JSON"):
+        load_conversation(path)
+    path = write(tmp_path, "num.jsonl", '{"role": "user", "content": "a"}\n42\n')
+    with pytest.raises(
+        InvalidRequestError, match=r"num\.jsonl: line 2: expected one message object"
+    ):
+        load_conversation(path)
+
+
+def test_corpus_file(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "안녕"}, {"role": "assistant", "content": "네"}]
+    doc = {"format": "anthropic", "source": "s", "license": "MIT", "messages": msgs, "notes": "n"}
+    conv = load_conversation(write(tmp_path, "c.json", msgspec.json.encode(doc)))
+    assert (conv.kind, conv.format, conv.messages) == ("corpus", "anthropic", msgs)
+    out = dump_conversation(conv, msgs[:1])
+    assert msgspec.json.decode(out) == {**doc, "messages": msgs[:1]}
+    assert "안녕".encode() in out
+    assert load_conversation(tmp_path / "c.json", format="openai").format == "openai"
+
+
+def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
+    path = write(tmp_path, "u.json", b'[{"role": "user", "content": "caf\xe9 \xff!"}]')
+    conv = load_conversation(path)
+    assert conv.messages == [{"role": "user", "content": "caf\ufffd \ufffd!"}]
+    out = dump_conversation(conv, conv.messages)
+    assert "caf\ufffd \ufffd!" in out.decode("utf-8")
+
+
+def test_lone_surrogates_become_replacement(tmp_path: Path) -> None:
+    path = write(tmp_path, "s.json", '[{"role": "user", "content": "abc\\ud83d"}]')
+    assert load_conversation(path).messages == [{"role": "user", "content": "abc\ufffd"}]
+    conv = Conversation(str(path), "openai", "list", [], None, [])
+    out = dump_conversation(conv, [{"role": "user", "content": "x\ud800y"}])
+    assert msgspec.json.decode(out) == [{"role": "user", "content": "x\ufffdy"}]
+    assert load_conversation(write(tmp_path, "bom.json", b"\xef\xbb\xbf[]")).messages == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            "hello world",
+            "invalid JSON: line 1, column 1: JSON is malformed: invalid character (byte 0)",
+        ),
+        ('{"messages": [\n  {"role": "user",, }\n]}', "invalid JSON: line 2, column 19:"),
+        ("42", "top-level JSON is int"),
+        ('{"model": "gpt-4o"}', 'no "messages" list'),
+        ('{"messages": {"role": "user"}}', '"messages" is dict, not a list'),
+        ('{"messages": [], "tools": {}}', '"tools" is dict, not a list'),
+        ('{"format": "gemini", "messages": []}', "unknown corpus format 'gemini'"),
+        ("", "invalid JSON"),
+    ],
+)
+def test_bad_files(tmp_path: Path, data: str, message: str) -> None:
+    path = write(tmp_path, "bad.json", data)
+    with pytest.raises(InvalidRequestError) as err:
+        load_conversation(path)
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_and_bad_format(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequestError, match=r"nope\.json: cannot read"):
+        load_conversation(tmp_path / "nope.json")
+    with pytest.raises(InvalidRequestError, match="unknown format 'gemini'"):
+        load_conversation(write(tmp_path, "ok.json", "[]"), format="gemini")
