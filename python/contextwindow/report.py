@@ -23,7 +23,8 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         fate: ``"kept"``, ``"dropped"``, ``"truncated"`` or ``"repaired"``.
         rule: the rule that decided it: ``fits``, ``preamble``, ``kept_turn``,
             ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
-            ``request_truncated``, ``turn_limit``, ``orphan_result``, ``result_moved``,
+            ``request_truncated``, ``turn_limit``, ``orphan_result``, ``emptied_by_repair``,
+            ``result_moved``,
             ``stub_inserted``, ``call_removed``, ``results_reordered``.
         chars_removed: characters (code points) cut from the message's text.
 

@@ -167,6 +167,17 @@ impl Message {
         }
     }
 
+    /// Keep `content_kind` truthful after an edit: `"text"` (a bare string in the
+    /// provider's shape) only fits a single text part besides tool calls (which OpenAI
+    /// keeps outside `content`); anything else becomes `"parts"`.
+    pub fn fix_content_kind(&mut self) {
+        let mut rest = self.content.iter().filter(|p| p.kind != PartKind::ToolCall);
+        let single_text = matches!((rest.next(), rest.next()), (Some(p), None) if p.kind == PartKind::Text);
+        if self.content_kind.as_deref() == Some("text") && !single_text {
+            self.content_kind = Some("parts".into());
+        }
+    }
+
     /// Tool calls of this message.
     pub fn tool_calls(&self) -> impl Iterator<Item = &Part> {
         self.content.iter().filter(|p| p.kind == PartKind::ToolCall)

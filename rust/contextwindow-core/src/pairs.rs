@@ -555,6 +555,7 @@ fn rebuild_user<'a>(
     }
     let mut edited = m.clone();
     edited.content = content;
+    edited.fix_content_kind();
     Some(Work {
         src: Some(i),
         msg: Cow::Owned(edited),

@@ -159,7 +159,8 @@ impl<'a, 'p> State<'a, 'p> {
         for c in &repairs {
             let f = &mut fates[c.index];
             match c.kind {
-                "orphan_result_dropped" | "message_dropped" => *f = fate(c.index, "dropped", "orphan_result"),
+                "orphan_result_dropped" => *f = fate(c.index, "dropped", "orphan_result"),
+                "message_dropped" => *f = fate(c.index, "dropped", "emptied_by_repair"),
                 "result_moved" if f.fate == "kept" => *f = fate(c.index, "repaired", "result_moved"),
                 "call_removed" => *f = fate(c.index, "repaired", "call_removed"),
                 "stub_inserted" if f.fate == "kept" => *f = fate(c.index, "repaired", "stub_inserted"),
@@ -300,9 +301,7 @@ impl<'a, 'p> State<'a, 'p> {
                         if item.msg.first_text() != Some(BREADCRUMB) {
                             let m = item.msg.to_mut();
                             m.content.insert(0, Part::text(BREADCRUMB));
-                            if m.content_kind.as_deref() == Some("text") {
-                                m.content_kind = Some("parts".into());
-                            }
+                            m.fix_content_kind();
                             breadcrumb = true;
                         }
                     }
@@ -342,8 +341,9 @@ impl<'a, 'p> State<'a, 'p> {
 
 /// Drop the oldest whole turns until the conversation fits `budget` tokens.
 ///
-/// Keeps the preamble and always the newest turn; inserts the breadcrumb after the
-/// preamble when turns were dropped. When the newest turn alone is over budget: drops
+/// Keeps the preamble, every turn holding a pinned message and always the newest turn;
+/// inserts the breadcrumb before the first kept turn that follows a dropped one (right
+/// after the preamble unless a pinned turn precedes it). When the newest turn alone is over budget: drops
 /// its oldest complete tool units (never the newest one), then shrinks the largest tool
 /// results (head + tail + marker), then truncates the current request. Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
@@ -364,29 +364,36 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
         .collect();
     let pre: u64 = st.costs[..seg.preamble_end].iter().sum();
     let t = seg.turns.len();
-    // Smallest number of oldest turns to drop (at least 1, at most t-1).
-    let mut dropped = 0;
-    if t > 1 {
-        let mut suffix: u64 = turn_cost.iter().sum();
-        dropped = t - 1;
-        for k in 1..t {
-            suffix -= turn_cost[k - 1];
-            let bc = st.breadcrumb_cost(Some(seg.turns[k].start));
-            if pre + suffix + bc <= budget {
-                dropped = k;
-                break;
+    let pinned = |st: &State, r: &std::ops::Range<usize>| r.clone().any(|w| st.work[w].msg.pinned);
+    // Turns that may go, oldest first: never the newest, never one holding a pinned message.
+    let droppable: Vec<usize> = (0..t - 1).filter(|&i| !pinned(&st, &seg.turns[i])).collect();
+    // The breadcrumb goes before the first kept turn that follows a dropped turn.
+    let bc_turn = |k: usize| -> Option<usize> {
+        let first = *droppable.first()?;
+        (first + 1..t).find(|i| !droppable[..k].contains(i))
+    };
+    let all: u64 = turn_cost.iter().sum();
+    let mut dropped = droppable.len();
+    let mut removed = 0;
+    for k in 1..=droppable.len() {
+        removed += turn_cost[droppable[k - 1]];
+        let bc = st.breadcrumb_cost(bc_turn(k).map(|i| seg.turns[i].start));
+        if pre + all - removed + bc <= budget {
+            dropped = k;
+            break;
+        }
+    }
+    for &i in &droppable[..dropped] {
+        st.drop_range(seg.turns[i].clone(), "oldest_turn");
+    }
+    for (i, r) in seg.turns.iter().enumerate() {
+        if !droppable[..dropped].contains(&i) {
+            for w in r.clone() {
+                st.set_fate(w, "kept", "kept_turn");
             }
         }
-        for r in &seg.turns[..dropped] {
-            st.drop_range(r.clone(), "oldest_turn");
-        }
     }
-    for r in &seg.turns[dropped..] {
-        for w in r.clone() {
-            st.set_fate(w, "kept", "kept_turn");
-        }
-    }
-    let bc_at = (dropped > 0).then_some(seg.turns[dropped].start);
+    let bc_at = if dropped > 0 { bc_turn(dropped).map(|i| seg.turns[i].start) } else { None };
     let bc_cost = if dropped > 0 { st.breadcrumb_cost(bc_at) } else { 0 };
     // The newest turn alone is over budget: work inside it.
     let last = seg.turns[t - 1].clone();
@@ -398,13 +405,16 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                 if !over(&st) {
                     break;
                 }
+                if u.iter().any(|&w| st.work[w].msg.pinned) {
+                    continue;
+                }
                 st.drop_range(u.iter().copied(), "oldest_tool_unit");
             }
         }
     }
     if over(&st) {
         let mut cands: Vec<(usize, usize, usize, usize)> = Vec::new(); // (len, w, part, inner)
-        for w in last.clone().filter(|&w| st.keep[w]) {
+        for w in last.clone().filter(|&w| st.keep[w] && !st.work[w].msg.pinned) {
             for (p, part) in st.work[w].msg.content.iter().enumerate() {
                 if part.kind == PartKind::ToolResult {
                     for (q, inner) in part.inner().iter().enumerate() {
@@ -424,7 +434,7 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
         }
     }
     if over(&st) {
-        if let Some(w) = seg.current_request.filter(|w| last.contains(w)) {
+        if let Some(w) = seg.current_request.filter(|&w| last.contains(&w) && !st.work[w].msg.pinned) {
             let mut cands: Vec<(usize, usize)> = st.work[w]
                 .msg
                 .content

@@ -1,0 +1,857 @@
+"""Readable pure-Python implementation of the engine's rules.
+
+This is the oracle for differential tests (``tests/test_differential.py`` asserts the
+Rust engine and this module agree exactly, token counts and cut positions included) and
+the pure-Python baseline in benchmarks. It favours clarity over speed; it mirrors the Rust
+modules ``estimate``, ``turns``, ``pairs`` and ``trim`` function by function.
+
+Everything here works on canonical :class:`~contextwindow.messages.Message` lists and
+returns ``(ops, report)`` where ``ops`` is a list of ``(src, message_or_None)``: ``src``
+is the input index (``None`` for a synthetic message) and the message is ``None`` when the
+input message is kept unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .messages import (
+    BREADCRUMB,
+    MISSING_RESULT,
+    ImagePart,
+    Message,
+    OpaquePart,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from .report import Fate, FitReport, PairChange, Segmentation, Violation
+
+import msgspec
+
+SCALE = 12_000
+TOOL_RESULTS_PREFIX = "[Tool results]"
+CLASSES = ("ascii_alnum", "ascii_space", "ascii_punct", "cjk", "kana", "hangul", "emoji", "joiner", "other")
+RUNS = ("words", "word_excess", "digit_groups", "punct_runs", "punct_extra", "space_runs")
+
+# --------------------------------------------------------------------------- estimate
+
+
+def classify(c: str) -> str:
+    """Class of one code point."""
+    o = ord(c)
+    if o < 128:
+        if c.isalnum():
+            return "ascii_alnum"
+        if c in " \t\n\r\x0b\x0c":
+            return "ascii_space"
+        return "ascii_punct"
+    if o == 0x200D or 0xFE00 <= o <= 0xFE0F or 0xE0020 <= o <= 0xE007F or o == 0x20E3:
+        return "joiner"
+    if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9F:
+        return "kana"
+    if 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F or 0xA960 <= o <= 0xA97F or 0xAC00 <= o <= 0xD7FF:
+        return "hangul"
+    if (
+        0x2E80 <= o <= 0x303F
+        or 0x3190 <= o <= 0x31EF
+        or 0x3400 <= o <= 0x4DBF
+        or 0x4E00 <= o <= 0x9FFF
+        or 0xF900 <= o <= 0xFAFF
+        or 0xFE30 <= o <= 0xFE4F
+        or 0xFF00 <= o <= 0xFFEF
+        or 0x20000 <= o <= 0x3FFFF
+    ):
+        return "cjk"
+    if (
+        0x2190 <= o <= 0x21FF
+        or 0x2300 <= o <= 0x23FF
+        or 0x25A0 <= o <= 0x27BF
+        or 0x2900 <= o <= 0x297F
+        or 0x2B00 <= o <= 0x2BFF
+        or 0x1F000 <= o <= 0x1FAFF
+    ):
+        return "emoji"
+    return "other"
+
+
+def _kind(c: str) -> str:
+    if ord(c) >= 128:
+        return "other"
+    if c.isalpha():
+        return "letter"
+    if c.isdigit():
+        return "digit"
+    if c == " ":
+        return "space"
+    if c in "\t\n\r\x0b\x0c":
+        return "ws"
+    return "punct"
+
+
+def _runs(text: str) -> dict[str, int]:
+    """Run features: split into maximal runs of one kind (spaces and other whitespace
+    form one kind; every non-ASCII code point is a run of its own)."""
+    runs = dict.fromkeys(RUNS, 0)
+    kinds = [_kind(c) for c in text]
+    group = ["space" if k == "ws" else k for k in kinds]
+    i = 0
+    while i < len(kinds):
+        j = i + 1
+        if group[i] != "other":
+            while j < len(kinds) and group[j] == group[i]:
+                j += 1
+        length = j - i
+        k = group[i]
+        nxt = kinds[j] if j < len(kinds) else None
+        if k == "letter":
+            runs["words"] += 1
+            runs["word_excess"] += max(0, length - 4)
+        elif k == "digit":
+            runs["digit_groups"] += math.ceil(length / 3)
+        elif k == "punct":
+            runs["punct_runs"] += 1
+            runs["punct_extra"] += length - 1
+        elif k == "space":
+            single_space = length == 1 and kinds[i] == "space"
+            if not (single_space and nxt in ("letter", "punct")):
+                runs["space_runs"] += 1
+        i = j
+    return runs
+
+
+def count(text: str) -> dict[str, int]:
+    """Code points per class, run features and UTF-8 bytes of a text."""
+    out = dict.fromkeys(CLASSES, 0)
+    for c in text:
+        out[classify(c)] += 1
+    out.update(_runs(text))
+    out["bytes"] = len(text.encode("utf-8"))
+    return out
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Weights in 1/SCALE tokens; see ``contextwindow.estimate`` for the meaning."""
+
+    name: str
+    class_weights: dict[str, int]
+    run_weights: dict[str, int]
+    byte_weight: int
+    ceil: bool
+    message_overhead: int
+    tool_call_overhead: int
+    image_fixed: Optional[int]  # None: OpenAI tiles when the size is known
+    image_unknown: int = 765
+
+
+PROFILES = {
+    "fim": Profile(
+        "fim",
+        {c: (3000 if c.startswith("ascii") else 8000) for c in CLASSES},
+        dict.fromkeys(RUNS, 0),
+        0,
+        False,
+        4,
+        0,
+        765,
+    ),
+    "bytes4": Profile("bytes4", dict.fromkeys(CLASSES, 0), dict.fromkeys(RUNS, 0), 3000, True, 4, 0, 765),
+    "conservative": Profile(
+        "conservative",
+        {
+            "ascii_alnum": 0,
+            "ascii_space": 0,
+            "ascii_punct": 0,
+            "cjk": 16800,
+            "kana": 16800,
+            "hangul": 16800,
+            "emoji": 36000,
+            "joiner": 24000,
+            "other": 9000,
+        },
+        {
+            "words": 12000,
+            "word_excess": 1500,
+            "digit_groups": 12000,
+            "punct_runs": 12000,
+            "punct_extra": 3000,
+            "space_runs": 12000,
+        },
+        0,
+        True,
+        4,
+        3,
+        None,
+    ),
+}
+
+
+def text_tokens(text: str, p: Profile) -> int:
+    """Tokens of a text: 0 for "", at least 1 otherwise."""
+    if not text:
+        return 0
+    c = count(text)
+    total = c["bytes"] * p.byte_weight
+    total += sum(c[k] * w for k, w in p.class_weights.items())
+    total += sum(c[k] * w for k, w in p.run_weights.items())
+    t = -(-total // SCALE) if p.ceil else total // SCALE
+    return max(t, 1)
+
+
+def openai_tiles(w: int, h: int) -> int:
+    """OpenAI image tokens: fit 2048 box, short side to 768, 85 + 170 per 512-px tile."""
+    longest = max(w, h)
+    if longest > 2048:
+        w, h = max(1, w * 2048 // longest), max(1, h * 2048 // longest)
+    shortest = min(w, h)
+    if shortest > 768:
+        w, h = max(1, w * 768 // shortest), max(1, h * 768 // shortest)
+    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+def image_tokens(part: ImagePart, p: Profile) -> int:
+    if p.image_fixed is not None:
+        return p.image_fixed
+    if part.detail == "low":
+        return 85
+    if part.width and part.height and part.width > 0 and part.height > 0:
+        return openai_tiles(part.width, part.height)
+    return p.image_unknown
+
+
+def part_tokens(part: Part, p: Profile) -> int:
+    if isinstance(part, TextPart):
+        return text_tokens(part.text, p)
+    if isinstance(part, ImagePart):
+        return image_tokens(part, p)
+    if isinstance(part, ToolCall):
+        return p.tool_call_overhead + text_tokens(part.name, p) + text_tokens(part.arguments, p)
+    if isinstance(part, ToolResult):
+        return sum(part_tokens(q, p) for q in part.content)
+    if isinstance(part, OpaquePart):
+        return text_tokens(msgspec.json.encode(part.raw).decode(), p)
+    raise TypeError(type(part))
+
+
+def message_tokens(m: Message, p: Profile) -> int:
+    """Overhead + name + every part."""
+    return p.message_overhead + text_tokens(m.name or "", p) + sum(part_tokens(q, p) for q in m.content)
+
+
+# --------------------------------------------------------------------------- turns
+
+
+def is_preamble_role(m: Message) -> bool:
+    return m.role in ("system", "developer")
+
+
+def has_calls(m: Message) -> bool:
+    return any(isinstance(q, ToolCall) for q in m.content)
+
+
+def has_results(m: Message) -> bool:
+    return any(isinstance(q, ToolResult) for q in m.content)
+
+
+def first_text(m: Message) -> Optional[str]:
+    if m.content and isinstance(m.content[0], TextPart):
+        return m.content[0].text
+    return None
+
+
+def is_breadcrumb(m: Message) -> bool:
+    return m.role == "user" and len(m.content) == 1 and first_text(m) == BREADCRUMB
+
+
+def is_real_user(m: Message) -> bool:
+    ft = first_text(m)
+    return (
+        m.role == "user"
+        and not has_results(m)
+        and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
+        and not is_breadcrumb(m)
+    )
+
+
+def resolve(msgs: list[Message]) -> tuple[list[list[Optional[tuple[int, int]]]], list[list[list[int]]]]:
+    """For each result part its call (message, part) or None; for each call the messages
+    holding its results. A result answers the nearest preceding call with its id."""
+    latest: dict[str, tuple[int, int]] = {}
+    results: list[list[Optional[tuple[int, int]]]] = []
+    answered_by: list[list[list[int]]] = [[[] for _ in m.content] for m in msgs]
+    for i, m in enumerate(msgs):
+        row: list[Optional[tuple[int, int]]] = [None] * len(m.content)
+        for p, part in enumerate(m.content):
+            if isinstance(part, ToolResult) and part.call_id in latest:
+                c = latest[part.call_id]
+                row[p] = c
+                lst = answered_by[c[0]][c[1]]
+                if not lst or lst[-1] != i:
+                    lst.append(i)
+        results.append(row)
+        for p, part in enumerate(m.content):
+            if isinstance(part, ToolCall):
+                latest[part.id] = (i, p)
+    return results, answered_by
+
+
+def tool_units(msgs: list[Message], results: list[list[Optional[tuple[int, int]]]]) -> list[list[int]]:
+    parent = list(range(len(msgs)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    in_unit = [has_calls(m) for m in msgs]
+    for i, row in enumerate(results):
+        for c in row:
+            if c is not None:
+                a, b = find(i), find(c[0])
+                parent[max(a, b)] = min(a, b)
+                in_unit[i] = in_unit[c[0]] = True
+    groups: dict[int, list[int]] = {}
+    for i in range(len(msgs)):
+        if in_unit[i]:
+            groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=lambda u: u[0])
+
+
+def segment(msgs: list[Message]) -> Segmentation:
+    n = len(msgs)
+    pre = next((i for i, m in enumerate(msgs) if not is_preamble_role(m)), n)
+    results, _ = resolve(msgs)
+    units = tool_units(msgs, results)
+    real = [i for i in range(pre, n) if is_real_user(msgs[i])]
+    boundary = set(real[1:])
+    for u in units:
+        boundary -= set(range(u[0] + 1, u[-1] + 1))
+    turns: list[tuple[int, int]] = []
+    if pre < n:
+        start = pre
+        for i in range(pre + 1, n):
+            if i in boundary:
+                turns.append((start, i))
+                start = i
+        turns.append((start, n))
+    return Segmentation(preamble_end=pre, turns=turns, units=units, current_request=real[-1] if real else None)
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def fix_content_kind(m: Message) -> Message:
+    """``content_kind="text"`` only fits a single text part; otherwise ``"parts"``."""
+    rest = [q for q in m.content if not isinstance(q, ToolCall)]
+    single_text = len(rest) == 1 and isinstance(rest[0], TextPart)
+    if m.content_kind == "text" and not single_text:
+        return msgspec.structs.replace(m, content_kind="parts")
+    return m
+
+
+def _call_ids(m: Message) -> list[str]:
+    return [q.id for q in m.content if isinstance(q, ToolCall)]
+
+
+def _result_ids(m: Message) -> list[str]:
+    return [q.call_id for q in m.content if isinstance(q, ToolResult)]
+
+
+def validate(msgs: list[Message], provider: str) -> list[Violation]:
+    """Provider rule violations (same codes and order as the Rust engine; detail omitted)."""
+    out: list[Violation] = []
+
+    def v(i: int, code: str, cid: Optional[str] = None) -> None:
+        out.append(Violation(index=i, code=code, detail="", call_id=cid))
+
+    if provider == "openai":
+        owner: Optional[int] = None
+        for i, m in enumerate(msgs):
+            if m.role == "tool":
+                ids = _result_ids(m)
+                if not ids:
+                    v(i, "empty_tool_message")
+                for cid in ids:
+                    if owner is None or cid not in _call_ids(msgs[owner]):
+                        v(i, "orphan_result", cid)
+                continue
+            for cid in _result_ids(m):
+                v(i, "result_outside_tool_message", cid)
+            owner = i if m.role == "assistant" and has_calls(m) else None
+            if has_calls(m):
+                answered: set[str] = set()
+                for n in msgs[i + 1 :]:
+                    if n.role != "tool":
+                        break
+                    answered.update(_result_ids(n))
+                for cid in _call_ids(m):
+                    if cid not in answered:
+                        v(i, "unanswered_call", cid)
+        return out
+    start = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
+    prev: Optional[str] = None
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        if m.role not in ("user", "assistant"):
+            v(i, "role_not_allowed")
+        elif prev is None and m.role != "user":
+            v(i, "first_not_user")
+        elif prev == m.role:
+            v(i, "not_alternating")
+        prev = m.role
+        if has_results(m):
+            calls = _call_ids(msgs[i - 1]) if i > 0 and msgs[i - 1].role == "assistant" else []
+            for cid in _result_ids(m):
+                if cid not in calls:
+                    v(i, "orphan_result", cid)
+            kinds = [isinstance(q, ToolResult) for q in m.content]
+            first_other = next((k for k, r in enumerate(kinds) if not r), None)
+            last_result = max((k for k, r in enumerate(kinds) if r), default=None)
+            if first_other is not None and last_result is not None and first_other < last_result:
+                v(i, "result_after_content")
+        if has_calls(m):
+            nxt = msgs[i + 1] if i + 1 < len(msgs) else None
+            answered = set(_result_ids(nxt)) if nxt is not None and nxt.role == "user" else set()
+            for cid in _call_ids(m):
+                if cid not in answered:
+                    v(i, "unanswered_call", cid)
+    return out
+
+
+@dataclass
+class Item:
+    """A message of a working list: its input index (None if new) and, when changed,
+    the new message (``None`` means the input message unchanged)."""
+
+    src: Optional[int]
+    new: Optional[Message]
+
+    def msg(self, msgs: list[Message]) -> Message:
+        if self.new is not None:
+            return self.new
+        assert self.src is not None
+        return msgs[self.src]
+
+
+def _change(kind: str, index: int, cid: Optional[str] = None) -> PairChange:
+    return PairChange(kind=kind, index=index, call_id=cid)
+
+
+def _missing(cid: str) -> ToolResult:
+    return ToolResult(call_id=cid, content=[TextPart(text=MISSING_RESULT)])
+
+
+def _unanswered(msgs: list[Message], answered_by: list[list[list[int]]], i: int) -> list[str]:
+    return [q.id for p, q in enumerate(msgs[i].content) if isinstance(q, ToolCall) and not answered_by[i][p]]
+
+
+def _emit_caller(msgs, answered_by, i, missing, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
+    open_ids = _unanswered(msgs, answered_by, i)
+    if not open_ids or missing == "stub":
+        out.append(Item(i, None))
+        return open_ids
+    for cid in open_ids:
+        changes.append(_change("call_removed", i, cid))
+    kept = [q for q in msgs[i].content if not (isinstance(q, ToolCall) and q.id in open_ids)]
+    if kept:
+        out.append(Item(i, msgspec.structs.replace(msgs[i], content=kept)))
+    else:
+        changes.append(_change("message_dropped", i))
+    return []
+
+
+def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[list[Item], list[PairChange]]:
+    """Drop orphan results, move separated results next to their call, stub or drop
+    unanswered calls."""
+    results, answered_by = resolve(msgs)
+    n = len(msgs)
+    out: list[Item] = []
+    changes: list[PairChange] = []
+    if provider == "openai":
+        target: list[Optional[int]] = []
+        for j, m in enumerate(msgs):
+            t = next((c[0] for c in results[j] if c is not None), None) if m.role == "tool" else None
+            target.append(t)
+        belongs: dict[int, list[int]] = {}
+        for j, t in enumerate(target):
+            if t is not None:
+                belongs.setdefault(t, []).append(j)
+        for i, m in enumerate(msgs):
+            if m.role == "tool":
+                if target[i] is None:
+                    for cid in _result_ids(m):
+                        changes.append(_change("orphan_result_dropped", i, cid))
+                    if not has_results(m):
+                        changes.append(_change("message_dropped", i))
+                continue
+            if not has_calls(m):
+                out.append(Item(i, None))
+                continue
+            open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
+            zone_end = next((j for j in range(i + 1, n) if msgs[j].role != "tool"), n)
+            mine = belongs.get(i, [])
+            for j in [j for j in mine if j < zone_end] + [j for j in mine if j >= zone_end]:
+                if j >= zone_end:
+                    ids = _result_ids(msgs[j])
+                    changes.append(_change("result_moved", j, ids[0] if ids else None))
+                out.append(Item(j, None))
+            for cid in open_ids:
+                changes.append(_change("stub_inserted", i, cid))
+                out.append(Item(None, Message(role="tool", content=[_missing(cid)])))
+        return out, changes
+
+    owned: dict[int, list[tuple[int, int]]] = {}
+    for j, row in enumerate(results):
+        for p, c in enumerate(row):
+            if c is not None:
+                owned.setdefault(c[0], []).append((j, p))
+
+    def owed_parts(caller: int, stubs: list[str], here: Optional[int]) -> list[Part]:
+        parts: list[Part] = []
+        for j, p in owned.get(caller, []):
+            part = msgs[j].content[p]
+            assert isinstance(part, ToolResult)
+            if j != here:
+                changes.append(_change("result_moved", j, part.call_id))
+            parts.append(part)
+        for cid in stubs:
+            changes.append(_change("stub_inserted", caller, cid))
+            parts.append(_missing(cid))
+        return parts
+
+    def rebuild_user(i: int, caller: Optional[tuple[int, list[str]]]) -> Optional[Item]:
+        m = msgs[i]
+        owes = caller is not None and (bool(owned.get(caller[0])) or bool(caller[1]))
+        if not owes and not has_results(m):
+            return Item(i, None)
+        content: list[Part] = owed_parts(caller[0], caller[1], i) if caller is not None else []
+        for p, part in enumerate(m.content):
+            if not isinstance(part, ToolResult):
+                content.append(part)
+            elif results[i][p] is None:
+                changes.append(_change("orphan_result_dropped", i, part.call_id))
+        if content == m.content:
+            return Item(i, None)
+        if not content:
+            changes.append(_change("message_dropped", i))
+            return None
+        if caller is not None and m.content and not isinstance(m.content[0], ToolResult) and has_results(m):
+            changes.append(_change("results_reordered", i))
+        return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
+
+    owed: Optional[tuple[int, list[str]]] = None
+    for i, m in enumerate(msgs):
+        if owed is not None:
+            caller, stubs = owed
+            owed = None
+            if m.role == "user":
+                item = rebuild_user(i, (caller, stubs))
+                if item is not None:
+                    out.append(item)
+                continue
+            out.append(Item(None, Message(role="user", content=owed_parts(caller, stubs, None))))
+        if m.role == "user":
+            item = rebuild_user(i, None)
+            if item is not None:
+                out.append(item)
+            continue
+        if has_calls(m):
+            open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
+            if out and out[-1].src == i:
+                owed = (i, open_ids)
+            continue
+        out.append(Item(i, None))
+    if owed is not None:
+        out.append(Item(None, Message(role="user", content=owed_parts(owed[0], owed[1], None))))
+    return out, changes
+
+
+# --------------------------------------------------------------------------- trim
+
+
+def marker(removed: int) -> str:
+    return f"\n[... {removed} characters removed ...]\n"
+
+
+def _is_extend(c: str) -> bool:
+    o = ord(c)
+    return (
+        o == 0x200D
+        or 0xFE00 <= o <= 0xFE0F
+        or 0x1F3FB <= o <= 0x1F3FF
+        or 0x0300 <= o <= 0x036F
+        or 0x20D0 <= o <= 0x20FF
+        or 0xE0020 <= o <= 0xE007F
+    )
+
+
+def _bad_cut(s: str, p: int) -> bool:
+    return 0 < p < len(s) and (_is_extend(s[p]) or s[p - 1] == "\u200d")
+
+
+def shrink_text(s: str, keep: int) -> tuple[str, int]:
+    """Keep about ``keep`` characters: first half + marker + last half."""
+    n = len(s)
+    if keep >= n:
+        return s, 0
+    head = (keep + 1) // 2
+    while head > 0 and _bad_cut(s, head):
+        head -= 1
+    tail = n - keep // 2
+    while tail < n and _bad_cut(s, tail):
+        tail += 1
+    removed = tail - head
+    return s[:head] + marker(removed) + s[tail:], removed
+
+
+@dataclass
+class _State:
+    msgs: list[Message]
+    p: Profile
+    provider: str
+    breadcrumb: bool
+    work: list[Item]
+    repairs: list[PairChange]
+    tokens_before: int
+    costs: list[int] = field(default_factory=list)
+    keep: list[bool] = field(default_factory=list)
+    fates: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
+
+    def m(self, w: int) -> Message:
+        return self.work[w].msg(self.msgs)
+
+    def total(self) -> int:
+        return sum(c for c, k in zip(self.costs, self.keep) if k)
+
+    def set_fate(self, w: int, fate: str, rule: str) -> None:
+        src = self.work[w].src
+        if src is not None:
+            self.fates[src]["fate"] = fate
+            self.fates[src]["rule"] = rule
+
+    def has_bc(self, w: Optional[int]) -> bool:
+        return self.provider == "anthropic" and w is not None and first_text(self.m(w)) == BREADCRUMB
+
+    def bc_cost(self, w: Optional[int]) -> int:
+        if not self.breadcrumb or self.has_bc(w):
+            return 0
+        t = text_tokens(BREADCRUMB, self.p)
+        return self.p.message_overhead + t if self.provider == "openai" else t
+
+
+def _state(msgs: list[Message], p: Profile, provider: str, breadcrumb: bool, missing: str) -> _State:
+    work, repairs = repair(msgs, provider, missing)
+    st = _State(msgs, p, provider, breadcrumb, work, repairs, sum(message_tokens(m, p) for m in msgs))
+    st.costs = [message_tokens(it.msg(msgs), p) for it in work]
+    st.keep = [True] * len(work)
+    st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
+    for c in repairs:
+        f = st.fates[c.index]
+        if c.kind == "orphan_result_dropped":
+            f.update(fate="dropped", rule="orphan_result", chars_removed=0)
+        elif c.kind == "message_dropped":
+            f.update(fate="dropped", rule="emptied_by_repair", chars_removed=0)
+        elif c.kind == "call_removed":
+            f.update(fate="repaired", rule="call_removed", chars_removed=0)
+        elif c.kind in ("result_moved", "stub_inserted", "results_reordered") and f["fate"] == "kept":
+            f.update(fate="repaired", rule=c.kind, chars_removed=0)
+    return st
+
+
+def _shrink(st: _State, w: int, part: int, inner: Optional[int], budget: int, rule: str) -> None:
+    m = st.m(w)
+    pt = m.content[part]
+    target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
+    text = target.text  # type: ignore[union-attr]
+    old = text_tokens(text, st.p)
+    others = st.total() - old
+
+    def fits(k: int) -> bool:
+        return others + text_tokens(shrink_text(text, k)[0], st.p) <= budget
+
+    lo = 0
+    if fits(0):
+        hi = max(len(text) - 1, 0)
+        while lo < hi:
+            mid = lo + (hi - lo + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+    new_text, removed = shrink_text(text, lo)
+    new_tokens = text_tokens(new_text, st.p)
+    if removed == 0 or new_tokens >= old:
+        return
+    new_target = msgspec.structs.replace(target, text=new_text)
+    content = list(m.content)
+    if inner is not None:
+        inner_parts = list(pt.content)  # type: ignore[union-attr]
+        inner_parts[inner] = new_target
+        content[part] = msgspec.structs.replace(pt, content=inner_parts)
+    else:
+        content[part] = new_target
+    st.work[w] = Item(st.work[w].src, msgspec.structs.replace(m, content=content))
+    st.costs[w] = st.costs[w] - old + new_tokens
+    src = st.work[w].src
+    if src is not None:
+        f = st.fates[src]
+        f["fate"], f["rule"] = "truncated", rule
+        f["chars_removed"] += removed
+
+
+def _finish(
+    st: _State, budget: Optional[int], reason: Optional[str], turns: tuple[int, int], bc_at: Optional[int]
+) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    out: list[Item] = []
+    inserted = sum(1 for it, k in zip(st.work, st.keep) if k and it.src is None)
+    breadcrumb = False
+    for w, it in enumerate(st.work):
+        if not st.keep[w]:
+            continue
+        if bc_at == w and st.breadcrumb:
+            if st.provider == "openai":
+                out.append(Item(None, Message(role="user", content=[TextPart(text=BREADCRUMB)])))
+                inserted += 1
+                breadcrumb = True
+            elif first_text(it.msg(st.msgs)) != BREADCRUMB:
+                m = it.msg(st.msgs)
+                m = fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
+                it = Item(it.src, m)
+                breadcrumb = True
+        out.append(it)
+    tokens_after = sum(message_tokens(it.msg(st.msgs), st.p) for it in out)
+    changed = len(out) != len(st.msgs) or any(it.new is not None or it.src != i for i, it in enumerate(out))
+    report = FitReport(
+        tokens_before=st.tokens_before,
+        tokens_after=tokens_after,
+        budget=budget,
+        fits=budget is None or tokens_after <= budget,
+        reason=(reason or "tool_pairs") if changed else None,
+        turns_before=turns[0],
+        kept_turns=turns[1],
+        dropped_turns=turns[0] - turns[1],
+        dropped_messages=sum(f["fate"] == "dropped" for f in st.fates),
+        truncated_messages=sum(f["fate"] == "truncated" for f in st.fates),
+        inserted_messages=inserted,
+        breadcrumb=breadcrumb,
+        repairs=st.repairs,
+        fates=[Fate(**f) for f in st.fates],
+    )
+    return [(it.src, it.new) for it in out], report
+
+
+def trim_turns(
+    msgs: list[Message], budget: int, profile: str = "conservative", breadcrumb: bool = True, provider: str = "openai"
+) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    """Same rules as ``contextwindow.trim_turns``, on canonical messages."""
+    st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
+    seg = segment([it.msg(msgs) for it in st.work])
+    nt = len(seg.turns)
+    if st.total() <= budget or not seg.turns:
+        return _finish(st, budget, None, (nt, nt), None)
+    for w in range(seg.preamble_end):
+        st.set_fate(w, "kept", "preamble")
+    turn_cost = [sum(st.costs[a:b]) for a, b in seg.turns]
+    pre = sum(st.costs[: seg.preamble_end])
+    pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
+    droppable = [i for i in range(nt - 1) if not pinned_turn[i]]
+
+    def bc_turn(k: int) -> Optional[int]:
+        if not droppable:
+            return None
+        return next((i for i in range(droppable[0] + 1, nt) if i not in droppable[:k]), None)
+
+    def start_of(i: Optional[int]) -> Optional[int]:
+        return None if i is None else seg.turns[i][0]
+
+    dropped = len(droppable)
+    for k in range(1, len(droppable) + 1):
+        kept_cost = pre + sum(c for i, c in enumerate(turn_cost) if i not in droppable[:k])
+        if kept_cost + st.bc_cost(start_of(bc_turn(k))) <= budget:
+            dropped = k
+            break
+    gone = set(droppable[:dropped])
+    for i, (a, b) in enumerate(seg.turns):
+        for w in range(a, b):
+            if i in gone:
+                st.keep[w] = False
+                st.set_fate(w, "dropped", "oldest_turn")
+            else:
+                st.set_fate(w, "kept", "kept_turn")
+    bc_at = start_of(bc_turn(dropped)) if dropped > 0 else None
+    bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
+    la, lb = seg.turns[-1]
+
+    def over() -> bool:
+        return st.total() + bc_cost > budget
+
+    if over():
+        units = [u for u in seg.units if la <= u[0] < lb]
+        for u in units[:-1]:
+            if not over():
+                break
+            if any(st.m(w).pinned for w in u):
+                continue
+            for w in u:
+                st.keep[w] = False
+                st.set_fate(w, "dropped", "oldest_tool_unit")
+    inner_budget = budget - min(bc_cost, budget)
+    if over():
+        cands = []
+        for w in range(la, lb):
+            if not st.keep[w] or st.m(w).pinned:
+                continue
+            for p, part in enumerate(st.m(w).content):
+                if isinstance(part, ToolResult):
+                    for q, inner in enumerate(part.content):
+                        if isinstance(inner, TextPart) and inner.text:
+                            cands.append((-len(inner.text), w, p, q))
+        for _, w, p, q in sorted(cands):
+            if not over():
+                break
+            _shrink(st, w, p, q, inner_budget, "tool_result_shrunk")
+    req = seg.current_request
+    if over() and req is not None and la <= req < lb and not st.m(req).pinned:
+        w = seg.current_request
+        cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
+        for _, p in sorted(cands2):
+            if not over():
+                break
+            _shrink(st, w, p, None, inner_budget, "request_truncated")
+    return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
+
+
+def trim_turn_count(
+    msgs: list[Message], max_turns: int, profile: str = "conservative", breadcrumb: bool = True, provider: str = "openai"
+) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    """Same rules as ``contextwindow.trim_turn_count``, on canonical messages."""
+    st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
+    seg = segment([it.msg(msgs) for it in st.work])
+    t = len(seg.turns)
+    keep = min(max(1, max_turns), t)
+    dropped = t - keep
+    if dropped == 0:
+        return _finish(st, None, None, (t, t), None)
+    for w in range(seg.preamble_end):
+        st.set_fate(w, "kept", "preamble")
+    for a, b in seg.turns[:dropped]:
+        for w in range(a, b):
+            st.keep[w] = False
+            st.set_fate(w, "dropped", "turn_limit")
+    for a, b in seg.turns[dropped:]:
+        for w in range(a, b):
+            st.set_fate(w, "kept", "kept_turn")
+    return _finish(st, None, "turn_limit", (t, keep), seg.turns[dropped][0])
+
+
+def repair_tool_pairs(
+    msgs: list[Message], missing: str = "stub", profile: str = "conservative", provider: str = "openai"
+) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    """Same rules as ``contextwindow.repair_tool_pairs``, on canonical messages."""
+    st = _state(msgs, PROFILES[profile], provider, False, missing)
+    t = len(segment([it.msg(msgs) for it in st.work]).turns)
+    return _finish(st, None, "tool_pairs", (t, t), None)

@@ -1,0 +1,89 @@
+"""The Rust engine and ``contextwindow._reference`` agree exactly (DESIGN.md invariant 7).
+
+Both run on the same canonical messages (the JSON the engine reads, decoded back, so
+lone surrogates are already U+FFFD for both) and must return the same ops, messages,
+token counts, cut positions and reports.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import case
+
+from contextwindow import _reference as ref
+from contextwindow._engine import _OUTCOME, encode_messages
+from contextwindow._engine import native as rs
+from contextwindow.messages import Message
+from contextwindow.report import Segmentation
+
+PROFILES = ["conservative", "fim", "bytes4"]
+
+
+def canon(msgs: list[Message]) -> tuple[bytes, list[Message]]:
+    payload = encode_messages(msgs)
+    return payload, msgspec.json.decode(payload, type=list[Message])
+
+
+def ops(out: str) -> tuple[list[tuple[int | None, Message | None]], object]:
+    o = _OUTCOME.decode(out)
+    return [(op.src, op.msg) for op in o.messages], o.report
+
+
+@given(case(), st.sampled_from(PROFILES))
+def test_message_tokens_agree(c: tuple[str, list[Message]], profile: str) -> None:
+    _, msgs = c
+    payload, cm = canon(msgs)
+    assert rs.count_messages(payload, profile) == [ref.message_tokens(m, ref.PROFILES[profile]) for m in cm]
+
+
+@given(st.text(), st.sampled_from(PROFILES))
+def test_text_tokens_agree(text: str, profile: str) -> None:
+    from contextwindow._engine import clean_str
+
+    t = clean_str(text)
+    assert rs.estimate_text(t, profile) == ref.text_tokens(t, ref.PROFILES[profile])
+    assert dict(rs.count_classes(t)) == ref.count(t)
+
+
+@given(case())
+def test_segment_agrees(c: tuple[str, list[Message]]) -> None:
+    _, msgs = c
+    payload, cm = canon(msgs)
+    assert msgspec.json.decode(rs.segment_turns(payload), type=Segmentation) == ref.segment(cm)
+
+
+@given(case(), st.sampled_from(["openai", "anthropic"]))
+def test_validate_agrees(c: tuple[str, list[Message]], provider: str) -> None:
+    _, msgs = c
+    payload, cm = canon(msgs)
+    got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
+    assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]
+
+
+@given(case(), st.sampled_from(["stub", "drop"]))
+def test_repair_agrees(c: tuple[str, list[Message]], missing: str) -> None:
+    provider, msgs = c
+    payload, cm = canon(msgs)
+    assert ops(rs.repair_tool_pairs(payload, provider, missing, "conservative")) == ref.repair_tool_pairs(
+        cm, missing, "conservative", provider
+    )
+
+
+@given(case(), st.integers(0, 100), st.sampled_from(PROFILES), st.booleans())
+def test_trim_turns_agrees(c: tuple[str, list[Message]], pct: int, profile: str, breadcrumb: bool) -> None:
+    provider, msgs = c
+    payload, cm = canon(msgs)
+    total = sum(ref.message_tokens(m, ref.PROFILES[profile]) for m in cm)
+    budget = total * pct // 100
+    got = ops(rs.trim_turns(payload, budget, profile, breadcrumb, provider))
+    assert got == ref.trim_turns(cm, budget, profile, breadcrumb, provider)
+
+
+@given(case(), st.integers(0, 5))
+def test_trim_turn_count_agrees(c: tuple[str, list[Message]], max_turns: int) -> None:
+    provider, msgs = c
+    payload, cm = canon(msgs)
+    got = ops(rs.trim_turn_count(payload, max_turns, "conservative", True, provider))
+    assert got == ref.trim_turn_count(cm, max_turns, "conservative", True, provider)
