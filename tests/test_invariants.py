@@ -1,0 +1,112 @@
+"""DESIGN.md section 8 invariants on generated conversations (public API, Message input)."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import case
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.messages import Message
+
+PAIRING = {"orphan_result", "unanswered_call", "result_after_content", "result_outside_tool_message"}
+
+
+def pairing_violations(msgs: list[Message], provider: str) -> list[cw.Violation]:
+    return [v for v in cw.validate(msgs, provider) if v.code in PAIRING]
+
+
+def last_real_user(msgs: list[Message]) -> Message | None:
+    real = [m for m in msgs if ref.is_real_user(m)]
+    return real[-1] if real else None
+
+
+Case = tuple[str, list[Message]]
+
+
+@given(case(), st.integers(0, 120), st.sampled_from(["conservative", "fim", "bytes4"]))
+def test_trim_turns_invariants(c: Case, pct: int, profile: str) -> None:
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    total = cw.count_messages(msgs, profile, format=provider)
+    budget = total * pct // 100
+    r = cw.trim_turns(msgs, budget, profile=profile, format=provider)
+    out = r.messages
+    # nothing the caller passed is mutated
+    assert msgspec.to_builtins(msgs) == snapshot
+    # 1. identity under budget (for valid input)
+    if total <= budget and not pairing_violations(msgs, provider):
+        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs))
+        assert r.report.reason is None
+    # 2. pairing
+    assert pairing_violations(out, provider) == []
+    # 3. preamble, pinned, current request survive (as the same objects unless truncated)
+    pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre]))
+    fates = {f.index: f for f in r.report.fates}
+    # pinned: never dropped, never cut (an Anthropic breadcrumb block may be prepended)
+    assert all(fates[i].fate in ("kept", "repaired") for i, m in enumerate(msgs) if m.pinned)
+    req = last_real_user(msgs)
+    if req is not None:
+        i = next(i for i, m in enumerate(msgs) if m is req)
+        assert fates[i].fate != "dropped"
+    # 4. never empty (an input made only of orphan tool results repairs to nothing)
+    assert out or not cw.repair_tool_pairs(msgs, format=provider).messages
+    # fits, or says it does not
+    assert r.report.fits == (r.report.tokens_after <= budget)
+    assert r.report.tokens_after == cw.count_messages(out, profile, format=provider)
+    # 8. every changed message is valid UTF-8 / JSON
+    changed = [m for m in out if id(m) not in {id(x) for x in msgs}]
+    msgspec.json.encode(changed)
+    # 7. deterministic
+    again = cw.trim_turns(msgs, budget, profile=profile, format=provider)
+    assert msgspec.json.encode(again.report) == msgspec.json.encode(r.report)
+    assert msgspec.to_builtins(again.messages, str_keys=True) == msgspec.to_builtins(out, str_keys=True)
+
+
+@given(case(), st.integers(0, 100))
+def test_tightness(c: Case, pct: int) -> None:
+    """Adding back the newest dropped turn would exceed the budget."""
+    provider, msgs = c
+    total = cw.count_messages(msgs, format=provider)
+    budget = total * pct // 100
+    r = cw.trim_turns(msgs, budget, format=provider)
+    rep = r.report
+    simple = not any(m.pinned for m in msgs) and rep.truncated_messages == 0
+    simple = simple and not any(f.rule == "oldest_tool_unit" for f in rep.fates)
+    if rep.dropped_turns >= 1 and rep.fits and simple:
+        wider = cw.trim_turn_count(msgs, rep.kept_turns + 1, format=provider)
+        assert wider.report.tokens_after > budget
+
+
+@given(case(), st.integers(0, 100), st.integers(1, 50))
+def test_monotone(c: Case, pct: int, more: int) -> None:
+    """A larger budget never keeps fewer tokens."""
+    provider, msgs = c
+    total = cw.count_messages(msgs, format=provider)
+    b1 = total * pct // 100
+    small = cw.trim_turns(msgs, b1, format=provider).report
+    large = cw.trim_turns(msgs, b1 + more, format=provider).report
+    assert large.tokens_after >= small.tokens_after or not small.fits
+
+
+@given(case(), st.sampled_from(["conservative", "fim", "bytes4"]))
+def test_additive_and_positive(c: Case, profile: str) -> None:
+    provider, msgs = c
+    per = cw.message_tokens(msgs, profile, format=provider)
+    assert sum(per) == cw.count_messages(msgs, profile, format=provider)
+    assert all(n >= 1 for n in per)
+
+
+@given(case(), st.sampled_from(["stub", "drop"]))
+def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
+    provider, msgs = c
+    once = cw.repair_tool_pairs(msgs, missing, format=provider).messages
+    assert pairing_violations(once, provider) == []
+    twice = cw.repair_tool_pairs(once, missing, format=provider)
+    assert twice.report.reason is None
+    assert all(a is b for a, b in zip(twice.messages, once)) and len(twice.messages) == len(once)
+    if not pairing_violations(msgs, provider):
+        assert all(a is b for a, b in zip(once, msgs)) and len(once) == len(msgs)
