@@ -791,6 +791,7 @@ def trim_turns(
 
     if over():
         units = [u for u in seg.units if la <= u[0] < lb]
+        gone = []
         for u in units[:-1]:
             if not over():
                 break
@@ -799,6 +800,12 @@ def trim_turns(
             for w in u:
                 st.keep[w] = False
                 st.set_fate(w, "dropped", "oldest_tool_unit")
+            gone.append(u)
+        for u in reversed(gone):  # refill, newest first, what still fits
+            if st.total() + sum(st.costs[w] for w in u) + bc_cost <= budget:
+                for w in u:
+                    st.keep[w] = True
+                    st.set_fate(w, "kept", "kept_turn")
     inner_budget = budget - min(bc_cost, budget)
     if over():
         cands = []

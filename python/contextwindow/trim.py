@@ -33,9 +33,11 @@ def trim_turns(
     always the newest turn, and the breadcrumb ``[earlier turns omitted to fit the
     context window]`` is inserted after the preamble (Anthropic shape: as the leading
     text block of the first kept user message). When the newest turn alone is over
-    budget, its oldest complete tool units are dropped (never the newest unit, never the
-    request), then the largest tool results are cut to head + tail with a marker, then
-    the request itself. If it still does not fit the report says ``fits=False``. Broken
+    budget, its oldest complete tool units are dropped until it fits (never the newest
+    unit, never a unit holding a pinned message), and dropped units that still fit are
+    put back, newest first; then the largest tool results are cut to head + tail with a
+    marker that names the number of characters removed; then the request itself. Turns
+    holding a pinned message are never dropped. If it still does not fit the report says ``fits=False``. Broken
     tool pairs are repaired first, so the output always passes ``validate``.
 
     Args:

@@ -94,13 +94,25 @@ pub fn segment_turns(messages_json: &str) -> Result<String> {
 /// Violations of the provider's rules as a JSON array.
 pub fn validate_messages(messages_json: &str, format: &str) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    Ok(serde_json::to_string(&validate(&msgs, Format::parse(format)?))?)
+    Ok(serde_json::to_string(&validate(
+        &msgs,
+        Format::parse(format)?,
+    ))?)
 }
 
 /// `repair_tool_pairs`: outcome JSON.
-pub fn repair_tool_pairs(messages_json: &str, format: &str, missing: &str, profile_name: &str) -> Result<String> {
+pub fn repair_tool_pairs(
+    messages_json: &str,
+    format: &str,
+    missing: &str,
+    profile_name: &str,
+) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    let o = repair_report(&msgs, Missing::parse(missing)?, opts(profile_name, false, format)?);
+    let o = repair_report(
+        &msgs,
+        Missing::parse(missing)?,
+        opts(profile_name, false, format)?,
+    );
     outcome_json(&o)
 }
 

@@ -416,7 +416,12 @@ impl Profile {
     ///
     /// OpenAI tiles: scale to fit 2048x2048, then the short side down to 768 (integer
     /// division), then 85 + 170 per 512-pixel tile; `detail="low"` is 85.
-    pub fn image_tokens(&self, width: Option<u64>, height: Option<u64>, detail: Option<&str>) -> u64 {
+    pub fn image_tokens(
+        &self,
+        width: Option<u64>,
+        height: Option<u64>,
+        detail: Option<&str>,
+    ) -> u64 {
         match self.image {
             ImageModel::Fixed(n) => n,
             ImageModel::OpenAITiles { unknown } => {
@@ -551,7 +556,10 @@ mod tests {
         // 2048x4096 -> 1024x2048 -> 768x1536 -> 2x3 tiles -> 1105 (documented example)
         assert_eq!(openai_tiles(2048, 4096), 1105);
         assert_eq!(openai_tiles(512, 512), 255);
-        assert_eq!(CONSERVATIVE.image_tokens(Some(4000), Some(3000), Some("low")), 85);
+        assert_eq!(
+            CONSERVATIVE.image_tokens(Some(4000), Some(3000), Some("low")),
+            85
+        );
         assert_eq!(CONSERVATIVE.image_tokens(None, None, None), 765);
         assert_eq!(FIM.image_tokens(Some(10), Some(10), None), 765);
     }

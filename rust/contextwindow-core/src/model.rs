@@ -172,7 +172,8 @@ impl Message {
     /// keeps outside `content`); anything else becomes `"parts"`.
     pub fn fix_content_kind(&mut self) {
         let mut rest = self.content.iter().filter(|p| p.kind != PartKind::ToolCall);
-        let single_text = matches!((rest.next(), rest.next()), (Some(p), None) if p.kind == PartKind::Text);
+        let single_text =
+            matches!((rest.next(), rest.next()), (Some(p), None) if p.kind == PartKind::Text);
         if self.content_kind.as_deref() == Some("text") && !single_text {
             self.content_kind = Some("parts".into());
         }

@@ -77,7 +77,12 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
         if m.role == Role::Tool {
             let results: Vec<&str> = result_ids(m).collect();
             if results.is_empty() {
-                out.push(v(i, "empty_tool_message", None, "tool message holds no tool result".into()));
+                out.push(v(
+                    i,
+                    "empty_tool_message",
+                    None,
+                    "tool message holds no tool result".into(),
+                ));
             }
             for id in results {
                 let ok = owner.is_some_and(|a| call_ids(&messages[a]).contains(&id));
@@ -98,7 +103,10 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                     i,
                     "result_outside_tool_message",
                     Some(id),
-                    format!("tool result {id:?} is in a {:?} message, not a tool message", m.role),
+                    format!(
+                        "tool result {id:?} is in a {:?} message, not a tool message",
+                        m.role
+                    ),
                 ));
             }
         }
@@ -144,9 +152,19 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 format!("role {:?} is not allowed in Anthropic messages", m.role),
             ));
         } else if prev.is_none() && m.role != Role::User {
-            out.push(v(i, "first_not_user", None, "the first message must be a user message".into()));
+            out.push(v(
+                i,
+                "first_not_user",
+                None,
+                "the first message must be a user message".into(),
+            ));
         } else if prev == Some(m.role) {
-            out.push(v(i, "not_alternating", None, "two messages in a row have the same role".into()));
+            out.push(v(
+                i,
+                "not_alternating",
+                None,
+                "two messages in a row have the same role".into(),
+            ));
         }
         prev = Some(m.role);
         if m.has_tool_results() {
@@ -161,12 +179,20 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                         i,
                         "orphan_result",
                         Some(id),
-                        format!("tool_result {id:?} does not answer a tool_use of the previous message"),
+                        format!(
+                            "tool_result {id:?} does not answer a tool_use of the previous message"
+                        ),
                     ));
                 }
             }
-            let first_other = m.content.iter().position(|p| p.kind != PartKind::ToolResult);
-            let last_result = m.content.iter().rposition(|p| p.kind == PartKind::ToolResult);
+            let first_other = m
+                .content
+                .iter()
+                .position(|p| p.kind != PartKind::ToolResult);
+            let last_result = m
+                .content
+                .iter()
+                .rposition(|p| p.kind == PartKind::ToolResult);
             if let (Some(f), Some(l)) = (first_other, last_result) {
                 if f < l {
                     out.push(v(
@@ -278,7 +304,11 @@ fn change(kind: &'static str, index: usize, call_id: Option<&str>) -> PairChange
 /// Repair tool pairs: drop orphan results, move separated results next to their call,
 /// stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
 /// order) when there is nothing to repair. Idempotent.
-pub fn repair(messages: &[Message], format: Format, missing: Missing) -> (Vec<Work<'_>>, Vec<PairChange>) {
+pub fn repair(
+    messages: &[Message],
+    format: Format,
+    missing: Missing,
+) -> (Vec<Work<'_>>, Vec<PairChange>) {
     let res = resolve(messages);
     match format {
         Format::OpenAI => repair_openai(messages, &res, missing),
@@ -433,7 +463,14 @@ fn repair_anthropic<'a>(
         let m = &messages[i];
         if let Some((caller, stubs)) = owed.take() {
             if m.role == Role::User {
-                if let Some(w) = rebuild_user(messages, res, &belongs, i, Some((caller, &stubs)), &mut changes) {
+                if let Some(w) = rebuild_user(
+                    messages,
+                    res,
+                    &belongs,
+                    i,
+                    Some((caller, &stubs)),
+                    &mut changes,
+                ) {
                     out.push(w);
                 }
                 continue;
@@ -441,7 +478,13 @@ fn repair_anthropic<'a>(
             // No user message follows the calls: create one.
             out.push(Work {
                 src: None,
-                msg: Cow::Owned(carrier_for(messages, &belongs, caller, &stubs, &mut changes)),
+                msg: Cow::Owned(carrier_for(
+                    messages,
+                    &belongs,
+                    caller,
+                    &stubs,
+                    &mut changes,
+                )),
             });
         }
         if m.role == Role::User {
@@ -466,7 +509,13 @@ fn repair_anthropic<'a>(
     if let Some((caller, stubs)) = owed.take() {
         out.push(Work {
             src: None,
-            msg: Cow::Owned(carrier_for(messages, &belongs, caller, &stubs, &mut changes)),
+            msg: Cow::Owned(carrier_for(
+                messages,
+                &belongs,
+                caller,
+                &stubs,
+                &mut changes,
+            )),
         });
     }
     (out, changes)
@@ -503,7 +552,10 @@ fn carrier_for(
     stubs: &[&str],
     changes: &mut Vec<PairChange>,
 ) -> Message {
-    Message::new(Role::User, owed_parts(messages, belongs, caller, stubs, None, changes))
+    Message::new(
+        Role::User,
+        owed_parts(messages, belongs, caller, stubs, None, changes),
+    )
 }
 
 /// Rebuild user message `i`: results owed to the previous caller first (its own ones
@@ -550,7 +602,12 @@ fn rebuild_user<'a>(
         changes.push(change("message_dropped", i, None));
         return None;
     }
-    if caller.is_some() && m.content.first().is_some_and(|p| p.kind != PartKind::ToolResult) && m.has_tool_results() {
+    if caller.is_some()
+        && m.content
+            .first()
+            .is_some_and(|p| p.kind != PartKind::ToolResult)
+        && m.has_tool_results()
+    {
         changes.push(change("results_reordered", i, None));
     }
     let mut edited = m.clone();

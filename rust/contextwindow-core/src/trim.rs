@@ -155,16 +155,24 @@ impl<'a, 'p> State<'a, 'p> {
         let tokens_before = messages.iter().map(|m| p.message_tokens(m)).sum();
         let (work, repairs) = repair(messages, opts.format, missing);
         let costs = work.iter().map(|w| p.message_tokens(&w.msg)).collect();
-        let mut fates: Vec<Fate> = (0..messages.len()).map(|i| fate(i, "kept", "fits")).collect();
+        let mut fates: Vec<Fate> = (0..messages.len())
+            .map(|i| fate(i, "kept", "fits"))
+            .collect();
         for c in &repairs {
             let f = &mut fates[c.index];
             match c.kind {
                 "orphan_result_dropped" => *f = fate(c.index, "dropped", "orphan_result"),
                 "message_dropped" => *f = fate(c.index, "dropped", "emptied_by_repair"),
-                "result_moved" if f.fate == "kept" => *f = fate(c.index, "repaired", "result_moved"),
+                "result_moved" if f.fate == "kept" => {
+                    *f = fate(c.index, "repaired", "result_moved")
+                }
                 "call_removed" => *f = fate(c.index, "repaired", "call_removed"),
-                "stub_inserted" if f.fate == "kept" => *f = fate(c.index, "repaired", "stub_inserted"),
-                "results_reordered" if f.fate == "kept" => *f = fate(c.index, "repaired", "results_reordered"),
+                "stub_inserted" if f.fate == "kept" => {
+                    *f = fate(c.index, "repaired", "stub_inserted")
+                }
+                "results_reordered" if f.fate == "kept" => {
+                    *f = fate(c.index, "repaired", "results_reordered")
+                }
                 _ => {}
             }
         }
@@ -225,7 +233,14 @@ impl<'a, 'p> State<'a, 'p> {
     }
 
     /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
-    fn shrink(&mut self, w: usize, part: usize, inner: Option<usize>, budget: u64, rule: &'static str) {
+    fn shrink(
+        &mut self,
+        w: usize,
+        part: usize,
+        inner: Option<usize>,
+        budget: u64,
+        rule: &'static str,
+    ) {
         let p = self.opts.profile;
         let text = {
             let m: &Message = &self.work[w].msg;
@@ -280,7 +295,12 @@ impl<'a, 'p> State<'a, 'p> {
         breadcrumb_before: Option<usize>,
     ) -> Outcome<'a> {
         let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
-        let mut inserted = self.work.iter().zip(&self.keep).filter(|(w, k)| **k && w.src.is_none()).count() as u64;
+        let mut inserted = self
+            .work
+            .iter()
+            .zip(&self.keep)
+            .filter(|(w, k)| **k && w.src.is_none())
+            .count() as u64;
         let mut breadcrumb = false;
         for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
             if !self.keep[w] {
@@ -315,8 +335,15 @@ impl<'a, 'p> State<'a, 'p> {
         let dropped = self.fates.iter().filter(|f| f.fate == "dropped").count() as u64;
         let truncated = self.fates.iter().filter(|f| f.fate == "truncated").count() as u64;
         let changed = out.len() != self.input_len
-            || out.iter().enumerate().any(|(i, w)| w.changed() || w.src != Some(i));
-        let reason = if changed { reason.or(Some("tool_pairs")) } else { None };
+            || out
+                .iter()
+                .enumerate()
+                .any(|(i, w)| w.changed() || w.src != Some(i));
+        let reason = if changed {
+            reason.or(Some("tool_pairs"))
+        } else {
+            None
+        };
         Outcome {
             messages: out,
             report: Report {
@@ -343,9 +370,11 @@ impl<'a, 'p> State<'a, 'p> {
 ///
 /// Keeps the preamble, every turn holding a pinned message and always the newest turn;
 /// inserts the breadcrumb before the first kept turn that follows a dropped one (right
-/// after the preamble unless a pinned turn precedes it). When the newest turn alone is over budget: drops
-/// its oldest complete tool units (never the newest one), then shrinks the largest tool
-/// results (head + tail + marker), then truncates the current request. Broken tool pairs
+/// after the preamble unless a pinned turn precedes it). When the newest turn alone is
+/// over budget: drops its oldest complete tool units (never the newest one, never one
+/// holding a pinned message) until it fits, then puts back, newest first, dropped units
+/// that still fit; then shrinks the largest tool results (head + tail + marker); then
+/// truncates the current request. Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
 pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
     let mut st = State::new(messages, opts, Missing::Stub);
@@ -366,7 +395,9 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
     let t = seg.turns.len();
     let pinned = |st: &State, r: &std::ops::Range<usize>| r.clone().any(|w| st.work[w].msg.pinned);
     // Turns that may go, oldest first: never the newest, never one holding a pinned message.
-    let droppable: Vec<usize> = (0..t - 1).filter(|&i| !pinned(&st, &seg.turns[i])).collect();
+    let droppable: Vec<usize> = (0..t - 1)
+        .filter(|&i| !pinned(&st, &seg.turns[i]))
+        .collect();
     // The breadcrumb goes before the first kept turn that follows a dropped turn.
     let bc_turn = |k: usize| -> Option<usize> {
         let first = *droppable.first()?;
@@ -393,14 +424,23 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
             }
         }
     }
-    let bc_at = if dropped > 0 { bc_turn(dropped).map(|i| seg.turns[i].start) } else { None };
-    let bc_cost = if dropped > 0 { st.breadcrumb_cost(bc_at) } else { 0 };
+    let bc_at = if dropped > 0 {
+        bc_turn(dropped).map(|i| seg.turns[i].start)
+    } else {
+        None
+    };
+    let bc_cost = if dropped > 0 {
+        st.breadcrumb_cost(bc_at)
+    } else {
+        0
+    };
     // The newest turn alone is over budget: work inside it.
     let last = seg.turns[t - 1].clone();
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
         if let Some((_, older)) = units.split_last() {
+            let mut gone: Vec<&Vec<usize>> = Vec::new();
             for u in older {
                 if !over(&st) {
                     break;
@@ -409,12 +449,27 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                     continue;
                 }
                 st.drop_range(u.iter().copied(), "oldest_tool_unit");
+                gone.push(u);
+            }
+            // Refill: put back dropped units, newest first, that fit in what is left
+            // (a huge unit dropped last can leave room for smaller older ones).
+            for u in gone.into_iter().rev() {
+                let cost: u64 = u.iter().map(|&w| st.costs[w]).sum();
+                if st.total() + cost + bc_cost <= budget {
+                    for &w in u {
+                        st.keep[w] = true;
+                        st.set_fate(w, "kept", "kept_turn");
+                    }
+                }
             }
         }
     }
     if over(&st) {
         let mut cands: Vec<(usize, usize, usize, usize)> = Vec::new(); // (len, w, part, inner)
-        for w in last.clone().filter(|&w| st.keep[w] && !st.work[w].msg.pinned) {
+        for w in last
+            .clone()
+            .filter(|&w| st.keep[w] && !st.work[w].msg.pinned)
+        {
             for (p, part) in st.work[w].msg.content.iter().enumerate() {
                 if part.kind == PartKind::ToolResult {
                     for (q, inner) in part.inner().iter().enumerate() {
@@ -430,11 +485,20 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
             if !over(&st) {
                 break;
             }
-            st.shrink(w, p, Some(q), budget - bc_cost.min(budget), "tool_result_shrunk");
+            st.shrink(
+                w,
+                p,
+                Some(q),
+                budget - bc_cost.min(budget),
+                "tool_result_shrunk",
+            );
         }
     }
     if over(&st) {
-        if let Some(w) = seg.current_request.filter(|&w| last.contains(&w) && !st.work[w].msg.pinned) {
+        if let Some(w) = seg
+            .current_request
+            .filter(|&w| last.contains(&w) && !st.work[w].msg.pinned)
+        {
             let mut cands: Vec<(usize, usize)> = st.work[w]
                 .msg
                 .content
@@ -448,7 +512,13 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                 if !over(&st) {
                     break;
                 }
-                st.shrink(w, p, None, budget - bc_cost.min(budget), "request_truncated");
+                st.shrink(
+                    w,
+                    p,
+                    None,
+                    budget - bc_cost.min(budget),
+                    "request_truncated",
+                );
             }
         }
     }
@@ -457,7 +527,11 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
 }
 
 /// Keep the newest `max(1, max_turns)` turns (plus the preamble), with the breadcrumb.
-pub fn trim_turn_count<'a>(messages: &'a [Message], max_turns: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
+pub fn trim_turn_count<'a>(
+    messages: &'a [Message],
+    max_turns: u64,
+    opts: TrimOptions<'_>,
+) -> Outcome<'a> {
     let mut st = State::new(messages, opts, Missing::Stub);
     let seg = segment(&st.work);
     let t = seg.turns.len();
@@ -482,7 +556,11 @@ pub fn trim_turn_count<'a>(messages: &'a [Message], max_turns: u64, opts: TrimOp
 }
 
 /// Repair tool pairs and report every change (no budget).
-pub fn repair_report<'a>(messages: &'a [Message], missing: Missing, opts: TrimOptions<'_>) -> Outcome<'a> {
+pub fn repair_report<'a>(
+    messages: &'a [Message],
+    missing: Missing,
+    opts: TrimOptions<'_>,
+) -> Outcome<'a> {
     let st = State::new(messages, opts, missing);
     let t = segment(&st.work).turns.len() as u64;
     st.finish(None, Some("tool_pairs"), (t, t), None)

@@ -60,7 +60,13 @@ pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
         for (p, part) in m.content.iter().enumerate() {
             if part.kind == PartKind::ToolCall {
                 let id = part.id.as_deref().unwrap_or("");
-                latest.insert(id, CallRef { message: i, part: p });
+                latest.insert(
+                    id,
+                    CallRef {
+                        message: i,
+                        part: p,
+                    },
+                );
             }
         }
     }
@@ -164,7 +170,12 @@ pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> 
     let mut turns = Vec::new();
     if preamble_end < n {
         let mut start = preamble_end;
-        for (i, &b) in is_boundary.iter().enumerate().take(n).skip(preamble_end + 1) {
+        for (i, &b) in is_boundary
+            .iter()
+            .enumerate()
+            .take(n)
+            .skip(preamble_end + 1)
+        {
             if b {
                 turns.push(start..i);
                 start = i;

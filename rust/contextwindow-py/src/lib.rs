@@ -36,7 +36,10 @@ fn utf8(py: Python<'_>, data: &[u8]) -> PyResult<String> {
 }
 
 /// Run `f` on owned input with the GIL released, mapping its error.
-fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> contextwindow_core::Result<T> + Send) -> PyResult<T> {
+fn run<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> contextwindow_core::Result<T> + Send,
+) -> PyResult<T> {
     py.detach(f).map_err(|e| to_py(py, e))
 }
 
@@ -69,9 +72,17 @@ fn validate(py: Python<'_>, messages: &[u8], format: &str) -> PyResult<String> {
 }
 
 #[pyfunction]
-fn repair_tool_pairs(py: Python<'_>, messages: &[u8], format: &str, missing: &str, profile: &str) -> PyResult<String> {
+fn repair_tool_pairs(
+    py: Python<'_>,
+    messages: &[u8],
+    format: &str,
+    missing: &str,
+    profile: &str,
+) -> PyResult<String> {
     let json = utf8(py, messages)?;
-    run(py, || api::repair_tool_pairs(&json, format, missing, profile))
+    run(py, || {
+        api::repair_tool_pairs(&json, format, missing, profile)
+    })
 }
 
 #[pyfunction]
@@ -84,7 +95,9 @@ fn trim_turns(
     format: &str,
 ) -> PyResult<String> {
     let json = utf8(py, messages)?;
-    run(py, || api::trim_turns_json(&json, budget, profile, breadcrumb, format))
+    run(py, || {
+        api::trim_turns_json(&json, budget, profile, breadcrumb, format)
+    })
 }
 
 #[pyfunction]
@@ -97,7 +110,9 @@ fn trim_turn_count(
     format: &str,
 ) -> PyResult<String> {
     let json = utf8(py, messages)?;
-    run(py, || api::trim_turn_count_json(&json, max_turns, profile, breadcrumb, format))
+    run(py, || {
+        api::trim_turn_count_json(&json, max_turns, profile, breadcrumb, format)
+    })
 }
 
 /// Native engine of contextwindow. Private: use the `contextwindow` package.
