@@ -722,6 +722,8 @@ def _finish(
                 m = fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
                 it = Item(it.src, m)
                 breadcrumb = True
+                if it.src is not None and st.fates[it.src]["fate"] == "kept":
+                    st.fates[it.src]["rule"] = "breadcrumb_added"
         out.append(it)
     tokens_after = sum(message_tokens(it.msg(st.msgs), st.p) for it in out)
     changed = len(out) != len(st.msgs) or any(it.new is not None or it.src != i for i, it in enumerate(out))
@@ -825,6 +827,13 @@ def trim_turns(
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
         w = seg.current_request
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
+        # cut the request only when that can make the conversation fit
+        saving = 0
+        for n, i in cands2:
+            old = text_tokens(st.m(w).content[i].text, st.p)  # type: ignore[union-attr]
+            saving += max(0, old - text_tokens(marker(-n), st.p))
+        if st.total() + bc_cost > budget + saving:
+            cands2 = []
         for _, p in sorted(cands2):
             if not over():
                 break

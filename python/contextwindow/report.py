@@ -25,7 +25,8 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
             ``request_truncated``, ``turn_limit``, ``orphan_result``, ``emptied_by_repair``,
             ``result_moved``,
-            ``stub_inserted``, ``call_removed``, ``results_reordered``.
+            ``stub_inserted``, ``call_removed``, ``results_reordered``, ``breadcrumb_added``
+            (Anthropic shape: the breadcrumb became this message's leading text block).
         chars_removed: characters (code points) cut from the message's text.
 
     >>> Fate(index=0, fate="kept", rule="fits").fate

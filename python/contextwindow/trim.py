@@ -36,7 +36,8 @@ def trim_turns(
     budget, its oldest complete tool units are dropped until it fits (never the newest
     unit, never a unit holding a pinned message), and dropped units that still fit are
     put back, newest first; then the largest tool results are cut to head + tail with a
-    marker that names the number of characters removed; then the request itself. Turns
+    marker that names the number of characters removed; then the request itself, but
+    only when that makes the conversation fit. Turns
     holding a pinned message are never dropped. If it still does not fit the report says ``fits=False``. Broken
     tool pairs are repaired first, so the output always passes ``validate``.
 

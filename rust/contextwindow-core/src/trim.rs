@@ -18,7 +18,8 @@ pub struct Fate {
     pub fate: &'static str,
     /// The rule that decided it (`fits`, `preamble`, `kept_turn`, `oldest_turn`,
     /// `oldest_tool_unit`, `tool_result_shrunk`, `request_truncated`, `turn_limit`,
-    /// `orphan_result`, `result_moved`, `call_removed`, ...).
+    /// `orphan_result`, `emptied_by_repair`, `result_moved`, `stub_inserted`,
+    /// `call_removed`, `results_reordered`, `breadcrumb_added`).
     pub rule: &'static str,
     /// Characters removed from the message's text (truncation only).
     #[serde(skip_serializing_if = "is_zero")]
@@ -323,6 +324,11 @@ impl<'a, 'p> State<'a, 'p> {
                             m.content.insert(0, Part::text(BREADCRUMB));
                             m.fix_content_kind();
                             breadcrumb = true;
+                            if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
+                                if f.fate == "kept" {
+                                    f.rule = "breadcrumb_added";
+                                }
+                            }
                         }
                     }
                 }
@@ -374,7 +380,7 @@ impl<'a, 'p> State<'a, 'p> {
 /// over budget: drops its oldest complete tool units (never the newest one, never one
 /// holding a pinned message) until it fits, then puts back, newest first, dropped units
 /// that still fit; then shrinks the largest tool results (head + tail + marker); then
-/// truncates the current request. Broken tool pairs
+/// truncates the current request, only when that makes it fit. Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
 pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
     let mut st = State::new(messages, opts, Missing::Stub);
@@ -508,6 +514,19 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                 .map(|(i, p)| (p.text_str().chars().count(), i))
                 .collect();
             cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            // Cut the request only when that can make the conversation fit.
+            let p = st.opts.profile;
+            let content = &st.work[w].msg.content;
+            let saving: u64 = cands
+                .iter()
+                .map(|&(n, i)| {
+                    let old = p.text_tokens(content[i].text_str());
+                    old.saturating_sub(p.text_tokens(&marker(n)))
+                })
+                .sum();
+            if st.total() + bc_cost > budget + saving {
+                cands.clear();
+            }
             for (_, p) in cands {
                 if !over(&st) {
                     break;
