@@ -15,7 +15,6 @@ CORPUS = SHARED / "corpus"
 CASES = SHARED / "cases"
 
 
-
 def corpus_files() -> list[Path]:
     """Every conversation file of ../shared/corpus (empty when absent)."""
     if not CORPUS.is_dir():

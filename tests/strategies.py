@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import strategies as st
-
 from contextwindow.messages import (
     BREADCRUMB,
     ImagePart,
@@ -22,6 +20,7 @@ from contextwindow.messages import (
     ToolCall,
     ToolResult,
 )
+from hypothesis import strategies as st
 
 PIECES = [
     "hello",
@@ -37,8 +36,8 @@ PIECES = [
     "日本語のテキスト",
     "ひらがな",
     "한국어 문장",
-    "\U0001F468\u200d\U0001F469\u200d\U0001F467",
-    "\U0001F44D\U0001F3FD",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "\U0001f44d\U0001f3fd",
     "e\u0301",
     "\u00e9t\u00e9",
     "\u0416\u0443\u043a",
@@ -88,7 +87,9 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             msgs.append(Message(role=role, content=[r]))
         else:
             ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
-            calls = [ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids]
+            calls = [
+                ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids
+            ]
             pre = [TextPart(text=draw(text))] if draw(st.booleans()) else []
             msgs.append(Message(role="assistant", content=pre + calls, pinned=pinned))
             answered = draw(st.permutations(ids))

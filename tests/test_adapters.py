@@ -60,9 +60,7 @@ def roundtrip(fmt: str, d: Any) -> Message:
 # ------------------------------------------------------------------------------ (a) corpus
 
 
-@pytest.mark.parametrize(
-    "path", CORPUS_FILES or [None], ids=lambda p: p and f"{p.parent.name}/{p.stem}"
-)
+@pytest.mark.parametrize("path", CORPUS_FILES or [None], ids=lambda p: p and f"{p.parent.name}/{p.stem}")
 def test_corpus_round_trip(path: Path | None) -> None:
     if path is None:
         pytest.skip(f"no corpus at {CORPUS}")
@@ -115,9 +113,7 @@ def test_openai_tool_calls_after_text() -> None:
 def test_openai_tool_calls_null_or_empty(calls: list[Any] | None) -> None:
     m = roundtrip("openai", {"role": "assistant", "content": "It is sunny.", "tool_calls": calls})
     expected = [TextPart(text="It is sunny.")]
-    assert m == Message(
-        role="assistant", content=expected, extra={"tool_calls": calls}, content_kind="text"
-    )
+    assert m == Message(role="assistant", content=expected, extra={"tool_calls": calls}, content_kind="text")
 
 
 def test_openai_unknown_keys_kept() -> None:
@@ -179,14 +175,10 @@ def test_openai_image_parts() -> None:
         "g": 2,
     }
     m = roundtrip("openai", {"role": "user", "content": [part]})
-    assert m.content == [
-        ImagePart(source="https://x/a.png", detail="low", extra={"g": 2, "image_url": {"f": 1}})
-    ]
+    assert m.content == [ImagePart(source="https://x/a.png", detail="low", extra={"g": 2, "image_url": {"f": 1}})]
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA", "detail": None}}
     m = roundtrip("openai", {"role": "user", "content": [part]})
-    assert m.content == [
-        ImagePart(source="data:image/png;base64,AA", extra={"image_url": {"detail": None}})
-    ]
+    assert m.content == [ImagePart(source="data:image/png;base64,AA", extra={"image_url": {"detail": None}})]
 
 
 def test_openai_opaque_parts() -> None:
@@ -214,9 +206,7 @@ def test_openai_from_built_messages() -> None:
     assert message_to_openai(Message(role="assistant", content=[call])) == {
         "role": "assistant",
         "content": None,
-        "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-        ],
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
     }
     stub = ToolResult(call_id="c", content=[TextPart(text=MISSING_RESULT)])
     assert message_to_openai(Message(role="tool", content=[stub])) == {
@@ -224,9 +214,7 @@ def test_openai_from_built_messages() -> None:
         "tool_call_id": "c",
         "content": "[tool result missing]",
     }
-    two = Message(
-        role="user", content=[TextPart(text="a"), TextPart(text="b")], content_kind="text"
-    )
+    two = Message(role="user", content=[TextPart(text="a"), TextPart(text="b")], content_kind="text")
     assert message_to_openai(two)["content"] == [
         {"type": "text", "text": "a"},
         {"type": "text", "text": "b"},
@@ -258,9 +246,7 @@ def test_anthropic_text_and_string_content() -> None:
     block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}, "citations": []}
     m = roundtrip("anthropic", {"role": "user", "content": [block]})
     extra = {"cache_control": {"type": "ephemeral"}, "citations": []}
-    assert m == Message(
-        role="user", content=[TextPart(text="hi", extra=extra)], content_kind="parts"
-    )
+    assert m == Message(role="user", content=[TextPart(text="hi", extra=extra)], content_kind="parts")
 
 
 def test_anthropic_tool_use() -> None:
@@ -271,9 +257,7 @@ def test_anthropic_tool_use() -> None:
         "input": {"q": "日本", "n": [1, 2.5]},
     }
     m = roundtrip("anthropic", {"role": "assistant", "content": [block]})
-    assert m.content == [
-        ToolCall(id="toolu_1", name="search", arguments='{"q":"日本","n":[1,2.5]}')
-    ]
+    assert m.content == [ToolCall(id="toolu_1", name="search", arguments='{"q":"日本","n":[1,2.5]}')]
 
 
 @pytest.mark.parametrize(
@@ -373,9 +357,7 @@ def test_cross_format_calls_and_images() -> None:
     openai = {
         "role": "assistant",
         "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
-        "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
-        ],
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
     }
     assert message_to_anthropic(openai_to_message(openai, 0)) == {
         "role": "assistant",
@@ -537,9 +519,7 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 json_leaf = st.none() | st.booleans() | st.integers() | finite | st.text(max_size=8)
 json_value = st.recursive(
     json_leaf,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
 )
 short = st.text(max_size=12)
@@ -614,9 +594,7 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
     if kind == "tool_result":
         block = {"type": "tool_result", "tool_use_id": draw(short), **cache}
         block.update(draw(st.sampled_from([{}, {"is_error": True}, {"is_error": False}])))
-        content = draw(
-            st.one_of(st.none(), short, st.lists(anthropic_block(nested=True), max_size=2))
-        )
+        content = draw(st.one_of(st.none(), short, st.lists(anthropic_block(nested=True), max_size=2)))
         return block if content is None else {**block, "content": content}
     btype = draw(st.sampled_from(["thinking", "redacted_thinking", "document", "server_tool_use"]))
     return {"type": btype, **draw(extra_keys(["data", "signature", "x"]))}
@@ -659,11 +637,7 @@ fuzz_nested = fuzz_dict({"type": st.sampled_from(VALUES.split())}, "text source 
 fuzz_block = fuzz_dict(
     {"type": st.sampled_from(VALUES.split())},
     "text image_url source id name input tool_use_id is_error x",
-).flatmap(
-    lambda b: st.one_of(
-        st.just(b), st.lists(fuzz_nested, max_size=2).map(lambda c: {**b, "content": c})
-    )
-)
+).flatmap(lambda b: st.one_of(st.just(b), st.lists(fuzz_nested, max_size=2).map(lambda c: {**b, "content": c})))
 fuzz_call = fuzz_dict({"id": maybe_str}, "type x").flatmap(
     lambda c: fuzz_dict({}, "name arguments x").map(lambda f: {**c, "function": f}) | st.just(c)
 )
@@ -739,10 +713,7 @@ def test_anthropic_body_system(tmp_path: Path) -> None:
 def test_anthropic_body_detected_by_tools_or_blocks(tmp_path: Path) -> None:
     plain = [{"role": "user", "content": "hi"}]
     body = {"messages": plain, "tools": [{"name": "f", "input_schema": {"type": "object"}}]}
-    assert (
-        load_conversation(write(tmp_path, "t.json", msgspec.json.encode(body))).format
-        == "anthropic"
-    )
+    assert load_conversation(write(tmp_path, "t.json", msgspec.json.encode(body))).format == "anthropic"
     blocks = [{"role": "user", "content": [tool_result(content="x")]}]
     conv = load_conversation(write(tmp_path, "k.json", msgspec.json.encode({"messages": blocks})))
     assert (conv.kind, conv.format) == ("anthropic_body", "anthropic")
@@ -755,10 +726,7 @@ def test_anthropic_body_detected_by_tools_or_blocks(tmp_path: Path) -> None:
 def test_bare_list(tmp_path: Path) -> None:
     conv = load_conversation(write(tmp_path, "l.json", '[{"role": "user", "content": "hi"}]'))
     assert (conv.kind, conv.format, conv.tools) == ("list", "openai", None)
-    assert (
-        dump_conversation(conv, conv.messages)
-        == b'[\n  {\n    "role": "user",\n    "content": "hi"\n  }\n]\n'
-    )
+    assert dump_conversation(conv, conv.messages) == b'[\n  {\n    "role": "user",\n    "content": "hi"\n  }\n]\n'
 
 
 def test_jsonl(tmp_path: Path) -> None:
@@ -777,15 +745,11 @@ def test_jsonl(tmp_path: Path) -> None:
 
 
 def test_jsonl_bad_line(tmp_path: Path) -> None:
-    path = write(
-        tmp_path, "bad.jsonl", '{"role": "user", "content": "a"}\n{"role": "user"}\n{"role": \n'
-    )
+    path = write(tmp_path, "bad.jsonl", '{"role": "user", "content": "a"}\n{"role": "user"}\n{"role": \n')
     with pytest.raises(InvalidRequestError, match=r"bad\.jsonl: line 3: invalid JSON"):
         load_conversation(path)
     path = write(tmp_path, "num.jsonl", '{"role": "user", "content": "a"}\n42\n')
-    with pytest.raises(
-        InvalidRequestError, match=r"num\.jsonl: line 2: expected one message object"
-    ):
+    with pytest.raises(InvalidRequestError, match=r"num\.jsonl: line 2: expected one message object"):
         load_conversation(path)
 
 

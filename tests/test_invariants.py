@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import contextwindow as cw
 import msgspec
+from contextwindow import _reference as ref
+from contextwindow.messages import Message
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import case
-
-import contextwindow as cw
-from contextwindow import _reference as ref
-from contextwindow.messages import Message
 
 PAIRING = {"orphan_result", "unanswered_call", "result_after_content", "result_outside_tool_message"}
 
@@ -38,13 +37,13 @@ def test_trim_turns_invariants(c: Case, pct: int, profile: str) -> None:
     assert msgspec.to_builtins(msgs) == snapshot
     # 1. identity under budget (for valid input)
     if total <= budget and not pairing_violations(msgs, provider):
-        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs))
+        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=False))
         assert r.report.reason is None
     # 2. pairing
     assert pairing_violations(out, provider) == []
     # 3. preamble, pinned, current request survive (as the same objects unless truncated)
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
-    assert all(a is b for a, b in zip(out[:pre], msgs[:pre]))
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=False))
     fates = {f.index: f for f in r.report.fates}
     # pinned: never dropped, never cut (an Anthropic breadcrumb block may be prepended)
     assert all(fates[i].fate in ("kept", "repaired") for i, m in enumerate(msgs) if m.pinned)
@@ -107,6 +106,6 @@ def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
     assert pairing_violations(once, provider) == []
     twice = cw.repair_tool_pairs(once, missing, format=provider)
     assert twice.report.reason is None
-    assert all(a is b for a, b in zip(twice.messages, once)) and len(twice.messages) == len(once)
+    assert all(a is b for a, b in zip(twice.messages, once, strict=False)) and len(twice.messages) == len(once)
     if not pairing_violations(msgs, provider):
-        assert all(a is b for a, b in zip(once, msgs)) and len(once) == len(msgs)
+        assert all(a is b for a, b in zip(once, msgs, strict=False)) and len(once) == len(msgs)

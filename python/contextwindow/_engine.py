@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import msgspec
 
@@ -27,8 +27,8 @@ _ENCODER = msgspec.json.Encoder()
 
 
 class _Op(msgspec.Struct, frozen=True):
-    src: Optional[int]
-    msg: Optional[Message] = None
+    src: int | None
+    msg: Message | None = None
 
 
 class _Outcome(msgspec.Struct, frozen=True):
@@ -97,9 +97,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
         InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
     """
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
-        raise InvalidMessageError(
-            f"messages must be a list of messages, got {type(messages).__name__}"
-        )
+        raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {format!r}")
     fmt: InputFormat

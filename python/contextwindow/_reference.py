@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+
+import msgspec
 
 from .messages import (
     BREADCRUMB,
@@ -29,8 +30,6 @@ from .messages import (
     ToolResult,
 )
 from .report import Fate, FitReport, PairChange, Segmentation, Violation
-
-import msgspec
 
 SCALE = 12_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
@@ -144,7 +143,7 @@ class Profile:
     ceil: bool
     message_overhead: int
     tool_call_overhead: int
-    image_fixed: Optional[int]  # None: OpenAI tiles when the size is known
+    image_fixed: int | None  # None: OpenAI tiles when the size is known
     image_unknown: int = 765
 
 
@@ -257,7 +256,7 @@ def has_results(m: Message) -> bool:
     return any(isinstance(q, ToolResult) for q in m.content)
 
 
-def first_text(m: Message) -> Optional[str]:
+def first_text(m: Message) -> str | None:
     if m.content and isinstance(m.content[0], TextPart):
         return m.content[0].text
     return None
@@ -277,14 +276,14 @@ def is_real_user(m: Message) -> bool:
     )
 
 
-def resolve(msgs: list[Message]) -> tuple[list[list[Optional[tuple[int, int]]]], list[list[list[int]]]]:
+def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]:
     """For each result part its call (message, part) or None; for each call the messages
     holding its results. A result answers the nearest preceding call with its id."""
     latest: dict[str, tuple[int, int]] = {}
-    results: list[list[Optional[tuple[int, int]]]] = []
+    results: list[list[tuple[int, int] | None]] = []
     answered_by: list[list[list[int]]] = [[[] for _ in m.content] for m in msgs]
     for i, m in enumerate(msgs):
-        row: list[Optional[tuple[int, int]]] = [None] * len(m.content)
+        row: list[tuple[int, int] | None] = [None] * len(m.content)
         for p, part in enumerate(m.content):
             if isinstance(part, ToolResult) and part.call_id in latest:
                 c = latest[part.call_id]
@@ -299,7 +298,7 @@ def resolve(msgs: list[Message]) -> tuple[list[list[Optional[tuple[int, int]]]],
     return results, answered_by
 
 
-def tool_units(msgs: list[Message], results: list[list[Optional[tuple[int, int]]]]) -> list[list[int]]:
+def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]]) -> list[list[int]]:
     parent = list(range(len(msgs)))
 
     def find(x: int) -> int:
@@ -365,11 +364,11 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
     """Provider rule violations (same codes and order as the Rust engine; detail omitted)."""
     out: list[Violation] = []
 
-    def v(i: int, code: str, cid: Optional[str] = None) -> None:
+    def v(i: int, code: str, cid: str | None = None) -> None:
         out.append(Violation(index=i, code=code, detail="", call_id=cid))
 
     if provider == "openai":
-        owner: Optional[int] = None
+        owner: int | None = None
         for i, m in enumerate(msgs):
             if m.role == "tool":
                 ids = _result_ids(m)
@@ -393,7 +392,7 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                         v(i, "unanswered_call", cid)
         return out
     start = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
-    prev: Optional[str] = None
+    prev: str | None = None
     for i in range(start, len(msgs)):
         m = msgs[i]
         if m.role not in ("user", "assistant"):
@@ -427,8 +426,8 @@ class Item:
     """A message of a working list: its input index (None if new) and, when changed,
     the new message (``None`` means the input message unchanged)."""
 
-    src: Optional[int]
-    new: Optional[Message]
+    src: int | None
+    new: Message | None
 
     def msg(self, msgs: list[Message]) -> Message:
         if self.new is not None:
@@ -437,7 +436,7 @@ class Item:
         return msgs[self.src]
 
 
-def _change(kind: str, index: int, cid: Optional[str] = None) -> PairChange:
+def _change(kind: str, index: int, cid: str | None = None) -> PairChange:
     return PairChange(kind=kind, index=index, call_id=cid)
 
 
@@ -472,7 +471,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
     out: list[Item] = []
     changes: list[PairChange] = []
     if provider == "openai":
-        target: list[Optional[int]] = []
+        target: list[int | None] = []
         for j, m in enumerate(msgs):
             t = next((c[0] for c in results[j] if c is not None), None) if m.role == "tool" else None
             target.append(t)
@@ -510,7 +509,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             if c is not None:
                 owned.setdefault(c[0], []).append((j, p))
 
-    def owed_parts(caller: int, stubs: list[str], here: Optional[int]) -> list[Part]:
+    def owed_parts(caller: int, stubs: list[str], here: int | None) -> list[Part]:
         parts: list[Part] = []
         for j, p in owned.get(caller, []):
             part = msgs[j].content[p]
@@ -523,7 +522,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             parts.append(_missing(cid))
         return parts
 
-    def rebuild_user(i: int, caller: Optional[tuple[int, list[str]]]) -> Optional[Item]:
+    def rebuild_user(i: int, caller: tuple[int, list[str]] | None) -> Item | None:
         m = msgs[i]
         owes = caller is not None and (bool(owned.get(caller[0])) or bool(caller[1]))
         if not owes and not has_results(m):
@@ -543,7 +542,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             changes.append(_change("results_reordered", i))
         return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
 
-    owed: Optional[tuple[int, list[str]]] = None
+    owed: tuple[int, list[str]] | None = None
     for i, m in enumerate(msgs):
         if owed is not None:
             caller, stubs = owed
@@ -625,7 +624,7 @@ class _State:
         return self.work[w].msg(self.msgs)
 
     def total(self) -> int:
-        return sum(c for c, k in zip(self.costs, self.keep) if k)
+        return sum(c for c, k in zip(self.costs, self.keep, strict=False) if k)
 
     def set_fate(self, w: int, fate: str, rule: str) -> None:
         src = self.work[w].src
@@ -633,10 +632,10 @@ class _State:
             self.fates[src]["fate"] = fate
             self.fates[src]["rule"] = rule
 
-    def has_bc(self, w: Optional[int]) -> bool:
+    def has_bc(self, w: int | None) -> bool:
         return self.provider == "anthropic" and w is not None and first_text(self.m(w)) == BREADCRUMB
 
-    def bc_cost(self, w: Optional[int]) -> int:
+    def bc_cost(self, w: int | None) -> int:
         if not self.breadcrumb or self.has_bc(w):
             return 0
         t = text_tokens(BREADCRUMB, self.p)
@@ -662,7 +661,7 @@ def _state(msgs: list[Message], p: Profile, provider: str, breadcrumb: bool, mis
     return st
 
 
-def _shrink(st: _State, w: int, part: int, inner: Optional[int], budget: int, rule: str) -> None:
+def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str) -> None:
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -704,10 +703,10 @@ def _shrink(st: _State, w: int, part: int, inner: Optional[int], budget: int, ru
 
 
 def _finish(
-    st: _State, budget: Optional[int], reason: Optional[str], turns: tuple[int, int], bc_at: Optional[int]
-) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    st: _State, budget: int | None, reason: str | None, turns: tuple[int, int], bc_at: int | None
+) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     out: list[Item] = []
-    inserted = sum(1 for it, k in zip(st.work, st.keep) if k and it.src is None)
+    inserted = sum(1 for it, k in zip(st.work, st.keep, strict=False) if k and it.src is None)
     breadcrumb = False
     for w, it in enumerate(st.work):
         if not st.keep[w]:
@@ -748,7 +747,7 @@ def _finish(
 
 def trim_turns(
     msgs: list[Message], budget: int, profile: str = "conservative", breadcrumb: bool = True, provider: str = "openai"
-) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.trim_turns``, on canonical messages."""
     st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
@@ -762,12 +761,12 @@ def trim_turns(
     pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
     droppable = [i for i in range(nt - 1) if not pinned_turn[i]]
 
-    def bc_turn(k: int) -> Optional[int]:
+    def bc_turn(k: int) -> int | None:
         if not droppable:
             return None
         return next((i for i in range(droppable[0] + 1, nt) if i not in droppable[:k]), None)
 
-    def start_of(i: Optional[int]) -> Optional[int]:
+    def start_of(i: int | None) -> int | None:
         return None if i is None else seg.turns[i][0]
 
     dropped = len(droppable)
@@ -842,8 +841,12 @@ def trim_turns(
 
 
 def trim_turn_count(
-    msgs: list[Message], max_turns: int, profile: str = "conservative", breadcrumb: bool = True, provider: str = "openai"
-) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+    msgs: list[Message],
+    max_turns: int,
+    profile: str = "conservative",
+    breadcrumb: bool = True,
+    provider: str = "openai",
+) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.trim_turn_count``, on canonical messages."""
     st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
@@ -866,7 +869,7 @@ def trim_turn_count(
 
 def repair_tool_pairs(
     msgs: list[Message], missing: str = "stub", profile: str = "conservative", provider: str = "openai"
-) -> tuple[list[tuple[Optional[int], Optional[Message]]], FitReport]:
+) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.repair_tool_pairs``, on canonical messages."""
     st = _state(msgs, PROFILES[profile], provider, False, missing)
     t = len(segment([it.msg(msgs) for it in st.work]).turns)

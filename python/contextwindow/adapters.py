@@ -46,9 +46,7 @@ OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 # Part types only one provider uses; they decide detect_format.
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
-_ANTHROPIC_BLOCK_TYPES = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document"}
-)
+_ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 _ABSENT: Any = object()  # "leave the key out"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
@@ -153,9 +151,7 @@ def _text_out(p: TextPart) -> dict[str, Any]:
 def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart | OpaquePart:
     p, ptype = _typed(part, index, field)
     if ptype == "text":
-        return TextPart(
-            text=_str(p, "text", index, f"{field}.text"), extra=_rest(p, ("type", "text"))
-        )
+        return TextPart(text=_str(p, "text", index, f"{field}.text"), extra=_rest(p, ("type", "text")))
     if ptype == "image_url":
         img = p.get("image_url")
         if not isinstance(img, Mapping):
@@ -227,9 +223,7 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         if not isinstance(calls, list):
             _fail("must be a list or null", index, "tool_calls")
         if calls:  # null and [] stay in extra, verbatim
-            parts = parts + [
-                _openai_call(tc, index, f"tool_calls[{j}]") for j, tc in enumerate(calls)
-            ]
+            parts = parts + [_openai_call(tc, index, f"tool_calls[{j}]") for j, tc in enumerate(calls)]
             skip.append("tool_calls")
     return Message(role=role, content=parts, name=name, extra=_rest(d, skip), content_kind=kind)  # type: ignore[arg-type]
 
@@ -333,9 +327,7 @@ def _encode_input(value: Any, index: int, field: str) -> str:
 def _anthropic_block(block: object, index: int, field: str, *, nested: bool = False) -> Any:
     b, btype = _typed(block, index, field)
     if btype == "text":
-        return TextPart(
-            text=_str(b, "text", index, f"{field}.text"), extra=_rest(b, ("type", "text"))
-        )
+        return TextPart(text=_str(b, "text", index, f"{field}.text"), extra=_rest(b, ("type", "text")))
     if btype == "image":
         if not isinstance(b.get("source"), Mapping):
             _fail("must be an object", index, f"{field}.source")

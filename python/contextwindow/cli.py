@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import msgspec
 
@@ -33,7 +33,7 @@ def _tools_tokens(conv: Conversation, profile: str) -> int:
     return count_messages([], profile, tools=conv.tools, format=conv.format)
 
 
-def _write(conv: Conversation, messages: list[Any], out: Optional[str]) -> None:
+def _write(conv: Conversation, messages: list[Any], out: str | None) -> None:
     data = dump_conversation(conv, messages)
     if out is None or out == "-":
         sys.stdout.buffer.write(data)
@@ -96,9 +96,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     conv = load_conversation(args.file, args.format)
     tools = _tools_tokens(conv, args.profile)
     budget = max(0, args.budget - tools)
-    res = trim_turns(
-        conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
-    )
+    res = trim_turns(conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format)
     report = res.report
     if args.json:
         if args.output:
@@ -184,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI.
 
     Args:

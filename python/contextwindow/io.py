@@ -141,9 +141,7 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     """
     where = str(path)
     if format not in (None, "openai", "anthropic"):
-        raise InvalidRequestError(
-            f"{where}: unknown format {format!r}: expected openai or anthropic"
-        )
+        raise InvalidRequestError(f"{where}: unknown format {format!r}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)
     try:
         raw = Path(path).read_bytes()

@@ -16,7 +16,7 @@ Fields beyond the contract, used only to make the provider adapters lossless:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -119,7 +119,7 @@ class OpaquePart(msgspec.Struct, tag="opaque", **_OPTS):
     raw: Any
 
 
-ResultPart = Union[TextPart, ImagePart, OpaquePart]
+ResultPart = TextPart | ImagePart | OpaquePart
 
 
 class ToolResult(msgspec.Struct, tag="tool_result", **_OPTS):
@@ -143,7 +143,7 @@ class ToolResult(msgspec.Struct, tag="tool_result", **_OPTS):
     content_kind: ContentKind | None = None
 
 
-Part = Union[TextPart, ImagePart, ToolCall, ToolResult, OpaquePart]
+Part = TextPart | ImagePart | ToolCall | ToolResult | OpaquePart
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import msgspec
 
@@ -19,7 +19,7 @@ def repair_tool_pairs(
     messages: Any,
     missing: Literal["stub", "drop"] = "stub",
     *,
-    format: Optional[str] = None,
+    format: str | None = None,
     profile: str = DEFAULT_PROFILE,
 ) -> TrimResult[Any]:
     """Make every tool call and tool result a valid pair.
@@ -58,7 +58,7 @@ def repair_tool_pairs(
     return _engine.apply(prep, out)
 
 
-def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format: Optional[str] = None) -> list[Violation]:
+def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format: str | None = None) -> list[Violation]:
     """List every violation of the provider's message rules.
 
     OpenAI: every tool message answers a call of the assistant message before its run of

@@ -6,7 +6,7 @@ All are msgspec Structs: ``msgspec.json.encode(report)`` gives JSON, and the CLI
 
 from __future__ import annotations
 
-from typing import Any, Generic, Optional, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -55,7 +55,7 @@ class PairChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     kind: str
     index: int
-    call_id: Optional[str] = None
+    call_id: str | None = None
 
 
 class FitReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,9 +88,9 @@ class FitReport(msgspec.Struct, frozen=True, kw_only=True):
 
     tokens_before: int
     tokens_after: int
-    budget: Optional[int]
+    budget: int | None
     fits: bool
-    reason: Optional[str]
+    reason: str | None
     turns_before: int
     kept_turns: int
     dropped_turns: int
@@ -136,7 +136,7 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     index: int
     code: str
     detail: str
-    call_id: Optional[str] = None
+    call_id: str | None = None
 
 
 class Segmentation(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,6 +157,4 @@ class Segmentation(msgspec.Struct, frozen=True, kw_only=True):
     preamble_end: int
     turns: list[tuple[int, int]]
     units: list[list[int]]
-    current_request: Optional[int]
-
-
+    current_request: int | None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from . import _engine
 from .estimate import DEFAULT_PROFILE, PROFILES
@@ -24,7 +24,7 @@ def trim_turns(
     *,
     profile: str = DEFAULT_PROFILE,
     breadcrumb: bool = True,
-    format: Optional[str] = None,
+    format: str | None = None,
 ) -> TrimResult[Any]:
     """Fit a conversation into a token budget by dropping whole turns, oldest first.
 
@@ -74,7 +74,7 @@ def trim_turn_count(
     *,
     profile: str = DEFAULT_PROFILE,
     breadcrumb: bool = True,
-    format: Optional[str] = None,
+    format: str | None = None,
 ) -> TrimResult[Any]:
     """Keep the newest ``max(1, max_turns)`` whole turns (plus the preamble).
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import msgspec
 
@@ -14,7 +14,7 @@ __all__ = ["segment_turns"]
 _SEG = msgspec.json.Decoder(Segmentation)
 
 
-def segment_turns(messages: Any, *, format: Optional[str] = None) -> Segmentation:
+def segment_turns(messages: Any, *, format: str | None = None) -> Segmentation:
     """Split a conversation into preamble, turns and tool units.
 
     The preamble is the run of leading system/developer messages. A turn starts at a real

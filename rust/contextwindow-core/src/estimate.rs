@@ -349,8 +349,9 @@ pub const BYTES4: Profile = Profile {
 /// per further punctuation character, one per free-standing whitespace run; CJK, kana
 /// and hangul at 1.4 tokens per code point, other non-ASCII at 0.75, emoji at 3, joiners
 /// at 2; rounded up. Set by a grid search against cl100k on `../shared/corpus` text
-/// (segments of 20+ tokens: median +13% prose, +10% code, +8% CJK; 2-4% of segments
-/// undercounted by more than 5%). Issue 3 replaces it with fitted weights.
+/// (segments of 20+ tokens: median +16% prose, +14% code, +8% CJK; 2-3% of segments
+/// undercounted by more than 5%; `tools/measure_estimates.py`). Issue 3 replaces it
+/// with fitted weights.
 pub const CONSERVATIVE: Profile = Profile {
     name: "conservative",
     class_weights: [0, 0, 0, 16800, 16800, 16800, 36000, 24000, 9000],

@@ -1,0 +1,32 @@
+"""Type stubs of the native engine (``rust/contextwindow-py``). Private: use the package API.
+
+Every function taking ``messages`` expects the JSON array of canonical messages that
+``msgspec.json.encode(list[Message])`` produces (UTF-8 bytes). Errors: malformed JSON raises
+``InvalidRequestError``; an unknown profile, format or ``missing`` value raises ``ValueError``.
+"""
+
+PROFILES: list[str]
+
+def estimate_text(text: str, profile: str) -> int:
+    """Tokens of ``text`` under ``profile`` (0 for "", else >= 1)."""
+
+def count_classes(text: str) -> list[tuple[str, int]]:
+    """(name, count) for each code point class, each run feature, then ("bytes", n)."""
+
+def count_messages(messages: bytes, profile: str) -> list[int]:
+    """Tokens of each message."""
+
+def segment_turns(messages: bytes) -> str:
+    """JSON ``{"preamble_end", "turns", "units", "current_request"}``."""
+
+def validate(messages: bytes, format: str) -> str:
+    """JSON array of violations (``index``, ``code``, ``detail``, ``call_id``?)."""
+
+def repair_tool_pairs(messages: bytes, format: str, missing: str, profile: str) -> str:
+    """JSON ``{"messages": [ops], "report": {...}}``; an op is ``{"src": i}`` or ``{"src": i|null, "msg": {...}}``."""
+
+def trim_turns(messages: bytes, budget: int, profile: str, breadcrumb: bool, format: str) -> str:
+    """Same outcome JSON as :func:`repair_tool_pairs`."""
+
+def trim_turn_count(messages: bytes, max_turns: int, profile: str, breadcrumb: bool, format: str) -> str:
+    """Same outcome JSON as :func:`repair_tool_pairs`."""
