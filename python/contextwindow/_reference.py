@@ -786,6 +786,9 @@ def trim_turns(
     bc_at = start_of(bc_turn(dropped)) if dropped > 0 else None
     bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
     la, lb = seg.turns[-1]
+    # the current request: the input's last real user message, found by origin
+    real = [i for i, m in enumerate(msgs) if is_real_user(m)]
+    req = next((w for w, it in enumerate(st.work) if real and it.src == real[-1]), None)
 
     def over() -> bool:
         return st.total() + bc_cost > budget
@@ -796,7 +799,7 @@ def trim_turns(
         for u in units[:-1]:
             if not over():
                 break
-            if any(st.m(w).pinned for w in u):
+            if any(st.m(w).pinned or w == req for w in u):
                 continue
             for w in u:
                 st.keep[w] = False
@@ -822,9 +825,8 @@ def trim_turns(
             if not over():
                 break
             _shrink(st, w, p, q, inner_budget, "tool_result_shrunk")
-    req = seg.current_request
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
-        w = seg.current_request
+        w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
         # cut the request only when that can make the conversation fit
         saving = 0

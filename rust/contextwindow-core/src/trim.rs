@@ -440,8 +440,14 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
     } else {
         0
     };
-    // The newest turn alone is over budget: work inside it.
+    // The newest turn alone is over budget: work inside it. The current request is the
+    // input's last real user message; repair may have made it a tool-result carrier
+    // (Anthropic stubs go into the next user message), so it is found by origin.
     let last = seg.turns[t - 1].clone();
+    let request = messages
+        .iter()
+        .rposition(Message::is_real_user)
+        .and_then(|i| st.work.iter().position(|w| w.src == Some(i)));
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
@@ -451,7 +457,9 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                 if !over(&st) {
                     break;
                 }
-                if u.iter().any(|&w| st.work[w].msg.pinned) {
+                if u.iter()
+                    .any(|&w| st.work[w].msg.pinned || Some(w) == request)
+                {
                     continue;
                 }
                 st.drop_range(u.iter().copied(), "oldest_tool_unit");
@@ -501,10 +509,7 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
         }
     }
     if over(&st) {
-        if let Some(w) = seg
-            .current_request
-            .filter(|&w| last.contains(&w) && !st.work[w].msg.pinned)
-        {
+        if let Some(w) = request.filter(|&w| last.contains(&w) && !st.work[w].msg.pinned) {
             let mut cands: Vec<(usize, usize)> = st.work[w]
                 .msg
                 .content

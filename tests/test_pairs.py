@@ -1,0 +1,133 @@
+"""repair_tool_pairs, validate and segment_turns on hand-built conversations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import contextwindow as cw
+from contextwindow.messages import MISSING_RESULT
+
+
+def call(*ids: str) -> dict[str, Any]:
+    calls = [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def res(cid: str, text: str = "r") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+def u(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def use(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": "f", "input": {}} for i in ids]}
+
+
+def carrier(*ids: str, text: str | None = None) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [{"type": "tool_result", "tool_use_id": i, "content": "r"} for i in ids]
+    if text is not None:
+        blocks.append({"type": "text", "text": text})
+    return {"role": "user", "content": blocks}
+
+
+def test_parallel_results_in_any_order_are_valid() -> None:
+    msgs = [u("go"), call("A", "B"), res("B"), res("A"), {"role": "assistant", "content": "done"}]
+    assert cw.validate(msgs, "openai") == []
+    r = cw.repair_tool_pairs(msgs)
+    assert all(x is y for x, y in zip(r.messages, msgs)) and r.report.reason is None and r.report.repairs == []
+
+
+def test_separated_result_moves_back_next_to_its_call() -> None:
+    msgs = [u("go"), call("c1", "c2"), res("c1"), u("hm"), res("c2")]
+    assert [(v.index, v.code, v.call_id) for v in cw.validate(msgs, "openai")] == [
+        (1, "unanswered_call", "c2"),
+        (4, "orphan_result", "c2"),
+    ]
+    r = cw.repair_tool_pairs(msgs)
+    assert [m is msgs[i] for m, i in zip(r.messages, [0, 1, 2, 4, 3])] == [True] * 5
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("result_moved", 4, "c2")]
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_orphan_dropped_missing_stubbed() -> None:
+    msgs = [u("go"), res("zz"), call("c1"), u("next")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [msgs[0], msgs[2], {"role": "tool", "tool_call_id": "c1", "content": MISSING_RESULT}, msgs[3]]
+    kinds = [(c.kind, c.index, c.call_id) for c in r.report.repairs]
+    assert kinds == [("orphan_result_dropped", 1, "zz"), ("stub_inserted", 2, "c1")]
+    assert r.report.fates[1].fate == "dropped" and r.report.inserted_messages == 1
+    # idempotent
+    again = cw.repair_tool_pairs(r.messages)
+    assert again.report.repairs == [] and all(x is y for x, y in zip(again.messages, r.messages))
+
+
+def test_drop_mode_removes_unanswered_calls_and_empty_messages() -> None:
+    msgs = [u("go"), call("c1", "c2"), res("c1"), u("next"), call("c3")]
+    r = cw.repair_tool_pairs(msgs, missing="drop")
+    assert r.messages[1]["tool_calls"] == [msgs[1]["tool_calls"][0]]
+    assert r.messages[2] is msgs[2] and r.messages[3] is msgs[3] and len(r.messages) == 4
+    kinds = [(c.kind, c.index, c.call_id) for c in r.report.repairs]
+    assert kinds == [("call_removed", 1, "c2"), ("call_removed", 4, "c3"), ("message_dropped", 4, None)]
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_reused_id_answers_nearest_preceding_call() -> None:
+    msgs = [u("one"), call("c1"), res("c1", "first"), u("two"), call("c1"), res("c1", "second")]
+    assert cw.validate(msgs, "openai") == []
+    seg = cw.segment_turns(msgs)
+    assert seg.turns == [(0, 3), (3, 6)] and seg.units == [[1, 2], [4, 5]] and seg.current_request == 3
+
+
+def test_anthropic_stub_goes_into_next_user_message_ahead_of_text() -> None:
+    msgs = [u("go"), use("t1", "t2"), carrier("t1", text="and also this")]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    blocks = r.messages[2]["content"]
+    assert [b["type"] for b in blocks] == ["tool_result", "tool_result", "text"]
+    assert blocks[1] == {"type": "tool_result", "tool_use_id": "t2", "content": MISSING_RESULT}
+    assert cw.validate(r.messages, "anthropic") == []
+    # no user message after the calls: one is created
+    r2 = cw.repair_tool_pairs([u("go"), use("t9")], format="anthropic")
+    assert r2.messages[-1]["role"] == "user" and r2.messages[-1]["content"][0]["tool_use_id"] == "t9"
+
+
+def test_anthropic_result_after_text_is_reordered() -> None:
+    msgs = [
+        u("go"),
+        use("t1"),
+        {"role": "user", "content": [{"type": "text", "text": "x"}, carrier("t1")["content"][0]]},
+    ]
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["result_after_content"]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert [b["type"] for b in r.messages[2]["content"]] == ["tool_result", "text"]
+    assert [c.kind for c in r.report.repairs] == ["results_reordered"]
+
+
+def test_anthropic_role_rules() -> None:
+    msgs = [{"role": "assistant", "content": "hi"}, u("a"), u("b")]
+    assert [(v.index, v.code) for v in cw.validate(msgs, "anthropic")] == [
+        (0, "first_not_user"),
+        (2, "not_alternating"),
+    ]
+
+
+def test_carrier_is_not_a_turn() -> None:
+    msgs = [
+        u("go"),
+        use("t1"),
+        carrier("t1", text="extra"),
+        {"role": "assistant", "content": "ok"},
+        u("[Tool results] x"),
+    ]
+    seg = cw.segment_turns(msgs, format="anthropic")
+    assert seg.turns == [(0, 5)] and seg.current_request == 0
+
+
+def test_validate_rejects_unknown_provider() -> None:
+    with pytest.raises(ValueError, match="provider"):
+        cw.validate([u("x")], "gemini")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="missing"):
+        cw.repair_tool_pairs([u("x")], missing="maybe")  # type: ignore[arg-type]
