@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import strategies as st
+
 from contextwindow.messages import (
     BREADCRUMB,
     ImagePart,
@@ -20,7 +22,6 @@ from contextwindow.messages import (
     ToolCall,
     ToolResult,
 )
-from hypothesis import strategies as st
 
 PIECES = [
     "hello",

@@ -12,6 +12,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from contextwindow.adapters import (
     anthropic_to_message,
     detect_format,
@@ -32,8 +35,6 @@ from contextwindow.messages import (
     ToolCall,
     ToolResult,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 CORPUS_FILES = sorted(CORPUS.glob("*/*.json")) if CORPUS.is_dir() else []

@@ -9,9 +9,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import contextwindow as cw
 import pytest
+
+import contextwindow as cw
 from contextwindow.messages import MISSING_RESULT
+
 from shared_data import case_files, ids, load, need
 
 
@@ -62,7 +64,7 @@ def test_case(path: Path) -> None:
         if exp.get("unchanged"):
             assert out == originals
         if exp.get("identity"):
-            assert all(a is b for a, b in zip(out, originals, strict=False)) and len(out) == len(originals)
+            assert all(a is b for a, b in zip(out, originals, strict=True)) and len(out) == len(originals)
         if "fits" in exp:
             assert result.report.fits is exp["fits"]
         if exp.get("non_empty"):

@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import contextwindow as cw
 import msgspec
 import pytest
+
+import contextwindow as cw
 from contextwindow.io import load_conversation
+
 from shared_data import corpus_files, ids, load, need
 
 FILES = corpus_files()
@@ -41,7 +43,7 @@ def test_trim_turns_on_corpus(path: Path, pct: int) -> None:
     assert cw.validate(out, fmt, format=fmt) == []
     assert out
     seg = cw.segment_turns(msgs, format=fmt)
-    assert all(a is b for a, b in zip(out[: seg.preamble_end], msgs[: seg.preamble_end], strict=False))
+    assert all(a is b for a, b in zip(out[: seg.preamble_end], msgs[: seg.preamble_end], strict=True))
     if seg.current_request is not None:
         assert r.report.fates[seg.current_request].fate in ("kept", "truncated")
         request = msgs[seg.current_request]
@@ -49,7 +51,7 @@ def test_trim_turns_on_corpus(path: Path, pct: int) -> None:
         if fate.fate == "kept" and fate.rule != "breadcrumb_added":
             assert any(m is request for m in out)
     if total <= budget:
-        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=False))
+        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=True))
         assert r.report.reason is None
     assert r.report.tokens_after == cw.count_messages(out, format=fmt)
     assert r.report.fits == (r.report.tokens_after <= budget)

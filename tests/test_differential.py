@@ -8,13 +8,15 @@ token counts, cut positions and reports.
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages
 from contextwindow._engine import native as rs
 from contextwindow.messages import Message
 from contextwindow.report import Segmentation
-from hypothesis import given
-from hypothesis import strategies as st
+
 from strategies import case
 
 PROFILES = ["conservative", "fim", "bytes4"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import contextwindow as cw
 import msgspec
-from contextwindow import _reference as ref
-from contextwindow.messages import Message
 from hypothesis import given
 from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.messages import Message
+
 from strategies import case
 
 PAIRING = {"orphan_result", "unanswered_call", "result_after_content", "result_outside_tool_message"}
@@ -37,13 +39,13 @@ def test_trim_turns_invariants(c: Case, pct: int, profile: str) -> None:
     assert msgspec.to_builtins(msgs) == snapshot
     # 1. identity under budget (for valid input)
     if total <= budget and not pairing_violations(msgs, provider):
-        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=False))
+        assert len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=True))
         assert r.report.reason is None
     # 2. pairing
     assert pairing_violations(out, provider) == []
     # 3. preamble, pinned, current request survive (as the same objects unless truncated)
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
-    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=False))
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=True))
     fates = {f.index: f for f in r.report.fates}
     # pinned: never dropped, never cut (an Anthropic breadcrumb block may be prepended)
     assert all(fates[i].fate in ("kept", "repaired") for i, m in enumerate(msgs) if m.pinned)
@@ -106,6 +108,6 @@ def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
     assert pairing_violations(once, provider) == []
     twice = cw.repair_tool_pairs(once, missing, format=provider)
     assert twice.report.reason is None
-    assert all(a is b for a, b in zip(twice.messages, once, strict=False)) and len(twice.messages) == len(once)
+    assert all(a is b for a, b in zip(twice.messages, once, strict=True)) and len(twice.messages) == len(once)
     if not pairing_violations(msgs, provider):
-        assert all(a is b for a, b in zip(once, msgs, strict=False)) and len(once) == len(msgs)
+        assert all(a is b for a, b in zip(once, msgs, strict=True)) and len(once) == len(msgs)

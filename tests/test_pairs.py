@@ -38,7 +38,11 @@ def test_parallel_results_in_any_order_are_valid() -> None:
     msgs = [u("go"), call("A", "B"), res("B"), res("A"), {"role": "assistant", "content": "done"}]
     assert cw.validate(msgs, "openai") == []
     r = cw.repair_tool_pairs(msgs)
-    assert all(x is y for x, y in zip(r.messages, msgs)) and r.report.reason is None and r.report.repairs == []
+    assert (
+        all(x is y for x, y in zip(r.messages, msgs, strict=True))
+        and r.report.reason is None
+        and r.report.repairs == []
+    )
 
 
 def test_separated_result_moves_back_next_to_its_call() -> None:
@@ -48,7 +52,7 @@ def test_separated_result_moves_back_next_to_its_call() -> None:
         (4, "orphan_result", "c2"),
     ]
     r = cw.repair_tool_pairs(msgs)
-    assert [m is msgs[i] for m, i in zip(r.messages, [0, 1, 2, 4, 3])] == [True] * 5
+    assert [m is msgs[i] for m, i in zip(r.messages, [0, 1, 2, 4, 3], strict=True)] == [True] * 5
     assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("result_moved", 4, "c2")]
     assert cw.validate(r.messages, "openai") == []
 
@@ -62,7 +66,7 @@ def test_orphan_dropped_missing_stubbed() -> None:
     assert r.report.fates[1].fate == "dropped" and r.report.inserted_messages == 1
     # idempotent
     again = cw.repair_tool_pairs(r.messages)
-    assert again.report.repairs == [] and all(x is y for x, y in zip(again.messages, r.messages))
+    assert again.report.repairs == [] and all(x is y for x, y in zip(again.messages, r.messages, strict=True))
 
 
 def test_drop_mode_removes_unanswered_calls_and_empty_messages() -> None:

@@ -37,7 +37,7 @@ def result(cid: str, text: str) -> dict[str, Any]:
 def test_fits_returns_same_objects() -> None:
     msgs = [u("hi"), a("hello")]
     r = cw.trim_turns(msgs, 100, profile="fim")
-    assert r.messages == msgs and all(x is y for x, y in zip(r.messages, msgs))
+    assert r.messages == msgs and all(x is y for x, y in zip(r.messages, msgs, strict=True))
     assert r.report.reason is None and r.report.fits and r.report.tokens_before == r.report.tokens_after == 10
 
 
@@ -51,14 +51,14 @@ def test_drops_oldest_turn_and_inserts_breadcrumb_after_preamble() -> None:
     assert r.report.breadcrumb and r.report.inserted_messages == 1 and r.report.reason == "token_budget"
     # trimming the output again changes nothing: the breadcrumb is not a turn of its own
     again = cw.trim_turns(r.messages, 30, profile="fim")
-    assert all(x is y for x, y in zip(again.messages, r.messages)) and again.report.reason is None
+    assert all(x is y for x, y in zip(again.messages, r.messages, strict=True)) and again.report.reason is None
 
 
 def test_nothing_left_to_remove_says_does_not_fit() -> None:
     msgs = [{"role": "system", "content": "s"}, u(BC), u("q")]  # 5 + 16 + 5 = 26
     r = cw.trim_turns(msgs, 20, profile="fim")
     assert r.report.fits is False and r.report.tokens_after == 26 and r.report.reason is None
-    assert all(x is y for x, y in zip(r.messages, msgs))
+    assert all(x is y for x, y in zip(r.messages, msgs, strict=True))
 
 
 def test_anthropic_breadcrumb_is_leading_block_of_first_kept_user_message() -> None:
@@ -105,7 +105,7 @@ def test_request_is_cut_only_when_that_makes_it_fit() -> None:
     assert r.report.tokens_after == 150 and r.report.fates[1].rule == "request_truncated"
     # at 100 even a fully cut request (marker only, 8 tokens) leaves 116: keep it whole
     r2 = cw.trim_turns(msgs, 100, profile="fim")
-    assert all(x is y for x, y in zip(r2.messages, msgs)) and r2.report.fits is False
+    assert all(x is y for x, y in zip(r2.messages, msgs, strict=True)) and r2.report.fits is False
 
 
 def test_turn_with_pinned_message_is_never_dropped() -> None:

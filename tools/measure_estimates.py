@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import contextwindow as cw
 import msgspec
 import tiktoken
+
+import contextwindow as cw
 
 
 def strings(x: Any, out: list[str]) -> None:

@@ -624,7 +624,7 @@ class _State:
         return self.work[w].msg(self.msgs)
 
     def total(self) -> int:
-        return sum(c for c, k in zip(self.costs, self.keep, strict=False) if k)
+        return sum(c for c, k in zip(self.costs, self.keep, strict=True) if k)
 
     def set_fate(self, w: int, fate: str, rule: str) -> None:
         src = self.work[w].src
@@ -706,7 +706,7 @@ def _finish(
     st: _State, budget: int | None, reason: str | None, turns: tuple[int, int], bc_at: int | None
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     out: list[Item] = []
-    inserted = sum(1 for it, k in zip(st.work, st.keep, strict=False) if k and it.src is None)
+    inserted = sum(1 for it, k in zip(st.work, st.keep, strict=True) if k and it.src is None)
     breadcrumb = False
     for w, it in enumerate(st.work):
         if not st.keep[w]:
