@@ -1,0 +1,315 @@
+//! Table-driven tests of the engine on small conversations, values worked out by hand
+#![allow(clippy::single_range_in_vec_init)]
+//! with the `fim` profile: floor((3 * ASCII + 8 * other) / 12) tokens, at least 1, plus 4
+//! per message. "a" x 40 is 10 tokens (14 as a message); the breadcrumb is 12 (16).
+
+use contextwindow_core::estimate::{BYTES4, CONSERVATIVE, FIM};
+use contextwindow_core::model::{
+    Format, Message, Part, PartKind, Role, BREADCRUMB, MISSING_RESULT,
+};
+use contextwindow_core::pairs::{repair, validate, Missing};
+use contextwindow_core::trim::{shrink_text, trim_turn_count, trim_turns, TrimOptions};
+use contextwindow_core::turns::segment;
+
+fn text(role: Role, t: &str) -> Message {
+    Message::new(role, vec![Part::text(t)])
+}
+fn u(t: &str) -> Message {
+    text(Role::User, t)
+}
+fn a(t: &str) -> Message {
+    text(Role::Assistant, t)
+}
+fn sys(t: &str) -> Message {
+    text(Role::System, t)
+}
+fn call(ids: &[&str]) -> Message {
+    let parts = ids
+        .iter()
+        .map(|id| {
+            let mut p = Part::text("");
+            p.kind = PartKind::ToolCall;
+            p.text = None;
+            p.id = Some((*id).into());
+            p.name = Some("f".into());
+            p.arguments = Some("{}".into());
+            p
+        })
+        .collect();
+    Message::new(Role::Assistant, parts)
+}
+fn res(id: &str, t: &str) -> Message {
+    let mut p = Part::missing_result(id);
+    p.content = Some(vec![Part::text(t)]);
+    Message::new(Role::Tool, vec![p])
+}
+fn carrier(ids: &[&str]) -> Message {
+    Message::new(
+        Role::User,
+        ids.iter().map(|id| Part::missing_result(id)).collect(),
+    )
+}
+fn opts(format: Format) -> TrimOptions<'static> {
+    TrimOptions {
+        profile: &FIM,
+        breadcrumb: true,
+        format,
+    }
+}
+fn texts(out: &contextwindow_core::trim::Outcome<'_>) -> Vec<String> {
+    out.messages
+        .iter()
+        .map(|w| {
+            w.msg
+                .content
+                .iter()
+                .map(|p| p.text_str())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+#[test]
+fn text_estimates() {
+    let cases: &[(&str, u64, u64, u64)] = &[
+        // text, fim, bytes4, conservative
+        ("", 0, 0, 0),
+        ("hello world", 2, 3, 3),
+        ("你好世界", 2, 3, 6),
+        ("\u{1F468}\u{200D}\u{1F469}", 2, 3, 8),
+        ("1234567", 1, 2, 3),
+    ];
+    for (t, fim, b4, cons) in cases {
+        assert_eq!(FIM.text_tokens(t), *fim, "fim {t:?}");
+        assert_eq!(BYTES4.text_tokens(t), *b4, "bytes4 {t:?}");
+        assert_eq!(CONSERVATIVE.text_tokens(t), *cons, "conservative {t:?}");
+    }
+}
+
+#[test]
+fn message_cost_counts_calls_and_results() {
+    // call: 4 + "f" 1 + "{}" 1; result: 4 + "a" x 40 = 10
+    assert_eq!(FIM.message_tokens(&call(&["c1"])), 6);
+    assert_eq!(FIM.message_tokens(&res("c1", &"a".repeat(40))), 14);
+    // conservative: 4 + 3 per call + "f" 1 + "{}" (one punctuation run 1 + 1/4, rounded up) 2
+    assert_eq!(CONSERVATIVE.message_tokens(&call(&["c1"])), 4 + 3 + 1 + 2);
+}
+
+#[test]
+fn segmentation_table() {
+    // (messages, preamble_end, turns, units, current_request)
+    type Case = (
+        Vec<Message>,
+        usize,
+        Vec<std::ops::Range<usize>>,
+        Vec<Vec<usize>>,
+        Option<usize>,
+    );
+    let cases: Vec<Case> = vec![
+        (vec![], 0, vec![], vec![], None),
+        (vec![sys("s")], 1, vec![], vec![], None),
+        (vec![a("hi"), u("q")], 0, vec![0..2], vec![], Some(1)),
+        (
+            vec![sys("s"), u("1"), call(&["c"]), res("c", "r"), u("2")],
+            1,
+            vec![1..4, 4..5],
+            vec![vec![2, 3]],
+            Some(4),
+        ),
+        // a real user message between a call and its result does not split the unit
+        (
+            vec![u("1"), call(&["c"]), u("2"), res("c", "r")],
+            0,
+            vec![0..4],
+            vec![vec![1, 3]],
+            Some(2),
+        ),
+        // breadcrumb and carriers are not turns
+        (
+            vec![u(BREADCRUMB), u("1"), call(&["c"]), carrier(&["c"])],
+            0,
+            vec![0..4],
+            vec![vec![2, 3]],
+            Some(1),
+        ),
+    ];
+    for (i, (msgs, pre, turns, units, req)) in cases.into_iter().enumerate() {
+        let s = segment(&msgs);
+        assert_eq!(
+            (s.preamble_end, s.turns, s.units, s.current_request),
+            (pre, turns, units, req),
+            "case {i}"
+        );
+    }
+}
+
+#[test]
+fn validate_and_repair_openai() {
+    let msgs = vec![
+        u("go"),
+        res("zz", "orphan"),
+        call(&["c1", "c2"]),
+        res("c2", "r"),
+        u("x"),
+        res("c1", "late"),
+    ];
+    let codes: Vec<(usize, &str)> = validate(&msgs, Format::OpenAI)
+        .iter()
+        .map(|v| (v.index, v.code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            (1, "orphan_result"),
+            (2, "unanswered_call"),
+            (5, "orphan_result")
+        ]
+    );
+    let (out, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    let srcs: Vec<Option<usize>> = out.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, vec![Some(0), Some(2), Some(3), Some(5), Some(4)]);
+    let kinds: Vec<&str> = changes.iter().map(|c| c.kind).collect();
+    assert_eq!(kinds, vec!["orphan_result_dropped", "result_moved"]);
+    let repaired: Vec<Message> = out.iter().map(|w| (*w.msg).clone()).collect();
+    assert!(validate(&repaired, Format::OpenAI).is_empty());
+    // idempotent: nothing changes the second time
+    let (again, changes2) = repair(&repaired, Format::OpenAI, Missing::Stub);
+    assert!(
+        changes2.is_empty()
+            && again
+                .iter()
+                .enumerate()
+                .all(|(i, w)| w.src == Some(i) && !w.changed())
+    );
+}
+
+#[test]
+fn repair_anthropic_stub_into_next_user_message() {
+    let msgs = vec![u("go"), call(&["t1", "t2"]), carrier(&["t1"])];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(out.len(), 3);
+    let ids: Vec<&str> = out[2]
+        .msg
+        .content
+        .iter()
+        .map(|p| p.call_id.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, vec!["t1", "t2"]);
+    assert_eq!(out[2].msg.content[1].inner()[0].text_str(), MISSING_RESULT);
+    assert_eq!(
+        changes.iter().map(|c| c.kind).collect::<Vec<_>>(),
+        vec!["stub_inserted"]
+    );
+    // drop mode removes the call instead
+    let (out, _) = repair(&msgs, Format::Anthropic, Missing::Drop);
+    assert_eq!(out[1].msg.tool_calls().count(), 1);
+}
+
+#[test]
+fn trim_table() {
+    let forty = "a".repeat(40);
+    // (messages, budget, expected texts, tokens_after, fits)
+    let cases: Vec<(Vec<Message>, u64, Vec<String>, u64, bool)> = vec![
+        (
+            vec![u("hi"), a("ok")],
+            100,
+            vec!["hi".into(), "ok".into()],
+            10,
+            true,
+        ),
+        (
+            vec![sys("s"), u(&forty), a(&forty), u("q")],
+            30,
+            vec!["s".into(), BREADCRUMB.into(), "q".into()],
+            26,
+            true,
+        ),
+        (
+            vec![u(&forty), a(&forty), u(&forty), a(&forty), u("q")],
+            40,
+            vec![BREADCRUMB.into(), "q".into()],
+            21,
+            true,
+        ),
+        // only the newest turn is left and it does not fit: said so
+        (
+            vec![sys(&forty), u(&forty)],
+            20,
+            vec![forty.clone(), forty.clone()],
+            28,
+            false,
+        ),
+    ];
+    for (i, (msgs, budget, want, after, fits)) in cases.into_iter().enumerate() {
+        let out = trim_turns(&msgs, budget, opts(Format::OpenAI));
+        assert_eq!(texts(&out), want, "case {i}");
+        assert_eq!(
+            (out.report.tokens_after, out.report.fits),
+            (after, fits),
+            "case {i}"
+        );
+    }
+}
+
+#[test]
+fn trim_shrinks_newest_tool_result() {
+    let msgs = vec![u("go"), call(&["c1"]), res("c1", &"x".repeat(4000))];
+    let out = trim_turns(&msgs, 100, opts(Format::OpenAI));
+    let want = format!(
+        "{}\n[... 3692 characters removed ...]\n{}",
+        "x".repeat(154),
+        "x".repeat(154)
+    );
+    assert_eq!(out.messages[2].msg.content[0].inner()[0].text_str(), want);
+    assert_eq!(out.report.tokens_after, 100);
+    assert_eq!(out.report.fates[2].chars_removed, 3692);
+}
+
+#[test]
+fn trim_turn_count_keeps_at_least_one() {
+    let msgs = vec![u("1"), a("x"), u("2"), a("y"), u("3")];
+    let out = trim_turn_count(&msgs, 0, opts(Format::OpenAI));
+    assert_eq!(texts(&out), vec![BREADCRUMB.to_string(), "3".into()]);
+    assert_eq!(out.report.reason, Some("turn_limit"));
+}
+
+#[test]
+fn shrink_never_splits_zwj_or_combining() {
+    let cases: &[(&str, usize, &str, usize)] = &[
+        ("abcdefghij", 4, "ab|ij", 6),
+        ("ab\u{200D}cdefgh", 4, "a|gh", 6),
+        ("a\u{1F468}\u{200D}\u{1F469}xyz", 3, "a|z", 5),
+        ("abe\u{301}fgh", 4, "ab|gh", 3),
+        ("short", 10, "short", 0),
+    ];
+    for (t, keep, want, removed) in cases {
+        let (out, n) = shrink_text(t, *keep);
+        let expect = if *removed == 0 {
+            want.to_string()
+        } else {
+            want.replace('|', &format!("\n[... {removed} characters removed ...]\n"))
+        };
+        assert_eq!((out, n), (expect, *removed), "{t:?}");
+    }
+}
+
+#[test]
+fn bad_json_is_an_error_not_a_panic() {
+    use contextwindow_core::api;
+    for bad in [
+        "",
+        "{",
+        "[1]",
+        r#"[{"role": "wizard"}]"#,
+        r#"[{"role": "user", "content": [{"kind": "x"}]}]"#,
+    ] {
+        assert!(
+            api::trim_turns_json(bad, 10, "fim", true, "openai").is_err(),
+            "{bad:?}"
+        );
+    }
+    assert!(api::trim_turns_json("[]", 10, "nope", true, "openai").is_err());
+    assert!(api::trim_turns_json("[]", 10, "fim", true, "gemini").is_err());
+    assert_eq!(api::count_messages("[]", "fim").unwrap(), Vec::<u64>::new());
+}
