@@ -1,7 +1,8 @@
 //! Table-driven tests of the engine on small conversations, values worked out by hand
-#![allow(clippy::single_range_in_vec_init)]
 //! with the `fim` profile: floor((3 * ASCII + 8 * other) / 12) tokens, at least 1, plus 4
 //! per message. "a" x 40 is 10 tokens (14 as a message); the breadcrumb is 12 (16).
+
+#![allow(clippy::single_range_in_vec_init, clippy::type_complexity)]
 
 use contextwindow_core::estimate::{BYTES4, CONSERVATIVE, FIM};
 use contextwindow_core::model::{
