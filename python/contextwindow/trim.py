@@ -11,11 +11,15 @@ from .report import TrimResult
 __all__ = ["trim_turns", "trim_turn_count"]
 
 
-def _check(profile: str, n: Any, name: str) -> None:
+_MAX = 2**63 - 1  # larger budgets mean "no limit"; the engine counts in u64
+
+
+def _check(profile: str, n: Any, name: str) -> int:
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+    return min(n, _MAX)
 
 
 def trim_turns(
@@ -62,7 +66,7 @@ def trim_turns(
     >>> [m["content"] for m in r.messages]
     ['sys', '[earlier turns omitted to fit the context window]', 'new']
     """
-    _check(profile, budget, "budget")
+    budget = _check(profile, budget, "budget")
     prep = _engine.prepare(messages, format)
     out = _engine.native.trim_turns(prep.payload, budget, profile, bool(breadcrumb), prep.provider)
     return _engine.apply(prep, out)
@@ -98,7 +102,7 @@ def trim_turn_count(
     >>> [m["content"] for m in trim_turn_count(msgs, 1).messages]
     ['[earlier turns omitted to fit the context window]', 'c']
     """
-    _check(profile, max_turns, "max_turns")
+    max_turns = _check(profile, max_turns, "max_turns")
     prep = _engine.prepare(messages, format)
     out = _engine.native.trim_turn_count(prep.payload, max_turns, profile, bool(breadcrumb), prep.provider)
     return _engine.apply(prep, out)
