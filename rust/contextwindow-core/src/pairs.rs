@@ -476,16 +476,13 @@ fn repair_anthropic<'a>(
                 continue;
             }
             // No user message follows the calls: create one.
-            out.push(Work {
-                src: None,
-                msg: Cow::Owned(carrier_for(
-                    messages,
-                    &belongs,
-                    caller,
-                    &stubs,
-                    &mut changes,
-                )),
-            });
+            out.push(carrier_for(
+                messages,
+                &belongs,
+                caller,
+                &stubs,
+                &mut changes,
+            ));
         }
         if m.role == Role::User {
             if let Some(w) = rebuild_user(messages, res, &belongs, i, None, &mut changes) {
@@ -507,16 +504,13 @@ fn repair_anthropic<'a>(
         });
     }
     if let Some((caller, stubs)) = owed.take() {
-        out.push(Work {
-            src: None,
-            msg: Cow::Owned(carrier_for(
-                messages,
-                &belongs,
-                caller,
-                &stubs,
-                &mut changes,
-            )),
-        });
+        out.push(carrier_for(
+            messages,
+            &belongs,
+            caller,
+            &stubs,
+            &mut changes,
+        ));
     }
     (out, changes)
 }
@@ -545,17 +539,19 @@ fn owed_parts(
     parts
 }
 
-fn carrier_for(
+/// A new user message holding the results owed to `caller` and its stubs.
+fn carrier_for<'a>(
     messages: &[Message],
     belongs: &[Vec<(usize, usize)>],
     caller: usize,
     stubs: &[&str],
     changes: &mut Vec<PairChange>,
-) -> Message {
-    Message::new(
-        Role::User,
-        owed_parts(messages, belongs, caller, stubs, None, changes),
-    )
+) -> Work<'a> {
+    let parts = owed_parts(messages, belongs, caller, stubs, None, changes);
+    Work {
+        src: None,
+        msg: Cow::Owned(Message::new(Role::User, parts)),
+    }
 }
 
 /// Rebuild user message `i`: results owed to the previous caller first (its own ones
