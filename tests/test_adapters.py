@@ -5,7 +5,6 @@ Run with ``PYTHONPATH=python python -m pytest tests/test_adapters.py``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,8 @@ from contextwindow.messages import (
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 CORPUS_FILES = sorted(CORPUS.glob("*/*.json")) if CORPUS.is_dir() else []
-MAX_EXAMPLES = int(os.environ.get("CONTEXTWINDOW_MAX_EXAMPLES", "200"))
+MAX_EXAMPLES = settings().max_examples  # the profile of conftest.py (CW_MAX_EXAMPLES)
+SLOW = [HealthCheck.too_slow]  # no deadline either: CI machines and parallel runs vary
 
 TO: dict[str, Callable[[Any, int], Message]] = {
     "openai": openai_to_message,
@@ -608,13 +608,13 @@ def anthropic_message(draw: st.DrawFn) -> dict[str, Any]:
     return {"role": role, "content": content, **draw(extra_keys(["x"]))}
 
 
-@settings(max_examples=MAX_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=SLOW)
 @given(openai_message())
 def test_openai_round_trip_property(d: dict[str, Any]) -> None:
     roundtrip("openai", d)
 
 
-@settings(max_examples=MAX_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=SLOW)
 @given(anthropic_message())
 def test_anthropic_round_trip_property(d: dict[str, Any]) -> None:
     roundtrip("anthropic", d)
@@ -653,7 +653,7 @@ fuzz_message = fuzz_dict({"role": st.sampled_from(VALUES.split())}, "tool_call_i
 )
 
 
-@settings(max_examples=MAX_EXAMPLES * 2, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=MAX_EXAMPLES * 2, deadline=None, suppress_health_check=SLOW)
 @given(fuzz_message | fuzz_value, st.sampled_from(["openai", "anthropic"]))
 def test_fuzz_only_invalid_message_error(d: Any, fmt: str) -> None:
     """Anything is either rejected with InvalidMessageError or round-trips exactly."""
