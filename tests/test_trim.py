@@ -165,3 +165,14 @@ def test_bad_arguments() -> None:
     # a budget beyond 64 bits is no limit, not an OverflowError
     assert cw.trim_turns([u("x")], 10**30).report.fits
     assert cw.trim_turn_count([u("x")], 10**30).report.reason is None
+
+
+def test_long_conversation_keeps_newest_turns() -> None:
+    """20,000 messages (the input that exposed a cubic turn search): result checked by hand."""
+    msgs = [{"role": "system", "content": "s"}]
+    msgs += [{"role": r, "content": "x"} for _ in range(10_000) for r in ("user", "assistant")]
+    r = cw.trim_turns(msgs, 100, profile="fim", format="openai")
+    # 5 per message; preamble 5 + breadcrumb 16 = 21; 7 turns of 10 fit in the other 79
+    assert len(r.messages) == 2 + 14 and r.report.tokens_after == 91
+    assert r.messages[0] is msgs[0] and r.messages[1]["content"] == BC and r.messages[-1] is msgs[-1]
+    assert r.report.dropped_turns == 9_993

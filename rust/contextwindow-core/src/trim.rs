@@ -146,6 +146,8 @@ struct State<'a, 'p> {
     work: Vec<Work<'a>>,
     costs: Vec<u64>,
     keep: Vec<bool>,
+    /// Sum of `costs` over kept items.
+    total: u64,
     fates: Vec<Fate>,
     repairs: Vec<PairChange>,
 }
@@ -155,7 +157,7 @@ impl<'a, 'p> State<'a, 'p> {
         let p = opts.profile;
         let tokens_before = messages.iter().map(|m| p.message_tokens(m)).sum();
         let (work, repairs) = repair(messages, opts.format, missing);
-        let costs = work.iter().map(|w| p.message_tokens(&w.msg)).collect();
+        let costs: Vec<u64> = work.iter().map(|w| p.message_tokens(&w.msg)).collect();
         let mut fates: Vec<Fate> = (0..messages.len())
             .map(|i| fate(i, "kept", "fits"))
             .collect();
@@ -178,6 +180,7 @@ impl<'a, 'p> State<'a, 'p> {
             }
         }
         let keep = vec![true; work.len()];
+        let total = costs.iter().sum();
         State {
             opts,
             input_len: messages.len(),
@@ -185,18 +188,26 @@ impl<'a, 'p> State<'a, 'p> {
             work,
             costs,
             keep,
+            total,
             fates,
             repairs,
         }
     }
 
     fn total(&self) -> u64 {
-        self.costs
-            .iter()
-            .zip(&self.keep)
-            .filter(|(_, k)| **k)
-            .map(|(c, _)| c)
-            .sum()
+        self.total
+    }
+
+    /// Keep or drop work item `w`, keeping the running total.
+    fn set_keep(&mut self, w: usize, keep: bool) {
+        if self.keep[w] != keep {
+            self.keep[w] = keep;
+            if keep {
+                self.total += self.costs[w];
+            } else {
+                self.total -= self.costs[w];
+            }
+        }
     }
 
     fn set_fate(&mut self, w: usize, fate_: &'static str, rule: &'static str) {
@@ -209,7 +220,7 @@ impl<'a, 'p> State<'a, 'p> {
 
     fn drop_range(&mut self, idx: impl IntoIterator<Item = usize>, rule: &'static str) {
         for w in idx {
-            self.keep[w] = false;
+            self.set_keep(w, false);
             self.set_fate(w, "dropped", rule);
         }
     }
@@ -280,6 +291,7 @@ impl<'a, 'p> State<'a, 'p> {
         };
         target.text = Some(new_text);
         self.costs[w] = self.costs[w] - old + new_tokens;
+        self.total = self.total - old + new_tokens;
         if let Some(i) = self.work[w].src {
             let f = &mut self.fates[i];
             f.fate = "truncated";
@@ -404,10 +416,17 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
     let droppable: Vec<usize> = (0..t - 1)
         .filter(|&i| !pinned(&st, &seg.turns[i]))
         .collect();
-    // The breadcrumb goes before the first kept turn that follows a dropped turn.
+    // The breadcrumb goes before the first kept turn that follows a dropped turn. With
+    // the k oldest droppable turns gone, that is the turn right after the leading run of
+    // consecutive indices among them (O(1) per k, so the search below stays linear).
+    let consecutive = droppable
+        .iter()
+        .enumerate()
+        .take_while(|(j, &i)| i == droppable[0] + j)
+        .count();
     let bc_turn = |k: usize| -> Option<usize> {
         let first = *droppable.first()?;
-        (first + 1..t).find(|i| !droppable[..k].contains(i))
+        Some(first + k.min(consecutive)).filter(|&i| i < t)
     };
     let all: u64 = turn_cost.iter().sum();
     let mut dropped = droppable.len();
@@ -420,11 +439,13 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
             break;
         }
     }
+    let mut gone = vec![false; t];
     for &i in &droppable[..dropped] {
+        gone[i] = true;
         st.drop_range(seg.turns[i].clone(), "oldest_turn");
     }
     for (i, r) in seg.turns.iter().enumerate() {
-        if !droppable[..dropped].contains(&i) {
+        if !gone[i] {
             for w in r.clone() {
                 st.set_fate(w, "kept", "kept_turn");
             }
@@ -471,7 +492,7 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
                 let cost: u64 = u.iter().map(|&w| st.costs[w]).sum();
                 if st.total() + cost + bc_cost <= budget {
                     for &w in u {
-                        st.keep[w] = true;
+                        st.set_keep(w, true);
                         st.set_fate(w, "kept", "kept_turn");
                     }
                 }

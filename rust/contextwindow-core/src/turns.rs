@@ -161,9 +161,18 @@ pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> 
     for &i in real.iter().skip(1) {
         is_boundary[i] = true;
     }
+    // Clear boundaries inside each unit's span (lo, hi] with a difference array: linear
+    // in the number of messages however the spans overlap.
+    let mut inside = vec![0i64; n + 2];
     for u in &units {
         let (lo, hi) = (u[0], u[u.len() - 1]);
-        for b in is_boundary.iter_mut().take(hi + 1).skip(lo + 1) {
+        inside[lo + 1] += 1;
+        inside[hi + 1] -= 1;
+    }
+    let mut depth = 0;
+    for (i, b) in is_boundary.iter_mut().enumerate().take(n) {
+        depth += inside[i];
+        if depth > 0 {
             *b = false;
         }
     }
