@@ -176,3 +176,15 @@ def test_long_conversation_keeps_newest_turns() -> None:
     assert len(r.messages) == 2 + 14 and r.report.tokens_after == 91
     assert r.messages[0] is msgs[0] and r.messages[1]["content"] == BC and r.messages[-1] is msgs[-1]
     assert r.report.dropped_turns == 9_993
+
+
+def test_plain_chat_gets_breadcrumb_valid_for_both_providers() -> None:
+    """Text-only user/assistant chats are both OpenAI and Anthropic; a separate breadcrumb
+    message would break Anthropic's alternation (found on logickor_claude35_ko)."""
+    msgs = [u("a" * 40), a("b" * 40), u("q")]
+    r = cw.trim_turns(msgs, 20, profile="fim")
+    assert r.messages == [{"role": "user", "content": [{"type": "text", "text": BC}, {"type": "text", "text": "q"}]}]
+    assert cw.validate(r.messages, "anthropic") == [] and cw.validate(r.messages, "openai") == []
+    # an explicit format keeps that provider's placement
+    r2 = cw.trim_turns(msgs, 30, profile="fim", format="openai")
+    assert [m["content"] for m in r2.messages] == [BC, "q"]

@@ -8,6 +8,7 @@ message is converted to the caller's shape.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,7 +18,7 @@ import msgspec
 from . import _native
 from .adapters import detect_format, from_canonical, to_canonical
 from .errors import InvalidMessageError
-from .messages import Message
+from .messages import Message, TextPart, ToolResult
 from .report import FitReport, TrimResult
 
 Provider = Literal["openai", "anthropic"]
@@ -81,38 +82,95 @@ class Prepared:
     payload: bytes
 
 
-def _provider_of(messages: Sequence[Message]) -> Provider:
+def _provider_of(messages: Sequence[Message], detected: InputFormat) -> Provider:
+    """Whose rules the engine applies when the caller did not say.
+
+    A plain chat (only user and assistant messages, only text) is valid in both shapes;
+    the engine then places the breadcrumb as a leading text block of the first kept user
+    message, which both providers accept, rather than as a message of its own, which
+    would break Anthropic's alternation.
+    """
+    if all(m.role in ("user", "assistant") and all(isinstance(p, TextPart) for p in m.content) for m in messages):
+        return "anthropic"
+    if detected in ("openai", "anthropic"):
+        return detected  # type: ignore[return-value]
     for m in messages:
         if m.role == "tool":
             return "openai"
-        if m.role == "user" and any(p.__class__.__name__ == "ToolResult" for p in m.content):
+        if m.role == "user" and any(isinstance(p, ToolResult) for p in m.content):
             return "anthropic"
     return "openai"
+
+
+_PATH = re.compile(r"at `\$\[(\d+)\]\.?([^`]*)`")
+
+
+def _check_canonical(messages: Sequence[Message]) -> bytes:
+    """Encode ``Message`` structs, checking every field's type on the way.
+
+    Raises:
+        InvalidMessageError: naming the message index and field that is wrong.
+    """
+    try:
+        payload = encode_messages(messages)
+        _CANONICAL.decode(payload)
+    except (TypeError, msgspec.ValidationError, msgspec.EncodeError) as exc:
+        text = str(exc)
+        m = _PATH.search(text)
+        index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
+        raise InvalidMessageError(text.split(" - at ")[0], index=index, field=field) from None
+    return payload
+
+
+_CANONICAL = msgspec.json.Decoder(list[Message])
+
+
+def _encode_located(messages: Sequence[Message]) -> bytes:
+    """Encode, and on failure name the first message that cannot be encoded."""
+    try:
+        return encode_messages(messages)
+    except (TypeError, msgspec.EncodeError) as exc:
+        for i, m in enumerate(messages):
+            try:
+                encode_messages([m])
+            except (TypeError, msgspec.EncodeError):
+                raise InvalidMessageError(f"holds a value JSON cannot represent ({exc})", index=i) from None
+        raise InvalidMessageError(str(exc)) from None
 
 
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
     Raises:
-        InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
+        InvalidMessageError: ``messages`` is not a list of messages, or one is malformed
+            (the error names the message index and field).
+        ValueError: ``format`` is not ``"openai"``, ``"anthropic"`` or ``None``.
     """
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {format!r}")
-    fmt: InputFormat
-    if format is None:
-        fmt = detect_format(messages)
-    elif all(isinstance(m, Message) for m in messages):
-        fmt = "canonical"
+    try:
+        fmt: InputFormat
+        if format is None:
+            fmt = detect_format(messages)
+        elif all(isinstance(m, Message) for m in messages):
+            fmt = "canonical"
+        else:
+            fmt = format  # type: ignore[assignment]
+        if fmt == "canonical":
+            canonical = list(messages)
+            payload = _check_canonical(canonical)
+        else:
+            canonical = to_canonical(messages, fmt)
+            payload = _encode_located(canonical)
+    except RecursionError:
+        raise InvalidMessageError("messages are nested too deeply") from None
+    if format in ("openai", "anthropic"):
+        provider: Provider = format  # type: ignore[assignment]
     else:
-        fmt = format  # type: ignore[assignment]
-    canonical = list(messages) if fmt == "canonical" else to_canonical(messages, fmt)
-    if fmt == "canonical":
-        provider: Provider = format if format in ("openai", "anthropic") else _provider_of(canonical)  # type: ignore[assignment]
-    else:
-        provider = fmt  # type: ignore[assignment]
-    return Prepared(messages, fmt, provider, canonical, encode_messages(canonical))
+        provider = _provider_of(canonical, fmt)
+    return Prepared(messages, fmt, provider, canonical, payload)
 
 
 def apply(prep: Prepared, outcome_json: str) -> TrimResult[Any]:

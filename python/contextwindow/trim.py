@@ -43,7 +43,9 @@ def trim_turns(
     marker that names the number of characters removed; then the request itself, but
     only when that makes the conversation fit. Turns
     holding a pinned message are never dropped. If it still does not fit the report says ``fits=False``. Broken
-    tool pairs are repaired first, so the output always passes ``validate``.
+    tool pairs are repaired first, so the output always passes ``validate``. A plain chat
+    (only user and assistant text, valid in both shapes) gets the breadcrumb as a leading
+    text block of the first kept user message, which both providers accept.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
@@ -97,10 +99,10 @@ def trim_turn_count(
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile or negative ``max_turns``.
 
-    >>> msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-    ...         {"role": "user", "content": "c"}]
+    >>> msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+    ...         {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
     >>> [m["content"] for m in trim_turn_count(msgs, 1).messages]
-    ['[earlier turns omitted to fit the context window]', 'c']
+    ['s', '[earlier turns omitted to fit the context window]', 'c']
     """
     max_turns = _check(profile, max_turns, "max_turns")
     prep = _engine.prepare(messages, format)
