@@ -162,6 +162,8 @@ def test_bad_arguments() -> None:
         cw.trim_turns("not a list", 10)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget"):
         cw.trim_turns([u("x")], 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tools"):
+        cw.count_messages([u("x")], tools=5)  # type: ignore[arg-type]
     # a budget beyond 64 bits is no limit, not an OverflowError
     assert cw.trim_turns([u("x")], 10**30).report.fits
     assert cw.trim_turn_count([u("x")], 10**30).report.reason is None

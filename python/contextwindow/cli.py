@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,30 @@ from .trim import trim_turns
 from .turns import segment_turns
 
 __all__ = ["main"]
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, RecursionError):
+        return "input is nested too deeply"
+    return " ".join(str(exc).split())
+
+
+class _Located(ContextWindowError):
+    """An error whose message already names the file it is about."""
+
+
+@contextmanager
+def _about(path: str) -> Iterator[None]:
+    """Prefix an error raised while working on ``path`` with the file's name."""
+    try:
+        yield
+    except _Located:
+        raise
+    except (ContextWindowError, ValueError, RecursionError) as exc:
+        msg = _one_line(exc)
+        raise _Located(msg if msg.startswith(path) else f"{path}: {msg}") from None
 
 
 def _tools_tokens(conv: Conversation, profile: str) -> int:
@@ -52,7 +77,7 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
         f" truncated {r.truncated_messages}, inserted {r.inserted_messages})",
     ]
     if r.reason is None:
-        lines.append("  unchanged: the conversation already fits")
+        lines.append("  unchanged: " + ("the conversation already fits" if r.fits else "nothing could be removed"))
     else:
         rules = sorted({f.rule for f in r.fates if f.fate != "kept"})
         lines.append(f"  why: {r.reason}" + (f" ({', '.join(rules)})" if rules else ""))
@@ -64,10 +89,11 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
 def _cmd_count(args: argparse.Namespace) -> int:
     rows = []
     for path in args.files:
-        conv = load_conversation(path, args.format)
-        msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
-        tools = _tools_tokens(conv, args.profile)
-        seg = segment_turns(conv.messages, format=conv.format)
+        with _about(path):
+            conv = load_conversation(path, args.format)
+            msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
+            tools = _tools_tokens(conv, args.profile)
+            seg = segment_turns(conv.messages, format=conv.format)
         rows.append(
             {
                 "file": path,
@@ -93,10 +119,13 @@ def _cmd_count(args: argparse.Namespace) -> int:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    conv = load_conversation(args.file, args.format)
-    tools = _tools_tokens(conv, args.profile)
-    budget = max(0, args.budget - tools)
-    res = trim_turns(conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format)
+    with _about(args.file):
+        conv = load_conversation(args.file, args.format)
+        tools = _tools_tokens(conv, args.profile)
+        budget = max(0, args.budget - tools)
+        res = trim_turns(
+            conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
+        )
     report = res.report
     if args.json:
         if args.output:
@@ -110,9 +139,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    conv = load_conversation(args.file, args.format)
-    provider = args.provider or conv.format
-    found = validate(conv.messages, provider, format=conv.format)
+    with _about(args.file):
+        conv = load_conversation(args.file, args.format)
+        provider = args.provider or conv.format
+        found = validate(conv.messages, provider, format=conv.format)
     if args.json:
         print(msgspec.json.encode(found).decode())
     elif not found:
@@ -124,8 +154,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    conv = load_conversation(args.file, args.format)
-    res = repair_tool_pairs(conv.messages, args.missing, format=conv.format, profile=args.profile)
+    with _about(args.file):
+        conv = load_conversation(args.file, args.format)
+        res = repair_tool_pairs(conv.messages, args.missing, format=conv.format, profile=args.profile)
     if args.json:
         if args.output:
             _write(conv, res.messages, args.output)
@@ -199,11 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--budget must be >= 0")
     try:
         return int(args.run(args))
-    except (ContextWindowError, ValueError) as exc:
-        print(f"contextwindow: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
+    except (ContextWindowError, ValueError, OSError, RecursionError) as exc:
+        print(f"contextwindow: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

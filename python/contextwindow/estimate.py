@@ -111,12 +111,14 @@ def count_messages(
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
-        ValueError: unknown profile.
+        ValueError: unknown profile, or ``tools`` is not a list.
 
     >>> count_messages([{"role": "user", "content": "abcdefgh"}], profile="fim")
     6
     """
     _check_profile(profile)
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
     prep = _engine.prepare(messages, format)
     total = sum(_engine.native.count_messages(prep.payload, profile))
     if tools:

@@ -1,0 +1,102 @@
+"""The CLI on files the tests write: outputs, summaries, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import contextwindow as cw
+from contextwindow.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_session.json"
+
+
+def write(tmp_path: Path, name: str, data: str | bytes) -> str:
+    p = tmp_path / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(p)
+
+
+def chat(n: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": "s"}]
+    for i in range(n):
+        msgs += [{"role": "user", "content": f"question {i} " * 20}, {"role": "assistant", "content": "answer " * 20}]
+    return msgs
+
+
+def test_fit_writes_same_shape_and_prints_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.json"
+    assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "5,632 -> 296 tokens (budget 2,000; tool schemas take 112) fits" in summary
+    assert "turns: kept 2 of 4, dropped 2" in summary
+    body = json.loads(out.read_text())
+    src = json.loads(EXAMPLE.read_text())
+    assert {k: v for k, v in body.items() if k != "messages"} == {k: v for k, v in src.items() if k != "messages"}
+    assert body["messages"][0] == src["messages"][0] and body["messages"][-1] == src["messages"][-1]
+    assert cw.validate(body["messages"], "openai") == []
+
+
+def test_fit_json_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(tmp_path, "c.jsonl", "\n".join(json.dumps(m) for m in chat(3)) + "\n")
+    assert main(["fit", f, "--budget", "200", "--profile", "fim", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["reason"] == "token_budget" and report["fits"] is True and report["dropped_turns"] == 2
+    assert main(["fit", f, "--budget", "200", "--profile", "fim"]) == 0
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert [m["role"] for m in lines] == ["system", "user", "user", "assistant"]
+    assert lines[1]["content"] == cw.BREADCRUMB and "fits" in captured.err
+
+
+def test_fit_unchanged_but_too_big_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(tmp_path, "c.json", json.dumps([{"role": "user", "content": "x " * 100}]))
+    assert main(["fit", f, "--budget", "3", "-o", str(tmp_path / "o.json")]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "unchanged: nothing could be removed" in out
+
+
+def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["count", str(EXAMPLE), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert (row["tokens"], row["tool_tokens"], row["messages"], row["turns"]) == (5632, 112, 15, 4)
+    bad = write(
+        tmp_path,
+        "bad.json",
+        json.dumps([{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "z", "content": "r"}]),
+    )
+    assert main(["validate", bad]) == 1
+    assert "message 1: orphan_result" in capsys.readouterr().out
+    out = tmp_path / "fixed.json"
+    assert main(["repair", bad, "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == [{"role": "user", "content": "x"}]
+    assert main(["validate", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        (b"", "invalid JSON"),
+        (b"not json at all", "invalid JSON"),
+        (b"42", "top-level JSON is int"),
+        (b"[1, 2]", "message 0: must be an object"),
+        (b'[{"role": "wizard", "content": "x"}]', "message 0, field role"),
+        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    ],
+)
+def test_bad_files_get_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, expect: str
+) -> None:
+    f = write(tmp_path, "in.json", content)
+    for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f], ["repair", f]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"contextwindow: error: {f}: ") and expect in err and err.count("\n") == 1
+
+
+def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(EXAMPLE), "--budget", "5", "-o", str(tmp_path / "no" / "dir" / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert "No such file or directory" in err and err.count("\n") == 1
