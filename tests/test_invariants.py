@@ -12,7 +12,14 @@ from contextwindow.messages import Message
 
 from strategies import case
 
-PAIRING = {"orphan_result", "unanswered_call", "result_after_content", "result_outside_tool_message"}
+PAIRING = {
+    "orphan_result",
+    "duplicate_result",
+    "unanswered_call",
+    "result_after_content",
+    "result_outside_tool_message",
+    "call_outside_assistant",
+}
 
 
 def pairing_violations(msgs: list[Message], provider: str) -> list[cw.Violation]:

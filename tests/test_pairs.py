@@ -135,3 +135,25 @@ def test_validate_rejects_unknown_provider() -> None:
         cw.validate([u("x")], "gemini")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="missing"):
         cw.repair_tool_pairs([u("x")], missing="maybe")  # type: ignore[arg-type]
+
+
+def test_duplicate_results_are_flagged_and_dropped() -> None:
+    """Found by the fresh-install review: a second result for one call passed unchanged."""
+    msgs = [u("go"), call("c1"), res("c1", "first"), res("c1", "again"), u("next")]
+    assert [(v.index, v.code) for v in cw.validate(msgs, "openai")] == [(3, "duplicate_result")]
+    r = cw.repair_tool_pairs(msgs)
+    assert [m is msgs[i] for m, i in zip(r.messages, [0, 1, 2, 4], strict=True)] == [True] * 4
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("orphan_result_dropped", 3)]
+    anth = [u("go"), use("t1"), carrier("t1", "t1")]
+    assert [v.code for v in cw.validate(anth, "anthropic")] == ["duplicate_result"]
+    fixed = cw.repair_tool_pairs(anth, format="anthropic").messages
+    assert [b["tool_use_id"] for b in fixed[2]["content"]] == ["t1"]
+
+
+def test_calls_outside_assistant_messages_are_not_calls() -> None:
+    msgs = [u("go"), {"role": "user", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}]
+    seg = cw.segment_turns(msgs, format="anthropic")
+    assert seg.units == []
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["not_alternating", "call_outside_assistant"]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert r.messages == [msgs[0]] and [c.kind for c in r.report.repairs] == ["call_removed", "message_dropped"]

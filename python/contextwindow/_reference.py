@@ -271,6 +271,7 @@ def is_real_user(m: Message) -> bool:
     return (
         m.role == "user"
         and not has_results(m)
+        and not (has_calls(m) and all(isinstance(q, ToolCall) for q in m.content))
         and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
         and not is_breadcrumb(m)
     )
@@ -287,13 +288,13 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
         for p, part in enumerate(m.content):
             if isinstance(part, ToolResult) and part.call_id in latest:
                 c = latest[part.call_id]
-                row[p] = c
                 lst = answered_by[c[0]][c[1]]
-                if not lst or lst[-1] != i:
+                if not lst:  # a call is answered once; a later result is a duplicate
+                    row[p] = c
                     lst.append(i)
         results.append(row)
         for p, part in enumerate(m.content):
-            if isinstance(part, ToolCall):
+            if isinstance(part, ToolCall) and m.role == "assistant":
                 latest[part.id] = (i, p)
     return results, answered_by
 
@@ -306,7 +307,7 @@ def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]])
             x = parent[x]
         return x
 
-    in_unit = [has_calls(m) for m in msgs]
+    in_unit = [has_calls(m) and m.role == "assistant" for m in msgs]
     for i, row in enumerate(results):
         for c in row:
             if c is not None:
@@ -369,19 +370,27 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
 
     if provider == "openai":
         owner: int | None = None
+        seen: set[str] = set()
         for i, m in enumerate(msgs):
             if m.role == "tool":
                 ids = _result_ids(m)
                 if not ids:
                     v(i, "empty_tool_message")
                 for cid in ids:
-                    if owner is None or cid not in _call_ids(msgs[owner]):
+                    ok = owner is not None and cid in _call_ids(msgs[owner])
+                    if ok and cid in seen:
+                        v(i, "duplicate_result", cid)
+                    elif not ok:
                         v(i, "orphan_result", cid)
+                    seen.add(cid)
                 continue
+            seen = set()
             for cid in _result_ids(m):
                 v(i, "result_outside_tool_message", cid)
             owner = i if m.role == "assistant" and has_calls(m) else None
-            if has_calls(m):
+            if has_calls(m) and m.role != "assistant":
+                v(i, "call_outside_assistant")
+            elif has_calls(m):
                 answered: set[str] = set()
                 for n in msgs[i + 1 :]:
                     if n.role != "tool":
@@ -404,15 +413,21 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         prev = m.role
         if has_results(m):
             calls = _call_ids(msgs[i - 1]) if i > 0 and msgs[i - 1].role == "assistant" else []
+            seen_here: set[str] = set()
             for cid in _result_ids(m):
-                if cid not in calls:
+                if cid in calls and cid in seen_here:
+                    v(i, "duplicate_result", cid)
+                elif cid not in calls:
                     v(i, "orphan_result", cid)
+                seen_here.add(cid)
             kinds = [isinstance(q, ToolResult) for q in m.content]
             first_other = next((k for k, r in enumerate(kinds) if not r), None)
             last_result = max((k for k, r in enumerate(kinds) if r), default=None)
             if first_other is not None and last_result is not None and first_other < last_result:
                 v(i, "result_after_content")
-        if has_calls(m):
+        if has_calls(m) and m.role != "assistant":
+            v(i, "call_outside_assistant")
+        elif has_calls(m):
             nxt = msgs[i + 1] if i + 1 < len(msgs) else None
             answered = set(_result_ids(nxt)) if nxt is not None and nxt.role == "user" else set()
             for cid in _call_ids(m):
@@ -487,7 +502,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
                     if not has_results(m):
                         changes.append(_change("message_dropped", i))
                 continue
-            if not has_calls(m):
+            if not (m.role == "assistant" and has_calls(m)):
                 out.append(Item(i, None))
                 continue
             open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
@@ -525,11 +540,13 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
     def rebuild_user(i: int, caller: tuple[int, list[str]] | None) -> Item | None:
         m = msgs[i]
         owes = caller is not None and (bool(owned.get(caller[0])) or bool(caller[1]))
-        if not owes and not has_results(m):
+        if not owes and not has_results(m) and not has_calls(m):
             return Item(i, None)
         content: list[Part] = owed_parts(caller[0], caller[1], i) if caller is not None else []
         for p, part in enumerate(m.content):
-            if not isinstance(part, ToolResult):
+            if isinstance(part, ToolCall):  # only the assistant makes tool calls
+                changes.append(_change("call_removed", i, part.id))
+            elif not isinstance(part, ToolResult):
                 content.append(part)
             elif results[i][p] is None:
                 changes.append(_change("orphan_result_dropped", i, part.call_id))
@@ -558,7 +575,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             if item is not None:
                 out.append(item)
             continue
-        if has_calls(m):
+        if m.role == "assistant" and has_calls(m):
             open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
             if out and out[-1].src == i:
                 owed = (i, open_ids)

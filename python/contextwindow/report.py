@@ -123,8 +123,8 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     Attributes:
         index: index of the offending message.
-        code: ``orphan_result``, ``unanswered_call``, ``result_after_content``,
-            ``result_outside_tool_message``, ``empty_tool_message``, ``first_not_user``,
+        code: ``orphan_result``, ``duplicate_result``, ``unanswered_call``, ``result_after_content``,
+            ``result_outside_tool_message``, ``empty_tool_message``, ``call_outside_assistant``, ``first_not_user``,
             ``not_alternating`` or ``role_not_allowed``.
         detail: what is wrong, in words.
         call_id: the tool call id concerned, when there is one.

@@ -215,10 +215,12 @@ impl Message {
             && self.content[0].text_str() == BREADCRUMB
     }
 
-    /// A real user message: starts a turn (DESIGN.md section 4).
+    /// A real user message: starts a turn (DESIGN.md section 4). A user message made
+    /// only of (misplaced) tool calls is not one: repair removes it.
     pub fn is_real_user(&self) -> bool {
         self.role == Role::User
             && !self.has_tool_results()
+            && !(self.has_tool_calls() && self.content.iter().all(|p| p.kind == PartKind::ToolCall))
             && !self
                 .first_text()
                 .is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))

@@ -13,8 +13,9 @@ use crate::turns::{resolve, Resolution};
 pub struct Violation {
     /// Index of the offending message.
     pub index: usize,
-    /// Machine-readable kind: `orphan_result`, `unanswered_call`,
+    /// Machine-readable kind: `orphan_result`, `duplicate_result`, `unanswered_call`,
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
+    /// `call_outside_assistant`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
@@ -29,7 +30,11 @@ impl Violation {
     pub fn is_pairing(&self) -> bool {
         matches!(
             self.code,
-            "orphan_result" | "unanswered_call" | "result_after_content"
+            "orphan_result"
+                | "unanswered_call"
+                | "result_after_content"
+                | "duplicate_result"
+                | "call_outside_assistant"
         )
     }
 }
@@ -73,6 +78,7 @@ pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner: Option<usize> = None; // assistant whose tool run we are in
+    let mut seen: HashSet<&str> = HashSet::new(); // call ids answered in this run
     for (i, m) in messages.iter().enumerate() {
         if m.role == Role::Tool {
             let results: Vec<&str> = result_ids(m).collect();
@@ -86,7 +92,14 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
             }
             for id in results {
                 let ok = owner.is_some_and(|a| call_ids(&messages[a]).contains(&id));
-                if !ok {
+                if ok && !seen.insert(id) {
+                    out.push(v(
+                        i,
+                        "duplicate_result",
+                        Some(id),
+                        format!("a second result for tool call {id:?}"),
+                    ));
+                } else if !ok {
                     out.push(v(
                         i,
                         "orphan_result",
@@ -115,7 +128,15 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
         } else {
             None
         };
-        if m.has_tool_calls() {
+        seen.clear();
+        if m.has_tool_calls() && m.role != Role::Assistant {
+            out.push(v(
+                i,
+                "call_outside_assistant",
+                None,
+                format!("a {:?} message holds tool calls", m.role),
+            ));
+        } else if m.has_tool_calls() {
             let answered: HashSet<&str> = messages[i + 1..]
                 .iter()
                 .take_while(|n| n.role == Role::Tool)
@@ -173,8 +194,16 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             } else {
                 Vec::new()
             };
+            let mut seen: HashSet<&str> = HashSet::new();
             for id in result_ids(m) {
-                if !calls.contains(&id) {
+                if calls.contains(&id) && !seen.insert(id) {
+                    out.push(v(
+                        i,
+                        "duplicate_result",
+                        Some(id),
+                        format!("a second tool_result for {id:?}"),
+                    ));
+                } else if !calls.contains(&id) {
                     out.push(v(
                         i,
                         "orphan_result",
@@ -204,7 +233,14 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 }
             }
         }
-        if m.has_tool_calls() {
+        if m.has_tool_calls() && m.role != Role::Assistant {
+            out.push(v(
+                i,
+                "call_outside_assistant",
+                None,
+                format!("a {:?} message holds tool_use blocks", m.role),
+            ));
+        } else if m.has_tool_calls() {
             let answered: HashSet<&str> = match messages.get(i + 1) {
                 Some(n) if n.role == Role::User => result_ids(n).collect(),
                 _ => HashSet::new(),
@@ -406,7 +442,7 @@ fn repair_openai<'a>(
             }
             continue; // emitted with its call
         }
-        if !m.has_tool_calls() {
+        if !(m.role == Role::Assistant && m.has_tool_calls()) {
             out.push(Work {
                 src: Some(i),
                 msg: Cow::Borrowed(m),
@@ -490,7 +526,7 @@ fn repair_anthropic<'a>(
             }
             continue;
         }
-        if m.has_tool_calls() {
+        if m.role == Role::Assistant && m.has_tool_calls() {
             let open = emit_caller(messages, res, i, missing, &mut out, &mut changes);
             let caller_kept = out.last().is_some_and(|w| w.src == Some(i));
             if caller_kept {
@@ -571,7 +607,7 @@ fn rebuild_user<'a>(
         msg: Cow::Borrowed(m),
     };
     let owes = caller.is_some_and(|(c, s)| !belongs[c].is_empty() || !s.is_empty());
-    if !owes && !m.has_tool_results() {
+    if !owes && !m.has_tool_results() && !m.has_tool_calls() {
         return Some(borrowed);
     }
     let mut content = match caller {
@@ -579,7 +615,10 @@ fn rebuild_user<'a>(
         None => Vec::new(),
     };
     for (p, part) in m.content.iter().enumerate() {
-        if part.kind != PartKind::ToolResult {
+        if part.kind == PartKind::ToolCall {
+            // Only the assistant makes tool calls.
+            changes.push(change("call_removed", i, part.id.as_deref()));
+        } else if part.kind != PartKind::ToolResult {
             content.push(part.clone());
         } else if res.results[i][p].is_none() {
             changes.push(change("orphan_result_dropped", i, part.call_id.as_deref()));

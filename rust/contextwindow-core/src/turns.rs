@@ -47,18 +47,21 @@ pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
             if part.kind == PartKind::ToolResult {
                 let id = part.call_id.as_deref().unwrap_or("");
                 if let Some(c) = latest.get(id) {
-                    row[p] = Some(*c);
+                    // A call is answered once; a second result for it is a duplicate and
+                    // resolves to nothing (repair drops it like an orphan).
                     let list = &mut answered_by[c.message][c.part];
-                    if list.last() != Some(&i) {
+                    if list.is_empty() {
+                        row[p] = Some(*c);
                         list.push(i);
                     }
                 }
             }
         }
         results.push(row);
-        // Calls become visible to results in later messages only.
+        // Calls become visible to results in later messages only, and only calls made
+        // by the assistant count.
         for (p, part) in m.content.iter().enumerate() {
-            if part.kind == PartKind::ToolCall {
+            if part.kind == PartKind::ToolCall && m.role == crate::model::Role::Assistant {
                 let id = part.id.as_deref().unwrap_or("");
                 latest.insert(
                     id,
@@ -111,7 +114,7 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
         }
     }
     for (i, m) in messages.iter().enumerate() {
-        if m.as_ref().has_tool_calls() {
+        if m.as_ref().role == crate::model::Role::Assistant && m.as_ref().has_tool_calls() {
             in_unit[i] = true;
         }
     }
