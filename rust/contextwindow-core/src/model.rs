@@ -189,6 +189,11 @@ impl Message {
         self.content.iter().any(|p| p.kind == PartKind::ToolCall)
     }
 
+    /// Whether the message is non-empty and holds nothing but tool calls.
+    pub fn only_tool_calls(&self) -> bool {
+        !self.content.is_empty() && self.content.iter().all(|p| p.kind == PartKind::ToolCall)
+    }
+
     /// Whether this message holds at least one tool result.
     pub fn has_tool_results(&self) -> bool {
         self.content.iter().any(|p| p.kind == PartKind::ToolResult)
@@ -220,7 +225,7 @@ impl Message {
     pub fn is_real_user(&self) -> bool {
         self.role == Role::User
             && !self.has_tool_results()
-            && !(self.has_tool_calls() && self.content.iter().all(|p| p.kind == PartKind::ToolCall))
+            && !self.only_tool_calls()
             && !self
                 .first_text()
                 .is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
