@@ -30,7 +30,7 @@ def test_fit_writes_same_shape_and_prints_summary(tmp_path: Path, capsys: pytest
     out = tmp_path / "out.json"
     assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", str(out)]) == 0
     summary = capsys.readouterr().out
-    assert "5,632 -> 296 tokens (budget 2,000; tool schemas take 112) fits" in summary
+    assert "5,639 -> 296 tokens (budget 2,000; tool schemas take 112) fits" in summary
     assert "turns: kept 2 of 4, dropped 2" in summary
     body = json.loads(out.read_text())
     src = json.loads(EXAMPLE.read_text())
@@ -61,7 +61,7 @@ def test_fit_unchanged_but_too_big_says_so(tmp_path: Path, capsys: pytest.Captur
 def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["count", str(EXAMPLE), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
-    assert (row["tokens"], row["tool_tokens"], row["messages"], row["turns"]) == (5632, 112, 15, 4)
+    assert (row["tokens"], row["tool_tokens"], row["messages"], row["turns"]) == (5639, 112, 15, 4)
     bad = write(
         tmp_path,
         "bad.json",

@@ -13,6 +13,7 @@ input message is kept unchanged.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -34,7 +35,18 @@ from .report import Fate, FitReport, PairChange, Segmentation, Violation
 SCALE = 12_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
 CLASSES = ("ascii_alnum", "ascii_space", "ascii_punct", "cjk", "kana", "hangul", "emoji", "joiner", "other")
-RUNS = ("words", "word_excess", "digit_groups", "punct_runs", "punct_extra", "space_runs")
+RUNS = (
+    "words",
+    "word_excess",
+    "digit_groups",
+    "punct_runs",
+    "punct_extra",
+    "space_runs",
+    "word_long",
+    "case_switches",
+    "newline_extra",
+    "space_extra",
+)
 
 # --------------------------------------------------------------------------- estimate
 
@@ -106,9 +118,15 @@ def _runs(text: str) -> dict[str, int]:
         length = j - i
         k = group[i]
         nxt = kinds[j] if j < len(kinds) else None
+        run = text[i:j]
         if k == "letter":
             runs["words"] += 1
-            runs["word_excess"] += max(0, length - 4)
+            # segments: the run split at lowercase-to-uppercase switches (camelCase)
+            cuts = [p for p in range(1, length) if run[p - 1].islower() and run[p].isupper()]
+            runs["case_switches"] += len(cuts)
+            for a, b in itertools.pairwise([0, *cuts, length]):
+                runs["word_excess"] += max(0, b - a - 4)
+                runs["word_long"] += max(0, b - a - 12)
         elif k == "digit":
             runs["digit_groups"] += math.ceil(length / 3)
         elif k == "punct":
@@ -118,6 +136,13 @@ def _runs(text: str) -> dict[str, int]:
             single_space = length == 1 and kinds[i] == "space"
             if not (single_space and nxt in ("letter", "punct")):
                 runs["space_runs"] += 1
+            for prev, c in itertools.pairwise(run):
+                if c in "\n\r":
+                    runs["newline_extra"] += 1
+                elif prev in "\n\r":  # indentation after a line break: a run of its own
+                    runs["space_runs"] += 1
+                else:
+                    runs["space_extra"] += 1
         i = j
     return runs
 
@@ -179,6 +204,10 @@ PROFILES = {
             "punct_runs": 12000,
             "punct_extra": 3000,
             "space_runs": 12000,
+            "word_long": 6000,
+            "case_switches": 15000,
+            "newline_extra": 3000,
+            "space_extra": 750,
         },
         0,
         True,

@@ -6,15 +6,18 @@ profile's weights turn the counts into tokens. The work is done in Rust.
 
 Profiles:
 
-* ``conservative`` (default): one token per ASCII letter run plus 1/8 per letter beyond
-  the fourth, one per group of up to 3 digits, one per ASCII punctuation run plus 1/4 per
-  further punctuation character, one per free-standing whitespace run (a single space
-  before a word or punctuation merges into it, as BPE tokenizers do); 1.4 tokens per CJK
-  character, kana and hangul syllable, 0.75 per other non-ASCII code point, 3 per emoji,
-  2 per joiner (ZWJ, variation selector); rounded up; 4 tokens per message, 3 per tool
-  call; images by OpenAI tiles when their size is known, else 765. Against cl100k on
-  ``../shared/corpus`` text it overcounts by a median of 8-16% and undercounts by more
-  than 5% on 2-3% of segments (``tools/measure_estimates.py``).
+* ``conservative`` (default): one token per ASCII letter segment (a letter run split at
+  lowercase-to-uppercase switches; each switch costs 1/4 more), 1/8 per letter beyond the
+  fourth of a segment and 1/2 beyond the twelfth; one per group of up to 3 digits; one per
+  ASCII punctuation run plus 1/4 per further punctuation character; one per free-standing
+  whitespace run (a single space before a word or punctuation merges into it, as BPE
+  tokenizers do) and per indentation after a line break, plus 1/4 per further line break
+  and 1/16 per further space; 1.4 tokens per CJK character, kana and hangul syllable, 0.75
+  per other non-ASCII code point, 3 per emoji, 2 per joiner (ZWJ, variation selector);
+  rounded up; 4 tokens per message, 3 per tool call; images by OpenAI tiles when their
+  size is known, else 765. Against cl100k on ``../shared/corpus`` text it overcounts by a
+  median of 8-18% and undercounts by more than 5% on 2% of segments
+  (``tools/measure_estimates.py``); base64 is undercounted by about a quarter.
 * ``fim``: the FIM One rule: ASCII 4 characters a token, every code point >= 128 at 1.5
   characters a token, floor, at least 1 for non-empty text; 765 per image; 4 per message.
 * ``bytes4``: ceil(UTF-8 bytes / 4) per text; 4 per message; 765 per image.

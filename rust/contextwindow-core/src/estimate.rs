@@ -92,7 +92,7 @@ pub fn classify_non_ascii(c: u32) -> Class {
 }
 
 /// Number of run features.
-pub const N_RUNS: usize = 6;
+pub const N_RUNS: usize = 10;
 
 /// Run features, in the order of [`Counts::runs`]. They follow how BPE tokenizers
 /// pre-split ASCII text: every letter run, digit group, punctuation run and free-standing
@@ -102,7 +102,8 @@ pub const N_RUNS: usize = 6;
 pub enum Run {
     /// Maximal runs of ASCII letters.
     Words = 0,
-    /// Letters beyond the fourth in each letter run.
+    /// Letters beyond the fourth in each letter segment (a letter run split at
+    /// lowercase-to-uppercase switches).
     WordExcess = 1,
     /// Groups of up to 3 digits in each maximal ASCII digit run.
     DigitGroups = 2,
@@ -111,8 +112,19 @@ pub enum Run {
     /// Punctuation characters beyond the first in each punctuation run.
     PunctExtra = 4,
     /// Maximal ASCII whitespace runs, except a single space right before a letter or
-    /// punctuation (which the tokenizer merges into the next token).
+    /// punctuation (which the tokenizer merges into the next token), plus one for each
+    /// indentation that follows a line break inside a run.
     SpaceRuns = 5,
+    /// Letters beyond the twelfth in each letter segment (ids, hashes, random text:
+    /// real tokenizers split these every 2-3 characters).
+    WordLong = 6,
+    /// Lowercase-to-uppercase switches inside letter runs (camelCase, base64).
+    CaseSwitches = 7,
+    /// `\n` and `\r` in a whitespace run after its first character.
+    NewlineExtra = 8,
+    /// Other whitespace in a whitespace run after its first character (not counting
+    /// the first character of an indentation after a line break).
+    SpaceExtra = 9,
 }
 
 /// Run feature names as exposed to Python, in run order.
@@ -123,6 +135,10 @@ pub const RUN_NAMES: [&str; N_RUNS] = [
     "punct_runs",
     "punct_extra",
     "space_runs",
+    "word_long",
+    "case_switches",
+    "newline_extra",
+    "space_extra",
 ];
 
 /// Per-class code point counts of a text, its run features and its UTF-8 length.
@@ -179,6 +195,10 @@ struct Runs {
     len: u64,
     /// The current whitespace run is exactly one ' '.
     single_space: bool,
+    /// The previous byte when ASCII.
+    prev: u8,
+    /// Length of the current letter segment.
+    seg: u64,
 }
 
 impl Runs {
@@ -187,7 +207,9 @@ impl Runs {
             runs: [0; N_RUNS],
             kind: u8::MAX,
             len: 0,
+            seg: 0,
             single_space: false,
+            prev: 0,
         }
     }
 
@@ -197,7 +219,7 @@ impl Runs {
         match self.kind {
             K_LETTER => {
                 self.runs[Run::Words as usize] += 1;
-                self.runs[Run::WordExcess as usize] += self.len.saturating_sub(4);
+                self.close_segment();
             }
             K_DIGIT => self.runs[Run::DigitGroups as usize] += self.len.div_ceil(3),
             K_PUNCT => {
@@ -214,18 +236,47 @@ impl Runs {
         }
     }
 
+    /// Add one code point of kind `k`; `b` is its byte when ASCII (else 0).
     #[inline]
-    fn push(&mut self, k: u8) {
+    fn push(&mut self, k: u8, b: u8) {
         let group = |k: u8| if k == K_WS { K_SPACE } else { k };
         if group(k) == group(self.kind) && k != K_OTHER {
             self.len += 1;
             self.single_space = false;
+            match k {
+                K_LETTER => {
+                    if self.prev.is_ascii_lowercase() && b.is_ascii_uppercase() {
+                        self.runs[Run::CaseSwitches as usize] += 1;
+                        self.close_segment();
+                    }
+                    self.seg += 1;
+                }
+                K_WS if b == b'\n' || b == b'\r' => self.runs[Run::NewlineExtra as usize] += 1,
+                // Indentation after a line break is a token of its own.
+                K_SPACE | K_WS if self.prev == b'\n' || self.prev == b'\r' => {
+                    self.runs[Run::SpaceRuns as usize] += 1
+                }
+                K_SPACE | K_WS => self.runs[Run::SpaceExtra as usize] += 1,
+                _ => {}
+            }
+            self.prev = b;
             return;
         }
         self.close(k);
         self.kind = k;
         self.len = 1;
+        self.seg = 1;
         self.single_space = k == K_SPACE;
+        self.prev = b;
+    }
+
+    /// Length features of the letter segment that just ended (a letter run is split into
+    /// segments at lowercase-to-uppercase switches, as camelCase words are).
+    #[inline]
+    fn close_segment(&mut self) {
+        self.runs[Run::WordExcess as usize] += self.seg.saturating_sub(4);
+        self.runs[Run::WordLong as usize] += self.seg.saturating_sub(12);
+        self.seg = 0;
     }
 }
 
@@ -250,7 +301,7 @@ pub fn count(text: &str) -> Counts {
         let b = bytes[i];
         if b < 0x80 {
             classes[ASCII_CLASS[b as usize] as usize] += 1;
-            runs.push(KIND[b as usize]);
+            runs.push(KIND[b as usize], b);
             i += 1;
             continue;
         }
@@ -274,7 +325,7 @@ pub fn count(text: &str) -> Counts {
             )
         };
         classes[classify_non_ascii(cp) as usize] += 1;
-        runs.push(K_OTHER);
+        runs.push(K_OTHER, 0);
         i += len;
     }
     runs.close(u8::MAX);
@@ -344,18 +395,24 @@ pub const BYTES4: Profile = Profile {
     image: ImageModel::Fixed(765),
 };
 
-/// `conservative` (the default): one token per ASCII letter run plus 1/8 per letter
-/// beyond the fourth, one per group of up to 3 digits, one per punctuation run plus 1/4
-/// per further punctuation character, one per free-standing whitespace run; CJK, kana
-/// and hangul at 1.4 tokens per code point, other non-ASCII at 0.75, emoji at 3, joiners
-/// at 2; rounded up. Set by a grid search against cl100k on `../shared/corpus` text
-/// (segments of 20+ tokens: median +16% prose, +14% code, +8% CJK; 2-3% of segments
-/// undercounted by more than 5%; `tools/measure_estimates.py`). Issue 3 replaces it
-/// with fitted weights.
+/// `conservative` (the default): one token per ASCII letter segment (a letter run split
+/// at lowercase-to-uppercase switches, each switch 1/4 more), 1/8 per letter beyond the
+/// fourth of a segment and 1/2 beyond the twelfth, one per group of up to 3 digits, one
+/// per punctuation run plus 1/4 per further punctuation character, one per free-standing
+/// whitespace run or indentation after a line break plus 1/4 per further line break and
+/// 1/16 per further space; CJK, kana and hangul at 1.4 tokens per code point, other
+/// non-ASCII at 0.75, emoji at 3, joiners at 2; rounded up. Set by a grid search against
+/// cl100k on `../shared/corpus` text (segments of 20+ tokens: median +18% prose, +15%
+/// code, +8% CJK; 2% of segments undercounted by more than 5%;
+/// `tools/measure_estimates.py`) and on generated extremes (line-break runs, spaces,
+/// random letters, hex, UUIDs within 5%; base64 -26%). Issue 3 replaces it with fitted
+/// weights.
 pub const CONSERVATIVE: Profile = Profile {
     name: "conservative",
     class_weights: [0, 0, 0, 16800, 16800, 16800, 36000, 24000, 9000],
-    run_weights: [12000, 1500, 12000, 12000, 3000, 12000],
+    run_weights: [
+        12000, 1500, 12000, 12000, 3000, 12000, 6000, 15000, 3000, 750,
+    ],
     byte_weight: 0,
     rounding: Rounding::Ceil,
     message_overhead: 4,
@@ -521,6 +578,18 @@ mod tests {
         assert_eq!(c.runs[Run::PunctExtra as usize], 1);
         // "  " (two spaces, does not merge), "\n\n"; " " before x merges
         assert_eq!(c.runs[Run::SpaceRuns as usize], 2);
+        assert_eq!(c.runs[Run::NewlineExtra as usize], 1);
+        assert_eq!(c.runs[Run::SpaceExtra as usize], 1);
+
+        let c = count("parseHTTPResponse abcdefghijklmnop\n    x");
+        // segments: parse | HTTPResponse (no lower-to-upper switch inside HTTPR), abc...p
+        assert_eq!(c.runs[Run::CaseSwitches as usize], 1);
+        assert_eq!(c.runs[Run::WordExcess as usize], 1 + 8 + 12);
+        assert_eq!(c.runs[Run::WordLong as usize], 4);
+        // " " before abc... merges; "\n    " is a line break, then an indentation run:
+        // 2 runs, 3 extra spaces
+        assert_eq!(c.runs[Run::SpaceRuns as usize], 2);
+        assert_eq!(c.runs[Run::SpaceExtra as usize], 3);
     }
 
     #[test]
