@@ -86,6 +86,12 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             # a tool_use block in a user message: not a call (repair removes it)
             stray = ToolCall(id=draw(st.sampled_from(IDS)), name="f", arguments="{}")
             msgs.append(Message(role="user", content=[*_text_parts(draw), stray]))
+        elif kind == "orphan" and draw(st.integers(0, 3)) == 0:
+            # a tool result where it does not belong (an assistant message, or an OpenAI
+            # user message): repair moves it to its call or drops it
+            r = ToolResult(call_id=draw(st.sampled_from(IDS)), content=[TextPart(text=draw(text))])
+            role = draw(st.sampled_from(["assistant", "user"] if provider == "openai" else ["assistant"]))
+            msgs.append(Message(role=role, content=[*_text_parts(draw), r]))
         elif kind == "orphan":
             r = ToolResult(call_id=draw(st.sampled_from(IDS)), content=[TextPart(text=draw(any_text))])
             role = "tool" if provider == "openai" else "user"

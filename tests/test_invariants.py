@@ -19,6 +19,7 @@ PAIRING = {
     "result_after_content",
     "result_outside_tool_message",
     "call_outside_assistant",
+    "result_outside_user_message",
 }
 
 
@@ -56,10 +57,12 @@ def test_trim_turns_invariants(c: Case, pct: int, profile: str) -> None:
     fates = {f.index: f for f in r.report.fates}
     # pinned: never dropped, never cut (an Anthropic breadcrumb block may be prepended)
     assert all(fates[i].fate in ("kept", "repaired") for i, m in enumerate(msgs) if m.pinned)
-    req = last_real_user(msgs)
-    if req is not None:
-        i = next(i for i, m in enumerate(msgs) if m is req)
-        assert fates[i].fate != "dropped"
+    # the current request: the last real user message once tool pairs are repaired (repair
+    # can turn a message into a carrier, or a carrier into a real user message)
+    req = last_real_user(cw.repair_tool_pairs(msgs, format=provider).messages)
+    idx = [i for i, m in enumerate(msgs) if m is req]
+    if idx:
+        assert fates[idx[0]].fate != "dropped"
     # 4. never empty (an input made only of orphan tool results repairs to nothing)
     assert out or not cw.repair_tool_pairs(msgs, format=provider).messages
     # fits, or says it does not

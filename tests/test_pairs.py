@@ -157,3 +157,32 @@ def test_calls_outside_assistant_messages_are_not_calls() -> None:
     assert [v.code for v in cw.validate(msgs, "anthropic")] == ["not_alternating", "call_outside_assistant"]
     r = cw.repair_tool_pairs(msgs, format="anthropic")
     assert r.messages == [msgs[0]] and [c.kind for c in r.report.repairs] == ["call_removed", "message_dropped"]
+
+
+def test_results_in_the_wrong_message_are_moved_to_their_call() -> None:
+    """Found by the fresh-install review: a tool_result block inside an assistant message
+    was kept where it was and the output failed validate."""
+    stray = {"type": "tool_result", "tool_use_id": "t1", "content": "r"}
+    msgs = [u("go"), use("t1"), {"role": "assistant", "content": [{"type": "text", "text": "hm"}, stray]}]
+    assert "result_outside_user_message" in [v.code for v in cw.validate(msgs, "anthropic")]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert r.messages == [
+        msgs[0],
+        msgs[1],
+        {"role": "user", "content": [stray]},
+        {"role": "assistant", "content": [{"type": "text", "text": "hm"}]},
+    ]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("result_moved", 2)]
+    assert cw.validate(r.messages, "anthropic") == []
+    # OpenAI: a result inside a user message becomes a tool message after its call
+    canon = [
+        cw.Message(role="user", content=[cw.TextPart(text="go")]),
+        cw.Message(role="assistant", content=[cw.ToolCall(id="c1", name="f", arguments="{}")]),
+        cw.Message(
+            role="user", content=[cw.TextPart(text="x"), cw.ToolResult(call_id="c1", content=[cw.TextPart(text="r")])]
+        ),
+    ]
+    out = cw.repair_tool_pairs(canon, format="openai").messages
+    assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
+    assert out[2].content[0].call_id == "c1" and out[3].content == [cw.TextPart(text="x")]
+    assert cw.validate(out, "openai") == []

@@ -440,7 +440,10 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         elif prev == m.role:
             v(i, "not_alternating")
         prev = m.role
-        if has_results(m):
+        if has_results(m) and m.role != "user":
+            for cid in _result_ids(m):
+                v(i, "result_outside_user_message", cid)
+        elif has_results(m):
             calls = _call_ids(msgs[i - 1]) if i > 0 and msgs[i - 1].role == "assistant" else []
             seen_here: set[str] = set()
             for cid in _result_ids(m):
@@ -492,16 +495,34 @@ def _unanswered(msgs: list[Message], answered_by: list[list[list[int]]], i: int)
     return [q.id for p, q in enumerate(msgs[i].content) if isinstance(q, ToolCall) and not answered_by[i][p]]
 
 
-def _emit_caller(msgs, answered_by, i, missing, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
+def _strip_results(msgs, results, i, changes) -> Item | None:  # type: ignore[no-untyped-def]
+    """Message ``i`` without tool results, which do not belong in it; None if emptied."""
+    m = msgs[i]
+    if not has_results(m):
+        return Item(i, None)
+    kept = []
+    for p, q in enumerate(m.content):
+        if not isinstance(q, ToolResult):
+            kept.append(q)
+        elif results[i][p] is None:
+            changes.append(_change("orphan_result_dropped", i, q.call_id))
+    if not kept:
+        changes.append(_change("message_dropped", i))
+        return None
+    return Item(i, fix_content_kind(msgspec.structs.replace(m, content=kept)))
+
+
+def _emit_caller(base, msgs, answered_by, i, missing, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
     open_ids = _unanswered(msgs, answered_by, i)
     if not open_ids or missing == "stub":
-        out.append(Item(i, None))
+        out.append(base)
         return open_ids
     for cid in open_ids:
         changes.append(_change("call_removed", i, cid))
-    kept = [q for q in msgs[i].content if not (isinstance(q, ToolCall) and q.id in open_ids)]
+    m = base.msg(msgs)
+    kept = [q for q in m.content if not (isinstance(q, ToolCall) and q.id in open_ids)]
     if kept:
-        out.append(Item(i, msgspec.structs.replace(msgs[i], content=kept)))
+        out.append(Item(i, msgspec.structs.replace(m, content=kept)))
     else:
         changes.append(_change("message_dropped", i))
     return []
@@ -523,6 +544,12 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
         for j, t in enumerate(target):
             if t is not None:
                 belongs.setdefault(t, []).append(j)
+        loose: dict[int, list[tuple[int, int]]] = {}  # results outside tool messages
+        for j, row in enumerate(results):
+            if msgs[j].role != "tool":
+                for p, c in enumerate(row):
+                    if c is not None:
+                        loose.setdefault(c[0], []).append((j, p))
         for i, m in enumerate(msgs):
             if m.role == "tool":
                 if target[i] is None:
@@ -531,10 +558,13 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
                     if not has_results(m):
                         changes.append(_change("message_dropped", i))
                 continue
-            if not (m.role == "assistant" and has_calls(m)):
-                out.append(Item(i, None))
+            base = _strip_results(msgs, results, i, changes)
+            if base is None:
                 continue
-            open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
+            if not (m.role == "assistant" and has_calls(m)):
+                out.append(base)
+                continue
+            open_ids = _emit_caller(base, msgs, answered_by, i, missing, out, changes)
             zone_end = next((j for j in range(i + 1, n) if msgs[j].role != "tool"), n)
             mine = belongs.get(i, [])
             for j in [j for j in mine if j < zone_end] + [j for j in mine if j >= zone_end]:
@@ -542,6 +572,11 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
                     ids = _result_ids(msgs[j])
                     changes.append(_change("result_moved", j, ids[0] if ids else None))
                 out.append(Item(j, None))
+            for j, p in loose.get(i, []):
+                part = msgs[j].content[p]
+                assert isinstance(part, ToolResult)
+                changes.append(_change("result_moved", j, part.call_id))
+                out.append(Item(None, Message(role="tool", content=[part])))
             for cid in open_ids:
                 changes.append(_change("stub_inserted", i, cid))
                 out.append(Item(None, Message(role="tool", content=[_missing(cid)])))
@@ -604,12 +639,15 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             if item is not None:
                 out.append(item)
             continue
+        base = _strip_results(msgs, results, i, changes)
+        if base is None:
+            continue
         if m.role == "assistant" and has_calls(m):
-            open_ids = _emit_caller(msgs, answered_by, i, missing, out, changes)
+            open_ids = _emit_caller(base, msgs, answered_by, i, missing, out, changes)
             if out and out[-1].src == i:
                 owed = (i, open_ids)
             continue
-        out.append(Item(i, None))
+        out.append(base)
     if owed is not None:
         out.append(Item(None, Message(role="user", content=owed_parts(owed[0], owed[1], None))))
     return out, changes

@@ -123,9 +123,11 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     Attributes:
         index: index of the offending message.
-        code: ``orphan_result``, ``duplicate_result``, ``unanswered_call``, ``result_after_content``,
-            ``result_outside_tool_message``, ``empty_tool_message``, ``call_outside_assistant``, ``first_not_user``,
-            ``not_alternating`` or ``role_not_allowed``.
+        code: ``orphan_result``, ``duplicate_result``, ``unanswered_call``,
+            ``result_after_content``, ``result_outside_tool_message``,
+            ``result_outside_user_message``, ``call_outside_assistant``,
+            ``empty_tool_message``, ``first_not_user``, ``not_alternating`` or
+            ``role_not_allowed``.
         detail: what is wrong, in words.
         call_id: the tool call id concerned, when there is one.
 

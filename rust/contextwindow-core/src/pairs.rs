@@ -15,7 +15,7 @@ pub struct Violation {
     pub index: usize,
     /// Machine-readable kind: `orphan_result`, `duplicate_result`, `unanswered_call`,
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
-    /// `call_outside_assistant`,
+    /// `call_outside_assistant`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
@@ -188,7 +188,19 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             ));
         }
         prev = Some(m.role);
-        if m.has_tool_results() {
+        if m.has_tool_results() && m.role != Role::User {
+            for id in result_ids(m) {
+                out.push(v(
+                    i,
+                    "result_outside_user_message",
+                    Some(id),
+                    format!(
+                        "tool_result {id:?} is in a {:?} message, not a user message",
+                        m.role
+                    ),
+                ));
+            }
+        } else if m.has_tool_results() {
             let calls: Vec<&str> = if i > 0 && messages[i - 1].role == Role::Assistant {
                 call_ids(&messages[i - 1])
             } else {
@@ -376,8 +388,39 @@ fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
     }
 }
 
-/// Emit assistant message `i`, applying `missing`; returns the unanswered ids to stub.
+/// Message `i` without tool results, which do not belong in it (they are placed with
+/// their calls, or dropped as orphans); `None` when nothing remains.
+fn strip_results<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    i: usize,
+    changes: &mut Vec<PairChange>,
+) -> Option<Cow<'a, Message>> {
+    let m = &messages[i];
+    if !m.has_tool_results() {
+        return Some(Cow::Borrowed(m));
+    }
+    let mut out = m.clone();
+    out.content.clear();
+    for (p, part) in m.content.iter().enumerate() {
+        if part.kind != PartKind::ToolResult {
+            out.content.push(part.clone());
+        } else if res.results[i][p].is_none() {
+            changes.push(change("orphan_result_dropped", i, part.call_id.as_deref()));
+        }
+    }
+    if out.content.is_empty() {
+        changes.push(change("message_dropped", i, None));
+        return None;
+    }
+    out.fix_content_kind();
+    Some(Cow::Owned(out))
+}
+
+/// Emit assistant message `i` (as `base`), applying `missing`; returns the unanswered
+/// ids to stub.
 fn emit_caller<'a>(
+    base: Cow<'a, Message>,
     messages: &'a [Message],
     res: &Resolution,
     i: usize,
@@ -389,14 +432,14 @@ fn emit_caller<'a>(
     if open.is_empty() || missing == Missing::Stub {
         out.push(Work {
             src: Some(i),
-            msg: Cow::Borrowed(&messages[i]),
+            msg: base,
         });
         return open;
     }
     for id in &open {
         changes.push(change("call_removed", i, Some(id)));
     }
-    match without_calls(&messages[i], &open) {
+    match without_calls(&base, &open) {
         Some(m) => out.push(Work {
             src: Some(i),
             msg: Cow::Owned(m),
@@ -427,6 +470,17 @@ fn repair_openai<'a>(
             belongs[*t].push(j);
         }
     }
+    // Results found outside tool messages, by the message of their call.
+    let mut loose: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+    for (j, row) in res.results.iter().enumerate() {
+        if messages[j].role != Role::Tool {
+            for (p, c) in row.iter().enumerate() {
+                if let Some(c) = c {
+                    loose[c.message].push((j, p));
+                }
+            }
+        }
+    }
     let mut out = Vec::with_capacity(n);
     let mut changes = Vec::new();
     for i in 0..n {
@@ -442,14 +496,17 @@ fn repair_openai<'a>(
             }
             continue; // emitted with its call
         }
+        let Some(base) = strip_results(messages, res, i, &mut changes) else {
+            continue;
+        };
         if !(m.role == Role::Assistant && m.has_tool_calls()) {
             out.push(Work {
                 src: Some(i),
-                msg: Cow::Borrowed(m),
+                msg: base,
             });
             continue;
         }
-        let open = emit_caller(messages, res, i, missing, &mut out, &mut changes);
+        let open = emit_caller(base, messages, res, i, missing, &mut out, &mut changes);
         let zone_end = (i + 1..n)
             .find(|&j| messages[j].role != Role::Tool)
             .unwrap_or(n);
@@ -463,6 +520,14 @@ fn repair_openai<'a>(
             out.push(Work {
                 src: Some(j),
                 msg: Cow::Borrowed(&messages[j]),
+            });
+        }
+        for &(j, p) in &loose[i] {
+            let part = &messages[j].content[p];
+            changes.push(change("result_moved", j, part.call_id.as_deref()));
+            out.push(Work {
+                src: None,
+                msg: Cow::Owned(Message::new(Role::Tool, vec![part.clone()])),
             });
         }
         for id in open {
@@ -526,8 +591,11 @@ fn repair_anthropic<'a>(
             }
             continue;
         }
+        let Some(base) = strip_results(messages, res, i, &mut changes) else {
+            continue;
+        };
         if m.role == Role::Assistant && m.has_tool_calls() {
-            let open = emit_caller(messages, res, i, missing, &mut out, &mut changes);
+            let open = emit_caller(base, messages, res, i, missing, &mut out, &mut changes);
             let caller_kept = out.last().is_some_and(|w| w.src == Some(i));
             if caller_kept {
                 owed = Some((i, open));
@@ -536,7 +604,7 @@ fn repair_anthropic<'a>(
         }
         out.push(Work {
             src: Some(i),
-            msg: Cow::Borrowed(m),
+            msg: base,
         });
     }
     if let Some((caller, stubs)) = owed.take() {
