@@ -672,8 +672,22 @@ def _is_extend(c: str) -> bool:
     )
 
 
+def _is_regional(c: str) -> bool:
+    return 0x1F1E6 <= ord(c) <= 0x1F1FF
+
+
 def _bad_cut(s: str, p: int) -> bool:
-    return 0 < p < len(s) and (_is_extend(s[p]) or s[p - 1] == "\u200d")
+    """A cut before ``s[p]`` would split a ZWJ sequence, a modifier or a flag."""
+    if not 0 < p < len(s):
+        return False
+    if _is_extend(s[p]) or s[p - 1] == "\u200d":
+        return True
+    if _is_regional(s[p]) and _is_regional(s[p - 1]):
+        run = 0
+        while run < p and _is_regional(s[p - 1 - run]):
+            run += 1
+        return run % 2 == 1
+    return False
 
 
 def shrink_text(s: str, keep: int) -> tuple[str, int]:

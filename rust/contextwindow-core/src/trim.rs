@@ -89,14 +89,34 @@ fn is_extend(c: char) -> bool {
         0x200D | 0xFE00..=0xFE0F | 0x1F3FB..=0x1F3FF | 0x0300..=0x036F | 0x20D0..=0x20FF | 0xE0020..=0xE007F)
 }
 
-/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme we know of.
+fn is_regional(c: char) -> bool {
+    matches!(c as u32, 0x1F1E6..=0x1F1FF)
+}
+
+/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme we know of: before
+/// a joiner, variation selector, skin tone or combining mark, after a ZWJ, or inside a
+/// flag (a pair of regional indicators).
 fn bad_cut(chars: &[char], p: usize) -> bool {
-    p > 0 && p < chars.len() && (is_extend(chars[p]) || chars[p - 1] == '\u{200D}')
+    if p == 0 || p >= chars.len() {
+        return false;
+    }
+    if is_extend(chars[p]) || chars[p - 1] == '\u{200D}' {
+        return true;
+    }
+    if is_regional(chars[p]) && is_regional(chars[p - 1]) {
+        let run = chars[..p]
+            .iter()
+            .rev()
+            .take_while(|&&c| is_regional(c))
+            .count();
+        return run % 2 == 1;
+    }
+    false
 }
 
 /// Keep about `keep` characters of `text`: the first half and the last half, with a
 /// marker naming how many characters were removed between them. Cuts fall on code
-/// point boundaries and never inside a ZWJ sequence or before a combining mark.
+/// point boundaries and never inside a ZWJ sequence or a flag, or before a combining mark.
 /// Returns the new text and the number of characters removed (0 when `keep` >= length).
 ///
 /// ```

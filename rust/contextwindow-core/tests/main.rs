@@ -282,6 +282,13 @@ fn shrink_never_splits_zwj_or_combining() {
         ("ab\u{200D}cdefgh", 4, "a|gh", 6),
         ("a\u{1F468}\u{200D}\u{1F469}xyz", 3, "a|z", 5),
         ("abe\u{301}fgh", 4, "ab|gh", 3),
+        // a flag is two regional indicators: never cut between them
+        (
+            "\u{1F1EF}\u{1F1F5}\u{1F1EF}\u{1F1F5}",
+            3,
+            "\u{1F1EF}\u{1F1F5}|",
+            2,
+        ),
         ("short", 10, "short", 0),
     ];
     for (t, keep, want, removed) in cases {
