@@ -186,3 +186,11 @@ def test_results_in_the_wrong_message_are_moved_to_their_call() -> None:
     assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
     assert out[2].content[0].call_id == "c1" and out[3].content == [cw.TextPart(text="x")]
     assert cw.validate(out, "openai") == []
+
+
+def test_anthropic_blocks_under_format_openai_are_refused() -> None:
+    msgs = [u("go"), use("t1"), carrier("t1")]
+    with pytest.raises(
+        cw.InvalidMessageError, match=r"message 1, field content\[0\]\.type: 'tool_use' is an Anthropic"
+    ):
+        cw.trim_turns(msgs, 60, format="openai")

@@ -49,7 +49,8 @@ def trim_turns(
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        budget: token budget (tokens of ``profile``), >= 0.
+        budget: token budget (tokens of ``profile``), >= 0; values above 2**63 - 1 are
+            treated as 2**63 - 1 (no limit in practice).
         profile: name of a built-in profile.
         breadcrumb: insert the breadcrumb when turns are dropped.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
