@@ -75,6 +75,31 @@ pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     }
 }
 
+/// Flag tool calls outside assistant messages, and calls of `m` that `answered` lacks.
+fn check_calls<'m>(
+    out: &mut Vec<Violation>,
+    i: usize,
+    m: &'m Message,
+    answered: impl FnOnce() -> HashSet<&'m str>,
+    place: &str,
+) {
+    if !m.has_tool_calls() {
+        return;
+    }
+    if m.role != Role::Assistant {
+        let detail = format!("a {:?} message holds tool calls", m.role);
+        out.push(v(i, "call_outside_assistant", None, detail));
+        return;
+    }
+    let answered = answered();
+    for id in call_ids(m) {
+        if !answered.contains(id) {
+            let detail = format!("tool call {id:?} has no result {place}");
+            out.push(v(i, "unanswered_call", Some(id), detail));
+        }
+    }
+}
+
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner: Option<usize> = None; // assistant whose tool run we are in
@@ -129,30 +154,14 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
             None
         };
         seen.clear();
-        if m.has_tool_calls() && m.role != Role::Assistant {
-            out.push(v(
-                i,
-                "call_outside_assistant",
-                None,
-                format!("a {:?} message holds tool calls", m.role),
-            ));
-        } else if m.has_tool_calls() {
-            let answered: HashSet<&str> = messages[i + 1..]
+        let answered = || -> HashSet<&str> {
+            messages[i + 1..]
                 .iter()
                 .take_while(|n| n.role == Role::Tool)
                 .flat_map(result_ids)
-                .collect();
-            for id in call_ids(m) {
-                if !answered.contains(id) {
-                    out.push(v(
-                        i,
-                        "unanswered_call",
-                        Some(id),
-                        format!("tool call {id:?} has no result before the next non-tool message"),
-                    ));
-                }
-            }
-        }
+                .collect()
+        };
+        check_calls(&mut out, i, m, answered, "before the next non-tool message");
     }
     out
 }
@@ -245,29 +254,13 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 }
             }
         }
-        if m.has_tool_calls() && m.role != Role::Assistant {
-            out.push(v(
-                i,
-                "call_outside_assistant",
-                None,
-                format!("a {:?} message holds tool_use blocks", m.role),
-            ));
-        } else if m.has_tool_calls() {
-            let answered: HashSet<&str> = match messages.get(i + 1) {
+        let answered = || -> HashSet<&str> {
+            match messages.get(i + 1) {
                 Some(n) if n.role == Role::User => result_ids(n).collect(),
                 _ => HashSet::new(),
-            };
-            for id in call_ids(m) {
-                if !answered.contains(id) {
-                    out.push(v(
-                        i,
-                        "unanswered_call",
-                        Some(id),
-                        format!("tool_use {id:?} has no tool_result in the next user message"),
-                    ));
-                }
             }
-        }
+        };
+        check_calls(&mut out, i, m, answered, "in the next user message");
     }
     out
 }
