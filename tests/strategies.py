@@ -98,7 +98,7 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             role = "tool" if provider == "openai" else "user"
             msgs.append(Message(role=role, content=[r]))
         else:
-            ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
+            ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=draw(st.integers(0, 7)) > 0))
             calls = [
                 ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids
             ]

@@ -19,6 +19,7 @@ PAIRING = {
     "result_after_content",
     "result_outside_tool_message",
     "call_outside_assistant",
+    "duplicate_call",
     "result_outside_user_message",
 }
 

@@ -194,3 +194,15 @@ def test_anthropic_blocks_under_format_openai_are_refused() -> None:
         cw.InvalidMessageError, match=r"message 1, field content\[0\]\.type: 'tool_use' is an Anthropic"
     ):
         cw.trim_turns(msgs, 60, format="openai")
+
+
+def test_repeated_call_id_in_one_message_is_one_call() -> None:
+    """Found by the second fresh-install review: a fitting input came back with a stub for
+    the repeated id and then failed validate with duplicate_result."""
+    m = [u("q"), call("a", "a"), res("a"), u("next")]
+    assert [(v.index, v.code) for v in cw.validate(m, "openai")] == [(1, "duplicate_call")]
+    r = cw.repair_tool_pairs(m)
+    assert r.messages[1]["tool_calls"] == [m[1]["tool_calls"][0]] and r.messages[2:] == m[2:]
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("call_removed", 1, "a")]
+    assert cw.validate(r.messages, "openai") == []
+    assert cw.validate(cw.trim_turns(m, 10**6).messages, "openai") == []

@@ -322,9 +322,12 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
                     row[p] = c
                     lst.append(i)
         results.append(row)
-        for p, part in enumerate(m.content):
-            if isinstance(part, ToolCall) and m.role == "assistant":
-                latest[part.id] = (i, p)
+        if m.role == "assistant":
+            here: set[str] = set()  # an id repeated in one message is one call: the first
+            for p, part in enumerate(m.content):
+                if isinstance(part, ToolCall) and part.id not in here:
+                    here.add(part.id)
+                    latest[part.id] = (i, p)
     return results, answered_by
 
 
@@ -425,9 +428,13 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                     if n.role != "tool":
                         break
                     answered.update(_result_ids(n))
+                seen_calls: set[str] = set()
                 for cid in _call_ids(m):
-                    if cid not in answered:
+                    if cid in seen_calls:
+                        v(i, "duplicate_call", cid)
+                    elif cid not in answered:
                         v(i, "unanswered_call", cid)
+                    seen_calls.add(cid)
         return out
     start = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
     prev: str | None = None
@@ -462,9 +469,13 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         elif has_calls(m):
             nxt = msgs[i + 1] if i + 1 < len(msgs) else None
             answered = set(_result_ids(nxt)) if nxt is not None and nxt.role == "user" else set()
+            seen_calls = set()
             for cid in _call_ids(m):
-                if cid not in answered:
+                if cid in seen_calls:
+                    v(i, "duplicate_call", cid)
+                elif cid not in answered:
                     v(i, "unanswered_call", cid)
+                seen_calls.add(cid)
     return out
 
 
@@ -492,7 +503,31 @@ def _missing(cid: str) -> ToolResult:
 
 
 def _unanswered(msgs: list[Message], answered_by: list[list[list[int]]], i: int) -> list[str]:
-    return [q.id for p, q in enumerate(msgs[i].content) if isinstance(q, ToolCall) and not answered_by[i][p]]
+    out, seen = [], set()
+    for p, q in enumerate(msgs[i].content):
+        if isinstance(q, ToolCall) and q.id not in seen:
+            seen.add(q.id)
+            if not answered_by[i][p]:
+                out.append(q.id)
+    return out
+
+
+def _without_repeated_calls(base: Item, msgs: list[Message], i: int, changes: list[PairChange]) -> Item:
+    m = base.msg(msgs)
+    seen: set[str] = set()
+    repeats = []
+    for k, q in enumerate(m.content):
+        if isinstance(q, ToolCall):
+            if q.id in seen:
+                repeats.append(k)
+            seen.add(q.id)
+    if not repeats:
+        return base
+    content = list(m.content)
+    for k in reversed(repeats):
+        part = content.pop(k)
+        changes.append(_change("call_removed", i, part.id))  # type: ignore[union-attr]
+    return Item(i, msgspec.structs.replace(m, content=content))
 
 
 def _strip_results(msgs, results, i, changes) -> Item | None:  # type: ignore[no-untyped-def]
@@ -514,6 +549,7 @@ def _strip_results(msgs, results, i, changes) -> Item | None:  # type: ignore[no
 
 def _emit_caller(base, msgs, answered_by, i, missing, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
     open_ids = _unanswered(msgs, answered_by, i)
+    base = _without_repeated_calls(base, msgs, i, changes)
     if not open_ids or missing == "stub":
         out.append(base)
         return open_ids

@@ -125,7 +125,7 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         index: index of the offending message.
         code: ``orphan_result``, ``duplicate_result``, ``unanswered_call``,
             ``result_after_content``, ``result_outside_tool_message``,
-            ``result_outside_user_message``, ``call_outside_assistant``,
+            ``result_outside_user_message``, ``call_outside_assistant``, ``duplicate_call``,
             ``empty_tool_message``, ``first_not_user``, ``not_alternating`` or
             ``role_not_allowed``.
         detail: what is wrong, in words.

@@ -15,7 +15,7 @@ pub struct Violation {
     pub index: usize,
     /// Machine-readable kind: `orphan_result`, `duplicate_result`, `unanswered_call`,
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
-    /// `call_outside_assistant`, `result_outside_user_message`,
+    /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
@@ -92,8 +92,12 @@ fn check_calls<'m>(
         return;
     }
     let answered = answered();
+    let mut seen: HashSet<&str> = HashSet::new();
     for id in call_ids(m) {
-        if !answered.contains(id) {
+        if !seen.insert(id) {
+            let detail = format!("tool call id {id:?} is used twice in one message");
+            out.push(v(i, "duplicate_call", Some(id), detail));
+        } else if !answered.contains(id) {
             let detail = format!("tool call {id:?} has no result {place}");
             out.push(v(i, "unanswered_call", Some(id), detail));
         }
@@ -102,7 +106,7 @@ fn check_calls<'m>(
 
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut owner: Option<usize> = None; // assistant whose tool run we are in
+    let mut owner_calls: HashSet<&str> = HashSet::new(); // calls of the run's assistant
     let mut seen: HashSet<&str> = HashSet::new(); // call ids answered in this run
     for (i, m) in messages.iter().enumerate() {
         if m.role == Role::Tool {
@@ -116,7 +120,7 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                 ));
             }
             for id in results {
-                let ok = owner.is_some_and(|a| call_ids(&messages[a]).contains(&id));
+                let ok = owner_calls.contains(id);
                 if ok && !seen.insert(id) {
                     out.push(v(
                         i,
@@ -148,10 +152,10 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                 ));
             }
         }
-        owner = if m.role == Role::Assistant && m.has_tool_calls() {
-            Some(i)
+        owner_calls = if m.role == Role::Assistant {
+            call_ids(m).into_iter().collect()
         } else {
-            None
+            HashSet::new()
         };
         seen.clear();
         let answered = || -> HashSet<&str> {
@@ -210,10 +214,10 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 ));
             }
         } else if m.has_tool_results() {
-            let calls: Vec<&str> = if i > 0 && messages[i - 1].role == Role::Assistant {
-                call_ids(&messages[i - 1])
+            let calls: HashSet<&str> = if i > 0 && messages[i - 1].role == Role::Assistant {
+                call_ids(&messages[i - 1]).into_iter().collect()
             } else {
-                Vec::new()
+                HashSet::new()
             };
             let mut seen: HashSet<&str> = HashSet::new();
             for id in result_ids(m) {
@@ -359,17 +363,48 @@ pub fn repair(
 
 /// Unanswered call ids of message `i`, in call order.
 fn unanswered<'m>(messages: &'m [Message], res: &Resolution, i: usize) -> Vec<&'m str> {
+    let mut seen: HashSet<&str> = HashSet::new();
     messages[i]
         .content
         .iter()
         .enumerate()
-        .filter(|(p, part)| part.kind == PartKind::ToolCall && res.answered_by[i][*p].is_empty())
+        .filter(|(_, part)| part.kind == PartKind::ToolCall)
+        .filter(|(_, part)| seen.insert(part.id.as_deref().unwrap_or("")))
+        .filter(|(p, _)| res.answered_by[i][*p].is_empty())
         .map(|(_, part)| part.id.as_deref().unwrap_or(""))
         .collect()
 }
 
+/// `m` without repeats of a tool call id it already used (the first call stays).
+fn without_repeated_calls<'a>(
+    m: Cow<'a, Message>,
+    i: usize,
+    changes: &mut Vec<PairChange>,
+) -> Cow<'a, Message> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let repeats: Vec<usize> = m
+        .content
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.kind == PartKind::ToolCall && !seen.insert(p.id.as_deref().unwrap_or(""))
+        })
+        .map(|(k, _)| k)
+        .collect();
+    if repeats.is_empty() {
+        return m;
+    }
+    let mut out = m.into_owned();
+    for &k in repeats.iter().rev() {
+        let part = out.content.remove(k);
+        changes.push(change("call_removed", i, part.id.as_deref()));
+    }
+    Cow::Owned(out)
+}
+
 /// Remove the given unanswered calls from an assistant message; `None` when it is empty.
 fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
+    let drop_ids: HashSet<&str> = drop_ids.iter().copied().collect();
     let mut out = m.clone();
     out.content.retain(|p| {
         !(p.kind == PartKind::ToolCall && drop_ids.contains(&p.id.as_deref().unwrap_or("")))
@@ -422,6 +457,7 @@ fn emit_caller<'a>(
     changes: &mut Vec<PairChange>,
 ) -> Vec<&'a str> {
     let open = unanswered(messages, res, i);
+    let base = without_repeated_calls(base, i, changes);
     if open.is_empty() || missing == Missing::Stub {
         out.push(Work {
             src: Some(i),

@@ -7,7 +7,7 @@
 //!   result for those calls. A result answers the nearest preceding call with its id.
 //! * A turn boundary never falls inside a tool unit: turns that a unit spans are merged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use crate::model::{Message, PartKind};
@@ -59,17 +59,21 @@ pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
         }
         results.push(row);
         // Calls become visible to results in later messages only, and only calls made
-        // by the assistant count.
-        for (p, part) in m.content.iter().enumerate() {
-            if part.kind == PartKind::ToolCall && m.role == crate::model::Role::Assistant {
+        // by the assistant count; an id repeated within one message is one call (the
+        // first); repair removes the repeats.
+        if m.role == crate::model::Role::Assistant {
+            let mut here: HashSet<&str> = HashSet::new();
+            for (p, part) in m.content.iter().enumerate() {
                 let id = part.id.as_deref().unwrap_or("");
-                latest.insert(
-                    id,
-                    CallRef {
-                        message: i,
-                        part: p,
-                    },
-                );
+                if part.kind == PartKind::ToolCall && here.insert(id) {
+                    latest.insert(
+                        id,
+                        CallRef {
+                            message: i,
+                            part: p,
+                        },
+                    );
+                }
             }
         }
     }
