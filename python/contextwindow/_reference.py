@@ -13,12 +13,14 @@ input message is kept unchanged.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
 
 import msgspec
 
+from ._marks import MARKS
 from .messages import (
     BREADCRUMB,
     MISSING_RESULT,
@@ -31,6 +33,8 @@ from .messages import (
     ToolResult,
 )
 from .report import Fate, FitReport, PairChange, Segmentation, Violation
+
+_MARK_STARTS = [lo for lo, _ in MARKS]
 
 SCALE = 12_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
@@ -697,15 +701,13 @@ def marker(removed: int) -> str:
 
 
 def _is_extend(c: str) -> bool:
+    """A combining mark (Mn, Mc, Me; same table as the engine), ZWJ, variation selector,
+    skin tone or tag character."""
     o = ord(c)
-    return (
-        o == 0x200D
-        or 0xFE00 <= o <= 0xFE0F
-        or 0x1F3FB <= o <= 0x1F3FF
-        or 0x0300 <= o <= 0x036F
-        or 0x20D0 <= o <= 0x20FF
-        or 0xE0020 <= o <= 0xE007F
-    )
+    if o == 0x200D or 0xFE00 <= o <= 0xFE0F or 0x1F3FB <= o <= 0x1F3FF or 0xE0020 <= o <= 0xE007F:
+        return True
+    k = bisect.bisect_right(_MARK_STARTS, o) - 1
+    return k >= 0 and MARKS[k][0] <= o <= MARKS[k][1]
 
 
 def _is_regional(c: str) -> bool:
@@ -716,7 +718,7 @@ def _bad_cut(s: str, p: int) -> bool:
     """A cut before ``s[p]`` would split a ZWJ sequence, a modifier or a flag."""
     if not 0 < p < len(s):
         return False
-    if _is_extend(s[p]) or s[p - 1] == "\u200d":
+    if _is_extend(s[p]) or s[p - 1] == "\u200d" or (s[p - 1] == "\r" and s[p] == "\n"):
         return True
     if _is_regional(s[p]) and _is_regional(s[p - 1]):
         run = 0

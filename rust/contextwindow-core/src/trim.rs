@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::estimate::Profile;
+use crate::marks::MARKS;
 use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
 use crate::pairs::{repair, Missing, PairChange, Work};
 use crate::turns::segment;
@@ -84,9 +85,22 @@ pub fn marker(removed: usize) -> String {
     format!("\n[... {removed} characters removed ...]\n")
 }
 
+/// A code point that belongs to the one before it: a combining mark (Mn, Mc, Me), ZWJ,
+/// a variation selector, an emoji skin tone or a tag character.
 fn is_extend(c: char) -> bool {
-    matches!(c as u32,
-        0x200D | 0xFE00..=0xFE0F | 0x1F3FB..=0x1F3FF | 0x0300..=0x036F | 0x20D0..=0x20FF | 0xE0020..=0xE007F)
+    let u = c as u32;
+    matches!(u, 0x200D | 0xFE00..=0xFE0F | 0x1F3FB..=0x1F3FF | 0xE0020..=0xE007F)
+        || MARKS
+            .binary_search_by(|&(lo, hi)| {
+                if hi < u {
+                    std::cmp::Ordering::Less
+                } else if lo > u {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .is_ok()
 }
 
 fn is_regional(c: char) -> bool {
@@ -94,13 +108,16 @@ fn is_regional(c: char) -> bool {
 }
 
 /// A cut between `chars[p-1]` and `chars[p]` would split a grapheme we know of: before
-/// a joiner, variation selector, skin tone or combining mark, after a ZWJ, or inside a
-/// flag (a pair of regional indicators).
+/// a combining mark, joiner, variation selector or skin tone, after a ZWJ, inside
+/// `\r\n`, or inside a flag (a pair of regional indicators).
 fn bad_cut(chars: &[char], p: usize) -> bool {
     if p == 0 || p >= chars.len() {
         return false;
     }
-    if is_extend(chars[p]) || chars[p - 1] == '\u{200D}' {
+    if is_extend(chars[p])
+        || chars[p - 1] == '\u{200D}'
+        || (chars[p - 1] == '\r' && chars[p] == '\n')
+    {
         return true;
     }
     if is_regional(chars[p]) && is_regional(chars[p - 1]) {
