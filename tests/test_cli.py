@@ -42,7 +42,9 @@ def test_fit_writes_same_shape_and_prints_summary(tmp_path: Path, capsys: pytest
 def test_fit_json_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "c.jsonl", "\n".join(json.dumps(m) for m in chat(3)) + "\n")
     assert main(["fit", f, "--budget", "200", "--profile", "fim", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)
+    assert (out["file"], out["budget"], out["tool_tokens"]) == (f, 200, 0)
+    report = out["report"]
     assert report["reason"] == "token_budget" and report["fits"] is True and report["dropped_turns"] == 2
     assert main(["fit", f, "--budget", "200", "--profile", "fim"]) == 0
     captured = capsys.readouterr()

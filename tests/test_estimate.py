@@ -48,6 +48,10 @@ def test_classes_and_lone_surrogate() -> None:
         cw.estimate_tokens(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown profile"):
         cw.estimate_tokens("x", "cl99k")
+    with pytest.raises(TypeError):
+        cw.count_classes(None)  # type: ignore[arg-type]
+    with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[0\]\.width"):
+        cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(width=-5)])])
 
 
 def test_images_counted_by_size_never_base64_length() -> None:

@@ -190,3 +190,12 @@ def test_plain_chat_gets_breadcrumb_valid_for_both_providers() -> None:
     # an explicit format keeps that provider's placement
     r2 = cw.trim_turns(msgs, 30, profile="fim", format="openai")
     assert [m["content"] for m in r2.messages] == [BC, "q"]
+
+
+def test_out_of_reach_budget_never_grows_the_conversation() -> None:
+    """Found by the second fresh-install review: 15 -> 17 tokens at budget 5 (the dropped
+    turn cost less than the breadcrumb)."""
+    msgs = [u("a"), a("k"), u("x")]
+    r = cw.trim_turns(msgs, 5, profile="fim", format="openai")
+    assert r.report.fits is False and r.report.tokens_after == 15
+    assert all(x is y for x, y in zip(r.messages, msgs, strict=True))

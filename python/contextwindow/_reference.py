@@ -905,12 +905,16 @@ def trim_turns(
     def start_of(i: int | None) -> int | None:
         return None if i is None else seg.turns[i][0]
 
-    dropped = len(droppable)
+    dropped, feasible = len(droppable), False
     for k in range(1, len(droppable) + 1):
         kept_cost = pre + sum(c for i, c in enumerate(turn_cost) if i not in droppable[:k])
         if kept_cost + st.bc_cost(start_of(bc_turn(k))) <= budget:
-            dropped = k
+            dropped, feasible = k, True
             break
+    # out of reach anyway: drop only if that shrinks the conversation at all
+    if not feasible and dropped > 0:
+        if sum(turn_cost[i] for i in droppable) <= st.bc_cost(start_of(bc_turn(dropped))):
+            dropped = 0
     gone = set(droppable[:dropped])
     for i, (a, b) in enumerate(seg.turns):
         for w in range(a, b):

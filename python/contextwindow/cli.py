@@ -64,7 +64,10 @@ def _write(conv: Conversation, messages: list[Any], out: str | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        Path(out).write_bytes(data)
+        try:
+            Path(out).write_bytes(data)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, out) from None
 
 
 def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out: int) -> str:
@@ -130,7 +133,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         if args.output:
             _write(conv, res.messages, args.output)
-        print(msgspec.json.encode(report).decode())
+        # the report's budget and counts are for the messages; the request adds the tools
+        out = {"file": args.file, "budget": args.budget, "tool_tokens": tools, "report": report}
+        print(msgspec.json.encode(out).decode())
         return 0
     _write(conv, res.messages, args.output)
     text = _summary(args.file, report, args.budget, tools, len(conv.messages), len(res.messages))

@@ -86,6 +86,8 @@ def count_classes(text: str) -> dict[str, int]:
     >>> count_classes("ab 你")["cjk"]
     1
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
     return dict(_engine.native.count_classes(clean_str(text)))
 
 

@@ -16,7 +16,7 @@ Fields beyond the contract, used only to make the provider adapters lossless:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -77,8 +77,8 @@ class ImagePart(msgspec.Struct, tag="image", **_OPTS):
     512
     """
 
-    width: int | None = None
-    height: int | None = None
+    width: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    height: Annotated[int, msgspec.Meta(ge=0)] | None = None
     detail: str | None = None
     source: Any = None
     extra: dict[str, Any] | None = None

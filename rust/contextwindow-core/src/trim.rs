@@ -468,12 +468,22 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
     let all: u64 = turn_cost.iter().sum();
     let mut dropped = droppable.len();
     let mut removed = 0;
+    let mut feasible = false;
     for k in 1..=droppable.len() {
         removed += turn_cost[droppable[k - 1]];
         let bc = st.breadcrumb_cost(bc_turn(k).map(|i| seg.turns[i].start));
         if pre + all - removed + bc <= budget {
             dropped = k;
+            feasible = true;
             break;
+        }
+    }
+    // Out of reach even without every droppable turn: drop them only if that shrinks
+    // the conversation at all (tiny turns can cost less than the breadcrumb).
+    if !feasible && dropped > 0 {
+        let bc = st.breadcrumb_cost(bc_turn(dropped).map(|i| seg.turns[i].start));
+        if removed <= bc {
+            dropped = 0;
         }
     }
     let mut gone = vec![false; t];

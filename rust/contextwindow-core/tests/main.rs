@@ -325,7 +325,9 @@ fn bad_json_is_an_error_not_a_panic() {
 #[test]
 fn shrink_never_cuts_before_a_combining_mark_of_any_script() {
     // Hebrew point, Arabic fatha, Thai vowel, Devanagari virama: all general category Mn
-    for mark in ['\u{05B0}', '\u{064E}', '\u{0E31}', '\u{094D}', '\u{FE20}', '\u{1AB0}'] {
+    for mark in [
+        '\u{05B0}', '\u{064E}', '\u{0E31}', '\u{094D}', '\u{FE20}', '\u{1AB0}',
+    ] {
         let text: String = std::iter::repeat_n(format!("a{mark}"), 50).collect();
         for keep in 0..40 {
             let (out, _) = shrink_text(&text, keep);
@@ -335,5 +337,8 @@ fn shrink_never_cuts_before_a_combining_mark_of_any_script() {
     }
     // nor inside \r\n: keeping 5 of 6 would end the head between \r and \n
     let (out, removed) = shrink_text("ab\r\ncd", 5);
-    assert_eq!((out.as_str(), removed), ("ab\n[... 2 characters removed ...]\ncd", 2));
+    assert_eq!(
+        (out.as_str(), removed),
+        ("ab\n[... 2 characters removed ...]\ncd", 2)
+    );
 }
