@@ -32,6 +32,16 @@ def test_conservative_on_runs(text: str, want: int, cl100k: int) -> None:
     assert got >= cl100k
 
 
+def test_controls_and_astral_code_points() -> None:
+    """Found by the second fresh-install review: NUL runs, CJK extension B and math
+    alphanumerics were counted at a quarter to a third of cl100k's tokens."""
+    assert cw.estimate_tokens("\x00" * 5000) == 5000  # 1 each; cl100k: 5000
+    assert cw.estimate_tokens("\U00020000" * 100) == 400  # 4 each (its UTF-8 bytes)
+    assert cw.estimate_tokens("\U0001d400" * 100) == 400  # math bold A; cl100k: about 300
+    c = cw.count_classes("\x1b[0m\U00020000")
+    assert (c["ascii_control"], c["astral"], c["ascii_punct"], c["punct_runs"]) == (1, 1, 1, 1)
+
+
 def test_fim_and_bytes4_rules() -> None:
     assert cw.estimate_tokens("abcdefgh", "fim") == 2  # 8 / 4
     assert cw.estimate_tokens("你好世界", "fim") == 2  # floor(4 / 1.5)

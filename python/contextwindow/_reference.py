@@ -38,7 +38,19 @@ _MARK_STARTS = [lo for lo, _ in MARKS]
 
 SCALE = 12_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
-CLASSES = ("ascii_alnum", "ascii_space", "ascii_punct", "cjk", "kana", "hangul", "emoji", "joiner", "other")
+CLASSES = (
+    "ascii_alnum",
+    "ascii_space",
+    "ascii_punct",
+    "cjk",
+    "kana",
+    "hangul",
+    "emoji",
+    "joiner",
+    "other",
+    "ascii_control",
+    "astral",
+)
 RUNS = (
     "words",
     "word_excess",
@@ -63,6 +75,8 @@ def classify(c: str) -> str:
             return "ascii_alnum"
         if c in " \t\n\r\x0b\x0c":
             return "ascii_space"
+        if o < 0x20 or o == 0x7F:
+            return "ascii_control"
         return "ascii_punct"
     if o == 0x200D or 0xFE00 <= o <= 0xFE0F or 0xE0020 <= o <= 0xE007F or o == 0x20E3:
         return "joiner"
@@ -78,7 +92,6 @@ def classify(c: str) -> str:
         or 0xF900 <= o <= 0xFAFF
         or 0xFE30 <= o <= 0xFE4F
         or 0xFF00 <= o <= 0xFFEF
-        or 0x20000 <= o <= 0x3FFFF
     ):
         return "cjk"
     if (
@@ -90,12 +103,13 @@ def classify(c: str) -> str:
         or 0x1F000 <= o <= 0x1FAFF
     ):
         return "emoji"
-    return "other"
+    return "astral" if o >= 0x10000 else "other"
 
 
 def _kind(c: str) -> str:
-    if ord(c) >= 128:
-        return "other"
+    o = ord(c)
+    if o >= 128 or (o < 0x20 and c not in "\t\n\r\x0b\x0c") or o == 0x7F:
+        return "other"  # stands alone: non-ASCII or a control character
     if c.isalpha():
         return "letter"
     if c.isdigit():
@@ -200,6 +214,8 @@ PROFILES = {
             "emoji": 36000,
             "joiner": 24000,
             "other": 9000,
+            "ascii_control": 12000,
+            "astral": 48000,
         },
         {
             "words": 12000,

@@ -13,7 +13,9 @@ Profiles:
   whitespace run (a single space before a word or punctuation merges into it, as BPE
   tokenizers do) and per indentation after a line break, plus 1/4 per further line break
   and 1/16 per further space; 1.4 tokens per CJK character, kana and hangul syllable, 0.75
-  per other non-ASCII code point, 3 per emoji, 2 per joiner (ZWJ, variation selector);
+  per other code point of the Basic Multilingual Plane, 4 per other code point above
+  U+FFFF (CJK extension B, math alphanumerics: their UTF-8 bytes), 3 per emoji, 2 per
+  joiner (ZWJ, variation selector), 1 per ASCII control character;
   rounded up; 4 tokens per message, 3 per tool call; images by OpenAI tiles when their
   size is known, else 765. Against cl100k on ``../shared/corpus`` text it overcounts by a
   median of 8-18% and undercounts by more than 5% on 2% of segments
@@ -79,9 +81,10 @@ def count_classes(text: str) -> dict[str, int]:
 
     Returns:
         Code points per class (``ascii_alnum``, ``ascii_space``, ``ascii_punct``, ``cjk``,
-        ``kana``, ``hangul``, ``emoji``, ``joiner``, ``other``), run features (``words``,
-        ``word_excess``, ``digit_groups``, ``punct_runs``, ``punct_extra``,
-        ``space_runs``) and ``bytes``.
+        ``kana``, ``hangul``, ``emoji``, ``joiner``, ``other``, ``ascii_control``,
+        ``astral``), run features (``words``, ``word_excess``, ``digit_groups``,
+        ``punct_runs``, ``punct_extra``, ``space_runs``, ``word_long``,
+        ``case_switches``, ``newline_extra``, ``space_extra``) and ``bytes``.
 
     >>> count_classes("ab 你")["cjk"]
     1

@@ -11,7 +11,7 @@ use crate::model::{Message, Part, PartKind};
 pub const SCALE: u64 = 12_000;
 
 /// Number of code point classes.
-pub const N_CLASSES: usize = 9;
+pub const N_CLASSES: usize = 11;
 
 /// Code point classes, in the order of [`Counts::classes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum Class {
     AsciiAlnum = 0,
     /// ASCII space, tab, newline, carriage return, form feed, vertical tab.
     AsciiSpace = 1,
-    /// Every other ASCII code point (punctuation, symbols, controls).
+    /// ASCII punctuation and symbols (`!` to `~` that are not letters or digits).
     AsciiPunct = 2,
     /// Han ideographs, CJK symbols and punctuation, fullwidth forms.
     Cjk = 3,
@@ -33,8 +33,15 @@ pub enum Class {
     Emoji = 6,
     /// Joiners and modifiers inside emoji sequences (ZWJ, variation selectors, tags).
     Joiner = 7,
-    /// Any other non-ASCII code point (accented Latin, Cyrillic, Greek, Arabic, ...).
+    /// Any other code point of the Basic Multilingual Plane (accented Latin, Cyrillic,
+    /// Greek, Arabic, Indic, symbols, ...).
     Other = 8,
+    /// ASCII control characters other than whitespace (NUL, ESC, DEL, ...).
+    AsciiControl = 9,
+    /// Code points above U+FFFF that are not emoji or tags (CJK extension B and later,
+    /// math alphanumerics, historic scripts, supplementary private use): real tokenizers
+    /// spend several byte-level tokens on each.
+    Astral = 10,
 }
 
 /// Class names as exposed to Python, in class order.
@@ -48,6 +55,8 @@ pub const CLASS_NAMES: [&str; N_CLASSES] = [
     "emoji",
     "joiner",
     "other",
+    "ascii_control",
+    "astral",
 ];
 
 const fn ascii_table() -> [u8; 128] {
@@ -59,6 +68,8 @@ const fn ascii_table() -> [u8; 128] {
             t[b] = Class::AsciiAlnum as u8;
         } else if matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
             t[b] = Class::AsciiSpace as u8;
+        } else if c < 0x20 || c == 0x7f {
+            t[b] = Class::AsciiControl as u8;
         }
         b += 1;
     }
@@ -79,14 +90,14 @@ pub fn classify_non_ascii(c: u32) -> Class {
         | 0x4E00..=0x9FFF
         | 0xF900..=0xFAFF
         | 0xFE30..=0xFE4F
-        | 0xFF00..=0xFFEF
-        | 0x20000..=0x3FFFF => Class::Cjk,
+        | 0xFF00..=0xFFEF => Class::Cjk,
         0x2190..=0x21FF
         | 0x2300..=0x23FF
         | 0x25A0..=0x27BF
         | 0x2900..=0x297F
         | 0x2B00..=0x2BFF
         | 0x1F000..=0x1FAFF => Class::Emoji,
+        0x10000.. => Class::Astral,
         _ => Class::Other,
     }
 }
@@ -165,7 +176,7 @@ const K_DIGIT: u8 = 1;
 const K_SPACE: u8 = 2; // ' '
 const K_WS: u8 = 3; // other ASCII whitespace
 const K_PUNCT: u8 = 4;
-const K_OTHER: u8 = 5; // non-ASCII
+const K_OTHER: u8 = 5; // non-ASCII or an ASCII control character
 
 const fn kind_table() -> [u8; 128] {
     let mut t = [K_PUNCT; 128];
@@ -180,6 +191,8 @@ const fn kind_table() -> [u8; 128] {
             t[b] = K_SPACE;
         } else if matches!(c, b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
             t[b] = K_WS;
+        } else if c < 0x20 || c == 0x7f {
+            t[b] = K_OTHER; // a control character stands alone, like a non-ASCII one
         }
         b += 1;
     }
@@ -374,7 +387,9 @@ pub struct Profile {
 /// 1.5 characters a token, floor, at least 1 for non-empty text; images 765; 4 per message.
 pub const FIM: Profile = Profile {
     name: "fim",
-    class_weights: [3000, 3000, 3000, 8000, 8000, 8000, 8000, 8000, 8000],
+    class_weights: [
+        3000, 3000, 3000, 8000, 8000, 8000, 8000, 8000, 8000, 3000, 8000,
+    ],
     run_weights: [0; N_RUNS],
     byte_weight: 0,
     rounding: Rounding::Floor,
@@ -401,7 +416,9 @@ pub const BYTES4: Profile = Profile {
 /// per punctuation run plus 1/4 per further punctuation character, one per free-standing
 /// whitespace run or indentation after a line break plus 1/4 per further line break and
 /// 1/16 per further space; CJK, kana and hangul at 1.4 tokens per code point, other
-/// non-ASCII at 0.75, emoji at 3, joiners at 2; rounded up. Set by a grid search against
+/// non-ASCII at 0.75, emoji at 3, other code points above U+FFFF at 4 (their UTF-8
+/// bytes: the most a byte-level BPE can spend), joiners at 2, ASCII control characters
+/// at 1; rounded up. Set by a grid search against
 /// cl100k on `../shared/corpus` text (segments of 20+ tokens: median +18% prose, +15%
 /// code, +8% CJK; 2% of segments undercounted by more than 5%;
 /// `tools/measure_estimates.py`) and on generated extremes (line-break runs, spaces,
@@ -409,7 +426,9 @@ pub const BYTES4: Profile = Profile {
 /// weights.
 pub const CONSERVATIVE: Profile = Profile {
     name: "conservative",
-    class_weights: [0, 0, 0, 16800, 16800, 16800, 36000, 24000, 9000],
+    class_weights: [
+        0, 0, 0, 16800, 16800, 16800, 36000, 24000, 9000, 12000, 48000,
+    ],
     run_weights: [
         12000, 1500, 12000, 12000, 3000, 12000, 6000, 15000, 3000, 750,
     ],
@@ -605,6 +624,17 @@ mod tests {
         assert_eq!(c.classes[Class::Joiner as usize], 1);
         assert_eq!(c.classes[Class::Other as usize], 1);
         assert_eq!(c.bytes, "Hi, 世界 ひら 한국 🙂\u{200d}é\n".len() as u64);
+    }
+
+    #[test]
+    fn controls_and_astral() {
+        let c = count("\u{1b}[0m\u{20000}\u{1D400}\u{1F600}");
+        assert_eq!(c.classes[Class::AsciiControl as usize], 1);
+        assert_eq!(c.classes[Class::Astral as usize], 2); // CJK ext B, math bold A
+        assert_eq!(c.classes[Class::Emoji as usize], 1);
+        assert_eq!(CONSERVATIVE.text_tokens("\u{0}\u{0}"), 2);
+        assert_eq!(CONSERVATIVE.text_tokens("\u{20000}"), 4);
+        assert_eq!(FIM.text_tokens("\u{20000}\u{20000}\u{20000}"), 2);
     }
 
     #[test]
