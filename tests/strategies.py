@@ -41,6 +41,7 @@ PIECES = [
     "\U0001f44d\U0001f3fd",
     "\U0001f1ef\U0001f1f5\U0001f1fa\U0001f1f8",
     "a\u05b0b\u064bc\u0e31d\u0915\u094d\u0937",
+    "\u0c95\u0cf3\uff76\uff9e\u0e01\u0e33\u1100\u1161\u11a8\u0600\u0661a\u200cb",
     "x\r\ny",
     "e\u0301",
     "\u00e9t\u00e9",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ._marks import MARKS
+from ._marks import ATTACH, CONSONANT, LINKER, PREPEND
 from .messages import (
     BREADCRUMB,
     MISSING_RESULT,
@@ -34,7 +34,7 @@ from .messages import (
 )
 from .report import Fate, FitReport, PairChange, Segmentation, Violation
 
-_MARK_STARTS = [lo for lo, _ in MARKS]
+_ATTACH0, _PREPEND0, _LINKER0, _CONSONANT0 = ([lo for lo, _ in t] for t in (ATTACH, PREPEND, LINKER, CONSONANT))
 
 SCALE = 12_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
@@ -716,27 +716,53 @@ def marker(removed: int) -> str:
     return f"\n[... {removed} characters removed ...]\n"
 
 
-def _is_extend(c: str) -> bool:
-    """A combining mark (Mn, Mc, Me; same table as the engine), ZWJ, variation selector,
-    skin tone or tag character."""
+def _in(table: tuple[tuple[int, int], ...], starts: list[int], c: str) -> bool:
     o = ord(c)
-    if o == 0x200D or 0xFE00 <= o <= 0xFE0F or 0x1F3FB <= o <= 0x1F3FF or 0xE0020 <= o <= 0xE007F:
-        return True
-    k = bisect.bisect_right(_MARK_STARTS, o) - 1
-    return k >= 0 and MARKS[k][0] <= o <= MARKS[k][1]
+    k = bisect.bisect_right(starts, o) - 1
+    return k >= 0 and table[k][0] <= o <= table[k][1]
 
 
 def _is_regional(c: str) -> bool:
     return 0x1F1E6 <= ord(c) <= 0x1F1FF
 
 
+def _hangul(c: str) -> str:
+    o = ord(c)
+    if 0x1100 <= o <= 0x115F or 0xA960 <= o <= 0xA97C:
+        return "L"
+    if 0x1160 <= o <= 0x11A7 or 0xD7B0 <= o <= 0xD7C6:
+        return "V"
+    if 0x11A8 <= o <= 0x11FF or 0xD7CB <= o <= 0xD7FB:
+        return "T"
+    if 0xAC00 <= o <= 0xD7A3:
+        return "LV" if (o - 0xAC00) % 28 == 0 else "LVT"
+    return ""
+
+
+def _hangul_joins(a: str, b: str) -> bool:
+    ka, kb = _hangul(a), _hangul(b)
+    return (
+        (ka == "L" and kb in ("L", "V", "LV", "LVT"))
+        or (ka in ("LV", "V") and kb in ("V", "T"))
+        or (ka in ("LVT", "T") and kb == "T")
+    )
+
+
 def _bad_cut(s: str, p: int) -> bool:
-    """A cut before ``s[p]`` would split a ZWJ sequence, a modifier or a flag."""
+    """A cut before ``s[p]`` would split a grapheme (UAX #29 with the generated tables)."""
     if not 0 < p < len(s):
         return False
-    if _is_extend(s[p]) or s[p - 1] == "\u200d" or (s[p - 1] == "\r" and s[p] == "\n"):
+    a, b = s[p - 1], s[p]
+    if (
+        _in(ATTACH, _ATTACH0, b)
+        or _in(PREPEND, _PREPEND0, a)
+        or a == "\u200d"
+        or (a == "\r" and b == "\n")
+        or _hangul_joins(a, b)
+        or (_in(LINKER, _LINKER0, a) and _in(CONSONANT, _CONSONANT0, b))
+    ):
         return True
-    if _is_regional(s[p]) and _is_regional(s[p - 1]):
+    if _is_regional(a) and _is_regional(b):
         run = 0
         while run < p and _is_regional(s[p - 1 - run]):
             run += 1

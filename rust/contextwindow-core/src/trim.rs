@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::estimate::Profile;
-use crate::marks::MARKS;
+use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
 use crate::pairs::{repair, Missing, PairChange, Work};
 use crate::turns::segment;
@@ -85,42 +85,62 @@ pub fn marker(removed: usize) -> String {
     format!("\n[... {removed} characters removed ...]\n")
 }
 
-/// A code point that belongs to the one before it: a combining mark (Mn, Mc, Me), ZWJ,
-/// a variation selector, an emoji skin tone or a tag character.
-fn is_extend(c: char) -> bool {
+fn in_table(table: &[(u32, u32)], c: char) -> bool {
     let u = c as u32;
-    matches!(u, 0x200D | 0xFE00..=0xFE0F | 0x1F3FB..=0x1F3FF | 0xE0020..=0xE007F)
-        || MARKS
-            .binary_search_by(|&(lo, hi)| {
-                if hi < u {
-                    std::cmp::Ordering::Less
-                } else if lo > u {
-                    std::cmp::Ordering::Greater
-                } else {
-                    std::cmp::Ordering::Equal
-                }
-            })
-            .is_ok()
+    table
+        .binary_search_by(|&(lo, hi)| {
+            if hi < u {
+                std::cmp::Ordering::Less
+            } else if lo > u {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 fn is_regional(c: char) -> bool {
     matches!(c as u32, 0x1F1E6..=0x1F1FF)
 }
 
-/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme we know of: before
-/// a combining mark, joiner, variation selector or skin tone, after a ZWJ, inside
-/// `\r\n`, or inside a flag (a pair of regional indicators).
+/// Hangul jamo and syllables that form one grapheme (UAX #29 rules GB6-GB8).
+fn hangul_joins(a: char, b: char) -> bool {
+    let kind = |c: char| -> u8 {
+        match c as u32 {
+            0x1100..=0x115F | 0xA960..=0xA97C => b'L',
+            0x1160..=0x11A7 | 0xD7B0..=0xD7C6 => b'V',
+            0x11A8..=0x11FF | 0xD7CB..=0xD7FB => b'T',
+            u @ 0xAC00..=0xD7A3 if (u - 0xAC00) % 28 == 0 => b'v', // LV
+            0xAC00..=0xD7A3 => b't',                               // LVT
+            _ => 0,
+        }
+    };
+    matches!(
+        (kind(a), kind(b)),
+        (b'L', b'L' | b'V' | b'v' | b't') | (b'v' | b'V', b'V' | b'T') | (b't' | b'T', b'T')
+    )
+}
+
+/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme (UAX #29, with the
+/// tables of `tools/gen_unicode_tables.py`): before an extending or spacing mark or a
+/// joiner, after a prepend character or a ZWJ, inside `\r\n`, inside Hangul syllable
+/// jamo, between an Indic linker and a consonant, or inside a flag.
 fn bad_cut(chars: &[char], p: usize) -> bool {
     if p == 0 || p >= chars.len() {
         return false;
     }
-    if is_extend(chars[p])
-        || chars[p - 1] == '\u{200D}'
-        || (chars[p - 1] == '\r' && chars[p] == '\n')
+    let (a, b) = (chars[p - 1], chars[p]);
+    if in_table(ATTACH, b)
+        || in_table(PREPEND, a)
+        || a == '\u{200D}'
+        || (a == '\r' && b == '\n')
+        || hangul_joins(a, b)
+        || (in_table(LINKER, a) && in_table(CONSONANT, b))
     {
         return true;
     }
-    if is_regional(chars[p]) && is_regional(chars[p - 1]) {
+    if is_regional(b) && is_regional(a) {
         let run = chars[..p]
             .iter()
             .rev()
@@ -133,7 +153,7 @@ fn bad_cut(chars: &[char], p: usize) -> bool {
 
 /// Keep about `keep` characters of `text`: the first half and the last half, with a
 /// marker naming how many characters were removed between them. Cuts fall on code
-/// point boundaries and never inside a ZWJ sequence or a flag, or before a combining mark.
+/// point boundaries and never inside a grapheme (see `bad_cut`).
 /// Returns the new text and the number of characters removed (0 when `keep` >= length).
 ///
 /// ```

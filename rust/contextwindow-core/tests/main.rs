@@ -342,3 +342,37 @@ fn shrink_never_cuts_before_a_combining_mark_of_any_script() {
         ("ab\n[... 2 characters removed ...]\ncd", 2)
     );
 }
+
+#[test]
+fn shrink_keeps_graphemes_whole() {
+    // (grapheme, found by the third review): each repeated, cut to an odd keep
+    for g in [
+        "\u{0C95}\u{0CF3}",         // Kannada + Unicode 15 spacing mark
+        "\u{11F04}\u{11F00}",       // Kawi
+        "a\u{200C}",                // ZWNJ extends
+        "\u{FF76}\u{FF9E}",         // halfwidth katakana + voiced mark
+        "\u{0E01}\u{0E33}",         // Thai SARA AM
+        "\u{1100}\u{1161}\u{11A8}", // Hangul L V T jamo
+        "\u{0600}\u{0661}",         // Arabic prepend
+        "\u{0915}\u{094D}\u{0937}", // Devanagari conjunct (InCB)
+    ] {
+        let text = g.repeat(200);
+        let n = g.chars().count();
+        for keep in 1..(6 * n) {
+            let (out, removed) = shrink_text(&text, keep);
+            let marker = format!("\n[... {removed} characters removed ...]\n");
+            let mut parts = out.split(&marker);
+            let (head, tail) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            assert_eq!(
+                head.chars().count() % n,
+                0,
+                "{g:?} keep {keep}: head {head:?}"
+            );
+            assert_eq!(
+                tail.chars().count() % n,
+                0,
+                "{g:?} keep {keep}: tail {tail:?}"
+            );
+        }
+    }
+}
