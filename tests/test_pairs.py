@@ -206,3 +206,18 @@ def test_repeated_call_id_in_one_message_is_one_call() -> None:
     assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("call_removed", 1, "a")]
     assert cw.validate(r.messages, "openai") == []
     assert cw.validate(cw.trim_turns(m, 10**6).messages, "openai") == []
+
+
+def test_anthropic_drop_mode_keeps_alternation() -> None:
+    """Found by the third review: dropping a call-only assistant message left two user
+    messages side by side; its calls get stub results instead."""
+    m = [u("q1"), use("b"), u("q2")]
+    r = cw.repair_tool_pairs(m, missing="drop", format="anthropic")
+    assert cw.validate(r.messages, "anthropic") == []
+    assert r.messages[1] is m[1] and r.messages[2]["content"][0]["tool_use_id"] == "b"
+    assert [c.kind for c in r.report.repairs] == ["stub_inserted"]
+    # OpenAI has no alternation rule: the call-only message goes
+    assert [x["role"] for x in cw.repair_tool_pairs([u("q1"), call("b"), u("q2")], missing="drop").messages] == [
+        "user",
+        "user",
+    ]

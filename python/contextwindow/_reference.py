@@ -567,16 +567,19 @@ def _strip_results(msgs, results, i, changes) -> Item | None:  # type: ignore[no
     return Item(i, fix_content_kind(msgspec.structs.replace(m, content=kept)))
 
 
-def _emit_caller(base, msgs, answered_by, i, missing, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
+def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) -> list[str]:  # type: ignore[no-untyped-def]
     open_ids = _unanswered(msgs, answered_by, i)
     base = _without_repeated_calls(base, msgs, i, changes)
     if not open_ids or missing == "stub":
         out.append(base)
         return open_ids
-    for cid in open_ids:
-        changes.append(_change("call_removed", i, cid))
     m = base.msg(msgs)
     kept = [q for q in m.content if not (isinstance(q, ToolCall) and q.id in open_ids)]
+    if not kept and keep_whole:  # dropping it whole would break Anthropic alternation
+        out.append(base)
+        return open_ids
+    for cid in open_ids:
+        changes.append(_change("call_removed", i, cid))
     if kept:
         out.append(Item(i, msgspec.structs.replace(m, content=kept)))
     else:
@@ -620,7 +623,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             if not (m.role == "assistant" and has_calls(m)):
                 out.append(base)
                 continue
-            open_ids = _emit_caller(base, msgs, answered_by, i, missing, out, changes)
+            open_ids = _emit_caller(base, msgs, answered_by, i, missing, False, out, changes)
             zone_end = next((j for j in range(i + 1, n) if msgs[j].role != "tool"), n)
             mine = belongs.get(i, [])
             for j in [j for j in mine if j < zone_end] + [j for j in mine if j >= zone_end]:
@@ -699,7 +702,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
         if base is None:
             continue
         if m.role == "assistant" and has_calls(m):
-            open_ids = _emit_caller(base, msgs, answered_by, i, missing, out, changes)
+            open_ids = _emit_caller(base, msgs, answered_by, i, missing, True, out, changes)
             if out and out[-1].src == i:
                 owed = (i, open_ids)
             continue

@@ -446,19 +446,30 @@ fn strip_results<'a>(
 }
 
 /// Emit assistant message `i` (as `base`), applying `missing`; returns the unanswered
-/// ids to stub.
+/// ids to stub. With `keep_whole`, a message that dropping would empty is stubbed instead.
 fn emit_caller<'a>(
     base: Cow<'a, Message>,
     messages: &'a [Message],
     res: &Resolution,
     i: usize,
-    missing: Missing,
+    (missing, keep_whole): (Missing, bool),
     out: &mut Vec<Work<'a>>,
     changes: &mut Vec<PairChange>,
 ) -> Vec<&'a str> {
     let open = unanswered(messages, res, i);
     let base = without_repeated_calls(base, i, changes);
-    if open.is_empty() || missing == Missing::Stub {
+    let remaining = match missing {
+        Missing::Drop if !open.is_empty() => Some(without_calls(&base, &open)),
+        _ => None,
+    };
+    // Dropping an Anthropic assistant message whole would put two user messages side
+    // by side: its unanswered calls get stub results instead.
+    let stub = match &remaining {
+        None => true,
+        Some(None) => keep_whole,
+        Some(Some(_)) => false,
+    };
+    if stub {
         out.push(Work {
             src: Some(i),
             msg: base,
@@ -468,7 +479,7 @@ fn emit_caller<'a>(
     for id in &open {
         changes.push(change("call_removed", i, Some(id)));
     }
-    match without_calls(&base, &open) {
+    match remaining.flatten() {
         Some(m) => out.push(Work {
             src: Some(i),
             msg: Cow::Owned(m),
@@ -535,7 +546,16 @@ fn repair_openai<'a>(
             });
             continue;
         }
-        let open = emit_caller(base, messages, res, i, missing, &mut out, &mut changes);
+        let open = emit_caller(
+            base,
+            messages,
+            res,
+            i,
+            missing,
+            false,
+            &mut out,
+            &mut changes,
+        );
         let zone_end = (i + 1..n)
             .find(|&j| messages[j].role != Role::Tool)
             .unwrap_or(n);
@@ -624,7 +644,16 @@ fn repair_anthropic<'a>(
             continue;
         };
         if m.role == Role::Assistant && m.has_tool_calls() {
-            let open = emit_caller(base, messages, res, i, missing, &mut out, &mut changes);
+            let open = emit_caller(
+                base,
+                messages,
+                res,
+                i,
+                missing,
+                true,
+                &mut out,
+                &mut changes,
+            );
             let caller_kept = out.last().is_some_and(|w| w.src == Some(i));
             if caller_kept {
                 owed = Some((i, open));
