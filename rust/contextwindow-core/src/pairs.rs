@@ -551,8 +551,7 @@ fn repair_openai<'a>(
             messages,
             res,
             i,
-            missing,
-            false,
+            (missing, false),
             &mut out,
             &mut changes,
         );
@@ -649,8 +648,7 @@ fn repair_anthropic<'a>(
                 messages,
                 res,
                 i,
-                missing,
-                true,
+                (missing, true),
                 &mut out,
                 &mut changes,
             );
