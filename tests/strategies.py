@@ -86,7 +86,7 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             msgs.append(Message(role="user", content=_text_parts(draw), pinned=pinned))
         elif kind == "assistant":
             msgs.append(Message(role="assistant", content=_text_parts(draw), pinned=pinned))
-        elif kind == "orphan" and provider == "anthropic" and draw(st.integers(0, 3)) == 0:
+        elif kind == "orphan" and draw(st.integers(0, 3)) == 0:
             # a tool_use block in a user message: not a call (repair removes it)
             stray = ToolCall(id=draw(st.sampled_from(IDS)), name="f", arguments="{}")
             msgs.append(Message(role="user", content=[*_text_parts(draw), stray]))

@@ -221,3 +221,18 @@ def test_anthropic_drop_mode_keeps_alternation() -> None:
         "user",
         "user",
     ]
+
+
+def test_calls_outside_assistant_are_removed_in_both_shapes() -> None:
+    """Found by the third review: a tool call in an OpenAI user message stayed put."""
+    call_part = cw.ToolCall(id="a", name="f", arguments="{}")
+    msgs = [
+        cw.Message(role="user", content=[cw.TextPart(text="go")]),
+        cw.Message(role="user", content=[cw.TextPart(text="x"), call_part]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="ok")]),
+    ]
+    for fmt in ("openai", "anthropic"):
+        r = cw.repair_tool_pairs(msgs, format=fmt)
+        assert r.messages[1].content == [cw.TextPart(text="x")], fmt
+        assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1)]
+        assert [v.code for v in cw.validate(r.messages, fmt) if v.code == "call_outside_assistant"] == []

@@ -553,14 +553,18 @@ def _without_repeated_calls(base: Item, msgs: list[Message], i: int, changes: li
 def _strip_results(msgs, results, i, changes) -> Item | None:  # type: ignore[no-untyped-def]
     """Message ``i`` without tool results, which do not belong in it; None if emptied."""
     m = msgs[i]
-    if not has_results(m):
+    stray_calls = m.role != "assistant" and has_calls(m)
+    if not has_results(m) and not stray_calls:
         return Item(i, None)
     kept = []
     for p, q in enumerate(m.content):
-        if not isinstance(q, ToolResult):
+        if isinstance(q, ToolResult):
+            if results[i][p] is None:
+                changes.append(_change("orphan_result_dropped", i, q.call_id))
+        elif isinstance(q, ToolCall) and stray_calls:  # only the assistant makes calls
+            changes.append(_change("call_removed", i, q.id))
+        else:
             kept.append(q)
-        elif results[i][p] is None:
-            changes.append(_change("orphan_result_dropped", i, q.call_id))
     if not kept:
         changes.append(_change("message_dropped", i))
         return None

@@ -417,7 +417,8 @@ fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
 }
 
 /// Message `i` without tool results, which do not belong in it (they are placed with
-/// their calls, or dropped as orphans); `None` when nothing remains.
+/// their calls, or dropped as orphans), and without tool calls unless it is the
+/// assistant's; `None` when nothing remains.
 fn strip_results<'a>(
     messages: &'a [Message],
     res: &Resolution,
@@ -425,16 +426,23 @@ fn strip_results<'a>(
     changes: &mut Vec<PairChange>,
 ) -> Option<Cow<'a, Message>> {
     let m = &messages[i];
-    if !m.has_tool_results() {
+    let stray_calls = m.role != Role::Assistant && m.has_tool_calls();
+    if !m.has_tool_results() && !stray_calls {
         return Some(Cow::Borrowed(m));
     }
     let mut out = m.clone();
     out.content.clear();
     for (p, part) in m.content.iter().enumerate() {
-        if part.kind != PartKind::ToolResult {
-            out.content.push(part.clone());
-        } else if res.results[i][p].is_none() {
-            changes.push(change("orphan_result_dropped", i, part.call_id.as_deref()));
+        match part.kind {
+            PartKind::ToolResult if res.results[i][p].is_none() => {
+                changes.push(change("orphan_result_dropped", i, part.call_id.as_deref()))
+            }
+            PartKind::ToolResult => {} // placed with its call
+            PartKind::ToolCall if stray_calls => {
+                // Only the assistant makes tool calls.
+                changes.push(change("call_removed", i, part.id.as_deref()))
+            }
+            _ => out.content.push(part.clone()),
         }
     }
     if out.content.is_empty() {
