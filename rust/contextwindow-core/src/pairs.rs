@@ -25,20 +25,6 @@ pub struct Violation {
     pub detail: String,
 }
 
-impl Violation {
-    /// Whether [`repair`] fixes this kind of violation.
-    pub fn is_pairing(&self) -> bool {
-        matches!(
-            self.code,
-            "orphan_result"
-                | "unanswered_call"
-                | "result_after_content"
-                | "duplicate_result"
-                | "call_outside_assistant"
-        )
-    }
-}
-
 fn v(index: usize, code: &'static str, call_id: Option<&str>, detail: String) -> Violation {
     Violation {
         index,
