@@ -9,7 +9,7 @@ True
 from __future__ import annotations
 
 from .errors import ContextOverflowError, ContextWindowError, InvalidMessageError, InvalidRequestError
-from .estimate import PROFILES, count_classes, count_messages, estimate_tokens, message_tokens
+from .estimate import FAMILIES, PROFILES, count_features, count_messages, estimate_tokens, message_tokens
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
@@ -18,6 +18,7 @@ from .turns import segment_turns
 
 __all__ = [
     "BREADCRUMB",
+    "FAMILIES",
     "PROFILES",
     "ContextOverflowError",
     "ContextWindowError",
@@ -35,7 +36,7 @@ __all__ = [
     "ToolResult",
     "TrimResult",
     "Violation",
-    "count_classes",
+    "count_features",
     "count_messages",
     "estimate_tokens",
     "message_tokens",
