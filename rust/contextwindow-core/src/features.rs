@@ -135,17 +135,37 @@ pub struct Vocab {
 pub fn key_hash(key: &[u8]) -> u64 {
     let mut buf = [0u8; 16];
     buf[..key.len()].copy_from_slice(key);
-    let lo = u64::from_le_bytes([
-        buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7],
-    ]);
-    let hi = u64::from_le_bytes([
-        buf[8], buf[9], buf[10], buf[11], buf[12], buf[13], buf[14], buf[15],
-    ]);
+    let (lo, hi) = halves(&buf, 0, key.len());
+    mix(lo, hi, key.len())
+}
+
+#[inline]
+fn mix(lo: u64, hi: u64, len: usize) -> u64 {
     let mut h = (lo ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9)
-        ^ (hi ^ key.len() as u64).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ^ (hi ^ len as u64).wrapping_mul(0x94D0_49BB_1331_11EB);
     h ^= h >> 31;
     h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
     h ^ (h >> 32)
+}
+
+/// The key `bytes[s..s + len]` (len 1 to 16) as two little-endian words, zero padded;
+/// `bytes` must hold 16 bytes from `s`.
+#[inline]
+fn halves(bytes: &[u8], s: usize, len: usize) -> (u64, u64) {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let (lo, hi) = (word(s), word(s + 8));
+    let keep = |n: usize| {
+        if n >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * n)) - 1
+        }
+    };
+    (lo & keep(len), hi & keep(len.saturating_sub(8)))
 }
 
 impl Vocab {
@@ -153,7 +173,11 @@ impl Vocab {
     /// filter, 2048 blocks of 512 bits (one cache line each), 3 bits per key.
     #[inline]
     pub fn contains(&self, key: &[u8]) -> bool {
-        let h = key_hash(key);
+        self.contains_hash(key_hash(key))
+    }
+
+    #[inline]
+    fn contains_hash(&self, h: u64) -> bool {
         let base = ((h >> 53) as usize) << 9;
         let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1 == 1;
         bit(base + (h & 511) as usize)
@@ -177,7 +201,19 @@ impl Vocab {
     /// A piece of one byte is always a token (byte-level vocabularies hold every byte).
     #[inline]
     fn known(&self, bytes: &[u8], s: usize, e: usize) -> bool {
-        e - s == 1 || (e - s <= MAX_KEY && self.contains(&bytes[s..e]))
+        let len = e - s;
+        if len == 1 {
+            return true;
+        }
+        if len > MAX_KEY {
+            return false;
+        }
+        if s + 16 <= bytes.len() {
+            let (lo, hi) = halves(bytes, s, len);
+            self.contains_hash(mix(lo, hi, len))
+        } else {
+            self.contains(&bytes[s..e])
+        }
     }
 }
 
