@@ -67,11 +67,15 @@ def test_classes_and_lone_surrogate() -> None:
 def test_images_counted_by_size_never_base64_length() -> None:
     url = "data:image/png;base64," + "A" * 50_000
     msg = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
-    assert cw.count_messages([msg]) == 4 + 765  # size unknown: the documented constant
+    # not a PNG header (all zero bytes): size unknown, OpenAI's documented-rule maximum
+    assert cw.count_messages([msg]) == 4 + 1445
     low = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url, "detail": "low"}}]}
     assert cw.count_messages([low]) == 4 + 85
-    sized = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024)])
+    sized = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024, source="https://x/a.png")])
     assert cw.count_messages([sized]) == 4 + 765  # 768x768 after scaling: 4 tiles
+    # no source, so no provider shape: the larger of OpenAI (765) and Anthropic (1048576/750)
+    bare = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024)])
+    assert cw.count_messages([bare]) == 4 + 1399
     assert cw.count_messages([msg], profile="fim") == 4 + 765
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from . import _image
 from ._marks import ATTACH, CONSONANT, LINKER, PREPEND
 from .messages import (
     BREADCRUMB,
@@ -186,8 +187,7 @@ class Profile:
     ceil: bool
     message_overhead: int
     tool_call_overhead: int
-    image_fixed: int | None  # None: OpenAI tiles when the size is known
-    image_unknown: int = 765
+    image_fixed: int | None  # None: the provider rules of contextwindow._image
 
 
 PROFILES = {
@@ -250,25 +250,11 @@ def text_tokens(text: str, p: Profile) -> int:
     return max(t, 1)
 
 
-def openai_tiles(w: int, h: int) -> int:
-    """OpenAI image tokens: fit 2048 box, short side to 768, 85 + 170 per 512-px tile."""
-    longest = max(w, h)
-    if longest > 2048:
-        w, h = max(1, w * 2048 // longest), max(1, h * 2048 // longest)
-    shortest = min(w, h)
-    if shortest > 768:
-        w, h = max(1, w * 768 // shortest), max(1, h * 768 // shortest)
-    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
-
-
 def image_tokens(part: ImagePart, p: Profile) -> int:
+    """A profile's fixed cost, else the provider rules of ``contextwindow._image``."""
     if p.image_fixed is not None:
         return p.image_fixed
-    if part.detail == "low":
-        return 85
-    if part.width and part.height and part.width > 0 and part.height > 0:
-        return openai_tiles(part.width, part.height)
-    return p.image_unknown
+    return _image.image_tokens(part.width, part.height, part.detail, part.source)
 
 
 def part_tokens(part: Part, p: Profile) -> int:

@@ -356,14 +356,7 @@ pub enum Rounding {
     Ceil,
 }
 
-/// Image cost model of a profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImageModel {
-    /// Every image costs the same.
-    Fixed(u64),
-    /// OpenAI tiles when width and height are known, else the constant.
-    OpenAITiles { unknown: u64 },
-}
+pub use crate::image::ImageModel;
 
 /// A token estimation profile (DESIGN.md section 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -436,7 +429,7 @@ pub const CONSERVATIVE: Profile = Profile {
     rounding: Rounding::Ceil,
     message_overhead: 4,
     tool_call_overhead: 3,
-    image: ImageModel::OpenAITiles { unknown: 765 },
+    image: ImageModel::Provider,
 };
 
 /// Every built-in profile.
@@ -489,35 +482,16 @@ impl Profile {
         self.tokens_from_counts(&count(text))
     }
 
-    /// Tokens of an image of known or unknown size.
-    ///
-    /// OpenAI tiles: scale to fit 2048x2048, then the short side down to 768 (integer
-    /// division), then 85 + 170 per 512-pixel tile; `detail="low"` is 85.
-    pub fn image_tokens(
-        &self,
-        width: Option<u64>,
-        height: Option<u64>,
-        detail: Option<&str>,
-    ) -> u64 {
-        match self.image {
-            ImageModel::Fixed(n) => n,
-            ImageModel::OpenAITiles { unknown } => {
-                if detail == Some("low") {
-                    return 85;
-                }
-                match (width, height) {
-                    (Some(w), Some(h)) if w > 0 && h > 0 => openai_tiles(w, h),
-                    _ => unknown,
-                }
-            }
-        }
+    /// Tokens of an image part: see [`crate::image::image_tokens`].
+    pub fn image_tokens(&self, p: &Part) -> u64 {
+        crate::image::image_tokens(self.image, p)
     }
 
     /// Tokens of one part (a tool result counts its inner parts).
     pub fn part_tokens(&self, p: &Part) -> u64 {
         match p.kind {
             PartKind::Text => self.text_tokens(p.text_str()),
-            PartKind::Image => self.image_tokens(p.width, p.height, p.detail.as_deref()),
+            PartKind::Image => self.image_tokens(p),
             PartKind::ToolCall => {
                 self.tool_call_overhead
                     + self.text_tokens(p.name.as_deref().unwrap_or(""))
@@ -534,21 +508,6 @@ impl Profile {
             + self.text_tokens(m.name.as_deref().unwrap_or(""))
             + m.content.iter().map(|p| self.part_tokens(p)).sum::<u64>()
     }
-}
-
-fn openai_tiles(w: u64, h: u64) -> u64 {
-    let (mut w, mut h) = (w, h);
-    let longest = w.max(h);
-    if longest > 2048 {
-        w = (w * 2048 / longest).max(1);
-        h = (h * 2048 / longest).max(1);
-    }
-    let shortest = w.min(h);
-    if shortest > 768 {
-        w = (w * 768 / shortest).max(1);
-        h = (h * 768 / shortest).max(1);
-    }
-    85 + 170 * w.div_ceil(512) * h.div_ceil(512)
 }
 
 #[cfg(test)]
@@ -647,20 +606,5 @@ mod tests {
         assert_eq!(CONSERVATIVE.text_tokens("hello world!"), 4);
         // x(1) ' ='(1) ' '(1) 1(1) \\(1) nx(1): cl100k gives 5 per repetition too
         assert_eq!(CONSERVATIVE.text_tokens("x = 1\\nx = 1"), 9);
-    }
-
-    #[test]
-    fn openai_tile_formula() {
-        // 1024x1024 -> 768x768 -> 4 tiles -> 765 (OpenAI's documented example)
-        assert_eq!(openai_tiles(1024, 1024), 765);
-        // 2048x4096 -> 1024x2048 -> 768x1536 -> 2x3 tiles -> 1105 (documented example)
-        assert_eq!(openai_tiles(2048, 4096), 1105);
-        assert_eq!(openai_tiles(512, 512), 255);
-        assert_eq!(
-            CONSERVATIVE.image_tokens(Some(4000), Some(3000), Some("low")),
-            85
-        );
-        assert_eq!(CONSERVATIVE.image_tokens(None, None, None), 765);
-        assert_eq!(FIM.image_tokens(Some(10), Some(10), None), 765);
     }
 }
