@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages
 from contextwindow._engine import native as rs
-from contextwindow.messages import Message
+from contextwindow.messages import Message, ToolResult
 from contextwindow.report import Segmentation
 
-from strategies import case
+from strategies import case, image_part
 
 PROFILES = ["conservative", "fim", "bytes4"]
 
@@ -36,6 +36,14 @@ def ops(out: str) -> tuple[list[tuple[int | None, Message | None]], object]:
 def test_message_tokens_agree(c: tuple[str, list[Message]], profile: str) -> None:
     _, msgs = c
     payload, cm = canon(msgs)
+    assert rs.count_messages(payload, profile) == [ref.message_tokens(m, ref.PROFILES[profile]) for m in cm]
+
+
+@given(st.lists(image_part(), min_size=1, max_size=3), st.sampled_from(PROFILES), st.booleans())
+def test_image_tokens_agree(parts: list, profile: str, in_result: bool) -> None:
+    """Images alone (and inside a tool result), so every header path is compared."""
+    content = [ToolResult(call_id="c1", content=parts)] if in_result else parts
+    payload, cm = canon([Message(role="user", content=content)])
     assert rs.count_messages(payload, profile) == [ref.message_tokens(m, ref.PROFILES[profile]) for m in cm]
 
 
