@@ -16,13 +16,25 @@ Profiles:
   per other code point of the Basic Multilingual Plane, 4 per other code point above
   U+FFFF (CJK extension B, math alphanumerics: their UTF-8 bytes), 3 per emoji, 2 per
   joiner (ZWJ, variation selector), 1 per ASCII control character;
-  rounded up; 4 tokens per message, 3 per tool call; images by OpenAI tiles when their
-  size is known, else 765. Against cl100k on ``../shared/corpus`` text it overcounts by a
+  rounded up; 4 tokens per message, 3 per tool call; images by the provider rules below.
+  Against cl100k on ``../shared/corpus`` text it overcounts by a
   median of 8-18% and undercounts by more than 5% on 2% of segments
   (``tools/measure_estimates.py``); base64 is undercounted by about a quarter.
 * ``fim``: the FIM One rule: ASCII 4 characters a token, every code point >= 128 at 1.5
   characters a token, floor, at least 1 for non-empty text; 765 per image; 4 per message.
 * ``bytes4``: ceil(UTF-8 bytes / 4) per text; 4 per message; 765 per image.
+
+Images (``conservative``) cost by their size in pixels, never by the length of their base64
+text, never 0. The size is the part's explicit ``width`` and ``height`` when both are given,
+else it is read from the header of inline base64 data (a ``data:`` URL or an Anthropic
+``base64`` source; PNG, GIF, WebP and JPEG; only the header bytes are decoded). The rule
+follows the part's provider shape: an OpenAI ``image_url`` costs OpenAI tiles (fit
+2048x2048, short side to 768, 85 + 170 tokens per 512-pixel tile; ``detail: "low"`` 85), an
+Anthropic ``image`` block ceil(width * height / 750) after Anthropic's downscale (long edge
+at most 1568 pixels, at most 784 * 1568 pixels); a hand-built ``ImagePart`` without a
+``source`` costs the larger of the two. When the size is unknown (a remote URL, a file id,
+another format) the cost is the most the rule can give: 1445 tokens for OpenAI, 1640 for
+Anthropic. Images inside tool results count the same way.
 """
 
 from __future__ import annotations
