@@ -21,6 +21,7 @@ MODULES = [
     "contextwindow.trim",
     "contextwindow.turns",
     "contextwindow._engine",
+    "contextwindow._image",
 ]
 
 
