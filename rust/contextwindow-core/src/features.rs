@@ -141,7 +141,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
     mix(lo, hi, key.len())
 }
 
-#[inline]
+#[inline(always)]
 fn mix(lo: u64, hi: u64, len: usize) -> u64 {
     let mut h = (lo ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9)
         ^ (hi ^ len as u64).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -152,7 +152,7 @@ fn mix(lo: u64, hi: u64, len: usize) -> u64 {
 
 /// The key `bytes[s..s + len]` (len 1 to 16) as two little-endian words, zero padded;
 /// `bytes` must hold 16 bytes from `s`.
-#[inline]
+#[inline(always)]
 fn halves(bytes: &[u8], s: usize, len: usize) -> (u64, u64) {
     let word = |at: usize| {
         let mut w = [0u8; 8];
@@ -178,7 +178,7 @@ impl Vocab {
         self.contains_hash(key_hash(key))
     }
 
-    #[inline]
+    #[inline(always)]
     fn contains_hash(&self, h: u64) -> bool {
         let base = ((h >> 53) as usize) << 9;
         let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1 == 1;
@@ -188,7 +188,7 @@ impl Vocab {
     }
 
     /// Tokens of code point `cp` on its own (1 to 4; 4 outside the table).
-    #[inline]
+    #[inline(always)]
     pub fn cost(&self, cp: u32) -> u64 {
         let idx = if cp < 0x10000 {
             cp as usize
@@ -201,7 +201,7 @@ impl Vocab {
     }
 
     /// A piece of one byte is always a token (byte-level vocabularies hold every byte).
-    #[inline]
+    #[inline(always)]
     fn known(&self, bytes: &[u8], s: usize, e: usize) -> bool {
         let len = e - s;
         if len == 1 {
@@ -271,7 +271,7 @@ fn group_table() -> &'static [u8; 0x10000] {
     })
 }
 
-#[inline]
+#[inline(always)]
 fn group_of(table: &[u8; 0x10000], cp: u32) -> u8 {
     if cp < 0x10000 {
         table[cp as usize]
@@ -280,12 +280,12 @@ fn group_of(table: &[u8; 0x10000], cp: u32) -> u8 {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn is_letter_group(g: u8) -> bool {
     g <= G_OTHERL || g == G_HANGUL
 }
 
-#[inline]
+#[inline(always)]
 fn is_cjkish(g: u8) -> bool {
     (G_CJK..=G_HANGUL).contains(&g)
 }
@@ -331,12 +331,12 @@ const fn kind_table() -> [u8; 256] {
 
 static KIND: [u8; 256] = kind_table();
 
-#[inline]
+#[inline(always)]
 fn is_letter(k: u8) -> bool {
     k <= UP
 }
 
-#[inline]
+#[inline(always)]
 fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
     let b = bytes[i] as u32;
     if b < 0xE0 {
@@ -358,14 +358,14 @@ fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
 }
 
 /// Whether a 3-byte CJK, kana or hangul character starts at `i`.
-#[inline]
+#[inline(always)]
 fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
     i + 3 <= bytes.len()
         && (0xE0..0xF0).contains(&bytes[i])
         && is_cjkish(group_of(groups, decode(bytes, i).0))
 }
 
-#[inline]
+#[inline(always)]
 fn unknown_letters(f: &mut Features, len: usize) {
     let bucket = match len {
         0..=3 => 0,
