@@ -116,8 +116,7 @@ def texts(corpus: Path) -> list[tuple[str, str, str]]:
     for f in sorted(corpus.rglob("*.json")):
         key = f.relative_to(corpus).as_posix()
         for t in conversation_texts(f):
-            if len(t) >= 40:
-                out.append(("corpus", key, t))
+            out.append(("corpus", key, t))
     stdlib = Path(json.__file__).parents[1]
     for f in sorted(stdlib.glob("*.py")):
         for c in _chunks(f.read_text(encoding="utf-8", errors="replace"))[:20]:
@@ -309,8 +308,10 @@ def main() -> None:
         y = np.array([counters[fam](r[2]) for r in rows], dtype=float)
         x = np.array([list(ref.features(r[2], vocabs[fam]).values()) for r in rows], dtype=float)
         ok = y >= MIN_TOKENS
-        train = ok & ~hold
-        coef = fit(x[train], y[train], weight[train])
+        # Short texts (names, short messages) are fitted too, so whole conversations add
+        # up; below MIN_TOKENS their relative error weighs less (absolute error, in effect).
+        train = (y >= 1) & ~hold
+        coef = fit(x[train], y[train], weight[train] * np.minimum(1.0, y[train] / MIN_TOKENS))
         w = [round(float(c) * ref.SCALE) for c in coef]
         s = x @ np.array(w, dtype=float)
         est = np.maximum(1, np.floor((s + ref.SCALE // 2) / ref.SCALE))
