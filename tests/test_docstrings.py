@@ -11,6 +11,7 @@ import pytest
 MODULES = [
     "contextwindow",
     "contextwindow.adapters",
+    "contextwindow.calibrate",
     "contextwindow.cli",
     "contextwindow.errors",
     "contextwindow.estimate",

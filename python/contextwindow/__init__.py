@@ -8,6 +8,7 @@ True
 
 from __future__ import annotations
 
+from .calibrate import Calibrator
 from .errors import ContextOverflowError, ContextWindowError, InvalidMessageError, InvalidRequestError
 from .estimate import PROFILES, count_classes, count_messages, estimate_tokens, message_tokens
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
@@ -19,6 +20,7 @@ from .turns import segment_turns
 __all__ = [
     "BREADCRUMB",
     "PROFILES",
+    "Calibrator",
     "ContextOverflowError",
     "ContextWindowError",
     "Fate",
