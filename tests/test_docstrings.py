@@ -15,6 +15,7 @@ MODULES = [
     "contextwindow.cli",
     "contextwindow.errors",
     "contextwindow.estimate",
+    "contextwindow.estimator",
     "contextwindow.io",
     "contextwindow.messages",
     "contextwindow.pairs",

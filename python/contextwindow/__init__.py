@@ -9,8 +9,15 @@ True
 from __future__ import annotations
 
 from .calibrate import Calibrator
-from .errors import ContextOverflowError, ContextWindowError, InvalidMessageError, InvalidRequestError
+from .errors import (
+    ContextOverflowError,
+    ContextWindowError,
+    InvalidMessageError,
+    InvalidRequestError,
+    TokenCounterError,
+)
 from .estimate import PROFILES, count_classes, count_messages, estimate_tokens, message_tokens
+from .estimator import Estimator
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
@@ -23,6 +30,7 @@ __all__ = [
     "Calibrator",
     "ContextOverflowError",
     "ContextWindowError",
+    "Estimator",
     "Fate",
     "FitReport",
     "ImagePart",
@@ -33,6 +41,7 @@ __all__ = [
     "PairChange",
     "Segmentation",
     "TextPart",
+    "TokenCounterError",
     "ToolCall",
     "ToolResult",
     "TrimResult",

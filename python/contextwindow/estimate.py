@@ -27,6 +27,7 @@ Profiles:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -94,12 +95,39 @@ def count_classes(text: str) -> dict[str, int]:
     return dict(_engine.native.count_classes(clean_str(text)))
 
 
+def check_limit(limit: Any) -> int | None:
+    """``limit`` as given (``None`` or an ``int >= 0``); ``ValueError`` otherwise."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
+    return limit
+
+
+def tools_text(tools: Any) -> str:
+    """The JSON text of a request's tool definitions (what is counted for them)."""
+    if not isinstance(tools, (list, tuple)):
+        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    return msgspec.json.encode(tools).decode() if tools else ""
+
+
+def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], int] = int) -> int:
+    """``scale(sum(counts))``, stopping at the first running total whose scaled value
+    exceeds ``limit`` and returning that value (``> limit``); lazy ``counts`` are not
+    consumed further."""
+    total = 0
+    for n in counts:
+        total += n
+        if limit is not None and scale(total) > limit:
+            break
+    return scale(total)
+
+
 def count_messages(
     messages: Any,
     profile: str = DEFAULT_PROFILE,
     tools: list[Any] | None = None,
     *,
     format: str | None = None,
+    limit: int | None = None,
 ) -> int:
     """Estimate the tokens of a conversation as sent to the model.
 
@@ -108,30 +136,38 @@ def count_messages(
     is the sum of the counts of its messages. ``tools`` (the request's tool definitions)
     add the estimate of their JSON text, every key included.
 
+    With ``limit``, counting may stop once the answer is known to exceed it: the running
+    total (tool schemas first, then the messages in order) is returned as soon as it
+    exceeds ``limit``. So a result ``<= limit`` is the exact count, and a result
+    ``> limit`` is the count of the tools plus the shortest prefix of messages that
+    exceeds ``limit`` (a lower bound of the full count).
+
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         profile: name of a built-in profile.
         tools: the request's tool definitions, in any provider's shape.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        limit: stop counting once the total exceeds this many tokens (``None``: count all).
 
     Returns:
-        Estimated prompt tokens.
+        Estimated prompt tokens (see ``limit``).
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
-        ValueError: unknown profile, or ``tools`` is not a list.
+        ValueError: unknown profile, ``tools`` is not a list, or ``limit`` is not an
+            ``int >= 0``.
 
     >>> count_messages([{"role": "user", "content": "abcdefgh"}], profile="fim")
     6
+    >>> count_messages([{"role": "user", "content": "abcdefgh"}] * 3, profile="fim", limit=7)   # 6 + 6 > 7
+    12
     """
     _check_profile(profile)
-    if tools is not None and not isinstance(tools, (list, tuple)):
-        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    text = tools_text(tools) if tools is not None else ""
+    limit = check_limit(limit)
     prep = _engine.prepare(messages, format)
-    total = sum(_engine.native.count_messages(prep.payload, profile))
-    if tools:
-        total += estimate_tokens(msgspec.json.encode(tools).decode(), profile)
-    return int(total)
+    per = _engine.native.count_messages(prep.payload, profile)
+    return sum_until([estimate_tokens(text, profile), *per], limit)
 
 
 def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:
