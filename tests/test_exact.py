@@ -169,7 +169,7 @@ def test_bad_tokenizer_is_a_typed_error_naming_the_message(tokenizer: Any, match
     est = cw.Estimator(tokenizer=lambda s: 1 if s != "bad" else tokenizer(s))
     msgs = [u("fine"), u("also fine"), u("bad")]
     snapshot = msgspec.json.encode(msgs)
-    for call in (est.count_messages, est.message_tokens):
+    for call in (est.count_messages, est.message_tokens, lambda m: cw.trim_turns(m, 1, estimator=est)):
         with pytest.raises(cw.TokenCounterError, match=match) as info:
             call(msgs)
         assert info.value.index == 2 and "tokenizer <lambda> on message 2" in str(info.value)
