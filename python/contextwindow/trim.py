@@ -15,7 +15,8 @@ With any of these the pure-Python engine (``_reference``, which mirrors the Rust
 exactly, as the differential tests check) runs with those costs: same rules, same output
 shape, same report. Each message is counted once: every input message once (the
 report's ``tokens_before`` needs them all), and each message the engine makes or changes
-once; a dropped message is never counted again. A counter that adds a per-call constant
+once, plus a binary search of trial cuts (about log2 of the text's length) when a text
+must be shortened; a dropped message is never counted again. A counter that adds a per-call constant
 (e.g. 3 reply-priming tokens) adds it to every message, so its totals err high.
 """
 
