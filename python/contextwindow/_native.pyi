@@ -6,12 +6,21 @@ Every function taking ``messages`` expects the JSON array of canonical messages 
 """
 
 PROFILES: list[str]
+FAMILIES: list[str]
+PROFILE_JSON: str
+"""``rust/contextwindow-core/data/profiles.json`` as embedded at build time."""
 
 def estimate_text(text: str, profile: str) -> int:
     """Tokens of ``text`` under ``profile`` (0 for "", else >= 1)."""
 
-def count_classes(text: str) -> list[tuple[str, int]]:
-    """(name, count) for each code point class, each run feature, then ("bytes", n)."""
+def count_features(text: str, family: str) -> list[tuple[str, int]]:
+    """(name, count) for each feature of ``family`` (see features.rs), then ("bytes", n)."""
+
+def vocab_data(family: str) -> tuple[bytes, bytes]:
+    """The family's Bloom filter (2**17 bytes) and cost table (17,088 bytes), as embedded."""
+
+def profile_overheads(profile: str) -> tuple[int, int, int]:
+    """Per-message, per-tool-call and per-tool overheads of ``profile``, in tokens."""
 
 def count_messages(messages: bytes, profile: str) -> list[int]:
     """Tokens of each message."""

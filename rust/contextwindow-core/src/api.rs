@@ -7,7 +7,8 @@
 
 use serde::Serialize;
 
-use crate::estimate::{count, profile, CLASS_NAMES, RUN_NAMES};
+use crate::estimate::{profile, vocab, FAMILY_NAMES};
+use crate::features::{scan, FEATURE_NAMES};
 use crate::model::{parse_messages, Format, Message};
 use crate::pairs::{validate, Missing};
 use crate::trim::{repair_report, trim_turn_count, trim_turns, Outcome, Report, TrimOptions};
@@ -55,14 +56,20 @@ pub fn estimate_text(text: &str, profile_name: &str) -> Result<u64> {
     Ok(profile(profile_name)?.text_tokens(text))
 }
 
-/// Per-class code point counts and run features of a text, as `(name, count)` pairs,
-/// plus `("bytes", UTF-8 length)`.
-pub fn count_classes(text: &str) -> Vec<(&'static str, u64)> {
-    let c = count(text);
-    let mut out: Vec<(&'static str, u64)> = CLASS_NAMES.iter().copied().zip(c.classes).collect();
-    out.extend(RUN_NAMES.iter().copied().zip(c.runs));
-    out.push(("bytes", c.bytes));
-    out
+/// The single-pass features of a text for one tokenizer family, as `(name, count)`
+/// pairs (see [`crate::features`]), plus `("bytes", UTF-8 length)`.
+pub fn count_features(text: &str, family: &str) -> Result<Vec<(&'static str, u64)>> {
+    let v = vocab(family).ok_or_else(|| crate::Error::InvalidArgument {
+        name: "family".into(),
+        reason: format!(
+            "unknown family {family:?}; known: {}",
+            FAMILY_NAMES.join(", ")
+        ),
+    })?;
+    let [f] = scan(text, &[v]);
+    let mut out: Vec<(&'static str, u64)> = FEATURE_NAMES.iter().copied().zip(f).collect();
+    out.push(("bytes", text.len() as u64));
+    Ok(out)
 }
 
 /// Tokens of every message, in order.

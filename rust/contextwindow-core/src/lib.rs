@@ -10,6 +10,7 @@
 pub mod api;
 pub mod error;
 pub mod estimate;
+pub mod features;
 pub mod marks;
 pub mod model;
 pub mod pairs;

@@ -1,9 +1,10 @@
 //! PyO3 glue for contextwindow: extract arguments, release the GIL, call the core,
 //! map errors in one place. No logic lives here.
 
-use contextwindow_core::{api, Error};
+use contextwindow_core::{api, estimate, Error};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// The one conversion point from core errors to Python exceptions.
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
@@ -49,8 +50,26 @@ fn estimate_text(py: Python<'_>, text: &str, profile: &str) -> PyResult<u64> {
 }
 
 #[pyfunction]
-fn count_classes(text: &str) -> Vec<(&'static str, u64)> {
-    api::count_classes(text)
+fn count_features(py: Python<'_>, text: &str, family: &str) -> PyResult<Vec<(&'static str, u64)>> {
+    run(py, || api::count_features(text, family))
+}
+
+/// A profile's per-message, per-tool-call and per-tool overheads, in tokens.
+#[pyfunction]
+fn profile_overheads(py: Python<'_>, profile: &str) -> PyResult<(u64, u64, u64)> {
+    let p = estimate::profile(profile).map_err(|e| to_py(py, e))?;
+    Ok((p.message_overhead, p.tool_call_overhead, p.tool_overhead))
+}
+
+/// A family's Bloom filter and cost table, as embedded (for the Python reference).
+#[pyfunction]
+fn vocab_data<'py>(
+    py: Python<'py>,
+    family: &str,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let v = estimate::vocab(family)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown family {family:?}")))?;
+    Ok((PyBytes::new(py, v.bloom), PyBytes::new(py, v.table)))
 }
 
 #[pyfunction]
@@ -119,13 +138,17 @@ fn trim_turn_count(
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate_text, m)?)?;
-    m.add_function(wrap_pyfunction!(count_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(count_features, m)?)?;
+    m.add_function(wrap_pyfunction!(vocab_data, m)?)?;
+    m.add_function(wrap_pyfunction!(profile_overheads, m)?)?;
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(repair_tool_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(trim_turns, m)?)?;
     m.add_function(wrap_pyfunction!(trim_turn_count, m)?)?;
-    m.add("PROFILES", ["conservative", "fim", "bytes4"])?;
+    m.add("PROFILES", estimate::PROFILES.map(|p| p.name))?;
+    m.add("FAMILIES", estimate::FAMILY_NAMES)?;
+    m.add("PROFILE_JSON", estimate::PROFILE_JSON)?;
     Ok(())
 }

@@ -1,0 +1,60 @@
+//! Turns `data/profiles.json` (written by `tools/fit_profiles.py`) into constants, so a
+//! malformed data file fails the build instead of a request.
+
+use std::{env, fs, path::Path};
+
+fn main() {
+    let src = Path::new("data/profiles.json");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let text = fs::read_to_string(src).expect("read data/profiles.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("data/profiles.json is JSON");
+    let scale = v["scale"].as_i64().expect("scale: integer");
+    let features = v["features"].as_array().expect("features: array");
+    let names: Vec<String> = features
+        .iter()
+        .map(|f| format!("{:?}", f.as_str().expect("feature name: string")))
+        .collect();
+    let mut weights = Vec::new();
+    let mut overheads = Vec::new();
+    for fam in ["cl100k", "tekken"] {
+        let f = &v["families"][fam];
+        let w: Vec<String> = f["weights"]
+            .as_array()
+            .unwrap_or_else(|| panic!("families.{fam}.weights: array"))
+            .iter()
+            .map(|x| x.as_i64().expect("weight: integer").to_string())
+            .collect();
+        assert_eq!(
+            w.len(),
+            names.len(),
+            "families.{fam}.weights: one per feature"
+        );
+        weights.push(format!("[{}]", w.join(", ")));
+        let o = |k: &str| {
+            f[k].as_u64()
+                .unwrap_or_else(|| panic!("families.{fam}.{k}: non-negative integer"))
+        };
+        overheads.push(format!(
+            "({}, {}, {})",
+            o("message_overhead"),
+            o("tool_call_overhead"),
+            o("tool_overhead")
+        ));
+    }
+    let margin = v["conservative"]["margin_percent"]
+        .as_i64()
+        .expect("conservative.margin_percent: integer");
+    let out = format!(
+        "pub const SCALE: i64 = {scale};\n\
+         pub const FEATURES: [&str; {n}] = [{names}];\n\
+         pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 2] = [{weights}];\n\
+         pub const OVERHEADS: [(u64, u64, u64); 2] = [{overheads}];\n\
+         pub const MARGIN_PERCENT: i64 = {margin};\n",
+        n = names.len(),
+        names = names.join(", "),
+        weights = weights.join(", "),
+        overheads = overheads.join(", "),
+    );
+    let dest = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("profile_data.rs");
+    fs::write(dest, out).expect("write profile_data.rs");
+}
