@@ -14,8 +14,9 @@ Estimate the same thing the provider counts: messages *and* tool schemas
 ratio of a request is stable from one agent step to the next, while per-message ratios
 swing with what the estimate leaves out (tool-call ids, block types, templates). On the
 corpus sessions, with cl100k playing the provider, calibrated predictions of the next
-request are about four times closer than raw estimates
-(``tests/test_calibrate.py::test_calibration_lowers_the_error_on_a_real_stream``).
+request are 4-5 times closer than raw estimates (mean absolute error over the later half
+of 29 sessions, 332 requests, for ``conservative`` and ``cl100k`` alike;
+``tests/test_calibrate.py::test_calibration_lowers_the_error_on_a_real_stream``).
 """
 
 from __future__ import annotations
