@@ -4,11 +4,14 @@ They produce what breaks context managers: parallel calls, results in any order,
 separated from their calls, orphan results, calls without results, ids reused across
 turns, CJK, kana, hangul, emoji ZWJ sequences, combining marks, lone surrogates, null or
 empty content, huge tool results, pinned messages, our own breadcrumb and
-``[Tool results]`` carriers.
+``[Tool results]`` carriers; images with and without a size, remote or inline, whose base64
+data holds a real PNG, GIF, WebP or JPEG header (built here byte by byte), sometimes
+truncated, corrupted, line-wrapped or URL-safe, also inside tool results.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from hypothesis import strategies as st
@@ -58,19 +61,137 @@ big_text = st.tuples(st.sampled_from(PIECES[:12]), st.integers(50, 2500)).map(la
 any_text = st.one_of(text, text, text, big_text, st.sampled_from(["", BREADCRUMB, "[Tool results] x"]))
 
 
+# ------------------------------------------------------------------- image headers, by hand
+
+
+def png_bytes(w: int, h: int) -> bytes:
+    """PNG signature and IHDR chunk (CRC not checked by anyone) for a ``w`` x ``h`` image."""
+    return b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes(9)
+
+
+def gif_bytes(w: int, h: int) -> bytes:
+    """GIF89a header with the logical screen size."""
+    return b"GIF89a" + w.to_bytes(2, "little") + h.to_bytes(2, "little") + b"\xf7\x00\x00"
+
+
+def _riff(chunk: bytes, payload: bytes) -> bytes:
+    size = (len(payload) + 12).to_bytes(4, "little")
+    return b"RIFF" + size + b"WEBP" + chunk + len(payload).to_bytes(4, "little") + payload
+
+
+def webp_bytes(kind: str, w: int, h: int) -> bytes:
+    """WebP with a ``VP8 `` (lossy, 14-bit size), ``VP8L`` (lossless) or ``VP8X`` chunk."""
+    if kind == "VP8 ":
+        frame = b"\x30\x01\x00\x9d\x01\x2a" + w.to_bytes(2, "little") + h.to_bytes(2, "little")
+        return _riff(b"VP8 ", frame)
+    if kind == "VP8L":
+        return _riff(b"VP8L", b"\x2f" + ((w - 1) | (h - 1) << 14).to_bytes(4, "little"))
+    return _riff(b"VP8X", b"\x10\x00\x00\x00" + (w - 1).to_bytes(3, "little") + (h - 1).to_bytes(3, "little"))
+
+
+def jpeg_bytes(w: int, h: int, sof: int = 0xC0, segments: tuple[bytes, ...] = ()) -> bytes:
+    """SOI, APP0 (JFIF), ``segments`` (marker + payload, e.g. an EXIF APP1), DQT, DHT, the
+    frame header ``sof`` with the size, SOS, a little scan data and EOI."""
+    out = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+    for seg in segments:
+        out += b"\xff" + seg[:1] + (len(seg) + 1).to_bytes(2, "big") + seg[1:]
+    out += b"\xff\xff\xdb\x00\x04\x00\x01"  # a fill byte, then DQT
+    out += b"\xff\xc4\x00\x03\x00"  # DHT: C4 is not a frame header
+    out += b"\xff" + bytes([sof]) + b"\x00\x0b\x08" + h.to_bytes(2, "big") + w.to_bytes(2, "big") + b"\x01\x01\x11\x00"
+    return out + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00\x12\x34\xff\xd9"
+
+
+@st.composite
+def image_bytes(draw: Any) -> bytes:
+    """A small image file of any of the four formats with a random size (0 sometimes)."""
+    fmt = draw(st.sampled_from(["png", "gif", "VP8 ", "VP8L", "VP8X", "jpeg"]))
+    if fmt == "png":
+        return png_bytes(draw(st.integers(0, 70_000)), draw(st.integers(0, 70_000)))
+    if fmt == "gif":
+        return gif_bytes(draw(st.integers(0, 65_535)), draw(st.integers(0, 65_535)))
+    if fmt == "VP8 ":
+        return webp_bytes(fmt, draw(st.integers(0, 65_535)), draw(st.integers(0, 65_535)))
+    if fmt in ("VP8L", "VP8X"):
+        top = 16_384 if fmt == "VP8L" else 1 << 24
+        return webp_bytes(fmt, draw(st.integers(1, top)), draw(st.integers(1, top)))
+    segments = draw(
+        st.lists(
+            st.tuples(st.integers(0xE1, 0xEF), st.binary(max_size=300)).map(lambda t: bytes([t[0]]) + t[1]),
+            max_size=3,
+        )
+    )
+    sof = draw(st.sampled_from([0xC0, 0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC8, 0xCB, 0xCC, 0xCF]))
+    return jpeg_bytes(draw(st.integers(0, 65_535)), draw(st.integers(0, 65_535)), sof, tuple(segments))
+
+
+@st.composite
+def image_base64(draw: Any) -> str:
+    """Base64 text of an image header, sometimes damaged or unusually spelled."""
+    data = draw(image_bytes())
+    damage = draw(st.sampled_from(["none", "none", "none", "cut", "flip", "tail"]))
+    if damage == "cut":
+        data = data[: draw(st.integers(0, len(data)))]
+    elif damage == "flip":
+        i = draw(st.integers(0, len(data) - 1))
+        data = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1 :]
+    elif damage == "tail":
+        data += draw(st.binary(max_size=200))
+    text = base64.b64encode(data).decode()
+    spelling = draw(st.sampled_from(["plain", "plain", "urlsafe", "unpadded", "wrapped", "spaces", "junk", "odd"]))
+    if spelling == "urlsafe":
+        text = text.replace("+", "-").replace("/", "_")
+    elif spelling == "unpadded":
+        text = text.rstrip("=")
+    elif spelling == "wrapped":
+        text = draw(st.sampled_from(["\n", "\r\n"])).join(text[i : i + 76] for i in range(0, len(text), 76))
+    elif spelling == "spaces":
+        i = draw(st.integers(0, len(text)))
+        text = text[:i] + draw(st.sampled_from([" ", "\t", "\n "])) + text[i:]
+    elif spelling == "junk":  # an invalid or non-ASCII character somewhere
+        i = draw(st.integers(0, len(text)))
+        text = text[:i] + draw(st.sampled_from(["!", "=", "\u00e9", "."])) + text[i:]
+    elif spelling == "odd":  # a length that is not base64
+        text += "A"
+    return text
+
+
+@st.composite
+def image_part(draw: Any) -> ImagePart:
+    """An image part in OpenAI shape (URL string), Anthropic shape (source object) or none."""
+    size = draw(st.sampled_from(["none", "none", "both", "one"]))
+    width = draw(st.integers(0, 9000)) if size != "none" else None
+    height = draw(st.integers(1, 9000)) if size == "both" else None
+    detail = draw(st.sampled_from([None, "low", "high", "auto"]))
+    kind = draw(st.sampled_from(["url", "data_url", "data_url", "anthropic", "anthropic", "anthropic_url", "none"]))
+    source: Any = None
+    if kind == "url":
+        source = "https://example.com/a.png"
+    elif kind == "data_url":
+        prefix = draw(st.sampled_from(["data:image/png;base64,", "DATA:image/jpeg;BASE64,", "data:image/png,", ""]))
+        source = prefix + draw(image_base64())
+    elif kind == "anthropic":
+        media = draw(st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp"]))
+        source = {"type": draw(st.sampled_from(["base64", "base64", "text"])), "media_type": media}
+        source["data"] = draw(image_base64())
+    elif kind == "anthropic_url":
+        source = {"type": "url", "url": "https://example.com/a.png"}
+    return ImagePart(width=width, height=height, detail=detail, source=source)
+
+
 def _text_parts(draw: Any) -> list[Any]:
     parts: list[Any] = [TextPart(text=t) for t in draw(st.lists(any_text, max_size=2))]
     if draw(st.integers(0, 9)) == 0:
-        parts.append(
-            ImagePart(
-                width=draw(st.none() | st.integers(1, 5000)),
-                height=draw(st.none() | st.integers(1, 5000)),
-                detail=draw(st.sampled_from([None, "low", "high", "auto"])),
-                source="https://example.com/a.png",
-            )
-        )
+        parts.append(draw(image_part()))
     if draw(st.integers(0, 14)) == 0:
         parts.append(OpaquePart(type="thinking", raw={"type": "thinking", "thinking": draw(text)}))
+    return parts
+
+
+def _result_parts(draw: Any) -> list[Any]:
+    """A tool result's content: text, and sometimes an image (a screenshot tool)."""
+    parts: list[Any] = [TextPart(text=draw(any_text))]
+    if draw(st.integers(0, 7)) == 0:
+        parts.insert(draw(st.integers(0, 1)), draw(image_part()))
     return parts
 
 
@@ -112,7 +233,7 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             results = [
                 ToolResult(
                     call_id=i,
-                    content=[TextPart(text=draw(any_text))],
+                    content=_result_parts(draw),
                     is_error=draw(st.integers(0, 5)) == 0,
                 )
                 for i in answered

@@ -30,10 +30,14 @@ def test_fit_writes_same_shape_and_prints_summary(tmp_path: Path, capsys: pytest
     out = tmp_path / "out.json"
     assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", str(out)]) == 0
     summary = capsys.readouterr().out
-    assert "5,639 -> 296 tokens (budget 2,000; tool schemas take 112) fits" in summary
-    assert "turns: kept 2 of 4, dropped 2" in summary
     body = json.loads(out.read_text())
     src = json.loads(EXAMPLE.read_text())
+    tools = cw.count_messages([], tools=src["tools"])
+    before = cw.count_messages(src["messages"]) + tools
+    after = cw.count_messages(body["messages"]) + tools
+    assert after <= 2000 < before
+    assert f"{before:,} -> {after:,} tokens (budget 2,000; tool schemas take {tools:,}) fits" in summary
+    assert "turns: kept 2 of 4, dropped 2" in summary
     assert {k: v for k, v in body.items() if k != "messages"} == {k: v for k, v in src.items() if k != "messages"}
     assert body["messages"][0] == src["messages"][0] and body["messages"][-1] == src["messages"][-1]
     assert cw.validate(body["messages"], "openai") == []
@@ -63,7 +67,10 @@ def test_fit_unchanged_but_too_big_says_so(tmp_path: Path, capsys: pytest.Captur
 def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["count", str(EXAMPLE), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
-    assert (row["tokens"], row["tool_tokens"], row["messages"], row["turns"]) == (5639, 112, 15, 4)
+    src = json.loads(EXAMPLE.read_text())
+    tools = cw.count_messages([], tools=src["tools"])
+    want = (cw.count_messages(src["messages"]) + tools, tools, 15, 4)
+    assert (row["tokens"], row["tool_tokens"], row["messages"], row["turns"]) == want
     bad = write(
         tmp_path,
         "bad.json",

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages
 from contextwindow._engine import native as rs
-from contextwindow.messages import Message
+from contextwindow.messages import Message, ToolResult
 from contextwindow.report import Segmentation
 
-from strategies import case
+from strategies import case, image_part
 
-PROFILES = ["conservative", "fim", "bytes4"]
+PROFILES = ["conservative", "cl100k", "tekken", "fim", "bytes4"]
 
 
 def canon(msgs: list[Message]) -> tuple[bytes, list[Message]]:
@@ -39,13 +39,41 @@ def test_message_tokens_agree(c: tuple[str, list[Message]], profile: str) -> Non
     assert rs.count_messages(payload, profile) == [ref.message_tokens(m, ref.PROFILES[profile]) for m in cm]
 
 
+@given(st.lists(image_part(), min_size=1, max_size=3), st.sampled_from(PROFILES), st.booleans())
+def test_image_tokens_agree(parts: list, profile: str, in_result: bool) -> None:
+    """Images alone (and inside a tool result), so every header path is compared."""
+    content = [ToolResult(call_id="c1", content=parts)] if in_result else parts
+    payload, cm = canon([Message(role="user", content=content)])
+    assert rs.count_messages(payload, profile) == [ref.message_tokens(m, ref.PROFILES[profile]) for m in cm]
+
+
 @given(st.text(), st.sampled_from(PROFILES))
 def test_text_tokens_agree(text: str, profile: str) -> None:
     from contextwindow._engine import clean_str
 
     t = clean_str(text)
     assert rs.estimate_text(t, profile) == ref.text_tokens(t, ref.PROFILES[profile])
-    assert dict(rs.count_classes(t)) == ref.count(t)
+    for family in ("cl100k", "tekken"):
+        got = dict(rs.count_features(t, family))
+        assert got.pop("bytes") == len(t.encode("utf-8"))
+        assert got == ref.features(t, ref.VOCABS[family])
+
+
+# Text the scanner treats specially: CJK n-grams, prefixes, line breaks, long pieces.
+_PIECES = st.sampled_from(
+    [" ", "  ", "\n", "\r\n", "\t", "    ", ".", "(", "))", "!!\n", " -", "a", "Hello", "world", "parseHTTP",
+     "Response", "x" * 17, "abcdefghijklmnop", "123", "4567", "你好", "世界", "こんにちは", "한국어", "é", "Привет",
+     "🙂", "\u200d", "\U00020000", "\x00", "ทดสอบ", "_name", "'s", "ab\u0301"]
+)  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=40).map("".join), st.sampled_from(PROFILES))
+def test_scanner_pieces_agree(text: str, profile: str) -> None:
+    assert rs.estimate_text(text, profile) == ref.text_tokens(text, ref.PROFILES[profile])
+    for family in ("cl100k", "tekken"):
+        got = dict(rs.count_features(text, family))
+        got.pop("bytes")
+        assert got == ref.features(text, ref.VOCABS[family])
 
 
 @given(case())

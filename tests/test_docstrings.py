@@ -23,6 +23,7 @@ MODULES = [
     "contextwindow.trim",
     "contextwindow.turns",
     "contextwindow._engine",
+    "contextwindow._image",
 ]
 
 

@@ -92,9 +92,13 @@ def test_word_tokenizer_keeps_every_other_rule_of_the_profile() -> None:
         per_message + 4,
         per_message + 1 + 2,
     ]
-    # images: by OpenAI tiles when the size is known (768 x 768 after scaling: 4 tiles)
-    img = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024), cw.TextPart(text="see this")])
-    assert est.count_messages([img]) == per_message + 85 + 4 * 170 + 2
+    # images: the profile's image rule (whatever it is), never the tokenizer
+    seen: list[str] = []
+    est_rec = cw.Estimator(tokenizer=lambda s: seen.append(s) or words(s))
+    image = cw.ImagePart(width=1024, height=1024)
+    image_cost = cw.count_messages([cw.Message(role="user", content=[image])]) - per_message
+    img = cw.Message(role="user", content=[image, cw.TextPart(text="see this")])
+    assert est_rec.count_messages([img]) == per_message + image_cost + 2 and seen == ["see this"]
     assert est.count_messages([NAMED], tools=TOOLS + TOOLS) == per_message + 3 + 2 * (1 + per_tool)
 
 

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from contextwindow import _reference as ref
 from contextwindow.accuracy import MIN_TOKENS, conversation_texts, is_holdout, reference_counter, text_class
@@ -45,10 +44,12 @@ DATA = ROOT / "rust" / "contextwindow-core" / "data"
 BLOOM_BITS = 20
 TABLE_ENTRIES = 0x10000 + 0xB00
 CORPUS_WEIGHT = 3.0
+# Generated extremes (long runs) weigh 2x: rare in transcripts, costly when misjudged.
+GENERATED_WEIGHT = 2.0
 # Features whose weight may be negative: discounts on top of others (e.g. a word start in
 # a non-ASCII script lowers the per-character rate).
-SIGNED = {"unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct_beyond_2", "unknown_space_beyond_2"}
-SIGNED |= {"digits", "non_ascii_words"}
+# Length features never are: a negative weight there turns a long run into a huge undercount.
+SIGNED = {"unknown_prefixed", "digits", "non_ascii_words"}
 
 
 def vocabulary(family: str) -> list[bytes]:
@@ -143,14 +144,17 @@ def texts(corpus: Path) -> list[tuple[str, str, str]]:
     return out
 
 
-def generated(seed: int = 7, n: int = 300) -> list[tuple[str, str, str]]:
-    """Emoji-laden sentences, emoji runs, base64 and JSON with hex ids and UUIDs."""
+def generated(seed: int = 7, n: int = 700) -> list[tuple[str, str, str]]:
+    """Text the corpus has too little of, from a fixed seed: emoji-laden sentences, emoji
+    runs, base64, JSON with hex ids and UUIDs, long whitespace runs, long letter runs
+    (gibberish, repeated letters) and long punctuation runs."""
     rnd = random.Random(seed)
     words = "the agent called a tool and got back a long result with many lines of output from the shell".split()
-    emoji = "😀 🚀 👍 🎉 ❤️ 🔥 ✅ ⚠️ 👨‍👩‍👧 👩🏽‍💻 🇯🇵 🇺🇸 1️⃣ 🙂 🤖 📦 🧪 ✨ ☕ 🏳️‍🌈".split()  # noqa: RUF001
+    emoji = "😀 🚀 👍 🎉 ❤️ 🔥 ✅ ⚠️ 👨‍👩‍👧 👩🏽‍💻 🇯🇵 🇺🇸 1️⃣ 🙂 🤖 📦 🧪 ✨ ☕ 🏳️‍🌈".split()
+    letters = "abcdefghijklmnopqrstuvwxyz"
     out = []
     for i in range(n):
-        kind = i % 4
+        kind = i % 7
         if kind == 0:
             s = " ".join(
                 rnd.choice(words) + (rnd.choice(emoji) if rnd.random() < 0.3 else "")
@@ -163,8 +167,25 @@ def generated(seed: int = 7, n: int = 300) -> list[tuple[str, str, str]]:
                 json.dumps({"id": str(uuid.UUID(int=rnd.getrandbits(128))), "sha": rnd.randbytes(20).hex(), "n": i})
                 for _ in range(rnd.randint(2, 12))
             )
-        else:
+        elif kind == 3:
             s = "".join(rnd.choice(emoji) for _ in range(rnd.randint(10, 40)))
+        elif kind == 4:
+            ws = [" ", "\n", "\r\n", "\t", "    "]
+            s = "".join(
+                rnd.choice(words) + rnd.choice(ws) * rnd.choice([1, 2, 3, 8, 40, 200])
+                for _ in range(rnd.randint(5, 30))
+            )
+        elif kind == 5:
+            s = " ".join(
+                rnd.choice(letters) * rnd.randint(14, 400)
+                if rnd.random() < 0.3
+                else "".join(rnd.choice(letters + letters.upper()) for _ in range(rnd.randint(14, 300)))
+                for _ in range(rnd.randint(1, 6))
+            )
+        else:
+            s = " ".join(
+                rnd.choice("-=*#_~.") * rnd.randint(3, 300) + " " + rnd.choice(words) for _ in range(rnd.randint(3, 12))
+            )
         out.append(("generated", f"generated/{kind}/{i}", s))
     return out
 
@@ -226,6 +247,7 @@ PRIOR = {
     "unknown_letters_beyond_14": 0.3,
     "unknown_punct": 2.0,
     "unknown_space": 1.0,
+    "unknown_newlines": 0.5,
     "digit_groups": 1.0,
     "controls": 1.0,
     **{f"ch_{g}": 1.0 for g in ref.GROUPS},
@@ -236,6 +258,8 @@ RIDGE = 1.0
 
 def fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Bounded least squares of relative error, with a ridge pull towards ``PRIOR``."""
+    from scipy.optimize import lsq_linear
+
     lo = np.array([-np.inf if f in SIGNED else 0.0 for f in ref.FEATURES])
     a = x * (weight / y)[:, None]
     prior = np.array([PRIOR.get(f, 0.0) for f in ref.FEATURES])
@@ -271,7 +295,7 @@ def main() -> None:
     src = np.array([r[0] for r in rows])
     hold = np.array([is_holdout(r[1]) for r in rows])
     cls = np.array([text_class(r[2]) for r in rows])
-    weight = np.where(src == "corpus", CORPUS_WEIGHT, 1.0)
+    weight = np.where(src == "corpus", CORPUS_WEIGHT, np.where(src == "generated", GENERATED_WEIGHT, 1.0))
     out: dict = {
         "scale": ref.SCALE,
         "features": list(ref.FEATURES),

@@ -14,14 +14,13 @@ input message is kept unchanged.
 from __future__ import annotations
 
 import bisect
-import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
+from . import _image
 from ._marks import ATTACH, CONSONANT, LINKER, PREPEND
 from .messages import (
     BREADCRUMB,
@@ -54,7 +53,7 @@ CJKISH = frozenset(("cjk", "kana", "hangul"))
 FEATURES = (
     "ngrams", "known", "known_bare", "unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13",
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
-    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "digits", "digit_groups",
+    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines", "digits", "digit_groups",
     "controls", "non_ascii_words",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
@@ -189,6 +188,8 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
         else:
             f[_IX[unknown]] += 1
             f[_IX[unknown + "_beyond_2"]] += max(0, e - s - 2)
+            if unknown == "unknown_space":
+                f[_IX["unknown_newlines"]] += sum(1 for x in b[s:e] if x in (0x0A, 0x0D))
 
     def cjk_char(q: int) -> bool:
         return q + 3 <= n and 0xE0 <= b[q] < 0xF0 and group(ord(b[q : q + 3].decode())) in CJKISH
@@ -278,7 +279,7 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                 else:
                     piece(a_end, j, "unknown_space")
         i = j
-    return dict(zip(FEATURES, f))
+    return dict(zip(FEATURES, f, strict=True))
 
 
 def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
@@ -302,15 +303,12 @@ class Profile:
     message_overhead: int
     tool_call_overhead: int
     tool_overhead: int
-    image_fixed: int | None  # None: OpenAI tiles when the size is known
-    image_unknown: int = 765
+    image_fixed: int | None  # None: the provider rules of contextwindow._image
 
 
 def _fitted(name: str) -> Profile:
     fam = _DATA["families"][name]
-    return Profile(
-        name, "fitted", name, fam["message_overhead"], fam["tool_call_overhead"], fam["tool_overhead"], None
-    )
+    return Profile(name, "fitted", name, fam["message_overhead"], fam["tool_call_overhead"], fam["tool_overhead"], None)
 
 
 def _max_overhead(key: str) -> int:
@@ -337,7 +335,7 @@ PROFILES = {
 def weighted_sum(text: str, family: str) -> int:
     """Sum of a family's weights times the text's features, in 1/SCALE tokens."""
     w = _DATA["families"][family]["weights"]
-    return sum(n * wi for n, wi in zip(features(text, VOCABS[family]).values(), w))
+    return sum(n * wi for n, wi in zip(features(text, VOCABS[family]).values(), w, strict=True))
 
 
 def text_tokens(text: str, p: Profile) -> int:
@@ -358,25 +356,11 @@ def text_tokens(text: str, p: Profile) -> int:
     return max(t, 1)
 
 
-def openai_tiles(w: int, h: int) -> int:
-    """OpenAI image tokens: fit 2048 box, short side to 768, 85 + 170 per 512-px tile."""
-    longest = max(w, h)
-    if longest > 2048:
-        w, h = max(1, w * 2048 // longest), max(1, h * 2048 // longest)
-    shortest = min(w, h)
-    if shortest > 768:
-        w, h = max(1, w * 768 // shortest), max(1, h * 768 // shortest)
-    return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
-
-
 def image_tokens(part: ImagePart, p: Profile) -> int:
+    """A profile's fixed cost, else the provider rules of ``contextwindow._image``."""
     if p.image_fixed is not None:
         return p.image_fixed
-    if part.detail == "low":
-        return 85
-    if part.width and part.height and part.width > 0 and part.height > 0:
-        return openai_tiles(part.width, part.height)
-    return p.image_unknown
+    return _image.image_tokens(part.width, part.height, part.detail, part.source)
 
 
 def part_tokens(part: Part, p: Profile) -> int:

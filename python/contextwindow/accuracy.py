@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .adapters import to_canonical
 from ._reference import group
+from .adapters import to_canonical
 from .estimate import PROFILES, estimate_tokens
 from .io import load_conversation
 from .messages import Message, TextPart, ToolCall, ToolResult
@@ -337,10 +337,10 @@ def measure(
             continue
         files += 1
         real = [count(t) for t in texts]
-        classes = [text_class(t) if r >= MIN_TOKENS else "" for t, r in zip(texts, real)]
+        classes = [text_class(t) if r >= MIN_TOKENS else "" for t, r in zip(texts, real, strict=True)]
         for p in profiles:
             est = [estimate_tokens(t, p) for t in texts]
-            for e, r, c in zip(est, real, classes):
+            for e, r, c in zip(est, real, classes, strict=True):
                 if c:
                     segs[p][c].errors.append((e - r) / r)
             if sum(real):

@@ -7,7 +7,7 @@ counts it collects (:func:`count_features`) are weighted into tokens by a profil
 Profiles:
 
 * ``conservative`` (default): the larger of the ``cl100k`` and ``tekken`` estimates times
-  a margin (1.05 as fitted), rounded up, with the larger of their overheads. Use it when an
+  a margin (``data/profiles.json``; 1.07 as fitted), rounded up, with the larger of their overheads. Use it when an
   overflow costs more than a little waste: on held-out agent transcripts at most a few
   percent of text segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many
@@ -21,6 +21,18 @@ Profiles:
 The fitted weights, vocabulary filters and per-character cost tables are data
 (``rust/contextwindow-core/data``), written by ``tools/fit_profiles.py`` from the real
 tokenizers; ``contextwindow accuracy`` measures them (README, "Accuracy").
+
+Images (every profile but ``fim`` and ``bytes4``) cost by their size in pixels, never by the length of their base64
+text, never 0. The size is the part's explicit ``width`` and ``height`` when both are given,
+else it is read from the header of inline base64 data (a ``data:`` URL or an Anthropic
+``base64`` source; PNG, GIF, WebP and JPEG; only the header bytes are decoded). The rule
+follows the part's provider shape: an OpenAI ``image_url`` costs OpenAI tiles (fit
+2048x2048, short side to 768, 85 + 170 tokens per 512-pixel tile; ``detail: "low"`` 85), an
+Anthropic ``image`` block ceil(width * height / 750) after Anthropic's downscale (long edge
+at most 1568 pixels, at most 784 * 1568 pixels); a hand-built ``ImagePart`` without a
+``source`` costs the larger of the two. When the size is unknown (a remote URL, a file id,
+another format) the cost is the most the rule can give: 1445 tokens for OpenAI, 1640 for
+Anthropic. Images inside tool results count the same way.
 """
 
 from __future__ import annotations

@@ -70,7 +70,9 @@ class ImagePart(msgspec.Struct, tag="image", **_OPTS):
         height: height in pixels when known, else ``None``.
         detail: OpenAI ``detail`` (``"low"``, ``"high"``, ``"auto"``) when given.
         source: the provider's reference to the image, kept verbatim: an URL or data URL
-            string for OpenAI, the ``source`` object for Anthropic.
+            string for OpenAI, the ``source`` object for Anthropic. Its type tells the
+            estimator which provider's image rule applies (see ``contextwindow.estimate``);
+            inline base64 data gives the size when ``width``/``height`` are not set.
         extra: provider keys kept for a lossless round trip.
 
     >>> ImagePart(width=512, height=512).width

@@ -102,14 +102,7 @@ pub enum TextRule {
     Max { margin_percent: i64 },
 }
 
-/// Image cost model of a profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImageModel {
-    /// Every image costs the same.
-    Fixed(u64),
-    /// OpenAI tiles when width and height are known, else the constant.
-    OpenAITiles { unknown: u64 },
-}
+pub use crate::image::ImageModel;
 
 /// A token estimation profile (DESIGN.md section 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +147,7 @@ pub const CL100K: Profile = Profile {
     message_overhead: data::OVERHEADS[0].0,
     tool_call_overhead: data::OVERHEADS[0].1,
     tool_overhead: data::OVERHEADS[0].2,
-    image: ImageModel::OpenAITiles { unknown: 765 },
+    image: ImageModel::Provider,
 };
 
 /// `tekken`: fitted against Mistral's Tekken tokenizer (mistral-common); overheads
@@ -165,7 +158,7 @@ pub const TEKKEN: Profile = Profile {
     message_overhead: data::OVERHEADS[1].0,
     tool_call_overhead: data::OVERHEADS[1].1,
     tool_overhead: data::OVERHEADS[1].2,
-    image: ImageModel::OpenAITiles { unknown: 765 },
+    image: ImageModel::Provider,
 };
 
 /// `conservative` (the default): the larger of the `cl100k` and `tekken` estimates
@@ -180,7 +173,7 @@ pub const CONSERVATIVE: Profile = Profile {
     message_overhead: max(data::OVERHEADS[0].0, data::OVERHEADS[1].0),
     tool_call_overhead: max(data::OVERHEADS[0].1, data::OVERHEADS[1].1),
     tool_overhead: max(data::OVERHEADS[0].2, data::OVERHEADS[1].2),
-    image: ImageModel::OpenAITiles { unknown: 765 },
+    image: ImageModel::Provider,
 };
 
 const fn max(a: u64, b: u64) -> u64 {
@@ -252,35 +245,16 @@ impl Profile {
         t.max(1)
     }
 
-    /// Tokens of an image of known or unknown size.
-    ///
-    /// OpenAI tiles: scale to fit 2048x2048, then the short side down to 768 (integer
-    /// division), then 85 + 170 per 512-pixel tile; `detail="low"` is 85.
-    pub fn image_tokens(
-        &self,
-        width: Option<u64>,
-        height: Option<u64>,
-        detail: Option<&str>,
-    ) -> u64 {
-        match self.image {
-            ImageModel::Fixed(n) => n,
-            ImageModel::OpenAITiles { unknown } => {
-                if detail == Some("low") {
-                    return 85;
-                }
-                match (width, height) {
-                    (Some(w), Some(h)) if w > 0 && h > 0 => openai_tiles(w, h),
-                    _ => unknown,
-                }
-            }
-        }
+    /// Tokens of an image part: see [`crate::image::image_tokens`].
+    pub fn image_tokens(&self, p: &Part) -> u64 {
+        crate::image::image_tokens(self.image, p)
     }
 
     /// Tokens of one part (a tool result counts its inner parts).
     pub fn part_tokens(&self, p: &Part) -> u64 {
         match p.kind {
             PartKind::Text => self.text_tokens(p.text_str()),
-            PartKind::Image => self.image_tokens(p.width, p.height, p.detail.as_deref()),
+            PartKind::Image => self.image_tokens(p),
             PartKind::ToolCall => {
                 self.tool_call_overhead
                     + self.text_tokens(p.name.as_deref().unwrap_or(""))
@@ -297,21 +271,6 @@ impl Profile {
             + self.text_tokens(m.name.as_deref().unwrap_or(""))
             + m.content.iter().map(|p| self.part_tokens(p)).sum::<u64>()
     }
-}
-
-fn openai_tiles(w: u64, h: u64) -> u64 {
-    let (mut w, mut h) = (w, h);
-    let longest = w.max(h);
-    if longest > 2048 {
-        w = (w * 2048 / longest).max(1);
-        h = (h * 2048 / longest).max(1);
-    }
-    let shortest = w.min(h);
-    if shortest > 768 {
-        w = (w * 768 / shortest).max(1);
-        h = (h * 768 / shortest).max(1);
-    }
-    85 + 170 * w.div_ceil(512) * h.div_ceil(512)
 }
 
 #[cfg(test)]
@@ -345,20 +304,5 @@ mod tests {
             let want = (t.len() as u64).div_ceil(4);
             assert_eq!(BYTES4.text_tokens(t), want, "{t:?}");
         }
-    }
-
-    #[test]
-    fn openai_tile_formula() {
-        // 1024x1024 -> 768x768 -> 4 tiles -> 765 (OpenAI's documented example)
-        assert_eq!(openai_tiles(1024, 1024), 765);
-        // 2048x4096 -> 1024x2048 -> 768x1536 -> 2x3 tiles -> 1105 (documented example)
-        assert_eq!(openai_tiles(2048, 4096), 1105);
-        assert_eq!(openai_tiles(512, 512), 255);
-        assert_eq!(
-            CONSERVATIVE.image_tokens(Some(4000), Some(3000), Some("low")),
-            85
-        );
-        assert_eq!(CONSERVATIVE.image_tokens(None, None, None), 765);
-        assert_eq!(FIM.image_tokens(Some(10), Some(10), None), 765);
     }
 }

@@ -46,7 +46,7 @@ const G_JOINER: u8 = 12;
 const G_ASTRAL: u8 = 13;
 
 /// Number of features.
-pub const N_FEATURES: usize = 18 + 2 * GROUPS.len();
+pub const N_FEATURES: usize = 19 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
 /// group that are not part of a CJK n-gram token), then `ex_<group>` (their standalone
@@ -66,6 +66,7 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "unknown_punct_beyond_2",
     "unknown_space",
     "unknown_space_beyond_2",
+    "unknown_newlines",
     "digits",
     "digit_groups",
     "controls",
@@ -110,12 +111,13 @@ const F_UNKNOWN_PUNCT: usize = 10;
 const F_UNKNOWN_PUNCT_X: usize = 11;
 const F_UNKNOWN_SPACE: usize = 12;
 const F_UNKNOWN_SPACE_X: usize = 13;
-const F_DIGITS: usize = 14;
-const F_DIGIT_GROUPS: usize = 15;
-const F_CONTROLS: usize = 16;
-const F_NA_WORDS: usize = 17;
-const F_CH: usize = 18;
-const F_EX: usize = 18 + GROUPS.len();
+const F_UNKNOWN_NEWLINES: usize = 14;
+const F_DIGITS: usize = 15;
+const F_DIGIT_GROUPS: usize = 16;
+const F_CONTROLS: usize = 17;
+const F_NA_WORDS: usize = 18;
+const F_CH: usize = 19;
+const F_EX: usize = 19 + GROUPS.len();
 
 /// Feature counts of one text for one family.
 pub type Features = [u64; N_FEATURES];
@@ -537,6 +539,11 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                             } else {
                                 f[F_UNKNOWN_SPACE] += 1;
                                 f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
+                                f[F_UNKNOWN_NEWLINES] += b[s..e]
+                                    .iter()
+                                    .filter(|&&c| c == b'\n' || c == b'\r')
+                                    .count()
+                                    as u64;
                             }
                         }
                     }
