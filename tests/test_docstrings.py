@@ -11,9 +11,11 @@ import pytest
 MODULES = [
     "contextwindow",
     "contextwindow.adapters",
+    "contextwindow.calibrate",
     "contextwindow.cli",
     "contextwindow.errors",
     "contextwindow.estimate",
+    "contextwindow.estimator",
     "contextwindow.io",
     "contextwindow.messages",
     "contextwindow.pairs",

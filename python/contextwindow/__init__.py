@@ -8,8 +8,16 @@ True
 
 from __future__ import annotations
 
-from .errors import ContextOverflowError, ContextWindowError, InvalidMessageError, InvalidRequestError
+from .calibrate import Calibrator
+from .errors import (
+    ContextOverflowError,
+    ContextWindowError,
+    InvalidMessageError,
+    InvalidRequestError,
+    TokenCounterError,
+)
 from .estimate import FAMILIES, PROFILES, count_features, count_messages, estimate_tokens, message_tokens
+from .estimator import Estimator
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
@@ -20,8 +28,10 @@ __all__ = [
     "BREADCRUMB",
     "FAMILIES",
     "PROFILES",
+    "Calibrator",
     "ContextOverflowError",
     "ContextWindowError",
+    "Estimator",
     "Fate",
     "FitReport",
     "ImagePart",
@@ -32,6 +42,7 @@ __all__ = [
     "PairChange",
     "Segmentation",
     "TextPart",
+    "TokenCounterError",
     "ToolCall",
     "ToolResult",
     "TrimResult",

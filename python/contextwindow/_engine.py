@@ -176,16 +176,28 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
 def apply(prep: Prepared, outcome_json: str) -> TrimResult[Any]:
     """Build the caller-shaped output from the engine's ops."""
     outcome = _OUTCOME.decode(outcome_json)
+    return apply_ops(prep, [(op.src, op.msg) for op in outcome.messages], outcome.report)
+
+
+def apply_ops(prep: Prepared, ops: Sequence[tuple[int | None, Message | None]], report: FitReport) -> TrimResult[Any]:
+    """Build the caller-shaped output from ``(src, message or None)`` ops (the Rust
+    engine's, or ``_reference``'s when a custom token counter drives the trim)."""
     out: list[Any] = []
-    for op in outcome.messages:
-        if op.msg is None:
-            assert op.src is not None
-            out.append(prep.original[op.src])
+    for src, msg in ops:
+        if msg is None:
+            assert src is not None
+            out.append(prep.original[src])
         elif prep.format == "canonical":
-            out.append(op.msg)
+            out.append(msg)
         else:
-            out.append(from_canonical(op.msg, prep.format))
-    return TrimResult(messages=out, report=outcome.report)
+            out.append(from_canonical(msg, prep.format))
+    return TrimResult(messages=out, report=report)
+
+
+def decoded(prep: Prepared) -> list[Message]:
+    """The canonical messages exactly as the engine reads them (lone surrogates already
+    U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
+    return _CANONICAL.decode(prep.payload)
 
 
 native = _native

@@ -14,8 +14,9 @@ input message is kept unchanged.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -379,6 +380,84 @@ def part_tokens(part: Part, p: Profile) -> int:
 def message_tokens(m: Message, p: Profile) -> int:
     """Overhead + name + every part."""
     return p.message_overhead + text_tokens(m.name or "", p) + sum(part_tokens(q, p) for q in m.content)
+
+
+# --------------------------------------------------------------------------- cost models
+
+
+class CostModel(Protocol):
+    """What trimming needs to know about tokens: the cost of one message.
+
+    Trimming only ever asks for whole-message costs (a breadcrumb message, a message with a
+    breadcrumb block prepended, a message with one text shortened), so any message-level
+    counter fits, a LangChain-style ``list of messages -> int`` counter included. With a
+    built-in profile every such cost is additive over parts, which is what the Rust engine
+    computes directly.
+    """
+
+    def message_tokens(self, m: Message) -> int: ...
+
+
+@dataclass(frozen=True)
+class ProfileCost:
+    """A built-in profile's rules: exactly what the Rust engine counts."""
+
+    p: Profile
+
+    def text_tokens(self, text: str) -> int:
+        return text_tokens(text, self.p)
+
+    def message_tokens(self, m: Message) -> int:
+        return message_tokens(m, self.p)
+
+
+class TextRuleCost:
+    """A profile's rules with its text rule replaced by ``text`` (``str -> tokens``).
+
+    Every other rule stays: per-message and per-tool-call overhead, images, names, tool
+    results counted by their inner parts, opaque blocks by their JSON text. ``""`` costs 0
+    without calling ``text``. With ``text = lambda s: text_tokens(s, p)`` this gives exactly
+    ``message_tokens(m, p)`` (``tests/test_exact.py`` checks it on generated messages).
+    Each distinct string is counted once per instance.
+    """
+
+    def __init__(self, p: Profile, text: Callable[[str], int]) -> None:
+        self.p = p
+        self.text = text
+        self._memo: dict[str, int] = {}
+
+    def text_tokens(self, text: str) -> int:
+        if not text:
+            return 0
+        n = self._memo.get(text)
+        if n is None:
+            n = self._memo[text] = self.text(text)
+        return n
+
+    def part_tokens(self, part: Part) -> int:
+        if isinstance(part, TextPart):
+            return self.text_tokens(part.text)
+        if isinstance(part, ImagePart):
+            return image_tokens(part, self.p)
+        if isinstance(part, ToolCall):
+            return self.p.tool_call_overhead + self.text_tokens(part.name) + self.text_tokens(part.arguments)
+        if isinstance(part, ToolResult):
+            return sum(self.part_tokens(q) for q in part.content)
+        if isinstance(part, OpaquePart):
+            return self.text_tokens(msgspec.json.encode(part.raw).decode())
+        raise TypeError(type(part))
+
+    def message_tokens(self, m: Message) -> int:
+        return self.p.message_overhead + self.text_tokens(m.name or "") + sum(self.part_tokens(q) for q in m.content)
+
+
+def cost_model(profile: str | Profile | CostModel) -> CostModel:
+    """A profile name, a :class:`Profile` or a cost model, as a cost model."""
+    if isinstance(profile, str):
+        return ProfileCost(PROFILES[profile])
+    if isinstance(profile, Profile):
+        return ProfileCost(profile)
+    return profile
 
 
 # --------------------------------------------------------------------------- turns
@@ -886,7 +965,7 @@ def shrink_text(s: str, keep: int) -> tuple[str, int]:
 @dataclass
 class _State:
     msgs: list[Message]
-    p: Profile
+    cost: CostModel
     provider: str
     breadcrumb: bool
     work: list[Item]
@@ -912,16 +991,29 @@ class _State:
         return self.provider == "anthropic" and w is not None and first_text(self.m(w)) == BREADCRUMB
 
     def bc_cost(self, w: int | None) -> int:
+        """Tokens the breadcrumb adds: its own message (OpenAI), or the cost of prepending
+        it as a text block to message ``w`` (Anthropic); never negative."""
         if not self.breadcrumb or self.has_bc(w):
             return 0
-        t = text_tokens(BREADCRUMB, self.p)
-        return self.p.message_overhead + t if self.provider == "openai" else t
+        if self.provider == "openai":
+            return self.cost.message_tokens(_breadcrumb_message())
+        m = self.m(w) if w is not None else Message(role="user")
+        return max(0, self.cost.message_tokens(_with_breadcrumb(m)) - self.cost.message_tokens(m))
 
 
-def _state(msgs: list[Message], p: Profile, provider: str, breadcrumb: bool, missing: str) -> _State:
+def _breadcrumb_message() -> Message:
+    return Message(role="user", content=[TextPart(text=BREADCRUMB)])
+
+
+def _with_breadcrumb(m: Message) -> Message:
+    """``m`` led by the breadcrumb as a text block (Anthropic placement)."""
+    return fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
+
+
+def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
     work, repairs = repair(msgs, provider, missing)
-    st = _State(msgs, p, provider, breadcrumb, work, repairs, sum(message_tokens(m, p) for m in msgs))
-    st.costs = [message_tokens(it.msg(msgs), p) for it in work]
+    st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
+    st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
     st.keep = [True] * len(work)
     st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
     for c in repairs:
@@ -937,16 +1029,29 @@ def _state(msgs: list[Message], p: Profile, provider: str, breadcrumb: bool, mis
     return st
 
 
+def _with_text(m: Message, part: int, inner: int | None, text: str) -> Message:
+    """``m`` with the text of ``content[part]`` (or of its inner part ``inner``) replaced."""
+    pt = m.content[part]
+    content = list(m.content)
+    if inner is not None:
+        inner_parts = list(pt.content)  # type: ignore[union-attr]
+        inner_parts[inner] = msgspec.structs.replace(inner_parts[inner], text=text)  # type: ignore[type-var]
+        content[part] = msgspec.structs.replace(pt, content=inner_parts)  # type: ignore[type-var]
+    else:
+        content[part] = msgspec.structs.replace(pt, text=text)  # type: ignore[type-var]
+    return msgspec.structs.replace(m, content=content)
+
+
 def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str) -> None:
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
     text = target.text  # type: ignore[union-attr]
-    old = text_tokens(text, st.p)
+    old = st.costs[w]
     others = st.total() - old
 
     def fits(k: int) -> bool:
-        return others + text_tokens(shrink_text(text, k)[0], st.p) <= budget
+        return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k)[0])) <= budget
 
     lo = 0
     if fits(0):
@@ -958,19 +1063,14 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
             else:
                 hi = mid - 1
     new_text, removed = shrink_text(text, lo)
-    new_tokens = text_tokens(new_text, st.p)
-    if removed == 0 or new_tokens >= old:
+    if removed == 0:
         return
-    new_target = msgspec.structs.replace(target, text=new_text)
-    content = list(m.content)
-    if inner is not None:
-        inner_parts = list(pt.content)  # type: ignore[union-attr]
-        inner_parts[inner] = new_target
-        content[part] = msgspec.structs.replace(pt, content=inner_parts)
-    else:
-        content[part] = new_target
-    st.work[w] = Item(st.work[w].src, msgspec.structs.replace(m, content=content))
-    st.costs[w] = st.costs[w] - old + new_tokens
+    new_m = _with_text(m, part, inner, new_text)
+    new_cost = st.cost.message_tokens(new_m)
+    if new_cost >= old:
+        return
+    st.work[w] = Item(st.work[w].src, new_m)
+    st.costs[w] = new_cost
     src = st.work[w].src
     if src is not None:
         f = st.fates[src]
@@ -993,14 +1093,12 @@ def _finish(
                 inserted += 1
                 breadcrumb = True
             elif first_text(it.msg(st.msgs)) != BREADCRUMB:
-                m = it.msg(st.msgs)
-                m = fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
-                it = Item(it.src, m)
+                it = Item(it.src, _with_breadcrumb(it.msg(st.msgs)))
                 breadcrumb = True
                 if it.src is not None and st.fates[it.src]["fate"] == "kept":
                     st.fates[it.src]["rule"] = "breadcrumb_added"
         out.append(it)
-    tokens_after = sum(message_tokens(it.msg(st.msgs), st.p) for it in out)
+    tokens_after = sum(st.cost.message_tokens(it.msg(st.msgs)) for it in out)
     changed = len(out) != len(st.msgs) or any(it.new is not None or it.src != i for i, it in enumerate(out))
     report = FitReport(
         tokens_before=st.tokens_before,
@@ -1022,10 +1120,15 @@ def _finish(
 
 
 def trim_turns(
-    msgs: list[Message], budget: int, profile: str = "conservative", breadcrumb: bool = True, provider: str = "openai"
+    msgs: list[Message],
+    budget: int,
+    profile: str | Profile | CostModel = "conservative",
+    breadcrumb: bool = True,
+    provider: str = "openai",
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
-    """Same rules as ``contextwindow.trim_turns``, on canonical messages."""
-    st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
+    """Same rules as ``contextwindow.trim_turns``, on canonical messages; ``profile`` may
+    be a cost model (message costs from any counter)."""
+    st = _state(msgs, cost_model(profile), provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
     nt = len(seg.turns)
     if st.total() <= budget or not seg.turns:
@@ -1037,18 +1140,22 @@ def trim_turns(
     pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
     droppable = [i for i in range(nt - 1) if not pinned_turn[i]]
 
+    # the breadcrumb goes before the first kept turn after a dropped one: with the k oldest
+    # droppable turns gone, the turn right after the leading run of consecutive indices
+    consecutive = next((j for j, i in enumerate(droppable) if i != droppable[0] + j), len(droppable))
+
     def bc_turn(k: int) -> int | None:
-        if not droppable:
-            return None
-        return next((i for i in range(droppable[0] + 1, nt) if i not in droppable[:k]), None)
+        return droppable[0] + min(k, consecutive) if droppable else None
 
     def start_of(i: int | None) -> int | None:
         return None if i is None else seg.turns[i][0]
 
     dropped, feasible = len(droppable), False
+    kept_cost = pre + sum(turn_cost)
     for k in range(1, len(droppable) + 1):
-        kept_cost = pre + sum(c for i, c in enumerate(turn_cost) if i not in droppable[:k])
-        if kept_cost + st.bc_cost(start_of(bc_turn(k))) <= budget:
+        kept_cost -= turn_cost[droppable[k - 1]]
+        # the breadcrumb costs >= 0: only count it once the turns alone fit
+        if kept_cost <= budget and kept_cost + st.bc_cost(start_of(bc_turn(k))) <= budget:
             dropped, feasible = k, True
             break
     # out of reach anyway: drop only if that shrinks the conversation at all
@@ -1110,9 +1217,8 @@ def trim_turns(
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
         # cut the request only when that can make the conversation fit
         saving = 0
-        for n, i in cands2:
-            old = text_tokens(st.m(w).content[i].text, st.p)  # type: ignore[union-attr]
-            saving += max(0, old - text_tokens(marker(-n), st.p))
+        for n, i in cands2:  # each text cut down to its marker alone
+            saving += max(0, st.costs[w] - st.cost.message_tokens(_with_text(st.m(w), i, None, marker(-n))))
         if st.total() + bc_cost > budget + saving:
             cands2 = []
         for _, p in sorted(cands2):
@@ -1125,12 +1231,12 @@ def trim_turns(
 def trim_turn_count(
     msgs: list[Message],
     max_turns: int,
-    profile: str = "conservative",
+    profile: str | Profile | CostModel = "conservative",
     breadcrumb: bool = True,
     provider: str = "openai",
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.trim_turn_count``, on canonical messages."""
-    st = _state(msgs, PROFILES[profile], provider, breadcrumb, "stub")
+    st = _state(msgs, cost_model(profile), provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
     t = len(seg.turns)
     keep = min(max(1, max_turns), t)
@@ -1153,6 +1259,6 @@ def repair_tool_pairs(
     msgs: list[Message], missing: str = "stub", profile: str = "conservative", provider: str = "openai"
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.repair_tool_pairs``, on canonical messages."""
-    st = _state(msgs, PROFILES[profile], provider, False, missing)
+    st = _state(msgs, cost_model(profile), provider, False, missing)
     t = len(segment([it.msg(msgs) for it in st.work]).turns)
     return _finish(st, None, "tool_pairs", (t, t), None)

@@ -12,6 +12,7 @@ __all__ = [
     "InvalidMessageError",
     "InvalidRequestError",
     "ContextOverflowError",
+    "TokenCounterError",
 ]
 
 
@@ -52,3 +53,28 @@ class InvalidRequestError(ContextWindowError, ValueError):
 
 class ContextOverflowError(ContextWindowError):
     """A request cannot fit the model's context window even after every allowed trim."""
+
+
+class TokenCounterError(ContextWindowError, ValueError):
+    """A caller's token counter or tokenizer failed, or returned something that is not a
+    token count (an ``int >= 0``).
+
+    Attributes:
+        counter: the callable's name, e.g. ``"token_counter count_tokens"``.
+        index: position, in the caller's list, of the message being counted; ``None`` for
+            a message contextwindow made (breadcrumb, stub result, shortened copy) or a
+            text outside any message.
+        reason: what went wrong, in words.
+
+    When the callable itself raised, that exception is the ``__cause__``.
+
+    >>> str(TokenCounterError("returned str, expected an int >= 0", counter="tokenizer enc", index=2))
+    'tokenizer enc on message 2: returned str, expected an int >= 0'
+    """
+
+    def __init__(self, reason: str, *, counter: str, index: int | None = None):
+        self.counter = counter
+        self.index = index
+        self.reason = reason
+        where = f" on message {index}" if index is not None else ""
+        super().__init__(f"{counter}{where}: {reason}")

@@ -37,6 +37,7 @@ Anthropic. Images inside tool results count the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -114,12 +115,50 @@ def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
     return dict(_engine.native.count_features(clean_str(text), family))
 
 
+def check_limit(limit: Any) -> int | None:
+    """``limit`` as given (``None`` or an ``int >= 0``); ``ValueError`` otherwise."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
+    return limit
+
+
+def tool_texts(tools: Any) -> list[str]:
+    """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, (list, tuple)):
+        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    return [msgspec.json.encode(t).decode() for t in tools]
+
+
+def tools_tokens(texts: list[str], profile: str, text_tokens: Callable[[str], int]) -> int:
+    """Tokens of tool definitions: per tool, its JSON text plus the profile's per-tool
+    overhead."""
+    if not texts:
+        return 0
+    per_tool = int(_engine.native.profile_overheads(profile)[2])
+    return sum(text_tokens(t) + per_tool for t in texts)
+
+
+def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], int] = int) -> int:
+    """``scale(sum(counts))``, stopping at the first running total whose scaled value
+    exceeds ``limit`` and returning that value (``> limit``); lazy ``counts`` are not
+    consumed further."""
+    total = 0
+    for n in counts:
+        total += n
+        if limit is not None and scale(total) > limit:
+            break
+    return scale(total)
+
+
 def count_messages(
     messages: Any,
     profile: str = DEFAULT_PROFILE,
     tools: list[Any] | None = None,
     *,
     format: str | None = None,
+    limit: int | None = None,
 ) -> int:
     """Estimate the tokens of a conversation as sent to the model.
 
@@ -129,31 +168,38 @@ def count_messages(
     add, per tool, the estimate of its compact JSON text (every key included: ``anyOf``,
     ``default``, ``enum``, ``title`` ...) plus the profile's per-tool overhead.
 
+    With ``limit``, counting may stop once the answer is known to exceed it: the running
+    total (tool schemas first, then the messages in order) is returned as soon as it
+    exceeds ``limit``. So a result ``<= limit`` is the exact count, and a result
+    ``> limit`` is the count of the tools plus the shortest prefix of messages that
+    exceeds ``limit`` (a lower bound of the full count).
+
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         profile: name of a built-in profile.
         tools: the request's tool definitions, in any provider's shape.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        limit: stop counting once the total exceeds this many tokens (``None``: count all).
 
     Returns:
-        Estimated prompt tokens.
+        Estimated prompt tokens (see ``limit``).
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
-        ValueError: unknown profile, or ``tools`` is not a list.
+        ValueError: unknown profile, ``tools`` is not a list, or ``limit`` is not an
+            ``int >= 0``.
 
     >>> count_messages([{"role": "user", "content": "abcdefgh"}], profile="fim")
     6
+    >>> count_messages([{"role": "user", "content": "abcdefgh"}] * 3, profile="fim", limit=7)   # 6 + 6 > 7
+    12
     """
     _check_profile(profile)
-    if tools is not None and not isinstance(tools, (list, tuple)):
-        raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
+    texts = tool_texts(tools)
+    limit = check_limit(limit)
     prep = _engine.prepare(messages, format)
-    total = sum(_engine.native.count_messages(prep.payload, profile))
-    if tools:
-        per_tool = _engine.native.profile_overheads(profile)[2]
-        total += sum(estimate_tokens(msgspec.json.encode(t).decode(), profile) + per_tool for t in tools)
-    return int(total)
+    per = _engine.native.count_messages(prep.payload, profile)
+    return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
 
 
 def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:

@@ -1,11 +1,34 @@
-"""Turn-atomic trimming (DESIGN.md section 5)."""
+"""Turn-atomic trimming (DESIGN.md section 5).
+
+Token costs come from a built-in profile (the Rust engine), or from the caller:
+
+* ``token_counter=``: LangChain's ``trim_messages`` convention, a callable taking a list
+  of messages and returning their tokens. It is called with one message at a time, in
+  the caller's shape (the caller's own object when the message is unchanged; a new dict
+  or ``Message`` for the breadcrumb, stub results and shortened copies).
+* ``estimator=``: an :class:`~contextwindow.Estimator` (profile, exact tokenizer,
+  calibrator).
+* ``tokenizer=``: a ``str -> int`` callable replacing the profile's text rule
+  (shorthand for ``estimator=Estimator(profile, tokenizer)``).
+
+With any of these the pure-Python engine (``_reference``, which mirrors the Rust rules
+exactly, as the differential tests check) runs with those costs: same rules, same output
+shape, same report. Each message is counted once: every input message once (the
+report's ``tokens_before`` needs them all), and each message the engine makes or changes
+once, plus a binary search of trial cuts (about log2 of the text's length) when a text
+must be shortened; a dropped message is never counted again. A counter that adds a per-call constant
+(e.g. 3 reply-priming tokens) adds it to every message, so its totals err high.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import _engine
+from . import _reference as ref
 from .estimate import DEFAULT_PROFILE, PROFILES
+from .estimator import Estimator, counter_cost
 from .report import TrimResult
 
 __all__ = ["trim_turns", "trim_turn_count"]
@@ -13,22 +36,65 @@ __all__ = ["trim_turns", "trim_turn_count"]
 
 _MAX = 2**63 - 1  # larger budgets mean "no limit"; the engine counts in u64
 
+TokenCounter = Callable[[list[Any]], int]
 
-def _check(profile: str, n: Any, name: str) -> int:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+
+def _check_n(n: Any, name: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"{name} must be a non-negative int, got {n!r}")
     return min(n, _MAX)
+
+
+def _costs(
+    profile: str | None, token_counter: Any, estimator: Any, tokenizer: Any
+) -> tuple[str, Estimator | None, TokenCounter | None]:
+    """Where costs come from: ``(profile, None, None)`` for the Rust engine, else the
+    estimator or the counter that drives the pure-Python engine."""
+    if sum(v is not None for v in (token_counter, estimator, tokenizer)) > 1:
+        raise ValueError("pass at most one of token_counter, estimator and tokenizer")
+    if isinstance(token_counter, Estimator):
+        estimator, token_counter = token_counter, None
+    if token_counter is not None:
+        if not callable(token_counter):
+            kind = type(token_counter).__name__
+            raise TypeError(f"token_counter must be a callable list[message] -> int, got {kind}")
+        if profile is not None:
+            raise ValueError("profile has no effect with token_counter: every cost comes from the counter")
+        return DEFAULT_PROFILE, None, token_counter
+    if tokenizer is not None:
+        estimator = Estimator(DEFAULT_PROFILE if profile is None else profile, tokenizer=tokenizer)
+    if estimator is not None:
+        if not isinstance(estimator, Estimator):
+            raise TypeError(f"estimator must be an Estimator, got {type(estimator).__name__}")
+        if profile is not None and profile != estimator.profile:
+            raise ValueError(f"profile {profile!r} differs from the estimator's {estimator.profile!r}")
+        if estimator.tokenizer is None and estimator.calibrator is None:
+            return estimator.profile, None, None
+        return estimator.profile, estimator, None
+    profile = DEFAULT_PROFILE if profile is None else profile
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    return profile, None, None
+
+
+def _python_cost(prep: _engine.Prepared, est: Estimator | None, counter: TokenCounter | None) -> tuple[Any, Any]:
+    msgs = _engine.decoded(prep)
+    if counter is not None:
+        return msgs, counter_cost(counter, prep, msgs)
+    assert est is not None
+    return msgs, est.trim_cost(prep, msgs)
 
 
 def trim_turns(
     messages: Any,
     budget: int,
     *,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = None,
     breadcrumb: bool = True,
     format: str | None = None,
+    token_counter: TokenCounter | None = None,
+    estimator: Estimator | None = None,
+    tokenizer: Callable[[str], int] | None = None,
 ) -> TrimResult[Any]:
     """Fit a conversation into a token budget by dropping whole turns, oldest first.
 
@@ -47,20 +113,34 @@ def trim_turns(
     (only user and assistant text, valid in both shapes) gets the breadcrumb as a leading
     text block of the first kept user message, which both providers accept.
 
+    Costs come from ``profile`` (default ``conservative``), or from one of
+    ``token_counter``, ``estimator`` or ``tokenizer`` (see the module docs); the rules and
+    the report are the same either way, in the counter's tokens.
+
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        budget: token budget (tokens of ``profile``), >= 0; values above 2**63 - 1 are
-            treated as 2**63 - 1 (no limit in practice).
-        profile: name of a built-in profile.
+        budget: token budget (tokens of the chosen costs), >= 0; values above 2**63 - 1
+            are treated as 2**63 - 1 (no limit in practice).
+        profile: name of a built-in profile; ``None`` means ``conservative`` (or the
+            estimator's profile).
         breadcrumb: insert the breadcrumb when turns are dropped.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        token_counter: ``list of messages -> tokens`` (LangChain's convention), called
+            with one message at a time in the caller's shape.
+        estimator: an :class:`~contextwindow.Estimator` (profile, tokenizer, calibrator).
+        tokenizer: ``str -> tokens``, replacing ``profile``'s text rule.
 
     Returns:
         ``TrimResult(messages, report)``; messages in the caller's shape.
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: unknown profile or negative budget.
+        TokenCounterError: the counter or tokenizer raised, or returned something other
+            than an ``int >= 0`` (names it and the message index).
+        ValueError: unknown profile, negative budget, more than one cost source, or
+            ``profile`` together with ``token_counter``.
+        TypeError: ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
+            ``Estimator``.
 
     >>> msgs = [{"role": "system", "content": "sys"},
     ...         {"role": "user", "content": "old " * 100}, {"role": "assistant", "content": "ok"},
@@ -68,29 +148,44 @@ def trim_turns(
     >>> r = trim_turns(msgs, budget=40, profile="fim")
     >>> [m["content"] for m in r.messages]
     ['sys', '[earlier turns omitted to fit the context window]', 'new']
+    >>> r = trim_turns(msgs, budget=30, token_counter=lambda ms: 10 * len(ms))   # 10 per message
+    >>> [m["content"][:5] for m in r.messages], r.report.tokens_after
+    (['sys', '[earl', 'new'], 30)
     """
-    budget = _check(profile, budget, "budget")
+    name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
+    budget = _check_n(budget, "budget")
     prep = _engine.prepare(messages, format)
-    out = _engine.native.trim_turns(prep.payload, budget, profile, bool(breadcrumb), prep.provider)
-    return _engine.apply(prep, out)
+    if est is None and counter is None:
+        out = _engine.native.trim_turns(prep.payload, budget, name, bool(breadcrumb), prep.provider)
+        return _engine.apply(prep, out)
+    msgs, cost = _python_cost(prep, est, counter)
+    ops, report = ref.trim_turns(msgs, budget, cost, bool(breadcrumb), prep.provider)
+    return _engine.apply_ops(prep, ops, report)
 
 
 def trim_turn_count(
     messages: Any,
     max_turns: int,
     *,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = None,
     breadcrumb: bool = True,
     format: str | None = None,
+    token_counter: TokenCounter | None = None,
+    estimator: Estimator | None = None,
+    tokenizer: Callable[[str], int] | None = None,
 ) -> TrimResult[Any]:
     """Keep the newest ``max(1, max_turns)`` whole turns (plus the preamble).
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         max_turns: how many turns to keep; 0 still keeps the newest turn.
-        profile: profile for the report's token counts.
+        profile: profile for the report's token counts (``None``: ``conservative``).
         breadcrumb: insert the breadcrumb when turns are dropped.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        token_counter: ``list of messages -> tokens`` for the report's counts (see
+            :func:`trim_turns`).
+        estimator: an :class:`~contextwindow.Estimator` for the report's counts.
+        tokenizer: ``str -> tokens``, replacing ``profile``'s text rule in the report.
 
     Returns:
         ``TrimResult(messages, report)`` with ``report.reason == "turn_limit"`` when
@@ -98,14 +193,23 @@ def trim_turn_count(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: unknown profile or negative ``max_turns``.
+        TokenCounterError: the counter or tokenizer failed (see :func:`trim_turns`).
+        ValueError: unknown profile, negative ``max_turns`` or conflicting cost sources.
+        TypeError: a cost source of the wrong type.
 
     >>> msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
     ...         {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
     >>> [m["content"] for m in trim_turn_count(msgs, 1).messages]
     ['s', '[earlier turns omitted to fit the context window]', 'c']
+    >>> trim_turn_count(msgs, 1, token_counter=len).report.tokens_after   # 1 per message
+    3
     """
-    max_turns = _check(profile, max_turns, "max_turns")
+    name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
+    max_turns = _check_n(max_turns, "max_turns")
     prep = _engine.prepare(messages, format)
-    out = _engine.native.trim_turn_count(prep.payload, max_turns, profile, bool(breadcrumb), prep.provider)
-    return _engine.apply(prep, out)
+    if est is None and counter is None:
+        out = _engine.native.trim_turn_count(prep.payload, max_turns, name, bool(breadcrumb), prep.provider)
+        return _engine.apply(prep, out)
+    msgs, cost = _python_cost(prep, est, counter)
+    ops, report = ref.trim_turn_count(msgs, max_turns, cost, bool(breadcrumb), prep.provider)
+    return _engine.apply_ops(prep, ops, report)

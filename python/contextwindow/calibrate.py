@@ -1,0 +1,233 @@
+"""Calibration of estimates against what the provider reports (DESIGN.md section 3).
+
+A :class:`Calibrator` keeps an exponential moving average (EMA) of
+``reported prompt tokens / estimated tokens`` and scales later estimates by it. Feed it
+the *uncalibrated* estimate of each request you sent and the prompt tokens the provider
+billed for it:
+
+* OpenAI: ``response.usage.prompt_tokens``.
+* Anthropic: ``usage.input_tokens + usage.cache_creation_input_tokens +
+  usage.cache_read_input_tokens`` (``input_tokens`` alone leaves cached tokens out).
+
+Estimate the same thing the provider counts: messages *and* tool schemas
+(``Estimator.observe`` does that for you). Feed whole requests, not single messages: the
+ratio of a request is stable from one agent step to the next, while per-message ratios
+swing with what the estimate leaves out (tool-call ids, block types, templates). On the
+corpus sessions, with cl100k playing the provider, calibrated predictions of the next
+request are 4-5 times closer than raw estimates (mean absolute error over the later half
+of 29 sessions, 332 requests, for ``conservative`` and ``cl100k`` alike;
+``tests/test_calibrate.py::test_calibration_lowers_the_error_on_a_real_stream``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import threading
+from typing import Any
+
+__all__ = ["Calibrator"]
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int token count, got bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int token count, got {type(value).__name__}") from None
+    if n <= 0:
+        raise ValueError(f"{name} must be > 0 tokens, got {n}")
+    return n
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return x
+
+
+def scale_tokens(tokens: int, factor: float) -> int:
+    """``ceil(tokens * factor)``, with the product rounded to 6 decimals first so that
+    float noise (``100 * 1.1 == 110.00000000000001``) does not add a token.
+
+    >>> scale_tokens(100, 1.1), scale_tokens(7, 0.9), scale_tokens(0, 1.5)
+    (110, 7, 0)
+    """
+    return math.ceil(round(tokens * factor, 6))
+
+
+class Calibrator:
+    """Scale estimates by an EMA of provider-reported / estimated prompt tokens.
+
+    The first observation sets the average to its ratio; each later one moves it by
+    ``alpha`` of the way: ``ema += alpha * (ratio - ema)``. Every ratio is clamped to
+    ``[min_factor, max_factor]`` before it enters the average, so the factor always stays
+    within those bounds and one outlier (a cached prompt, a request paired with the wrong
+    estimate) moves it by at most ``alpha * (max_factor - min_factor)``.
+
+    Why the default bounds: the ``conservative`` profile overcounts on purpose (by a median
+    of 8-18% against cl100k), because an undercount overflows the window and an overcount
+    only wastes a little of it. ``min_factor=0.9`` lets calibration take back up to 10% of
+    that margin and never more, so a calibrated estimate is never more than 10% below the
+    uncalibrated one. ``max_factor=2.0`` covers the worst undercounts known
+    (scripts a tokenizer knows poorly cost about twice the estimate); a larger ratio is
+    more likely a wrong pairing (tool schemas or a system prompt left out of the estimate)
+    than an estimation error.
+
+    Thread-safe: every read and update holds one lock, so concurrent requests may share
+    a calibrator. Before any observation the factor is 1.0 (clamped to the bounds).
+
+    Args:
+        alpha: weight of each new observation, ``0 < alpha <= 1`` (1: keep only the last).
+        min_factor: lowest factor, ``> 0``; ``0.9`` means estimates shrink by at most 10%.
+        max_factor: highest factor, ``>= min_factor``.
+
+    Raises:
+        TypeError: a parameter is not a number.
+        ValueError: a parameter is out of range, NaN or infinite.
+
+    >>> cal = Calibrator(alpha=0.5)
+    >>> cal.observe(estimated=1000, reported=1200)   # first ratio 1.2 sets the average
+    1.2
+    >>> cal.scale(500)                                # tokens
+    600
+    """
+
+    __slots__ = ("_alpha", "_ema", "_lock", "_max", "_min", "_n")
+
+    def __init__(self, alpha: float = 0.2, min_factor: float = 0.9, max_factor: float = 2.0) -> None:
+        alpha = _finite(alpha, "alpha")
+        lo = _finite(min_factor, "min_factor")
+        hi = _finite(max_factor, "max_factor")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if lo <= 0:
+            raise ValueError(f"min_factor must be > 0, got {lo}")
+        if hi < lo:
+            raise ValueError(f"max_factor ({hi}) must be >= min_factor ({lo})")
+        self._alpha, self._min, self._max = alpha, lo, hi
+        self._lock = threading.Lock()
+        self._ema = 1.0
+        self._n = 0
+
+    @property
+    def alpha(self) -> float:
+        """Weight of each new observation."""
+        return self._alpha
+
+    @property
+    def min_factor(self) -> float:
+        """Lowest factor the calibrator can reach."""
+        return self._min
+
+    @property
+    def max_factor(self) -> float:
+        """Highest factor the calibrator can reach."""
+        return self._max
+
+    @property
+    def factor(self) -> float:
+        """The current factor (reported / estimated), within ``[min_factor, max_factor]``.
+
+        >>> Calibrator().factor
+        1.0
+        """
+        with self._lock:
+            return self._current()
+
+    @property
+    def observations(self) -> int:
+        """How many observations entered the average since creation or the last reset.
+
+        >>> cal = Calibrator()
+        >>> _ = cal.observe(100, 95)
+        >>> cal.observations
+        1
+        """
+        with self._lock:
+            return self._n
+
+    def _current(self) -> float:
+        return min(max(self._ema, self._min), self._max)
+
+    def observe(self, estimated: int, reported: int) -> float:
+        """Add one request: its uncalibrated estimate and the provider's prompt tokens.
+
+        Args:
+            estimated: the uncalibrated estimate of the request, in tokens, ``> 0``.
+            reported: the prompt tokens the provider reported for it, ``> 0``.
+
+        Returns:
+            The new factor.
+
+        Raises:
+            TypeError: a count is not an int (``bool`` and ``float`` are refused).
+            ValueError: a count is ``<= 0`` (nothing is recorded).
+
+        >>> cal = Calibrator(alpha=0.5, min_factor=0.5, max_factor=2.0)
+        >>> cal.observe(100, 120), cal.observe(100, 100)   # 1.2, then 1.2 + 0.5 * (1.0 - 1.2)
+        (1.2, 1.1)
+        >>> cal.observe(100, 1000)                          # ratio 10 enters as 2.0
+        1.55
+        """
+        est = _positive_int(estimated, "estimated")
+        rep = _positive_int(reported, "reported")
+        ratio = min(max(rep / est, self._min), self._max)
+        with self._lock:
+            self._ema = ratio if self._n == 0 else self._ema + self._alpha * (ratio - self._ema)
+            self._n += 1
+            return self._current()
+
+    def scale(self, tokens: int) -> int:
+        """Calibrate an estimate: ``ceil(tokens * factor)``.
+
+        Args:
+            tokens: an uncalibrated estimate, ``>= 0``.
+
+        Returns:
+            The calibrated estimate in tokens; 0 stays 0. The product is rounded to 6
+            decimals before the ceiling, so ``scale(100)`` at factor 1.1 is 110, not 111.
+
+        Raises:
+            TypeError: ``tokens`` is not an int.
+            ValueError: ``tokens`` is negative.
+
+        >>> cal = Calibrator(min_factor=0.5)
+        >>> _ = cal.observe(100, 75)
+        >>> cal.scale(10)      # ceil(10 * 0.75)
+        8
+        """
+        if isinstance(tokens, bool):
+            raise TypeError("tokens must be an int, got bool")
+        try:
+            n = operator.index(tokens)
+        except TypeError:
+            raise TypeError(f"tokens must be an int, got {type(tokens).__name__}") from None
+        if n < 0:
+            raise ValueError(f"tokens must be >= 0, got {n}")
+        return scale_tokens(n, self.factor)
+
+    def reset(self) -> None:
+        """Forget every observation: the factor is 1.0 (clamped) again.
+
+        >>> cal = Calibrator()
+        >>> _ = cal.observe(100, 150)
+        >>> cal.reset()
+        >>> cal.factor, cal.observations
+        (1.0, 0)
+        """
+        with self._lock:
+            self._ema = 1.0
+            self._n = 0
+
+    def __repr__(self) -> str:
+        with self._lock:
+            factor, n = self._current(), self._n
+        return (
+            f"Calibrator(alpha={self._alpha}, min_factor={self._min}, max_factor={self._max}; "
+            f"factor={factor:.4f}, observations={n})"
+        )

