@@ -109,3 +109,29 @@ def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["fit", str(EXAMPLE), "--budget", "5", "-o", str(tmp_path / "no" / "dir" / "o.json")]) == 2
     err = capsys.readouterr().err
     assert "No such file or directory" in err and err.count("\n") == 1
+
+
+def test_accuracy_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tiktoken")
+    from contextwindow.accuracy import reference_counter
+
+    text = "The agent read the file and summarised it for the user in three short sentences. " * 3
+    (tmp_path / "c.json").write_text(json.dumps([{"role": "user", "content": text}]))
+    (tmp_path / "junk.json").write_text("not json")  # skipped: not a conversation
+    assert main(["accuracy", str(tmp_path), "--reference", "cl100k", "--profile", "fim", "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    real = reference_counter("cl100k")(text)
+    want = (cw.estimate_tokens(text, "fim") - real) / real
+    assert report["files"] == 1 and report["segments"]["fim"]["prose"]["n"] == 1
+    assert report["segments"]["fim"]["prose"]["median"] == pytest.approx(want)
+    assert report["conversations"]["fim"]["median"] == pytest.approx(want)
+    assert main(["accuracy", str(tmp_path), "--reference", "cl100k", "--profile", "fim"]) == 0
+    assert "| fim | prose | 1 |" in capsys.readouterr().out
+
+
+def test_accuracy_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(tmp_path, "c.json", "[]")
+    assert main(["accuracy", f, "--reference", "cl100k"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["accuracy", str(tmp_path), "--reference", "gpt2"])

@@ -10,6 +10,7 @@ import pytest
 
 MODULES = [
     "contextwindow",
+    "contextwindow.accuracy",
     "contextwindow.adapters",
     "contextwindow.calibrate",
     "contextwindow.cli",

