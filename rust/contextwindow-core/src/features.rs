@@ -126,9 +126,9 @@ pub type Features = [u64; N_FEATURES];
 #[derive(Clone, Copy)]
 pub struct Vocab {
     /// Bloom filter of short tokens, [`BLOOM_BYTES`] long.
-    pub bloom: &'static [u8],
+    pub bloom: &'static [u8; BLOOM_BYTES],
     /// Standalone cost table, [`TABLE_BYTES`] long, 2 bits per entry (cost - 1).
-    pub table: &'static [u8],
+    pub table: &'static [u8; TABLE_BYTES],
 }
 
 /// Hash of a key of 1 to 16 bytes: its two little-endian 64-bit halves (zero padded)

@@ -69,7 +69,10 @@ fn vocab_data<'py>(
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let v = estimate::vocab(family)
         .ok_or_else(|| PyValueError::new_err(format!("unknown family {family:?}")))?;
-    Ok((PyBytes::new(py, v.bloom), PyBytes::new(py, v.table)))
+    Ok((
+        PyBytes::new(py, v.bloom.as_slice()),
+        PyBytes::new(py, v.table.as_slice()),
+    ))
 }
 
 #[pyfunction]
