@@ -197,3 +197,54 @@ def test_vocabulary_filters_hold_every_short_token() -> None:
     probes = {bytes(rnd.choice(b"bcdfghjklmnpqrstvwxz") for _ in range(6)) for _ in range(20_000)} - tokens
     rate = sum(p in vocab for p in probes) / len(probes)
     assert rate < 0.03
+
+
+def test_bad_tool_definitions_name_the_tool() -> None:
+    """Found by the fresh-install review: a deeply nested tool definition raised a raw
+    RecursionError, an object() a msgspec TypeError naming nothing, and None or 1 were
+    counted as 15-token tools."""
+    deep: dict = {}
+    cur = deep
+    for _ in range(100_000):
+        cur["a"] = {}
+        cur = cur["a"]
+    msgs = [{"role": "user", "content": "x"}]
+    for tools, what in (([deep], "nested too deeply"), ([{"a": 1}, object()], "must be a dict")):
+        with pytest.raises(cw.InvalidRequestError, match=rf"tools\[\d\]: .*{what}"):
+            cw.count_messages(msgs, tools=tools)
+    for bad in (None, 1, "tool"):
+        with pytest.raises(cw.InvalidRequestError, match=r"tools\[0\]: a tool definition must be a dict"):
+            cw.count_messages(msgs, tools=[bad])
+    with pytest.raises(cw.InvalidRequestError, match=r"tools\[0\]: holds a value JSON cannot represent"):
+        cw.count_messages(msgs, tools=[{"f": object()}])
+
+
+class _Str(str):
+    """Stands for numpy.str_ and other str subclasses (pandas hands these out)."""
+
+    def __str__(self) -> str:
+        return "not the text"
+
+
+def test_str_subclasses_count_as_their_text() -> None:
+    """Found by the fresh-install review: str subclasses as content were rejected as
+    values JSON cannot represent."""
+    plain = [{"role": "user", "content": "hello world"}]
+    sub = [{"role": "user", "content": _Str("hello world")}]
+    assert cw.count_messages(sub) == cw.count_messages(plain)
+    parts = [{"role": "user", "content": [{"type": "text", "text": _Str("hello world")}]}]
+    assert cw.count_messages(parts) == cw.count_messages(
+        [{"role": "user", "content": [{"type": "text", "text": "hello world"}]}]
+    )
+    r = cw.trim_turns(sub, budget=10**6)
+    assert r.messages[0] is sub[0]  # unchanged input comes back as the same object
+
+
+def test_out_of_range_fields_name_the_field() -> None:
+    """Found by the fresh-install review: a priority of 10**30 reached the Rust parser
+    and came back as an InvalidRequestError naming no message; -5 and 99 were accepted."""
+    for p in (10**30, -5, 99):
+        with pytest.raises(cw.InvalidMessageError, match="message 0, field priority"):
+            cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="x")], priority=p)])
+    with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[0\]\.width"):
+        cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(width=2**64, height=1)])])

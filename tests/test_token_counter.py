@@ -317,3 +317,22 @@ def test_conflicting_cost_sources() -> None:
     # an Estimator passed as token_counter is taken as the estimator
     r = cw.trim_turns(msgs, 5, token_counter=cw.Estimator("fim", tokenizer=len))  # type: ignore[arg-type]
     assert r.report.tokens_before == 4 + 1
+
+
+def test_large_newest_turn_with_a_counter() -> None:
+    """Found by the fresh-install review: the pure-Python engine re-summed every message on
+    every step (40,000 call/result pairs took 26 s). The running total makes it linear; the
+    result still matches the Rust engine when the counter is the profile's own rule."""
+    msgs: list[dict] = [{"role": "user", "content": "go"}]
+    for i in range(20_000):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "r"})
+    rust = cw.trim_turns(msgs, 5000)
+    py = cw.trim_turns(msgs, 5000, token_counter=lambda ms: cw.count_messages(ms))
+    assert py.messages == rust.messages and py.report == rust.report

@@ -978,8 +978,21 @@ class _State:
     def m(self, w: int) -> Message:
         return self.work[w].msg(self.msgs)
 
+    running: int = 0  # sum of the costs of kept items, kept up to date like Rust's
+
     def total(self) -> int:
-        return sum(c for c, k in zip(self.costs, self.keep, strict=True) if k)
+        return self.running
+
+    def set_keep(self, w: int, keep: bool) -> None:
+        """Keep or drop item ``w``, keeping the running total."""
+        if self.keep[w] != keep:
+            self.keep[w] = keep
+            self.running += self.costs[w] if keep else -self.costs[w]
+
+    def set_cost(self, w: int, cost: int) -> None:
+        if self.keep[w]:
+            self.running += cost - self.costs[w]
+        self.costs[w] = cost
 
     def set_fate(self, w: int, fate: str, rule: str) -> None:
         src = self.work[w].src
@@ -1015,6 +1028,7 @@ def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool
     st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
     st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
     st.keep = [True] * len(work)
+    st.running = sum(st.costs)
     st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
     for c in repairs:
         f = st.fates[c.index]
@@ -1070,7 +1084,7 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     if new_cost >= old:
         return
     st.work[w] = Item(st.work[w].src, new_m)
-    st.costs[w] = new_cost
+    st.set_cost(w, new_cost)
     src = st.work[w].src
     if src is not None:
         f = st.fates[src]
@@ -1166,7 +1180,7 @@ def trim_turns(
     for i, (a, b) in enumerate(seg.turns):
         for w in range(a, b):
             if i in gone:
-                st.keep[w] = False
+                st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_turn")
             else:
                 st.set_fate(w, "kept", "kept_turn")
@@ -1189,13 +1203,13 @@ def trim_turns(
             if any(st.m(w).pinned or w == req for w in u):
                 continue
             for w in u:
-                st.keep[w] = False
+                st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_tool_unit")
             gone.append(u)
         for u in reversed(gone):  # refill, newest first, what still fits
             if st.total() + sum(st.costs[w] for w in u) + bc_cost <= budget:
                 for w in u:
-                    st.keep[w] = True
+                    st.set_keep(w, True)
                     st.set_fate(w, "kept", "kept_turn")
     inner_budget = budget - min(bc_cost, budget)
     if over():
@@ -1247,7 +1261,7 @@ def trim_turn_count(
         st.set_fate(w, "kept", "preamble")
     for a, b in seg.turns[:dropped]:
         for w in range(a, b):
-            st.keep[w] = False
+            st.set_keep(w, False)
             st.set_fate(w, "dropped", "turn_limit")
     for a, b in seg.turns[dropped:]:
         for w in range(a, b):

@@ -303,7 +303,8 @@ def measure(
         A :class:`Report`.
 
     Raises:
-        ValueError: unknown profile or split, or ``directory`` is not a directory.
+        ValueError: unknown profile or split, ``directory`` is not a directory, or it holds
+            no conversation file with text (files that are not conversations are skipped).
         ImportError: the reference tokenizer is not installed.
 
     >>> import pathlib, tempfile
@@ -331,8 +332,8 @@ def measure(
     for key, f in _files(root, split):
         try:
             texts = conversation_texts(f)
-        except (ContextWindowError, ValueError):
-            continue
+        except (ContextWindowError, ValueError, RecursionError):
+            continue  # not a conversation (or nested too deeply): not scored
         if not texts:
             continue
         files += 1
@@ -345,4 +346,6 @@ def measure(
                     segs[p][c].errors.append((e - r) / r)
             if sum(real):
                 convs[p].errors[key] = (sum(est) - sum(real)) / sum(real)
+    if not files:
+        raise ValueError(f"{root}: no conversation files with text (*.json, *.jsonl) in the {split} split")
     return Report(name, split, files, segs, convs)

@@ -69,7 +69,12 @@ def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
     value = d.get(key, _ABSENT)
     if not isinstance(value, str):
         _fail("is missing" if value is _ABSENT else "must be a string", index, field)
-    return value
+    return _plain(value)
+
+
+def _plain(s: str) -> str:
+    """A ``str`` subclass (``numpy.str_`` from pandas, ...) as a plain ``str``."""
+    return s if type(s) is str else str.__str__(s)
 
 
 def _typed(p: object, index: int, field: str) -> tuple[Mapping[str, Any], str]:
@@ -112,7 +117,7 @@ def _content(
     """Parse ``d["content"]`` into parts and the way it was spelled."""
     value = d.get("content", _ABSENT)
     if isinstance(value, str):
-        return [TextPart(text=value)], "text"
+        return [TextPart(text=_plain(value))], "text"
     if isinstance(value, list):
         return [parse(p, index, f"{field}[{j}]") for j, p in enumerate(value)], "parts"
     if nullable and value is _ABSENT:

@@ -70,7 +70,8 @@ class Calibrator:
     estimate) moves it by at most ``alpha * (max_factor - min_factor)``.
 
     Why the default bounds: the ``conservative`` profile overcounts on purpose (by a median
-    of 8-18% against cl100k), because an undercount overflows the window and an overcount
+    of 6-15% on held-out agent transcripts, README "Token estimates"), because an
+    undercount overflows the window and an overcount
     only wastes a little of it. ``min_factor=0.9`` lets calibration take back up to 10% of
     that margin and never more, so a calibrated estimate is never more than 10% below the
     uncalibrated one. ``max_factor=2.0`` covers the worst undercounts known

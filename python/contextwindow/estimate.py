@@ -7,7 +7,7 @@ counts it collects (:func:`count_features`) are weighted into tokens by a profil
 Profiles:
 
 * ``conservative`` (default): the larger of the ``cl100k`` and ``tekken`` estimates times
-  a margin (``data/profiles.json``; 1.07 as fitted), rounded up, with the larger of their overheads. Use it when an
+  a margin (``data/profiles.json``; 1.06 as fitted), rounded up, with the larger of their overheads. Use it when an
   overflow costs more than a little waste: on held-out agent transcripts at most a few
   percent of text segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many
@@ -20,10 +20,10 @@ Profiles:
 
 The fitted weights, vocabulary filters and per-character cost tables are data
 (``rust/contextwindow-core/data``), written by ``tools/fit_profiles.py`` from the real
-tokenizers; ``contextwindow accuracy`` measures them (README, "Accuracy").
+tokenizers; ``contextwindow accuracy`` measures them (README, "Token estimates").
 
-Images (every profile but ``fim`` and ``bytes4``) cost by their size in pixels, never by the length of their base64
-text, never 0. The size is the part's explicit ``width`` and ``height`` when both are given,
+Images (every profile but ``fim`` and ``bytes4``) cost by their size in pixels, never by the
+length of their base64 text, never 0. The size is the part's explicit ``width`` and ``height`` when both are given,
 else it is read from the header of inline base64 data (a ``data:`` URL or an Anthropic
 ``base64`` source; PNG, GIF, WebP and JPEG; only the header bytes are decoded). The rule
 follows the part's provider shape: an OpenAI ``image_url`` costs OpenAI tiles (fit
@@ -37,12 +37,13 @@ Anthropic. Images inside tool results count the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from . import _engine
+from .errors import InvalidRequestError
 from ._engine import clean_str
 
 __all__ = ["DEFAULT_PROFILE", "FAMILIES", "PROFILES", "count_features", "count_messages", "estimate_tokens"]
@@ -128,7 +129,17 @@ def tool_texts(tools: Any) -> list[str]:
         return []
     if not isinstance(tools, (list, tuple)):
         raise ValueError(f"tools must be a list of tool definitions, got {type(tools).__name__}")
-    return [msgspec.json.encode(t).decode() for t in tools]
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise InvalidRequestError(f"tools[{i}]: a tool definition must be a dict, got {type(t).__name__}")
+        try:
+            out.append(msgspec.json.encode(t).decode())
+        except RecursionError:
+            raise InvalidRequestError(f"tools[{i}]: nested too deeply") from None
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            raise InvalidRequestError(f"tools[{i}]: holds a value JSON cannot represent ({exc})") from None
+    return out
 
 
 def tools_tokens(texts: list[str], profile: str, text_tokens: Callable[[str], int]) -> int:
@@ -186,6 +197,8 @@ def count_messages(
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
+        InvalidRequestError: a tool definition is not a dict, is nested too deeply or holds
+            a value JSON cannot represent (names ``tools[i]``).
         ValueError: unknown profile, ``tools`` is not a list, or ``limit`` is not an
             ``int >= 0``.
 

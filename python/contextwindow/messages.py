@@ -79,8 +79,8 @@ class ImagePart(msgspec.Struct, tag="image", **_OPTS):
     512
     """
 
-    width: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    height: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    width: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    height: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     detail: str | None = None
     source: Any = None
     extra: dict[str, Any] | None = None
@@ -168,7 +168,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: Role
     content: list[Part] = []
     pinned: bool = False
-    priority: int | None = None
+    priority: Annotated[int, msgspec.Meta(ge=0, le=3)] | None = None
     name: str | None = None
     id: str | None = None
     extra: dict[str, Any] | None = None
