@@ -67,7 +67,13 @@ REAL = [
 HARD = [
     ("\U00020000" * 100, 300, 400),  # CJK extension B: cl100k +29%
     ("\U0001d400" * 100, 300, 400),  # math bold A: cl100k +33%
-    ("-" * 5000, 79, 78),  # Tekken +287%
+    ("-" * 5000, 79, 78),  # Tekken +235%
+    # found by the fresh-install review (conservative was -95%, -25%, -13% and -26%):
+    (" \t" * 1000, 999, 1001),
+    ("x\t\n" * 1000, 2000, 3000),
+    ("A line of text  \nAnother line  \n" * 300, 2400, 3000),  # markdown hard breaks
+    ("Paragraph text here. \n \n" * 300, 1500, 2400),
+    ("\r\n" * 10_000, 2500, 20_000),
 ]
 
 

@@ -89,6 +89,27 @@ def build_bloom(keys: list[bytes]) -> bytes:
     return bytes(bits)
 
 
+RARE_BELOW = 150
+
+
+def rare_bigrams(vocabularies: list[list[bytes]]) -> bytes:
+    """Mask of the letter pairs (case folded) found fewer than ``RARE_BELOW`` times inside
+    the letter tokens of the vocabularies: about 45% of the 676 pairs, the ones random
+    strings (ids, gibberish, protein sequences) are full of and words rarely hold."""
+    counts = [0] * 676
+    for tokens in vocabularies:
+        for t in tokens:
+            t = t.lstrip(b" ").lower()
+            if len(t) >= 2 and t.isascii() and t.isalpha():
+                for a, b in zip(t, t[1:], strict=False):
+                    counts[26 * (a - 0x61) + (b - 0x61)] += 1
+    mask = bytearray(85)
+    for k, c in enumerate(counts):
+        if c < RARE_BELOW:
+            mask[k >> 3] |= 1 << (k & 7)
+    return bytes(mask)
+
+
 def build_table(count: Callable[[str], int]) -> bytes:
     table = bytearray(TABLE_ENTRIES // 4)
     for idx in range(TABLE_ENTRIES):
@@ -143,7 +164,7 @@ def texts(corpus: Path) -> list[tuple[str, str, str]]:
     return out
 
 
-def generated(seed: int = 7, n: int = 700) -> list[tuple[str, str, str]]:
+def generated(seed: int = 7, n: int = 900) -> list[tuple[str, str, str]]:
     """Text the corpus has too little of, from a fixed seed: emoji-laden sentences, emoji
     runs, base64, JSON with hex ids and UUIDs, long whitespace runs, long letter runs
     (gibberish, repeated letters) and long punctuation runs."""
@@ -153,7 +174,7 @@ def generated(seed: int = 7, n: int = 700) -> list[tuple[str, str, str]]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     out = []
     for i in range(n):
-        kind = i % 7
+        kind = i % 9
         if kind == 0:
             s = " ".join(
                 rnd.choice(words) + (rnd.choice(emoji) if rnd.random() < 0.3 else "")
@@ -181,10 +202,26 @@ def generated(seed: int = 7, n: int = 700) -> list[tuple[str, str, str]]:
                 else "".join(rnd.choice(letters + letters.upper()) for _ in range(rnd.randint(14, 300)))
                 for _ in range(rnd.randint(1, 6))
             )
-        else:
+        elif kind == 6:
             s = " ".join(
                 rnd.choice("-=*#_~.") * rnd.randint(3, 300) + " " + rnd.choice(words) for _ in range(rnd.randint(3, 12))
             )
+        elif kind == 7:
+            # mixed whitespace: markdown hard breaks, blank lines holding spaces, tab/space runs
+            s = "".join(
+                rnd.choice(words) + "".join(rnd.choice(" \t\n") for _ in range(rnd.choice([2, 3, 4, 8, 30, 200])))
+                for _ in range(rnd.randint(5, 40))
+            )
+        else:
+            # sentences of random-letter words (ids, gibberish), some upper case runs
+            s = " ".join(
+                "".join(rnd.choice(letters) for _ in range(rnd.randint(3, 16)))
+                if rnd.random() < 0.5
+                else rnd.choice(words)
+                for _ in range(rnd.randint(10, 60))
+            )
+            if i % 2:
+                s = s.upper()
         out.append(("generated", f"generated/{kind}/{i}", s))
     return out
 
@@ -247,6 +284,8 @@ PRIOR = {
     "unknown_punct": 2.0,
     "unknown_space": 1.0,
     "unknown_newlines": 0.5,
+    "unknown_space_switches": 0.5,
+    "unknown_rare_bigrams": 0.3,
     "digit_groups": 1.0,
     "controls": 1.0,
     **{f"ch_{g}": 1.0 for g in ref.GROUPS},
@@ -283,12 +322,14 @@ def main() -> None:
     families = ("cl100k", "tekken")
     counters = {f: reference_counter(f) for f in families}
     vocabs = {}
+    tokens = {fam: vocabulary(fam) for fam in families}
+    rare = rare_bigrams(list(tokens.values()))
     for fam in families:
-        bloom = build_bloom(bloom_keys(vocabulary(fam)))
+        bloom = build_bloom(bloom_keys(tokens[fam]))
         table = build_table(counters[fam])
         (DATA / f"{fam}.bloom").write_bytes(bloom)
         (DATA / f"{fam}.cost").write_bytes(table)
-        vocabs[fam] = ref.Vocab(bloom, table)
+        vocabs[fam] = ref.Vocab(bloom, table, rare)
         print(f"{fam}: wrote {fam}.bloom and {fam}.cost", file=sys.stderr)
     rows = texts(corpus)
     src = np.array([r[0] for r in rows])
@@ -300,6 +341,7 @@ def main() -> None:
         "features": list(ref.FEATURES),
         "families": {},
         "conservative": {},
+        "rare_bigrams": rare.hex(),
         "fit": {"segments": len(rows), "min_tokens": MIN_TOKENS},
     }
     sums = {}

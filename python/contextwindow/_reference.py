@@ -53,7 +53,8 @@ CJKISH = frozenset(("cjk", "kana", "hangul"))
 FEATURES = (
     "ngrams", "known", "known_bare", "unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13",
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
-    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines", "digits", "digit_groups",
+    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines", "unknown_space_switches", "unknown_rare_bigrams", "digits",
+    "digit_groups",
     "controls", "non_ascii_words",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
@@ -84,10 +85,16 @@ def bloom_bits(key: bytes) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Vocab:
-    """A tokenizer family's Bloom filter of short tokens and standalone-cost table."""
+    """A tokenizer family's Bloom filter of short tokens and standalone-cost table, and the
+    mask of letter pairs rare inside tokens (bit ``26 * a + b``, case folded)."""
 
     bloom: bytes
     table: bytes
+    rare: bytes
+
+    def is_rare(self, a: int, b: int) -> bool:
+        k = 26 * ((a | 0x20) - 0x61) + ((b | 0x20) - 0x61)
+        return bool(self.rare[k >> 3] >> (k & 7) & 1)
 
     def __contains__(self, key: bytes) -> bool:
         return all(self.bloom[p >> 3] >> (p & 7) & 1 for p in bloom_bits(key))
@@ -176,11 +183,13 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
     def known(s: int, e: int) -> bool:
         return e - s == 1 or (e - s <= MAX_KEY and b[s:e] in vocab)
 
-    def unknown_letters(length: int) -> None:
+    def unknown_letters(s: int, e: int) -> None:
+        length = e - s
         bucket = 0 if length <= 3 else 1 if length <= 6 else 2 if length <= 9 else 3 if length <= 13 else 4
         f[_IX[_BUCKETS[bucket]]] += 1
         if bucket == 4:
             f[_IX["unknown_letters_beyond_14"]] += length - 14
+        f[_IX["unknown_rare_bigrams"]] += sum(vocab.is_rare(b[q], b[q + 1]) for q in range(s, e - 1))
 
     def piece(s: int, e: int, unknown: str) -> None:
         if known(s, e):
@@ -190,6 +199,7 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
             f[_IX[unknown + "_beyond_2"]] += max(0, e - s - 2)
             if unknown == "unknown_space":
                 f[_IX["unknown_newlines"]] += sum(1 for x in b[s:e] if x in (0x0A, 0x0D))
+                f[_IX["unknown_space_switches"]] += sum(1 for q in range(s + 1, e) if b[q] != b[q - 1])
 
     def cjk_char(q: int) -> bool:
         return q + 3 <= n and 0xE0 <= b[q] < 0xF0 and group(ord(b[q : q + 3].decode())) in CJKISH
@@ -235,12 +245,12 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                         elif known(s, m):
                             f[_IX["known_bare"]] += 1
                         else:
-                            unknown_letters(m - s)
+                            unknown_letters(s, m)
                             f[_IX["unknown_prefixed"]] += 1
                     elif known(s, m):
                         f[_IX["known"]] += 1
                     else:
-                        unknown_letters(m - s)
+                        unknown_letters(s, m)
                     first, s = False, m
             prefix = None
         elif k == "dg":
@@ -286,7 +296,8 @@ def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
     from . import _native
 
     data = msgspec.json.decode(_native.PROFILE_JSON)
-    vocabs = {name: Vocab(*_native.vocab_data(name)) for name in data["families"]}
+    rare = bytes.fromhex(data["rare_bigrams"])
+    vocabs = {name: Vocab(*_native.vocab_data(name), rare) for name in data["families"]}
     return data, vocabs
 
 

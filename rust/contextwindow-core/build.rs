@@ -41,6 +41,17 @@ fn main() {
             o("tool_overhead")
         ));
     }
+    let rare = v["rare_bigrams"]
+        .as_str()
+        .expect("rare_bigrams: hex string");
+    assert_eq!(rare.len(), 170, "rare_bigrams: 85 bytes in hex");
+    let rare: Vec<String> = (0..85)
+        .map(|i| {
+            u8::from_str_radix(&rare[2 * i..2 * i + 2], 16)
+                .expect("rare_bigrams: hex")
+                .to_string()
+        })
+        .collect();
     let margin = v["conservative"]["margin_percent"]
         .as_i64()
         .expect("conservative.margin_percent: integer");
@@ -49,11 +60,13 @@ fn main() {
          pub const FEATURES: [&str; {n}] = [{names}];\n\
          pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 2] = [{weights}];\n\
          pub const OVERHEADS: [(u64, u64, u64); 2] = [{overheads}];\n\
-         pub const MARGIN_PERCENT: i64 = {margin};\n",
+         pub const MARGIN_PERCENT: i64 = {margin};\n\
+         pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n",
         n = names.len(),
         names = names.join(", "),
         weights = weights.join(", "),
         overheads = overheads.join(", "),
+        rare = rare.join(", "),
     );
     let dest = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("profile_data.rs");
     fs::write(dest, out).expect("write profile_data.rs");

@@ -49,12 +49,17 @@ pub const PROFILE_JSON: &str = include_str!("../data/profiles.json");
 /// Tokenizer families with fitted weights, in the order of [`FAMILY_NAMES`].
 pub const FAMILY_NAMES: [&str; 2] = ["cl100k", "tekken"];
 
+/// Letter pairs rare inside tokens of both families (`data/profiles.json`).
+pub static RARE_BIGRAMS: [u8; crate::features::RARE_BYTES] = data::RARE_BIGRAMS;
+
 static VOCABS: [Vocab; 2] = [
     Vocab {
+        rare: &RARE_BIGRAMS,
         bloom: include_bytes!("../data/cl100k.bloom"),
         table: include_bytes!("../data/cl100k.cost"),
     },
     Vocab {
+        rare: &RARE_BIGRAMS,
         bloom: include_bytes!("../data/tekken.bloom"),
         table: include_bytes!("../data/tekken.cost"),
     },

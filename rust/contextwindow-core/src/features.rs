@@ -46,7 +46,7 @@ const G_JOINER: u8 = 12;
 const G_ASTRAL: u8 = 13;
 
 /// Number of features.
-pub const N_FEATURES: usize = 19 + 2 * GROUPS.len();
+pub const N_FEATURES: usize = 21 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
 /// group that are not part of a CJK n-gram token), then `ex_<group>` (their standalone
@@ -67,6 +67,8 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "unknown_space",
     "unknown_space_beyond_2",
     "unknown_newlines",
+    "unknown_space_switches",
+    "unknown_rare_bigrams",
     "digits",
     "digit_groups",
     "controls",
@@ -112,19 +114,27 @@ const F_UNKNOWN_PUNCT_X: usize = 11;
 const F_UNKNOWN_SPACE: usize = 12;
 const F_UNKNOWN_SPACE_X: usize = 13;
 const F_UNKNOWN_NEWLINES: usize = 14;
-const F_DIGITS: usize = 15;
-const F_DIGIT_GROUPS: usize = 16;
-const F_CONTROLS: usize = 17;
-const F_NA_WORDS: usize = 18;
-const F_CH: usize = 19;
-const F_EX: usize = 19 + GROUPS.len();
+const F_UNKNOWN_SPACE_SWITCHES: usize = 15;
+const F_UNKNOWN_RARE_BIGRAMS: usize = 16;
+const F_DIGITS: usize = 17;
+const F_DIGIT_GROUPS: usize = 18;
+const F_CONTROLS: usize = 19;
+const F_NA_WORDS: usize = 20;
+const F_CH: usize = 21;
+const F_EX: usize = 21 + GROUPS.len();
 
 /// Feature counts of one text for one family.
 pub type Features = [u64; N_FEATURES];
 
+/// Bytes of the rare-bigram mask: one bit per ordered pair of ASCII letters (case folded),
+/// bit `26 * a + b`.
+pub const RARE_BYTES: usize = 85;
+
 /// A tokenizer family's vocabulary data.
 #[derive(Clone, Copy)]
 pub struct Vocab {
+    /// Letter pairs that are rare inside tokens (random strings are full of them).
+    pub rare: &'static [u8; RARE_BYTES],
     /// Bloom filter of short tokens, [`BLOOM_BYTES`] long.
     pub bloom: &'static [u8; BLOOM_BYTES],
     /// Standalone cost table, [`TABLE_BYTES`] long, 2 bits per entry (cost - 1).
@@ -366,7 +376,8 @@ fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
 }
 
 #[inline(always)]
-fn unknown_letters(f: &mut Features, len: usize) {
+fn unknown_letters(f: &mut Features, rare: &[u8; RARE_BYTES], seg: &[u8]) {
+    let len = seg.len();
     let bucket = match len {
         0..=3 => 0,
         4..=6 => 1,
@@ -378,6 +389,13 @@ fn unknown_letters(f: &mut Features, len: usize) {
         }
     };
     f[F_UNKNOWN_1 + bucket] += 1;
+    f[F_UNKNOWN_RARE_BIGRAMS] += seg
+        .windows(2)
+        .filter(|p| {
+            let k = 26 * ((p[0] | 0x20) - b'a') as usize + ((p[1] | 0x20) - b'a') as usize;
+            rare[k >> 3] >> (k & 7) & 1 == 1
+        })
+        .count() as u64;
 }
 
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
@@ -459,7 +477,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                                     } else if v.known(b, s, m) {
                                         f[F_KNOWN_BARE] += 1;
                                     } else {
-                                        unknown_letters(f, m - s);
+                                        unknown_letters(f, v.rare, &b[s..m]);
                                         f[F_UNKNOWN_PREFIXED] += 1;
                                     }
                                 }
@@ -467,7 +485,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                                     if v.known(b, s, m) {
                                         f[F_KNOWN] += 1;
                                     } else {
-                                        unknown_letters(f, m - s);
+                                        unknown_letters(f, v.rare, &b[s..m]);
                                     }
                                 }
                             }
@@ -539,6 +557,8 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                             } else {
                                 f[F_UNKNOWN_SPACE] += 1;
                                 f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
+                                f[F_UNKNOWN_SPACE_SWITCHES] +=
+                                    b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
                                 f[F_UNKNOWN_NEWLINES] += b[s..e]
                                     .iter()
                                     .filter(|&&c| c == b'\n' || c == b'\r')
