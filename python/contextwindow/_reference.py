@@ -53,9 +53,9 @@ CJKISH = frozenset(("cjk", "kana", "hangul"))
 FEATURES = (
     "ngrams", "known", "known_bare", "unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13",
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
-    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines", "unknown_space_switches", "unknown_rare_bigrams", "digits",
-    "digit_groups",
-    "controls", "non_ascii_words",
+    "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines",
+    "unknown_space_switches", "unknown_rare_bigrams", "digits", "digit_groups", "controls",
+    "non_ascii_words",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
 )  # fmt: skip

@@ -43,8 +43,8 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from .errors import InvalidRequestError
 from ._engine import clean_str
+from .errors import InvalidRequestError
 
 __all__ = ["DEFAULT_PROFILE", "FAMILIES", "PROFILES", "count_features", "count_messages", "estimate_tokens"]
 
