@@ -26,6 +26,7 @@ keeps at most 3% of fitting segments undercounted by more than 5% by either fami
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import random
 import sys
@@ -101,7 +102,7 @@ def rare_bigrams(vocabularies: list[list[bytes]]) -> bytes:
         for t in tokens:
             t = t.lstrip(b" ").lower()
             if len(t) >= 2 and t.isascii() and t.isalpha():
-                for a, b in zip(t, t[1:], strict=False):
+                for a, b in itertools.pairwise(t):
                     counts[26 * (a - 0x61) + (b - 0x61)] += 1
     mask = bytearray(85)
     for k, c in enumerate(counts):
