@@ -148,3 +148,25 @@ def test_accuracy_skips_junk_and_fails_when_nothing_is_left(tmp_path: Path, caps
     (tmp_path / "ok.json").write_text(json.dumps([{"role": "user", "content": "hello there " * 20}]))
     assert main(["accuracy", str(tmp_path), "--reference", "cl100k", "--profile", "fim", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["files"] == 1
+
+
+def test_count_reports_good_files_when_one_is_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the fresh-install review: one missing file hid the counts of the others."""
+    good = write(tmp_path, "good.json", json.dumps([{"role": "user", "content": "hello"}]))
+    assert main(["count", good, str(tmp_path / "missing.json"), good, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert [r["file"] for r in json.loads(captured.out)] == [good, good]
+    assert "missing.json" in captured.err
+
+
+def test_breadcrumb_must_be_a_bool() -> None:
+    """Found by the fresh-install review: breadcrumb="no" was truthy and inserted it."""
+    msgs = [
+        {"role": "user", "content": "a " * 50},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    with pytest.raises(TypeError, match="breadcrumb must be a bool"):
+        cw.trim_turns(msgs, 10, breadcrumb="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="breadcrumb must be a bool"):
+        cw.trim_turn_count(msgs, 1, breadcrumb=None)  # type: ignore[arg-type]

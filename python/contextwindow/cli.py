@@ -91,12 +91,19 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
 
 def _cmd_count(args: argparse.Namespace) -> int:
     rows = []
+    failed = False
     for path in args.files:
-        with _about(path):
-            conv = load_conversation(path, args.format)
-            msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
-            tools = _tools_tokens(conv, args.profile)
-            seg = segment_turns(conv.messages, format=conv.format)
+        try:
+            with _about(path):
+                conv = load_conversation(path, args.format)
+                msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
+                tools = _tools_tokens(conv, args.profile)
+                seg = segment_turns(conv.messages, format=conv.format)
+        except _Located as exc:
+            # one bad file does not hide the counts of the others
+            print(f"contextwindow: error: {exc}", file=sys.stderr)
+            failed = True
+            continue
         rows.append(
             {
                 "file": path,
@@ -118,7 +125,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
                 f"{r['file']}: {r['tokens']:,} tokens{tools_note}, {r['messages']} messages,"
                 f" {r['turns']} turns [{r['format']}, {r['profile']}]"
             )
-    return 0
+    return 2 if failed else 0
 
 
 def _cmd_accuracy(args: argparse.Namespace) -> int:

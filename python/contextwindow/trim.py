@@ -85,6 +85,12 @@ def _python_cost(prep: _engine.Prepared, est: Estimator | None, counter: TokenCo
     return msgs, est.trim_cost(prep, msgs)
 
 
+def _flag(breadcrumb: object) -> bool:
+    if not isinstance(breadcrumb, bool):
+        raise TypeError(f"breadcrumb must be a bool, got {type(breadcrumb).__name__}")
+    return breadcrumb
+
+
 def trim_turns(
     messages: Any,
     budget: int,
@@ -140,7 +146,7 @@ def trim_turns(
         ValueError: unknown profile, negative budget, more than one cost source, or
             ``profile`` together with ``token_counter``.
         TypeError: ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
-            ``Estimator``.
+            ``Estimator``, or ``breadcrumb`` not a bool.
 
     >>> msgs = [{"role": "system", "content": "sys"},
     ...         {"role": "user", "content": "old " * 100}, {"role": "assistant", "content": "ok"},
@@ -156,10 +162,10 @@ def trim_turns(
     budget = _check_n(budget, "budget")
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
-        out = _engine.native.trim_turns(prep.payload, budget, name, bool(breadcrumb), prep.provider)
+        out = _engine.native.trim_turns(prep.payload, budget, name, _flag(breadcrumb), prep.provider)
         return _engine.apply(prep, out)
     msgs, cost = _python_cost(prep, est, counter)
-    ops, report = ref.trim_turns(msgs, budget, cost, bool(breadcrumb), prep.provider)
+    ops, report = ref.trim_turns(msgs, budget, cost, _flag(breadcrumb), prep.provider)
     return _engine.apply_ops(prep, ops, report)
 
 
@@ -195,7 +201,7 @@ def trim_turn_count(
         InvalidMessageError: a message is malformed.
         TokenCounterError: the counter or tokenizer failed (see :func:`trim_turns`).
         ValueError: unknown profile, negative ``max_turns`` or conflicting cost sources.
-        TypeError: a cost source of the wrong type.
+        TypeError: a cost source of the wrong type, or ``breadcrumb`` not a bool.
 
     >>> msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
     ...         {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
@@ -208,8 +214,8 @@ def trim_turn_count(
     max_turns = _check_n(max_turns, "max_turns")
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
-        out = _engine.native.trim_turn_count(prep.payload, max_turns, name, bool(breadcrumb), prep.provider)
+        out = _engine.native.trim_turn_count(prep.payload, max_turns, name, _flag(breadcrumb), prep.provider)
         return _engine.apply(prep, out)
     msgs, cost = _python_cost(prep, est, counter)
-    ops, report = ref.trim_turn_count(msgs, max_turns, cost, bool(breadcrumb), prep.provider)
+    ops, report = ref.trim_turn_count(msgs, max_turns, cost, _flag(breadcrumb), prep.provider)
     return _engine.apply_ops(prep, ops, report)
