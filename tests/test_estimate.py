@@ -254,3 +254,28 @@ def test_out_of_range_fields_name_the_field() -> None:
             cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="x")], priority=p)])
     with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[0\]\.width"):
         cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(width=2**64, height=1)])])
+
+
+@pytest.mark.parametrize("profile", ["conservative", "cl100k", "tekken", "fim", "bytes4"])
+def test_batches_equal_one_at_a_time(profile: str) -> None:
+    from shared_data import corpus_files, load
+
+    files = corpus_files()
+    convs = [load(f)["messages"] for f in files] or [[{"role": "user", "content": "hi"}]]
+    texts = [m["content"] for c in convs for m in c if isinstance(m.get("content"), str)]
+    texts += ["", "\ud83d lone", "你好世界", "x" * 10_000]
+    assert cw.estimate_many(texts, profile) == [cw.estimate_tokens(t, profile) for t in texts]
+    assert cw.estimate_many(iter(texts[:3]), profile) == [cw.estimate_tokens(t, profile) for t in texts[:3]]
+    assert cw.count_many(convs, profile) == [cw.count_messages(c, profile) for c in convs]
+    assert cw.count_many([], profile) == [] and cw.estimate_many([], profile) == []
+
+
+def test_batch_errors_name_the_item() -> None:
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str"):
+        cw.estimate_many(["a", b"b"])  # type: ignore[list-item]
+    good = [{"role": "user", "content": "x"}]
+    bad = [{"role": "user", "content": 5}]
+    with pytest.raises(cw.InvalidMessageError, match=r"conversation 1: message 0, field content"):
+        cw.count_many([good, bad])
+    with pytest.raises(ValueError, match="unknown profile"):
+        cw.count_many([good], "gpt")

@@ -16,7 +16,16 @@ from .errors import (
     InvalidRequestError,
     TokenCounterError,
 )
-from .estimate import FAMILIES, PROFILES, count_features, count_messages, estimate_tokens, message_tokens
+from .estimate import (
+    FAMILIES,
+    PROFILES,
+    count_features,
+    count_many,
+    count_messages,
+    estimate_many,
+    estimate_tokens,
+    message_tokens,
+)
 from .estimator import Estimator
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
@@ -48,7 +57,9 @@ __all__ = [
     "TrimResult",
     "Violation",
     "count_features",
+    "count_many",
     "count_messages",
+    "estimate_many",
     "estimate_tokens",
     "message_tokens",
     "repair_tool_pairs",

@@ -22,6 +22,12 @@ def vocab_data(family: str) -> tuple[bytes, bytes]:
 def profile_overheads(profile: str) -> tuple[int, int, int]:
     """Per-message, per-tool-call and per-tool overheads of ``profile``, in tokens."""
 
+def estimate_many(texts: list[str], profile: str) -> list[int]:
+    """Tokens of each text (read in place, GIL released)."""
+
+def count_many(conversations: list[bytes], profile: str) -> list[int]:
+    """Total tokens of each conversation (canonical message JSON bytes)."""
+
 def count_messages(messages: bytes, profile: str) -> list[int]:
     """Tokens of each message."""
 

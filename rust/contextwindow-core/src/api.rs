@@ -72,6 +72,52 @@ pub fn count_features(text: &str, family: &str) -> Result<Vec<(&'static str, u64
     Ok(out)
 }
 
+/// Tokens of each text under a profile, in order (one profile lookup for the batch).
+pub fn estimate_many<S: AsRef<str>>(texts: &[S], profile_name: &str) -> Result<Vec<u64>> {
+    let p = profile(profile_name)?;
+    Ok(texts.iter().map(|t| p.text_tokens(t.as_ref())).collect())
+}
+
+/// Total tokens of each conversation (canonical message JSON), in order.
+///
+/// An error names the conversation: its message index is prefixed with
+/// `conversation {i}: `.
+pub fn count_many<S: AsRef<str>>(conversations: &[S], profile_name: &str) -> Result<Vec<u64>> {
+    let p = profile(profile_name)?;
+    conversations
+        .iter()
+        .enumerate()
+        .map(|(i, json)| {
+            let msgs = parse_messages(json.as_ref()).map_err(|e| in_conversation(i, e))?;
+            Ok(msgs.iter().map(|m| p.message_tokens(m)).sum())
+        })
+        .collect()
+}
+
+fn in_conversation(i: usize, e: crate::Error) -> crate::Error {
+    match e {
+        crate::Error::InvalidMessage {
+            index,
+            field,
+            reason,
+        } => crate::Error::InvalidMessage {
+            index,
+            field,
+            reason: format!("{reason} (conversation {i})"),
+        },
+        crate::Error::InvalidJson {
+            line,
+            column,
+            reason,
+        } => crate::Error::InvalidJson {
+            line,
+            column,
+            reason: format!("{reason} (conversation {i})"),
+        },
+        other => other,
+    }
+}
+
 /// Tokens of every message, in order.
 pub fn count_messages(messages_json: &str, profile_name: &str) -> Result<Vec<u64>> {
     let p = profile(profile_name)?;

@@ -422,3 +422,25 @@ fn shrink_keeps_graphemes_whole() {
         }
     }
 }
+
+#[test]
+fn batches_equal_single_calls_and_name_the_conversation() {
+    use contextwindow_core::api::{count_many, count_messages, estimate_many, estimate_text};
+    let texts = ["hello world", "", "你好世界"];
+    let got = estimate_many(&texts, "cl100k").unwrap();
+    let want: Vec<u64> = texts
+        .iter()
+        .map(|t| estimate_text(t, "cl100k").unwrap())
+        .collect();
+    assert_eq!(got, want);
+    let a = r#"[{"role":"user","content":[{"kind":"text","text":"abcdefgh"}]}]"#;
+    let b = "[]";
+    let totals = count_many(&[a, b], "fim").unwrap();
+    assert_eq!(
+        totals,
+        vec![count_messages(a, "fim").unwrap().iter().sum::<u64>(), 0]
+    );
+    let err = count_many(&[a, "[{"], "fim").unwrap_err().to_string();
+    assert!(err.contains("(conversation 1)"), "{err}");
+    assert!(estimate_many(&texts, "nope").is_err());
+}

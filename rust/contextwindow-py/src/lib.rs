@@ -4,6 +4,7 @@
 use contextwindow_core::{api, estimate, Error};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::PyBytes;
 
 /// The one conversion point from core errors to Python exceptions.
@@ -73,6 +74,38 @@ fn vocab_data<'py>(
         PyBytes::new(py, v.bloom.as_slice()),
         PyBytes::new(py, v.table.as_slice()),
     ))
+}
+
+/// Tokens of each text; the strings are read in place (CPython's cached UTF-8) and the
+/// whole batch runs without the GIL.
+#[pyfunction]
+fn estimate_many(py: Python<'_>, texts: Vec<PyBackedStr>, profile: &str) -> PyResult<Vec<u64>> {
+    run(py, || api::estimate_many(&texts, profile))
+}
+
+/// Total tokens of each conversation (canonical message JSON bytes), without the GIL.
+#[pyfunction]
+fn count_many(
+    py: Python<'_>,
+    conversations: Vec<PyBackedBytes>,
+    profile: &str,
+) -> PyResult<Vec<u64>> {
+    let jsons = conversations
+        .iter()
+        .map(|b| {
+            std::str::from_utf8(b).map_err(|e| {
+                to_py(
+                    py,
+                    Error::InvalidJson {
+                        line: 0,
+                        column: e.valid_up_to(),
+                        reason: "invalid UTF-8".into(),
+                    },
+                )
+            })
+        })
+        .collect::<PyResult<Vec<&str>>>()?;
+    run(py, || api::count_many(&jsons, profile))
 }
 
 #[pyfunction]
@@ -145,6 +178,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vocab_data, m)?)?;
     m.add_function(wrap_pyfunction!(profile_overheads, m)?)?;
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(count_many, m)?)?;
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(repair_tool_pairs, m)?)?;
