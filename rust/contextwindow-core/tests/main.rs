@@ -444,3 +444,41 @@ fn batches_equal_single_calls_and_name_the_conversation() {
     assert!(err.contains("(conversation 1)"), "{err}");
     assert!(estimate_many(&texts, "nope").is_err());
 }
+
+#[test]
+fn scanner_never_panics_on_any_prefix_or_random_text() {
+    use contextwindow_core::estimate::PROFILES;
+    // every prefix (at char boundaries) of text that exercises each path of the scanner
+    let tricky = "Hi,  x.append(self)\n\t\t  \r\n你好世界こんにちは한국어🙂\u{200d}🙂 é Привет \
+                  \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
+                  HTTPResponse camelCaseWord !!\n\n's";
+    for (i, _) in tricky.char_indices().chain([(tricky.len(), ' ')]) {
+        for p in PROFILES {
+            let _ = p.text_tokens(&tricky[..i]);
+            let _ = p.text_tokens(&tricky[i..]);
+        }
+    }
+    // random code points from a fixed-seed xorshift: ASCII, BMP, astral
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..2000 {
+        let mut s = String::new();
+        for _ in 0..(x % 64) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let c = match x % 4 {
+                0 => (x >> 8) as u32 % 0x80,
+                1 => 0x3000 + (x >> 8) as u32 % 0x7000,
+                2 => (x >> 8) as u32 % 0x11_0000,
+                _ => b" \n\t.ab"[(x >> 8) as usize % 6] as u32,
+            };
+            if let Some(c) = char::from_u32(c) {
+                s.push(c);
+            }
+        }
+        for p in PROFILES {
+            let t = p.text_tokens(&s);
+            assert_eq!(t == 0, s.is_empty(), "{s:?}");
+        }
+    }
+}
