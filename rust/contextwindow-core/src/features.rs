@@ -398,6 +398,39 @@ fn unknown_letters(f: &mut Features, rare: &[u8; RARE_BYTES], seg: &[u8]) {
         .count() as u64;
 }
 
+/// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given.
+#[inline(always)]
+fn letter_segment<const K: usize>(
+    out: &mut [Features; K],
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    lead: Option<usize>,
+    s: usize,
+    e: usize,
+) {
+    for (f, v) in out.iter_mut().zip(vocabs) {
+        match lead {
+            Some(p) => {
+                if v.known(b, p, e) {
+                    f[F_KNOWN] += 1;
+                } else if v.known(b, s, e) {
+                    f[F_KNOWN_BARE] += 1;
+                } else {
+                    unknown_letters(f, v.rare, &b[s..e]);
+                    f[F_UNKNOWN_PREFIXED] += 1;
+                }
+            }
+            None => {
+                if v.known(b, s, e) {
+                    f[F_KNOWN] += 1;
+                } else {
+                    unknown_letters(f, v.rare, &b[s..e]);
+                }
+            }
+        }
+    }
+}
+
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
 ///
 /// ```
@@ -462,37 +495,24 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
         let mut j = i + 1;
         match k {
             LO | UP => {
-                while is_letter(kind(j)) {
-                    j += 1;
-                }
+                // one pass over the letters: a segment ends at a lowercase-to-uppercase
+                // switch or at the end of the run
                 let mut s = i;
-                let mut first = true;
-                for m in i + 1..=j {
-                    if m == j || (KIND[b[m - 1] as usize] == LO && KIND[b[m] as usize] == UP) {
-                        for (f, v) in out.iter_mut().zip(vocabs) {
-                            match (first, prefix) {
-                                (true, Some(p)) => {
-                                    if v.known(b, p, m) {
-                                        f[F_KNOWN] += 1;
-                                    } else if v.known(b, s, m) {
-                                        f[F_KNOWN_BARE] += 1;
-                                    } else {
-                                        unknown_letters(f, v.rare, &b[s..m]);
-                                        f[F_UNKNOWN_PREFIXED] += 1;
-                                    }
-                                }
-                                _ => {
-                                    if v.known(b, s, m) {
-                                        f[F_KNOWN] += 1;
-                                    } else {
-                                        unknown_letters(f, v.rare, &b[s..m]);
-                                    }
-                                }
-                            }
+                let mut lead = prefix;
+                let mut prev = k;
+                loop {
+                    let kj = kind(j);
+                    let end = !is_letter(kj);
+                    if end || (prev == LO && kj == UP) {
+                        letter_segment(&mut out, vocabs, b, lead, s, j);
+                        lead = None;
+                        s = j;
+                        if end {
+                            break;
                         }
-                        first = false;
-                        s = m;
                     }
+                    prev = kj;
+                    j += 1;
                 }
                 prefix = None;
             }
