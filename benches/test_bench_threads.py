@@ -1,8 +1,8 @@
 """Throughput of count_messages and trim_turns from 1, 2, 4 and 8 threads
 (ThreadPoolExecutor) on shared inputs. The Rust engine runs with the GIL released, so
-the native part scales with cores; the Python part (checking dicts, converting them,
-building the output) holds the GIL. The table reports calls per second and the speedup
-over one thread."""
+the native part can scale with cores; the Python part (checking dicts, converting them,
+building the output) holds the GIL. estimate_tokens on 1 MB, almost all native, is the
+control. The table reports calls per second and the speedup over one thread."""
 
 from __future__ import annotations
 
@@ -52,3 +52,14 @@ def test_threads_trim(pool: tuple[int, ThreadPoolExecutor], agent: list[dict[str
 
     group = f"threads: trim_turns, the {len(agent):,}-message conversation x {len(TRIM_BUDGETS)} budgets per round"
     assert measure(fn, group=group, impl="contextwindow", threads=threads, calls=len(TRIM_BUDGETS)) > 0
+
+
+def test_threads_estimate(pool: tuple[int, ThreadPoolExecutor], corpus_text: str, measure: Any) -> None:
+    threads, ex = pool
+    calls = 8
+
+    def fn() -> int:
+        return sum(ex.map(cw.estimate_tokens, [corpus_text] * calls))
+
+    group = f"threads: estimate_tokens, 1 MB of corpus text x {calls} per round"
+    assert measure(fn, group=group, impl="contextwindow", threads=threads, calls=calls) > 0

@@ -28,7 +28,7 @@ COMMAND = "pip install '.[bench]' && python tools/bench_table.py"
 def run(pytest_args: list[str], out: Path) -> None:
     cmd = [sys.executable, "-m", "pytest", "benches", "-q", f"--benchmark-json={out}", *pytest_args]
     print("$", " ".join(cmd), file=sys.stderr)
-    done = subprocess.run(cmd, cwd=ROOT, check=False)
+    done = subprocess.run(cmd, cwd=ROOT, check=False, stdout=sys.stderr)
     if done.returncode != 0:
         sys.exit(f"pytest exited with {done.returncode}")
 
@@ -106,14 +106,15 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def machine(data: dict[str, Any]) -> str:
+def machine(data: dict[str, Any], load: tuple[float, float, float] | None) -> str:
     info = data.get("machine_info", {})
     commit = data.get("commit_info", {}).get("id", "")[:10]
     cpu = info.get("cpu", {}).get("brand_raw") or platform.processor() or "unknown CPU"
     return (
         f"{os.cpu_count()} cores ({cpu}), Python {info.get('python_version', platform.python_version())}, "
         f"{info.get('system', platform.system())}; commit {commit or 'unknown'}; "
-        f"median of rounds, shared machine (expect noise)"
+        f"median of rounds"
+        + (f"; load average before the run {load[0]:.2f} (1 min), {load[2]:.2f} (15 min)" if load else "")
     )
 
 
@@ -121,16 +122,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from-json", type=Path, help="print the table of an earlier --benchmark-json file")
     args, pytest_args = ap.parse_known_args(argv)
+    load = None
     if args.from_json:
         data = json.loads(args.from_json.read_text())
     else:
+        load = os.getloadavg()
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "bench.json"
             run(pytest_args, out)
             data = json.loads(out.read_text())
     print(f"```bash\n{COMMAND}\n```\n")
     print(table(data))
-    print(f"\n{machine(data)}")
+    print(f"\n{machine(data, load)}")
 
 
 if __name__ == "__main__":
