@@ -6,7 +6,8 @@ runs ``pytest benches --benchmark-json=FILE`` (extra arguments go to pytest, e.g
 ``-k count``) and prints one row per implementation and scenario: the median time of
 its rounds, its throughput (MB/s for text, µs per message for counting, ms per trim,
 calls/s for threads) and how many times faster contextwindow is than it (for threads:
-the speedup over one thread). ``--from-json FILE`` prints the table of an earlier run.
+the speedup over one thread). ``--save-json FILE`` keeps the run's data, ``--from-json
+FILE`` prints the table of an earlier run.
 """
 
 from __future__ import annotations
@@ -80,11 +81,11 @@ def table(data: dict[str, Any]) -> str:
             one = next((r["stats"]["median"] for r in rows if r["extra_info"]["threads"] == 1), None)
             for r in rows:
                 med, info = r["stats"]["median"], r["extra_info"]
-                speedup = f"{one / med:.2f}x faster than 1 thread" if one else ""
+                speedup = f"{one / med:.2f}x the 1-thread throughput" if one else ""
                 scen = group if first else ""
-                lines.append(
-                    f"| {scen} | {info['threads']} threads | {_time(med)} | {_throughput(med, info)} | {speedup} |"
-                )
+                n = info["threads"]
+                label = f"{n} thread{'s' if n > 1 else ''}"
+                lines.append(f"| {scen} | {label} | {_time(med)} | {_throughput(med, info)} | {speedup} |")
                 first = False
             continue
         cws = {
@@ -121,6 +122,7 @@ def machine(data: dict[str, Any], load: tuple[float, float, float] | None) -> st
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from-json", type=Path, help="print the table of an earlier --benchmark-json file")
+    ap.add_argument("--save-json", type=Path, help="keep this run's --benchmark-json file here")
     args, pytest_args = ap.parse_known_args(argv)
     load = None
     if args.from_json:
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
             out = Path(d) / "bench.json"
             run(pytest_args, out)
             data = json.loads(out.read_text())
+            if args.save_json:
+                args.save_json.write_text(out.read_text())
     print(f"```bash\n{COMMAND}\n```\n")
     print(table(data))
     print(f"\n{machine(data, load)}")
