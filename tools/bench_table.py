@@ -5,8 +5,9 @@
 runs ``pytest benches --benchmark-json=FILE`` (extra arguments go to pytest, e.g.
 ``-k count``) and prints one row per implementation and scenario: the median time of
 its rounds, its throughput (MB/s for text, µs per message for counting, ms per trim,
-calls/s for threads) and how many times faster contextwindow is than it (for threads:
-the speedup over one thread). ``--save-json FILE`` keeps the run's data, ``--from-json
+calls/s for threads) and the speedup of contextwindow over it: its median / the median of
+contextwindow with the same profile (below 1: contextwindow is slower). Thread rows give
+their throughput over the 1-thread throughput instead. ``--save-json FILE`` keeps the run's data, ``--from-json
 FILE`` prints the table of an earlier run.
 """
 
@@ -63,7 +64,7 @@ def _ratio(median: float, base: float | None) -> str:
     if base is None:
         return ""
     r = median / base
-    return f"{r:,.0f}x" if r >= 100 else f"{r:,.1f}x"
+    return f"{r:,.0f}x" if r >= 100 else f"{r:,.1f}x" if r >= 1 else f"{r:.2f}x"
 
 
 def table(data: dict[str, Any]) -> str:
@@ -71,17 +72,18 @@ def table(data: dict[str, Any]) -> str:
     for b in data["benchmarks"]:
         groups.setdefault(b["group"], []).append(b)
     lines = [
-        "| scenario | implementation | median | throughput | contextwindow is |",
+        "| scenario | implementation | median | throughput | contextwindow speedup |",
         "|---|---|---:|---:|---:|",
     ]
-    for group, rows in groups.items():
+    order = ["estimate_tokens", "count_messages", "trim_turns", "threads"]
+    for group, rows in sorted(groups.items(), key=lambda g: [g[0].startswith(o) for o in order].index(True)):
         first = True
         if all("threads" in r["extra_info"] for r in rows):
             rows.sort(key=lambda r: r["extra_info"]["threads"])
             one = next((r["stats"]["median"] for r in rows if r["extra_info"]["threads"] == 1), None)
             for r in rows:
                 med, info = r["stats"]["median"], r["extra_info"]
-                speedup = f"{one / med:.2f}x the 1-thread throughput" if one else ""
+                speedup = f"{one / med:.2f}x vs 1 thread" if one else ""
                 scen = group if first else ""
                 n = info["threads"]
                 label = f"{n} thread{'s' if n > 1 else ''}"
@@ -100,7 +102,7 @@ def table(data: dict[str, Any]) -> str:
             vs = ""
             if info["impl"] != "contextwindow":
                 base = cws.get(info.get("profile"), default)
-                vs = f"{_ratio(med, base)} faster" if base and med >= base else f"{_ratio(base, med)} slower"
+                vs = _ratio(med, base)
             scen = group if first else ""
             lines.append(f"| {scen} | {_label(info)} | {_time(med)} | {_throughput(med, info)} | {vs} |")
             first = False
