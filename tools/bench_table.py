@@ -96,7 +96,13 @@ def table(data: dict[str, Any]) -> str:
             if r["extra_info"]["impl"] == "contextwindow"
         }
         default = cws.get("conservative", cws.get(None))
-        rows.sort(key=lambda r: (r["extra_info"]["impl"] != "contextwindow", r["stats"]["median"]))
+        rows.sort(
+            key=lambda r: (
+                r["extra_info"]["impl"] != "contextwindow",
+                r["extra_info"].get("profile") not in ("conservative", None),
+                r["stats"]["median"],
+            )
+        )
         for r in rows:
             med, info = r["stats"]["median"], r["extra_info"]
             vs = ""
