@@ -1,0 +1,58 @@
+"""trim_turns on a 1,000-message agent conversation built from corpus turns (tool calls
+included; see ``conftest.agent_conversation``), budget 32,000 tokens: contextwindow vs
+the pure-Python reference (dicts to canonical messages, then the same rules), LangChain's
+``trim_messages(strategy="last", start_on="human")`` with its approximate counter, and
+LiteLLM's ``trim_messages`` (tiktoken counts; it keeps no tool-pair or turn safety)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.adapters import to_canonical
+
+BUDGET = 32_000
+IMPLS = ["contextwindow", "reference", "langchain", "litellm"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_trim_agent(impl: str, agent: list[dict[str, Any]], measure: Any, peer: Any) -> None:
+    slow = False
+    if impl == "contextwindow":
+
+        def fn() -> int:
+            return len(cw.trim_turns(agent, BUDGET).messages)
+
+    elif impl == "reference":
+        slow = True
+
+        def fn() -> int:
+            return len(ref.trim_turns(to_canonical(agent, "openai"), BUDGET, "conservative", True, "openai")[0])
+
+    elif impl == "langchain":
+        lc = peer.module("langchain")
+
+        def fn() -> int:
+            kept = lc.trim_messages(
+                agent,
+                max_tokens=BUDGET,
+                token_counter=lc.count_tokens_approximately,
+                strategy="last",
+                start_on="human",
+                include_system=True,
+            )
+            return len(kept)
+
+    else:
+        litellm = peer.module("litellm")
+        slow = True
+
+        def fn() -> int:
+            return len(litellm.utils.trim_messages(agent, model="gpt-4", max_tokens=BUDGET))
+
+    group = f"trim_turns: {len(agent):,}-message agent conversation, budget {BUDGET:,}"
+    kept = measure(fn, group=group, impl=impl, messages=len(agent), trim=True, slow=slow)
+    assert 0 < kept < len(agent)
