@@ -18,6 +18,7 @@ from .errors import (
 )
 from .estimate import FAMILIES, PROFILES, count_features, count_messages, estimate_tokens, message_tokens
 from .estimator import Estimator
+from .gateway import RequestReport, count_request, fit_request
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
@@ -40,6 +41,7 @@ __all__ = [
     "Message",
     "OpaquePart",
     "PairChange",
+    "RequestReport",
     "Segmentation",
     "TextPart",
     "TokenCounterError",
@@ -49,7 +51,9 @@ __all__ = [
     "Violation",
     "count_features",
     "count_messages",
+    "count_request",
     "estimate_tokens",
+    "fit_request",
     "message_tokens",
     "repair_tool_pairs",
     "segment_turns",
