@@ -55,8 +55,149 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 /// A JSON object's entries in order, values raw. A repeated key keeps its first place
-/// and its last value, as a Python dict decoded from the same text does.
-struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// and its last value, as a Python dict decoded from the same text does. A message
+/// object ([`Msg`]) holds its `content` apart, decoded in the same pass.
+struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>, Option<Content<'a>>);
+
+/// A `content` (or `messages`) value: a string decoded, an array split into its raw
+/// items, null, or the name of another JSON type.
+enum Content<'a> {
+    Text(String),
+    Parts(Vec<&'a RawValue>),
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Content<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Text(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Text(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Content<'de>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(x) = seq.next_element::<&'de RawValue>()? {
+                    items.push(x);
+                }
+                Ok(Content::Parts(items))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Null)
+            }
+            fn visit_none<E>(self) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Null)
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Content<'de>, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Content::Other("an object"))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A message object: like [`Obj`], with `content` decoded in the same pass.
+struct Msg<'a>(Obj<'a>);
+
+impl<'de> Deserialize<'de> for Msg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Msg<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Msg<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let mut content = None;
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "content" {
+                        content = Some(map.next_value::<Content<'de>>()?);
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        out.push((k, v));
+                    }
+                }
+                Ok(Msg(Obj(dedupe(out), content)))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The request body's top level: `messages` split into raw messages in the same pass,
+/// every other entry raw.
+struct Top<'a> {
+    obj: Obj<'a>,
+    messages: Option<Content<'a>>,
+    messages_keys: usize,
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Top<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let (mut messages, mut messages_keys) = (None, 0);
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "messages" {
+                        messages = Some(map.next_value::<Content<'de>>()?);
+                        messages_keys += 1;
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        out.push((k, v));
+                    }
+                }
+                Ok(Top {
+                    obj: Obj(dedupe(out), None),
+                    messages,
+                    messages_keys,
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
 
 impl<'de> Deserialize<'de> for Obj<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -75,7 +216,7 @@ impl<'de> Deserialize<'de> for Obj<'de> {
                     let v: &'de RawValue = map.next_value()?;
                     out.push((k, v));
                 }
-                Ok(Obj(dedupe(out)))
+                Ok(Obj(dedupe(out), None))
             }
         }
         d.deserialize_map(V)
@@ -83,26 +224,26 @@ impl<'de> Deserialize<'de> for Obj<'de> {
 }
 
 fn dedupe<'a>(mut v: Vec<(Cow<'a, str>, &'a RawValue)>) -> Vec<(Cow<'a, str>, &'a RawValue)> {
-    if v.len() < 2 {
-        return v;
-    }
-    let mut first: HashMap<Cow<'a, str>, usize> = HashMap::with_capacity(v.len());
-    let mut dup = false;
-    for (i, (k, _)) in v.iter().enumerate() {
-        if first.insert(k.clone(), i).is_some() {
-            dup = true;
-        }
-    }
+    let n = v.len();
+    let dup = if n <= 16 {
+        (1..n).any(|i| v[..i].iter().any(|(k, _)| *k == v[i].0))
+    } else {
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::with_capacity(n);
+        !v.iter().all(|(k, _)| seen.insert(k.as_ref()))
+    };
     if !dup {
         return v;
     }
-    // `first` now maps each key to its last index; keep first places, last values.
-    let mut seen: HashMap<Cow<'a, str>, ()> = HashMap::new();
-    let last: Vec<(Cow<'a, str>, &'a RawValue)> = v.clone();
+    // Keep each key at its first place with its last value.
+    let mut last: HashMap<Cow<'a, str>, &'a RawValue> = HashMap::with_capacity(n);
+    for (k, val) in &v {
+        last.insert(k.clone(), *val);
+    }
+    let mut seen: HashMap<Cow<'a, str>, ()> = HashMap::with_capacity(n);
     v.retain(|(k, _)| seen.insert(k.clone(), ()).is_none());
     for e in &mut v {
-        if let Some(&j) = first.get(&e.0) {
-            e.1 = last[j].1;
+        if let Some(val) = last.get(&e.0) {
+            e.1 = val;
         }
     }
     v
@@ -322,20 +463,35 @@ fn opaque(ty: String, raw: Box<RawValue>) -> Part {
 
 type PartFn<'a> = fn(&Ctx<'a>, &'a RawValue, usize, &str, bool) -> Result<Part>;
 
+/// `d["content"]`: decoded already for a message, read from the raw value otherwise.
+fn take_content<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>) -> Result<Option<Content<'a>>> {
+    if let Some(c) = d.1.take() {
+        return Ok(Some(c));
+    }
+    let Some(v) = d.get("content") else {
+        return Ok(None);
+    };
+    Ok(Some(match kind(v) {
+        Kind::Str => Content::Text(cx.string(v)?),
+        Kind::Arr => Content::Parts(cx.array(v)?),
+        Kind::Null => Content::Null,
+        _ => Content::Other(type_name(v)),
+    }))
+}
+
 /// Parse `d["content"]` into parts and how it was spelled (`_content` in the adapters).
 fn content<'a>(
     cx: &Ctx<'a>,
-    d: &Obj<'a>,
+    d: &mut Obj<'a>,
     index: usize,
     field: &str,
     parse: PartFn<'a>,
     nested: bool,
     nullable: bool,
 ) -> Result<(Vec<Part>, &'static str)> {
-    match d.get("content") {
-        Some(v) if kind(v) == Kind::Str => Ok((vec![text_part(cx.string(v)?, None)], "text")),
-        Some(v) if kind(v) == Kind::Arr => {
-            let items = cx.array(v)?;
+    match take_content(cx, d)? {
+        Some(Content::Text(t)) => Ok((vec![text_part(t, None)], "text")),
+        Some(Content::Parts(items)) => {
             let mut parts = Vec::with_capacity(items.len());
             for (j, p) in items.into_iter().enumerate() {
                 parts.push(parse(cx, p, index, &format!("{field}[{j}]"), nested)?);
@@ -343,7 +499,7 @@ fn content<'a>(
             Ok((parts, "parts"))
         }
         None if nullable => Ok((Vec::new(), "absent")),
-        Some(v) if nullable && kind(v) == Kind::Null => Ok((Vec::new(), "null")),
+        Some(Content::Null) if nullable => Ok((Vec::new(), "null")),
         None => Err(bad_message(index, field, "is missing")),
         Some(_) => Err(bad_message(
             index,
@@ -478,7 +634,7 @@ fn role_of(name: &str) -> Option<Role> {
     })
 }
 
-fn openai_message<'a>(cx: &Ctx<'a>, d: &Obj<'a>, index: usize) -> Result<Message> {
+fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_str(d, "role", index, "role")?;
     let role = role_of(&role_name)
         .ok_or_else(|| bad_message(index, "role", format!("unknown role {role_name:?}")))?;
@@ -536,7 +692,7 @@ fn anthropic_block<'a>(
     field: &str,
     nested: bool,
 ) -> Result<Part> {
-    let (b, ty) = typed(cx, v, index, field)?;
+    let (mut b, ty) = typed(cx, v, index, field)?;
     match ty.as_str() {
         "text" => {
             let text = cx.req_str(&b, "text", index, &format!("{field}.text"))?;
@@ -572,7 +728,7 @@ fn anthropic_block<'a>(
             let call_id = cx.req_str(&b, "tool_use_id", index, &format!("{field}.tool_use_id"))?;
             let (parts, ckind) = content(
                 cx,
-                &b,
+                &mut b,
                 index,
                 &format!("{field}.content"),
                 anthropic_block,
@@ -597,7 +753,7 @@ fn anthropic_block<'a>(
     }
 }
 
-fn anthropic_message<'a>(cx: &Ctx<'a>, d: &Obj<'a>, index: usize) -> Result<Message> {
+fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_str(d, "role", index, "role")?;
     let role = match role_name.as_str() {
         "system" => Role::System,
@@ -624,8 +780,8 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &Obj<'a>, index: usize) -> Result<Mess
 struct Request<'a> {
     cx: Ctx<'a>,
     format: Format,
-    /// The `messages` value.
-    messages_raw: &'a RawValue,
+    /// Byte range of the `messages` array in the body (`None` when it is empty).
+    messages_span: Option<(usize, usize)>,
     /// Each message of the body's `messages`.
     raw: Vec<&'a RawValue>,
     /// Anthropic top-level `system`, when not null: canonical message 0.
@@ -661,10 +817,10 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
         {
             return Ok(Format::OpenAI);
         }
-        let Some(c) = m.get("content").filter(|c| kind(c) == Kind::Arr) else {
+        let Some(Content::Parts(blocks)) = &m.1 else {
             continue;
         };
-        for b in cx.array(c)? {
+        for &b in blocks {
             let Some(b) = cx.obj(b)? else { continue };
             let t = b.get("type");
             if cx.str_is(t, "image_url") || cx.str_is(t, "input_audio") {
@@ -711,28 +867,34 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ),
         ));
     }
-    let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
-    let count = |k: &str| top.0.iter().filter(|(key, _)| key == k).count();
-    if count("messages") == 0 {
-        return Err(invalid(
-            None,
-            "the top-level object has no \"messages\" list",
-        ));
-    }
-    let messages_raw = top
-        .get("messages")
-        .ok_or_else(|| invalid(None, "no messages"))?;
-    if kind(messages_raw) != Kind::Arr {
-        return Err(invalid(
-            Some(cx.start_of(messages_raw.get())),
-            format!("\"messages\" is {}, not a list", type_name(messages_raw)),
-        ));
-    }
-    // A repeated "messages" key: which one would a provider read? Refuse to guess.
-    if text.matches("\"messages\"").count() > 1 && repeated_key(&cx, text, "messages")? {
+    let top: Top<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+    if top.messages_keys > 1 {
+        // Which one would a provider read? Refuse to guess.
         return Err(invalid(None, "the key \"messages\" appears more than once"));
     }
-    let raw = cx.array(messages_raw)?;
+    let raw = match top.messages {
+        None => {
+            return Err(invalid(
+                None,
+                "the top-level object has no \"messages\" list",
+            ))
+        }
+        Some(Content::Parts(items)) => items,
+        Some(other) => {
+            let name = match other {
+                Content::Text(_) => "a string",
+                Content::Null => "null",
+                Content::Other(n) => n,
+                Content::Parts(_) => "an array",
+            };
+            return Err(invalid(
+                messages_offset(&cx, text),
+                format!("\"messages\" is {name}, not a list"),
+            ));
+        }
+    };
+    let messages_span = span_of(&cx, &raw)?;
+    let top = top.obj;
     let mut tools: Vec<String> = Vec::new();
     let mut anthropic_tools = false;
     match top.get("tools") {
@@ -762,10 +924,11 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     }
     let mut objs = Vec::with_capacity(raw.len());
     for (i, m) in raw.iter().enumerate() {
-        match cx.obj(m)? {
-            Some(o) => objs.push(o),
-            None => return Err(bad_message(i, "", "must be an object")),
+        if kind(m) != Kind::Obj {
+            return Err(bad_message(i, "", "must be an object"));
         }
+        let Msg(o) = serde_json::from_str(m.get()).map_err(|e| cx.json_err(e, m.get()))?;
+        objs.push(o);
     }
     let format = match provider {
         Some(f) => f,
@@ -780,16 +943,16 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     if let Some(s) = system {
         canonical.push(system_message(&cx, s)?);
     }
-    for (i, o) in objs.iter().enumerate() {
+    for (i, mut o) in objs.into_iter().enumerate() {
         canonical.push(match format {
-            Format::OpenAI => openai_message(&cx, o, i)?,
-            Format::Anthropic => anthropic_message(&cx, o, i)?,
+            Format::OpenAI => openai_message(&cx, &mut o, i)?,
+            Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
         });
     }
     Ok(Request {
         cx,
         format,
-        messages_raw,
+        messages_span,
         raw,
         system,
         canonical,
@@ -797,47 +960,39 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     })
 }
 
-/// Whether `key` is a key of the top-level object more than once (its entries are
-/// deduplicated by then, so look at the raw text again).
-fn repeated_key(cx: &Ctx<'_>, text: &str, key: &str) -> Result<bool> {
-    struct Count<'k>(&'k str);
-    impl<'de> serde::de::DeserializeSeed<'de> for Count<'_> {
-        type Value = usize;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<usize, D::Error> {
-            struct V<'k>(&'k str);
-            impl<'de> Visitor<'de> for V<'_> {
-                type Value = usize;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> std::result::Result<usize, A::Error> {
-                    let mut n = 0;
-                    while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                        let _: &RawValue = map.next_value()?;
-                        n += usize::from(k == self.0);
-                    }
-                    Ok(n)
-                }
-            }
-            d.deserialize_map(V(self.0))
-        }
+/// Offset of the `messages` value (to name where a wrong one is; slow path).
+fn messages_offset(cx: &Ctx<'_>, text: &str) -> Option<usize> {
+    let top: Obj<'_> = serde_json::from_str(text).ok()?;
+    top.get("messages").map(|v| cx.start_of(v.get()))
+}
+
+/// Byte range of the array holding `items` (`[` to `]`), found from its first and last
+/// item: only whitespace separates them from the brackets.
+fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        return Ok(None);
+    };
+    let b = cx.body.as_bytes();
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    let mut start = cx.start_of(first.get());
+    let mut end = cx.start_of(last.get()) + last.get().len();
+    while start > 0 && ws(b[start - 1]) {
+        start -= 1;
     }
-    use serde::de::DeserializeSeed;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let n = Count(key)
-        .deserialize(&mut de)
-        .map_err(|e| cx.json_err(e, text))?;
-    Ok(n > 1)
+    while end < b.len() && ws(b[end]) {
+        end += 1;
+    }
+    if start == 0 || b[start - 1] != b'[' || end >= b.len() || b[end] != b']' {
+        return Err(internal("cannot locate the messages array"));
+    }
+    Ok(Some((start - 1, end + 1)))
 }
 
 /// The leading system message made from an Anthropic top-level `system`.
 fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
-    let d = Obj(vec![(Cow::Borrowed("content"), s)]);
+    let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None);
     let (parts, ckind) =
-        content(cx, &d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
+        content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
             Error::InvalidMessage { field, reason, .. } => invalid(
                 Some(cx.start_of(s.get())),
                 format!("system{}: {reason}", field.trim_start_matches("content")),
@@ -967,7 +1122,10 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
             system_out = Some(c.unwrap_or_else(|| s.get().to_owned()));
         }
     }
-    let mut arr = String::with_capacity(req.messages_raw.get().len() + 256);
+    let Some((ms, me)) = req.messages_span else {
+        return Err(internal("an empty messages array changed"));
+    };
+    let mut arr = String::with_capacity(me - ms + 256);
     arr.push('[');
     for (k, w) in ops.enumerate() {
         if k > 0 {
@@ -995,8 +1153,7 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
     }
     arr.push(']');
     let mut splices: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
-    let ms = cx.start_of(req.messages_raw.get());
-    splices.push((ms, ms + req.messages_raw.get().len(), &arr));
+    splices.push((ms, me, &arr));
     if let (Some(s), Some(new)) = (req.system, system_out.as_deref()) {
         let st = cx.start_of(s.get());
         splices.push((st, st + s.get().len(), new));
