@@ -173,7 +173,15 @@ def test_untouched_fields_byte_for_byte() -> None:
         b' [{"role":"user","content":"[earlier turns omitted to fit the context window]"},'
         b'{"role": "user", "content": "caf\\u00e9"}]'
     )
-    assert cw.fit_request(body, budget=10**6) == body  # fits: same bytes
+    assert cw.fit_request(body, budget=10**6) is body  # fits: the same object
+
+
+def test_repeated_keys_read_like_json_loads() -> None:
+    body = b'{"messages": [{"role": "user", "content": "' + b"a " * 500 + b'", "content": "short", "x": 1, "x": 2},'
+    body += b'{"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}'
+    doc = json.loads(body)
+    for budget in (5, 30, 10**6):
+        check(doc, body, budget, "openai", verbatim=False)
 
 
 def test_anthropic_breadcrumb_block_and_system_kept() -> None:

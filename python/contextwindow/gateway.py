@@ -12,7 +12,7 @@ engine and rules as :func:`~contextwindow.trim_turns`, and writes the body back:
 * messages the engine makes or changes (breadcrumb, stub tool results, shortened tool
   results or request, repaired tool calls) are written in the body's provider shape,
   as :func:`~contextwindow.trim_turns` writes them for dicts;
-* a body that already fits comes back as the same bytes.
+* a body that already fits comes back unchanged: the very ``bytes`` object given.
 
 Tool definitions count against the budget as the CLI's ``fit`` counts them: per tool, its
 compact JSON text plus the profile's per-tool overhead. The messages then get
@@ -139,8 +139,8 @@ def fit_request(
         report: also return a :class:`RequestReport`.
 
     Returns:
-        The new body (the input's bytes when it already fits), or ``(body, report)`` with
-        ``report=True``.
+        The new body (the ``body`` object itself when it already fits and was ``bytes``),
+        or ``(body, report)`` with ``report=True``.
 
     Raises:
         InvalidRequestError: the body is not UTF-8, not JSON, not an object, has no
@@ -150,7 +150,7 @@ def fit_request(
         TypeError: ``body`` is not bytes-like, ``breadcrumb`` is not a bool.
 
     >>> body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-    >>> fit_request(body, budget=100) == body
+    >>> fit_request(body, budget=100) is body   # fits: the same object, no copy
     True
     >>> new, rep = fit_request(b'{"messages": [{"role": "user", "content": "' + b"x " * 500
     ...     + b'"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]}',

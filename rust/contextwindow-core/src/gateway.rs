@@ -1023,9 +1023,9 @@ pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) ->
 
 /// A fitted request body and what was done to it.
 #[derive(Debug)]
-pub struct FittedRequest {
-    /// The new body (the input's bytes when nothing changed).
-    pub body: Vec<u8>,
+pub struct FittedRequest<'a> {
+    /// The new body; the input itself (borrowed) when nothing changed.
+    pub body: Cow<'a, [u8]>,
     /// The provider shape the body was read in.
     pub provider: Format,
     /// The request's token budget.
@@ -1037,7 +1037,7 @@ pub struct FittedRequest {
     pub report: Report,
 }
 
-impl FittedRequest {
+impl FittedRequest<'_> {
     /// `{"provider", "budget", "tool_tokens", "report"}` as JSON.
     pub fn report_json(&self) -> Result<String> {
         #[derive(Serialize)]
@@ -1062,13 +1062,13 @@ impl FittedRequest {
 /// Trim the messages of a request body to `budget` tokens (tool definitions count
 /// against it) with `trim_turns`, and write the body back: every other top-level key is
 /// left byte for byte, every message kept unchanged is its original bytes.
-pub fn fit_request(
-    body: &[u8],
+pub fn fit_request<'b>(
+    body: &'b [u8],
     budget: u64,
     profile_name: &str,
     provider: Option<&str>,
     breadcrumb: bool,
-) -> Result<FittedRequest> {
+) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
     let req = parse(body, parse_provider(provider)?)?;
     let tool_tokens = tools_tokens(p, &req.tools);
@@ -1086,9 +1086,9 @@ pub fn fit_request(
             .enumerate()
             .all(|(i, w)| !w.changed() && w.src == Some(i));
     let out = if unchanged {
-        body.to_vec()
+        Cow::Borrowed(body)
     } else {
-        write_body(&req, &outcome.messages)?
+        Cow::Owned(write_body(&req, &outcome.messages)?)
     };
     Ok(FittedRequest {
         body: out,
@@ -1533,5 +1533,80 @@ fn role_name(r: Role) -> &'static str {
         Role::User => "user",
         Role::Assistant => "assistant",
         Role::Tool => "tool",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset_of(body: &[u8]) -> Option<usize> {
+        match fit_request(body, 100, "conservative", None, true) {
+            Err(Error::InvalidRequest { offset, .. }) => offset,
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn error_offsets() {
+        let cases: &[(&[u8], Option<usize>)] = &[
+            (b"{\"messages\": [\"a\xff\"]}", Some(16)),
+            (b"{\"messages\": [}", Some(14)),
+            (b"{\"messages\": [", Some(14)),
+            (b"{\n\"messages\": [],\n\"a\": x}", Some(23)),
+            (b"[]", Some(0)),
+            (b"{\"messages\": 1}", Some(13)),
+            (b"{\"model\": \"m\"}", None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                offset_of(body),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn keeps_other_keys_and_kept_messages_byte_for_byte() {
+        let long = "word ".repeat(400);
+        let head = r#"{"temperature": 1.0000000000000002, "x": "\u00e9", "messages": "#;
+        let kept = r#"{"role": "user",  "content": "caf\u00e9"}"#;
+        let tail = r#", "tools": [], "z": [[[]]]}"#;
+        let body = format!(
+            r#"{head}[{{"role":"user","content":"{long}"}}, {{"role":"assistant","content":"a"}}, {kept}]{tail}"#
+        );
+        let fitted = fit_request(body.as_bytes(), 40, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
+        assert!(out.contains(kept));
+        assert_eq!(fitted.report.dropped_turns, 1);
+        let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
+        assert!(matches!(fits.body, Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn count_includes_system_and_tools() {
+        let p = profile("fim").unwrap();
+        let body = br#"{"system": "abcdefgh", "tools": [{"name": "f", "input_schema": {}}],
+            "messages": [{"role": "user", "content": "abcdefgh"}]}"#;
+        let tool = r#"{"name":"f","input_schema":{}}"#;
+        let want = 2 * (p.message_overhead + 2) + p.text_tokens(tool) + p.tool_overhead;
+        assert_eq!(count_request(body, "fim", None).unwrap(), want);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error() {
+        let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+        let body = format!(
+            r#"{{"messages": [{{"role": "user", "content": [{{"type": "x", "v": {deep}}}]}}]}}"#
+        );
+        assert!(matches!(
+            count_request(body.as_bytes(), "fim", None),
+            Err(Error::InvalidRequest { .. })
+        ));
+        let untouched = format!(r#"{{"v": {deep}, "messages": []}}"#);
+        assert_eq!(count_request(untouched.as_bytes(), "fim", None).unwrap(), 0);
     }
 }

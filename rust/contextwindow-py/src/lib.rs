@@ -1,6 +1,8 @@
 //! PyO3 glue for contextwindow: extract arguments, release the GIL, call the core,
 //! map errors in one place. No logic lives here.
 
+use std::borrow::Cow;
+
 use contextwindow_core::{api, estimate, gateway, Error};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -157,23 +159,28 @@ fn trim_turn_count(
     })
 }
 
-/// `fit_request`: the new body and the report as JSON.
+/// `fit_request`: the new body (the very `body` object when nothing changed) and the
+/// report as JSON.
 #[pyfunction]
 #[pyo3(signature = (body, budget, profile, provider, breadcrumb))]
 fn fit_request<'py>(
     py: Python<'py>,
-    body: &[u8],
+    body: Bound<'py, PyBytes>,
     budget: u64,
     profile: &str,
     provider: Option<&str>,
     breadcrumb: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let data = body.as_bytes();
     let (out, report) = run(py, || {
-        let fitted = gateway::fit_request(body, budget, profile, provider, breadcrumb)?;
+        let fitted = gateway::fit_request(data, budget, profile, provider, breadcrumb)?;
         let report = fitted.report_json()?;
         Ok((fitted.body, report))
     })?;
-    Ok((PyBytes::new(py, &out), report))
+    match out {
+        Cow::Borrowed(_) => Ok((body, report)),
+        Cow::Owned(new) => Ok((PyBytes::new(py, &new), report)),
+    }
 }
 
 /// `count_request`: tokens of a request body's messages and tool definitions.
