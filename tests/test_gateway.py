@@ -411,3 +411,14 @@ def test_generated_conversations_agree(c: tuple[str, list[cw.Message]], budget: 
         tools=doc.get("tools"),
         format=provider,
     )
+
+
+def test_threads_share_one_body() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = BODY
+    budgets = [0, 30, 60, 120, 10**6] * 8
+    want = [cw.fit_request(body, budget=b) for b in budgets]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda b: cw.fit_request(body, budget=b), budgets, timeout=60))
+    assert got == want
