@@ -140,11 +140,11 @@ def test_accuracy_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_accuracy_skips_junk_and_fails_when_nothing_is_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found by the fresh-install review: a deeply nested file aborted the whole run with an
     error naming no file, and a directory of junk printed empty tables with exit 0."""
+    pytest.importorskip("tiktoken")
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "bad.json").write_bytes(b"\xff\xfe not json")
     assert main(["accuracy", str(tmp_path), "--reference", "cl100k"]) == 2
     assert "no conversation files with text" in capsys.readouterr().err
-    pytest.importorskip("tiktoken")
     (tmp_path / "ok.json").write_text(json.dumps([{"role": "user", "content": "hello there " * 20}]))
     assert main(["accuracy", str(tmp_path), "--reference", "cl100k", "--profile", "fim", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["files"] == 1

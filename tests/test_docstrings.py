@@ -17,6 +17,7 @@ MODULES = [
     "contextwindow.errors",
     "contextwindow.estimate",
     "contextwindow.estimator",
+    "contextwindow.gateway",
     "contextwindow.io",
     "contextwindow.messages",
     "contextwindow.pairs",

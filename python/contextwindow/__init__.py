@@ -27,6 +27,7 @@ from .estimate import (
     message_tokens,
 )
 from .estimator import Estimator
+from .gateway import RequestReport, count_request, fit_request
 from .messages import BREADCRUMB, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
 from .pairs import repair_tool_pairs, validate
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult, Violation
@@ -49,6 +50,7 @@ __all__ = [
     "Message",
     "OpaquePart",
     "PairChange",
+    "RequestReport",
     "Segmentation",
     "TextPart",
     "TokenCounterError",
@@ -59,8 +61,10 @@ __all__ = [
     "count_features",
     "count_many",
     "count_messages",
+    "count_request",
     "estimate_many",
     "estimate_tokens",
+    "fit_request",
     "message_tokens",
     "repair_tool_pairs",
     "segment_turns",

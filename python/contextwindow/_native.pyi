@@ -45,3 +45,11 @@ def trim_turns(messages: bytes, budget: int, profile: str, breadcrumb: bool, for
 
 def trim_turn_count(messages: bytes, max_turns: int, profile: str, breadcrumb: bool, format: str) -> str:
     """Same outcome JSON as :func:`repair_tool_pairs`."""
+
+def fit_request(body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool) -> tuple[bytes, str]:
+    """Trim a raw OpenAI/Anthropic request body (``provider=None`` detects): the new body, and
+    JSON ``{"provider", "budget", "tool_tokens", "report": {...}}``. A bad body raises
+    ``InvalidRequestError`` (with ``offset``) or ``InvalidMessageError`` (with ``index``/``field``)."""
+
+def count_request(body: bytes, profile: str, provider: str | None) -> int:
+    """Tokens of a raw request body's messages (Anthropic ``system`` included) plus its tools."""

@@ -48,7 +48,20 @@ class InvalidMessageError(ContextWindowError, ValueError):
 
 
 class InvalidRequestError(ContextWindowError, ValueError):
-    """A request body or file could not be parsed (not JSON, not UTF-8, unknown shape)."""
+    """A request body or file could not be parsed (not JSON, not UTF-8, unknown shape).
+
+    Attributes:
+        offset: byte offset in the request body where the problem is (the first byte
+            that is not UTF-8, where the JSON stops being valid, the offending value), when
+            known; ``None`` otherwise.
+
+    >>> InvalidRequestError("invalid request body at byte 7: expected value", offset=7).offset
+    7
+    """
+
+    def __init__(self, *args: object, offset: int | None = None):
+        self.offset = offset
+        super().__init__(*args)
 
 
 class ContextOverflowError(ContextWindowError):

@@ -19,9 +19,20 @@ pub enum Error {
         field: String,
         reason: String,
     },
+    /// A request body is not UTF-8, not JSON, or not a request (raw gateway path);
+    /// `offset` is the byte offset in the body where the problem is, when known.
+    #[error("invalid request body{}: {reason}", at(.offset))]
+    InvalidRequest {
+        offset: Option<usize>,
+        reason: String,
+    },
     /// An argument is out of its domain (unknown profile, bad format name, ...).
     #[error("invalid argument {name}: {reason}")]
     InvalidArgument { name: String, reason: String },
+}
+
+fn at(offset: &Option<usize>) -> String {
+    offset.map(|o| format!(" at byte {o}")).unwrap_or_default()
 }
 
 impl From<serde_json::Error> for Error {

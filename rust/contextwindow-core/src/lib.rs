@@ -11,6 +11,7 @@ pub mod api;
 pub mod error;
 pub mod estimate;
 pub mod features;
+pub mod gateway;
 pub mod image;
 pub mod marks;
 pub mod model;

@@ -212,9 +212,22 @@ struct State<'a, 'p> {
 impl<'a, 'p> State<'a, 'p> {
     fn new(messages: &'a [Message], opts: TrimOptions<'p>, missing: Missing) -> Self {
         let p = opts.profile;
-        let tokens_before = messages.iter().map(|m| p.message_tokens(m)).sum();
+        // Each message is estimated once: a work item that is an input message itself
+        // (borrowed, unchanged) reuses that message's cost.
+        let input_costs: Vec<u64> = messages.iter().map(|m| p.message_tokens(m)).collect();
+        let tokens_before = input_costs.iter().sum();
         let (work, repairs) = repair(messages, opts.format, missing);
-        let costs: Vec<u64> = work.iter().map(|w| p.message_tokens(&w.msg)).collect();
+        let costs: Vec<u64> = work
+            .iter()
+            .map(|w| match (&w.msg, w.src) {
+                (Cow::Borrowed(m), Some(i))
+                    if messages.get(i).is_some_and(|x| std::ptr::eq(x, *m)) =>
+                {
+                    input_costs[i]
+                }
+                _ => p.message_tokens(&w.msg),
+            })
+            .collect();
         let mut fates: Vec<Fate> = (0..messages.len())
             .map(|i| fate(i, "kept", "fits"))
             .collect();
@@ -364,7 +377,11 @@ impl<'a, 'p> State<'a, 'p> {
         turns: (u64, u64),
         breadcrumb_before: Option<usize>,
     ) -> Outcome<'a> {
+        let p = self.opts.profile;
         let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
+        // `costs[w]` is kept equal to the tokens of work item `w` (shrink updates it), so
+        // only messages changed here are estimated again.
+        let mut tokens_after: u64 = 0;
         let mut inserted = self
             .work
             .iter()
@@ -377,12 +394,15 @@ impl<'a, 'p> State<'a, 'p> {
                 continue;
             }
             let mut item = item;
+            let mut cost = self.costs[w];
             if breadcrumb_before == Some(w) && self.opts.breadcrumb {
                 match self.opts.format {
                     Format::OpenAI => {
+                        let crumb = Message::new(Role::User, vec![Part::text(BREADCRUMB)]);
+                        tokens_after += p.message_tokens(&crumb);
                         out.push(Work {
                             src: None,
-                            msg: Cow::Owned(Message::new(Role::User, vec![Part::text(BREADCRUMB)])),
+                            msg: Cow::Owned(crumb),
                         });
                         inserted += 1;
                         breadcrumb = true;
@@ -392,6 +412,7 @@ impl<'a, 'p> State<'a, 'p> {
                             let m = item.msg.to_mut();
                             m.content.insert(0, Part::text(BREADCRUMB));
                             m.fix_content_kind();
+                            cost += p.text_tokens(BREADCRUMB); // additive over parts
                             breadcrumb = true;
                             if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
                                 if f.fate == "kept" {
@@ -402,10 +423,9 @@ impl<'a, 'p> State<'a, 'p> {
                     }
                 }
             }
+            tokens_after += cost;
             out.push(item);
         }
-        let p = self.opts.profile;
-        let tokens_after: u64 = out.iter().map(|w| p.message_tokens(&w.msg)).sum();
         let fits = budget.is_none_or(|b| tokens_after <= b);
         let dropped = self.fates.iter().filter(|f| f.fate == "dropped").count() as u64;
         let truncated = self.fates.iter().filter(|f| f.fate == "truncated").count() as u64;

@@ -1,23 +1,45 @@
 //! PyO3 glue for contextwindow: extract arguments, release the GIL, call the core,
 //! map errors in one place. No logic lives here.
 
-use contextwindow_core::{api, estimate, Error};
+use std::borrow::Cow;
+
+use contextwindow_core::{api, estimate, gateway, Error};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 /// The one conversion point from core errors to Python exceptions.
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
-    let class = match &e {
-        Error::InvalidJson { .. } => "InvalidRequestError",
-        Error::InvalidMessage { .. } => "InvalidMessageError",
+    let kwargs = PyDict::new(py);
+    let (class, args) = match &e {
+        Error::InvalidJson { .. } => ("InvalidRequestError", e.to_string()),
+        Error::InvalidRequest { offset, .. } => {
+            if let Err(err) = kwargs.set_item("offset", *offset) {
+                return err;
+            }
+            ("InvalidRequestError", e.to_string())
+        }
+        Error::InvalidMessage {
+            index,
+            field,
+            reason,
+        } => {
+            let field = (!field.is_empty()).then_some(field.as_str());
+            if let Err(err) = kwargs
+                .set_item("index", *index)
+                .and_then(|()| kwargs.set_item("field", field))
+            {
+                return err;
+            }
+            ("InvalidMessageError", reason.clone())
+        }
         Error::InvalidArgument { .. } => return PyValueError::new_err(e.to_string()),
     };
     match py
         .import("contextwindow.errors")
         .and_then(|m| m.getattr(class))
-        .and_then(|cls| cls.call1((e.to_string(),)))
+        .and_then(|cls| cls.call((args,), Some(&kwargs)))
     {
         Ok(exc) => PyErr::from_value(exc),
         Err(import_error) => import_error,
@@ -170,6 +192,42 @@ fn trim_turn_count(
     })
 }
 
+/// `fit_request`: the new body (the very `body` object when nothing changed) and the
+/// report as JSON.
+#[pyfunction]
+#[pyo3(signature = (body, budget, profile, provider, breadcrumb))]
+fn fit_request<'py>(
+    py: Python<'py>,
+    body: Bound<'py, PyBytes>,
+    budget: u64,
+    profile: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let data = body.as_bytes();
+    let (out, report) = run(py, || {
+        let fitted = gateway::fit_request(data, budget, profile, provider, breadcrumb)?;
+        let report = fitted.report_json()?;
+        Ok((fitted.body, report))
+    })?;
+    match out {
+        Cow::Borrowed(_) => Ok((body, report)),
+        Cow::Owned(new) => Ok((PyBytes::new(py, &new), report)),
+    }
+}
+
+/// `count_request`: tokens of a request body's messages and tool definitions.
+#[pyfunction]
+#[pyo3(signature = (body, profile, provider))]
+fn count_request(
+    py: Python<'_>,
+    body: &[u8],
+    profile: &str,
+    provider: Option<&str>,
+) -> PyResult<u64> {
+    run(py, || gateway::count_request(body, profile, provider))
+}
+
 /// Native engine of contextwindow. Private: use the `contextwindow` package.
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -185,6 +243,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(repair_tool_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(trim_turns, m)?)?;
     m.add_function(wrap_pyfunction!(trim_turn_count, m)?)?;
+    m.add_function(wrap_pyfunction!(fit_request, m)?)?;
+    m.add_function(wrap_pyfunction!(count_request, m)?)?;
     m.add("PROFILES", estimate::PROFILES.map(|p| p.name))?;
     m.add("FAMILIES", estimate::FAMILY_NAMES)?;
     m.add("PROFILE_JSON", estimate::PROFILE_JSON)?;

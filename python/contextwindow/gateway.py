@@ -1,0 +1,201 @@
+"""Raw JSON gateway path: count and trim a request body without building Python objects.
+
+For LLM gateways and proxies that hold the request as bytes. :func:`fit_request` parses an
+OpenAI chat or Anthropic Messages request body in Rust, trims its messages with the same
+engine and rules as :func:`~contextwindow.trim_turns`, and writes the body back:
+
+* every top-level key other than ``messages`` (``model``, ``temperature``, ``tools``,
+  unknown keys, an Anthropic ``system``) keeps its exact bytes, in its place; so does the
+  whitespace between them;
+* every message kept unchanged is written as its original bytes; the new ``messages``
+  array is compact (no whitespace between messages);
+* messages the engine makes or changes (breadcrumb, stub tool results, shortened tool
+  results or request, repaired tool calls) are written in the body's provider shape,
+  as :func:`~contextwindow.trim_turns` writes them for dicts;
+* a body that already fits comes back unchanged: the very ``bytes`` object given.
+
+Tool definitions count against the budget as the CLI's ``fit`` counts them: per tool, its
+compact JSON text plus the profile's per-tool overhead. The messages then get
+``budget - tool tokens``. ``provider=None`` detects the shape: Anthropic when the body has a
+top-level ``system`` key or a tool with ``input_schema`` or Anthropic content blocks,
+otherwise OpenAI.
+
+Errors: a body that is not UTF-8 or not JSON raises
+:class:`~contextwindow.errors.InvalidRequestError` whose ``offset`` is the byte offset of
+the problem; a body that is not an object or has no ``messages`` list raises
+``InvalidRequestError`` too; a malformed message raises
+:class:`~contextwindow.errors.InvalidMessageError` naming its index in the body's
+``messages`` array and the field. Unlike the dict path, escaped lone surrogates
+(``"\\ud800"``) in message text are an error here (they cannot be UTF-8).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, overload
+
+import msgspec
+
+from . import _engine
+from .estimate import DEFAULT_PROFILE, PROFILES
+from .report import FitReport
+
+__all__ = ["RequestReport", "count_request", "fit_request"]
+
+Provider = Literal["openai", "anthropic"]
+_MAX = 2**63 - 1
+
+
+class RequestReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`fit_request` did to a request body.
+
+    Attributes:
+        provider: the shape the body was read in, ``"openai"`` or ``"anthropic"``.
+        budget: the request's token budget, as given.
+        tool_tokens: tokens of the tool definitions, taken off the budget first.
+        report: the :class:`~contextwindow.FitReport` of the messages; its ``budget`` is
+            ``budget - tool_tokens``. In an Anthropic body with a top-level ``system``,
+            message 0 of ``report.fates`` is that system prompt and body message ``i`` is
+            ``i + 1``.
+
+    >>> RequestReport(provider="openai", budget=10, tool_tokens=0, report=None).provider
+    'openai'
+    """
+
+    provider: str
+    budget: int
+    tool_tokens: int
+    report: FitReport
+
+
+_REPORT = msgspec.json.Decoder(RequestReport)
+
+
+def _body(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"body must be bytes, got {type(body).__name__}")
+
+
+def _profile(profile: object) -> str:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    return profile  # type: ignore[return-value]
+
+
+def _provider(provider: object) -> str | None:
+    if provider not in (None, "openai", "anthropic"):
+        raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {provider!r}")
+    return provider  # type: ignore[return-value]
+
+
+@overload
+def fit_request(
+    body: bytes,
+    *,
+    budget: int,
+    profile: str = ...,
+    provider: Provider | None = ...,
+    breadcrumb: bool = ...,
+    report: Literal[False] = ...,
+) -> bytes: ...
+
+
+@overload
+def fit_request(
+    body: bytes,
+    *,
+    budget: int,
+    profile: str = ...,
+    provider: Provider | None = ...,
+    breadcrumb: bool = ...,
+    report: Literal[True],
+) -> tuple[bytes, RequestReport]: ...
+
+
+def fit_request(
+    body: bytes,
+    *,
+    budget: int,
+    profile: str = DEFAULT_PROFILE,
+    provider: Provider | None = None,
+    breadcrumb: bool = True,
+    report: bool = False,
+) -> bytes | tuple[bytes, RequestReport]:
+    """Trim the messages of a raw request body to a token budget and return the new body.
+
+    Same rules as :func:`~contextwindow.trim_turns` (whole turns, tool pairs kept
+    together, preamble and current request kept, breadcrumb), run on the body's bytes in
+    Rust with the GIL released; see the module docs for what is kept byte for byte.
+
+    Args:
+        body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON
+            (``bytes``, ``bytearray`` or ``memoryview``).
+        budget: tokens the request may use: messages plus tool definitions.
+        profile: name of a built-in profile.
+        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
+        breadcrumb: insert the breadcrumb where turns were dropped.
+        report: also return a :class:`RequestReport`.
+
+    Returns:
+        The new body (the ``body`` object itself when it already fits and was ``bytes``),
+        or ``(body, report)`` with ``report=True``.
+
+    Raises:
+        InvalidRequestError: the body is not UTF-8, not JSON, not an object, has no
+            ``messages`` list, a bad ``tools`` or ``system``; ``offset`` says where.
+        InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``).
+        ValueError: unknown profile or provider, negative budget.
+        TypeError: ``body`` is not bytes-like, ``breadcrumb`` is not a bool.
+
+    >>> body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    >>> fit_request(body, budget=100) is body   # fits: the same object, no copy
+    True
+    >>> new, rep = fit_request(b'{"messages": [{"role": "user", "content": "' + b"x " * 500
+    ...     + b'"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]}',
+    ...     budget=30, report=True)
+    >>> import json
+    >>> [m["content"][:9] for m in json.loads(new)["messages"]]   # breadcrumb, current request
+    ['[earlier ', 'go']
+    >>> new.endswith(b'{"role": "user", "content": "go"}]}')      # kept message: its own bytes
+    True
+    >>> rep.report.dropped_turns, rep.report.fits
+    (1, True)
+    """
+    data = _body(body)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ValueError(f"budget must be a non-negative int, got {budget!r}")
+    if not isinstance(breadcrumb, bool):
+        raise TypeError(f"breadcrumb must be a bool, got {type(breadcrumb).__name__}")
+    out, rep = _engine.native.fit_request(data, min(budget, _MAX), _profile(profile), _provider(provider), breadcrumb)
+    if report:
+        return out, _REPORT.decode(rep)
+    return out
+
+
+def count_request(body: bytes, *, profile: str = DEFAULT_PROFILE, provider: Provider | None = None) -> int:
+    """Estimate the tokens of a raw request body: its messages plus its tool definitions.
+
+    Equal to ``count_messages(messages, profile, tools=tools)`` on the parsed body (with an
+    Anthropic top-level ``system`` counted as a leading system message), without building
+    Python objects.
+
+    Args:
+        body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON.
+        profile: name of a built-in profile.
+        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
+
+    Returns:
+        Estimated prompt tokens.
+
+    Raises:
+        InvalidRequestError: the body is not UTF-8, not JSON, or not a request body.
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown profile or provider.
+        TypeError: ``body`` is not bytes-like.
+
+    >>> count_request(b'{"messages": [{"role": "user", "content": "abcdefgh"}]}', profile="fim")
+    6
+    """
+    return int(_engine.native.count_request(_body(body), _profile(profile), _provider(provider)))

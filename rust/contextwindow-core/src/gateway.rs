@@ -1,0 +1,1612 @@
+//! Raw JSON gateway path: count and trim an OpenAI chat or Anthropic Messages request
+//! body without leaving Rust (issue 4, item 3).
+//!
+//! The body is parsed with [`RawValue`]s borrowed from it: every top-level key other than
+//! `messages` (and an unchanged Anthropic `system`) stays where it is, byte for byte,
+//! because the output is the input with only the `messages` value spliced out and a new
+//! one spliced in. In that new array, every message the engine keeps unchanged is its
+//! original bytes; messages the engine makes or changes (breadcrumb, stub results,
+//! shortened tool results, repaired calls) are written in the body's provider shape, the
+//! way `contextwindow.adapters` writes them.
+//!
+//! The mapping to canonical [`Message`]s mirrors `python/contextwindow/adapters.py`
+//! (its spec), so the engine sees what `trim_turns` sees on the same messages, and the
+//! budget counts tool schemas like the CLI's `fit`: per tool, its compact JSON text plus
+//! the profile's per-tool overhead.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::estimate::{profile, Profile};
+use crate::model::{Format, Message, Part, PartKind, Role};
+use crate::trim::{trim_turns, Report, TrimOptions};
+use crate::{Error, Result};
+
+// ------------------------------------------------------------------ borrowed JSON pieces
+
+/// An object key, borrowed from the body unless it holds escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A JSON object's entries in order, values raw. A repeated key keeps its first place
+/// and its last value, as a Python dict decoded from the same text does. A message
+/// object ([`Msg`]) holds its `content` apart, decoded in the same pass.
+struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>, Option<Content<'a>>);
+
+/// A `content` (or `messages`) value: a string decoded, an array split into its raw
+/// items, null, or the name of another JSON type.
+enum Content<'a> {
+    Text(String),
+    Parts(Vec<&'a RawValue>),
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Content<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Text(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Text(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Content<'de>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(x) = seq.next_element::<&'de RawValue>()? {
+                    items.push(x);
+                }
+                Ok(Content::Parts(items))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Null)
+            }
+            fn visit_none<E>(self) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Null)
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Content<'de>, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Content::Other("an object"))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Content<'de>, E> {
+                Ok(Content::Other("a number"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A message object: like [`Obj`], with `content` decoded in the same pass.
+struct Msg<'a>(Obj<'a>);
+
+impl<'de> Deserialize<'de> for Msg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Msg<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Msg<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let mut content = None;
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "content" {
+                        content = Some(map.next_value::<Content<'de>>()?);
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        out.push((k, v));
+                    }
+                }
+                Ok(Msg(Obj(dedupe(out), content)))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The request body's top level: `messages` split into raw messages in the same pass,
+/// every other entry raw.
+struct Top<'a> {
+    obj: Obj<'a>,
+    messages: Option<Content<'a>>,
+    messages_keys: usize,
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Top<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let (mut messages, mut messages_keys) = (None, 0);
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "messages" {
+                        messages = Some(map.next_value::<Content<'de>>()?);
+                        messages_keys += 1;
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        out.push((k, v));
+                    }
+                }
+                Ok(Top {
+                    obj: Obj(dedupe(out), None),
+                    messages,
+                    messages_keys,
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Obj<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Obj<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Obj<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(Obj(dedupe(out), None))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn dedupe<'a>(mut v: Vec<(Cow<'a, str>, &'a RawValue)>) -> Vec<(Cow<'a, str>, &'a RawValue)> {
+    let n = v.len();
+    let dup = if n <= 16 {
+        (1..n).any(|i| v[..i].iter().any(|(k, _)| *k == v[i].0))
+    } else {
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::with_capacity(n);
+        !v.iter().all(|(k, _)| seen.insert(k.as_ref()))
+    };
+    if !dup {
+        return v;
+    }
+    // Keep each key at its first place with its last value.
+    let mut last: HashMap<Cow<'a, str>, &'a RawValue> = HashMap::with_capacity(n);
+    for (k, val) in &v {
+        last.insert(k.clone(), *val);
+    }
+    let mut seen: HashMap<Cow<'a, str>, ()> = HashMap::with_capacity(n);
+    v.retain(|(k, _)| seen.insert(k.clone(), ()).is_none());
+    for e in &mut v {
+        if let Some(val) = last.get(&e.0) {
+            e.1 = val;
+        }
+    }
+    v
+}
+
+impl<'a> Obj<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The entries whose key is not in `skip`, plus `add`, as a JSON object; `None`
+    /// when that is empty.
+    fn rest(&self, skip: &[&str], add: Option<(&str, &RawValue)>) -> Option<Box<RawValue>> {
+        let keep = |k: &str| !skip.contains(&k);
+        if !self.0.iter().any(|(k, _)| keep(k)) && add.is_none() {
+            return None;
+        }
+        to_raw(&Entries(
+            self.0
+                .iter()
+                .filter(|(k, _)| keep(k))
+                .map(|(k, v)| (k.as_ref(), *v))
+                .chain(add)
+                .collect(),
+        ))
+    }
+}
+
+/// Serializes as a JSON object whose values are raw JSON.
+struct Entries<'a>(Vec<(&'a str, &'a RawValue)>);
+
+impl Serialize for Entries<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+fn to_raw<T: Serialize + ?Sized>(v: &T) -> Option<Box<RawValue>> {
+    serde_json::value::to_raw_value(v).ok()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Obj,
+    Arr,
+    Null,
+    Bool,
+    Num,
+}
+
+fn kind(v: &RawValue) -> Kind {
+    match v.get().as_bytes().first() {
+        Some(b'"') => Kind::Str,
+        Some(b'{') => Kind::Obj,
+        Some(b'[') => Kind::Arr,
+        Some(b'n') => Kind::Null,
+        Some(b't' | b'f') => Kind::Bool,
+        _ => Kind::Num,
+    }
+}
+
+fn type_name(v: &RawValue) -> &'static str {
+    match kind(v) {
+        Kind::Str => "a string",
+        Kind::Obj => "an object",
+        Kind::Arr => "an array",
+        Kind::Null => "null",
+        Kind::Bool => "a boolean",
+        Kind::Num => "a number",
+    }
+}
+
+fn invalid(offset: Option<usize>, reason: impl Into<String>) -> Error {
+    Error::InvalidRequest {
+        offset,
+        reason: reason.into(),
+    }
+}
+
+fn bad_message(index: usize, field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidMessage {
+        index,
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parsing context: the whole body, to turn positions inside any slice of it into
+/// byte offsets of the body.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    body: &'a str,
+}
+
+impl<'a> Ctx<'a> {
+    fn start_of(&self, s: &str) -> usize {
+        (s.as_ptr() as usize).wrapping_sub(self.body.as_ptr() as usize)
+    }
+
+    /// A serde_json error while parsing `within` (a slice of the body) as an
+    /// `InvalidRequest` error with the byte offset in the body.
+    fn json_err(&self, e: serde_json::Error, within: &str) -> Error {
+        let base = self.start_of(within);
+        let base = if base <= self.body.len() { base } else { 0 };
+        let offset = if e.is_eof() {
+            Some(base + within.len())
+        } else if e.line() == 0 {
+            None
+        } else {
+            let bytes = within.as_bytes();
+            let mut line = 1;
+            let mut start = 0;
+            if e.line() > 1 {
+                for (i, &b) in bytes.iter().enumerate() {
+                    if b == b'\n' {
+                        line += 1;
+                        if line == e.line() {
+                            start = i + 1;
+                            break;
+                        }
+                    }
+                }
+            }
+            Some(base + (start + e.column().saturating_sub(1)).min(within.len()))
+        };
+        let text = e.to_string();
+        let reason = match text.rfind(" at line ") {
+            Some(i) => text[..i].to_owned(),
+            None => text,
+        };
+        invalid(offset, reason)
+    }
+
+    fn obj(&self, v: &'a RawValue) -> Result<Option<Obj<'a>>> {
+        if kind(v) != Kind::Obj {
+            return Ok(None);
+        }
+        serde_json::from_str(v.get())
+            .map(Some)
+            .map_err(|e| self.json_err(e, v.get()))
+    }
+
+    fn array(&self, v: &'a RawValue) -> Result<Vec<&'a RawValue>> {
+        serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
+    }
+
+    fn string(&self, v: &'a RawValue) -> Result<String> {
+        serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
+    }
+
+    /// Whether `v` is the JSON string `s`.
+    fn str_is(&self, v: Option<&'a RawValue>, s: &str) -> bool {
+        match v {
+            Some(v) if kind(v) == Kind::Str => {
+                let t = v.get();
+                if !t.contains('\\') {
+                    t.len() == s.len() + 2 && &t[1..t.len() - 1] == s
+                } else {
+                    self.string(v).is_ok_and(|x| x == s)
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// `d[key]` as a string (`_str` in the adapters).
+    fn req_str(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<String> {
+        match d.get(key) {
+            None => Err(bad_message(index, field, "is missing")),
+            Some(v) if kind(v) == Kind::Str => self.string(v),
+            Some(_) => Err(bad_message(index, field, "must be a string")),
+        }
+    }
+
+    /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it).
+    fn compact(&self, v: &'a RawValue) -> Result<String> {
+        let value: serde_json::Value =
+            serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
+        serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string()))
+    }
+
+    fn compact_raw(&self, v: &'a RawValue) -> Result<Box<RawValue>> {
+        let text = self.compact(v)?;
+        RawValue::from_string(text).map_err(|e| invalid(None, e.to_string()))
+    }
+}
+
+fn part(kind: PartKind) -> Part {
+    let mut p = Part::text("");
+    p.kind = kind;
+    p.text = None;
+    p
+}
+
+fn text_part(text: String, extra: Option<Box<RawValue>>) -> Part {
+    let mut p = Part::text("");
+    p.text = Some(text);
+    p.extra = extra;
+    p
+}
+
+fn opaque(ty: String, raw: Box<RawValue>) -> Part {
+    let mut p = part(PartKind::Opaque);
+    p.type_ = Some(ty);
+    p.raw = Some(raw);
+    p
+}
+
+type PartFn<'a> = fn(&Ctx<'a>, &'a RawValue, usize, &str, bool) -> Result<Part>;
+
+/// `d["content"]`: decoded already for a message, read from the raw value otherwise.
+fn take_content<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>) -> Result<Option<Content<'a>>> {
+    if let Some(c) = d.1.take() {
+        return Ok(Some(c));
+    }
+    let Some(v) = d.get("content") else {
+        return Ok(None);
+    };
+    Ok(Some(match kind(v) {
+        Kind::Str => Content::Text(cx.string(v)?),
+        Kind::Arr => Content::Parts(cx.array(v)?),
+        Kind::Null => Content::Null,
+        _ => Content::Other(type_name(v)),
+    }))
+}
+
+/// Parse `d["content"]` into parts and how it was spelled (`_content` in the adapters).
+fn content<'a>(
+    cx: &Ctx<'a>,
+    d: &mut Obj<'a>,
+    index: usize,
+    field: &str,
+    parse: PartFn<'a>,
+    nested: bool,
+    nullable: bool,
+) -> Result<(Vec<Part>, &'static str)> {
+    match take_content(cx, d)? {
+        Some(Content::Text(t)) => Ok((vec![text_part(t, None)], "text")),
+        Some(Content::Parts(items)) => {
+            let mut parts = Vec::with_capacity(items.len());
+            for (j, p) in items.into_iter().enumerate() {
+                parts.push(parse(cx, p, index, &format!("{field}[{j}]"), nested)?);
+            }
+            Ok((parts, "parts"))
+        }
+        None if nullable => Ok((Vec::new(), "absent")),
+        Some(Content::Null) if nullable => Ok((Vec::new(), "null")),
+        None => Err(bad_message(index, field, "is missing")),
+        Some(_) => Err(bad_message(
+            index,
+            field,
+            "must be a string or a list of blocks",
+        )),
+    }
+}
+
+/// A part: an object with a string `type` (`_typed` in the adapters).
+fn typed<'a>(
+    cx: &Ctx<'a>,
+    v: &'a RawValue,
+    index: usize,
+    field: &str,
+) -> Result<(Obj<'a>, String)> {
+    let Some(p) = cx.obj(v)? else {
+        return Err(bad_message(index, field, "must be an object"));
+    };
+    let ty = cx.req_str(&p, "type", index, &format!("{field}.type"))?;
+    Ok((p, ty))
+}
+
+// ----------------------------------------------------------------------------- OpenAI
+
+fn openai_part<'a>(
+    cx: &Ctx<'a>,
+    v: &'a RawValue,
+    index: usize,
+    field: &str,
+    _nested: bool,
+) -> Result<Part> {
+    let (p, ty) = typed(cx, v, index, field)?;
+    match ty.as_str() {
+        "text" => {
+            let text = cx.req_str(&p, "text", index, &format!("{field}.text"))?;
+            Ok(text_part(text, p.rest(&["type", "text"], None)))
+        }
+        "image_url" => {
+            let img = match p.get("image_url") {
+                Some(i) => cx.obj(i)?,
+                None => None,
+            };
+            let Some(img) = img else {
+                return Err(bad_message(
+                    index,
+                    &format!("{field}.image_url"),
+                    "must be an object with a url",
+                ));
+            };
+            cx.req_str(&img, "url", index, &format!("{field}.image_url.url"))?;
+            let url = img.get("url").map(RawValue::to_owned);
+            let detail = match img.get("detail") {
+                Some(d) if kind(d) == Kind::Str => Some(cx.string(d)?),
+                _ => None,
+            };
+            let skip: &[&str] = if detail.is_some() {
+                &["url", "detail"]
+            } else {
+                &["url"]
+            };
+            let inner = img.rest(skip, None);
+            let mut out = part(PartKind::Image);
+            out.source = url;
+            out.detail = detail;
+            out.extra = p.rest(
+                &["type", "image_url"],
+                inner.as_deref().map(|r| ("image_url", r)),
+            );
+            Ok(out)
+        }
+        "tool_use" | "tool_result" => Err(bad_message(
+            index,
+            &format!("{field}.type"),
+            format!("{ty:?} is an Anthropic block; pass provider=\"anthropic\""),
+        )),
+        _ => Ok(opaque(ty, cx.compact_raw(v)?)),
+    }
+}
+
+fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> Result<Part> {
+    let Some(tc) = cx.obj(v)? else {
+        return Err(bad_message(index, field, "must be an object"));
+    };
+    let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
+    let func = match tc.get("function") {
+        Some(f) => cx.obj(f)?,
+        None => None,
+    };
+    let Some(func) = func else {
+        return Err(bad_message(
+            index,
+            &format!("{field}.function"),
+            "must be an object with name and arguments",
+        ));
+    };
+    let name = cx.req_str(&func, "name", index, &format!("{field}.function.name"))?;
+    let arguments = cx.req_str(
+        &func,
+        "arguments",
+        index,
+        &format!("{field}.function.arguments"),
+    )?;
+    let fn_extra = func.rest(&["name", "arguments"], None);
+    let mut out = part(PartKind::ToolCall);
+    out.id = Some(id);
+    out.name = Some(name);
+    out.arguments = Some(arguments);
+    if fn_extra.is_some() || !cx.str_is(tc.get("type"), "function") || tc.len() != 3 {
+        // Not the standard shape: every other key verbatim ({} records a missing "type").
+        let extra = tc.rest(
+            &["id", "function"],
+            fn_extra.as_deref().map(|r| ("function", r)),
+        );
+        out.extra = Some(extra.unwrap_or_else(empty_object));
+    }
+    Ok(out)
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+fn role_of(name: &str) -> Option<Role> {
+    Some(match name {
+        "system" => Role::System,
+        "developer" => Role::Developer,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        _ => return None,
+    })
+}
+
+fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
+    let role_name = cx.req_str(d, "role", index, "role")?;
+    let role = role_of(&role_name)
+        .ok_or_else(|| bad_message(index, "role", format!("unknown role {role_name:?}")))?;
+    let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, true)?;
+    let name = match d.get("name") {
+        Some(n) if kind(n) == Kind::Str => Some(cx.string(n)?),
+        _ => None,
+    };
+    let mut skip: Vec<&str> = vec!["role", "content"];
+    if name.is_some() {
+        skip.push("name");
+    }
+    if role == Role::Tool {
+        let call_id = cx.req_str(d, "tool_call_id", index, "tool_call_id")?;
+        let mut result = part(PartKind::ToolResult);
+        result.call_id = Some(call_id);
+        result.content = Some(parts);
+        result.content_kind = Some(ckind.to_owned());
+        skip.push("tool_call_id");
+        let mut m = Message::new(Role::Tool, vec![result]);
+        m.name = name;
+        m.extra = d.rest(&skip, None);
+        return Ok(m);
+    }
+    if role == Role::Assistant {
+        if let Some(calls) = d.get("tool_calls") {
+            match kind(calls) {
+                Kind::Null => {}
+                Kind::Arr => {
+                    let items = cx.array(calls)?;
+                    if !items.is_empty() {
+                        for (j, tc) in items.into_iter().enumerate() {
+                            parts.push(openai_call(cx, tc, index, &format!("tool_calls[{j}]"))?);
+                        }
+                        skip.push("tool_calls");
+                    }
+                }
+                _ => return Err(bad_message(index, "tool_calls", "must be a list or null")),
+            }
+        }
+    }
+    let mut m = Message::new(role, parts);
+    m.name = name;
+    m.extra = d.rest(&skip, None);
+    m.content_kind = Some(ckind.to_owned());
+    Ok(m)
+}
+
+// -------------------------------------------------------------------------- Anthropic
+
+fn anthropic_block<'a>(
+    cx: &Ctx<'a>,
+    v: &'a RawValue,
+    index: usize,
+    field: &str,
+    nested: bool,
+) -> Result<Part> {
+    let (mut b, ty) = typed(cx, v, index, field)?;
+    match ty.as_str() {
+        "text" => {
+            let text = cx.req_str(&b, "text", index, &format!("{field}.text"))?;
+            Ok(text_part(text, b.rest(&["type", "text"], None)))
+        }
+        "image" => match b.get("source") {
+            Some(s) if kind(s) == Kind::Obj => {
+                let mut out = part(PartKind::Image);
+                out.source = Some(s.to_owned());
+                out.extra = b.rest(&["type", "source"], None);
+                Ok(out)
+            }
+            _ => Err(bad_message(
+                index,
+                &format!("{field}.source"),
+                "must be an object",
+            )),
+        },
+        "tool_use" if !nested => {
+            let id = cx.req_str(&b, "id", index, &format!("{field}.id"))?;
+            let name = cx.req_str(&b, "name", index, &format!("{field}.name"))?;
+            let Some(input) = b.get("input") else {
+                return Err(bad_message(index, &format!("{field}.input"), "is missing"));
+            };
+            let mut out = part(PartKind::ToolCall);
+            out.id = Some(id);
+            out.name = Some(name);
+            out.arguments = Some(cx.compact(input)?);
+            out.extra = b.rest(&["type", "id", "name", "input"], None);
+            Ok(out)
+        }
+        "tool_result" if !nested => {
+            let call_id = cx.req_str(&b, "tool_use_id", index, &format!("{field}.tool_use_id"))?;
+            let (parts, ckind) = content(
+                cx,
+                &mut b,
+                index,
+                &format!("{field}.content"),
+                anthropic_block,
+                true,
+                true,
+            )?;
+            let is_error = b.get("is_error").is_some_and(|v| v.get() == "true");
+            let skip: &[&str] = if is_error {
+                &["type", "tool_use_id", "content", "is_error"]
+            } else {
+                &["type", "tool_use_id", "content"]
+            };
+            let mut out = part(PartKind::ToolResult);
+            out.call_id = Some(call_id);
+            out.content = Some(parts);
+            out.is_error = is_error;
+            out.extra = b.rest(skip, None);
+            out.content_kind = Some(ckind.to_owned());
+            Ok(out)
+        }
+        _ => Ok(opaque(ty, cx.compact_raw(v)?)),
+    }
+}
+
+fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
+    let role_name = cx.req_str(d, "role", index, "role")?;
+    let role = match role_name.as_str() {
+        "system" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        _ => {
+            return Err(bad_message(
+                index,
+                "role",
+                format!("unknown role {role_name:?}"),
+            ))
+        }
+    };
+    let (parts, ckind) = content(cx, d, index, "content", anthropic_block, false, false)?;
+    let mut m = Message::new(role, parts);
+    m.extra = d.rest(&["role", "content"], None);
+    m.content_kind = Some(ckind.to_owned());
+    Ok(m)
+}
+
+// -------------------------------------------------------------------------- the body
+
+/// A request body, parsed.
+struct Request<'a> {
+    cx: Ctx<'a>,
+    format: Format,
+    /// Byte range of the `messages` array in the body (`None` when it is empty).
+    messages_span: Option<(usize, usize)>,
+    /// Each message of the body's `messages`.
+    raw: Vec<&'a RawValue>,
+    /// Anthropic top-level `system`, when not null: canonical message 0.
+    system: Option<&'a RawValue>,
+    /// Canonical messages (the lifted system first).
+    canonical: Vec<Message>,
+    /// Compact JSON text of each tool definition.
+    tools: Vec<String>,
+}
+
+/// `"openai"`, `"anthropic"` or `None` (detect).
+pub fn parse_provider(name: Option<&str>) -> Result<Option<Format>> {
+    match name {
+        None => Ok(None),
+        Some("openai") => Ok(Some(Format::OpenAI)),
+        Some("anthropic") => Ok(Some(Format::Anthropic)),
+        Some(other) => Err(Error::InvalidArgument {
+            name: "provider".into(),
+            reason: format!("expected \"openai\", \"anthropic\" or None, got {other:?}"),
+        }),
+    }
+}
+
+/// `detect_format` of the adapters, on raw messages.
+fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
+    let mut anthropic = false;
+    for m in msgs {
+        let role = m.get("role");
+        if cx.str_is(role, "tool")
+            || cx.str_is(role, "developer")
+            || m.get("tool_calls").is_some()
+            || m.get("tool_call_id").is_some()
+        {
+            return Ok(Format::OpenAI);
+        }
+        let Some(Content::Parts(blocks)) = &m.1 else {
+            continue;
+        };
+        for &b in blocks {
+            let Some(b) = cx.obj(b)? else { continue };
+            let t = b.get("type");
+            if cx.str_is(t, "image_url") || cx.str_is(t, "input_audio") {
+                return Ok(Format::OpenAI);
+            }
+            let anthropic_type = [
+                "tool_use",
+                "tool_result",
+                "thinking",
+                "redacted_thinking",
+                "document",
+            ]
+            .iter()
+            .any(|n| cx.str_is(t, n));
+            if anthropic_type || (cx.str_is(t, "image") && b.get("source").is_some()) {
+                anthropic = true;
+            }
+        }
+    }
+    Ok(if anthropic {
+        Format::Anthropic
+    } else {
+        Format::OpenAI
+    })
+}
+
+fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        invalid(
+            Some(e.valid_up_to()),
+            "invalid UTF-8 (the first bad byte is here)",
+        )
+    })?;
+    let cx = Ctx { body: text };
+    let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
+    if !trimmed.starts_with('{') && !trimmed.is_empty() {
+        // Still report a syntax error first, with its offset.
+        let v: &RawValue = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+        return Err(invalid(
+            Some(cx.start_of(v.get())),
+            format!(
+                "the request body is {}, expected an object with \"messages\"",
+                type_name(v)
+            ),
+        ));
+    }
+    let top: Top<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+    if top.messages_keys > 1 {
+        // Which one would a provider read? Refuse to guess.
+        return Err(invalid(None, "the key \"messages\" appears more than once"));
+    }
+    let raw = match top.messages {
+        None => {
+            return Err(invalid(
+                None,
+                "the top-level object has no \"messages\" list",
+            ))
+        }
+        Some(Content::Parts(items)) => items,
+        Some(other) => {
+            let name = match other {
+                Content::Text(_) => "a string",
+                Content::Null => "null",
+                Content::Other(n) => n,
+                Content::Parts(_) => "an array",
+            };
+            return Err(invalid(
+                messages_offset(&cx, text),
+                format!("\"messages\" is {name}, not a list"),
+            ));
+        }
+    };
+    let messages_span = span_of(&cx, &raw)?;
+    let top = top.obj;
+    let mut tools: Vec<String> = Vec::new();
+    let mut anthropic_tools = false;
+    match top.get("tools") {
+        None => {}
+        Some(t) if kind(t) == Kind::Null => {}
+        Some(t) if kind(t) == Kind::Arr => {
+            for (i, tool) in cx.array(t)?.into_iter().enumerate() {
+                let Some(o) = cx.obj(tool)? else {
+                    return Err(invalid(
+                        Some(cx.start_of(tool.get())),
+                        format!(
+                            "tools[{i}]: a tool definition must be an object, got {}",
+                            type_name(tool)
+                        ),
+                    ));
+                };
+                anthropic_tools |= o.get("input_schema").is_some();
+                tools.push(cx.compact(tool)?);
+            }
+        }
+        Some(t) => {
+            return Err(invalid(
+                Some(cx.start_of(t.get())),
+                format!("\"tools\" is {}, not a list", type_name(t)),
+            ))
+        }
+    }
+    let mut objs = Vec::with_capacity(raw.len());
+    for (i, m) in raw.iter().enumerate() {
+        if kind(m) != Kind::Obj {
+            return Err(bad_message(i, "", "must be an object"));
+        }
+        let Msg(o) = serde_json::from_str(m.get()).map_err(|e| cx.json_err(e, m.get()))?;
+        objs.push(o);
+    }
+    let format = match provider {
+        Some(f) => f,
+        None if top.get("system").is_some() || anthropic_tools => Format::Anthropic,
+        None => detect_messages(&cx, &objs)?,
+    };
+    let system = match format {
+        Format::Anthropic => top.get("system").filter(|s| kind(s) != Kind::Null),
+        Format::OpenAI => None,
+    };
+    let mut canonical = Vec::with_capacity(objs.len() + 1);
+    if let Some(s) = system {
+        canonical.push(system_message(&cx, s)?);
+    }
+    for (i, mut o) in objs.into_iter().enumerate() {
+        canonical.push(match format {
+            Format::OpenAI => openai_message(&cx, &mut o, i)?,
+            Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
+        });
+    }
+    Ok(Request {
+        cx,
+        format,
+        messages_span,
+        raw,
+        system,
+        canonical,
+        tools,
+    })
+}
+
+/// Offset of the `messages` value (to name where a wrong one is; slow path).
+fn messages_offset(cx: &Ctx<'_>, text: &str) -> Option<usize> {
+    let top: Obj<'_> = serde_json::from_str(text).ok()?;
+    top.get("messages").map(|v| cx.start_of(v.get()))
+}
+
+/// Byte range of the array holding `items` (`[` to `]`), found from its first and last
+/// item: only whitespace separates them from the brackets.
+fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        return Ok(None);
+    };
+    let b = cx.body.as_bytes();
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    let mut start = cx.start_of(first.get());
+    let mut end = cx.start_of(last.get()) + last.get().len();
+    while start > 0 && ws(b[start - 1]) {
+        start -= 1;
+    }
+    while end < b.len() && ws(b[end]) {
+        end += 1;
+    }
+    if start == 0 || b[start - 1] != b'[' || end >= b.len() || b[end] != b']' {
+        return Err(internal("cannot locate the messages array"));
+    }
+    Ok(Some((start - 1, end + 1)))
+}
+
+/// The leading system message made from an Anthropic top-level `system`.
+fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
+    let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None);
+    let (parts, ckind) =
+        content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
+            Error::InvalidMessage { field, reason, .. } => invalid(
+                Some(cx.start_of(s.get())),
+                format!("system{}: {reason}", field.trim_start_matches("content")),
+            ),
+            other => other,
+        })?;
+    let mut m = Message::new(Role::System, parts);
+    m.content_kind = Some(ckind.to_owned());
+    Ok(m)
+}
+
+fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
+    tools
+        .iter()
+        .map(|t| p.text_tokens(t) + p.tool_overhead)
+        .sum()
+}
+
+/// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
+/// definitions (compact JSON text + per-tool overhead), like
+/// `count_messages(messages, tools=tools)` on the parsed body.
+pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
+    let p = profile(profile_name)?;
+    let req = parse(body, parse_provider(provider)?)?;
+    let msgs: u64 = req.canonical.iter().map(|m| p.message_tokens(m)).sum();
+    Ok(msgs + tools_tokens(p, &req.tools))
+}
+
+/// A fitted request body and what was done to it.
+#[derive(Debug)]
+pub struct FittedRequest<'a> {
+    /// The new body; the input itself (borrowed) when nothing changed.
+    pub body: Cow<'a, [u8]>,
+    /// The provider shape the body was read in.
+    pub provider: Format,
+    /// The request's token budget.
+    pub budget: u64,
+    /// Tokens of the tool definitions, taken off the budget before trimming.
+    pub tool_tokens: u64,
+    /// The trim report for the messages (index 0 is the system prompt of an Anthropic
+    /// body that has one; the report's budget is `budget - tool_tokens`).
+    pub report: Report,
+}
+
+impl FittedRequest<'_> {
+    /// `{"provider", "budget", "tool_tokens", "report"}` as JSON.
+    pub fn report_json(&self) -> Result<String> {
+        #[derive(Serialize)]
+        struct J<'a> {
+            provider: &'static str,
+            budget: u64,
+            tool_tokens: u64,
+            report: &'a Report,
+        }
+        Ok(serde_json::to_string(&J {
+            provider: match self.provider {
+                Format::OpenAI => "openai",
+                Format::Anthropic => "anthropic",
+            },
+            budget: self.budget,
+            tool_tokens: self.tool_tokens,
+            report: &self.report,
+        })?)
+    }
+}
+
+/// Trim the messages of a request body to `budget` tokens (tool definitions count
+/// against it) with `trim_turns`, and write the body back: every other top-level key is
+/// left byte for byte, every message kept unchanged is its original bytes.
+pub fn fit_request<'b>(
+    body: &'b [u8],
+    budget: u64,
+    profile_name: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+) -> Result<FittedRequest<'b>> {
+    let p = profile(profile_name)?;
+    let req = parse(body, parse_provider(provider)?)?;
+    let tool_tokens = tools_tokens(p, &req.tools);
+    let opts = TrimOptions {
+        profile: p,
+        breadcrumb,
+        format: req.format,
+    };
+    let outcome = trim_turns(&req.canonical, budget.saturating_sub(tool_tokens), opts);
+    let n = req.canonical.len();
+    let unchanged = outcome.messages.len() == n
+        && outcome
+            .messages
+            .iter()
+            .enumerate()
+            .all(|(i, w)| !w.changed() && w.src == Some(i));
+    let out = if unchanged {
+        Cow::Borrowed(body)
+    } else {
+        Cow::Owned(write_body(&req, &outcome.messages)?)
+    };
+    Ok(FittedRequest {
+        body: out,
+        provider: req.format,
+        budget,
+        tool_tokens,
+        report: outcome.report,
+    })
+}
+
+fn internal(reason: &str) -> Error {
+    invalid(None, format!("internal error: {reason}"))
+}
+
+fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u8>> {
+    let cx = req.cx;
+    let lift = usize::from(req.system.is_some());
+    let mut ops = ops.iter();
+    let mut system_out: Option<String> = None;
+    if let Some(s) = req.system {
+        let first = ops
+            .next()
+            .ok_or_else(|| internal("the system prompt was dropped"))?;
+        if first.src != Some(0) {
+            return Err(internal("the system prompt was dropped"));
+        }
+        if first.changed() {
+            let m: &Message = &first.msg;
+            let parts: Vec<&Part> = m.content.iter().collect();
+            let c = emit(m.content_kind.as_deref(), &parts, anthropic_part_out, None)?;
+            system_out = Some(c.unwrap_or_else(|| s.get().to_owned()));
+        }
+    }
+    let Some((ms, me)) = req.messages_span else {
+        return Err(internal("an empty messages array changed"));
+    };
+    let mut arr = String::with_capacity(me - ms + 256);
+    arr.push('[');
+    for (k, w) in ops.enumerate() {
+        if k > 0 {
+            arr.push(',');
+        }
+        match w.src {
+            Some(i) if !w.changed() && i >= lift => {
+                let raw = req
+                    .raw
+                    .get(i - lift)
+                    .ok_or_else(|| internal("message index out of range"))?;
+                arr.push_str(raw.get());
+            }
+            _ => {
+                if w.src == Some(0) && lift == 1 {
+                    return Err(internal("the system prompt was moved"));
+                }
+                let m: &Message = &w.msg;
+                arr.push_str(&match req.format {
+                    Format::OpenAI => message_to_openai(m)?,
+                    Format::Anthropic => message_to_anthropic(m)?,
+                });
+            }
+        }
+    }
+    arr.push(']');
+    let mut splices: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
+    splices.push((ms, me, &arr));
+    if let (Some(s), Some(new)) = (req.system, system_out.as_deref()) {
+        let st = cx.start_of(s.get());
+        splices.push((st, st + s.get().len(), new));
+    }
+    splices.sort_by_key(|s| s.0);
+    let body = cx.body;
+    let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    for (start, end, text) in splices {
+        if start < at || end > body.len() {
+            return Err(internal("overlapping splices"));
+        }
+        out.extend_from_slice(&body.as_bytes()[at..start]);
+        out.extend_from_slice(text.as_bytes());
+        at = end;
+    }
+    out.extend_from_slice(&body.as_bytes()[at..]);
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ writing messages
+
+/// Object under construction: keys with JSON texts, in order.
+struct ObjOut(Vec<(String, String)>);
+
+impl ObjOut {
+    fn new() -> Self {
+        ObjOut(Vec::new())
+    }
+    fn put(&mut self, k: &str, json: String) {
+        self.0.push((k.to_owned(), json));
+    }
+    fn has(&self, k: &str) -> bool {
+        self.0.iter().any(|(x, _)| x == k)
+    }
+    /// Add the keys of `extra` this object does not have yet (`_merge`).
+    fn merge(&mut self, extra: Option<&RawValue>) -> Result<()> {
+        let Some(e) = extra else { return Ok(()) };
+        let o: Obj<'_> = serde_json::from_str(e.get()).map_err(|x| invalid(None, x.to_string()))?;
+        for (k, v) in o.0 {
+            if !self.has(&k) {
+                self.0.push((k.into_owned(), v.get().to_owned()));
+            }
+        }
+        Ok(())
+    }
+    fn json(&self) -> String {
+        let mut s = String::from("{");
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(&jstr(k));
+            s.push(':');
+            s.push_str(v);
+        }
+        s.push('}');
+        s
+    }
+}
+
+fn jstr(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+type PartOut = fn(&Part, usize) -> Result<String>;
+
+/// Spell `parts` back as `kind` says (`_emit`); `None` leaves the key out, `empty` is
+/// the spelling of no parts when `kind` is unknown.
+fn emit(
+    kind: Option<&str>,
+    parts: &[&Part],
+    convert: PartOut,
+    empty: Option<&str>,
+) -> Result<Option<String>> {
+    if parts.is_empty() {
+        return Ok(match kind {
+            Some("null") => Some("null".to_owned()),
+            Some("absent") => None,
+            Some("text") => Some("\"\"".to_owned()),
+            Some("parts") => Some("[]".to_owned()),
+            _ => empty.map(str::to_owned),
+        });
+    }
+    if matches!(kind, Some("text") | None) && parts.len() == 1 {
+        let only = parts[0];
+        if only.kind == PartKind::Text && only.extra.is_none() {
+            return Ok(Some(jstr(only.text_str())));
+        }
+    }
+    let mut s = String::from("[");
+    for (j, p) in parts.iter().enumerate() {
+        if j > 0 {
+            s.push(',');
+        }
+        s.push_str(&convert(p, j)?);
+    }
+    s.push(']');
+    Ok(Some(s))
+}
+
+fn text_out(p: &Part) -> Result<String> {
+    let mut o = ObjOut::new();
+    o.put("type", jstr("text"));
+    o.put("text", jstr(p.text_str()));
+    o.merge(p.extra.as_deref())?;
+    Ok(o.json())
+}
+
+fn raw_or_null(r: &Option<Box<RawValue>>) -> String {
+    r.as_ref()
+        .map(|x| x.get().to_owned())
+        .unwrap_or_else(|| "null".to_owned())
+}
+
+fn source_str(source: Option<&RawValue>) -> Result<Option<String>> {
+    match source {
+        Some(s) if kind(s) == Kind::Str => serde_json::from_str(s.get())
+            .map(Some)
+            .map_err(|e| invalid(None, e.to_string())),
+        _ => Ok(None),
+    }
+}
+
+fn openai_url(source: Option<&RawValue>) -> Result<String> {
+    if let Some(s) = source_str(source)? {
+        return Ok(s);
+    }
+    if let Some(s) = source.filter(|s| kind(s) == Kind::Obj) {
+        let v: serde_json::Value =
+            serde_json::from_str(s.get()).map_err(|e| invalid(None, e.to_string()))?;
+        let get = |k: &str| v.get(k).and_then(|x| x.as_str());
+        if get("type") == Some("url") {
+            if let Some(u) = get("url") {
+                return Ok(u.to_owned());
+            }
+        }
+        if let (Some("base64"), Some(media), Some(data)) =
+            (get("type"), get("media_type"), get("data"))
+        {
+            return Ok(format!("data:{media};base64,{data}"));
+        }
+    }
+    Err(invalid(
+        None,
+        "image has no source an OpenAI image_url can hold",
+    ))
+}
+
+fn openai_part_out(p: &Part, j: usize) -> Result<String> {
+    match p.kind {
+        PartKind::Text => text_out(p),
+        PartKind::Image => {
+            let mut img = ObjOut::new();
+            img.put("url", jstr(&openai_url(p.source.as_deref())?));
+            if let Some(d) = &p.detail {
+                img.put("detail", jstr(d));
+            }
+            let extra: Option<Obj<'_>> = match &p.extra {
+                Some(e) => {
+                    Some(serde_json::from_str(e.get()).map_err(|x| invalid(None, x.to_string()))?)
+                }
+                None => None,
+            };
+            if let Some(inner) = extra.as_ref().and_then(|e| e.get("image_url")) {
+                if kind(inner) == Kind::Obj {
+                    img.merge(Some(inner))?;
+                }
+            }
+            let mut o = ObjOut::new();
+            o.put("type", jstr("image_url"));
+            o.put("image_url", img.json());
+            o.merge(p.extra.as_deref())?;
+            Ok(o.json())
+        }
+        PartKind::Opaque => Ok(raw_or_null(&p.raw)),
+        _ => Err(invalid(
+            None,
+            format!(
+                "content[{j}]: a {:?} part cannot be an OpenAI content part",
+                p.kind
+            ),
+        )),
+    }
+}
+
+fn openai_call_out(tc: &Part) -> Result<String> {
+    let mut func = ObjOut::new();
+    func.put("name", jstr(tc.name.as_deref().unwrap_or("")));
+    func.put("arguments", jstr(tc.arguments.as_deref().unwrap_or("")));
+    let mut o = ObjOut::new();
+    o.put("id", jstr(tc.id.as_deref().unwrap_or("")));
+    match &tc.extra {
+        None => {
+            o.put("type", jstr("function"));
+            o.put("function", func.json());
+        }
+        Some(e) => {
+            let extra: Obj<'_> =
+                serde_json::from_str(e.get()).map_err(|x| invalid(None, x.to_string()))?;
+            for (k, v) in &extra.0 {
+                if k == "function" && kind(v) == Kind::Obj {
+                    func.merge(Some(v))?;
+                } else if !o.has(k) {
+                    o.put(k, v.get().to_owned());
+                }
+            }
+            o.put("function", func.json());
+        }
+    }
+    Ok(o.json())
+}
+
+/// `message_to_openai` of the adapters.
+fn message_to_openai(m: &Message) -> Result<String> {
+    let mut o = ObjOut::new();
+    o.put("role", jstr(role_name(m.role)));
+    let content = if m.role == Role::Tool {
+        let result = match m.content.as_slice() {
+            [r] if r.kind == PartKind::ToolResult => r,
+            _ => {
+                return Err(invalid(
+                    None,
+                    "a tool message must hold exactly one tool result",
+                ))
+            }
+        };
+        o.put(
+            "tool_call_id",
+            jstr(result.call_id.as_deref().unwrap_or("")),
+        );
+        let inner: Vec<&Part> = result.inner().iter().collect();
+        emit(
+            result.content_kind.as_deref(),
+            &inner,
+            openai_part_out,
+            Some("\"\""),
+        )?
+    } else {
+        let calls: Vec<&Part> = m.tool_calls().collect();
+        let body: Vec<&Part> = m
+            .content
+            .iter()
+            .filter(|p| p.kind != PartKind::ToolCall)
+            .collect();
+        let empty = if calls.is_empty() { "\"\"" } else { "null" };
+        let c = emit(
+            m.content_kind.as_deref(),
+            &body,
+            openai_part_out,
+            Some(empty),
+        )?;
+        if !calls.is_empty() {
+            let mut s = String::from("[");
+            for (i, tc) in calls.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                s.push_str(&openai_call_out(tc)?);
+            }
+            s.push(']');
+            o.put("tool_calls", s);
+        }
+        c
+    };
+    if let Some(c) = content {
+        o.put("content", c);
+    }
+    if let Some(n) = &m.name {
+        o.put("name", jstr(n));
+    }
+    o.merge(m.extra.as_deref())?;
+    Ok(o.json())
+}
+
+fn anthropic_source(source: Option<&RawValue>) -> Result<String> {
+    if let Some(s) = source_str(source)? {
+        let mut o = ObjOut::new();
+        let data = s
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"))
+            .filter(|(media, _)| !media.is_empty() && !media.contains([';', ',']));
+        match data {
+            Some((media, data)) => {
+                o.put("type", jstr("base64"));
+                o.put("media_type", jstr(media));
+                o.put("data", jstr(data));
+            }
+            None => {
+                o.put("type", jstr("url"));
+                o.put("url", jstr(&s));
+            }
+        }
+        return Ok(o.json());
+    }
+    match source {
+        Some(s) if kind(s) == Kind::Obj => Ok(s.get().to_owned()),
+        _ => Err(invalid(None, "image has no source")),
+    }
+}
+
+fn anthropic_part_out(p: &Part, j: usize) -> Result<String> {
+    match p.kind {
+        PartKind::Text => text_out(p),
+        PartKind::Image => {
+            let mut o = ObjOut::new();
+            o.put("type", jstr("image"));
+            o.put("source", anthropic_source(p.source.as_deref())?);
+            o.merge(p.extra.as_deref())?;
+            Ok(o.json())
+        }
+        PartKind::ToolCall => {
+            let args = p.arguments.as_deref().unwrap_or("");
+            let input = if args.trim().is_empty() {
+                "{}".to_owned()
+            } else {
+                let v: &RawValue = serde_json::from_str(args).map_err(|_| {
+                    invalid(
+                        None,
+                        format!("content[{j}].arguments: tool call arguments are not JSON"),
+                    )
+                })?;
+                v.get().to_owned()
+            };
+            let mut o = ObjOut::new();
+            o.put("type", jstr("tool_use"));
+            o.put("id", jstr(p.id.as_deref().unwrap_or("")));
+            o.put("name", jstr(p.name.as_deref().unwrap_or("")));
+            o.put("input", input);
+            o.merge(p.extra.as_deref())?;
+            Ok(o.json())
+        }
+        PartKind::ToolResult => {
+            let mut o = ObjOut::new();
+            o.put("type", jstr("tool_result"));
+            o.put("tool_use_id", jstr(p.call_id.as_deref().unwrap_or("")));
+            let inner: Vec<&Part> = p.inner().iter().collect();
+            if let Some(c) = emit(p.content_kind.as_deref(), &inner, anthropic_part_out, None)? {
+                o.put("content", c);
+            }
+            if p.is_error {
+                o.put("is_error", "true".to_owned());
+            }
+            o.merge(p.extra.as_deref())?;
+            Ok(o.json())
+        }
+        PartKind::Opaque => Ok(raw_or_null(&p.raw)),
+    }
+}
+
+/// `message_to_anthropic` of the adapters.
+fn message_to_anthropic(m: &Message) -> Result<String> {
+    let mut o = ObjOut::new();
+    let role = if m.role == Role::Tool {
+        "user"
+    } else {
+        role_name(m.role)
+    };
+    o.put("role", jstr(role));
+    let parts: Vec<&Part> = m.content.iter().collect();
+    if let Some(c) = emit(
+        m.content_kind.as_deref(),
+        &parts,
+        anthropic_part_out,
+        Some("[]"),
+    )? {
+        o.put("content", c);
+    }
+    o.merge(m.extra.as_deref())?;
+    Ok(o.json())
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::System => "system",
+        Role::Developer => "developer",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset_of(body: &[u8]) -> Option<usize> {
+        match fit_request(body, 100, "conservative", None, true) {
+            Err(Error::InvalidRequest { offset, .. }) => offset,
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn error_offsets() {
+        let cases: &[(&[u8], Option<usize>)] = &[
+            (b"{\"messages\": [\"a\xff\"]}", Some(16)),
+            (b"{\"messages\": [}", Some(14)),
+            (b"{\"messages\": [", Some(14)),
+            (b"{\n\"messages\": [],\n\"a\": x}", Some(23)),
+            (b"[]", Some(0)),
+            (b"{\"messages\": 1}", Some(13)),
+            (b"{\"model\": \"m\"}", None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                offset_of(body),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn keeps_other_keys_and_kept_messages_byte_for_byte() {
+        let long = "word ".repeat(400);
+        let head = r#"{"temperature": 1.0000000000000002, "x": "\u00e9", "messages": "#;
+        let kept = r#"{"role": "user",  "content": "caf\u00e9"}"#;
+        let tail = r#", "tools": [], "z": [[[]]]}"#;
+        let body = format!(
+            r#"{head}[{{"role":"user","content":"{long}"}}, {{"role":"assistant","content":"a"}}, {kept}]{tail}"#
+        );
+        let fitted = fit_request(body.as_bytes(), 40, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
+        assert!(out.contains(kept));
+        assert_eq!(fitted.report.dropped_turns, 1);
+        let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
+        assert!(matches!(fits.body, Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn count_includes_system_and_tools() {
+        let p = profile("fim").unwrap();
+        let body = br#"{"system": "abcdefgh", "tools": [{"name": "f", "input_schema": {}}],
+            "messages": [{"role": "user", "content": "abcdefgh"}]}"#;
+        let tool = r#"{"name":"f","input_schema":{}}"#;
+        let want = 2 * (p.message_overhead + 2) + p.text_tokens(tool) + p.tool_overhead;
+        assert_eq!(count_request(body, "fim", None).unwrap(), want);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error() {
+        let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+        let body = format!(
+            r#"{{"messages": [{{"role": "user", "content": [{{"type": "x", "v": {deep}}}]}}]}}"#
+        );
+        assert!(matches!(
+            count_request(body.as_bytes(), "fim", None),
+            Err(Error::InvalidRequest { .. })
+        ));
+        let untouched = format!(r#"{{"v": {deep}, "messages": []}}"#);
+        assert_eq!(count_request(untouched.as_bytes(), "fim", None).unwrap(), 0);
+    }
+}

@@ -1,0 +1,424 @@
+"""The raw JSON gateway path (``fit_request``, ``count_request``) against the dict path.
+
+On every corpus conversation wrapped as a request body, at several budgets, the fitted
+body decodes to the body with ``messages`` replaced by ``trim_turns``'s output (tools
+taken off the budget as the CLI's ``fit`` does), the report is the same, every other key
+keeps its bytes and place, and every unchanged message keeps its bytes. Bad bodies raise
+``InvalidRequestError`` with the byte offset, or ``InvalidMessageError``; never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow.adapters import from_canonical
+from contextwindow.errors import ContextWindowError, InvalidMessageError, InvalidRequestError
+
+from shared_data import case_files, corpus_files, ids, load, need
+from strategies import case
+
+FILES = corpus_files()
+CASES = case_files()
+PCTS = [5, 25, 50, 90, 100, 200]
+EXTRA: dict[str, Any] = {"model": "m", "temperature": 0.2, "x-unknown": {"a": [1, 2]}}
+
+
+def wrap(fmt: str, messages: list[Any], tools: list[Any] | None = None, system: Any = None) -> dict[str, Any]:
+    """A request body around ``messages``: extra keys first, then messages, then tools."""
+    doc: dict[str, Any] = dict(EXTRA)
+    if fmt == "anthropic" and system is not None:
+        doc["system"] = system
+    doc["messages"] = messages
+    if tools is not None:
+        doc["tools"] = tools
+    return doc
+
+
+def python_path(doc: dict[str, Any], budget: int, fmt: str, **kw: Any) -> tuple[dict[str, Any], cw.FitReport]:
+    """What the dict path makes of ``doc``: the expected body and report."""
+    messages = list(doc["messages"])
+    lifted = fmt == "anthropic" and doc.get("system") is not None
+    if lifted:
+        messages = [{"role": "system", "content": doc["system"]}, *messages]
+    tools = doc.get("tools")
+    profile = kw.get("profile", "conservative")
+    tool_tokens = cw.count_messages([], profile, tools=tools) if tools else 0
+    r = cw.trim_turns(messages, max(0, budget - tool_tokens), format=fmt, **kw)
+    out = list(r.messages)
+    expected = dict(doc)
+    if lifted:
+        assert out[0]["role"] == "system"
+        expected["system"] = out[0]["content"]
+        out = out[1:]
+    expected["messages"] = out
+    return expected, r.report
+
+
+def check(
+    doc: dict[str, Any],
+    body: bytes,
+    budget: int,
+    fmt: str | None,
+    verbatim: bool = True,
+    ascii_only: bool = True,
+    **kw: Any,
+) -> None:
+    ref_fmt = fmt or ("anthropic" if "system" in doc else "openai")
+    expected, report = python_path(doc, budget, ref_fmt, **kw)
+    out, rep = cw.fit_request(body, budget=budget, provider=fmt, report=True, **kw)
+    got = json.loads(out)
+    assert got == expected
+    assert list(got) == list(doc), "top-level key order changed"
+    assert rep.report == report
+    assert rep.provider == ref_fmt
+    if report.reason is None:
+        assert out == body
+    if verbatim:
+        # every message the dict path returned as the caller's object is in the output verbatim
+        kept = [m for m in expected["messages"] if any(m is x for x in doc["messages"])]
+        for m in kept:
+            assert json.dumps(m, ensure_ascii=ascii_only).encode() in out
+        # every other key keeps its bytes: the text outside "messages" is unchanged
+        start = body.index(b'"messages": [') + len(b'"messages": ')
+        assert out[:start] == body[:start]
+        tail = body[start + len(json.dumps(doc["messages"], ensure_ascii=ascii_only).encode()) :]
+        assert out.endswith(tail)
+
+
+def corpus_doc(path: Path) -> tuple[str, dict[str, Any]]:
+    d = load(path)
+    return d["format"], wrap(d["format"], d["messages"], d.get("tools"))
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_corpus_agrees_with_dict_path(path: Path) -> None:
+    fmt, doc = corpus_doc(path)
+    body = json.dumps(doc).encode()  # ensure_ascii: non-ASCII as \\uXXXX escapes, kept verbatim
+    total = cw.count_request(body, provider=fmt)
+    tools = doc.get("tools")
+    assert total == cw.count_messages(doc["messages"], tools=tools, format=fmt)
+    for pct in PCTS:
+        check(doc, body, total * pct // 100, fmt)
+    pretty = json.dumps(doc, ensure_ascii=False, indent=2).encode()
+    for pct in (25, 90):
+        check(doc, pretty, total * pct // 100, fmt, verbatim=False)
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_corpus_profiles_and_no_breadcrumb(path: Path) -> None:
+    fmt, doc = corpus_doc(path)
+    body = json.dumps(doc, ensure_ascii=False).encode()
+    for profile in ("fim", "cl100k"):
+        total = cw.count_request(body, provider=fmt, profile=profile)
+        check(doc, body, total // 3, fmt, ascii_only=False, profile=profile, breadcrumb=False)
+
+
+@pytest.mark.parametrize("path", need(CASES, "../shared/cases"), ids=ids(CASES) or None)
+def test_cases_agree_with_dict_path(path: Path) -> None:
+    case = load(path)
+    fmt, msgs = case["format"], case["messages"]
+    doc = wrap(fmt, msgs)
+    body = json.dumps(doc).encode()
+    try:
+        json.dumps(doc, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate (escaped in ``body``): not UTF-8 text
+        with pytest.raises(InvalidRequestError, match="hex escape"):
+            cw.fit_request(body, budget=100, provider=fmt)
+        return
+    total = cw.count_request(body, provider=fmt)
+    budgets = [total * pct // 100 for pct in PCTS]
+    if case["call"]["fn"] == "trim_turns":
+        budgets.append(case["call"]["args"]["budget"])
+    for budget in budgets:
+        check(doc, body, budget, fmt)
+
+
+def test_anthropic_system_and_tools_detected() -> None:
+    msgs = [
+        {"role": "user", "content": "question one " * 50},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"q": [1, 2.5]}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "result " * 400}]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "question two"},
+    ]
+    tools = [{"name": "f", "description": "find", "input_schema": {"type": "object", "properties": {}}}]
+    for system in ("Be brief.", [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]):
+        doc = wrap("anthropic", msgs, tools, system)
+        body = json.dumps(doc).encode()
+        total = cw.count_request(body)
+        assert total == cw.count_messages(
+            [{"role": "system", "content": system}, *msgs], tools=tools, format="anthropic"
+        )
+        for budget in (0, 60, 150, total // 2, total):
+            check(doc, body, budget, None)
+
+
+def test_openai_tool_chain_shrinks_result() -> None:
+    msgs = [
+        {"role": "developer", "content": "dev"},
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}},
+                {"id": "c2", "function": {"name": "read", "arguments": "{}"}, "x": 1},
+            ],
+            "reasoning_content": "hm",
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "é " * 3000}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "long " * 3000, "name": "read"},
+    ]
+    doc = wrap("openai", msgs)
+    body = json.dumps(doc).encode()
+    for budget in (40, 200, 1000, 3000):
+        check(doc, body, budget, None)
+
+
+def test_untouched_fields_byte_for_byte() -> None:
+    head = b'{ "model" :"m","temperature": 1.0000000000000002, "x":"\\u00e9\\/", "n": 1E2,\n  "messages":'
+    msgs = b' [ {"role":"user","content":"' + b"old " * 400 + b'"} ,{"role":"assistant","content":"a"},'
+    msgs += b'{"role": "user", "content": "caf\\u00e9"}]'
+    tail = b' , "stop":["\\n"], "tools": [], "z": {"deep": [[[]]]} }\n'
+    body = head + msgs + tail
+    out = cw.fit_request(body, budget=40)
+    assert out.startswith(head) and out.endswith(tail)
+    assert out[len(head) : len(out) - len(tail)] == (
+        b' [{"role":"user","content":"[earlier turns omitted to fit the context window]"},'
+        b'{"role": "user", "content": "caf\\u00e9"}]'
+    )
+    assert cw.fit_request(body, budget=10**6) is body  # fits: the same object
+
+
+def test_repeated_keys_read_like_json_loads() -> None:
+    body = b'{"messages": [{"role": "user", "content": "' + b"a " * 500 + b'", "content": "short", "x": 1, "x": 2},'
+    body += b'{"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}'
+    doc = json.loads(body)
+    for budget in (5, 30, 10**6):
+        check(doc, body, budget, "openai", verbatim=False)
+
+
+def test_anthropic_breadcrumb_block_and_system_kept() -> None:
+    body = (
+        b'{"system":[{"type":"text","text":"S"}], "max_tokens": 10, "messages": ['
+        b'{"role":"user","content":"' + b"x " * 300 + b'"},{"role":"assistant","content":"y"},'
+        b'{"role":"user","content":[{"type":"text","text":"now"}], "extra_key": 1}]}'
+    )
+    out = cw.fit_request(body, budget=40)
+    doc = json.loads(out)
+    assert out.startswith(b'{"system":[{"type":"text","text":"S"}], "max_tokens": 10, "messages": [')
+    assert doc["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "[earlier turns omitted to fit the context window]"},
+                {"type": "text", "text": "now"},
+            ],
+            "extra_key": 1,
+        }
+    ]
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+def raises_request(body: bytes) -> InvalidRequestError:
+    with pytest.raises(InvalidRequestError) as info:
+        cw.fit_request(body, budget=100)
+    with pytest.raises(InvalidRequestError):
+        cw.count_request(body)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "offset", "words"),
+    [
+        (b'{"messages": [{"role": "user", "content": "ab\xffc"}]}', 45, "UTF-8"),
+        (b"\xc3", 0, "UTF-8"),
+        (b'{"messages": [}', 14, "expected value"),
+        (b'{"messages": [', 14, "EOF"),
+        (b"", 0, "EOF"),
+        (b'{"messages": [],\n "a": tru}', 26, "expected ident"),
+        (b'{"messages": []} x', 17, "trailing"),
+        (b"[1, 2]", 0, "an array"),
+        (b'  "hi"', 2, "a string"),
+        (b'{"messages": {}}', 13, "not a list"),
+        (b'{"messages": [], "tools": 3}', 26, "not a list"),
+        (b'{"messages": [], "tools": [1]}', 27, "tools[0]"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', 49, "hex escape"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800x"}]}', 49, "hex escape"),
+        (b'{"system": 5, "messages": []}', 11, "system"),
+        (b'{"system": [{"type": "text"}], "messages": []}', 11, "system[0].text"),
+    ],
+)
+def test_request_errors_name_the_byte(body: bytes, offset: int, words: str) -> None:
+    err = raises_request(body)
+    assert err.offset == offset, str(err)
+    assert words in str(err)
+    assert f"at byte {offset}" in str(err)
+
+
+def test_request_errors_without_offset() -> None:
+    err = raises_request(b'{"model": "m"}')
+    assert err.offset is None and "messages" in str(err)
+    err = raises_request(b'{"messages": [], "messages": []}')
+    assert "more than once" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("messages", "provider", "index", "field"),
+    [
+        ([{"role": "user", "content": "a"}, 3], None, 1, None),
+        ([{"role": "user", "content": 5}], None, 0, "content"),
+        ([{"content": "a"}], None, 0, "role"),
+        ([{"role": "robot", "content": "a"}], None, 0, "role"),
+        ([{"role": "tool", "content": "a"}], None, 0, "tool_call_id"),
+        ([{"role": "assistant", "tool_calls": [{"id": "c"}]}], None, 0, "tool_calls[0].function"),
+        ([{"role": "assistant", "tool_calls": 3}], None, 0, "tool_calls"),
+        ([{"role": "user", "content": [{"type": "text"}]}], None, 0, "content[0].text"),
+        ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}], "openai", 0, "content[0].type"),
+        ([{"role": "user"}], "anthropic", 0, "content"),
+        ([{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}], None, 0, "content[0].input"),
+        ([{"role": "user", "content": [{"type": "image", "source": "u"}]}], "anthropic", 0, "content[0].source"),
+    ],
+)
+def test_message_errors_like_dict_path(
+    messages: list[Any], provider: str | None, index: int, field: str | None
+) -> None:
+    body = json.dumps({"messages": messages}).encode()
+    with pytest.raises(InvalidMessageError) as info:
+        cw.fit_request(body, budget=100, provider=provider)
+    err = info.value
+    assert (err.index, err.field) == (index, field), str(err)
+    fmt = provider or ("anthropic" if any("tool_use" in json.dumps(m) for m in messages) else "openai")
+    with pytest.raises(InvalidMessageError) as ref:
+        cw.trim_turns(messages, 100, format=fmt)
+    assert (ref.value.index, ref.value.field) == (index, field)
+
+
+def test_argument_errors() -> None:
+    body = b'{"messages": []}'
+    with pytest.raises(TypeError):
+        cw.fit_request("{}", budget=1)  # type: ignore[call-overload]
+    with pytest.raises(ValueError):
+        cw.fit_request(body, budget=-1)
+    with pytest.raises(ValueError):
+        cw.fit_request(body, budget=1, provider="gemini")  # type: ignore[call-overload]
+    with pytest.raises(ValueError):
+        cw.count_request(body, profile="nope")
+    with pytest.raises(TypeError):
+        cw.fit_request(body, budget=1, breadcrumb=1)  # type: ignore[call-overload]
+    assert cw.fit_request(bytearray(body), budget=1) == body
+    assert cw.fit_request(memoryview(body), budget=1) == body
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    # untouched: copied through
+    body = b'{"x": ' + deep + b', "messages": [{"role": "user", "content": "hi"}]}'
+    assert cw.fit_request(body, budget=100) == body
+    for inner in (
+        b'{"role": "user", "content": [{"type": "blob", "v": ' + deep + b"}]}",
+        b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": ' + deep + b"}]}",
+    ):
+        with pytest.raises(InvalidRequestError, match="recursion limit"):
+            cw.fit_request(b'{"messages": [' + inner + b"]}", budget=100)
+    with pytest.raises(InvalidRequestError, match="recursion limit"):
+        cw.count_request(b'{"messages": [], "tools": [{"a": ' + deep + b"}]}")
+    with pytest.raises(InvalidMessageError):
+        cw.fit_request(b'{"messages": [' + deep + b"]}", budget=100)
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+BODY = json.dumps(
+    wrap(
+        "openai",
+        [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q " * 40},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "r " * 80},
+            {"role": "user", "content": "é"},
+        ],
+        [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    )
+).encode()
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    for body in (data, b'{"messages": [' + data + b"]}", BODY[: len(BODY) // 2] + data):
+        try:
+            out = cw.fit_request(body, budget=50)
+        except ContextWindowError:
+            continue
+        json.loads(out)
+
+
+@given(st.integers(0, len(BODY)), st.binary(max_size=3))
+def test_truncated_and_corrupted_bodies(cut: int, junk: bytes) -> None:
+    for body in (BODY[:cut], BODY[:cut] + junk + BODY[cut:]):
+        try:
+            out = cw.fit_request(body, budget=60)
+        except InvalidRequestError as exc:
+            assert exc.offset is None or 0 <= exc.offset <= len(body)
+            continue
+        except InvalidMessageError:
+            continue
+        json.loads(out)
+
+
+def _as_body(provider: str, msgs: list[cw.Message]) -> dict[str, Any] | None:
+    try:
+        dicts = [from_canonical(m, provider) for m in msgs]  # type: ignore[arg-type]
+    except (InvalidMessageError, UnicodeEncodeError):  # arguments not JSON, or lone surrogates
+        return None
+    system = None
+    if provider == "anthropic":
+        if dicts and dicts[0]["role"] == "system":
+            system, dicts = dicts[0]["content"], dicts[1:]
+        if any(d["role"] not in ("user", "assistant") for d in dicts):
+            return None
+    return wrap(provider, dicts, [{"name": "f", "input_schema": {}}] if provider == "anthropic" else None, system)
+
+
+@given(case(), st.integers(0, 400), st.booleans())
+def test_generated_conversations_agree(c: tuple[str, list[cw.Message]], budget: int, ascii_only: bool) -> None:
+    provider, msgs = c
+    doc = _as_body(provider, msgs)
+    assume(doc is not None)
+    assert doc is not None
+    try:
+        body = json.dumps(doc, ensure_ascii=ascii_only).encode()
+        json.dumps(doc, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # lone surrogates: not a UTF-8 body
+        assume(False)
+    check(doc, body, budget, provider, ascii_only=ascii_only)
+    assert cw.count_request(body, provider=provider) == cw.count_messages(
+        ([{"role": "system", "content": doc["system"]}] if "system" in doc else []) + doc["messages"],
+        tools=doc.get("tools"),
+        format=provider,
+    )
+
+
+def test_threads_share_one_body() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = BODY
+    budgets = [0, 30, 60, 120, 10**6] * 8
+    want = [cw.fit_request(body, budget=b) for b in budgets]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda b: cw.fit_request(body, budget=b), budgets, timeout=60))
+    assert got == want
