@@ -220,6 +220,14 @@ impl Vocab {
         if len > MAX_KEY {
             return false;
         }
+        self.contains_at(bytes, s, e)
+    }
+
+    /// [`Vocab::contains`] of `bytes[s..e]` (1 to 16 bytes), loading the key in place
+    /// when 16 bytes are readable from `s`.
+    #[inline(always)]
+    fn contains_at(&self, bytes: &[u8], s: usize, e: usize) -> bool {
+        let len = e - s;
         if s + 16 <= bytes.len() {
             let (lo, hi) = halves(bytes, s, len);
             self.contains_hash(mix(lo, hi, len))
@@ -472,10 +480,10 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 if len == 3
                     && is_cjkish(g)
                     && cjk_char(groups, b, i + 3)
-                    && v.contains(&b[i..i + 6])
+                    && v.contains_at(b, i, i + 6)
                 {
                     // a 2-character token, extended to 3 when that is a token too
-                    let m = if cjk_char(groups, b, i + 6) && v.contains(&b[i..i + 9]) {
+                    let m = if cjk_char(groups, b, i + 6) && v.contains_at(b, i, i + 9) {
                         3
                     } else {
                         2
