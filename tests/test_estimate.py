@@ -275,7 +275,12 @@ def test_batch_errors_name_the_item() -> None:
         cw.estimate_many(["a", b"b"])  # type: ignore[list-item]
     good = [{"role": "user", "content": "x"}]
     bad = [{"role": "user", "content": 5}]
-    with pytest.raises(cw.InvalidMessageError, match=r"conversation 1: message 0, field content"):
+    with pytest.raises(cw.InvalidMessageError, match=r"conversation 1: message 0, field content") as info:
         cw.count_many([good, bad])
+    # found by the second fresh-install review: index and field were lost
+    assert (info.value.index, info.value.field, info.value.conversation) == (0, "content", 1)
+    for single in ("abc", b"abc", {"a": 1}):
+        with pytest.raises(TypeError, match="texts must be a list of str"):
+            cw.estimate_many(single)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown profile"):
         cw.count_many([good], "gpt")

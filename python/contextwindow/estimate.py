@@ -111,13 +111,16 @@ def estimate_many(texts: Iterable[str], profile: str = DEFAULT_PROFILE) -> list[
         Tokens of each text, in order.
 
     Raises:
-        TypeError: an item is not a ``str`` (the error names its index).
+        TypeError: ``texts`` is a single ``str``, bytes or a mapping, or an item is not a
+            ``str`` (the error names its index).
         ValueError: unknown profile.
 
     >>> estimate_many(["abcdefgh", "", "你好世界"], profile="fim")
     [2, 0, 2]
     """
     _check_profile(profile)
+    if isinstance(texts, (str, bytes, bytearray, Mapping)):
+        raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
     items = list(texts)
     for i, t in enumerate(items):
         if not isinstance(t, str):
@@ -146,7 +149,8 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
 
     Raises:
         InvalidMessageError: a message is malformed (names the conversation, the message
-            index and the field).
+            index and the field; ``.index`` and ``.field`` are set as for
+            :func:`count_messages`, ``.conversation`` is the conversation's position).
         ValueError: unknown profile.
 
     >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim")
@@ -158,7 +162,10 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
         try:
             payloads.append(_engine.prepare(conv, format).payload)
         except InvalidMessageError as exc:
-            raise InvalidMessageError(f"conversation {i}: {exc}") from None
+            err = InvalidMessageError(exc.reason, index=exc.index, field=exc.field)
+            err.args = (f"conversation {i}: {exc}",)
+            err.conversation = i  # type: ignore[attr-defined]
+            raise err from None
     return [int(n) for n in _engine.native.count_many(payloads, profile)]
 
 

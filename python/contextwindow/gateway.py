@@ -25,8 +25,9 @@ Errors: a body that is not UTF-8 or not JSON raises
 the problem; a body that is not an object or has no ``messages`` list raises
 ``InvalidRequestError`` too; a malformed message raises
 :class:`~contextwindow.errors.InvalidMessageError` naming its index in the body's
-``messages`` array and the field. Unlike the dict path, escaped lone surrogates
-(``"\\ud800"``) in message text are an error here (they cannot be UTF-8).
+``messages`` array and the field. Escaped lone surrogates (``"\\ud800"``, valid JSON but
+not Unicode text) count as U+FFFD, as on the dict path; messages the engine rewrites carry
+``\\ufffd`` in their place, while a body that fits comes back untouched.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def fit_request(
     True
     >>> new, rep = fit_request(b'{"messages": [{"role": "user", "content": "' + b"x " * 500
     ...     + b'"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]}',
-    ...     budget=30, report=True)
+    ...     budget=30, provider="openai", report=True)
     >>> import json
     >>> [m["content"][:9] for m in json.loads(new)["messages"]]   # breadcrumb, current request
     ['[earlier ', 'go']

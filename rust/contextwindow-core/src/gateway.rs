@@ -788,6 +788,10 @@ struct Request<'a> {
     system: Option<&'a RawValue>,
     /// Canonical messages (the lifted system first).
     canonical: Vec<Message>,
+    /// Whose placement rules the engine applies: `format`, except that a plain chat
+    /// (only user and assistant text) read without an explicit provider gets the
+    /// breadcrumb as a leading text block, as the dict path does (`_engine._provider_of`).
+    rules: Format,
     /// Compact JSON text of each tool definition.
     tools: Vec<String>,
 }
@@ -845,6 +849,40 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
     } else {
         Format::OpenAI
     })
+}
+
+/// The body with every escaped lone surrogate (`\ud800` not followed by a low surrogate
+/// escape, or a low one not preceded by a high one) written `\ufffd`: the same length, so
+/// byte offsets do not move. JSON allows these escapes and the Python path reads them as
+/// U+FFFD, but they are not Unicode scalar values and serde_json rejects them. Borrowed
+/// when there are none.
+pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
+    fn unit(b: &[u8], i: usize) -> Option<u16> {
+        if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+            return None;
+        }
+        let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match unit(body, i) {
+            Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
+            Some(0xD800..=0xDFFF) => {
+                out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
+                i += 6;
+            }
+            // any other escape, "\\\\" included, is two bytes (or six for \\uXXXX)
+            Some(_) => i += 6,
+            None => i += 2,
+        }
+    }
+    out.map_or(Cow::Borrowed(body), Cow::Owned)
 }
 
 fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
@@ -949,7 +987,17 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
         });
     }
+    let plain = canonical.iter().all(|m| {
+        matches!(m.role, Role::User | Role::Assistant)
+            && m.content.iter().all(|p| p.kind == PartKind::Text)
+    });
+    let rules = if provider.is_none() && plain {
+        Format::Anthropic
+    } else {
+        format
+    };
     Ok(Request {
+        rules,
         cx,
         format,
         messages_span,
@@ -1016,7 +1064,8 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
 /// `count_messages(messages, tools=tools)` on the parsed body.
 pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
     let p = profile(profile_name)?;
-    let req = parse(body, parse_provider(provider)?)?;
+    let body = replace_lone_surrogates(body);
+    let req = parse(&body, parse_provider(provider)?)?;
     let msgs: u64 = req.canonical.iter().map(|m| p.message_tokens(m)).sum();
     Ok(msgs + tools_tokens(p, &req.tools))
 }
@@ -1070,12 +1119,13 @@ pub fn fit_request<'b>(
     breadcrumb: bool,
 ) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
-    let req = parse(body, parse_provider(provider)?)?;
+    let clean = replace_lone_surrogates(body);
+    let req = parse(&clean, parse_provider(provider)?)?;
     let tool_tokens = tools_tokens(p, &req.tools);
     let opts = TrimOptions {
         profile: p,
         breadcrumb,
-        format: req.format,
+        format: req.rules,
     };
     let outcome = trim_turns(&req.canonical, budget.saturating_sub(tool_tokens), opts);
     let n = req.canonical.len();
@@ -1608,5 +1658,32 @@ mod tests {
         ));
         let untouched = format!(r#"{{"v": {deep}, "messages": []}}"#);
         assert_eq!(count_request(untouched.as_bytes(), "fim", None).unwrap(), 0);
+    }
+}
+
+#[cfg(test)]
+mod surrogate_tests {
+    use super::replace_lone_surrogates;
+
+    #[test]
+    fn lone_surrogate_escapes_become_replacement_characters() {
+        let cases: &[(&str, &str)] = &[
+            (r#""a\ud800b""#, r#""a\ufffdb""#),
+            (r#""\udc00""#, r#""\ufffd""#),
+            (r#""\ud83d\ude00""#, r#""\ud83d\ude00""#), // a valid pair stays
+            (r#""\ud83d\ud83d\ude00""#, r#""\ufffd\ud83d\ude00""#),
+            (r#""\\ud800""#, r#""\\ud800""#), // an escaped backslash, then text
+            (r#""\u00e9\n""#, r#""\u00e9\n""#),
+            (r#""\ud800"#, r#""\ufffd"#), // truncated: same length, the parser reports it
+        ];
+        for (input, want) in cases {
+            let got = replace_lone_surrogates(input.as_bytes());
+            assert_eq!(std::str::from_utf8(&got).unwrap(), *want, "{input}");
+            assert_eq!(got.len(), input.len());
+        }
+        assert!(matches!(
+            replace_lone_surrogates(br#"{"a": "b"}"#),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }
