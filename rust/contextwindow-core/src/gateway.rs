@@ -1627,10 +1627,21 @@ mod tests {
         let body = format!(
             r#"{head}[{{"role":"user","content":"{long}"}}, {{"role":"assistant","content":"a"}}, {kept}]{tail}"#
         );
-        let fitted = fit_request(body.as_bytes(), 40, "conservative", None, true).unwrap();
+        // a plain chat: with the shape named, the breadcrumb is a message of its own and the
+        // kept message keeps its bytes
+        let fitted =
+            fit_request(body.as_bytes(), 40, "conservative", Some("openai"), true).unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
         assert!(out.contains(kept));
+        // detected, it gets the dict path's placement: a leading text block
+        let detected = fit_request(body.as_bytes(), 40, "conservative", None, true).unwrap();
+        let out = String::from_utf8(detected.body.into_owned()).unwrap();
+        assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
+        assert!(
+            out.contains(r#"[{"type":"text","text":"[earlier turns omitted"#),
+            "{out}"
+        );
         assert_eq!(fitted.report.dropped_turns, 1);
         let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
         assert!(matches!(fits.body, Cow::Borrowed(_)));
