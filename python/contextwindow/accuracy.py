@@ -171,14 +171,10 @@ def conversation_texts(path: str | Path) -> list[str]:
     return [t for t in out if t]
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+def _spread(e: Sequence[float]) -> dict[str, float]:
+    """Count, median and 10th/90th percentiles (inclusive deciles) of signed errors."""
+    deciles = statistics.quantiles(e, n=10, method="inclusive") if len(e) > 1 else [e[0]] * 9
+    return {"n": len(e), "median": statistics.median(e), "p10": deciles[0], "p90": deciles[-1]}
 
 
 @dataclass
@@ -198,10 +194,7 @@ class ClassStats:
         if not e:
             return {}
         return {
-            "n": len(e),
-            "median": statistics.median(e),
-            "p10": _pct(e, 0.1),
-            "p90": _pct(e, 0.9),
+            **_spread(e),
             "median_abs": statistics.median(abs(x) for x in e),
             "within_10": sum(abs(x) <= 0.10 for x in e) / len(e),
             "under_5": sum(x < -0.05 for x in e) / len(e),
@@ -219,10 +212,7 @@ class ConversationStats:
         if not e:
             return {}
         return {
-            "n": len(e),
-            "median": statistics.median(e),
-            "p10": _pct(e, 0.1),
-            "p90": _pct(e, 0.9),
+            **_spread(e),
             "max_abs": max(abs(x) for x in e),
             "within_3": sum(abs(x) <= 0.03 for x in e) / len(e),
         }
