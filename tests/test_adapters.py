@@ -812,3 +812,13 @@ def test_missing_file_and_bad_format(tmp_path: Path) -> None:
         load_conversation(tmp_path / "nope.json")
     with pytest.raises(InvalidRequestError, match="unknown format 'gemini'"):
         load_conversation(write(tmp_path, "ok.json", "[]"), format="gemini")
+
+
+def test_lone_surrogates_in_tool_arguments_become_replacement_characters() -> None:
+    """Found by the gateway helper's hypothesis run: writing a tool call with a lone
+    surrogate in its arguments to Anthropic shape raised a bare UnicodeEncodeError."""
+    from contextwindow import Message, ToolCall
+    from contextwindow.adapters import message_to_anthropic
+
+    m = Message(role="assistant", content=[ToolCall(id="t", name="f", arguments='{"a": "x\ud800"}')])
+    assert message_to_anthropic(m)["content"][0]["input"] == {"a": "x\ufffd"}

@@ -416,7 +416,10 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
         return _merge({"type": "image", "source": _anthropic_source(p.source)}, p.extra)
     if isinstance(p, ToolCall):
         try:
-            value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
+            try:
+                value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
+            except UnicodeEncodeError:  # lone surrogates: U+FFFD, as everywhere else
+                value = msgspec.json.decode(_scrub(p.arguments))
         except msgspec.MsgspecError:
             _fail("tool call arguments are not JSON", None, f"content[{j}].arguments")
         block = {"type": "tool_use", "id": p.id, "name": p.name, "input": value}
