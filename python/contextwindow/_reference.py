@@ -374,23 +374,26 @@ def image_tokens(part: ImagePart, p: Profile) -> int:
     return _image.image_tokens(part.width, part.height, part.detail, part.source)
 
 
-def part_tokens(part: Part, p: Profile) -> int:
+def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None) -> int:
+    """Tokens of one part; ``text`` replaces the profile's text rule when given."""
+    t = text or (lambda s: text_tokens(s, p))
     if isinstance(part, TextPart):
-        return text_tokens(part.text, p)
+        return t(part.text)
     if isinstance(part, ImagePart):
         return image_tokens(part, p)
     if isinstance(part, ToolCall):
-        return p.tool_call_overhead + text_tokens(part.name, p) + text_tokens(part.arguments, p)
+        return p.tool_call_overhead + t(part.name) + t(part.arguments)
     if isinstance(part, ToolResult):
-        return sum(part_tokens(q, p) for q in part.content)
+        return sum(part_tokens(q, p, t) for q in part.content)
     if isinstance(part, OpaquePart):
-        return text_tokens(msgspec.json.encode(part.raw).decode(), p)
+        return t(msgspec.json.encode(part.raw).decode())
     raise TypeError(type(part))
 
 
-def message_tokens(m: Message, p: Profile) -> int:
-    """Overhead + name + every part."""
-    return p.message_overhead + text_tokens(m.name or "", p) + sum(part_tokens(q, p) for q in m.content)
+def message_tokens(m: Message, p: Profile, text: Callable[[str], int] | None = None) -> int:
+    """Overhead + name + every part; ``text`` replaces the profile's text rule when given."""
+    t = text or (lambda s: text_tokens(s, p))
+    return p.message_overhead + t(m.name or "") + sum(part_tokens(q, p, t) for q in m.content)
 
 
 # --------------------------------------------------------------------------- cost models
@@ -446,20 +449,10 @@ class TextRuleCost:
         return n
 
     def part_tokens(self, part: Part) -> int:
-        if isinstance(part, TextPart):
-            return self.text_tokens(part.text)
-        if isinstance(part, ImagePart):
-            return image_tokens(part, self.p)
-        if isinstance(part, ToolCall):
-            return self.p.tool_call_overhead + self.text_tokens(part.name) + self.text_tokens(part.arguments)
-        if isinstance(part, ToolResult):
-            return sum(self.part_tokens(q) for q in part.content)
-        if isinstance(part, OpaquePart):
-            return self.text_tokens(msgspec.json.encode(part.raw).decode())
-        raise TypeError(type(part))
+        return part_tokens(part, self.p, self.text_tokens)
 
     def message_tokens(self, m: Message) -> int:
-        return self.p.message_overhead + self.text_tokens(m.name or "") + sum(self.part_tokens(q) for q in m.content)
+        return message_tokens(m, self.p, self.text_tokens)
 
 
 def cost_model(profile: str | Profile | CostModel) -> CostModel:
