@@ -26,6 +26,7 @@ MODULES = [
     "contextwindow.turns",
     "contextwindow._engine",
     "contextwindow._image",
+    "contextwindow.budget",
 ]
 
 

@@ -65,7 +65,26 @@ class InvalidRequestError(ContextWindowError, ValueError):
 
 
 class ContextOverflowError(ContextWindowError):
-    """A request cannot fit the model's context window even after every allowed trim."""
+    """A request cannot fit the model's context window even after every allowed trim.
+
+    Raised before the request is sent (second seed; see
+    :func:`contextwindow.budget.check_capacity`).
+
+    Attributes:
+        tokens: estimated tokens of the request (messages + tool schemas), when known.
+        capacity: tokens the model can take as input (context window - output reserve),
+            when known.
+        over: ``tokens - capacity`` when both are known, else ``None``.
+
+    >>> ContextOverflowError("too big", tokens=130_000, capacity=111_616).over
+    18384
+    """
+
+    def __init__(self, *args: object, tokens: int | None = None, capacity: int | None = None):
+        self.tokens = tokens
+        self.capacity = capacity
+        self.over = tokens - capacity if tokens is not None and capacity is not None else None
+        super().__init__(*args)
 
 
 class TokenCounterError(ContextWindowError, ValueError):

@@ -1,0 +1,424 @@
+"""resolve_budget, the model table and check_capacity: every rule of DESIGN.md section 6 and
+both seeds, with the arithmetic worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contextwindow.budget import (
+    MODELS,
+    Budget,
+    ModelLimits,
+    check_capacity,
+    model_limits,
+    resolve_budget,
+)
+from contextwindow.errors import ContextOverflowError, ContextWindowError
+
+
+def rule_ids(b: Budget) -> list[str]:
+    return [r.split(":", 1)[0] for r in b.rules]
+
+
+# --- first seed: defaults, environment, floor ---------------------------------------------
+
+
+def test_defaults_are_the_first_seeds() -> None:
+    b = resolve_budget(env={})
+    # 128,000 - 64,000 = 64,000
+    assert (b.context_window, b.max_output_tokens, b.capacity, b.target, b.usable) == (
+        128_000,
+        64_000,
+        64_000,
+        64_000,
+        64_000,
+    )
+    assert b.trim_enabled and not b.capacity_known and b.floor == 4_000
+    assert rule_ids(b) == ["window_default_128000", "output_default_64000", "target_window_minus_output"]
+
+
+def test_environment_is_read_when_no_argument_or_model() -> None:
+    env = {"LLM_CONTEXT_SIZE": "32768", "LLM_MAX_OUTPUT_TOKENS": "4096"}
+    b = resolve_budget(env=env)
+    # 32,768 - 4,096 = 28,672
+    assert (b.context_window, b.max_output_tokens, b.usable) == (32_768, 4_096, 28_672)
+    assert b.capacity_known
+    assert rule_ids(b)[:2] == ["window_from_env", "output_from_env"]
+    # one variable alone: the other number keeps its default. 200,000 - 64,000 = 136,000
+    assert resolve_budget(env={"LLM_CONTEXT_SIZE": " 200_000 "}).usable == 136_000
+
+
+def test_precedence_argument_then_model_then_env_then_default() -> None:
+    env = {"LLM_CONTEXT_SIZE": "50000", "LLM_MAX_OUTPUT_TOKENS": "1000"}
+    # arguments win over the model table and the environment: 90,000 - 10,000
+    b = resolve_budget(90_000, 10_000, model="gpt-4o", env=env)
+    assert (b.context_window, b.max_output_tokens, b.usable) == (90_000, 10_000, 80_000)
+    # the model table (per-model configuration) wins over the environment: 128,000 - 16,384
+    b = resolve_budget(model="gpt-4o", env=env)
+    assert (b.context_window, b.max_output_tokens, b.usable) == (128_000, 16_384, 111_616)
+    assert rule_ids(b)[:2] == ["window_from_model", "output_from_model"]
+    # each number separately: window from the argument, output from the model
+    b = resolve_budget(100_000, model="gpt-4o", env=env)
+    assert (b.context_window, b.max_output_tokens) == (100_000, 16_384)
+    # a model without a published output limit takes the environment's: 131,072 - 1,000
+    b = resolve_budget(model="mistral-large-latest", env=env)
+    assert (b.context_window, b.max_output_tokens, b.usable) == (131_072, 1_000, 130_072)
+    # ... and the 64,000 default without one: 131,072 - 64,000 = 67,072
+    assert resolve_budget(model="mistral-large-latest", env={}).usable == 67_072
+
+
+@pytest.mark.parametrize(
+    ("env", "var"),
+    [
+        ({"LLM_CONTEXT_SIZE": "128k"}, "LLM_CONTEXT_SIZE"),
+        ({"LLM_CONTEXT_SIZE": "0"}, "LLM_CONTEXT_SIZE"),
+        ({"LLM_CONTEXT_SIZE": "-5"}, "LLM_CONTEXT_SIZE"),
+        ({"LLM_MAX_OUTPUT_TOKENS": "1.5"}, "LLM_MAX_OUTPUT_TOKENS"),
+        ({"LLM_MAX_OUTPUT_TOKENS": "-1"}, "LLM_MAX_OUTPUT_TOKENS"),
+    ],
+)
+def test_bad_environment_names_the_variable(env: dict[str, str], var: str) -> None:
+    with pytest.raises(ValueError, match=var):
+        resolve_budget(env=env)
+
+
+def test_blank_environment_counts_as_unset() -> None:
+    assert resolve_budget(env={"LLM_CONTEXT_SIZE": "", "LLM_MAX_OUTPUT_TOKENS": "  "}).usable == 64_000
+
+
+def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_CONTEXT_SIZE", "20000")
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "5000")
+    assert resolve_budget().usable == 15_000  # 20,000 - 5,000
+    assert resolve_budget(env={}).usable == 64_000  # env={} ignores it
+
+
+def test_floor_raises_a_too_small_budget() -> None:
+    b = resolve_budget(10_000, 2_000, tool_schema_tokens=3_000, safety_margin=2_000, env={})
+    # 10,000 - 2,000 = 8,000 capacity; 8,000 - 3,000 - 2,000 = 3,000 < 4,000 -> floor 4,000;
+    # room for messages = 8,000 - 3,000 = 5,000 >= 4,000, so 4,000 stands
+    assert (b.capacity, b.target, b.usable) == (8_000, 8_000, 4_000)
+    assert "floor" in rule_ids(b)
+    # a custom floor: 3,000 < 3,500 -> 3,500
+    assert resolve_budget(10_000, 2_000, tool_schema_tokens=3_000, safety_margin=2_000, floor=3_500).usable == 3_500
+
+
+def test_floor_never_lifts_past_the_capacity() -> None:
+    # 6,000 - 4,000 = 2,000 capacity; floor 4,000 would exceed it -> 2,000
+    b = resolve_budget(6_000, 4_000, env={})
+    assert (b.capacity, b.usable) == (2_000, 2_000)
+    assert rule_ids(b)[-2:] == ["floor", "floor_capped_by_capacity"]
+    # tool schemas bigger than the capacity leave 0 for messages, never a negative number
+    assert resolve_budget(6_000, 4_000, tool_schema_tokens=2_500, env={}).usable == 0
+
+
+def test_tool_schemas_and_margin_are_subtracted() -> None:
+    b = resolve_budget(200_000, 8_192, tool_schema_tokens=1_234, safety_margin=1_000, env={})
+    # 200,000 - 8,192 - 1,234 - 1,000 = 189,574
+    assert (b.capacity, b.target, b.usable) == (191_808, 191_808, 189_574)
+    assert "tools_and_margin: usable=189574 (191808 - 1234 - 1000)" in b.rules
+
+
+def test_reserve_larger_than_window_is_a_configuration_error() -> None:
+    with pytest.raises(ValueError, match=r"max_output_tokens=64,000 is larger than the context window 32,768"):
+        resolve_budget(32_768, env={})  # the 64,000 default reserve
+    with pytest.raises(ValueError, match=r"9,000 .* 8,000"):
+        resolve_budget(8_000, 9_000, env={})
+    with pytest.raises(ValueError, match="LLM_MAX_OUTPUT_TOKENS"):
+        resolve_budget(env={"LLM_CONTEXT_SIZE": "1000", "LLM_MAX_OUTPUT_TOKENS": "2000"})
+    # equal is allowed: capacity 0, usable 0 (the floor cannot lift it)
+    assert resolve_budget(8_000, 8_000, env={}).usable == 0
+
+
+# --- second seed: max_context_tokens, compact_ratio, caps, fallback ------------------------
+
+
+def test_max_context_tokens_zero_disables_proactive_trimming() -> None:
+    b = resolve_budget(model="gpt-4o", max_context_tokens=0, env={})
+    assert not b.trim_enabled
+    # the capacity check still has its numbers: 128,000 - 16,384 = 111,616
+    assert (b.capacity, b.target, b.usable) == (111_616, 111_616, 111_616)
+    assert "trim_disabled" in rule_ids(b)
+    # the sentinel stays zero with a ratio or history cap beside it
+    b = resolve_budget(model="gpt-4o", max_context_tokens=0, compact_ratio=0.5, history_cap=1_000, env={})
+    assert not b.trim_enabled and b.target == 111_616 and "compact_ratio_ignored" in rule_ids(b)
+
+
+def test_max_context_tokens_is_an_absolute_budget() -> None:
+    b = resolve_budget(model="claude-sonnet-4", max_context_tokens=50_000, env={})
+    # 200,000 - 64,000 = 136,000 capacity; 50,000 < 136,000 stands
+    assert (b.capacity, b.target, b.usable) == (136_000, 50_000, 50_000)
+    assert "target_max_context_tokens" in rule_ids(b)
+
+
+def test_compact_ratio_of_the_window() -> None:
+    b = resolve_budget(model="claude-sonnet-4", compact_ratio=0.5, env={})
+    # floor(200,000 * 0.5) = 100,000 <= capacity 136,000
+    assert (b.target, b.usable) == (100_000, 100_000)
+    # the ratio's decimal value: 200,000 * 0.7 = 140,000 exactly (binary 0.7 would give
+    # 139,999.99...), then capped by the capacity 136,000
+    b = resolve_budget(model="claude-sonnet-4", compact_ratio=0.7, env={})
+    assert b.target == 136_000 and rule_ids(b)[-1] == "capped_by_capacity"
+    assert "target_compact_ratio: target=140000 (floor(200000 * 0.7))" in b.rules
+    # 1 is in range: floor(128,000 * 1) = 128,000 -> capped to 128,000 - 16,384 = 111,616
+    assert resolve_budget(model="gpt-4o", compact_ratio=1, env={}).usable == 111_616
+    # floor(128,000 * 0.333) = 42,624
+    assert resolve_budget(model="gpt-4o", compact_ratio=0.333, env={}).usable == 42_624
+
+
+@pytest.mark.parametrize("ratio", [0, 0.0, -0.5, 1.0000001, 2, math.nan, math.inf])
+def test_compact_ratio_out_of_range_counts_as_unset(ratio: float) -> None:
+    b = resolve_budget(model="gpt-4o", compact_ratio=ratio, env={})
+    # as if unset: 128,000 - 16,384 = 111,616
+    assert b.usable == 111_616
+    assert "compact_ratio_ignored" in rule_ids(b) and "target_compact_ratio" not in rule_ids(b)
+    # and it does not make an undeclared window fall back to 32,000
+    assert resolve_budget(compact_ratio=ratio, env={}).context_window == 128_000
+
+
+def test_both_set_max_context_tokens_caps_the_ratio_from_above() -> None:
+    # floor(200,000 * 0.5) = 100,000; capped by 60,000
+    b = resolve_budget(model="claude-sonnet-4", compact_ratio=0.5, max_context_tokens=60_000, env={})
+    assert b.target == 60_000 and rule_ids(b)[-1] == "target_capped_by_max_context_tokens"
+    # a cap above the ratio budget changes nothing: 100,000 < 150,000
+    b = resolve_budget(model="claude-sonnet-4", compact_ratio=0.5, max_context_tokens=150_000, env={})
+    assert b.target == 100_000
+
+
+def test_everything_is_capped_by_the_capacity() -> None:
+    # max_context_tokens 1,000,000 > 128,000 - 16,384 = 111,616
+    b = resolve_budget(model="gpt-4o", max_context_tokens=1_000_000, env={})
+    assert (b.target, b.usable) == (111_616, 111_616) and rule_ids(b)[-1] == "capped_by_capacity"
+    # a history cap larger than the capacity does not raise it either
+    assert resolve_budget(model="gpt-4o", history_cap=500_000, env={}).usable == 111_616
+
+
+def test_fallback_32000_when_the_capacity_is_unknown() -> None:
+    b = resolve_budget(model="acme-llm-9000", env={})
+    # unknown model: 32,000 stands in for the window; no output is reserved against it
+    assert (b.context_window, b.max_output_tokens, b.usable) == (32_000, 0, 32_000)
+    assert not b.capacity_known
+    assert rule_ids(b)[:3] == ["model_unknown", "window_fallback_32000", "output_none_reserved"]
+    # a ratio with no declared window is taken of the 32,000: floor(32,000 * 0.25) = 8,000
+    b = resolve_budget(compact_ratio=0.25, env={})
+    assert (b.context_window, b.target) == (32_000, 8_000)
+    # an explicit output reserve still counts: 32,000 - 4,000 = 28,000
+    assert resolve_budget(model="acme-llm-9000", max_output_tokens=4_000, env={}).usable == 28_000
+    # the environment declares a window for an unknown model
+    b = resolve_budget(model="acme-llm-9000", env={"LLM_CONTEXT_SIZE": "100000"})
+    assert (b.context_window, b.capacity_known, b.usable) == (100_000, True, 36_000)  # 100,000 - 64,000
+
+
+def test_positive_max_context_tokens_without_window_is_honoured_as_is() -> None:
+    # not lowered to 32,000: 50,000 is the budget and the window
+    b = resolve_budget(model="acme-llm-9000", max_context_tokens=50_000, env={})
+    assert (b.context_window, b.max_output_tokens, b.target, b.usable) == (50_000, 0, 50_000, 50_000)
+    assert "window_from_max_context_tokens" in rule_ids(b)
+    # no model at all: the same, 200,000 is honoured (not cut to the 128,000 default)
+    b = resolve_budget(max_context_tokens=200_000, env={})
+    assert (b.context_window, b.usable) == (200_000, 200_000)
+    # the ratio is then applied to it: floor(50,000 * 0.5) = 25,000
+    b = resolve_budget(model="acme-llm-9000", max_context_tokens=50_000, compact_ratio=0.5, env={})
+    assert b.target == 25_000
+
+
+def test_history_cap_only_lowers() -> None:
+    b = resolve_budget(model="gpt-4o", history_cap=30_000, env={})
+    # 30,000 < 111,616 -> 30,000
+    assert b.target == 30_000 and "history_cap" in rule_ids(b)
+    # 0 and None mean no cap; a cap above the target is recorded and ignored
+    assert resolve_budget(model="gpt-4o", history_cap=0, env={}).target == 111_616
+    b = resolve_budget(model="gpt-4o", max_context_tokens=20_000, history_cap=25_000, env={})
+    assert b.target == 20_000 and "history_cap_ignored" in rule_ids(b)
+    # it lowers the ratio budget too: floor(128,000 * 0.5) = 64,000 -> 10,000
+    assert resolve_budget(model="gpt-4o", compact_ratio=0.5, history_cap=10_000, env={}).target == 10_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc"),
+    [
+        ({"context_window": "128000"}, TypeError),
+        ({"context_window": 0}, ValueError),
+        ({"context_window": True}, TypeError),
+        ({"max_output_tokens": -1}, ValueError),
+        ({"tool_schema_tokens": -1}, ValueError),
+        ({"safety_margin": 1.5}, TypeError),
+        ({"floor": -1}, ValueError),
+        ({"max_context_tokens": -1}, ValueError),
+        ({"history_cap": -1}, ValueError),
+        ({"compact_ratio": "0.5"}, TypeError),
+        ({"compact_ratio": True}, TypeError),
+        ({"model": ""}, TypeError),
+        ({"model": 4}, TypeError),
+        ({"env": ["LLM_CONTEXT_SIZE"]}, TypeError),
+    ],
+)
+def test_bad_options_raise_typed_errors(kwargs: dict[str, object], exc: type[Exception]) -> None:
+    kwargs.setdefault("env", {})
+    with pytest.raises(exc):
+        resolve_budget(**kwargs)  # type: ignore[arg-type]
+
+
+@given(
+    window=st.integers(1, 3_000_000),
+    output_share=st.floats(0, 1),
+    tools=st.integers(0, 200_000),
+    margin=st.integers(0, 50_000),
+    floor=st.integers(0, 100_000),
+    mct=st.none() | st.integers(0, 3_000_000),
+    ratio=st.none() | st.floats(-1, 2) | st.just(math.nan),
+    cap=st.none() | st.integers(0, 3_000_000),
+)
+def test_usable_never_exceeds_capacity_and_is_never_negative(
+    window: int,
+    output_share: float,
+    tools: int,
+    margin: int,
+    floor: int,
+    mct: int | None,
+    ratio: float | None,
+    cap: int | None,
+) -> None:
+    output = int(window * output_share)
+    b = resolve_budget(
+        window,
+        output,
+        tool_schema_tokens=tools,
+        safety_margin=margin,
+        floor=floor,
+        max_context_tokens=mct,
+        compact_ratio=ratio,
+        history_cap=cap,
+        env={},
+    )
+    assert 0 <= b.usable <= window - output
+    assert b.usable + tools <= window - output or b.usable == 0
+    assert b.target <= b.capacity == window - output
+
+
+# --- model table ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "window", "output"),
+    [
+        ("gpt-4o", 128_000, 16_384),
+        ("GPT-4o", 128_000, 16_384),
+        ("gpt-4o-2024-08-06", 128_000, 16_384),
+        ("gpt-4o-2024-05-13", 128_000, 4_096),  # its own entry beats the stripped name
+        ("openai/gpt-4o-mini-2024-07-18", 128_000, 16_384),
+        ("gpt-4.1-mini-2025-04-14", 1_047_576, 32_768),
+        ("o4-mini-2025-04-16", 200_000, 100_000),
+        ("gpt-5", 400_000, 128_000),
+        ("anthropic/claude-3-5-sonnet-20241022", 200_000, 8_192),
+        ("claude-3-7-sonnet-latest", 200_000, 64_000),
+        ("claude-sonnet-4-20250514", 200_000, 64_000),
+        ("claude-opus-4-1-20250805", 200_000, 32_000),
+        ("claude-3-5-haiku@20241022", 200_000, 8_192),
+        ("us.anthropic.claude-sonnet-4-20250514-v1:0", 200_000, 64_000),
+        ("mistral/mistral-small-2501", 32_768, None),
+        ("meta-llama/Llama-3.3-70B-Instruct", 131_072, None),
+        ("models/gemini-1.5-pro-002", 2_097_152, 8_192),
+        ("google/gemini-2.5-flash", 1_048_576, 65_536),
+    ],
+)
+def test_model_lookup_variants(name: str, window: int, output: int | None) -> None:
+    assert model_limits(name) == ModelLimits(window, output)
+
+
+def test_unknown_models_are_none() -> None:
+    assert model_limits("acme-llm-9000") is None
+    assert model_limits("gpt-4o-audio") is None  # no prefix matching: a different model
+    assert model_limits("mistral-small-2409") is None  # not listed, not guessed
+
+
+def test_caller_models_merge_over_the_table() -> None:
+    mine = {
+        "GPT-4o": ModelLimits(64_000, 4_000),
+        "acme-llm-9000": {"context_window": 8_192, "max_output_tokens": 1_024},
+    }
+    assert model_limits("gpt-4o", mine) == ModelLimits(64_000, 4_000)
+    assert model_limits("openai/gpt-4o", mine) == ModelLimits(64_000, 4_000)
+    assert model_limits("acme-llm-9000-2025-01-01", mine) == ModelLimits(8_192, 1_024)
+    assert model_limits("gpt-4o-mini", mine) == MODELS["gpt-4o-mini"]  # the rest unchanged
+    b = resolve_budget(model="acme-llm-9000", models=mine, env={})
+    # 8,192 - 1,024 = 7,168
+    assert (b.usable, b.capacity_known) == (7_168, True)
+    assert "gpt-4o" in MODELS and MODELS["gpt-4o"] == ModelLimits(128_000, 16_384)  # not mutated
+
+
+def test_bad_models_entries() -> None:
+    with pytest.raises(TypeError, match="models\\['x'\\]"):
+        model_limits("x", {"x": (1, 2)})
+    with pytest.raises(ValueError, match="context_window must be a positive int"):
+        model_limits("x", {"x": ModelLimits(0, 0)})
+    with pytest.raises(TypeError):
+        model_limits("x", {"x": {"context_window": "big"}})
+    with pytest.raises(TypeError):
+        model_limits(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        model_limits("x", [("x", ModelLimits(1, 0))])  # type: ignore[arg-type]
+
+
+def test_table_is_consistent() -> None:
+    for name, lim in MODELS.items():
+        assert name == name.lower() and lim.context_window > 0
+        assert lim.max_output_tokens is None or 0 < lim.max_output_tokens < lim.context_window
+        assert model_limits(name) is lim
+
+
+# --- check_capacity ------------------------------------------------------------------------
+
+
+def test_check_capacity_raises_with_the_numbers() -> None:
+    b = resolve_budget(model="gpt-4o", tool_schema_tokens=1_000, env={})
+    # capacity 128,000 - 16,384 = 111,616; 110,616 + 1,000 tools = 111,616 fits exactly
+    assert check_capacity(110_616, b) == 0
+    with pytest.raises(ContextOverflowError) as info:
+        check_capacity(110_617, b)
+    err = info.value
+    # 110,617 + 1,000 = 111,617 = 1 over
+    assert (err.tokens, err.capacity, err.over) == (111_617, 111_616, 1)
+    assert isinstance(err, ContextWindowError)
+    assert "111,617 tokens does not fit the model's capacity of 111,616" in str(err)
+
+
+def test_check_capacity_applies_with_trimming_disabled() -> None:
+    b = resolve_budget(model="claude-sonnet-4", max_context_tokens=0, env={})
+    assert not b.trim_enabled
+    # 200,000 - 64,000 = 136,000 capacity; 140,000 is 4,000 over
+    with pytest.raises(ContextOverflowError) as info:
+        check_capacity(140_000, b)
+    assert info.value.over == 4_000
+    # a trimming target below the capacity is not the limit: 100,000 > target 50,000 is fine
+    b = resolve_budget(model="claude-sonnet-4", max_context_tokens=50_000, env={})
+    assert check_capacity(100_000, b) == 36_000  # 136,000 - 100,000
+
+
+def test_check_capacity_with_a_bare_window() -> None:
+    # 8,192 - 1,024 - 7,000 - 100 = 68
+    assert check_capacity(7_000, 8_192, max_output_tokens=1_024, tool_schema_tokens=100) == 68
+    with pytest.raises(ContextOverflowError) as info:
+        check_capacity(8_193, 8_192)
+    assert (info.value.tokens, info.value.capacity, info.value.over) == (8_193, 8_192, 1)
+    with pytest.raises(ValueError, match="larger than the context window"):
+        check_capacity(1, 100, max_output_tokens=200)
+    with pytest.raises(ValueError):
+        check_capacity(-1, 100)
+    with pytest.raises(TypeError):
+        check_capacity(1.5, 100)  # type: ignore[arg-type]
+    # an explicit tool count replaces the budget's
+    b = resolve_budget(10_000, 0, tool_schema_tokens=5_000, env={})
+    assert check_capacity(1_000, b, tool_schema_tokens=0) == 9_000
+    assert check_capacity(1_000, b) == 4_000
+
+
+def test_budget_serializes() -> None:
+    import msgspec
+
+    b = resolve_budget(model="gpt-4o", env={})
+    assert msgspec.json.decode(msgspec.json.encode(b), type=Budget) == b
