@@ -59,9 +59,12 @@ def test_fit_json_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_fit_unchanged_but_too_big_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "c.json", json.dumps([{"role": "user", "content": "x " * 100}]))
-    assert main(["fit", f, "--budget", "3", "-o", str(tmp_path / "o.json")]) == 0
+    # exit 1: the result does not fit its budget
+    assert main(["fit", f, "--budget", "3", "-o", str(tmp_path / "o.json")]) == 1
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out and "unchanged: nothing could be removed" in out
+    assert main(["fit", f, "--budget", "3", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["report"]["fits"] is False
 
 
 def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,7 +102,14 @@ def test_bad_files_get_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, expect: str
 ) -> None:
     f = write(tmp_path, "in.json", content)
-    for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f], ["repair", f]):
+    for argv in (
+        ["count", f],
+        ["fit", f, "--budget", "10"],
+        ["fit", f, "--model", "gpt-4o"],
+        ["inspect", f],
+        ["validate", f],
+        ["repair", f],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"contextwindow: error: {f}: ") and expect in err and err.count("\n") == 1
@@ -170,3 +180,137 @@ def test_breadcrumb_must_be_a_bool() -> None:
         cw.trim_turns(msgs, 10, breadcrumb="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="breadcrumb must be a bool"):
         cw.trim_turn_count(msgs, 1, breadcrumb=None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def no_llm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLM_CONTEXT_SIZE", raising=False)
+    monkeypatch.delenv("LLM_MAX_OUTPUT_TOKENS", raising=False)
+
+
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_takes_the_budget_from_the_model_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.json"
+    assert main(["fit", str(EXAMPLE), "--model", "openai/gpt-4o", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    src = json.loads(EXAMPLE.read_text())
+    tools = cw.count_messages([], tools=src["tools"])
+    before = cw.count_messages(src["messages"]) + tools
+    # 128,000 - 16,384 = 111,616 for the request; the messages get 111,616 - tools
+    assert "context window 128,000 - output reserve 16,384 = capacity 111,616" in captured.err
+    assert f"messages may use {111_616 - tools:,} (tool schemas take {tools:,})" in captured.err
+    assert "rule window_from_model: context_window=128000 (openai/gpt-4o)" in captured.err
+    assert f"{before:,} -> {before:,} tokens (budget 111,616; tool schemas take {tools:,}) fits" in captured.out
+    assert json.loads(out.read_text()) == src  # fits: written back unchanged
+
+
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_overrides_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["fit", str(EXAMPLE), "--model", "gpt-4o", "--context-window", "2500", "--max-output-tokens", "500"]
+    assert main([*argv, "--json", "-o", str(tmp_path / "o.json")]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    tools = out["tool_tokens"]
+    # 2,500 - 500 = 2,000 for the whole request, 2,000 - tools for the messages
+    assert out["budget"] == 2_000
+    rb = out["resolved_budget"]
+    assert (rb["context_window"], rb["max_output_tokens"], rb["capacity"], rb["usable"]) == (
+        2_500,
+        500,
+        2_000,
+        2_000 - tools,
+    )
+    assert out["report"]["budget"] == 2_000 - tools and out["report"]["reason"] == "token_budget"
+    assert out["report"]["tokens_after"] <= 2_000 - tools
+    assert "rule window_argument: context_window=2500" in captured.err
+    # the same budget as --budget 2000
+    assert main(["fit", str(EXAMPLE), "--budget", "2000", "--json", "-o", str(tmp_path / "b.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["report"] == out["report"]
+    assert (tmp_path / "o.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("contextwindow: error: unknown model 'acme-llm-9000'") and err.count("\n") == 1
+    # a declared window makes an unknown model usable: from the option or the environment
+    argv = ["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--context-window", "9000"]
+    assert main([*argv, "--max-output-tokens", "1000", "--json"]) == 0
+    rb = json.loads(capsys.readouterr().out)["resolved_budget"]
+    assert (rb["context_window"], rb["max_output_tokens"], rb["capacity"]) == (9_000, 1_000, 8_000)
+    # without an output limit, a declared window takes the first seed's 64,000 reserve
+    assert main(argv) == 2
+    assert "max_output_tokens=64,000 is larger than the context window 9,000" in capsys.readouterr().err
+    monkeypatch.setenv("LLM_CONTEXT_SIZE", "100000")
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "4000")
+    assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["budget"] == 96_000  # 100,000 - 4,000
+    # a reserve larger than the window: one line, exit 2
+    assert main(["fit", str(EXAMPLE), "--model", "gpt-4o", "--context-window", "1000"]) == 2
+    assert "max_output_tokens=16,384 is larger than the context window 1,000" in capsys.readouterr().err
+    for argv in (
+        ["fit", str(EXAMPLE), "--model", "gpt-4o", "--budget", "10"],
+        ["fit", str(EXAMPLE)],
+        ["fit", str(EXAMPLE), "--budget", "10", "--context-window", "100"],
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+    capsys.readouterr()
+
+
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_that_does_not_fit_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(
+        tmp_path, "c.json", json.dumps([{"role": "system", "content": "x " * 3000}, {"role": "user", "content": "hi"}])
+    )
+    # 1,000 - 0 = 1,000 < the system prompt alone (the preamble is never cut)
+    assert main(["fit", f, "--model", "x", "--context-window", "1000", "--max-output-tokens", "0", "-o", "-"]) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().err
+
+
+def test_inspect_json_on_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(EXAMPLE), "--json", "--top", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    src = json.loads(EXAMPLE.read_text())
+    per = cw.message_tokens(src["messages"])
+    tools = cw.count_messages([], tools=src["tools"])
+    assert out["file"] == str(EXAMPLE)
+    assert (out["total_tokens"], out["message_tokens"], out["tool_schema_tokens"]) == (
+        sum(per) + tools,
+        sum(per),
+        tools,
+    )
+    # sum of parts = total; per-role = sum of message_tokens for that role
+    assert (
+        sum(r["tokens"] for r in out["by_role"]) + sum(s["tokens"] for s in out["tool_schemas"]) == out["total_tokens"]
+    )
+    roles = [m["role"] for m in src["messages"]]
+    assert {r["role"]: r["tokens"] for r in out["by_role"]} == {
+        role: sum(n for n, x in zip(per, roles, strict=True) if x == role) for role in set(roles)
+    }
+    assert sum(t["tokens"] for t in out["by_turn"]) == sum(per)
+    assert [(t["turn"], t["start"], t["end"]) for t in out["by_turn"]] == [
+        (0, 0, 1),
+        (1, 1, 6),
+        (2, 6, 10),
+        (3, 10, 14),
+        (4, 14, 15),
+    ]
+    assert [m["index"] for m in out["largest"]] == sorted(range(len(per)), key=lambda i: (-per[i], i))[:3]
+    assert [t["tool"] for t in out["by_tool"]] == ["bash", "read_file"]
+
+
+def test_inspect_text_has_tables_and_bars(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["inspect", str(EXAMPLE), "--profile", "fim"]) == 0
+    out = capsys.readouterr().out
+    b = cw.count_messages(json.loads(EXAMPLE.read_text())["messages"], profile="fim")
+    assert out.startswith(f"{EXAMPLE}: ") and f"{b:,} in 15 messages" in out
+    for title in ("by role", "by turn", "by tool", "largest messages", "tool schemas"):
+        assert f"\n{title}" in out
+    # the bash result holds most of the tokens: the longest bar is on its rows
+    bash_rows = [line for line in out.splitlines() if line.startswith("bash ")]
+    assert bash_rows and all("█" * 10 in line for line in bash_rows[:1])
+    assert "preamble" in out and "compiling module_0" in out  # the preview column, markup-free

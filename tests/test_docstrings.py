@@ -27,6 +27,7 @@ MODULES = [
     "contextwindow._engine",
     "contextwindow._image",
     "contextwindow.budget",
+    "contextwindow.breakdown",
 ]
 
 

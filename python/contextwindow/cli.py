@@ -1,8 +1,10 @@
-"""Command line: ``contextwindow count|fit|validate|repair FILE`` and ``contextwindow accuracy DIR``.
+"""Command line: ``contextwindow count|fit|inspect|validate|repair FILE`` and
+``contextwindow accuracy DIR``.
 
 Runs the same engine as the Python API on conversation files (OpenAI or Anthropic request
 bodies, bare message lists, JSONL, ``../shared/corpus`` files). Bad input gets one line
-naming the file and what is wrong, and exit code 2.
+naming the file and what is wrong, and exit code 2; ``fit`` exits 1 when the result does
+not fit its budget, ``validate`` when it finds violations.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from .breakdown import Breakdown, token_breakdown
+from .budget import Budget, resolve_budget
 from .errors import ContextWindowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .io import Conversation, dump_conversation, load_conversation
@@ -144,25 +148,141 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
+    """The budget for ``fit --model``: the model table, the overrides, the environment."""
+    budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
+    if not budget.capacity_known:
+        raise ValueError(
+            f"unknown model {args.model!r}: not in the model table; pass --context-window N"
+            " (and --max-output-tokens N), set LLM_CONTEXT_SIZE, or use --budget N"
+        )
+    return budget
+
+
+def _budget_lines(b: Budget) -> str:
+    head = (
+        f"budget for {b.model}: context window {b.context_window:,} - output reserve {b.max_output_tokens:,}"
+        f" = capacity {b.capacity:,}; messages may use {b.usable:,}"
+        + (f" (tool schemas take {b.tool_schema_tokens:,})" if b.tool_schema_tokens else "")
+    )
+    return "\n".join([head, *(f"  rule {r}" for r in b.rules)])
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file):
         conv = load_conversation(args.file, args.format)
         tools = _tools_tokens(conv, args.profile)
-        budget = max(0, args.budget - tools)
+    resolved: Budget | None = None
+    if args.model is not None:
+        # about the options, not the file: no file name in the error
+        resolved = _model_budget(args, tools)
+        budget, whole = resolved.usable, resolved.usable + tools
+    else:
+        budget, whole = max(0, args.budget - tools), args.budget
+    with _about(args.file):
         res = trim_turns(
             conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
         )
+    if resolved is not None:
+        print(_budget_lines(resolved), file=sys.stderr)
     report = res.report
+    code = 0 if report.fits else 1
     if args.json:
         if args.output:
             _write(conv, res.messages, args.output)
         # the report's budget and counts are for the messages; the request adds the tools
-        out = {"file": args.file, "budget": args.budget, "tool_tokens": tools, "report": report}
+        out: dict[str, Any] = {"file": args.file, "budget": whole, "tool_tokens": tools}
+        if resolved is not None:
+            out["resolved_budget"] = resolved
+        out["report"] = report
         print(msgspec.json.encode(out).decode())
-        return 0
+        return code
     _write(conv, res.messages, args.output)
-    text = _summary(args.file, report, args.budget, tools, len(conv.messages), len(res.messages))
+    text = _summary(args.file, report, whole, tools, len(conv.messages), len(res.messages))
     print(text, file=sys.stdout if args.output and args.output != "-" else sys.stderr)
+    return code
+
+
+_BAR_WIDTH = 20
+
+
+def _bar(share: float) -> Any:
+    from rich.bar import Bar
+
+    return Bar(size=1.0, begin=0.0, end=max(0.0, min(1.0, share)), width=_BAR_WIDTH)
+
+
+def _render_breakdown(path: str, b: Breakdown) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    schemas = f" + {b.tool_schema_tokens:,} tool schemas" if b.tool_schema_tokens else ""
+    console.print(
+        f"{path}: {b.total_tokens:,} tokens ({b.message_tokens:,} in {b.messages} messages{schemas}),"
+        f" {b.turns} turns [{b.format}, {b.profile}]",
+        markup=False,
+        soft_wrap=True,
+    )
+
+    def table(title: str, *columns: str, text: bool = False) -> Table:
+        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        for c in columns:
+            left = c in ("role", "tool", "turn", "messages")
+            t.add_column(c, justify="left" if left else "right", no_wrap=True, min_width=len(c))
+        t.add_column("share", justify="right", no_wrap=True, min_width=6)
+        t.add_column("", width=_BAR_WIDTH, no_wrap=True)
+        if text:
+            t.add_column("text", no_wrap=True, overflow="ellipsis", max_width=console.width - 80)
+        return t
+
+    def row(t: Table, *cells: Any) -> None:
+        # names and previews are data, not rich markup: "[budget]" must print as is
+        t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    t = table("by role", "role", "msgs", "tokens")
+    for r in b.by_role:
+        row(t, r.role, str(r.messages), f"{r.tokens:,}", pct(r.share), _bar(r.share))
+    console.print(t)
+    t = table("by turn", "turn", "messages", "tokens")
+    for tr in b.by_turn:
+        name = "preamble" if tr.turn == 0 else str(tr.turn)
+        span = str(tr.start) if tr.messages == 1 else f"{tr.start}-{tr.end - 1}"
+        row(t, name, span, f"{tr.tokens:,}", pct(tr.share), _bar(tr.share))
+    console.print(t)
+    if b.by_tool:
+        t = table("by tool", "tool", "calls", "call tokens", "result tokens")
+        for tt in b.by_tool:
+            row(
+                t, tt.tool, str(tt.calls), f"{tt.call_tokens:,}", f"{tt.result_tokens:,}", pct(tt.share), _bar(tt.share)
+            )
+        console.print(t)
+    # the text preview only where the terminal has room for it beside the other columns
+    wide = console.width >= 100
+    t = table("largest messages", "#", "role", "turn", "tokens", text=wide)
+    for m in b.largest:
+        cells = [str(m.index), m.role + (f" ({m.tool})" if m.tool else ""), str(m.turn), f"{m.tokens:,}"]
+        row(t, *cells, pct(m.share), _bar(m.share), *([m.preview] if wide else []))
+    console.print(t)
+    if b.tool_schemas:
+        t = table("tool schemas", "tool", "tokens")
+        for sc in b.tool_schemas:
+            row(t, sc.tool, f"{sc.tokens:,}", pct(sc.share), _bar(sc.share))
+        console.print(t)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    with _about(args.file):
+        conv = load_conversation(args.file, args.format)
+        b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
+    if args.json:
+        print(msgspec.json.encode({"file": args.file, **msgspec.structs.asdict(b)}).decode())
+    else:
+        _render_breakdown(args.file, b)
     return 0
 
 
@@ -218,13 +338,29 @@ def _parser() -> argparse.ArgumentParser:
     common(c)
     c.set_defaults(run=_cmd_count)
 
-    f = sub.add_parser("fit", help="trim a conversation to a token budget, whole turns first")
+    f = sub.add_parser(
+        "fit", help="trim a conversation to a token budget, whole turns first (exit 1 if it does not fit)"
+    )
     f.add_argument("file", metavar="FILE")
-    f.add_argument("--budget", type=int, required=True, help="token budget for the whole request (tools included)")
+    which = f.add_mutually_exclusive_group(required=True)
+    which.add_argument("--budget", type=int, help="token budget for the whole request (tools included)")
+    which.add_argument(
+        "--model", help="take the budget from this model's context window and output limit (model table)"
+    )
+    f.add_argument("--context-window", type=int, help="with --model: the window, in tokens, instead of the table's")
+    f.add_argument(
+        "--max-output-tokens", type=int, help="with --model: tokens to reserve for the response instead of the table's"
+    )
     f.add_argument("-o", "--output", help="write the fitted conversation here (default: stdout)")
     f.add_argument("--no-breadcrumb", action="store_true", help="do not insert the breadcrumb")
     common(f)
     f.set_defaults(run=_cmd_fit)
+
+    i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
+    i.add_argument("file", metavar="FILE")
+    i.add_argument("--top", type=int, default=10, help="how many of the largest messages to list (default 10)")
+    common(i)
+    i.set_defaults(run=_cmd_inspect)
 
     v = sub.add_parser("validate", help="list violations of the provider's tool-pair and role rules")
     v.add_argument("file", metavar="FILE")
@@ -270,14 +406,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 on success, 1 when ``validate`` finds violations, 2 on bad input.
+        The exit code: 0 on success, 1 when ``validate`` finds violations or the result of
+        ``fit`` does not fit its budget, 2 on bad input (including an unknown ``--model``).
 
     >>> main(["--version"])  # doctest: +SKIP
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if getattr(args, "budget", 0) is not None and getattr(args, "budget", 0) < 0:
+    if getattr(args, "budget", None) is not None and args.budget < 0:
         parser.error("--budget must be >= 0")
+    if getattr(args, "budget", None) is not None and (
+        args.context_window is not None or args.max_output_tokens is not None
+    ):
+        parser.error("--context-window and --max-output-tokens go with --model, not --budget")
+    if getattr(args, "top", 0) < 0:
+        parser.error("--top must be >= 0")
     try:
         return int(args.run(args))
     except BrokenPipeError:

@@ -1,0 +1,138 @@
+"""token_breakdown: where a conversation's tokens go, checked by hand (fim profile) and
+against message_tokens / count_messages on the example session."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+import contextwindow as cw
+from contextwindow.breakdown import UNKNOWN_TOOL, token_breakdown
+from contextwindow.errors import InvalidMessageError
+from contextwindow.estimate import message_tokens
+from contextwindow.messages import Message, TextPart
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# fim: 4 tokens a message, ASCII text at floor(chars / 4) (at least 1), no per-call overhead
+SMALL = [
+    {"role": "system", "content": "be brief"},  # 4 + 8 // 4 = 6
+    {"role": "user", "content": "list files please"},  # 4 + 17 // 4 = 8
+    {
+        "role": "assistant",
+        "content": None,
+        # 4 + "bash" 4 // 4 + '{"cmd":"ls"}' 12 // 4 = 4 + 1 + 3 = 8
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "a.txt b.txt c.txt d.txt"},  # 4 + 23 // 4 = 9
+    {"role": "assistant", "content": "four files"},  # 4 + 10 // 4 = 6
+    {"role": "user", "content": "thanks"},  # 4 + 6 // 4 = 5
+]
+TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+
+
+def test_small_conversation_by_hand() -> None:
+    before = copy.deepcopy(SMALL)
+    b = token_breakdown(SMALL, tools=[TOOL], profile="fim", top=3)
+    assert SMALL == before  # input not mutated
+    schema = len(json.dumps(TOOL, separators=(",", ":"))) // 4  # fim: compact JSON text / 4, no overhead
+    # messages: 6 + 8 + 8 + 9 + 6 + 5 = 42
+    assert (b.message_tokens, b.tool_schema_tokens, b.total_tokens) == (42, schema, 42 + schema)
+    assert (b.messages, b.turns, b.format, b.profile) == (6, 2, "openai", "fim")
+    # user 8 + 5 = 13; assistant 8 + 6 = 14
+    assert [(r.role, r.messages, r.tokens) for r in b.by_role] == [
+        ("system", 1, 6),
+        ("user", 2, 13),
+        ("assistant", 2, 14),
+        ("tool", 1, 9),
+    ]
+    # preamble [0, 1) 6; turn 1 [1, 5) 8 + 8 + 9 + 6 = 31; turn 2 [5, 6) 5
+    assert [(t.turn, t.start, t.end, t.messages, t.tokens) for t in b.by_turn] == [
+        (0, 0, 1, 1, 6),
+        (1, 1, 5, 4, 31),
+        (2, 5, 6, 1, 5),
+    ]
+    # the call part without its message's 4: 1 + 3 = 4; the result part: 5
+    [bash] = b.by_tool
+    assert (bash.tool, bash.calls, bash.results, bash.call_tokens, bash.result_tokens, bash.tokens) == (
+        "bash",
+        1,
+        1,
+        4,
+        5,
+        9,
+    )
+    assert bash.share == pytest.approx(9 / (42 + schema))
+    # largest: 9 (index 3), then the two 8s in order (1, 2)
+    assert [(m.index, m.tokens, m.turn, m.tool) for m in b.largest] == [
+        (3, 9, 1, "bash"),
+        (1, 8, 1, None),
+        (2, 8, 1, "bash"),
+    ]
+    assert b.largest[0].preview == "a.txt b.txt c.txt d.txt"
+    assert b.largest[2].preview == 'bash({"cmd":"ls"})'
+    assert [(s.tool, s.tokens) for s in b.tool_schemas] == [("bash", schema)]
+    assert sum(r.share for r in b.by_role) + sum(s.share for s in b.tool_schemas) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["agent_session.json", "agent_session_anthropic.json"])
+def test_example_sessions_parts_add_up(name: str) -> None:
+    src = json.loads((EXAMPLES / name).read_text())
+    fmt = "anthropic" if "anthropic" in name else "openai"
+    messages = src["messages"]
+    if fmt == "anthropic":
+        messages = [{"role": "system", "content": src["system"]}, *messages]
+    per = message_tokens(messages, format=fmt)
+    b = token_breakdown(messages, tools=src["tools"], format=fmt)
+    tools = cw.count_messages([], tools=src["tools"], format=fmt)
+    assert (b.message_tokens, b.tool_schema_tokens, b.total_tokens) == (sum(per), tools, sum(per) + tools)
+    # per-role numbers = the sum of message_tokens over that role's messages
+    roles = [m["role"] for m in messages]
+    for r in b.by_role:
+        assert r.tokens == sum(n for n, role in zip(per, roles, strict=True) if role == r.role)
+        assert r.messages == roles.count(r.role)
+    assert sum(r.tokens for r in b.by_role) == b.message_tokens
+    # turns: the segmentation's ranges, covering every message once
+    seg = cw.segment_turns(messages, format=fmt)
+    assert [(t.start, t.end) for t in b.by_turn] == [(0, seg.preamble_end), *seg.turns]
+    assert sum(t.tokens for t in b.by_turn) == b.message_tokens
+    assert [t.tokens for t in b.by_turn] == [sum(per[s:e]) for s, e in [(0, seg.preamble_end), *seg.turns]]
+    assert sum(s.tokens for s in b.tool_schemas) == tools
+    assert [s.tool for s in b.tool_schemas] == ["read_file", "bash"]
+    # three read_file calls and one bash call, each answered; bash holds the big build log
+    assert [(t.tool, t.calls, t.results) for t in b.by_tool] == [("bash", 1, 1), ("read_file", 3, 3)]
+    assert b.largest[0].tool == "bash" and b.largest[0].tokens == max(per)
+    # tool parts never cost more than the messages that hold them
+    tool_msgs = sum(n for n, m in zip(per, messages, strict=True) if m["role"] == "tool" or m.get("tool_calls"))
+    if fmt == "openai":
+        assert sum(t.tokens for t in b.by_tool) < tool_msgs
+
+
+def test_result_without_a_call_and_canonical_input() -> None:
+    msgs = [
+        Message(role="user", content=[TextPart(text="hi")]),
+        Message(role="assistant", content=[TextPart(text="ok")]),
+    ]
+    b = token_breakdown(msgs, profile="fim")
+    assert b.format == "canonical" and b.by_tool == [] and b.tool_schemas == []
+    orphan = [
+        {"role": "user", "content": "x"},
+        {"role": "tool", "tool_call_id": "nope", "content": "lost result"},
+    ]
+    b = token_breakdown(orphan, profile="fim", format="openai")
+    # "lost result" 11 // 4 = 2
+    assert [(t.tool, t.calls, t.results, t.result_tokens) for t in b.by_tool] == [(UNKNOWN_TOOL, 0, 1, 2)]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="top must be >= 0"):
+        token_breakdown(SMALL, top=-1)
+    with pytest.raises(TypeError):
+        token_breakdown(SMALL, top="3")  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError, match="message 0"):
+        token_breakdown([{"role": "wizard", "content": "x"}])
+    assert token_breakdown([], profile="fim").total_tokens == 0
+    assert token_breakdown(SMALL, top=0).largest == []
