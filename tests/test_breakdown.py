@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 
 import contextwindow as cw
+from contextwindow.adapters import to_canonical
 from contextwindow.breakdown import UNKNOWN_TOOL, token_breakdown
 from contextwindow.errors import InvalidMessageError
 from contextwindow.estimate import message_tokens
-from contextwindow.messages import Message, TextPart
+from contextwindow.io import load_conversation
+from contextwindow.messages import Message, TextPart, ToolCall, ToolResult
+
+from shared_data import corpus_files, ids, need
+
+CORPUS_FILES = corpus_files()
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -136,3 +142,20 @@ def test_bad_arguments() -> None:
         token_breakdown([{"role": "wizard", "content": "x"}])
     assert token_breakdown([], profile="fim").total_tokens == 0
     assert token_breakdown(SMALL, top=0).largest == []
+
+
+@pytest.mark.parametrize("path", need(CORPUS_FILES, "../shared/corpus"), ids=ids(CORPUS_FILES) or None)
+def test_corpus_parts_add_up(path: Path) -> None:
+    conv = load_conversation(path)
+    per = message_tokens(conv.messages, format=conv.format)
+    b = token_breakdown(conv.messages, tools=conv.tools, format=conv.format, top=len(per))
+    assert b.total_tokens == cw.count_messages(conv.messages, format=conv.format, tools=conv.tools)
+    assert sum(r.tokens for r in b.by_role) == sum(t.tokens for t in b.by_turn) == b.message_tokens == sum(per)
+    assert sum(s.tokens for s in b.tool_schemas) == b.tool_schema_tokens
+    assert sorted(m.index for m in b.largest) == list(range(len(per)))
+    assert [t.end for t in b.by_turn[:-1]] == [t.start for t in b.by_turn[1:]]
+    # every call and result part is counted under some tool, once
+    canonical = to_canonical(conv.messages, conv.format)
+    parts = [p for m in canonical for p in m.content]
+    assert sum(t.calls for t in b.by_tool) == sum(isinstance(p, ToolCall) for p in parts)
+    assert sum(t.results for t in b.by_tool) == sum(isinstance(p, ToolResult) for p in parts)
