@@ -75,6 +75,7 @@ def test_precedence_argument_then_model_then_env_then_default() -> None:
     ("env", "var"),
     [
         ({"LLM_CONTEXT_SIZE": "128k"}, "LLM_CONTEXT_SIZE"),
+        ({"LLM_CONTEXT_SIZE": "128,00"}, "LLM_CONTEXT_SIZE"),
         ({"LLM_CONTEXT_SIZE": "0"}, "LLM_CONTEXT_SIZE"),
         ({"LLM_CONTEXT_SIZE": "-5"}, "LLM_CONTEXT_SIZE"),
         ({"LLM_MAX_OUTPUT_TOKENS": "1.5"}, "LLM_MAX_OUTPUT_TOKENS"),
@@ -88,6 +89,19 @@ def test_bad_environment_names_the_variable(env: dict[str, str], var: str) -> No
 
 def test_blank_environment_counts_as_unset() -> None:
     assert resolve_budget(env={"LLM_CONTEXT_SIZE": "", "LLM_MAX_OUTPUT_TOKENS": "  "}).usable == 64_000
+    # Python's digit separator: 100,000 - 36,000 = 64,000
+    assert resolve_budget(env={"LLM_CONTEXT_SIZE": "100_000", "LLM_MAX_OUTPUT_TOKENS": "36_000"}).usable == 64_000
+
+
+def test_environment_is_read_only_when_it_decides() -> None:
+    bad = {"LLM_CONTEXT_SIZE": "lots", "LLM_MAX_OUTPUT_TOKENS": "some"}
+    # arguments decide both numbers: the bad variables are never read. 10,000 - 1,000
+    assert resolve_budget(10_000, 1_000, env=bad).usable == 9_000
+    # the model table decides both: 128,000 - 16,384 = 111,616
+    assert resolve_budget(model="gpt-4o", env=bad).usable == 111_616
+    # the model decides the window only (no published output): the output variable is read
+    with pytest.raises(ValueError, match="LLM_MAX_OUTPUT_TOKENS"):
+        resolve_budget(model="mistral-large", env=bad)
 
 
 def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -296,7 +296,7 @@ def _env_int(env: Mapping[str, str], var: str, *, minimum: int) -> int | None:
     if raw is None or not str(raw).strip():
         return None
     try:
-        value = int(str(raw).strip().replace("_", "").replace(",", ""))
+        value = int(str(raw).strip())  # Python's int syntax: "128000", "128_000"
     except ValueError:
         raise ValueError(f"environment variable {var} must be an integer number of tokens, got {raw!r}") from None
     if value < minimum:
@@ -370,7 +370,9 @@ def resolve_budget(
         compact_ratio: budget as a share of the window, in (0, 1].
         history_cap: a history-pruning cap in tokens; only a positive value, and only lowers.
         env: environment to read ``LLM_CONTEXT_SIZE`` / ``LLM_MAX_OUTPUT_TOKENS`` from
-            (default ``os.environ``; pass ``{}`` to ignore the environment).
+            (default ``os.environ``; pass ``{}`` to ignore the environment). A variable
+            is read only when no argument or model entry decides its number; blank
+            counts as unset; ``128_000`` is allowed, ``128,000`` and ``128k`` are not.
 
     Returns:
         A :class:`Budget` whose ``rules`` name the rule behind each number.
@@ -404,9 +406,6 @@ def resolve_budget(
     limits = model_limits(model, models) if model is not None else None
     if model is not None and limits is None:
         rules.append(f"model_unknown: {model!r} is not in the model table")
-    env_window = _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)
-    env_output = _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)
-
     # 1. window
     declared = True
     default_pair = False
@@ -416,7 +415,7 @@ def resolve_budget(
     elif limits is not None:
         window = limits.context_window
         rules.append(f"window_from_model: context_window={window} ({model})")
-    elif env_window is not None:
+    elif (env_window := _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)) is not None:
         window = env_window
         rules.append(f"window_from_env: context_window={window} ({ENV_CONTEXT_SIZE})")
     else:
@@ -439,7 +438,7 @@ def resolve_budget(
     elif limits is not None and limits.max_output_tokens is not None:
         output = limits.max_output_tokens
         rules.append(f"output_from_model: max_output_tokens={output} ({model})")
-    elif env_output is not None:
+    elif (env_output := _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)) is not None:
         output = env_output
         rules.append(f"output_from_env: max_output_tokens={output} ({ENV_MAX_OUTPUT_TOKENS})")
     elif declared or default_pair:

@@ -282,7 +282,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode({"file": args.file, **msgspec.structs.asdict(b)}).decode())
     else:
-        _render_breakdown(args.file, b)
+        try:
+            _render_breakdown(args.file, b)
+        except ImportError as exc:  # rich is a dependency; a broken install gets one line
+            raise ContextWindowError(
+                f"inspect needs the 'rich' package for its tables ({exc}); --json does not"
+            ) from None
     return 0
 
 
