@@ -338,9 +338,10 @@ def resolve_budget(
        valid ``compact_ratio`` is set, the 32,000 fallback (second seed); else the first
        seed's 128,000 default.
     2. Output reserve, first found: ``max_output_tokens``; the model table;
-       ``LLM_MAX_OUTPUT_TOKENS``; 64,000 with the first seed's default window; 0 otherwise
-       (the second seed's 32,000 and ``max_context_tokens`` are budgets for the history
-       itself and reserve no output). ``capacity = window - output``.
+       ``LLM_MAX_OUTPUT_TOKENS``; the first seed's 64,000 when the window is declared or
+       the 128,000 default; 0 when the window is the 32,000 fallback or
+       ``max_context_tokens`` (the second seed's budgets are for the history itself and
+       reserve no output). ``capacity = window - output``.
     3. Target: ``max_context_tokens == 0`` disables proactive trimming (target =
        capacity). A ``compact_ratio`` in (0, 1] gives ``floor(window * ratio)``, capped from
        above by a positive ``max_context_tokens``; a ratio outside (0, 1] (or NaN) counts
