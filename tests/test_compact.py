@@ -774,3 +774,54 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         <= 1
     )
     assert pairing(twice, provider) == []
+
+
+def test_message_char_cap_tiny_cap_is_idempotent() -> None:
+    blocks = [{"type": "text", "text": ch * 2000} for ch in "abc"]
+    msgs = [{"role": "user", "content": blocks}]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=10, format="anthropic")
+    # 6,000 characters over a 10-character cap: every block goes down to its marker alone,
+    # "\n[Truncated: 2000 characters removed]" (1 + 12 + 4 + 20 = 37 characters); 111 > 10
+    # remain, which is the most the rule can do
+    assert [b["text"] for b in r.messages[0]["content"]] == ["\n[Truncated: 2000 characters removed]"] * 3
+    assert r.report.fates[0].chars_removed == 6000
+    again = budget_tool_results(r.messages, 10**9, max_message_chars=10, format="anthropic")
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+
+def test_prune_middle_counts_a_notice_block_that_goes() -> None:
+    structs = [
+        Message(role="user", content=[TextPart(text="task")]),
+        Message(role="assistant", content=[TextPart(text="a1")], pinned=True),
+        *[
+            Message(role=role, content=[TextPart(text=f"{role[0]}{k}")])
+            for k in (2, 3, 4)
+            for role in ("user", "assistant")
+        ],
+    ]
+    first = prune_middle(structs, keep_recent=2, format="anthropic").messages
+    # kept 0, 1 (pinned), 6..7 ("u4", "a4"); 2..5 go (4); the notice leads "u4"
+    assert [[p.text for p in m.content] for m in first] == [
+        ["task"],
+        ["a1"],
+        ["[context compacted: 4 earlier messages removed]", "u4"],
+        ["a4"],
+    ]
+    grown = [
+        *first,
+        *[
+            Message(role=role, content=[TextPart(text=f"{role[0]}{k}")])
+            for k in (5, 6, 7)
+            for role in ("user", "assistant")
+        ],
+    ]
+    r = prune_middle(grown, keep_recent=2, format="anthropic")
+    # kept 0, 1, 8..9 ("u7", "a7"); 2..7 go, among them the message the old notice led:
+    # 4 counted before + 6 now = 10, in one notice leading "u7"
+    assert [[p.text for p in m.content] for m in r.messages] == [
+        ["task"],
+        ["a1"],
+        ["[context compacted: 10 earlier messages removed]", "u7"],
+        ["a7"],
+    ]
+    assert cw.validate(r.messages, "anthropic") == []

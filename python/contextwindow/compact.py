@@ -133,6 +133,7 @@ MESSAGE_CAP_MARKER = "\n[Truncated: {chars} characters removed]"
 #: The one notice that stands for the messages :func:`prune_middle` removed (third seed).
 COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
 
+_CAP_ONLY_RE = re.compile(r"\n\[Truncated: \d+ characters removed\]")
 _CUT_ONLY_RE = re.compile(r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]")
 _CLEARED_RE = re.compile(r"\[tool result cleared: \d+ characters(?: and \d+ non-text parts)? of .* output\]", re.S)
 _NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]")
@@ -254,7 +255,7 @@ def _cut_lines(text: str, keep: int) -> tuple[str, int]:
             q += 1
     q = max(q, h)
     gone = text[h:q]
-    lines = gone.count("\n") + (0 if gone.endswith("\n") else 1)
+    lines = gone.count("\n") + (0 if not gone or gone.endswith("\n") else 1)
     head, tail = text[:h], text[q:]
     sep = "" if not head or head.endswith("\n") else "\n"
     mark = RESULT_CUT_MARKER.format(chars=q - h, lines=lines)
@@ -483,6 +484,8 @@ def budget_tool_results(
                 if total <= cap:
                     break
                 text = _slot_text(m, s)
+                if _CAP_ONLY_RE.fullmatch(text):
+                    continue  # cut to its marker alone already
                 new, gone = _cap_text(text, max(0, len(text) - (total - cap)))
                 if gone == 0:
                     continue
@@ -919,7 +922,9 @@ def prune_middle(
 
     # the notice: old notices' counts plus the input messages removed now
     previous = sum(_notice_count(wm[w].content[0].text) or 0 for w in old_notice)  # type: ignore[union-attr]
-    previous += sum(_notice_count(wm[w].content[p].text) or 0 for w in keep for p in _notice_blocks(wm[w]))  # type: ignore[union-attr]
+    # notice blocks count whether their message stays or goes (an earlier notice may lead a
+    # message that is in the middle now)
+    previous += sum(_notice_count(wm[w].content[p].text) or 0 for w in range(n) for p in _notice_blocks(wm[w]))  # type: ignore[union-attr]
     count = previous + sum(1 for w in gone if items[w].src is not None)
     notice = COMPACTION_NOTICE.format(n=count)
     new: dict[int, Message] = {}
