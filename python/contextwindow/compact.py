@@ -45,7 +45,7 @@ from . import _engine
 from . import _reference as ref
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
-from .report import Fate, FitReport, PairChange, TrimResult
+from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
 
 __all__ = [
     "OUTPUT_HEAVY_TOOLS",
@@ -136,6 +136,7 @@ COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
 _CAP_ONLY_RE = re.compile(r"\n\[Truncated: \d+ characters removed\]")
 _CUT_ONLY_RE = re.compile(r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]")
 _CLEARED_RE = re.compile(r"\[tool result cleared: \d+ characters(?: and \d+ non-text parts)? of .* output\]", re.S)
+_SEG = msgspec.json.Decoder(Segmentation)
 _NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]")
 
 # --------------------------------------------------------------------------- options
@@ -199,6 +200,11 @@ def _costs(msgs: list[Message], profile: str) -> list[int]:
     if not msgs:
         return []
     return [int(n) for n in _engine.native.count_messages(_engine.encode_messages(msgs), profile)]
+
+
+def _segment(payload: bytes) -> Segmentation:
+    """Preamble, turns and tool units from the Rust engine (``_reference.segment``'s rules)."""
+    return _SEG.decode(_engine.native.segment_turns(payload))
 
 
 def _cost(m: Message, profile: str) -> int:
@@ -358,15 +364,6 @@ def _tool_names(msgs: list[Message]) -> list[list[str | None]]:
     return out
 
 
-def _unchanged(prep: _engine.Prepared, msgs: list[Message], profile: str, budget: int | None) -> TrimResult[Any]:
-    tokens = sum(_costs(msgs, profile))
-    t = len(ref.segment(msgs).turns)
-    report = _report(
-        tokens_before=tokens, tokens_after=tokens, budget=budget, reason=None, turns=(t, t), fates=_fates(len(msgs))
-    )
-    return _engine.apply_ops(prep, [(i, None) for i in range(len(msgs))], report)
-
-
 # --------------------------------------------------------------------------- layer 1
 
 
@@ -463,7 +460,7 @@ def budget_tool_results(
     # characters removed per (message, part, inner) slot, so a cut then a clearing count once
     removed: dict[tuple[int, int, int | None], int] = {}
     reasons: set[str] = set()
-    seg = ref.segment(msgs)
+    seg = _segment(prep.payload)
 
     def mark(i: int, rule: str) -> None:
         fates[i]["fate"] = "truncated"
@@ -503,7 +500,8 @@ def budget_tool_results(
     if result_share is not None:
         limit = int(result_share * window)
         for i, m in enumerate(work):
-            if m.pinned or not any(isinstance(p, ToolResult) for p in m.content):
+            # a result alone costs at most its message (costs are additive over parts)
+            if m.pinned or costs[i] <= limit or not any(isinstance(p, ToolResult) for p in m.content):
                 continue
             changed = False
             for p, part in enumerate(m.content):
@@ -694,8 +692,11 @@ def micro_compact(
         fates[i]["chars_removed"] += _result_chars(part)
     changed = any(w is not m for w, m in zip(work, msgs, strict=True))
     before = _costs(msgs, name)
-    after = [c if w is m else _cost(w, name) for c, w, m in zip(before, work, msgs, strict=True)]
-    t = len(ref.segment(msgs).turns)
+    touched = [i for i, w in enumerate(work) if w is not msgs[i]]
+    after = list(before)
+    for i, c in zip(touched, _costs([work[i] for i in touched], name), strict=True):
+        after[i] = c
+    t = len(_segment(prep.payload).turns)
     report = _report(
         tokens_before=sum(before),
         tokens_after=sum(after),
@@ -848,7 +849,7 @@ def prune_middle(
         costs[w] = c
     fates = _fates(len(msgs))
     _repair_fates(fates, repairs)
-    seg = ref.segment(wm)
+    seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
 
     def finish(
