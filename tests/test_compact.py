@@ -825,3 +825,21 @@ def test_prune_middle_counts_a_notice_block_that_goes() -> None:
         ["a7"],
     ]
     assert cw.validate(r.messages, "anthropic") == []
+
+
+@pytest.mark.parametrize("shape", ["openai", "structs"])
+def test_nothing_to_do_returns_the_input(shape: str) -> None:
+    msgs: list[Any] = history()
+    if shape == "structs":
+        msgs = [msgspec.structs.replace(m, content_kind=None) for m in cw.adapters.to_canonical(msgs, "openai")]
+    # 862 fim tokens: under 0.75 x 10,000; no result over 5,000; no message over 50,000 chars
+    r = budget_tool_results(msgs, 10_000, profile=FIM)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    assert r.report.tokens_before == r.report.tokens_after == 862 and r.report.budget == 7500
+    assert all(f.fate == "kept" and f.rule == "fits" for f in r.report.fates)
+    # every result is among the newest 4
+    r = micro_compact(msgs, keep_recent=4)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    # fits the budget; and without a budget, keep_recent covers everything after the request
+    for r in (prune_middle(msgs, 862, profile=FIM), prune_middle(msgs, keep_recent=11)):
+        assert r.report.reason is None and same_objects(r.messages, msgs)
