@@ -13,6 +13,7 @@ MODULES = [
     "contextwindow.accuracy",
     "contextwindow.adapters",
     "contextwindow.calibrate",
+    "contextwindow.compact",
     "contextwindow.cli",
     "contextwindow.errors",
     "contextwindow.estimate",

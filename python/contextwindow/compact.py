@@ -1,0 +1,1012 @@
+"""Tool-output budgets and middle pruning, without any LLM (issue 5, items 2 and 3).
+
+Three policies an agent loop runs on its history, cheapest first:
+
+* :func:`budget_tool_results` (third seed, layer 1, before every model call): a tool result
+  over ``max_result_share`` of the context window is cut at line boundaries to head +
+  tail with a marker; when the whole input passes ``max_total_share`` of the window, the
+  oldest results of output-heavy tools are cleared; and any message over
+  ``max_message_chars`` characters is cut (first seed's 50,000-character cap).
+* :func:`micro_compact`: clears every tool result but the newest ``keep_recent``.
+* :func:`prune_middle` (third seed, layer 2): keeps the preamble, the first user message,
+  pinned messages, the current request and the last few messages, and replaces the rest
+  with one notice ``[context compacted: N earlier messages removed]``.
+
+All three accept OpenAI dicts, Anthropic dicts or :class:`~contextwindow.Message` structs,
+return the same shape in a :class:`~contextwindow.TrimResult` with a
+:class:`~contextwindow.FitReport`, never mutate their input, and return the input itself
+(same objects, ``reason=None``) when nothing needs doing. A cleared or cut tool result is
+still a result: it keeps its call id and its place, so pairing is untouched. Synthetic
+text (markers, the notice) is deterministic: it is built only from what it replaces.
+
+Units: ``context_window``, budgets and shares are tokens of the chosen ``profile``
+(default ``conservative``); ``max_message_chars`` and every "characters" count are code
+points.
+
+>>> msgs = [{"role": "user", "content": "list the files"},
+...         {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+...             "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]},
+...         {"role": "tool", "tool_call_id": "c1", "content": "notes.txt\\n" * 20},
+...         {"role": "assistant", "content": "Two files."}]
+>>> micro_compact(msgs, keep_recent=0).messages[2]["content"]
+'[tool result cleared: 200 characters of bash output]'
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from . import _engine
+from . import _reference as ref
+from .estimate import DEFAULT_PROFILE, PROFILES
+from .messages import Message, Part, TextPart, ToolCall, ToolResult
+from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
+
+__all__ = [
+    "OUTPUT_HEAVY_TOOLS",
+    "WRITE_TOOLS",
+    "RESULT_CUT_MARKER",
+    "RESULT_CLEARED_MARKER",
+    "MESSAGE_CAP_MARKER",
+    "COMPACTION_NOTICE",
+    "budget_tool_results",
+    "micro_compact",
+    "prune_middle",
+]
+
+#: Tools whose results are bulky and can be re-fetched: their oldest results are cleared
+#: first when the input passes ``max_total_share`` (third seed, layer 1 whitelist: Read File,
+#: Bash, Grep, Glob, Search Files, Web Fetch; plus the names the corpus' agents use for
+#: the same jobs). Matched case-insensitively against the name of the call a result answers.
+OUTPUT_HEAVY_TOOLS: frozenset[str] = frozenset(
+    {
+        "read",
+        "read_file",
+        "readfile",
+        "view",
+        "view_file",
+        "open",
+        "cat",
+        "bash",
+        "bashoutput",
+        "shell",
+        "run_shell_command",
+        "execute_command",
+        "terminal",
+        "grep",
+        "glob",
+        "ls",
+        "list_files",
+        "list_dir",
+        "list_directory",
+        "find",
+        "find_file",
+        "search",
+        "search_files",
+        "search_file",
+        "search_dir",
+        "web_fetch",
+        "webfetch",
+        "fetch",
+        "web_search",
+        "websearch",
+        "notebookread",
+    }
+)
+
+#: Tools whose results are never cleared: their output is the record later steps rely on
+#: (third seed: "Write/Create tool output is always kept"). The third seed lists Edit among
+#: the output-heavy tools; here edits count as writes, as issue 5 asks. Case-insensitive.
+WRITE_TOOLS: frozenset[str] = frozenset(
+    {
+        "write",
+        "write_file",
+        "create",
+        "create_file",
+        "edit",
+        "edit_file",
+        "multiedit",
+        "multi_edit",
+        "insert",
+        "str_replace",
+        "str_replace_editor",
+        "str_replace_based_edit_tool",
+        "apply_patch",
+        "notebookedit",
+        "todowrite",
+    }
+)
+
+#: Put between the head and the tail of a cut tool result: characters (code points) and
+#: lines (lines removed wholly or in part) taken out.
+RESULT_CUT_MARKER = "[... {chars} characters ({lines} lines) removed ...]"
+#: Replaces the whole content of a cleared tool result (``chars``: characters of text the
+#: result held when it was cleared; non-text parts are named when there were any).
+RESULT_CLEARED_MARKER = "[tool result cleared: {chars} characters of {tool} output]"
+#: Ends a text cut by the per-message character cap (first seed: "[Truncated]" suffix).
+MESSAGE_CAP_MARKER = "\n[Truncated: {chars} characters removed]"
+#: The one notice that stands for the messages :func:`prune_middle` removed (third seed).
+COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
+
+_CAP_ONLY_RE = re.compile(r"\n\[Truncated: \d+ characters removed\]")
+_CUT_ONLY_RE = re.compile(r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]")
+_CLEARED_RE = re.compile(r"\[tool result cleared: \d+ characters(?: and \d+ non-text parts)? of .* output\]", re.S)
+_SEG = msgspec.json.Decoder(Segmentation)
+_NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]")
+
+# --------------------------------------------------------------------------- options
+
+
+def _profile(profile: str | None) -> str:
+    name = DEFAULT_PROFILE if profile is None else profile
+    if not isinstance(name, str) or name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+    return name
+
+
+def _positive_int(value: Any, name: str, *, allow_none: bool = False, minimum: int = 1) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _share(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number in (0, 1] or None, got {type(value).__name__}")
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _names(tools: Any, name: str) -> frozenset[str]:
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable):
+        raise TypeError(f"{name} must be a collection of tool names, got {type(tools).__name__}")
+    out = set()
+    for t in tools:
+        if not isinstance(t, str):
+            raise TypeError(f"{name} must hold tool names (str), got {type(t).__name__}")
+        out.add(t.casefold())
+    return frozenset(out)
+
+
+def _budget_tokens(budget: Any) -> int | None:
+    """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
+    if budget is None:
+        return None
+    usable = getattr(budget, "usable", budget)
+    if isinstance(usable, bool) or not isinstance(usable, int):
+        raise TypeError(f"budget must be None, an int or a Budget, got {type(budget).__name__}")
+    if usable < 0:
+        raise ValueError(f"budget must be >= 0, got {usable}")
+    return usable
+
+
+# --------------------------------------------------------------------------- costs and text
+
+
+def _costs(msgs: list[Message], profile: str) -> list[int]:
+    """Per-message tokens from the Rust estimator (additive over messages)."""
+    if not msgs:
+        return []
+    return [int(n) for n in _engine.native.count_messages(_engine.encode_messages(msgs), profile)]
+
+
+def _segment(payload: bytes) -> Segmentation:
+    """Preamble, turns and tool units from the Rust engine (``_reference.segment``'s rules)."""
+    return _SEG.decode(_engine.native.segment_turns(payload))
+
+
+def _cost(m: Message, profile: str) -> int:
+    return _costs([m], profile)[0]
+
+
+def _result_chars(r: ToolResult) -> int:
+    return sum(len(q.text) for q in r.content if isinstance(q, TextPart))
+
+
+def _non_text(r: ToolResult) -> int:
+    return sum(1 for q in r.content if not isinstance(q, TextPart))
+
+
+def _is_cleared(r: ToolResult) -> bool:
+    return len(r.content) == 1 and isinstance(r.content[0], TextPart) and bool(_CLEARED_RE.fullmatch(r.content[0].text))
+
+
+def _cleared_text(r: ToolResult, tool: str | None) -> str:
+    chars = _result_chars(r)
+    other = _non_text(r)
+    count = f"{chars} characters and {other} non-text parts" if other else f"{chars} characters"
+    return f"[tool result cleared: {count} of {tool or 'tool'} output]"
+
+
+def _clear(r: ToolResult, tool: str | None) -> ToolResult:
+    kind = r.content_kind if r.content_kind in ("text", "parts", None) else "parts"
+    return msgspec.structs.replace(r, content=[TextPart(text=_cleared_text(r, tool))], content_kind=kind)
+
+
+def _cut_lines(text: str, keep: int) -> tuple[str, int]:
+    """Keep about ``keep`` characters: head + :data:`RESULT_CUT_MARKER` + tail.
+
+    Each side is cut where a line starts; when the nearest line start would keep less
+    than half of that side (very long lines), it is cut on a grapheme boundary instead
+    (``_reference._bad_cut``: never inside a code point sequence, a ZWJ emoji, a flag or
+    ``\\r\\n``). Returns the new text and the characters removed.
+    """
+    n = len(text)
+    if keep >= n:
+        return text, 0
+    head_allow, tail_allow = (keep + 1) // 2, keep // 2
+    h = text.rfind("\n", 0, head_allow) + 1
+    if h < head_allow // 2:
+        h = head_allow
+        while h > 0 and ref._bad_cut(text, h):
+            h -= 1
+    t0 = n - tail_allow
+    j = text.find("\n", t0 - 1)
+    q = n if j == -1 else j + 1
+    if n - q < tail_allow // 2:
+        q = t0
+        while q < n and ref._bad_cut(text, q):
+            q += 1
+    q = max(q, h)
+    gone = text[h:q]
+    lines = gone.count("\n") + (0 if not gone or gone.endswith("\n") else 1)
+    head, tail = text[:h], text[q:]
+    sep = "" if not head or head.endswith("\n") else "\n"
+    mark = RESULT_CUT_MARKER.format(chars=q - h, lines=lines)
+    return head + sep + mark + ("\n" + tail if tail else ""), q - h
+
+
+def _cap_text(text: str, allowed: int) -> tuple[str, int]:
+    """``text`` cut to at most ``allowed`` characters, marker included: the head, cut on a
+    grapheme boundary, then :data:`MESSAGE_CAP_MARKER`. Returns the text and the
+    characters removed (``0``: left as is, when even the marker alone would not be shorter)."""
+    n = len(text)
+    keep = allowed
+    while True:
+        head = max(0, keep - len(MESSAGE_CAP_MARKER.format(chars=n - max(0, keep))))
+        while head > 0 and ref._bad_cut(text, head):
+            head -= 1
+        out = text[:head] + MESSAGE_CAP_MARKER.format(chars=n - head)
+        if len(out) <= allowed or head == 0:
+            break
+        keep -= len(out) - allowed
+    if len(out) >= n:
+        return text, 0
+    return out, n - head
+
+
+def _text_slots(m: Message) -> list[tuple[int, int | None]]:
+    """Where the message's text sits: ``(part, None)`` for a text part, ``(part, inner)`` for
+    a text part inside a tool result."""
+    slots: list[tuple[int, int | None]] = []
+    for p, part in enumerate(m.content):
+        if isinstance(part, TextPart):
+            slots.append((p, None))
+        elif isinstance(part, ToolResult):
+            slots.extend((p, q) for q, inner in enumerate(part.content) if isinstance(inner, TextPart))
+    return slots
+
+
+def _slot_text(m: Message, slot: tuple[int, int | None]) -> str:
+    p, q = slot
+    part = m.content[p]
+    if q is None:
+        return part.text  # type: ignore[union-attr]
+    return part.content[q].text  # type: ignore[union-attr]
+
+
+def _set_slot(m: Message, slot: tuple[int, int | None], text: str) -> Message:
+    return ref._with_text(m, slot[0], slot[1], text)
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _fates(n: int) -> list[dict[str, Any]]:
+    return [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(n)]
+
+
+def _report(
+    *,
+    tokens_before: int,
+    tokens_after: int,
+    budget: int | None,
+    reason: str | None,
+    turns: tuple[int, int],
+    fates: list[dict[str, Any]],
+    inserted: int = 0,
+    repairs: list[PairChange] | None = None,
+) -> FitReport:
+    return FitReport(
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        budget=budget,
+        fits=budget is None or tokens_after <= budget,
+        reason=reason,
+        turns_before=turns[0],
+        kept_turns=turns[1],
+        dropped_turns=turns[0] - turns[1],
+        dropped_messages=sum(f["fate"] == "dropped" for f in fates),
+        truncated_messages=sum(f["fate"] == "truncated" for f in fates),
+        inserted_messages=inserted,
+        breadcrumb=False,
+        repairs=repairs or [],
+        fates=[Fate(**f) for f in fates],
+    )
+
+
+def _tool_names(msgs: list[Message]) -> list[list[str | None]]:
+    """For each part of each message: the name of the call a tool result answers (the
+    nearest preceding call with its id), else ``None``."""
+    results, _ = ref.resolve(msgs)
+    out: list[list[str | None]] = []
+    for i, row in enumerate(results):
+        names: list[str | None] = []
+        for p, c in enumerate(row):
+            if c is not None and isinstance(msgs[i].content[p], ToolResult):
+                call = msgs[c[0]].content[c[1]]
+                names.append(call.name if isinstance(call, ToolCall) else None)
+            else:
+                names.append(None)
+        out.append(names)
+    return out
+
+
+# --------------------------------------------------------------------------- layer 1
+
+
+def budget_tool_results(
+    messages: Any,
+    context_window: int,
+    *,
+    profile: str | None = None,
+    max_result_share: float | None = 0.5,
+    max_total_share: float | None = 0.75,
+    output_heavy_tools: Iterable[str] = OUTPUT_HEAVY_TOOLS,
+    protected_tools: Iterable[str] = WRITE_TOOLS,
+    max_message_chars: int | None = 50_000,
+    format: str | None = None,
+) -> TrimResult[Any]:
+    """Keep tool output within its share of the context window (run before every call).
+
+    Three rules, in this order (third seed, layer 1; first seed, ``max_message_chars``):
+
+    1. **Character cap.** A message whose text (its text parts and the text of its tool
+       results) is over ``max_message_chars`` characters has its largest texts cut to
+       their head plus ``"\\n[Truncated: N characters removed]"`` until it is at most
+       that many characters, marker included. Pinned messages and the preamble are
+       never cut. Fate rule ``message_char_cap``.
+    2. **One result over its share.** A tool result whose tokens (the result as a message
+       of its own, per-message overhead included) exceed ``max_result_share`` x
+       ``context_window`` is cut to head + tail at line boundaries (grapheme boundaries
+       when lines are very long) with ``[... N characters (L lines) removed ...]`` in
+       between, keeping as much as still fits the share. Applies in every turn; not to
+       pinned messages. Fate rule ``tool_result_cut``.
+    3. **Total over its share.** While the conversation's tokens exceed
+       ``max_total_share`` x ``context_window``, the oldest results of output-heavy tools
+       (the call's name, case-insensitive, in ``output_heavy_tools`` and not in
+       ``protected_tools``) are replaced by ``[tool result cleared: N characters of
+       <tool> output]``, never in the current turn (the turn of the last real user
+       message, :func:`~contextwindow.segment_turns`), never in pinned messages, never a
+       result already cleared, and only when clearing saves tokens. Fate rule
+       ``tool_result_cleared``.
+
+    A cut or cleared result keeps its call id, error flag and place: pairing is untouched
+    (this function removes no message and repairs none; ``validate`` gives the same
+    answer before and after). ``None`` for a share or for ``max_message_chars`` turns
+    that rule off.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        context_window: the model's context window, tokens (> 0).
+        profile: built-in profile for every token count (``None``: ``conservative``).
+        max_result_share: largest share of the window one tool result may take, (0, 1].
+        max_total_share: share of the window above which old results are cleared, (0, 1].
+        output_heavy_tools: tool names whose old results may be cleared.
+        protected_tools: tool names whose results are never cleared (wins over the above).
+        max_message_chars: per-message character cap (code points), ``None`` for none.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        ``TrimResult(messages, report)`` in the caller's shape. ``report.budget`` is the
+        total threshold ``floor(max_total_share * context_window)`` (the window when that
+        rule is off); ``report.reason`` is ``tool_result_budget`` when a result was cut or
+        cleared, ``message_char_cap`` when only the character cap applied, ``None`` when
+        nothing changed (the output is then the input, same objects).
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown profile, ``context_window`` < 1, a share outside (0, 1],
+            ``max_message_chars`` < 1.
+        TypeError: an option of the wrong type (e.g. a bare string for a tool list).
+
+    >>> msgs = [{"role": "user", "content": "build it"},
+    ...         {"role": "assistant", "content": None, "tool_calls": [{"id": "b1", "type": "function",
+    ...             "function": {"name": "bash", "arguments": "{}"}}]},
+    ...         {"role": "tool", "tool_call_id": "b1", "content": "ok\\n" * 4000}]
+    >>> r = budget_tool_results(msgs, 2000, profile="fim")   # 12,000 characters: ~3,000 tokens
+    >>> r.report.reason, r.report.fates[2].rule, r.messages[2]["content"][:14]
+    ('tool_result_budget', 'tool_result_cut', 'ok\\nok\\nok\\nok\\nok')
+    """
+    name = _profile(profile)
+    window = _positive_int(context_window, "context_window")
+    assert window is not None
+    result_share = _share(max_result_share, "max_result_share")
+    total_share = _share(max_total_share, "max_total_share")
+    heavy = _names(output_heavy_tools, "output_heavy_tools")
+    protected = _names(protected_tools, "protected_tools")
+    cap = _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+    prep = _engine.prepare(messages, format)
+    msgs = _engine.decoded(prep)
+    threshold = int(total_share * window) if total_share is not None else None
+    report_budget = threshold if threshold is not None else window
+
+    work = list(msgs)
+    costs = _costs(work, name)
+    tokens_before = sum(costs)
+    fates = _fates(len(msgs))
+    # characters removed per (message, part, inner) slot, so a cut then a clearing count once
+    removed: dict[tuple[int, int, int | None], int] = {}
+    reasons: set[str] = set()
+    seg = _segment(prep.payload)
+
+    def mark(i: int, rule: str) -> None:
+        fates[i]["fate"] = "truncated"
+        fates[i]["rule"] = rule
+        fates[i]["chars_removed"] = sum(v for k, v in removed.items() if k[0] == i)
+
+    # 1. per-message character cap (first seed)
+    if cap is not None:
+        for i, m in enumerate(work):
+            if i < seg.preamble_end or m.pinned:
+                continue
+            slots = _text_slots(m)
+            total = sum(len(_slot_text(m, s)) for s in slots)
+            if total <= cap:
+                continue
+            changed = False
+            for s in sorted(slots, key=lambda s: -len(_slot_text(m, s))):
+                if total <= cap:
+                    break
+                text = _slot_text(m, s)
+                if _CAP_ONLY_RE.fullmatch(text):
+                    continue  # cut to its marker alone already
+                new, gone = _cap_text(text, max(0, len(text) - (total - cap)))
+                if gone == 0:
+                    continue
+                m = _set_slot(m, s, new)
+                total += len(new) - len(text)
+                removed[(i, s[0], s[1])] = removed.get((i, s[0], s[1]), 0) + gone
+                changed = True
+            if changed:
+                work[i] = m
+                costs[i] = _cost(m, name)
+                mark(i, "message_char_cap")
+                reasons.add("message_char_cap")
+
+    # 2. one tool result over its share of the window
+    if result_share is not None:
+        limit = int(result_share * window)
+        for i, m in enumerate(work):
+            # a result alone costs at most its message (costs are additive over parts)
+            if m.pinned or costs[i] <= limit or not any(isinstance(p, ToolResult) for p in m.content):
+                continue
+            changed = False
+            for p, part in enumerate(m.content):
+                if not isinstance(part, ToolResult) or _is_cleared(part):
+                    continue
+
+                def alone(r: ToolResult, m: Message = m) -> int:
+                    return _cost(msgspec.structs.replace(m, content=[r]), name)
+
+                if alone(part) <= limit:
+                    continue
+                result = part
+                order = sorted(
+                    (q for q, x in enumerate(result.content) if isinstance(x, TextPart) and x.text),
+                    key=lambda q: -len(result.content[q].text),  # type: ignore[union-attr]
+                )
+                for q in order:
+                    if alone(result) <= limit:
+                        break
+                    text = result.content[q].text  # type: ignore[union-attr]
+                    if _CUT_ONLY_RE.fullmatch(text):
+                        continue  # cut to its marker alone already: nothing left to take
+
+                    def with_keep(k: int, result: ToolResult = result, q: int = q, text: str = text) -> ToolResult:
+                        inner = list(result.content)
+                        inner[q] = msgspec.structs.replace(inner[q], text=_cut_lines(text, k)[0])  # type: ignore[type-var]
+                        return msgspec.structs.replace(result, content=inner)
+
+                    keep = _largest(len(text), lambda k: alone(with_keep(k)) <= limit)
+                    new_text, gone = _cut_lines(text, keep)
+                    if gone == 0 or len(new_text) >= len(text):
+                        continue
+                    result = with_keep(keep)
+                    removed[(i, p, q)] = removed.get((i, p, q), 0) + gone
+                    changed = True
+                if result is not part:
+                    content = list(m.content)
+                    content[p] = result
+                    m = msgspec.structs.replace(m, content=content)
+            if changed:
+                work[i] = m
+                costs[i] = _cost(m, name)
+                mark(i, "tool_result_cut")
+                reasons.add("tool_result_budget")
+
+    # 3. the whole input over its share: clear the oldest output-heavy results
+    if threshold is not None and sum(costs) > threshold:
+        names = _tool_names(msgs)
+        current = seg.turns[-1][0] if seg.turns else len(work)
+        total = sum(costs)
+        for i in range(min(current, len(work))):
+            if total <= threshold:
+                break
+            m = work[i]
+            if m.pinned:
+                continue
+            for p, part in enumerate(m.content):
+                if total <= threshold:
+                    break
+                tool = names[i][p]
+                if not isinstance(part, ToolResult) or tool is None or _is_cleared(part):
+                    continue
+                if tool.casefold() not in heavy or tool.casefold() in protected:
+                    continue
+                content = list(m.content)
+                # the marker counts what the result holds now (after rules 1-2), so a second
+                # run sees the very result this run saw and decides the same
+                content[p] = _clear(part, tool)
+                trial = msgspec.structs.replace(m, content=content)
+                cost = _cost(trial, name)
+                if cost >= costs[i]:
+                    continue
+                total += cost - costs[i]
+                work[i], costs[i], m = trial, cost, trial
+                original = msgs[i].content[p]
+                assert isinstance(original, ToolResult)
+                for q, inner in enumerate(original.content):
+                    if isinstance(inner, TextPart):
+                        removed[(i, p, q)] = len(inner.text)
+                mark(i, "tool_result_cleared")
+                reasons.add("tool_result_budget")
+
+    reason = "tool_result_budget" if "tool_result_budget" in reasons else ("message_char_cap" if reasons else None)
+    ops = [(i, None if work[i] is msgs[i] else work[i]) for i in range(len(msgs))]
+    t = len(seg.turns)
+    report = _report(
+        tokens_before=tokens_before,
+        tokens_after=sum(costs),
+        budget=report_budget,
+        reason=reason,
+        turns=(t, t),
+        fates=fates,
+    )
+    return _engine.apply_ops(prep, ops, report)
+
+
+def _largest(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``k`` in ``[0, n - 1]`` with ``fits(k)`` (binary search; ``0`` when
+    none fits: the text is cut to its marker alone)."""
+    lo, hi = 0, max(n - 1, 0)
+    if not fits(0):
+        return 0
+    while lo < hi:
+        mid = lo + (hi - lo + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# --------------------------------------------------------------------------- micro compaction
+
+
+def micro_compact(
+    messages: Any,
+    keep_recent: int = 6,
+    *,
+    tools: Iterable[str] | None = None,
+    format: str | None = None,
+    profile: str | None = None,
+) -> TrimResult[Any]:
+    """Clear every tool result except the newest ``keep_recent``.
+
+    Each cleared result's content becomes ``[tool result cleared: N characters of <tool>
+    output]`` (``N``: characters of text it held; ``<tool>`` the name of the call it
+    answers, ``tool`` when it answers none); it keeps its call id, error flag and place,
+    so pairing is untouched. The newest ``keep_recent`` results (counted over every result,
+    cleared or not, in message order) stay whole. A result is left alone when it is
+    already cleared, sits in a pinned message, or holds only text no longer than its
+    marker (clearing would not shrink it); with ``tools``, only results of those tools
+    (case-insensitive) are cleared. Idempotent: a second call changes nothing and
+    returns its input.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        keep_recent: how many of the newest tool results to keep whole (>= 0).
+        tools: tool names whose results may be cleared; ``None`` for every tool.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        profile: built-in profile for the report's token counts (``None``: ``conservative``).
+
+    Returns:
+        ``TrimResult(messages, report)``; ``report.reason`` is ``"micro_compact"`` when a
+        result was cleared (fate ``truncated``, rule ``tool_result_cleared``), ``None``
+        otherwise (the output is then the input, same objects).
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: ``keep_recent`` < 0 or unknown profile.
+        TypeError: ``keep_recent`` not an int, or ``tools`` not a collection of names.
+
+    >>> msgs = [{"role": "user", "content": "read both"},
+    ...         {"role": "assistant", "content": None, "tool_calls": [
+    ...             {"id": "r1", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
+    ...             {"id": "r2", "type": "function", "function": {"name": "Read", "arguments": "{}"}}]},
+    ...         {"role": "tool", "tool_call_id": "r1", "content": "x" * 500},
+    ...         {"role": "tool", "tool_call_id": "r2", "content": "y" * 500}]
+    >>> [m["content"][:30] for m in micro_compact(msgs, keep_recent=1).messages[2:]]
+    ['[tool result cleared: 500 char', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy']
+    """
+    name = _profile(profile)
+    keep = _positive_int(keep_recent, "keep_recent", minimum=0)
+    assert keep is not None
+    only = None if tools is None else _names(tools, "tools")
+    prep = _engine.prepare(messages, format)
+    msgs = _engine.decoded(prep)
+    names = _tool_names(msgs)
+    slots = [(i, p) for i, m in enumerate(msgs) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
+    old = slots[: max(0, len(slots) - keep)]
+    work = list(msgs)
+    fates = _fates(len(msgs))
+    for i, p in old:
+        m = work[i]
+        part = msgs[i].content[p]
+        assert isinstance(part, ToolResult)
+        tool = names[i][p]
+        if m.pinned or _is_cleared(part):
+            continue
+        if only is not None and (tool is None or tool.casefold() not in only):
+            continue
+        cleared = _clear(part, tool)
+        if not _non_text(part) and _result_chars(cleared) >= _result_chars(part):
+            continue
+        content = list(m.content)
+        content[p] = cleared
+        work[i] = msgspec.structs.replace(m, content=content)
+        fates[i].update(fate="truncated", rule="tool_result_cleared")
+        fates[i]["chars_removed"] += _result_chars(part)
+    changed = any(w is not m for w, m in zip(work, msgs, strict=True))
+    before = _costs(msgs, name)
+    touched = [i for i, w in enumerate(work) if w is not msgs[i]]
+    after = list(before)
+    for i, c in zip(touched, _costs([work[i] for i in touched], name), strict=True):
+        after[i] = c
+    t = len(_segment(prep.payload).turns)
+    report = _report(
+        tokens_before=sum(before),
+        tokens_after=sum(after),
+        budget=None,
+        reason="micro_compact" if changed else None,
+        turns=(t, t),
+        fates=fates,
+    )
+    return _engine.apply_ops(prep, [(i, None if w is msgs[i] else w) for i, w in enumerate(work)], report)
+
+
+# --------------------------------------------------------------------------- layer 2
+
+
+def _notice_count(text: str) -> int | None:
+    m = _NOTICE_RE.fullmatch(text)
+    return int(m.group(1)) if m else None
+
+
+def _is_notice_message(m: Message) -> bool:
+    """A message that is only our notice (OpenAI placement)."""
+    return (
+        m.role == "user"
+        and len(m.content) == 1
+        and isinstance(m.content[0], TextPart)
+        and _notice_count(m.content[0].text) is not None
+    )
+
+
+def _notice_blocks(m: Message) -> list[int]:
+    """Indices of notice text blocks inside a user message that holds more than that."""
+    if m.role != "user" or _is_notice_message(m):
+        return []
+    return [p for p, q in enumerate(m.content) if isinstance(q, TextPart) and _notice_count(q.text) is not None]
+
+
+def _is_request(m: Message) -> bool:
+    return ref.is_real_user(m) and not _is_notice_message(m)
+
+
+def _with_notice(m: Message, text: str, where: str) -> Message:
+    """``m`` with the notice as a text block: ``lead`` (first), ``after_results`` (right
+    after its leading tool results) or ``trail`` (last)."""
+    block = TextPart(text=text)
+    content: list[Part] = list(m.content)
+    if where == "lead":
+        content.insert(0, block)
+    elif where == "after_results":
+        k = 0
+        while k < len(content) and isinstance(content[k], ToolResult):
+            k += 1
+        content.insert(k, block)
+    else:
+        content.append(block)
+    return ref.fix_content_kind(msgspec.structs.replace(m, content=content))
+
+
+def _repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange]) -> None:
+    """Fates of a pair repair, as ``trim_turns`` reports them."""
+    for c in repairs:
+        f = fates[c.index]
+        if c.kind == "orphan_result_dropped":
+            f.update(fate="dropped", rule="orphan_result", chars_removed=0)
+        elif c.kind == "message_dropped":
+            f.update(fate="dropped", rule="emptied_by_repair", chars_removed=0)
+        elif c.kind == "call_removed":
+            f.update(fate="repaired", rule="call_removed", chars_removed=0)
+        elif c.kind in ("result_moved", "stub_inserted", "results_reordered") and f["fate"] == "kept":
+            f.update(fate="repaired", rule=c.kind, chars_removed=0)
+
+
+def prune_middle(
+    messages: Any,
+    budget: Any = None,
+    *,
+    keep_recent: int | None = None,
+    profile: str | None = None,
+    format: str | None = None,
+) -> TrimResult[Any]:
+    """Replace the middle of a long history with one notice (third seed, layer 2).
+
+    Kept: the preamble, the first real user message, pinned messages, the current
+    request (the last real user message) and the last ``N = min(6, total // 3)``
+    messages (``total``: messages after pair repair; ``keep_recent`` overrides ``N``).
+    A tool unit is never split: any unit holding a kept message is kept whole, which
+    widens the kept tail back to the unit's call. In Anthropic shape (and for a plain
+    chat) a dropped run between two messages of the same role also keeps the message
+    just before the later one, so roles keep alternating. Every other message is
+    removed, and one notice ``[context compacted: N earlier messages removed]`` stands
+    for them, placed where ``trim_turns`` places its breadcrumb (DESIGN.md section 5):
+
+    * OpenAI shape: a user message of its own before the first message kept after the
+      first removed run (never between a call and its results: units are whole). When
+      no real user message follows that place, the notice is instead the last text
+      block of the current request, so it never becomes the conversation's current
+      request.
+    * Anthropic shape: the leading text block of that next kept message when it is a
+      user message (after its ``tool_result`` blocks when it carries results), else the
+      last text block of the kept user message before the removed run.
+
+    Pruning a pruned history never stacks notices: the old ones are removed and the new
+    notice counts their messages plus the newly removed ones; when only old notices
+    would go, nothing changes. Broken tool pairs are repaired first (as ``trim_turns``
+    does), so every output passes ``validate`` for pairing.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        budget: ``None`` to prune unconditionally, or a token budget (an int, or a
+            ``Budget`` whose ``usable`` is read): when the input fits, it comes back
+            unchanged.
+        keep_recent: how many of the newest messages to keep (>= 0); ``None`` for
+            ``min(6, total // 3)``.
+        profile: built-in profile for token counts (``None``: ``conservative``).
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        ``TrimResult(messages, report)``; ``report.reason`` is ``"middle_pruned"`` when
+        messages were removed (fate ``dropped``, rule ``middle_pruned``), ``"tool_pairs"``
+        when only a repair changed the input, ``None`` when the output is the input.
+        ``report.fits`` compares the result with ``budget`` (one pruning pass; the caller
+        decides what next when it still does not fit).
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: negative ``budget`` or ``keep_recent``, unknown profile.
+        TypeError: ``budget`` or ``keep_recent`` of the wrong type.
+
+    >>> msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    >>> for k in range(5):
+    ...     msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"more {k}"}]
+    >>> [m["content"] for m in prune_middle(msgs, keep_recent=2).messages]
+    ['sys', 'task', '[context compacted: 8 earlier messages removed]', 'step 4', 'more 4']
+    """
+    name = _profile(profile)
+    limit = _budget_tokens(budget)
+    if keep_recent is not None:
+        _positive_int(keep_recent, "keep_recent", minimum=0)
+    prep = _engine.prepare(messages, format)
+    msgs = _engine.decoded(prep)
+    provider = prep.provider
+    in_costs = _costs(msgs, name)
+    tokens_before = sum(in_costs)
+
+    items, repairs = ref.repair(msgs, provider, "stub")
+    wm = [it.msg(msgs) for it in items]
+    n = len(wm)
+    costs = [in_costs[it.src] if it.src is not None and it.new is None else -1 for it in items]
+    fresh = [w for w, c in enumerate(costs) if c < 0]
+    for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
+        costs[w] = c
+    fates = _fates(len(msgs))
+    _repair_fates(fates, repairs)
+    seg = _segment(_engine.encode_messages(wm))
+    turns_before = len(seg.turns)
+
+    def finish(
+        out: list[tuple[int | None, Message | None]], reason: str | None, inserted: int, dropped_turns: int
+    ) -> TrimResult[Any]:
+        tokens_after = sum(_costs([msg if msg is not None else msgs[src] for src, msg in out], name))  # type: ignore[index]
+        changed = len(out) != len(msgs) or any(msg is not None or src != i for i, (src, msg) in enumerate(out))
+        if reason is None and changed:
+            reason = "tool_pairs"
+        report = _report(
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            budget=limit,
+            reason=reason if changed else None,
+            turns=(turns_before, turns_before - dropped_turns),
+            fates=fates,
+            inserted=inserted,
+            repairs=repairs,
+        )
+        return _engine.apply_ops(prep, out, report)
+
+    def as_is() -> TrimResult[Any]:
+        out = [(it.src, it.new) for it in items]
+        inserted = sum(1 for it in items if it.src is None)
+        return finish(out, None, inserted, 0)
+
+    if limit is not None and sum(costs) <= limit:
+        return as_is()
+
+    pre = seg.preamble_end
+    requests = [w for w in range(pre, n) if _is_request(wm[w])]
+    old_notice = [w for w in range(n) if _is_notice_message(wm[w])]
+    keep: set[int] = set(range(pre))
+    if requests:
+        keep.update((requests[0], requests[-1]))
+    keep.update(w for w in range(n) if wm[w].pinned)
+    tail = keep_recent if keep_recent is not None else min(6, n // 3)
+    keep.update(range(max(pre, n - tail), n))
+    keep.difference_update(old_notice)
+    unit_of: dict[int, list[int]] = {w: u for u in seg.units for w in u}
+    anthropic = provider == "anthropic"
+
+    def close() -> None:
+        """Whole units, and (Anthropic) alternating roles across removed runs."""
+        while True:
+            grew = False
+            for w in sorted(keep):
+                for v in unit_of.get(w, ()):
+                    if v not in keep:
+                        keep.add(v)
+                        grew = True
+            if anthropic:
+                kept = sorted(w for w in keep if w >= pre)
+                for a, b in itertools.pairwise(kept):
+                    if b - a > 1 and wm[a].role == wm[b].role:
+                        c = next(
+                            (c for c in range(b - 1, a, -1) if c not in old_notice and wm[c].role != wm[b].role),
+                            None,
+                        )
+                        if c is not None:
+                            keep.add(c)
+                            grew = True
+                            break
+            if not grew:
+                return
+
+    close()
+    gone = [w for w in range(pre, n) if w not in keep and w not in old_notice]
+    if not gone:
+        return as_is()
+
+    # the notice: old notices' counts plus the input messages removed now
+    previous = sum(_notice_count(wm[w].content[0].text) or 0 for w in old_notice)  # type: ignore[union-attr]
+    # notice blocks count whether their message stays or goes (an earlier notice may lead a
+    # message that is in the middle now)
+    previous += sum(_notice_count(wm[w].content[p].text) or 0 for w in range(n) for p in _notice_blocks(wm[w]))  # type: ignore[union-attr]
+    count = previous + sum(1 for w in gone if items[w].src is not None)
+    notice = COMPACTION_NOTICE.format(n=count)
+    new: dict[int, Message] = {}
+    for w in sorted(keep):
+        blocks = _notice_blocks(wm[w])
+        if blocks:
+            new[w] = ref.fix_content_kind(
+                msgspec.structs.replace(wm[w], content=[q for p, q in enumerate(wm[w].content) if p not in blocks])
+            )
+
+    def cur(w: int) -> Message:
+        return new.get(w, wm[w])
+
+    first_gone = gone[0]
+    after = next((w for w in range(first_gone, n) if w in keep), None)
+    before = next((w for w in range(first_gone - 1, pre - 1, -1) if w in keep), None)
+    standalone_at: int | None = None
+    target: tuple[int, str] | None = None
+    if not anthropic:
+        request_after = after is not None and any(_is_request(cur(w)) for w in range(after, n) if w in keep)
+        if request_after or not requests:
+            standalone_at = after if after is not None else n
+        else:
+            target = (requests[-1], "trail")
+    elif after is not None and cur(after).role == "user":
+        target = (after, "after_results" if ref.has_results(cur(after)) else "lead")
+    elif before is not None and cur(before).role == "user":
+        target = (before, "trail")
+    else:
+        later = next((w for w in range(first_gone, n) if w in keep and cur(w).role == "user"), None)
+        if later is not None:
+            target = (later, "after_results" if ref.has_results(cur(later)) else "lead")
+        else:
+            standalone_at = after if after is not None else n
+    if target is not None:
+        new[target[0]] = _with_notice(cur(target[0]), notice, target[1])
+
+    # fates: why each input message stayed or went
+    reason_of: dict[int, str] = {}
+    for w in range(pre):
+        reason_of[w] = "preamble"
+    for w in sorted(keep):
+        if w in reason_of:
+            continue
+        if w >= n - tail:
+            reason_of[w] = "recent_messages"
+        elif requests and w == requests[-1]:
+            reason_of[w] = "current_request"
+        elif requests and w == requests[0]:
+            reason_of[w] = "first_user_message"
+        elif wm[w].pinned:
+            reason_of[w] = "pinned"
+        elif unit_of.get(w):
+            reason_of[w] = "tool_unit"
+        else:
+            reason_of[w] = "alternation"
+    for w, it in enumerate(items):
+        if it.src is None:
+            continue
+        f = fates[it.src]
+        if w in keep:
+            if f["fate"] == "kept":
+                f["rule"] = reason_of[w]
+            if w in new:
+                f["rule"] = "notice_added" if target is not None and target[0] == w else "notice_removed"
+        else:
+            f.update(fate="dropped", rule="notice_replaced" if w in old_notice else "middle_pruned", chars_removed=0)
+
+    out: list[tuple[int | None, Message | None]] = []
+    inserted = 0
+    for w, it in enumerate(items):
+        if w == standalone_at:
+            out.append((None, Message(role="user", content=[TextPart(text=notice)])))
+            inserted += 1
+        if w not in keep:
+            continue
+        if it.src is None:
+            inserted += 1
+        out.append((it.src, new.get(w, it.new)))
+    if standalone_at == n:
+        out.append((None, Message(role="user", content=[TextPart(text=notice)])))
+        inserted += 1
+    dropped_turns = sum(1 for a, b in seg.turns if all(w not in keep for w in range(a, b)))
+    return finish(out, "middle_pruned", inserted, dropped_turns)

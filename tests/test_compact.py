@@ -1,0 +1,845 @@
+"""contextwindow.compact: tool-output budget, micro compaction, middle pruning (issue 5).
+
+Hand-worked values use the ``fim`` profile (first seed): 4 tokens per message, ASCII text
+at floor(chars / 4) tokens (at least 1 for non-empty text), a tool call adds its name's
+and its arguments' text, an Anthropic ``tool_result`` adds its text. Each test checks its
+per-message arithmetic against ``message_tokens`` first, so a changed profile fails loudly.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.compact import (
+    OUTPUT_HEAVY_TOOLS,
+    WRITE_TOOLS,
+    budget_tool_results,
+    micro_compact,
+    prune_middle,
+)
+from contextwindow.messages import Message, TextPart, ToolCall, ToolResult
+
+from shared_data import CASES, corpus_files, ids, load, need
+from strategies import case
+
+FIM = "fim"
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def oa_call(cid: str, name: str, args: str = "{}") -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [call(cid, name, args)]}
+
+
+def call(cid: str, name: str, args: str = "{}") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def oa_result(cid: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+def an_use(cid: str, name: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": cid, "name": name, "input": {}}
+
+
+def an_result(cid: str, text: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": cid, "content": text}
+
+
+def texts_of(m: Any) -> str:
+    """All text of an OpenAI or Anthropic dict message, tool results included."""
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    out = []
+    for b in c or []:
+        if b.get("type") == "text":
+            out.append(b["text"])
+        elif b.get("type") == "tool_result":
+            inner = b.get("content")
+            out.append(inner if isinstance(inner, str) else "".join(x.get("text", "") for x in inner or []))
+    return "\n".join(out)
+
+
+def same_objects(out: list[Any], msgs: list[Any]) -> bool:
+    return len(out) == len(msgs) and all(a is b for a, b in zip(out, msgs, strict=True))
+
+
+def codes(vs: list[cw.Violation]) -> list[tuple[int, str, str | None]]:
+    return [(v.index, v.code, v.call_id) for v in vs]
+
+
+# --------------------------------------------------------------------------- rule 2: one result over its share
+
+
+def numbered_lines(n: int) -> str:
+    return "".join(f"line {i:04d}\n" for i in range(n))  # 10 characters a line
+
+
+def test_single_result_cut_at_line_boundaries_openai() -> None:
+    text = numbered_lines(400)  # 4,000 characters
+    msgs = [{"role": "user", "content": "run it"}, oa_call("b1", "bash"), oa_result("b1", text)]
+    # fim: 4 + 4000 / 4 = 1004 tokens for the result; window 1000 x 0.5 = 500 allowed
+    assert cw.message_tokens(msgs, FIM) == [4 + 1, 4 + 1 + 1, 1004]
+    before = copy.deepcopy(msgs)
+    r = budget_tool_results(msgs, 1000, profile=FIM, max_total_share=None)
+    assert msgs == before
+    out = r.messages[2]["content"]
+    # cost <= 500 means floor(len / 4) <= 496, len <= 1987. The kept text is head + marker
+    # + "\n" + tail, whole 10-character lines on each side; the marker for R = 4000 - kept
+    # characters (4 digits) and R / 10 lines (3 digits) is 5 + 4 + 13 + 3 + 20 = 45
+    # characters. kept + 46 <= 1987 gives kept <= 1941: 97 lines each side (970 + 970);
+    # 98 on one side would be 1950. Removed: 4000 - 1940 = 2060 characters, 206 lines.
+    marker = "[... 2060 characters (206 lines) removed ...]"
+    assert len(marker) == 45
+    assert out == numbered_lines(97) + marker + "\n" + "".join(f"line {i:04d}\n" for i in range(303, 400))
+    assert cw.message_tokens([r.messages[2]], FIM) == [4 + (1940 + 46) // 4] == [500]
+    assert r.report.reason == "tool_result_budget"
+    assert r.report.fates[2] == cw.Fate(index=2, fate="truncated", rule="tool_result_cut", chars_removed=2060)
+    assert r.report.fates[0].rule == "fits" and r.report.truncated_messages == 1
+    assert r.report.tokens_before == 5 + 6 + 1004 and r.report.tokens_after == 5 + 6 + 500
+    assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
+    assert r.messages[2]["tool_call_id"] == "b1"
+    assert cw.validate(r.messages, "openai") == []
+    # idempotent: the cut result fits its share now
+    again = budget_tool_results(r.messages, 1000, profile=FIM, max_total_share=None)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+
+def test_single_result_cut_in_current_turn_anthropic_parallel() -> None:
+    big = numbered_lines(400)
+    msgs = [
+        {"role": "user", "content": "read both"},
+        {"role": "assistant", "content": [an_use("r1", "Read"), an_use("r2", "Read")]},
+        {"role": "user", "content": [an_result("r1", "small"), an_result("r2", big)]},
+    ]
+    r = budget_tool_results(msgs, 1000, profile=FIM, max_total_share=None, format="anthropic")
+    blocks = r.messages[2]["content"]
+    # r1 untouched, r2 cut exactly as in the OpenAI case (same 500-token share: the result
+    # as a message of its own costs 4 + its text)
+    assert blocks[0] == an_result("r1", "small")
+    assert blocks[1]["tool_use_id"] == "r2" and "[... 2060 characters (206 lines) removed ...]" in blocks[1]["content"]
+    assert r.report.fates[2].chars_removed == 2060
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+def test_cut_never_splits_a_zwj_sequence_or_code_point() -> None:
+    regex = pytest.importorskip("regex")  # the UAX #29 implementation the tables came from
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # 5 code points, one grapheme
+    text = (family + "e\u0301") * 700  # no line breaks: the cut falls back to graphemes
+    msgs = [{"role": "user", "content": "q"}, oa_call("c1", "bash"), oa_result("c1", text)]
+    r = budget_tool_results(msgs, 1000, max_total_share=None)
+    out = r.messages[2]["content"]
+    head, rest = out.split("\n[... ", 1)
+    tail = rest.split(" ...]\n", 1)[1]
+    assert head and tail and text.startswith(head) and text.endswith(tail)
+    clusters = set(regex.findall(r"\X", text))
+    assert set(regex.findall(r"\X", head)) <= clusters and set(regex.findall(r"\X", tail)) <= clusters
+    assert cw.message_tokens([r.messages[2]])[0] <= 500
+    removed = len(text) - len(head) - len(tail)
+    assert r.report.fates[2].chars_removed == removed and f"[... {removed} characters (1 lines)" in out
+
+
+def test_cjk_lines_cut_and_counted() -> None:
+    text = "".join(f"第{i:03d}行の出力です。\n" for i in range(300))
+    line = len("第000行の出力です。\n")  # 1 + 3 + 7 + 1 = 12 characters a line
+    assert line == 12
+    msgs = [{"role": "user", "content": "q"}, oa_call("c1", "grep"), oa_result("c1", text)]
+    r = budget_tool_results(msgs, 600, max_total_share=None)
+    out = r.messages[2]["content"]
+    head, rest = out.split("[... ", 1)
+    n_chars, rest = rest.split(" characters (", 1)
+    n_lines = int(rest.split(" lines)", 1)[0])
+    tail = rest.split(" ...]\n", 1)[1]
+    assert head.endswith("\n") and text.startswith(head) and text.endswith(tail)
+    assert int(n_chars) == len(text) - len(head) - len(tail) == line * n_lines
+    assert cw.message_tokens([r.messages[2]])[0] <= 300
+
+
+# --------------------------------------------------------------------------- rule 3: total over its share
+
+
+def history() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+        oa_call("a1", "read_file"),
+        oa_result("a1", "x" * 800),
+        oa_call("w1", "write_file"),
+        oa_result("w1", "y" * 800),
+        oa_call("b1", "Bash"),
+        oa_result("b1", "z" * 800),
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "q2"},
+        oa_call("g1", "grep"),
+        oa_result("g1", "w" * 800),
+    ]
+
+
+# fim costs: "sys" 4+1; "q1" 4+1; read_file call 4 + 2 (9 chars) + 1 ("{}"); a result
+# 4 + 800/4 = 204; write_file call 4 + 2 + 1; Bash call 4 + 1 + 1; "done" 4+1; "q2" 4+1;
+# grep call 4 + 1 + 1. Total 862.
+HISTORY_COSTS = [5, 5, 7, 204, 7, 204, 6, 204, 5, 5, 6, 204]
+
+
+def test_history_costs_by_hand() -> None:
+    assert cw.message_tokens(history(), FIM) == HISTORY_COSTS and sum(HISTORY_COSTS) == 862
+
+
+def test_oldest_heavy_result_cleared_first() -> None:
+    msgs = history()
+    r = budget_tool_results(msgs, 1000, profile=FIM)
+    # threshold 0.75 x 1000 = 750 < 862: clear the oldest output-heavy result (read_file).
+    # "[tool result cleared: 800 characters of read_file output]" is 22 + 3 + 15 + 9 + 8 =
+    # 57 characters: 4 + 14 = 18 tokens; 862 - 204 + 18 = 676 <= 750, so it stops there.
+    marker = "[tool result cleared: 800 characters of read_file output]"
+    assert len(marker) == 57
+    assert r.messages[3] == {"role": "tool", "tool_call_id": "a1", "content": marker}
+    assert all(r.messages[i] is msgs[i] for i in range(len(msgs)) if i != 3)
+    assert r.report.tokens_after == 676 and r.report.budget == 750 and r.report.fits
+    assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="tool_result_cleared", chars_removed=800)
+    assert r.report.reason == "tool_result_budget"
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_write_tools_protected_case_insensitive_names() -> None:
+    msgs = history()
+    r = budget_tool_results(msgs, 800, profile=FIM)
+    # threshold 600: after read_file (676 > 600) the write_file result is skipped and the
+    # "Bash" result goes (case-insensitive): its marker is 22 + 3 + 15 + 4 + 8 = 52
+    # characters, 4 + 13 = 17 tokens; 676 - 204 + 17 = 489 <= 600.
+    assert r.messages[5] is msgs[5]
+    assert r.messages[7]["content"] == "[tool result cleared: 800 characters of Bash output]"
+    assert r.report.tokens_after == 489 and r.report.budget == 600
+    assert [f.rule for f in r.report.fates if f.fate == "truncated"] == ["tool_result_cleared"] * 2
+
+
+def test_current_turn_never_cleared_reports_not_fitting() -> None:
+    msgs = history()
+    r = budget_tool_results(msgs, 500, profile=FIM)
+    # threshold 375: read_file and Bash go (489 left); write_file is protected and the grep
+    # result sits in the current turn (opened by "q2"), so 489 > 375 remains.
+    assert r.messages[11] is msgs[11] and r.messages[5] is msgs[5]
+    assert r.report.tokens_after == 489 and r.report.budget == 375 and not r.report.fits
+    # the one-result share (250) is not passed by any single 204-token result
+    assert all(f.rule != "tool_result_cut" for f in r.report.fates)
+    again = budget_tool_results(r.messages, 500, profile=FIM)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+
+def test_custom_tool_lists() -> None:
+    msgs = history()
+    # write_file made output-heavy and unprotected; read_file protected
+    r = budget_tool_results(
+        msgs, 800, profile=FIM, output_heavy_tools={"WRITE_FILE", "read_file"}, protected_tools={"read_file"}
+    )
+    # threshold 600: only write_file qualifies: 862 - 204 + (4 + 58 // 4) = 676 > 600
+    assert r.messages[3] is msgs[3] and r.messages[7] is msgs[7]
+    assert r.messages[5]["content"] == "[tool result cleared: 800 characters of write_file output]"
+    assert r.report.tokens_after == 862 - 204 + 4 + 58 // 4 == 676 and not r.report.fits
+
+
+def test_anthropic_parallel_results_cleared_one_at_a_time() -> None:
+    msgs = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": [an_use("r1", "Read"), an_use("r2", "Read")]},
+        {"role": "user", "content": [an_result("r1", "x" * 800), an_result("r2", "y" * 800)]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "q2"},
+    ]
+    # fim: 5; 4 + (1 + 1) * 2 = 8; 4 + 200 + 200 = 404; 5; 5 -> 427
+    assert cw.message_tokens(msgs, FIM, format="anthropic") == [5, 8, 404, 5, 5]
+    r = budget_tool_results(msgs, 500, profile=FIM, format="anthropic")
+    # threshold 375: r1 (the older block) is cleared: its 52-character marker is 13 tokens,
+    # 427 - 200 + 13 = 240 <= 375, so r2 stays whole
+    blocks = r.messages[2]["content"]
+    assert blocks[0] == an_result("r1", "[tool result cleared: 800 characters of Read output]")
+    assert blocks[1] == an_result("r2", "y" * 800)
+    assert r.report.tokens_after == 240
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+def test_cleared_marker_names_non_text_parts_and_keeps_error_flag() -> None:
+    img = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "s1",
+        "is_error": True,
+        "content": [{"type": "text", "text": "t" * 40}, img],
+    }
+    msgs = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": [an_use("s1", "web_fetch")]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": "seen"},
+        {"role": "user", "content": "q2"},
+    ]
+    r = budget_tool_results(msgs, 100, format="anthropic", max_result_share=None)
+    out = r.messages[2]["content"][0]
+    assert out["is_error"] is True and out["tool_use_id"] == "s1"
+    assert out["content"] == [
+        {"type": "text", "text": "[tool result cleared: 40 characters and 1 non-text parts of web_fetch output]"}
+    ]
+
+
+# --------------------------------------------------------------------------- rule 1: per-message character cap
+
+
+def test_message_char_cap_one_text() -> None:
+    msgs = [{"role": "user", "content": "b" * 1500}]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=1000)
+    # allowed 1000 characters, marker included: "\n[Truncated: 536 characters removed]" is
+    # 1 + 12 + 3 + 20 = 36 characters, so the head keeps 964 and 1500 - 964 = 536 go
+    assert r.messages[0]["content"] == "b" * 964 + "\n[Truncated: 536 characters removed]"
+    assert len(r.messages[0]["content"]) == 1000
+    assert r.report.reason == "message_char_cap"
+    assert r.report.fates[0] == cw.Fate(index=0, fate="truncated", rule="message_char_cap", chars_removed=536)
+    assert budget_tool_results(r.messages, 10**9, max_message_chars=1000).report.reason is None
+
+
+def test_message_char_cap_largest_text_first() -> None:
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "a" * 700}, {"type": "text", "text": "c" * 500}]}]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=1000, format="anthropic")
+    # 1,200 characters, 200 over: the 700-character block is cut to 500 characters with
+    # its marker (36 characters: 464 kept, 236 removed); the other block is untouched
+    blocks = r.messages[0]["content"]
+    assert blocks[0]["text"] == "a" * 464 + "\n[Truncated: 236 characters removed]"
+    assert blocks[1] == {"type": "text", "text": "c" * 500}
+    assert r.report.fates[0].chars_removed == 236
+
+
+def test_message_char_cap_spares_pinned_and_preamble() -> None:
+    msgs = [
+        Message(role="system", content=[TextPart(text="s" * 2000)]),
+        Message(role="user", content=[TextPart(text="p" * 2000)], pinned=True),
+        Message(role="user", content=[TextPart(text="u" * 2000)]),
+    ]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=1000)
+    assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
+    assert isinstance(r.messages[2], Message) and len(r.messages[2].content[0].text) == 1000
+    assert budget_tool_results(msgs, 10**9, max_message_chars=None).report.reason is None
+
+
+def test_giant_tool_result_case() -> None:
+    path = CASES / "giant-tool-result.json"
+    if not path.exists():
+        pytest.skip("../shared/cases not found beside the repo")
+    doc = load(path)
+    msgs = doc["messages"]
+    before = msgspec.json.encode(msgs)
+    r = budget_tool_results(msgs, 128_000)
+    assert msgspec.json.encode(msgs) == before
+    out = r.messages
+    # the 2 MB result is cut to 50,000 characters by the first seed's cap, marker included
+    assert len(out[3]["content"]) == 50_000 and out[3]["content"].endswith(" characters removed]")
+    assert r.report.fates[3].rule == "message_char_cap" and r.report.reason == "message_char_cap"
+    assert [m is n for m, n in zip(out, msgs, strict=True)] == [True, True, True, False, True, True]
+    assert cw.validate(out, "openai") == []
+    # without the cap the share rule cuts it to fit half of the window
+    r2 = budget_tool_results(msgs, 128_000, max_message_chars=None)
+    assert cw.message_tokens([r2.messages[3]])[0] <= 64_000 and r2.report.fates[3].rule == "tool_result_cut"
+    # and the case's own expectation holds after trimming: fits, keeps "sys" and "Fix it"
+    t = cw.trim_turns(r.messages, doc["call"]["args"]["budget"], profile=doc["call"]["args"]["profile"])
+    assert t.report.fits and cw.validate(t.messages, "openai") == []
+    assert {"sys", "Fix it"} <= {m["content"] for m in t.messages if isinstance(m["content"], str)}
+
+
+def test_bad_options() -> None:
+    msgs = history()
+    with pytest.raises(ValueError):
+        budget_tool_results(msgs, 0)
+    with pytest.raises(TypeError):
+        budget_tool_results(msgs, True)
+    with pytest.raises(ValueError):
+        budget_tool_results(msgs, 100, max_result_share=1.5)
+    with pytest.raises(ValueError):
+        budget_tool_results(msgs, 100, max_total_share=0)
+    with pytest.raises(TypeError):
+        budget_tool_results(msgs, 100, output_heavy_tools="bash")
+    with pytest.raises(ValueError):
+        budget_tool_results(msgs, 100, max_message_chars=0)
+    with pytest.raises(ValueError):
+        budget_tool_results(msgs, 100, profile="nope")
+    with pytest.raises(cw.InvalidMessageError) as e:
+        budget_tool_results([{"role": "user", "content": 5}], 100)
+    assert e.value.index == 0
+    with pytest.raises(ValueError):
+        micro_compact(msgs, -1)
+    with pytest.raises(TypeError):
+        micro_compact(msgs, 1, tools="bash")
+    with pytest.raises(TypeError):
+        prune_middle(msgs, "big")
+    with pytest.raises(ValueError):
+        prune_middle(msgs, -1)
+    with pytest.raises(ValueError):
+        prune_middle(msgs, keep_recent=-2)
+
+
+def test_default_tool_lists() -> None:
+    assert {"read_file", "read", "bash", "grep", "glob", "search", "web_fetch", "webfetch"} <= OUTPUT_HEAVY_TOOLS
+    assert {"write", "write_file", "create", "edit", "multiedit"} <= WRITE_TOOLS
+    assert not OUTPUT_HEAVY_TOOLS & WRITE_TOOLS
+    assert all(t == t.casefold() for t in OUTPUT_HEAVY_TOOLS | WRITE_TOOLS)
+
+
+# --------------------------------------------------------------------------- micro_compact
+
+
+def test_micro_compact_keeps_newest_and_is_idempotent() -> None:
+    msgs = history()
+    before = copy.deepcopy(msgs)
+    r = micro_compact(msgs, keep_recent=2, profile=FIM)
+    assert msgs == before
+    # four results (3, 5, 7, 11); the newest two (7, 11) stay; 3 and 5 are cleared (every
+    # tool, write tools included, as no `tools` list is given)
+    assert r.messages[3]["content"] == "[tool result cleared: 800 characters of read_file output]"
+    assert r.messages[5]["content"] == "[tool result cleared: 800 characters of write_file output]"
+    assert all(r.messages[i] is msgs[i] for i in range(12) if i not in (3, 5))
+    assert r.report.reason == "micro_compact"
+    # 862 - 204 + 18 - 204 + (4 + 58 // 4) = 490
+    assert r.report.tokens_after == 490 and r.report.budget is None
+    assert [f.index for f in r.report.fates if f.rule == "tool_result_cleared"] == [3, 5]
+    again = micro_compact(r.messages, keep_recent=2, profile=FIM)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+    # a smaller keep_recent clears only the not yet cleared ones, and counts only them
+    third = micro_compact(r.messages, keep_recent=0, profile=FIM)
+    assert [f.index for f in third.report.fates if f.rule == "tool_result_cleared"] == [7, 11]
+    assert third.messages[3] is r.messages[3]
+
+
+def test_micro_compact_tools_filter_and_short_results() -> None:
+    msgs = [*history(), oa_call("b2", "bash"), oa_result("b2", "ok")]
+    r = micro_compact(msgs, keep_recent=0, tools=["BASH", "grep"])
+    assert r.messages[3] is msgs[3] and r.messages[5] is msgs[5]  # read_file, write_file: not listed
+    assert r.messages[7]["content"].startswith("[tool result cleared: 800 characters of Bash")
+    assert r.messages[11]["content"].startswith("[tool result cleared: 800 characters of grep")
+    assert r.messages[13] is msgs[13]  # "ok" is shorter than its marker would be
+
+
+def test_micro_compact_anthropic_and_orphans() -> None:
+    msgs = [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[ToolCall(id="r1", name="Read", arguments="{}")]),
+        Message(role="user", content=[ToolResult(call_id="r1", content=[TextPart(text="x" * 300)])]),
+        Message(role="user", content=[ToolResult(call_id="zz", content=[TextPart(text="o" * 300)])]),
+        Message(role="assistant", content=[ToolCall(id="r2", name="Read", arguments="{}")], pinned=True),
+        Message(role="user", content=[ToolResult(call_id="r2", content=[TextPart(text="y" * 300)])]),
+    ]
+    r = micro_compact(msgs, keep_recent=1)
+    assert r.messages[2].content[0].content[0].text == "[tool result cleared: 300 characters of Read output]"
+    # a result that answers no call is named "tool"
+    assert r.messages[3].content[0].content[0].text == "[tool result cleared: 300 characters of tool output]"
+    assert r.messages[5] is msgs[5]
+    assert r.messages[2].content[0].call_id == "r1"
+
+
+# --------------------------------------------------------------------------- prune_middle
+
+
+def two_turn_agent() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        oa_call("c1", "bash"),
+        oa_result("c1", "out 1"),
+        oa_call("c2", "bash"),
+        oa_result("c2", "out 2"),
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+        oa_call("c3", "bash"),
+        oa_result("c3", "out 3"),
+        oa_call("c4", "bash"),
+        oa_result("c4", "out 4"),
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+def test_prune_middle_openai() -> None:
+    msgs = two_turn_agent()
+    before = copy.deepcopy(msgs)
+    r = prune_middle(msgs, profile=FIM)
+    assert msgs == before
+    # 13 messages: N = min(6, 13 // 3) = 4, the tail 9..12 starts at c3's result, so it
+    # widens to c3's call (8). Kept: 0 (preamble), 1 (first user), 7 (current request),
+    # 8..12. Removed: 2..6, five messages; the notice goes before "next".
+    out = r.messages
+    notice = {"role": "user", "content": "[context compacted: 5 earlier messages removed]"}
+    assert out == [msgs[0], msgs[1], notice, *msgs[7:]]
+    assert all(out[i] is msgs[j] for i, j in [(0, 0), (1, 1), (3, 7), (4, 8), (8, 12)])
+    assert cw.validate(out, "openai") == []
+    rules = [(f.fate, f.rule) for f in r.report.fates]
+    assert rules == [
+        ("kept", "preamble"),
+        ("kept", "first_user_message"),
+        *[("dropped", "middle_pruned")] * 5,
+        ("kept", "current_request"),
+        ("kept", "tool_unit"),
+        *[("kept", "recent_messages")] * 4,
+    ]
+    rep = r.report
+    assert rep.reason == "middle_pruned" and rep.dropped_messages == 5 and rep.inserted_messages == 1
+    assert (rep.turns_before, rep.kept_turns, rep.dropped_turns) == (2, 2, 0)
+    assert rep.tokens_after == cw.count_messages(out, FIM) and rep.tokens_before == cw.count_messages(msgs, FIM)
+    seg = cw.segment_turns(out)
+    assert out[seg.current_request] is msgs[7]
+
+
+def test_prune_middle_notice_joins_request_in_single_turn_loop() -> None:
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for k in range(1, 6):
+        msgs += [oa_call(f"c{k}", "bash"), oa_result(f"c{k}", f"out {k}")]
+    # 12 messages: N = min(6, 12 // 3) = 4: the units of c4 and c5 (8..11) stay; 2..7 go.
+    # No real user message follows the removed run, so the notice becomes the last text
+    # block of the current request instead of a user message that would replace it.
+    r = prune_middle(msgs)
+    out = r.messages
+    assert len(out) == 6 and out[0] is msgs[0] and out[2:] == msgs[8:]
+    assert out[1]["content"] == [
+        {"type": "text", "text": "task"},
+        {"type": "text", "text": "[context compacted: 6 earlier messages removed]"},
+    ]
+    assert r.report.fates[1] == cw.Fate(index=1, fate="kept", rule="notice_added")
+    assert r.report.inserted_messages == 0
+    assert cw.segment_turns(out).current_request == 1
+    assert cw.validate(out, "openai") == []
+
+
+def anthropic_agent() -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    for k in range(1, 4):
+        msgs += [
+            {"role": "assistant", "content": [an_use(f"t{k}", "Bash")]},
+            {"role": "user", "content": [an_result(f"t{k}", f"out {k}")]},
+        ]
+    msgs += [
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+        {"role": "assistant", "content": [an_use("t4", "Bash")]},
+        {"role": "user", "content": [an_result("t4", "out 4")]},
+        {"role": "assistant", "content": "ok"},
+    ]
+    return msgs
+
+
+def test_prune_middle_anthropic_keeps_alternation() -> None:
+    msgs = anthropic_agent()
+    r = prune_middle(msgs, format="anthropic")
+    # 12 messages: N = 4: 8..11 kept, plus 0 (first user) and 8 (current request). 0 and 8
+    # are both user messages, so the assistant message 7 ("done") stays too; 1..6 go (6).
+    # The message after the removed run is an assistant: the notice becomes the last text
+    # block of the user message before it.
+    out = r.messages
+    assert out[0]["content"] == [
+        {"type": "text", "text": "task"},
+        {"type": "text", "text": "[context compacted: 6 earlier messages removed]"},
+    ]
+    assert out[1:] == msgs[7:] and all(a is b for a, b in zip(out[1:], msgs[7:], strict=True))
+    assert r.report.fates[7].rule == "alternation"
+    assert cw.validate(out, "anthropic") == []
+
+
+def test_prune_middle_anthropic_plain_chat() -> None:
+    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "a1"}]
+    for k in range(2, 7):
+        msgs += [{"role": "user", "content": f"u{k}"}, {"role": "assistant", "content": f"a{k}"}]
+    # 12 messages, N = 4: keep 0, 8..11 (10, "u6", is the current request). 0 and 8 ("u5")
+    # are both user messages, so 7 ("a4") stays too: 1..6 go (6). The first kept message
+    # after them is an assistant, so the notice trails "task".
+    r = prune_middle(msgs, format="anthropic")
+    assert [texts_of(m) for m in r.messages] == [
+        "task\n[context compacted: 6 earlier messages removed]",
+        "a4",
+        "u5",
+        "a5",
+        "u6",
+        "a6",
+    ]
+    # with keep_recent=3 the kept tail starts at a user message: the notice leads it
+    r3 = prune_middle(msgs, keep_recent=3, format="anthropic")
+    # tail 9..11 ("a5", "u6", "a6"); 0 "task" (user) then 9 (assistant): roles alternate;
+    # 1..8 go (8), the first kept message after them is an assistant: trails "task" again
+    assert [texts_of(m) for m in r3.messages] == [
+        "task\n[context compacted: 8 earlier messages removed]",
+        "a5",
+        "u6",
+        "a6",
+    ]
+    r2 = prune_middle(msgs, keep_recent=2, format="anthropic")
+    # tail 10..11 ("u6", "a6"): "task" and "u6" are both user, so 9 ("a5") stays; 1..8 go
+    assert [texts_of(m) for m in r2.messages] == [
+        "task\n[context compacted: 8 earlier messages removed]",
+        "a5",
+        "u6",
+        "a6",
+    ]
+    for out in (r.messages, r2.messages, r3.messages):
+        assert cw.validate(out, "anthropic") == []
+
+
+def test_prune_middle_anthropic_notice_leads_next_user() -> None:
+    # a pinned assistant message in the middle stays, and so does what keeps roles alternating
+    structs = [
+        Message(role="user", content=[TextPart(text="task")]),
+        Message(role="assistant", content=[TextPart(text="a1")], pinned=True),
+        Message(role="user", content=[TextPart(text="u2")]),
+        Message(role="assistant", content=[TextPart(text="a2")]),
+        Message(role="user", content=[TextPart(text="u3")]),
+        Message(role="assistant", content=[TextPart(text="a3")]),
+        Message(role="user", content=[TextPart(text="u4")]),
+        Message(role="assistant", content=[TextPart(text="a4")]),
+    ]
+    rp = prune_middle(structs, keep_recent=2, format="anthropic")
+    # kept: 0, 1 (pinned), 6..7; 1 (assistant) then 6 (user): alternate; 2..5 go. The
+    # first kept message after them is "u4", a user message: the notice leads it.
+    assert [m.content[0].text for m in rp.messages] == [
+        "task",
+        "a1",
+        "[context compacted: 4 earlier messages removed]",
+        "a4",
+    ]
+    assert rp.messages[2].content[1].text == "u4" and rp.messages[1] is structs[1]
+    assert rp.report.fates[1].rule == "pinned" and rp.report.fates[6].rule == "notice_added"
+    assert cw.validate(rp.messages, "anthropic") == []
+
+
+def test_prune_middle_dedupes_notice() -> None:
+    msgs = two_turn_agent()
+    once = prune_middle(msgs).messages
+    # once: sys, task, notice(5), next, c3, r3, c4, r4, done (9 messages). keep_recent=2:
+    # tail 7..8 widens to c4's call (6); kept 0, 1, 3 (current request), 6..8; the old
+    # notice is replaced; c3 and its result (4, 5) go: 5 + 2 = 7 removed in all. No real
+    # user message follows, so the notice trails the request.
+    r = prune_middle(once, keep_recent=2)
+    out = r.messages
+    assert [texts_of(m) if m["role"] != "assistant" else m.get("content") for m in out][:3] == [
+        "sys",
+        "task",
+        "next\n[context compacted: 7 earlier messages removed]",
+    ]
+    assert out[3:] == once[6:]
+    assert sum("[context compacted" in texts_of(m) for m in out if m["role"] != "assistant") == 1
+    assert r.report.fates[2] == cw.Fate(index=2, fate="dropped", rule="notice_replaced")
+    # pruning that output again moves nothing but its notice: nothing changes
+    again = prune_middle(out, keep_recent=2)
+    assert again.report.reason is None and same_objects(again.messages, out)
+    assert cw.validate(out, "openai") == []
+
+
+def test_prune_middle_budget_identity_and_repair() -> None:
+    msgs = two_turn_agent()
+    total = cw.count_messages(msgs)
+    r = prune_middle(msgs, total)
+    assert r.report.reason is None and same_objects(r.messages, msgs) and r.report.fits
+    r = prune_middle(msgs, total - 1)
+    assert r.report.reason == "middle_pruned" and r.report.budget == total - 1 and r.report.fits
+
+    class Budget:  # the budget helper's struct exposes the token budget as `usable`
+        usable = total
+
+    assert prune_middle(msgs, Budget()).report.reason is None
+    # an orphan result in input that fits is repaired, as trim_turns does
+    broken = [*msgs, oa_result("zz", "orphan")]
+    r = prune_middle(broken, 10**6)
+    assert r.report.reason == "tool_pairs" and len(r.messages) == len(msgs)
+    assert r.report.fates[-1].rule == "orphan_result"
+
+
+def test_prune_middle_small_or_nothing_to_remove() -> None:
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    # N = min(6, 2 // 3) = 0, but "hi" is the first and current request; "hello" goes
+    r = prune_middle(msgs)
+    assert [texts_of(m) for m in r.messages] == ["hi\n[context compacted: 1 earlier messages removed]"]
+    r = prune_middle(msgs, keep_recent=5)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    assert prune_middle([], keep_recent=1).messages == []
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+FILES = corpus_files()
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_corpus(path: Path) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    snapshot = msgspec.json.encode(msgs)
+    total = cw.count_messages(msgs, format=fmt)
+    seg = cw.segment_turns(msgs, format=fmt)
+    runs = [
+        budget_tool_results(msgs, max(1, total // 2), format=fmt),
+        budget_tool_results(msgs, max(1, total // 8), format=fmt, max_message_chars=2000),
+        micro_compact(msgs, 1, format=fmt),
+        prune_middle(msgs, format=fmt),
+        prune_middle(msgs, max(0, total // 2), keep_recent=2, format=fmt),
+    ]
+    assert msgspec.json.encode(msgs) == snapshot, "input mutated"
+    for r in runs:
+        out = r.messages
+        assert cw.validate(out, fmt, format=fmt) == []
+        assert out[: seg.preamble_end] == msgs[: seg.preamble_end]
+        assert all(a is b for a, b in zip(out[: seg.preamble_end], msgs[: seg.preamble_end], strict=True))
+        assert r.report.tokens_after == cw.count_messages(out, format=fmt)
+        assert len(r.report.fates) == len(msgs)
+        if seg.current_request is not None:
+            request = msgs[seg.current_request]
+            assert r.report.fates[seg.current_request].fate != "dropped"
+            if r.report.fates[seg.current_request].rule not in ("notice_added", "message_char_cap"):
+                assert any(m is request for m in out)
+            oseg = cw.segment_turns(out, format=fmt)
+            assert oseg.current_request is not None
+            assert texts_of(request)[:200] in texts_of(out[oseg.current_request])
+        if r.report.reason is None:
+            assert same_objects(out, msgs)
+    # idempotence and a single notice
+    for r, again in [
+        (runs[0], budget_tool_results(runs[0].messages, max(1, total // 2), format=fmt)),
+        (runs[2], micro_compact(runs[2].messages, 1, format=fmt)),
+    ]:
+        assert again.report.reason is None and same_objects(again.messages, r.messages)
+    twice = prune_middle(runs[3].messages, format=fmt).messages
+    assert sum(texts_of(m).count("[context compacted") for m in twice if m["role"] == "user") <= 1
+    assert cw.validate(twice, fmt, format=fmt) == []
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | None]]:
+    alternation = {"first_not_user", "not_alternating", "role_not_allowed"}
+    return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
+
+
+@given(case(), st.integers(1, 3000), st.integers(0, 8))
+def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> None:
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    valid_before = codes(cw.validate(msgs, provider))
+    pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
+
+    # content-only rules: structure untouched, same violations as the input, idempotent
+    for run in (
+        lambda m: budget_tool_results(m, window, format=provider, max_message_chars=500),
+        lambda m: micro_compact(m, keep, format=provider),
+    ):
+        r = run(msgs)
+        assert msgspec.to_builtins(msgs) == snapshot
+        assert len(r.messages) == len(msgs)
+        assert codes(cw.validate(r.messages, provider)) == valid_before
+        assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))
+        assert all(r.messages[i] is m for i, m in enumerate(msgs) if m.pinned)
+        assert r.report.tokens_after == cw.count_messages(r.messages, format=provider)
+        changed = [i for i, (a, b) in enumerate(zip(r.messages, msgs, strict=True)) if a is not b]
+        assert changed == [f.index for f in r.report.fates if f.fate == "truncated"]
+        assert (r.report.reason is None) == (not changed)
+        again = run(r.messages)
+        assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+    r = prune_middle(msgs, keep_recent=keep if keep < 8 else None, format=provider)
+    out = r.messages
+    assert msgspec.to_builtins(msgs) == snapshot
+    assert pairing(out, provider) == []
+    repaired = cw.repair_tool_pairs(msgs, format=provider).messages
+    if not cw.validate(repaired, provider):
+        assert cw.validate(out, provider) == []
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=True))
+    fates = r.report.fates
+    assert all(fates[i].fate != "dropped" for i, m in enumerate(msgs) if m.pinned)
+    real = [m for m in repaired if ref.is_real_user(m)]
+    if real:
+        idx = [i for i, m in enumerate(msgs) if m is real[-1]]
+        if idx:
+            assert fates[idx[0]].fate != "dropped"
+    assert out or not repaired
+    assert r.report.tokens_after == cw.count_messages(out, format=provider)
+    notices = sum(
+        1 for m in out for p in m.content if isinstance(p, TextPart) and p.text.startswith("[context compacted:")
+    )
+    assert notices == (1 if r.report.reason == "middle_pruned" else 0)
+    twice = prune_middle(out, format=provider).messages
+    assert (
+        sum(1 for m in twice for p in m.content if isinstance(p, TextPart) and p.text.startswith("[context compacted:"))
+        <= 1
+    )
+    assert pairing(twice, provider) == []
+
+
+def test_message_char_cap_tiny_cap_is_idempotent() -> None:
+    blocks = [{"type": "text", "text": ch * 2000} for ch in "abc"]
+    msgs = [{"role": "user", "content": blocks}]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=10, format="anthropic")
+    # 6,000 characters over a 10-character cap: every block goes down to its marker alone,
+    # "\n[Truncated: 2000 characters removed]" (1 + 12 + 4 + 20 = 37 characters); 111 > 10
+    # remain, which is the most the rule can do
+    assert [b["text"] for b in r.messages[0]["content"]] == ["\n[Truncated: 2000 characters removed]"] * 3
+    assert r.report.fates[0].chars_removed == 6000
+    again = budget_tool_results(r.messages, 10**9, max_message_chars=10, format="anthropic")
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+
+def test_prune_middle_counts_a_notice_block_that_goes() -> None:
+    structs = [
+        Message(role="user", content=[TextPart(text="task")]),
+        Message(role="assistant", content=[TextPart(text="a1")], pinned=True),
+        *[
+            Message(role=role, content=[TextPart(text=f"{role[0]}{k}")])
+            for k in (2, 3, 4)
+            for role in ("user", "assistant")
+        ],
+    ]
+    first = prune_middle(structs, keep_recent=2, format="anthropic").messages
+    # kept 0, 1 (pinned), 6..7 ("u4", "a4"); 2..5 go (4); the notice leads "u4"
+    assert [[p.text for p in m.content] for m in first] == [
+        ["task"],
+        ["a1"],
+        ["[context compacted: 4 earlier messages removed]", "u4"],
+        ["a4"],
+    ]
+    grown = [
+        *first,
+        *[
+            Message(role=role, content=[TextPart(text=f"{role[0]}{k}")])
+            for k in (5, 6, 7)
+            for role in ("user", "assistant")
+        ],
+    ]
+    r = prune_middle(grown, keep_recent=2, format="anthropic")
+    # kept 0, 1, 8..9 ("u7", "a7"); 2..7 go, among them the message the old notice led:
+    # 4 counted before + 6 now = 10, in one notice leading "u7"
+    assert [[p.text for p in m.content] for m in r.messages] == [
+        ["task"],
+        ["a1"],
+        ["[context compacted: 10 earlier messages removed]", "u7"],
+        ["a7"],
+    ]
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+@pytest.mark.parametrize("shape", ["openai", "structs"])
+def test_nothing_to_do_returns_the_input(shape: str) -> None:
+    msgs: list[Any] = history()
+    if shape == "structs":
+        msgs = [msgspec.structs.replace(m, content_kind=None) for m in cw.adapters.to_canonical(msgs, "openai")]
+    # 862 fim tokens: under 0.75 x 10,000; no result over 5,000; no message over 50,000 chars
+    r = budget_tool_results(msgs, 10_000, profile=FIM)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    assert r.report.tokens_before == r.report.tokens_after == 862 and r.report.budget == 7500
+    assert all(f.fate == "kept" and f.rule == "fits" for f in r.report.fates)
+    # every result is among the newest 4
+    r = micro_compact(msgs, keep_recent=4)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    # fits the budget; and without a budget, keep_recent covers everything after the request
+    for r in (prune_middle(msgs, 862, profile=FIM), prune_middle(msgs, keep_recent=11)):
+        assert r.report.reason is None and same_objects(r.messages, msgs)
