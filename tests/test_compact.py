@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow.compact import (
+    COMPACTION_NOTICE,
     OUTPUT_HEAVY_TOOLS,
     WRITE_TOOLS,
     budget_tool_results,
@@ -500,17 +501,14 @@ def test_prune_middle_notice_joins_request_in_single_turn_loop() -> None:
     for k in range(1, 6):
         msgs += [oa_call(f"c{k}", "bash"), oa_result(f"c{k}", f"out {k}")]
     # 12 messages: N = min(6, 12 // 3) = 4: the units of c4 and c5 (8..11) stay; 2..7 go.
-    # No real user message follows the removed run, so the notice becomes the last text
-    # block of the current request instead of a user message that would replace it.
+    # The notice is a user message of its own where the removed run was; it is not a real
+    # user message, so it neither starts a turn nor replaces the current request.
     r = prune_middle(msgs)
     out = r.messages
-    assert len(out) == 6 and out[0] is msgs[0] and out[2:] == msgs[8:]
-    assert out[1]["content"] == [
-        {"type": "text", "text": "task"},
-        {"type": "text", "text": "[context compacted: 6 earlier messages removed]"},
-    ]
-    assert r.report.fates[1] == cw.Fate(index=1, fate="kept", rule="notice_added")
-    assert r.report.inserted_messages == 0
+    assert len(out) == 7 and out[0] is msgs[0] and out[1] is msgs[1] and out[3:] == msgs[8:]
+    assert out[2] == {"role": "user", "content": "[context compacted: 6 earlier messages removed]"}
+    assert r.report.fates[1] == cw.Fate(index=1, fate="kept", rule="current_request")
+    assert r.report.inserted_messages == 1
     assert cw.segment_turns(out).current_request == 1
     assert cw.validate(out, "openai") == []
 
@@ -618,16 +616,17 @@ def test_prune_middle_dedupes_notice() -> None:
     once = prune_middle(msgs).messages
     # once: sys, task, notice(5), next, c3, r3, c4, r4, done (9 messages). keep_recent=2:
     # tail 7..8 widens to c4's call (6); kept 0, 1, 3 (current request), 6..8; the old
-    # notice is replaced; c3 and its result (4, 5) go: 5 + 2 = 7 removed in all. No real
-    # user message follows, so the notice trails the request.
+    # notice is replaced; c3 and its result (4, 5) go: 5 + 2 = 7 removed in all. The new
+    # notice stands where the removed run was: after the request, before c4's call.
     r = prune_middle(once, keep_recent=2)
     out = r.messages
-    assert [texts_of(m) if m["role"] != "assistant" else m.get("content") for m in out][:3] == [
+    assert [texts_of(m) if m["role"] != "assistant" else m.get("content") for m in out][:4] == [
         "sys",
         "task",
-        "next\n[context compacted: 7 earlier messages removed]",
+        "next",
+        "[context compacted: 7 earlier messages removed]",
     ]
-    assert out[3:] == once[6:]
+    assert out[4:] == once[6:]
     assert sum("[context compacted" in texts_of(m) for m in out if m["role"] != "assistant") == 1
     assert r.report.fates[2] == cw.Fate(index=2, fate="dropped", rule="notice_replaced")
     # pruning that output again moves nothing but its notice: nothing changes
@@ -843,3 +842,24 @@ def test_nothing_to_do_returns_the_input(shape: str) -> None:
     # fits the budget; and without a budget, keep_recent covers everything after the request
     for r in (prune_middle(msgs, 862, profile=FIM), prune_middle(msgs, keep_recent=11)):
         assert r.report.reason is None and same_objects(r.messages, msgs)
+
+
+def test_notice_does_not_start_a_turn() -> None:
+    """A standalone middle-pruning notice is ours, like the breadcrumb: it neither starts a
+    turn nor becomes the current request, in Rust and in ``_reference`` alike."""
+    notice = COMPACTION_NOTICE.format(n=7)
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": notice},
+        {"role": "assistant", "content": "b"},
+    ]
+    seg = cw.segment_turns(msgs, format="openai")
+    # one turn from the first user message to the end; the notice is inside it
+    assert seg.turns == [(1, 5)] and seg.current_request == 1
+    canon = [
+        Message(role="user", content=[TextPart(text=t)])
+        for t in (notice, "[context compacted: x earlier messages removed]")
+    ]
+    assert [ref.is_real_user(m) for m in canon] == [False, True]

@@ -14,6 +14,7 @@ input message is kept unchanged.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -489,6 +490,15 @@ def is_breadcrumb(m: Message) -> bool:
     return m.role == "user" and len(m.content) == 1 and first_text(m) == BREADCRUMB
 
 
+NOTICE_RE = re.compile(r"\[context compacted: [0-9]+ earlier messages removed\]")
+
+
+def is_notice(m: Message) -> bool:
+    """A user message that is only a middle-pruning notice (``compact.COMPACTION_NOTICE``)."""
+    ft = first_text(m)
+    return m.role == "user" and len(m.content) == 1 and ft is not None and NOTICE_RE.fullmatch(ft) is not None
+
+
 def is_real_user(m: Message) -> bool:
     ft = first_text(m)
     return (
@@ -497,6 +507,7 @@ def is_real_user(m: Message) -> bool:
         and not (has_calls(m) and all(isinstance(q, ToolCall) for q in m.content))
         and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
         and not is_breadcrumb(m)
+        and not is_notice(m)
     )
 
 

@@ -789,10 +789,10 @@ def prune_middle(
     for them, placed where ``trim_turns`` places its breadcrumb (DESIGN.md section 5):
 
     * OpenAI shape: a user message of its own before the first message kept after the
-      first removed run (never between a call and its results: units are whole). When
-      no real user message follows that place, the notice is instead the last text
-      block of the current request, so it never becomes the conversation's current
-      request.
+      first removed run (never between a call and its results: units are whole); it
+      never starts a turn or becomes the current request (DESIGN.md section 4). Only
+      when nothing is kept after the removed run is it the last text block of the
+      current request instead.
     * Anthropic shape: the leading text block of that next kept message when it is a
       user message (after its ``tool_result`` blocks when it carries results), else the
       last text block of the kept user message before the removed run.
@@ -945,8 +945,9 @@ def prune_middle(
     standalone_at: int | None = None
     target: tuple[int, str] | None = None
     if not anthropic:
-        request_after = after is not None and any(_is_request(cur(w)) for w in range(after, n) if w in keep)
-        if request_after or not requests:
+        # the notice is not a real user message (turns.is_real_user), so a message of its
+        # own never starts a turn or becomes the current request, wherever it stands
+        if after is not None or not requests:
             standalone_at = after if after is not None else n
         else:
             target = (requests[-1], "trail")

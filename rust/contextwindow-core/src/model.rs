@@ -14,6 +14,19 @@ pub const MISSING_RESULT: &str = "[tool result missing]";
 /// A user message whose text starts with this is a tool-result carrier, not a turn.
 pub const TOOL_RESULTS_PREFIX: &str = "[Tool results]";
 
+/// The notice middle pruning leaves in place of the messages it removed
+/// (`[context compacted: N earlier messages removed]`, third seed, layer 2).
+pub const NOTICE_PREFIX: &str = "[context compacted: ";
+/// See [`NOTICE_PREFIX`].
+pub const NOTICE_SUFFIX: &str = " earlier messages removed]";
+
+/// Whether `text` is exactly a middle-pruning notice with a decimal count.
+pub fn is_notice_text(text: &str) -> bool {
+    text.strip_prefix(NOTICE_PREFIX)
+        .and_then(|t| t.strip_suffix(NOTICE_SUFFIX))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Message role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -220,8 +233,17 @@ impl Message {
             && self.content[0].text_str() == BREADCRUMB
     }
 
+    /// A user message that is only a middle-pruning notice (see [`is_notice_text`]).
+    pub fn is_notice(&self) -> bool {
+        self.role == Role::User
+            && self.content.len() == 1
+            && self.content[0].kind == PartKind::Text
+            && is_notice_text(self.content[0].text_str())
+    }
+
     /// A real user message: starts a turn (DESIGN.md section 4). A user message made
-    /// only of (misplaced) tool calls is not one: repair removes it.
+    /// only of (misplaced) tool calls is not one: repair removes it; neither is our own
+    /// breadcrumb or middle-pruning notice.
     pub fn is_real_user(&self) -> bool {
         self.role == Role::User
             && !self.has_tool_results()
@@ -230,6 +252,7 @@ impl Message {
                 .first_text()
                 .is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
             && !self.is_breadcrumb()
+            && !self.is_notice()
     }
 }
 
