@@ -209,6 +209,9 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     req = seg.current_request
     nt = len(seg.turns)
     recent = max(1, pol.recent_turns)
+    # the user message that opens each turn (the first real one; a breadcrumb or, in the
+    # first turn, other messages may come before it)
+    head_of = [next((w for w in range(a, b) if ref.is_real_user(work[w])), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
 
     def src(w: int) -> int | None:
@@ -234,11 +237,10 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         t = turn_of[w]
         if t >= nt - recent:
             return 1
-        a = seg.turns[t][0]
         if w in unit_of:
             return 3
         m = work[w]
-        head = w == a and ref.is_real_user(m)
+        head = w == head_of[t]
         if not head and m.role in ("user", "assistant") and st.costs[w] < pol.chatter_tokens:
             return 3
         return 2
@@ -293,13 +295,12 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # inside every turn, each tool unit and each loose message but the opening one
     cands: list[tuple[int, list[int], int | None]] = []
     for t, (a, b) in enumerate(seg.turns):
-        head = ref.is_real_user(work[a]) and a != req_like
-        if head:
+        if head_of[t] is not None and head_of[t] != req_like:
             cands.append((a, list(range(a, b)), t))
         seen: set[int] = set()
         for w in range(a, b):
-            if head and w == a:
-                continue
+            if w == head_of[t] or ref.is_breadcrumb(work[w]):
+                continue  # these go only with their whole turn
             if w in unit_of:
                 u = unit_of[w]
                 if u not in seen:
