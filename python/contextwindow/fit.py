@@ -30,7 +30,7 @@ only ever removes whole units, so every output passes ``validate``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from . import _engine
 from . import _reference as ref
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .messages import Message
-from .report import FitReport, TrimResult
+from .report import TrimResult
 
 __all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow", "fit_target"]
 
@@ -496,8 +496,10 @@ def fit(
     ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
     ...         {"role": "user", "content": "new"}]
     >>> r = fit(msgs, budget=30, policy=FitPolicy(recent_turns=1), profile="fim")
-    >>> [m["content"] for m in r.messages], [f.rule for f in r.report.fates]
-    (['s', '[earlier turns omitted to fit the context window]', 'new'], ['preamble', 'p2_evicted', 'p3_evicted', 'current_request'])
+    >>> [m["content"][:8] for m in r.messages]
+    ['s', '[earlier', 'new']
+    >>> [f.rule for f in r.report.fates]
+    ['preamble', 'p2_evicted', 'p3_evicted', 'current_request']
     """
     name = _profile(profile)
     budget = _check_budget(budget)
