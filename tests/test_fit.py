@@ -271,6 +271,28 @@ def test_current_request_is_never_unpinned_or_evicted() -> None:
     assert rules(r)[2] == "breadcrumb_added" and r.report.fates[2].fate == "kept" and not r.report.fits
 
 
+def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
+    # the turn is in flight: request and its open tool unit are P0, nothing to evict;
+    # trim_turns then cuts the tool result: the others cost 5 + 5 + 6 = 16, so the result
+    # may cost 84, text 80 tokens = 323 characters at most (floor(323 / 4) = 80): 288 kept
+    # + the 35-character marker "\n[... 3712 characters removed ...]\n"; 4000 - 288 = 3712
+    msgs = [sys_("s"), u("q"), call("c1"), result("c1", "r" * 4000)]  # 5 + 5 + 6 + 1004
+    r = fit(msgs, 100, EXACT, profile="fim")
+    assert r.report.tokens_after == 100 and r.report.fits and r.report.reason == "priority_budget"
+    assert rules(r) == ["preamble", "current_request", "open_tool_call", "tool_result_shrunk"]
+    assert r.report.fates[3].chars_removed == 3712 and r.report.truncated_messages == 1
+    assert len(r.messages[3]["content"]) == 323 and "[... 3712 characters removed ...]" in r.messages[3]["content"]
+    assert all(r.messages[i] is msgs[i] for i in range(3))
+    # the request itself is cut last, only when that makes it fit, and never when pinned:
+    # 5 + 14 + 14 + 104 = 137; P1 turn goes: 5 + 16 + 104 = 125 > 60
+    msgs = [sys_("s"), u("a" * 40), a("b" * 40), u("q" * 400)]
+    r = fit(msgs, 60, FitPolicy(low_water=1.0, pinned=(3,)), profile="fim")
+    assert r.report.tokens_after == 125 and not r.report.fits and r.messages[-1] is msgs[3]
+    r = fit(msgs, 60, EXACT, profile="fim")
+    assert r.report.tokens_after == 60 and r.report.fits
+    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 291
+
+
 def test_parallel_calls_go_as_one_unit() -> None:
     msgs = [
         u("a" * 40),  # 14
@@ -453,7 +475,7 @@ def test_recover_never_loops() -> None:
 
 
 def test_recover_removed_false_keeps_input() -> None:
-    msgs = [sys_("s"), u("q" * 100)]
+    msgs = [sys_("s"), u("q")]  # 5 + 5 = 10, target 6: nothing to evict, "q" cannot be cut
     r = recover_from_overflow(msgs, budget=10, profile="fim")
     assert not r.removed and all(x is y for x, y in zip(r.messages, msgs, strict=True))
     assert r.report.reason is None and r.report.fits is False
@@ -546,7 +568,9 @@ def _check(msgs: list[Any], fmt: str, budget: int, pol: FitPolicy, profile: str,
         if idx:
             assert fates[idx[0]].fate != "dropped"
             if r.report.reason == "priority_budget":
-                assert fates[idx[0]].rule in ("current_request", "breadcrumb_added")
+                assert fates[idx[0]].rule in ("current_request", "breadcrumb_added", "request_truncated")
+            if fates[idx[0]].rule == "request_truncated":  # cut only when that makes it fit
+                assert r.report.fits
     # 4. never empty
     assert out or not repaired
     assert r.report.tokens_after == cw.count_messages(out, profile, format=fmt)

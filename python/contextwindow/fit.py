@@ -439,7 +439,87 @@ def fit_target(
             st.set_fate(w, "kept", "kept")
     bc = _bc_at(plan, dropped_turns)
     ops, report = ref._finish(st, budget, reason, (nt, nt - len(dropped_turns)), bc)
+    if not report.fits:
+        ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
     return _engine.apply_ops(prep, ops, report)
+
+
+def _shrink_newest_turn(
+    prep: _engine.Prepared,
+    plan: _Plan,
+    policy: FitPolicy,
+    ops: list[tuple[int | None, Message | None]],
+    report: Any,
+    budget: int,
+    reason: str,
+) -> tuple[list[tuple[int | None, Message | None]], Any]:
+    """Still over budget with nothing left to evict: run ``trim_turns`` (the Rust engine)
+    on what is left, so it shrinks inside the newest turn: drops its oldest complete tool
+    units, cuts oversized tool results to head + tail, then the request if that makes it
+    fit. What ``fit`` must keep is passed to it as pinned: pinned messages, class-0
+    overrides, classes the policy never evicts and the open tool calls but the newest
+    unit (whose results may be cut, never dropped)."""
+    msgs = _engine.decoded(prep)
+    st, seg = plan.st, plan.seg
+    order = set(policy.eviction_order)
+    newest_unit: set[int] = set()
+    if seg.turns:
+        la, lb = seg.turns[-1]
+        last = [u for u in seg.units if la <= u[0] < lb]
+        newest_unit = set(last[-1]) if last else set()
+    keep_pinned: dict[int, bool] = {}
+    for w, it in enumerate(st.work):
+        if it.src is None:
+            continue
+        why = plan.why0[w]
+        pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
+        held = (
+            pinned
+            or why in ("pinned", "priority_override")
+            or (why == "open_tool_call" and w not in newest_unit)
+            or (not why and plan.cls[w] not in order)
+        )
+        keep_pinned[it.src] = held
+    first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
+    marked = [
+        msgspec.structs.replace(m, pinned=keep_pinned[s]) if s is not None and m.pinned != keep_pinned[s] else m
+        for (s, _), m in zip(ops, first, strict=True)
+    ]
+    breadcrumb = policy.breadcrumb and not report.breadcrumb
+    raw = _engine.native.trim_turns(
+        _engine.encode_messages(marked), budget, plan.st.cost.profile, breadcrumb, prep.provider
+    )
+    second = _engine._OUTCOME.decode(raw)
+    out: list[tuple[int | None, Message | None]] = []
+    for op in second.messages:
+        if op.src is None:
+            out.append((None, op.msg))
+        elif op.msg is None:
+            out.append(ops[op.src])
+        else:  # changed by trim_turns: back to the caller's own pinned flag
+            out.append((ops[op.src][0], msgspec.structs.replace(op.msg, pinned=first[op.src].pinned)))
+    r2 = second.report
+    fates = list(report.fates)
+    for f in r2.fates:
+        s = ops[f.index][0]
+        if s is not None and f.fate in ("dropped", "truncated"):
+            fates[s] = msgspec.structs.replace(fates[s], fate=f.fate, rule=f.rule, chars_removed=f.chars_removed)
+        elif s is not None and f.rule == "breadcrumb_added":
+            fates[s] = msgspec.structs.replace(fates[s], rule="breadcrumb_added")
+    merged = msgspec.structs.replace(
+        report,
+        tokens_after=r2.tokens_after,
+        fits=r2.fits,
+        reason=report.reason if r2.reason is None else reason,
+        kept_turns=report.kept_turns - r2.dropped_turns,
+        dropped_turns=report.dropped_turns + r2.dropped_turns,
+        dropped_messages=sum(f.fate == "dropped" for f in fates),
+        truncated_messages=sum(f.fate == "truncated" for f in fates),
+        inserted_messages=report.inserted_messages + r2.inserted_messages,
+        breadcrumb=report.breadcrumb or r2.breadcrumb,
+        fates=fates,
+    )
+    return out, merged
 
 
 def fit(
@@ -464,17 +544,23 @@ def fit(
     Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
     oldest first (the current request never is). Where whole turns went, the breadcrumb
     is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row).
-    When nothing more can be evicted and it still does not fit, the report says
-    ``fits=False`` and the P0 messages are all there (never empty); shrinking inside the
-    newest turn (cutting tool results, the request) is ``trim_turns``' job, which a
-    caller can run on the output. Deterministic: the same input gives the same output.
+    When nothing more can be evicted and it is still over ``budget`` (not the low-water
+    mark), the shrinking inside the newest turn is delegated to
+    :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
+    keep marked pinned for it: it drops the newest turn's oldest complete tool units
+    (never an open one but the newest), cuts oversized tool results to head + tail with a
+    marker, then cuts the request only if that makes it fit (never a pinned request). If
+    it still does not fit the report says ``fits=False``; never empty, the P0 messages
+    are all there. Deterministic: the same input gives the same output.
 
     Report: ``reason="priority_budget"``; each input message's Fate rule is one of
     ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
     ``priority_override`` (class 0 by override), ``unpinned_over_share``, ``kept``,
     ``p1_evicted``, ``p2_evicted``, ``p3_evicted`` (the message's own class), or a repair
-    rule (``orphan_result``, ``result_moved``, ...; repair runs first) or
-    ``breadcrumb_added``.
+    rule (``orphan_result``, ``result_moved``, ...; repair runs first),
+    ``breadcrumb_added``, or one of ``trim_turns``' (``oldest_turn``,
+    ``oldest_tool_unit``, ``tool_result_shrunk``, ``request_truncated``) when the
+    delegated step changed it.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
