@@ -428,7 +428,8 @@ def fit_target(
         if s is None:
             continue
         if not st.keep[w]:
-            st.set_fate(w, "dropped", f"p{plan.cls[w]}_evicted")
+            rule = "unpinned_over_share" if w in plan.unpinned else f"p{plan.cls[w]}_evicted"
+            st.set_fate(w, "dropped", rule)
         elif st.fates[s]["fate"] == "repaired":
             continue
         elif plan.why0[w]:
@@ -555,8 +556,9 @@ def fit(
 
     Report: ``reason="priority_budget"``; each input message's Fate rule is one of
     ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
-    ``priority_override`` (class 0 by override), ``unpinned_over_share``, ``kept``,
-    ``p1_evicted``, ``p2_evicted``, ``p3_evicted`` (the message's own class), or a repair
+    ``priority_override`` (class 0 by override), ``kept``, ``p1_evicted``,
+    ``p2_evicted``, ``p3_evicted`` (the message's own class), ``unpinned_over_share`` (a
+    pinned message demoted by the share rule, kept or dropped: see ``fate``), or a repair
     rule (``orphan_result``, ``result_moved``, ...; repair runs first),
     ``breadcrumb_added``, or one of ``trim_turns``' (``oldest_turn``,
     ``oldest_tool_unit``, ``tool_result_shrunk``, ``request_truncated``) when the
