@@ -160,6 +160,15 @@ def test_fits_returns_same_objects() -> None:
     assert r.report.reason is None and r.report.fits and r.report.tokens_after == 165
 
 
+def test_budget_object_with_usable() -> None:
+    class Budget:  # anything with an int .usable, like contextwindow.budget.Budget
+        usable = 140
+
+    msgs = conv()
+    a_, b_ = fit(msgs, Budget(), EXACT, profile="fim"), fit(msgs, 140, EXACT, profile="fim")
+    assert a_.report == b_.report and a_.report.budget == 140
+
+
 def test_p3_tool_unit_goes_first_oldest_first() -> None:
     msgs = conv()
     r = fit(msgs, 140, EXACT, profile="fim")

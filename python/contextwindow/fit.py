@@ -42,7 +42,7 @@ from .estimate import DEFAULT_PROFILE, PROFILES
 from .messages import Message
 from .report import TrimResult
 
-__all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow", "fit_target"]
+__all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
 
 _MAX = 2**63 - 1
 
@@ -63,13 +63,14 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         pinned: input indices to treat as pinned (for dict input, which has no
             ``pinned`` field); added to ``Message.pinned``.
         priorities: ``{input index: class 0-3}`` overrides, winning over
-            ``Message.priority`` and over the derived class. The preamble and the current
-            request are always P0; a pinned message stays P0 unless unpinned by
-            ``pinned_share``. Class 0 is never evicted and is not subject to
+            ``Message.priority`` and over the derived class. The preamble, the current
+            request and the open tool calls are always P0; a pinned message stays P0
+            unless unpinned by ``pinned_share``. Class 0 is never evicted and is not subject to
             ``pinned_share``.
         pinned_share: pinned messages together may take at most this share of the
             budget (DESIGN.md section 5: 0.5); above it the oldest pinned messages are
-            unpinned (demoted to their own class) until the rest is under.
+            unpinned (demoted to their own class; Fate rule ``unpinned_over_share``)
+            until the rest is under. The share is of ``budget``, not of the low-water mark.
         low_water: when the input does not fit, evict down to ``low_water * budget``
             tokens (issue 5 item 6: the kept prefix then stays byte-stable for the next
             calls of a growing conversation); 1.0 trims to the budget exactly. In (0, 1].
@@ -154,6 +155,14 @@ def _check_budget(budget: Any, name: str = "budget") -> int:
     if not _is_int(budget) or budget < 0:
         raise ValueError(f"{name} must be a non-negative int, got {budget!r}")
     return min(budget, _MAX)
+
+
+def _usable(budget: Any) -> int:
+    """An int budget, or the ``usable`` tokens of a ``contextwindow.budget.Budget``."""
+    usable = getattr(budget, "usable", budget)
+    if isinstance(usable, bool) or not isinstance(usable, (int, float)):
+        raise TypeError(f"budget must be an int or have an int 'usable', got {type(budget).__name__}")
+    return _check_budget(usable)
 
 
 def _profile(profile: str | None) -> str:
@@ -566,7 +575,8 @@ def fit(
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        budget: token budget (tokens of ``profile``), >= 0.
+        budget: token budget for the messages (tokens of ``profile``), >= 0: an int, or
+            an object with an int ``usable`` (``contextwindow.budget.Budget``).
         policy: a :class:`FitPolicy`; ``None`` uses the defaults.
         profile: built-in profile name; ``None`` means ``conservative``.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
@@ -578,7 +588,8 @@ def fit(
         InvalidMessageError: a message is malformed.
         ValueError: negative budget, unknown profile, a policy value out of range (an
             index that is not a message, a class outside 0-3, a share outside (0, 1]).
-        TypeError: ``policy`` is not a ``FitPolicy``.
+        TypeError: ``policy`` is not a ``FitPolicy``, or ``budget`` is neither an int nor
+            has ``usable``.
 
     >>> msgs = [{"role": "system", "content": "s"},
     ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
@@ -590,7 +601,7 @@ def fit(
     ['preamble', 'p2_evicted', 'p3_evicted', 'current_request']
     """
     name = _profile(profile)
-    budget = _check_budget(budget)
+    budget = _usable(budget)
     prep = _engine.prepare(messages, format)
     pol = _check_policy(policy, len(prep.canonical))
     return fit_target(prep, budget, int(budget * pol.low_water), pol, name)
@@ -681,10 +692,7 @@ def recover_from_overflow(
     (142, True, ['[earlier'])
     """
     name = _profile(profile)
-    usable = getattr(budget, "usable", budget)
-    if not _is_int(usable):
-        raise TypeError(f"budget must be an int or have an int 'usable', got {type(budget).__name__}")
-    usable = _check_budget(usable)
+    usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
     prep = _engine.prepare(messages, format)
