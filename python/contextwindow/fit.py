@@ -23,9 +23,15 @@ continue: the newest unit of the turn when nothing follows it (the turn is in fl
 the model has not answered yet), and every unit whose calls had no result in the input
 (the repair step gives them a ``[tool result missing]`` stub).
 
+A conversation without a real user message has no current request; its last message
+stands in for it (P0), so the output is never empty.
+
 Costs are the Rust estimator's (``contextwindow.estimate.message_tokens``), additive over
-messages. Pair repair runs first (the same rules as ``repair_tool_pairs``), and eviction
-only ever removes whole units, so every output passes ``validate``.
+messages. Pair repair runs first (the same rules as ``repair_tool_pairs``; repair,
+segmentation and breadcrumb placement use ``_reference``, which the differential tests
+hold equal to the Rust engine), and eviction only ever removes whole units, so every
+output passes ``validate``. The eviction loop is pure Python: about 0.1-0.2 s for 2,000
+messages (``trim_turns``, all Rust, takes about 0.03 s on the same input).
 """
 
 from __future__ import annotations
