@@ -18,6 +18,7 @@ MODULES = [
     "contextwindow.errors",
     "contextwindow.estimate",
     "contextwindow.estimator",
+    "contextwindow.fit",
     "contextwindow.gateway",
     "contextwindow.io",
     "contextwindow.messages",

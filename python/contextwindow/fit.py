@@ -1,0 +1,713 @@
+"""Priority fitting, the low-water mark and overflow recovery (DESIGN.md section 5 ``fit``;
+issue 5 items 4, 5 and 6).
+
+:func:`fit` gives every message a priority class and evicts whole units, lowest priority
+first, until the conversation fits a token budget:
+
+* **P0**, never evicted: the preamble (leading system/developer messages), pinned
+  messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
+  current request (the last real user message) and the open tool calls (see below).
+* **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
+  turn counts as one of them, and is always P1 or P0).
+* **P2**: older turns: their opening user message and long loose messages.
+* **P3**: old tool output and chatter: in older turns, every tool unit (the assistant
+  message with tool calls plus every message holding one of its results) and every
+  *chatter* message.
+
+*Chatter* is a loose message (not part of a tool unit, not the user message that opens
+its turn) of role ``user`` or ``assistant`` that costs fewer than
+``FitPolicy.chatter_tokens`` tokens (default 32): "ok", "Let me check.", "thanks".
+
+*Open tool calls* are the tool units of the current turn that the model needs to
+continue: the newest unit of the turn when nothing follows it (the turn is in flight,
+the model has not answered yet), and every unit whose calls had no result in the input
+(the repair step gives them a ``[tool result missing]`` stub).
+
+A conversation without a real user message has no current request; its last message
+stands in for it (P0), so the output is never empty.
+
+Costs are the Rust estimator's (``contextwindow.estimate.message_tokens``), additive over
+messages. Pair repair runs first (the same rules as ``repair_tool_pairs``; repair,
+segmentation and breadcrumb placement use ``_reference``, which the differential tests
+hold equal to the Rust engine), and eviction only ever removes whole units, so every
+output passes ``validate``. The eviction loop is pure Python: about 0.1-0.2 s for 2,000
+messages (``trim_turns``, all Rust, takes about 0.03 s on the same input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from . import _engine
+from . import _reference as ref
+from .estimate import DEFAULT_PROFILE, PROFILES
+from .messages import Message
+from .report import TrimResult
+
+__all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
+
+_MAX = 2**63 - 1
+
+#: Report ``reason`` of :func:`fit` when it evicted anything.
+REASON_FIT = "priority_budget"
+#: Report ``reason`` of :func:`recover_from_overflow` when it evicted anything.
+REASON_OVERFLOW = "context_overflow"
+
+
+class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How :func:`fit` ranks and evicts messages (DESIGN.md section 5 ``fit``).
+
+    Attributes:
+        recent_turns: how many of the newest turns are P1 (the current turn counts as
+            one; values below 1 still keep the current turn at P1).
+        eviction_order: the classes to evict, in order; default ``(3, 2, 1)``. Classes
+            left out are never evicted. Only 1, 2 and 3, each at most once.
+        pinned: input indices to treat as pinned (for dict input, which has no
+            ``pinned`` field); added to ``Message.pinned``.
+        priorities: ``{input index: class 0-3}`` overrides, winning over
+            ``Message.priority`` and over the derived class. The preamble, the current
+            request and the open tool calls are always P0; a pinned message stays P0
+            unless unpinned by ``pinned_share``. Class 0 is never evicted and is not subject to
+            ``pinned_share``.
+        pinned_share: pinned messages together may take at most this share of the
+            budget (DESIGN.md section 5: 0.5); above it the oldest pinned messages are
+            unpinned (demoted to their own class; Fate rule ``unpinned_over_share``)
+            until the rest is under. The share is of ``budget``, not of the low-water mark.
+        low_water: when the input does not fit, evict down to ``low_water * budget``
+            tokens (issue 5 item 6: the kept prefix then stays byte-stable for the next
+            calls of a growing conversation); 1.0 trims to the budget exactly. In (0, 1].
+        chatter_tokens: a loose message under this many tokens is chatter (P3 in older
+            turns).
+        breadcrumb: insert ``[earlier turns omitted to fit the context window]`` where
+            whole turns were evicted (placed as ``trim_turns`` places it).
+
+    >>> FitPolicy(low_water=1.0).eviction_order
+    (3, 2, 1)
+    """
+
+    recent_turns: int = 2
+    eviction_order: tuple[int, ...] = (3, 2, 1)
+    pinned: tuple[int, ...] = ()
+    priorities: dict[int, int] = {}
+    pinned_share: float = 0.5
+    low_water: float = 0.7
+    chatter_tokens: int = 32
+    breadcrumb: bool = True
+
+
+class Recovery(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`recover_from_overflow` returns.
+
+    Attributes:
+        messages: the trimmed conversation, in the caller's shape (unchanged messages
+            are the caller's objects).
+        report: the :class:`~contextwindow.report.FitReport` (its ``budget`` is
+            ``target``).
+        removed: whether anything was removed (tokens after < tokens before); ``False``
+            means retrying cannot help.
+        target: the token target trimmed to (estimated tokens).
+
+    >>> Recovery(messages=[], report=None, removed=False, target=0).removed
+    False
+    """
+
+    messages: list[Any]
+    report: Any
+    removed: bool
+    target: int
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
+    if policy is None:
+        return FitPolicy()
+    if not isinstance(policy, FitPolicy):
+        raise TypeError(f"policy must be a FitPolicy or None, got {type(policy).__name__}")
+    p = policy
+    if not _is_int(p.recent_turns):
+        raise TypeError(f"recent_turns must be an int, got {p.recent_turns!r}")
+    order = tuple(p.eviction_order)
+    if any(not _is_int(c) or c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
+        raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {order!r}")
+    for name in ("pinned_share", "low_water"):
+        v = getattr(p, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ValueError(f"{name} must be a number in (0, 1], got {v!r}")
+    if not _is_int(p.chatter_tokens) or p.chatter_tokens < 0:
+        raise ValueError(f"chatter_tokens must be a non-negative int, got {p.chatter_tokens!r}")
+    if not isinstance(p.breadcrumb, bool):
+        raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
+    for i in p.pinned:
+        if not _is_int(i) or i < 0 or (n is not None and i >= n):
+            raise ValueError(f"pinned index {i!r} is not a message index (0..{n})")
+    if not isinstance(p.priorities, Mapping):
+        raise TypeError("priorities must be a mapping {index: class}")
+    for i, c in p.priorities.items():
+        if not _is_int(i) or i < 0 or (n is not None and i >= n):
+            raise ValueError(f"priorities key {i!r} is not a message index (0..{n})")
+        if not _is_int(c) or c not in (0, 1, 2, 3):
+            raise ValueError(f"priorities[{i}] must be a class 0-3, got {c!r}")
+    return p
+
+
+def _check_budget(budget: Any, name: str = "budget") -> int:
+    if not _is_int(budget) or budget < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {budget!r}")
+    return min(budget, _MAX)
+
+
+def _usable(budget: Any) -> int:
+    """An int budget, or the ``usable`` tokens of a ``contextwindow.budget.Budget``."""
+    usable = getattr(budget, "usable", budget)
+    if isinstance(usable, bool) or not isinstance(usable, (int, float)):
+        raise TypeError(f"budget must be an int or have an int 'usable', got {type(budget).__name__}")
+    return _check_budget(usable)
+
+
+def _profile(profile: str | None) -> str:
+    name = DEFAULT_PROFILE if profile is None else profile
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+    return name
+
+
+class _NativeCost:
+    """Message costs from the Rust estimator; the input's costs are counted in one call."""
+
+    def __init__(self, prep: _engine.Prepared, msgs: list[Message], profile: str) -> None:
+        self.profile = profile
+        counts = _engine.native.count_messages(prep.payload, profile)
+        self._known = {id(m): int(c) for m, c in zip(msgs, counts, strict=True)}
+        self._msgs = msgs  # keeps the ids above alive
+
+    def message_tokens(self, m: Message) -> int:
+        c = self._known.get(id(m))
+        if c is None:
+            c = int(_engine.native.count_messages(_engine.encode_messages([m]), self.profile)[0])
+        return c
+
+
+@dataclass
+class _Plan:
+    """Classes and eviction candidates of the repaired working list."""
+
+    st: Any  # ref._State
+    seg: Any  # Segmentation of the working list
+    cls: list[int]  # class per work item
+    why0: list[str]  # for P0 items, the rule: preamble, pinned, current_request, open_tool_call
+    unpinned: set[int]  # work items unpinned by pinned_share
+    turn_of: list[int]  # turn index per work item (-1 for the preamble)
+    cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
+
+
+def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
+    msgs = _engine.decoded(prep)
+    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub")
+    work = [st.m(w) for w in range(len(st.work))]
+    seg = ref.segment(work)
+    nw = len(work)
+    turn_of = [-1] * nw
+    for t, (a, b) in enumerate(seg.turns):
+        for w in range(a, b):
+            turn_of[w] = t
+    unit_of: dict[int, int] = {}
+    for u, items in enumerate(seg.units):
+        for w in items:
+            unit_of[w] = u
+    req = seg.current_request
+    nt = len(seg.turns)
+    recent = max(1, pol.recent_turns)
+    # the user message that opens each turn (the first real one; a breadcrumb or, in the
+    # first turn, other messages may come before it)
+    head_of = [next((w for w in range(a, b) if ref.is_real_user(work[w])), None) for a, b in seg.turns]
+    pinned_idx = set(pol.pinned)
+
+    def src(w: int) -> int | None:
+        return st.work[w].src
+
+    # open tool calls: units of the newest turn with a stubbed (synthetic) result, and the
+    # newest unit when the conversation ends inside it
+    open_units: set[int] = set()
+    if nt:
+        la, lb = seg.turns[-1]
+        last = [u for u, items in enumerate(seg.units) if la <= items[0] < lb]
+        for u in last:
+            if any(src(w) is None for w in seg.units[u]):
+                open_units.add(u)
+        if last and seg.units[last[-1]][-1] == lb - 1:
+            open_units.add(last[-1])
+    if req is None and nw > seg.preamble_end:
+        req_like = nw - 1  # no real user message: the last message stands in for it
+    else:
+        req_like = req
+
+    def derived(w: int) -> int:
+        t = turn_of[w]
+        if t >= nt - recent:
+            return 1
+        if w in unit_of:
+            return 3
+        m = work[w]
+        head = w == head_of[t]
+        if not head and m.role in ("user", "assistant") and st.costs[w] < pol.chatter_tokens:
+            return 3
+        return 2
+
+    def override(w: int) -> int | None:
+        s = src(w)
+        if s is None:
+            return None
+        if s in pol.priorities:
+            return pol.priorities[s]
+        return msgs[s].priority
+
+    cls = [0] * nw
+    why0 = [""] * nw
+    pinned_items: list[int] = []
+    for w in range(nw):
+        s = src(w)
+        if w < seg.preamble_end:
+            why0[w] = "preamble"
+            continue
+        if w == req_like:
+            why0[w] = "current_request"
+            continue
+        if w in unit_of and unit_of[w] in open_units:
+            why0[w] = "open_tool_call"
+            continue
+        own = override(w)
+        if s is not None and (msgs[s].pinned or s in pinned_idx):
+            why0[w] = "pinned"
+            pinned_items.append(w)
+            continue
+        cls[w] = derived(w) if own is None else own
+        if cls[w] == 0:
+            why0[w] = "priority_override"
+    # pinned over their share of the budget: unpin the oldest first
+    unpinned: set[int] = set()
+    if budget is not None:
+        share = int(budget * pol.pinned_share)
+        total = sum(st.costs[w] for w in pinned_items)
+        for w in pinned_items:
+            if total <= share:
+                break
+            total -= st.costs[w]
+            unpinned.add(w)
+            own = override(w)
+            cls[w] = derived(w) if own is None else own
+            why0[w] = "" if cls[w] else "priority_override"
+    for w in range(nw):
+        if why0[w]:
+            cls[w] = 0
+    # candidates: whole turns (opened by a real user message other than the request) and,
+    # inside every turn, each tool unit and each loose message but the opening one
+    cands: list[tuple[int, list[int], int | None]] = []
+    for t, (a, b) in enumerate(seg.turns):
+        if head_of[t] is not None and head_of[t] != req_like:
+            cands.append((a, list(range(a, b)), t))
+        seen: set[int] = set()
+        for w in range(a, b):
+            if w == head_of[t] or ref.is_breadcrumb(work[w]):
+                continue  # these go only with their whole turn
+            if w in unit_of:
+                u = unit_of[w]
+                if u not in seen:
+                    seen.add(u)
+                    cands.append((w, list(seg.units[u]), None))
+            else:
+                cands.append((w, [w], None))
+    cands.sort(key=lambda c: (c[0], c[2] is None))
+    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands)
+
+
+def _alternates(st: Any, drop: set[int], provider: str, pre: int) -> bool:
+    """Anthropic shape: does removing the kept items ``drop`` keep a user message first
+    and keep roles alternating where the removal makes new neighbours?"""
+    if provider != "anthropic":
+        return True
+    n = len(st.work)
+    lo, hi = min(drop), max(drop)
+
+    def kept_before(w: int) -> int | None:
+        return next((v for v in range(w - 1, pre - 1, -1) if st.keep[v] and v not in drop), None)
+
+    def kept_after(w: int) -> int | None:
+        return next((v for v in range(w + 1, n) if st.keep[v] and v not in drop), None)
+
+    if kept_before(lo) is None:  # the removal reaches the start: what comes first then?
+        head = next((v for v in range(pre, n) if st.keep[v]), None)
+        new_head = next((v for v in range(pre, n) if st.keep[v] and v not in drop), None)
+        if head is not None and new_head is not None and st.m(head).role == "user" != st.m(new_head).role:
+            return False
+    # every gap the removal opens: the kept neighbours on both sides
+    w = lo
+    while w <= hi:
+        if w in drop and st.keep[w]:
+            end = w
+            while end + 1 <= hi and (end + 1 in drop or not st.keep[end + 1]):
+                end += 1
+            a, b = kept_before(w), kept_after(end)
+            if a is not None and b is not None and st.m(a).role == st.m(b).role:
+                return False
+            w = end + 1
+        else:
+            w += 1
+    return True
+
+
+def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
+    """Where the breadcrumb goes: the first kept turn after the first evicted turn
+    (``trim_turns``' placement), unless a breadcrumb message already precedes it."""
+    if not dropped_turns:
+        return None
+    first = min(dropped_turns)
+    st, seg = plan.st, plan.seg
+    t = next((t for t in range(first + 1, len(seg.turns)) if t not in dropped_turns), None)
+    if t is None:
+        return None
+    at = seg.turns[t][0]
+    prev = next((w for w in range(at - 1, -1, -1) if st.keep[w]), None)
+    if prev is not None and ref.is_breadcrumb(st.m(prev)):
+        return None
+    return at
+
+
+def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
+    """Evict candidates by ``pol.eviction_order``, oldest first, until ``target`` is met;
+    returns the whole turns evicted."""
+    st, seg, cls = plan.st, plan.seg, plan.cls
+    dropped_turns: set[int] = set()
+
+    def over() -> bool:
+        bc = _bc_at(plan, dropped_turns)
+        return st.total() + (st.bc_cost(bc) if bc is not None else 0) > target
+
+    allowed: set[int] = set()
+    for c in pol.eviction_order:
+        allowed.add(c)
+        changed = True
+        while changed and over():
+            changed = False
+            for _, items, turn in plan.cands:
+                if not over():
+                    break
+                live = [w for w in items if st.keep[w]]
+                if not live or any(cls[w] not in allowed for w in live):
+                    continue
+                if c not in {cls[w] for w in live}:
+                    continue
+                if not _alternates(st, set(live), provider, seg.preamble_end):
+                    continue
+                for w in live:
+                    st.set_keep(w, False)
+                if turn is not None:
+                    dropped_turns.add(turn)
+                changed = True
+    return dropped_turns
+
+
+def fit_target(
+    prep: _engine.Prepared,
+    budget: int,
+    target: int,
+    policy: FitPolicy,
+    profile: str,
+    reason: str = REASON_FIT,
+) -> TrimResult[Any]:
+    """:func:`fit` on prepared input, evicting down to ``target`` once over ``budget``.
+
+    For :mod:`contextwindow` internals (the guard, :func:`recover_from_overflow`).
+
+    >>> prep = _engine.prepare([{"role": "user", "content": "hi"}])
+    >>> fit_target(prep, 10, 7, FitPolicy(), "fim").report.reason is None
+    True
+    """
+    msgs = _engine.decoded(prep)
+    cost = _NativeCost(prep, msgs, profile)
+    plan = _plan(prep, policy, cost, budget)
+    st, seg = plan.st, plan.seg
+    nt = len(seg.turns)
+    if st.total() <= budget or not seg.turns:
+        ops, report = ref._finish(st, budget, None, (nt, nt), None)
+        return _engine.apply_ops(prep, ops, report)
+    dropped_turns = _evict(plan, policy, min(target, budget), prep.provider)
+    for w in range(len(st.work)):
+        s = st.work[w].src
+        if s is None:
+            continue
+        if not st.keep[w]:
+            rule = "unpinned_over_share" if w in plan.unpinned else f"p{plan.cls[w]}_evicted"
+            st.set_fate(w, "dropped", rule)
+        elif st.fates[s]["fate"] == "repaired":
+            continue
+        elif plan.why0[w]:
+            st.set_fate(w, "kept", plan.why0[w])
+        elif w in plan.unpinned:
+            st.set_fate(w, "kept", "unpinned_over_share")
+        else:
+            st.set_fate(w, "kept", "kept")
+    bc = _bc_at(plan, dropped_turns)
+    ops, report = ref._finish(st, budget, reason, (nt, nt - len(dropped_turns)), bc)
+    if not report.fits:
+        ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
+    return _engine.apply_ops(prep, ops, report)
+
+
+def _shrink_newest_turn(
+    prep: _engine.Prepared,
+    plan: _Plan,
+    policy: FitPolicy,
+    ops: list[tuple[int | None, Message | None]],
+    report: Any,
+    budget: int,
+    reason: str,
+) -> tuple[list[tuple[int | None, Message | None]], Any]:
+    """Still over budget with nothing left to evict: run ``trim_turns`` (the Rust engine)
+    on what is left, so it shrinks inside the newest turn: drops its oldest complete tool
+    units, cuts oversized tool results to head + tail, then the request if that makes it
+    fit. What ``fit`` must keep is passed to it as pinned: pinned messages, class-0
+    overrides, classes the policy never evicts and the open tool calls but the newest
+    unit (whose results may be cut, never dropped)."""
+    msgs = _engine.decoded(prep)
+    st, seg = plan.st, plan.seg
+    order = set(policy.eviction_order)
+    newest_unit: set[int] = set()
+    if seg.turns:
+        la, lb = seg.turns[-1]
+        last = [u for u in seg.units if la <= u[0] < lb]
+        newest_unit = set(last[-1]) if last else set()
+    keep_pinned: dict[int, bool] = {}
+    for w, it in enumerate(st.work):
+        if it.src is None:
+            continue
+        why = plan.why0[w]
+        pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
+        held = (
+            pinned
+            or why in ("pinned", "priority_override")
+            or (why == "open_tool_call" and w not in newest_unit)
+            or (not why and plan.cls[w] not in order)
+        )
+        keep_pinned[it.src] = held
+    first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
+    marked = [
+        msgspec.structs.replace(m, pinned=keep_pinned[s]) if s is not None and m.pinned != keep_pinned[s] else m
+        for (s, _), m in zip(ops, first, strict=True)
+    ]
+    breadcrumb = policy.breadcrumb and not report.breadcrumb
+    raw = _engine.native.trim_turns(
+        _engine.encode_messages(marked), budget, plan.st.cost.profile, breadcrumb, prep.provider
+    )
+    second = _engine._OUTCOME.decode(raw)
+    out: list[tuple[int | None, Message | None]] = []
+    for op in second.messages:
+        if op.src is None:
+            out.append((None, op.msg))
+        elif op.msg is None:
+            out.append(ops[op.src])
+        else:  # changed by trim_turns: back to the caller's own pinned flag
+            out.append((ops[op.src][0], msgspec.structs.replace(op.msg, pinned=first[op.src].pinned)))
+    r2 = second.report
+    fates = list(report.fates)
+    for f in r2.fates:
+        s = ops[f.index][0]
+        if s is not None and f.fate in ("dropped", "truncated"):
+            fates[s] = msgspec.structs.replace(fates[s], fate=f.fate, rule=f.rule, chars_removed=f.chars_removed)
+        elif s is not None and f.rule == "breadcrumb_added":
+            fates[s] = msgspec.structs.replace(fates[s], rule="breadcrumb_added")
+    merged = msgspec.structs.replace(
+        report,
+        tokens_after=r2.tokens_after,
+        fits=r2.fits,
+        reason=report.reason if r2.reason is None else reason,
+        kept_turns=report.kept_turns - r2.dropped_turns,
+        dropped_turns=report.dropped_turns + r2.dropped_turns,
+        dropped_messages=sum(f.fate == "dropped" for f in fates),
+        truncated_messages=sum(f.fate == "truncated" for f in fates),
+        inserted_messages=report.inserted_messages + r2.inserted_messages,
+        breadcrumb=report.breadcrumb or r2.breadcrumb,
+        fates=fates,
+    )
+    return out, merged
+
+
+def fit(
+    messages: Any,
+    budget: int,
+    policy: FitPolicy | None = None,
+    *,
+    profile: str | None = None,
+    format: str | None = None,
+) -> TrimResult[Any]:
+    """Fit a conversation into a token budget by evicting whole units by priority.
+
+    If the estimate fits, the input comes back unchanged (same objects, reason ``None``).
+    Otherwise units are evicted class by class in ``policy.eviction_order`` (default P3,
+    then P2, then P1; see the module docs for the classes), oldest first within a class,
+    until the conversation costs at most ``policy.low_water * budget`` tokens (the
+    low-water mark, issue 5 item 6). A unit is a whole turn (its opening user message
+    goes only with the whole turn), a tool unit (the call message and all its results,
+    parallel calls included) or one loose message; a unit goes only when every message
+    still in it has a class evicted so far, so P0 messages are never evicted. In
+    Anthropic shape a unit whose removal would break role alternation is skipped.
+    Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
+    oldest first (the current request never is). Where whole turns went, the breadcrumb
+    is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row).
+    When nothing more can be evicted and it is still over ``budget`` (not the low-water
+    mark), the shrinking inside the newest turn is delegated to
+    :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
+    keep marked pinned for it: it drops the newest turn's oldest complete tool units
+    (never an open one but the newest), cuts oversized tool results to head + tail with a
+    marker, then cuts the request only if that makes it fit (never a pinned request). If
+    it still does not fit the report says ``fits=False``; never empty, the P0 messages
+    are all there. Deterministic: the same input gives the same output.
+
+    Report: ``reason="priority_budget"``; each input message's Fate rule is one of
+    ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
+    ``priority_override`` (class 0 by override), ``kept``, ``p1_evicted``,
+    ``p2_evicted``, ``p3_evicted`` (the message's own class), ``unpinned_over_share`` (a
+    pinned message demoted by the share rule, kept or dropped: see ``fate``), or a repair
+    rule (``orphan_result``, ``result_moved``, ...; repair runs first),
+    ``breadcrumb_added``, or one of ``trim_turns``' (``oldest_turn``,
+    ``oldest_tool_unit``, ``tool_result_shrunk``, ``request_truncated``) when the
+    delegated step changed it.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        budget: token budget for the messages (tokens of ``profile``), >= 0: an int, or
+            an object with an int ``usable`` (``contextwindow.budget.Budget``).
+        policy: a :class:`FitPolicy`; ``None`` uses the defaults.
+        profile: built-in profile name; ``None`` means ``conservative``.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        ``TrimResult(messages, report)``, messages in the caller's shape.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: negative budget, unknown profile, a policy value out of range (an
+            index that is not a message, a class outside 0-3, a share outside (0, 1]).
+        TypeError: ``policy`` is not a ``FitPolicy``, or ``budget`` is neither an int nor
+            has ``usable``.
+
+    >>> msgs = [{"role": "system", "content": "s"},
+    ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
+    ...         {"role": "user", "content": "new"}]
+    >>> r = fit(msgs, budget=30, policy=FitPolicy(recent_turns=1), profile="fim")
+    >>> [m["content"][:8] for m in r.messages]
+    ['s', '[earlier', 'new']
+    >>> [f.rule for f in r.report.fates]
+    ['preamble', 'p2_evicted', 'p3_evicted', 'current_request']
+    """
+    name = _profile(profile)
+    budget = _usable(budget)
+    prep = _engine.prepare(messages, format)
+    pol = _check_policy(policy, len(prep.canonical))
+    return fit_target(prep, budget, int(budget * pol.low_water), pol, name)
+
+
+def priorities(
+    messages: Any, policy: FitPolicy | None = None, *, profile: str | None = None, format: str | None = None
+) -> list[int]:
+    """The priority class (0-3) :func:`fit` gives each input message (see the module docs).
+
+    No budget is involved, so no pinned message is unpinned here. A message that pair
+    repair removes (an orphan tool result) has class 3. ``profile`` prices chatter.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        policy: a :class:`FitPolicy`; ``None`` uses the defaults.
+        profile: built-in profile name; ``None`` means ``conservative``.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        One class per input message, in input order.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: unknown profile or a policy value out of range.
+        TypeError: ``policy`` is not a ``FitPolicy``.
+
+    >>> priorities([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+    ...             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "b"}],
+    ...            FitPolicy(recent_turns=1))
+    [0, 2, 3, 0]
+    """
+    name = _profile(profile)
+    prep = _engine.prepare(messages, format)
+    pol = _check_policy(policy, len(prep.canonical))
+    plan = _plan(prep, pol, _NativeCost(prep, _engine.decoded(prep), name), None)
+    out = [3] * len(prep.canonical)
+    for w, it in enumerate(plan.st.work):
+        if it.src is not None:
+            out[it.src] = plan.cls[w]
+    return out
+
+
+def recover_from_overflow(
+    messages: Any,
+    reported_tokens: int | None = None,
+    *,
+    budget: Any,
+    profile: str | None = None,
+    format: str | None = None,
+    policy: FitPolicy | None = None,
+) -> Recovery:
+    """Trim after the provider said the context overflowed, so the retry can succeed.
+
+    With ``E`` the current estimate of ``messages``: without ``reported_tokens`` the
+    target is ``E * 2 // 3``, two thirds of the current estimated size (second seed:
+    the reactive recovery path trims to two thirds and retries). With the provider's
+    count ``N`` and the token budget ``B``, the estimate is scaled by the provider's
+    ratio so that its count lands under the budget: ``target = E * B // N`` (when
+    ``N > B``; otherwise the count does not say how much to remove and the two-thirds
+    rule applies). Then :func:`fit` evicts down to the target exactly (no low-water
+    mark). ``removed`` is ``True`` only when tokens went down, so calling this again on
+    its own output either removes more or returns ``removed=False``: a retry loop ends.
+    Never empty: P0 messages (preamble, pinned, current request, open tool calls) stay.
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        reported_tokens: the prompt tokens the provider reported, when it did.
+        budget: the token budget for messages: an int, or an object with an int
+            ``usable`` attribute (``contextwindow.budget.Budget``).
+        profile: built-in profile name; ``None`` means ``conservative``.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        policy: a :class:`FitPolicy` for classes and order (``low_water`` is ignored).
+
+    Returns:
+        A :class:`Recovery`; ``report.budget`` is the target, ``report.reason`` is
+        ``"context_overflow"`` when anything changed.
+
+    Raises:
+        InvalidMessageError: a message is malformed.
+        ValueError: negative budget or ``reported_tokens``, unknown profile, bad policy.
+        TypeError: ``budget`` is neither an int nor has ``usable``.
+
+    >>> msgs = [{"role": "user", "content": "a" * 400}, {"role": "assistant", "content": "b" * 400},
+    ...         {"role": "user", "content": "go"}]
+    >>> r = recover_from_overflow(msgs, budget=1000, profile="fim")
+    >>> r.target, r.removed, [m["content"][0]["text"][:8] for m in r.messages]  # 2/3 of 104+104+5
+    (142, True, ['[earlier'])
+    """
+    name = _profile(profile)
+    usable = _usable(budget)
+    if reported_tokens is not None:
+        reported_tokens = _check_budget(reported_tokens, "reported_tokens")
+    prep = _engine.prepare(messages, format)
+    pol = _check_policy(policy, len(prep.canonical))
+    current = sum(int(c) for c in _engine.native.count_messages(prep.payload, name))
+    if reported_tokens is not None and reported_tokens > usable:
+        target = current * usable // reported_tokens
+    else:
+        target = current * 2 // 3
+    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW)
+    removed = r.report.tokens_after < r.report.tokens_before
+    return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)

@@ -1,0 +1,708 @@
+"""fit, priorities and recover_from_overflow (issue 5 items 4-6), values worked out by hand.
+
+All hand-worked cases use the ``fim`` profile: 4 tokens per message, ASCII text at
+floor(chars / 4) tokens (at least 1 for non-empty text); a tool call costs the tokens of
+its name plus those of its argument text (``"f"`` -> 1, ``"{}"`` -> 1). So ``"x" * 40``
+is a 14-token message, the breadcrumb (50 ASCII characters) is 12 tokens: 16 as an OpenAI
+message, +12 when prepended to an Anthropic user message as a text block.
+
+The reference conversation ``conv()`` (OpenAI shape), with the default classes
+(``recent_turns=2``: turns C and D are recent):
+
+    idx  message                          tokens         class
+    0    system "s" * 8                   4 + 2  = 6     P0 preamble
+         -- turn A (old) --
+    1    user "u" * 40                    4 + 10 = 14    P2 (opens its turn)
+    2    assistant call c1 f({})          4 + 1 + 1 = 6  P3 (tool unit 2-3)
+    3    tool c1 "r" * 80                 4 + 20 = 24    P3 (tool unit 2-3)
+    4    assistant "ok"                   4 + 1  = 5     P3 (chatter: 5 < 32 tokens)
+         -- turn B (old) --
+    5    user "v" * 40                    14             P2
+    6    assistant "w" * 200              4 + 50 = 54    P2 (loose, not chatter)
+         -- turn C (recent) --
+    7    user "x" * 40                    14             P1
+    8    assistant "y" * 40               14             P1
+         -- turn D (current) --
+    9    user "z" * 40                    14             P0 current request
+
+    total = 6 + 14 + 6 + 24 + 5 + 14 + 54 + 14 + 14 + 14 = 165
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.fit import FitPolicy, Recovery, fit, priorities, recover_from_overflow
+from contextwindow.messages import Message, TextPart
+
+from shared_data import corpus_files, ids, load, need
+from strategies import case, conversation
+
+BC = cw.BREADCRUMB
+EXACT = FitPolicy(low_water=1.0)  # trim to the budget exactly
+
+
+def sys_(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": text}
+
+
+def u(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def a(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def call(*cids: str) -> dict[str, Any]:
+    fn = {"name": "f", "arguments": "{}"}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": c, "type": "function", "function": fn} for c in cids],
+    }
+
+
+def result(cid: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+def conv() -> list[dict[str, Any]]:
+    return [
+        sys_("s" * 8),
+        u("u" * 40),
+        call("c1"),
+        result("c1", "r" * 80),
+        a("ok"),
+        u("v" * 40),
+        a("w" * 200),
+        u("x" * 40),
+        a("y" * 40),
+        u("z" * 40),
+    ]
+
+
+def kept(r: Any, msgs: list[Any]) -> list[Any]:
+    """Output as input indices (``"BC"`` for the inserted breadcrumb message)."""
+    out: list[Any] = []
+    for m in r.messages:
+        idx = [i for i, x in enumerate(msgs) if x is m]
+        out.append(idx[0] if idx else ("BC" if m.get("content") == BC else m))
+    return out
+
+
+def rules(r: Any) -> list[str]:
+    return [f.rule for f in r.report.fates]
+
+
+# --------------------------------------------------------------------------- classes
+
+
+def test_costs_of_the_reference_conversation() -> None:
+    assert cw.message_tokens(conv(), "fim") == [6, 14, 6, 24, 5, 14, 54, 14, 14, 14]
+
+
+def test_priorities_default() -> None:
+    assert priorities(conv(), profile="fim") == [0, 2, 3, 3, 3, 2, 2, 1, 1, 0]
+
+
+def test_priorities_recent_turns_and_chatter_threshold() -> None:
+    # recent_turns=1: only the current turn is recent, turn C becomes old: its user
+    # message opens the turn (P2), "y" * 40 costs 14 < 32, chatter (P3)
+    assert priorities(conv(), FitPolicy(recent_turns=1), profile="fim") == [0, 2, 3, 3, 3, 2, 2, 2, 3, 0]
+    # chatter_tokens=5: "ok" costs 5, not under 5, so it is a plain P2 message
+    assert priorities(conv(), FitPolicy(chatter_tokens=5), profile="fim")[4] == 2
+    # recent_turns=4: every turn is recent
+    assert priorities(conv(), FitPolicy(recent_turns=4), profile="fim") == [0, 1, 1, 1, 1, 1, 1, 1, 1, 0]
+
+
+def test_priorities_overrides_and_pinned() -> None:
+    msgs = conv()
+    pol = FitPolicy(priorities={2: 1, 6: 3, 0: 3, 9: 3}, pinned=(5,))
+    # the preamble (0) and the current request (9) stay P0 whatever the override
+    assert priorities(msgs, pol, profile="fim") == [0, 2, 1, 3, 3, 0, 3, 1, 1, 0]
+    # Message.priority and Message.pinned on canonical input
+    canon = [
+        Message(role="user", content=[TextPart(text="a")], priority=3),
+        Message(role="assistant", content=[TextPart(text="b" * 400)], pinned=True),
+        Message(role="user", content=[TextPart(text="c")]),
+    ]
+    assert priorities(canon, FitPolicy(recent_turns=1)) == [3, 0, 0]
+    # the policy's override wins over Message.priority
+    assert priorities(canon, FitPolicy(recent_turns=1, priorities={0: 1})) == [1, 0, 0]
+
+
+def test_open_tool_calls_are_p0() -> None:
+    # the current turn ends inside a tool unit: the model still has to answer it
+    msgs = [u("a" * 40), a("b"), u("q"), call("c1"), result("c1", "r"), call("c2"), result("c2", "s")]
+    assert priorities(msgs) == [1, 1, 0, 1, 1, 0, 0]
+    # a call without a result (stubbed by repair) is open even when it is not the newest
+    msgs = [u("q"), call("c1"), call("c2"), result("c2", "s"), a("done")]
+    assert priorities(msgs) == [0, 0, 1, 1, 1]
+
+
+# --------------------------------------------------------------------------- eviction
+
+
+def test_fits_returns_same_objects() -> None:
+    msgs = conv()
+    r = fit(msgs, 165, profile="fim")
+    assert all(x is y for x, y in zip(r.messages, msgs, strict=True)) and len(r.messages) == len(msgs)
+    assert r.report.reason is None and r.report.fits and r.report.tokens_after == 165
+
+
+def test_budget_object_with_usable() -> None:
+    class Budget:  # anything with an int .usable, like contextwindow.budget.Budget
+        usable = 140
+
+    msgs = conv()
+    a_, b_ = fit(msgs, Budget(), EXACT, profile="fim"), fit(msgs, 140, EXACT, profile="fim")
+    assert a_.report == b_.report and a_.report.budget == 140
+
+
+def test_p3_tool_unit_goes_first_oldest_first() -> None:
+    msgs = conv()
+    r = fit(msgs, 140, EXACT, profile="fim")
+    # 165 > 140: P3 oldest first is the tool unit 2-3: 165 - 6 - 24 = 135 <= 140, stop
+    assert kept(r, msgs) == [0, 1, 4, 5, 6, 7, 8, 9]
+    assert r.report.tokens_after == 135 and r.report.fits and r.report.reason == "priority_budget"
+    assert rules(r) == [
+        "preamble", "kept", "p3_evicted", "p3_evicted", "kept",
+        "kept", "kept", "kept", "kept", "current_request",
+    ]  # fmt: skip
+    assert (r.report.dropped_messages, r.report.dropped_turns, r.report.kept_turns) == (2, 0, 4)
+    assert not r.report.breadcrumb and r.report.inserted_messages == 0
+
+
+def test_p3_chatter_then_p2_turns_with_breadcrumb() -> None:
+    msgs = conv()
+    r = fit(msgs, 130, EXACT, profile="fim")
+    # unit (30) then chatter "ok" (5): 165 - 30 - 5 = 130 <= 130
+    assert kept(r, msgs) == [0, 1, 5, 6, 7, 8, 9] and r.report.tokens_after == 130
+    r = fit(msgs, 120, EXACT, profile="fim")
+    # P3 leaves 130 > 120; P2: turn A (only "u" * 40 left, 14): 116, plus the breadcrumb
+    # message (16) before turn B = 132 > 120; turn B (14 + 54): 48 + 16 = 64 <= 120
+    assert kept(r, msgs) == [0, "BC", 7, 8, 9] and r.report.tokens_after == 64
+    assert rules(r) == [
+        "preamble", "p2_evicted", "p3_evicted", "p3_evicted", "p3_evicted",
+        "p2_evicted", "p2_evicted", "kept", "kept", "current_request",
+    ]  # fmt: skip
+    rep = r.report
+    assert (rep.dropped_turns, rep.kept_turns, rep.dropped_messages, rep.inserted_messages) == (2, 2, 6, 1)
+    assert rep.breadcrumb and rep.turns_before == 4
+
+
+def test_p1_last_and_never_the_current_request() -> None:
+    msgs = conv()
+    r = fit(msgs, 60, EXACT, profile="fim")
+    # P3, P2 leave 64 > 60; P1: turn C (28): 6 + 16 + 14 = 36
+    assert kept(r, msgs) == [0, "BC", 9] and r.report.tokens_after == 36 and r.report.fits
+    assert rules(r)[7:] == ["p1_evicted", "p1_evicted", "current_request"]
+    r = fit(msgs, 20, EXACT, profile="fim")
+    # nothing evictable is left: 36 > 20, says so, never empty
+    assert kept(r, msgs) == [0, "BC", 9] and r.report.fits is False and r.report.tokens_after == 36
+
+
+def test_eviction_order() -> None:
+    msgs = conv()
+    r = fit(msgs, 140, FitPolicy(low_water=1.0, eviction_order=(2, 3)), profile="fim")
+    # P2 first: turn A still holds P3 messages (not yet evictable), so turn B (68) goes:
+    # 165 - 68 = 97, plus the breadcrumb before turn C: 113 <= 140
+    assert kept(r, msgs) == [0, 1, 2, 3, 4, "BC", 7, 8, 9] and r.report.tokens_after == 113
+    # only P3 may go: 165 - 30 - 5 = 130 > 100, the rest stays, fits=False
+    r = fit(msgs, 100, FitPolicy(low_water=1.0, eviction_order=(3,)), profile="fim")
+    assert kept(r, msgs) == [0, 1, 5, 6, 7, 8, 9] and r.report.tokens_after == 130 and not r.report.fits
+
+
+def test_overrides_keep_a_message() -> None:
+    msgs = conv()
+    r = fit(msgs, 120, FitPolicy(low_water=1.0, priorities={4: 0}), profile="fim")
+    # "ok" is P0 now: P3 removes only the unit (135); turn A holds a P0 message so it stays;
+    # turn B goes: 135 - 68 = 67, plus the breadcrumb before turn C = 83 <= 120
+    assert kept(r, msgs) == [0, 1, 4, "BC", 7, 8, 9] and r.report.tokens_after == 83
+    assert rules(r)[4] == "priority_override"
+
+
+def test_message_priority_override_on_structs() -> None:
+    msgs = [
+        Message(role="user", content=[TextPart(text="a" * 40)]),  # 14, P2 -> override 3
+        Message(role="assistant", content=[TextPart(text="b" * 200)], priority=1),  # 54
+        Message(role="user", content=[TextPart(text="c" * 40)]),  # 14, P1
+        Message(role="assistant", content=[TextPart(text="d" * 200)]),  # 54, P1
+        Message(role="user", content=[TextPart(text="q")]),  # 5, current request
+    ]
+    # total 141; order (3, 2, 1): the first turn holds a P1 message, so P2 evicts nothing
+    # of it; at P1 the oldest candidate is the first turn (68): 73 + 12 (breadcrumb block
+    # on message 2, plain chat) = 85 <= 100
+    pol = FitPolicy(low_water=1.0, recent_turns=2, priorities={0: 3})
+    r = fit(msgs, 100, pol, profile="fim")
+    assert [f.rule for f in r.report.fates] == [
+        "p3_evicted",
+        "p1_evicted",
+        "breadcrumb_added",
+        "kept",
+        "current_request",
+    ]
+    assert r.report.tokens_after == 85 and r.messages[1] is msgs[3] and r.messages[2] is msgs[4]
+    assert isinstance(r.messages[0], Message) and r.messages[0].content[0] == TextPart(text=BC)
+
+
+def test_pinned_kept_and_unpinned_over_share() -> None:
+    msgs = conv()
+    # pinned 6 (54) under half of 120 (60): turn B cannot go whole; P3 leaves 130, turn A
+    # 116 + 16 = 132 > 120; P1: turn C (28) -> 88 + breadcrumb before turn B = 104 <= 120
+    r = fit(msgs, 120, FitPolicy(low_water=1.0, pinned=(6,)), profile="fim")
+    assert kept(r, msgs) == [0, "BC", 5, 6, 9] and r.report.tokens_after == 104
+    assert rules(r)[5:] == ["kept", "pinned", "p1_evicted", "p1_evicted", "current_request"]
+    # budget 100: 54 > 50, so 6 is unpinned to its own class (P2) and turn B goes at P2
+    r = fit(msgs, 100, FitPolicy(low_water=1.0, pinned=(6,)), profile="fim")
+    assert kept(r, msgs) == [0, "BC", 7, 8, 9] and r.report.tokens_after == 64
+    assert r.report.fates[6].fate == "dropped" and rules(r)[6] == "unpinned_over_share"
+    # pinned 1 (14) and 6 (54) = 68 > 65 = half of 130: the oldest (1) is unpinned, 54 fits
+    # the share; P3 brings 165 to 130, done: 1 is kept, as an unpinned message
+    r = fit(msgs, 130, FitPolicy(low_water=1.0, pinned=(1, 6)), profile="fim")
+    assert rules(r)[1] == "unpinned_over_share" and rules(r)[6] == "pinned" and r.report.tokens_after == 130
+
+
+def test_current_request_is_never_unpinned_or_evicted() -> None:
+    msgs = [u("a" * 40), a("b" * 40), u("q" * 400)]  # 14 + 14 + 104 = 132
+    r = fit(msgs, 50, FitPolicy(low_water=1.0, pinned=(2,), recent_turns=1), profile="fim")
+    assert r.messages[-1]["content"][-1]["text"] == "q" * 400
+    assert rules(r)[2] == "breadcrumb_added" and r.report.fates[2].fate == "kept" and not r.report.fits
+
+
+def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
+    # the turn is in flight: request and its open tool unit are P0, nothing to evict;
+    # trim_turns then cuts the tool result: the others cost 5 + 5 + 6 = 16, so the result
+    # may cost 84, text 80 tokens = 323 characters at most (floor(323 / 4) = 80): 288 kept
+    # + the 35-character marker "\n[... 3712 characters removed ...]\n"; 4000 - 288 = 3712
+    msgs = [sys_("s"), u("q"), call("c1"), result("c1", "r" * 4000)]  # 5 + 5 + 6 + 1004
+    r = fit(msgs, 100, EXACT, profile="fim")
+    assert r.report.tokens_after == 100 and r.report.fits and r.report.reason == "priority_budget"
+    assert rules(r) == ["preamble", "current_request", "open_tool_call", "tool_result_shrunk"]
+    assert r.report.fates[3].chars_removed == 3712 and r.report.truncated_messages == 1
+    assert len(r.messages[3]["content"]) == 323 and "[... 3712 characters removed ...]" in r.messages[3]["content"]
+    assert all(r.messages[i] is msgs[i] for i in range(3))
+    # the request itself is cut last, only when that makes it fit, and never when pinned:
+    # 5 + 14 + 14 + 104 = 137; P1 turn goes: 5 + 16 + 104 = 125 > 60
+    msgs = [sys_("s"), u("a" * 40), a("b" * 40), u("q" * 400)]
+    r = fit(msgs, 60, FitPolicy(low_water=1.0, pinned=(3,)), profile="fim")
+    assert r.report.tokens_after == 125 and not r.report.fits and r.messages[-1] is msgs[3]
+    r = fit(msgs, 60, EXACT, profile="fim")
+    assert r.report.tokens_after == 60 and r.report.fits
+    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 291
+
+
+def test_parallel_calls_go_as_one_unit() -> None:
+    msgs = [
+        u("a" * 40),  # 14
+        call("p1", "p2"),  # 4 + (1 + 1) * 2 = 8
+        result("p2", "r" * 40),  # results in the other order: 14
+        result("p1", "s" * 40),  # 14
+        a("b" * 200),  # 54
+        u("c" * 40),  # 14
+        u("q"),  # 5
+    ]
+    # plain user/assistant turns and tool messages: OpenAI; total 123; recent_turns=1:
+    # turn 0 is old, the unit 1-3 (36) is P3: 123 - 36 = 87 <= 90
+    r = fit(msgs, 90, FitPolicy(low_water=1.0, recent_turns=1), profile="fim")
+    assert kept(r, msgs) == [0, 4, 5, 6] and r.report.tokens_after == 87
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_anthropic_shape_keeps_alternation() -> None:
+    def tool_use(cid: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": "f", "input": {}}]}
+
+    def tool_result(cid: str, text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": text}]}
+
+    msgs = [
+        u("u" * 40),  # 14, P2
+        tool_use("c1"),  # 4 + 1 + 1 = 6, P3
+        tool_result("c1", "r" * 80),  # 24, P3
+        a("ok"),  # 5, chatter P3, but dropping it alone puts two user messages together
+        u("v" * 40),  # 14, P1
+        a("w" * 40),  # 14, P1
+        u("q"),  # 5, current request
+    ]
+    assert cw.message_tokens(msgs, "fim", format="anthropic") == [14, 6, 24, 5, 14, 14, 5]
+    # total 82; budget 60: unit 1-2 goes (52 > 60? no: 82 - 30 = 52 <= 60)
+    r = fit(msgs, 60, FitPolicy(low_water=1.0, recent_turns=2), profile="fim", format="anthropic")
+    assert kept(r, msgs) == [0, 3, 4, 5, 6] and r.report.tokens_after == 52
+    # budget 40: the chatter cannot go alone (user, user); P2: turn 0 (14 + 5) goes:
+    # 52 - 19 = 33, plus the breadcrumb block on message 4 (12) = 45 > 40; P1: turn 1
+    # (28): 5 + 12 = 17
+    r = fit(msgs, 40, FitPolicy(low_water=1.0, recent_turns=2), profile="fim", format="anthropic")
+    assert [f.rule for f in r.report.fates][:4] == ["p2_evicted", "p3_evicted", "p3_evicted", "p3_evicted"]
+    assert r.report.tokens_after == 17 and len(r.messages) == 1
+    assert r.messages[0]["content"][0]["text"] == BC
+    assert cw.validate(r.messages, "anthropic", format="anthropic") == []
+
+
+def test_existing_breadcrumb_goes_only_with_its_turn() -> None:
+    msgs = conv()
+    first = fit(msgs, 120, EXACT, profile="fim").messages  # [0, BC, 7, 8, 9] = 64 tokens
+    grown = [*first, a("n" * 40), u("m" * 40)]  # 64 + 14 + 14 = 92
+    # turns: [BC, x, y] (the breadcrumb belongs to the turn it precedes), [z, n], [m];
+    # no chatter (chatter_tokens=0), recent_turns=2: the first turn is P2, the breadcrumb
+    # is never evicted alone: the whole turn goes (16 + 14 + 14 = 44): 48, plus a new
+    # breadcrumb before z (16) = 64 <= 80
+    pol = FitPolicy(low_water=1.0, chatter_tokens=0)
+    assert priorities(grown, pol, profile="fim") == [0, 2, 2, 2, 1, 1, 0]
+    r = fit(grown, 80, pol, profile="fim")
+    assert [m["content"][:3] for m in r.messages] == ["sss", BC[:3], "zzz", "nnn", "mmm"]
+    assert r.report.tokens_after == 64 and rules(r)[1:4] == ["p2_evicted"] * 3
+    # with the default chatter rule "y" * 40 (14 < 32) is chatter and goes alone: 78
+    r = fit(grown, 80, EXACT, profile="fim")
+    assert [m["content"][:3] for m in r.messages] == ["sss", BC[:3], "xxx", "zzz", "nnn", "mmm"]
+    assert r.report.tokens_after == 78
+
+
+# --------------------------------------------------------------------------- low water
+
+
+def test_low_water_trims_below_the_budget() -> None:
+    msgs = conv()
+    exact = fit(msgs, 160, EXACT, profile="fim")
+    assert exact.report.tokens_after == 135  # 165 - unit (30) <= 160
+    low = fit(msgs, 160, profile="fim")  # target int(160 * 0.7) = 112
+    # P3 -> 130; turn A -> 116 + 16 = 132; turn B -> 48 + 16 = 64 <= 112
+    assert low.report.tokens_after == 64 and low.report.budget == 160 and low.report.fits
+
+
+def _grow(low_water: float, calls: int = 40) -> tuple[int, int]:
+    """An agent loop: each call appends one exchange (a tool call, its result, an answer
+    and the next user message) to the previous call's output and fits it to 300 tokens.
+    Returns (calls whose output starts with the previous output after the preamble,
+    calls that trimmed)."""
+    pol = FitPolicy(low_water=low_water)
+    history: list[dict[str, Any]] = [sys_("You are terse."), u("start")]
+    stable = trims = 0
+    prev: list[bytes] | None = None
+    for n in range(calls):
+        cid = f"call_{n}"  # deterministic ids
+        history = [*history, call(cid), result(cid, f"r{n} " * 12), a(f"done {n}"), u(f"next {n} " * 3)]
+        r = fit(history, 300, pol, profile="fim")
+        assert r.report.fits and cw.validate(r.messages, "openai") == []
+        trims += r.report.reason is not None
+        enc = [msgspec.json.encode(m) for m in r.messages[1:]]
+        if prev is not None and enc[: len(prev)] == prev:
+            stable += 1
+        prev = enc
+        history = r.messages
+    return stable, trims
+
+
+def test_low_water_keeps_the_prefix_stable_longer() -> None:
+    stable_low, trims_low = _grow(0.7)
+    stable_exact, trims_exact = _grow(1.0)
+    print(f"stable prefix: low_water=0.7 {stable_low}/39 ({trims_low} trims), 1.0 {stable_exact}/39 ({trims_exact})")
+    assert stable_low > stable_exact
+    assert trims_low < trims_exact
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def _shuffled(m: Any, rnd: random.Random) -> Any:
+    if isinstance(m, dict):
+        items = list(m.items())
+        rnd.shuffle(items)
+        return {k: _shuffled(v, rnd) for k, v in items}
+    if isinstance(m, list):
+        return [_shuffled(v, rnd) for v in m]
+    return m
+
+
+def test_deterministic_and_key_order_independent() -> None:
+    msgs = [*conv()[:4], call("p1", "p2"), result("p2", "x" * 90), result("p1", "y" * 9), *conv()[4:]]
+    first = fit(msgs, 100, profile="fim")
+    again = fit(msgs, 100, profile="fim")
+    assert msgspec.json.encode(first.messages) == msgspec.json.encode(again.messages)
+    assert msgspec.json.encode(first.report) == msgspec.json.encode(again.report)
+    for seed in range(5):
+        shuffled = _shuffled(msgs, random.Random(seed))
+        r = fit(shuffled, 100, profile="fim")
+        assert msgspec.json.encode(r.messages, order="sorted") == msgspec.json.encode(first.messages, order="sorted")
+        assert msgspec.json.encode(r.report) == msgspec.json.encode(first.report)
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def test_recover_two_thirds() -> None:
+    msgs = conv()
+    r = recover_from_overflow(msgs, budget=1000, profile="fim")
+    # target 165 * 2 // 3 = 110: P3 -> 130; P2: turn A -> 132; turn B -> 64 <= 110
+    assert isinstance(r, Recovery) and r.target == 110 and r.removed
+    assert r.report.tokens_after == 64 and r.report.budget == 110 and r.report.reason == "context_overflow"
+
+
+def test_recover_from_reported_tokens() -> None:
+    msgs = conv()
+    # the provider counted 200 for our 165 and the budget is 150: target 165 * 150 // 200
+    # = 123 (so its count lands at about 123 * 200 / 165 = 149 <= 150): P3 -> 130 > 123;
+    # turn A -> 132; turn B -> 64
+    r = recover_from_overflow(msgs, 200, budget=150, profile="fim")
+    assert r.target == 123 and r.report.tokens_after == 64
+    # reported 170 for budget 168: 165 * 168 // 170 = 163: the tool unit alone -> 135
+    r = recover_from_overflow(msgs, 170, budget=168, profile="fim")
+    assert r.target == 163 and r.report.tokens_after == 135
+    # a report under the budget says nothing about how much to cut: two thirds
+    assert recover_from_overflow(msgs, 100, budget=150, profile="fim").target == 110
+
+    class Budget:  # anything with an int .usable, like contextwindow.budget.Budget
+        usable = 150
+
+    assert recover_from_overflow(msgs, 200, budget=Budget(), profile="fim").target == 123
+
+
+def test_recover_never_loops() -> None:
+    msgs = conv()
+    seen = []
+    for _ in range(10):
+        r = recover_from_overflow(msgs, budget=1000, profile="fim")
+        seen.append((r.report.tokens_before, r.report.tokens_after, r.removed))
+        if not r.removed:
+            break
+        assert r.report.tokens_after < r.report.tokens_before
+        msgs = r.messages
+    # 165 -> 64 (target 110); 64 -> 36 (target 42: turn [BC, x, y] goes, 20 + a new
+    # breadcrumb 16); 36: target 24, only P0 left
+    assert seen == [(165, 64, True), (64, 36, True), (36, 36, False)]
+    assert [m["content"] for m in msgs] == ["s" * 8, BC, "z" * 40]
+
+
+def test_recover_removed_false_keeps_input() -> None:
+    msgs = [sys_("s"), u("q")]  # 5 + 5 = 10, target 6: nothing to evict, "q" cannot be cut
+    r = recover_from_overflow(msgs, budget=10, profile="fim")
+    assert not r.removed and all(x is y for x, y in zip(r.messages, msgs, strict=True))
+    assert r.report.reason is None and r.report.fits is False
+    assert recover_from_overflow([], budget=10).removed is False
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc"),
+    [
+        ({"budget": -1}, ValueError),
+        ({"budget": 1.5}, ValueError),
+        ({"budget": 10, "policy": {"low_water": 1}}, TypeError),
+        ({"budget": 10, "policy": FitPolicy(low_water=0)}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(pinned_share=1.5)}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(eviction_order=(3, 3))}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(eviction_order=(0, 3))}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(pinned=(10,))}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(priorities={1: 4})}, ValueError),
+        ({"budget": 10, "policy": FitPolicy(priorities={-1: 1})}, ValueError),
+        ({"budget": 10, "profile": "nope"}, ValueError),
+    ],
+)
+def test_bad_options(kwargs: dict[str, Any], exc: type[Exception]) -> None:
+    msgs = conv()
+    snapshot = msgspec.json.encode(msgs)
+    with pytest.raises(exc):
+        fit(msgs, **kwargs)
+    assert msgspec.json.encode(msgs) == snapshot
+
+
+def test_bad_messages_and_recovery_options() -> None:
+    with pytest.raises(cw.InvalidMessageError):
+        fit([{"role": "user", "content": 3}], 10)
+    with pytest.raises(TypeError):
+        recover_from_overflow(conv(), budget="big")
+    with pytest.raises(ValueError):
+        recover_from_overflow(conv(), -5, budget=10)
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+PAIRING = {
+    "orphan_result",
+    "duplicate_result",
+    "unanswered_call",
+    "result_after_content",
+    "result_outside_tool_message",
+    "call_outside_assistant",
+    "duplicate_call",
+    "result_outside_user_message",
+}
+
+
+def _pairing(msgs: list[Any], provider: str) -> list[Any]:
+    return [v for v in cw.validate(msgs, provider) if v.code in PAIRING]
+
+
+def _check(msgs: list[Any], fmt: str, budget: int, pol: FitPolicy, profile: str, full_validate: bool) -> Any:
+    snapshot = msgspec.to_builtins(msgs)
+    total = cw.count_messages(msgs, profile, format=fmt)
+    r = fit(msgs, budget, pol, profile=profile, format=fmt)
+    out = r.messages
+    assert msgspec.to_builtins(msgs) == snapshot, "input mutated"
+    valid_input = not _pairing(msgs, fmt)
+    # 1. identity under budget
+    if total <= budget and valid_input:
+        assert len(out) == len(msgs) and all(x is y for x, y in zip(out, msgs, strict=True))
+        assert r.report.reason is None
+    # 2. pairing (and, for valid real transcripts, every provider rule)
+    if full_validate:
+        assert cw.validate(out, fmt, format=fmt) == []
+    else:
+        assert _pairing(out, fmt) == []
+    # 3. preamble, pinned and the current request survive, as the same objects
+    fates = r.report.fates
+    assert len(fates) == len(msgs)
+    pre = next((i for i, m in enumerate(msgs) if cw.segment_turns([m], format=fmt).preamble_end == 0), len(msgs))
+    assert all(x is y for x, y in zip(out[:pre], msgs[:pre], strict=True))
+    for i, m in enumerate(msgs):
+        if isinstance(m, Message) and m.pinned and fates[i].rule != "unpinned_over_share":
+            # never evicted, never cut (repair may add a stub result block to it)
+            assert fates[i].fate in ("kept", "repaired") or fates[i].rule in ("orphan_result", "emptied_by_repair")
+    repaired = cw.repair_tool_pairs(msgs, format=fmt).messages
+    real = [m for m in repaired if ref.is_real_user(_canon(m, fmt))]
+    if real:
+        idx = [i for i, m in enumerate(msgs) if m is real[-1]]
+        if idx:
+            assert fates[idx[0]].fate != "dropped"
+            if r.report.reason == "priority_budget":
+                assert fates[idx[0]].rule in ("current_request", "breadcrumb_added", "request_truncated")
+            if fates[idx[0]].rule == "request_truncated":  # cut only when that makes it fit
+                assert r.report.fits
+    # 4. never empty
+    assert out or not repaired
+    assert r.report.tokens_after == cw.count_messages(out, profile, format=fmt)
+    assert r.report.fits == (r.report.tokens_after <= budget)
+    # 7. deterministic
+    again = fit(msgs, budget, pol, profile=profile, format=fmt)
+    assert msgspec.json.encode(again.report) == msgspec.json.encode(r.report)
+    assert msgspec.to_builtins(again.messages, str_keys=True) == msgspec.to_builtins(out, str_keys=True)
+    # 8. every changed message is valid UTF-8 / JSON
+    msgspec.json.encode([m for m in out if not any(m is x for x in msgs)])
+    return r
+
+
+def _canon(m: Any, fmt: str) -> Message:
+    if isinstance(m, Message):
+        return m
+    return cw.adapters.to_canonical([m], fmt)[0]
+
+
+@given(
+    case(), st.integers(0, 120), st.sampled_from(["conservative", "fim", "bytes4"]), st.sampled_from([0.5, 0.7, 1.0])
+)
+def test_fit_invariants(c: tuple[str, list[Message]], pct: int, profile: str, lw: float) -> None:
+    provider, msgs = c
+    total = cw.count_messages(msgs, profile, format=provider)
+    budget = total * pct // 100
+    _check(msgs, provider, budget, FitPolicy(low_water=lw), profile, False)
+
+
+@given(case(), st.integers(0, 100), st.integers(1, 60))
+def test_fit_monotone(c: tuple[str, list[Message]], pct: int, more: int) -> None:
+    """A larger budget never keeps fewer tokens (trimming to the budget exactly)."""
+    provider, msgs = c
+    b1 = cw.count_messages(msgs, format=provider) * pct // 100
+    small = fit(msgs, b1, EXACT, format=provider).report
+    large = fit(msgs, b1 + more, EXACT, format=provider).report
+    assert large.tokens_after >= small.tokens_after or not small.fits
+
+
+@given(conversation("openai"), st.integers(0, 100))
+def test_fit_tightness(msgs: list[Message], pct: int) -> None:
+    """Adding back the last evicted unit would exceed the budget (DESIGN.md section 8.5).
+
+    Checked where the last unit can be told from the report alone: OpenAI shape (no
+    alternation rule), valid pairs, nothing pinned, no breadcrumb, trimming to the budget
+    exactly and nothing cut. Then pass c evicts only class-c messages (P3 goes whole
+    before P2, P2 before P1), oldest first, so the last unit evicted holds the newest
+    message of the lowest class evicted: its whole turn when the turn's opening message
+    went in that pass, else its tool unit, else the message alone.
+    """
+    provider = "openai"
+    msgs = [msgspec.structs.replace(m, pinned=False) for m in msgs]
+    if _pairing(msgs, provider):
+        return
+    budget = cw.count_messages(msgs, format=provider) * pct // 100
+    r = fit(msgs, budget, FitPolicy(low_water=1.0, breadcrumb=False), format=provider)
+    rep = r.report
+    evicted = [f for f in rep.fates if f.rule.endswith("_evicted")]
+    if not rep.fits or rep.truncated_messages or not evicted:
+        return
+    low = min(f.rule for f in evicted)  # "p1_evicted" < "p2_evicted" < "p3_evicted"
+    newest = max(f.index for f in evicted if f.rule == low)
+    seg = cw.segment_turns(msgs, format=provider)
+    a, b = next((a, b) for a, b in seg.turns if a <= newest < b)
+    head = next((i for i in range(a, b) if ref.is_real_user(msgs[i])), None)
+    if head is not None and rep.fates[head].rule == low:
+        unit = [i for i in range(a, b) if rep.fates[i].rule == low]
+    else:
+        unit = next((u for u in seg.units if newest in u), [newest])
+    costs = cw.message_tokens(msgs, format=provider)
+    event(f"tightness checked on {len(unit)} message(s)")
+    assert rep.tokens_after + sum(costs[i] for i in unit) > budget
+
+
+@given(case(), st.integers(1, 100))
+def test_recovery_terminates(c: tuple[str, list[Message]], pct: int) -> None:
+    provider, msgs = c
+    for _ in range(60):
+        r = recover_from_overflow(msgs, budget=1000, format=provider)
+        assert r.target == r.report.tokens_before * 2 // 3
+        assert _pairing(r.messages, provider) == []
+        if not r.removed:
+            break
+        assert r.report.tokens_after < r.report.tokens_before
+        msgs = r.messages
+    else:
+        raise AssertionError("recovery did not settle")
+
+
+FILES = corpus_files()
+PCTS = [10, 25, 50, 90, 100, 200]
+
+
+@pytest.mark.parametrize("pct", PCTS)
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_fit_on_corpus(path: Path, pct: int) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    total = cw.count_messages(msgs, format=fmt)
+    budget = total * pct // 100
+    for pol in (FitPolicy(), EXACT):
+        r = _check(msgs, fmt, budget, pol, "conservative", True)
+        target = int(budget * pol.low_water)
+        if r.report.reason == "priority_budget" and r.report.tokens_after > target:
+            # the low-water mark was out of reach: nothing evictable is left
+            left = fit(r.messages, target, EXACT, format=fmt)
+            assert left.report.dropped_messages == 0, (r.report.tokens_after, target)
+    # 6. monotone in budget (to the budget exactly)
+    small = fit(msgs, budget, EXACT, format=fmt).report
+    large = fit(msgs, budget + max(1, total // 20), EXACT, format=fmt).report
+    assert large.tokens_after >= small.tokens_after or not small.fits
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_recover_on_corpus(path: Path) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    total = cw.count_messages(msgs, format=fmt)
+    r = recover_from_overflow(msgs, budget=total, format=fmt)
+    assert r.target == total * 2 // 3
+    assert cw.validate(r.messages, fmt, format=fmt) == [] and r.messages
+    if r.removed:
+        assert r.report.tokens_after < total
+    again = recover_from_overflow(r.messages, budget=total, format=fmt)
+    assert again.report.tokens_after < r.report.tokens_after or not again.removed
