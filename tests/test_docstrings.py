@@ -19,6 +19,7 @@ MODULES = [
     "contextwindow.estimate",
     "contextwindow.estimator",
     "contextwindow.fit",
+    "contextwindow.guard",
     "contextwindow.gateway",
     "contextwindow.io",
     "contextwindow.messages",

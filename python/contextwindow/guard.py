@@ -1,0 +1,771 @@
+"""ContextGuard: the per-iteration budget enforcer an agent loop calls before every model
+request (first seed, layer 3; third seed, "before every LLM call"; issue 5).
+
+``guard.check(messages, hint=...)`` runs the steps below, cheapest first, and stops as
+soon as the conversation fits:
+
+1. ``tool_output`` (always, before every call): a message over ``max_message_chars``
+   characters is cut (first seed, 50,000); a single tool result over
+   ``max_result_share`` of the context window is cut keeping head and tail (third seed,
+   50%); when the whole input passes ``max_total_share`` of the window (third seed, 75%),
+   the oldest results of output-heavy tools are cleared
+   (:func:`contextwindow.compact.budget_tool_results`).
+2. ``tool_results`` (over the token budget only): the oldest results of output-heavy
+   tools are cleared until the estimate is back under the target; skipped for the
+   ``step_dependency`` hint, whose protected content is the data tool results carry.
+3. ``history`` (still over): :func:`contextwindow.fit.fit` evicts whole units by priority
+   (P3 old tool output and chatter first, then P2 older turns, then P1 recent turns) down
+   to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
+   prefix stays byte-stable for the next calls instead of shifting on every call.
+4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
+   output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
+   sent (second seed). A token budget above the estimate but under the capacity passes:
+   the budget is a target, the capacity is the limit.
+
+``guard.recover(messages, reported_tokens=...)`` is the reactive path for a provider that
+still says the context overflowed: :func:`contextwindow.fit.recover_from_overflow` (whole
+turns down to two thirds of the current size, or what the provider's count implies; second
+seed), then :func:`contextwindow.compact.prune_middle` when that could not remove anything
+(third seed, layer 2).
+
+Hints (first seed) say what the history step protects; they are carried on every event and
+on the result, for the LLM compaction step a later version adds:
+
+* ``react_iteration``: recent reasoning chain, current goal, key data; old redundant
+  steps and verbose tool output go first (the default priorities).
+* ``planner_input``: the user's intent as it evolved (every real user message is at
+  least P1) and key decisions; tool-call mechanics of older turns go first (P3).
+* ``step_dependency``: key data, numbers, conclusions (tool results of older turns are
+  P2, never cleared by step 2); reasoning text of older turns goes first (P3).
+* ``general``: the default priorities.
+
+Each step that changed something emits one event to every subscriber, in step order, and
+adds to :class:`Stats`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from typing import Any, Literal, get_args
+
+import msgspec
+
+from . import _engine
+from .budget import Budget, check_capacity, resolve_budget
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, budget_tool_results, prune_middle
+from .errors import ContextOverflowError
+from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
+from .fit import FitPolicy, fit, priorities, recover_from_overflow
+from .messages import ToolCall, ToolResult
+from .report import FitReport
+from .turns import segment_turns
+
+__all__ = [
+    "HINTS",
+    "ContextGuard",
+    "GuardEvent",
+    "GuardResult",
+    "GuardStep",
+    "HistoryTrimmed",
+    "Hint",
+    "MessageTruncated",
+    "MiddlePruned",
+    "OverflowRecovered",
+    "Stats",
+    "ToolResultTruncated",
+    "ToolResultsCleared",
+    "hint_priorities",
+]
+
+Hint = Literal["react_iteration", "planner_input", "step_dependency", "general"]
+HINTS: tuple[str, ...] = get_args(Hint)
+
+
+class GuardEvent(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """One step of a guard call that changed the conversation.
+
+    Attributes:
+        step: ``tool_output``, ``tool_results``, ``history``, ``overflow`` or ``middle``.
+        reason: the report's reason (``message_char_cap``, ``tool_result_budget``,
+            ``token_budget``, ``overflow_recovery``, ``middle_pruned``).
+        hint: the hint of the call.
+        tokens_before: estimated tokens before this step.
+        tokens_after: estimated tokens after it.
+        messages_before: messages before this step.
+        messages_after: messages after it.
+
+    >>> ToolResultsCleared(step="tool_results", reason="token_budget", hint="general",
+    ...     tokens_before=900, tokens_after=400, messages_before=5, messages_after=5,
+    ...     results=2, chars_removed=2000).tokens_before
+    900
+    """
+
+    step: str
+    reason: str
+    hint: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+
+
+class MessageTruncated(GuardEvent, frozen=True, kw_only=True):
+    """Messages over the character cap were cut (first seed).
+
+    Attributes:
+        messages: how many messages were cut.
+        chars_removed: characters (code points) removed in all.
+
+    >>> MessageTruncated(step="tool_output", reason="message_char_cap", hint="general",
+    ...     tokens_before=20000, tokens_after=12600, messages_before=3, messages_after=3,
+    ...     messages=1, chars_removed=30000).messages
+    1
+    """
+
+    messages: int
+    chars_removed: int
+
+
+class ToolResultTruncated(GuardEvent, frozen=True, kw_only=True):
+    """Tool results over their share of the context window were cut (third seed).
+
+    Attributes:
+        results: how many results were cut.
+        chars_removed: characters (code points) removed in all.
+
+    >>> ToolResultTruncated(step="tool_output", reason="tool_result_budget", hint="general",
+    ...     tokens_before=90000, tokens_after=60000, messages_before=4, messages_after=4,
+    ...     results=1, chars_removed=120000).results
+    1
+    """
+
+    results: int
+    chars_removed: int
+
+
+class ToolResultsCleared(GuardEvent, frozen=True, kw_only=True):
+    """Old results of output-heavy tools were replaced by a marker (third seed).
+
+    Attributes:
+        results: how many results were cleared.
+        chars_removed: characters (code points) removed in all.
+
+    >>> ToolResultsCleared(step="tool_output", reason="tool_result_budget", hint="general",
+    ...     tokens_before=900, tokens_after=400, messages_before=5, messages_after=5,
+    ...     results=2, chars_removed=2000).results
+    2
+    """
+
+    results: int
+    chars_removed: int
+
+
+class HistoryTrimmed(GuardEvent, frozen=True, kw_only=True):
+    """Whole units and turns were evicted by priority (second seed's HistoryTrimmed).
+
+    Attributes:
+        dropped_messages: input messages dropped.
+        kept_turns: turns kept.
+        dropped_turns: whole turns dropped.
+
+    >>> HistoryTrimmed(step="history", reason="token_budget", hint="general",
+    ...     tokens_before=900, tokens_after=400, messages_before=9, messages_after=4,
+    ...     dropped_messages=5, kept_turns=1, dropped_turns=2).dropped_turns
+    2
+    """
+
+    dropped_messages: int
+    kept_turns: int
+    dropped_turns: int
+
+
+class OverflowRecovered(GuardEvent, frozen=True, kw_only=True):
+    """The reactive trim after a provider reported an overflow (second seed).
+
+    Attributes:
+        target: the token target the trim aimed at.
+        dropped_messages: input messages dropped.
+
+    >>> OverflowRecovered(step="overflow", reason="overflow_recovery", hint="general",
+    ...     tokens_before=900, tokens_after=580, messages_before=9, messages_after=6,
+    ...     target=600, dropped_messages=3).target
+    600
+    """
+
+    target: int
+    dropped_messages: int
+
+
+class MiddlePruned(GuardEvent, frozen=True, kw_only=True):
+    """The middle of the history was replaced by one notice (third seed, layer 2).
+
+    Attributes:
+        removed_messages: messages the notice replaced.
+
+    >>> MiddlePruned(step="middle", reason="middle_pruned", hint="general",
+    ...     tokens_before=900, tokens_after=300, messages_before=20, messages_after=9,
+    ...     removed_messages=12).removed_messages
+    12
+    """
+
+    removed_messages: int
+
+
+AnyEvent = (
+    MessageTruncated | ToolResultTruncated | ToolResultsCleared | HistoryTrimmed | OverflowRecovered | MiddlePruned
+)
+
+
+class GuardStep(msgspec.Struct, frozen=True, kw_only=True):
+    """The report of one step that ran.
+
+    Attributes:
+        step: the step's name (see :class:`GuardEvent`).
+        report: that step's :class:`~contextwindow.FitReport`; its message indices refer
+            to the step's input, which is the previous step's output.
+
+    >>> GuardStep(step="history", report=None).step
+    'history'
+    """
+
+    step: str
+    report: Any
+
+
+class GuardResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`ContextGuard.check` and :meth:`ContextGuard.recover` return.
+
+    Attributes:
+        messages: the conversation to send, in the caller's shape; the caller's own
+            objects wherever a message was not changed.
+        hint: the hint of the call.
+        tokens_before: estimated tokens of the input (messages only; the budget already
+            accounts for tool schemas).
+        tokens_after: estimated tokens of the output.
+        budget: the token budget for messages (``Budget.usable``).
+        fits: ``tokens_after <= budget``.
+        events: one event per step that changed something, in order.
+        steps: every step that ran, with its report.
+
+    >>> GuardResult(messages=[], hint="general", tokens_before=0, tokens_after=0, budget=10,
+    ...     fits=True, events=[], steps=[]).fits
+    True
+    """
+
+    messages: list[Any]
+    hint: str
+    tokens_before: int
+    tokens_after: int
+    budget: int
+    fits: bool
+    events: list[Any]
+    steps: list[GuardStep]
+
+    @property
+    def changed(self) -> bool:
+        """Whether any step changed the conversation.
+
+        >>> GuardResult(messages=[], hint="general", tokens_before=0, tokens_after=0,
+        ...     budget=10, fits=True, events=[], steps=[]).changed
+        False
+        """
+        return bool(self.events)
+
+
+class Stats(msgspec.Struct, frozen=True, kw_only=True):
+    """What a :class:`ContextGuard` did since it was made (a snapshot).
+
+    Attributes:
+        checks: calls to ``check``.
+        compactions: calls to ``check`` or ``recover`` that changed the conversation.
+        recoveries: calls to ``recover``.
+        tokens_before: estimated tokens of every input, summed.
+        tokens_after: estimated tokens of every output, summed.
+        last_tokens_before: the latest call's input estimate.
+        last_tokens_after: the latest call's output estimate.
+        messages_truncated: messages cut by the character cap.
+        tool_results_cut: tool results cut to their share of the window.
+        tool_results_cleared: tool results replaced by a marker.
+        messages_dropped: messages evicted by the history, overflow and middle steps.
+        prompt_tokens: provider-reported input tokens (``record_usage``), summed.
+        completion_tokens: provider-reported output tokens, summed.
+
+    >>> Stats().checks
+    0
+    """
+
+    checks: int = 0
+    compactions: int = 0
+    recoveries: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    last_tokens_before: int = 0
+    last_tokens_after: int = 0
+    messages_truncated: int = 0
+    tool_results_cut: int = 0
+    tool_results_cleared: int = 0
+    messages_dropped: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def hint_priorities(
+    messages: Any, hint: str, policy: FitPolicy | None = None, *, profile: str | None = None, format: str | None = None
+) -> list[int]:
+    """Priority classes (0-3, DESIGN.md section 5) the guard's history step uses for a hint.
+
+    Starts from :func:`contextwindow.fit.priorities` and moves only derived classes of
+    messages before the newest turn (P0, explicit ``Message.priority`` and
+    ``policy.priorities`` stay as they are):
+
+    * ``general``, ``react_iteration``: unchanged.
+    * ``planner_input``: real user messages at least P1 (the intent as it evolved); tool
+      calls and tool results P3 (tool-call mechanics).
+    * ``step_dependency``: tool calls and results at least P2 (the data); assistant text
+      without tool calls P3 (the reasoning process).
+
+    Args:
+        messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+        hint: one of :data:`HINTS`.
+        policy: the fit policy (default ``FitPolicy()``).
+        profile: estimation profile, for what counts as chatter.
+        format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+    Returns:
+        One class per input message.
+
+    Raises:
+        ValueError: an unknown hint.
+        InvalidMessageError: a malformed message.
+
+    >>> hint_priorities([{"role": "user", "content": "hi"}], "planner_input")
+    [0]
+    """
+    if hint not in HINTS:
+        raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+    policy = FitPolicy() if policy is None else policy
+    derived = priorities(messages, policy, profile=profile, format=format)
+    if hint in ("general", "react_iteration"):
+        return derived
+    msgs = _engine.prepare(messages, format).canonical
+    seg = segment_turns(msgs)
+    newest = seg.turns[-1][0] if seg.turns else len(msgs)
+    out = list(derived)
+    for i, m in enumerate(msgs):
+        if i in policy.priorities or m.priority is not None or i >= newest or derived[i] == 0:
+            continue
+        tool = any(isinstance(p, (ToolCall, ToolResult)) for p in m.content)
+        if hint == "planner_input":
+            if tool:
+                out[i] = 3
+            elif m.role == "user":
+                out[i] = min(derived[i], 1)
+        elif tool:
+            out[i] = min(derived[i], 2)
+        elif m.role == "assistant":
+            out[i] = 3
+    return out
+
+
+_CUT_RULES = {"tool_result_cut"}
+_CLEAR_RULES = {"tool_result_cleared"}
+_CAP_RULES = {"message_char_cap"}
+
+
+def _count_rules(report: FitReport, rules: set[str]) -> tuple[int, int]:
+    hits = [f for f in report.fates if f.rule in rules]
+    return len(hits), sum(f.chars_removed for f in hits)
+
+
+class ContextGuard:
+    """Per-iteration context budget enforcement for an agent loop.
+
+    Args:
+        budget: a :class:`~contextwindow.budget.Budget` from
+            :func:`~contextwindow.resolve_budget`, or ``None`` to resolve one from
+            ``model`` / ``context_window`` / ``max_output_tokens`` (and the environment,
+            first seed: ``LLM_CONTEXT_SIZE``, ``LLM_MAX_OUTPUT_TOKENS``).
+        model: model name looked up in the model table (used when ``budget`` is None).
+        context_window: window in tokens (used when ``budget`` is None).
+        max_output_tokens: output reserve in tokens (used when ``budget`` is None).
+        profile: estimation profile (default ``conservative``).
+        policy: the :class:`~contextwindow.fit.FitPolicy` of the history step; its
+            ``low_water`` (default 0.7) is the prompt-cache friendly trim target.
+        max_message_chars: character cap per message (first seed: 50,000; None: off).
+        max_result_share: a tool result's largest share of the window (third seed: 0.5).
+        max_total_share: share of the window above which old output-heavy tool results
+            are cleared before every call (third seed: 0.75).
+        output_heavy_tools: tool names whose old results may be cleared.
+        protected_tools: tool names whose results are never cleared (write/create).
+        subscribers: callables receiving each event (see :meth:`subscribe`).
+
+    Raises:
+        ValueError: an unknown profile, or the budget options are inconsistent (see
+            :func:`~contextwindow.resolve_budget`).
+
+    Thread safety: one guard may serve several threads; stats and subscribers are
+    guarded by a lock, and each call works on its own inputs.
+
+    >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
+    >>> r = guard.check([{"role": "user", "content": "hi"}], hint="react_iteration")
+    >>> r.fits, r.changed, guard.stats.checks
+    (True, False, 1)
+    """
+
+    def __init__(
+        self,
+        budget: Budget | None = None,
+        *,
+        model: str | None = None,
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+        profile: str | None = None,
+        policy: FitPolicy | None = None,
+        max_message_chars: int | None = 50_000,
+        max_result_share: float = 0.5,
+        max_total_share: float = 0.75,
+        output_heavy_tools: Collection[str] = OUTPUT_HEAVY_TOOLS,
+        protected_tools: Collection[str] = WRITE_TOOLS,
+        subscribers: Collection[Callable[[Any], None]] = (),
+    ) -> None:
+        if budget is None:
+            budget = resolve_budget(context_window, max_output_tokens, model=model)
+        elif not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget from resolve_budget, got {type(budget).__name__}")
+        profile = DEFAULT_PROFILE if profile is None else profile
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        if policy is not None and not isinstance(policy, FitPolicy):
+            raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
+        self.budget = budget
+        self.profile = profile
+        self.policy = policy if policy is not None else FitPolicy()
+        self.max_message_chars = max_message_chars
+        self.max_result_share = max_result_share
+        self.max_total_share = max_total_share
+        self.output_heavy_tools = frozenset(output_heavy_tools)
+        self.protected_tools = frozenset(protected_tools)
+        self._lock = threading.Lock()
+        self._subscribers: list[Callable[[Any], None]] = list(subscribers)
+        self._stats = Stats()
+
+    def __repr__(self) -> str:
+        b = self.budget
+        return f"ContextGuard(budget={b.usable} tokens, window={b.context_window}, profile={self.profile!r})"
+
+    @property
+    def stats(self) -> Stats:
+        """A snapshot of what this guard did so far.
+
+        >>> ContextGuard(context_window=8000, max_output_tokens=2000).stats.compactions
+        0
+        """
+        with self._lock:
+            return self._stats
+
+    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event from now on.
+
+        Returns:
+            A function that unsubscribes ``callback``.
+
+        >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
+        >>> stop = guard.subscribe(print); stop()
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def record_usage(self, prompt_tokens: int, completion_tokens: int = 0) -> None:
+        """Add the provider-reported usage of one call to :attr:`stats`.
+
+        >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
+        >>> guard.record_usage(1200, 300); guard.stats.prompt_tokens
+        1200
+        """
+        for name, v in (("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        with self._lock:
+            s = self._stats
+            self._stats = msgspec.structs.replace(
+                s,
+                prompt_tokens=s.prompt_tokens + prompt_tokens,
+                completion_tokens=s.completion_tokens + completion_tokens,
+            )
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _count(self, messages: Any, fmt: str | None) -> int:
+        return count_messages(messages, self.profile, format=fmt)
+
+    def _target(self) -> int:
+        return int(self.budget.usable * self.policy.low_water)
+
+    def _hint_policy(self, messages: Any, fmt: str | None, hint: str) -> FitPolicy:
+        """The fit policy for ``hint``: explicit priorities stay; derived ones move."""
+        if hint in ("general", "react_iteration"):
+            return self.policy
+        classes = hint_priorities(messages, hint, self.policy, profile=self.profile, format=fmt)
+        return msgspec.structs.replace(self.policy, priorities=dict(enumerate(classes)))
+
+    def _emit(self, events: list[Any]) -> None:
+        with self._lock:
+            subs = list(self._subscribers)
+        for e in events:
+            for fn in subs:
+                fn(e)
+
+    def check(self, messages: Any, hint: str = "general", *, format: str | None = None) -> GuardResult:
+        """Make ``messages`` fit the token budget before a model request.
+
+        Args:
+            messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
+            hint: ``react_iteration``, ``planner_input``, ``step_dependency`` or
+                ``general`` (first seed): what the history step protects.
+            format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+        Returns:
+            A :class:`GuardResult`; ``messages`` is the input itself when nothing had to
+            change.
+
+        Raises:
+            ValueError: an unknown hint.
+            InvalidMessageError: a malformed message (naming its index and field).
+            ContextOverflowError: the result still exceeds the model's capacity (window -
+                reserved output); ``.result`` holds the best the guard could do.
+
+        >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
+        >>> guard.check([{"role": "user", "content": "hi"}]).tokens_after
+        5
+        """
+        if hint not in HINTS:
+            raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        prep = _engine.prepare(messages, format)
+        fmt = None if prep.format == "canonical" else prep.format
+        window = self.budget.context_window
+        budget = self.budget.usable
+        before = cur_tokens = self._count(messages, fmt)
+        cur: Any = messages
+        events: list[Any] = []
+        steps: list[GuardStep] = []
+        stats = dict(messages_truncated=0, tool_results_cut=0, tool_results_cleared=0, messages_dropped=0)
+
+        def common(step: str, r: Any, tokens_before: int, n_before: int) -> dict[str, Any]:
+            return dict(
+                step=step,
+                reason=r.report.reason,
+                hint=hint,
+                tokens_before=tokens_before,
+                tokens_after=r.report.tokens_after,
+                messages_before=n_before,
+                messages_after=len(r.messages),
+            )
+
+        # 1. tool output, before every call
+        r = budget_tool_results(
+            cur,
+            window,
+            profile=self.profile,
+            max_result_share=self.max_result_share,
+            max_total_share=self.max_total_share,
+            output_heavy_tools=self.output_heavy_tools,
+            protected_tools=self.protected_tools,
+            max_message_chars=self.max_message_chars,
+            format=fmt,
+        )
+        steps.append(GuardStep(step="tool_output", report=r.report))
+        if r.report.reason is not None:
+            base = common("tool_output", r, cur_tokens, len(cur))
+            n, c = _count_rules(r.report, _CAP_RULES)
+            if n:
+                events.append(MessageTruncated(**base, messages=n, chars_removed=c))
+                stats["messages_truncated"] += n
+            n, c = _count_rules(r.report, _CUT_RULES)
+            if n:
+                events.append(ToolResultTruncated(**base, results=n, chars_removed=c))
+                stats["tool_results_cut"] += n
+            n, c = _count_rules(r.report, _CLEAR_RULES)
+            if n:
+                events.append(ToolResultsCleared(**base, results=n, chars_removed=c))
+                stats["tool_results_cleared"] += n
+            cur, cur_tokens = r.messages, r.report.tokens_after
+
+        if self.budget.trim_enabled and cur_tokens > budget:
+            target = self._target()
+            # 2. clear old output-heavy tool results down to the target
+            if hint != "step_dependency" and window > 0:
+                r = budget_tool_results(
+                    cur,
+                    window,
+                    profile=self.profile,
+                    max_result_share=None,
+                    max_total_share=target / window,
+                    output_heavy_tools=self.output_heavy_tools,
+                    protected_tools=self.protected_tools,
+                    max_message_chars=None,
+                    format=fmt,
+                )
+                steps.append(GuardStep(step="tool_results", report=r.report))
+                if r.report.reason is not None:
+                    n, c = _count_rules(r.report, _CLEAR_RULES)
+                    events.append(
+                        ToolResultsCleared(
+                            **{**common("tool_results", r, cur_tokens, len(cur)), "reason": "token_budget"},
+                            results=n,
+                            chars_removed=c,
+                        )
+                    )
+                    stats["tool_results_cleared"] += n
+                    cur, cur_tokens = r.messages, r.report.tokens_after
+            # 3. evict history by priority, down to the low-water mark
+            if cur_tokens > budget:
+                policy = self._hint_policy(cur, fmt, hint)
+                r = fit(cur, budget, policy, profile=self.profile, format=fmt)
+                steps.append(GuardStep(step="history", report=r.report))
+                if r.report.reason is not None:
+                    events.append(
+                        HistoryTrimmed(
+                            **common("history", r, cur_tokens, len(cur)),
+                            dropped_messages=r.report.dropped_messages,
+                            kept_turns=r.report.kept_turns,
+                            dropped_turns=r.report.dropped_turns,
+                        )
+                    )
+                    stats["messages_dropped"] += r.report.dropped_messages
+                    cur, cur_tokens = r.messages, r.report.tokens_after
+
+        result = GuardResult(
+            messages=list(cur),
+            hint=hint,
+            tokens_before=before,
+            tokens_after=cur_tokens,
+            budget=budget,
+            fits=cur_tokens <= budget,
+            events=events,
+            steps=steps,
+        )
+        self._account(result, stats, recovery=False)
+        self._emit(events)
+        # 4. capacity: a request that cannot fit the model is never sent
+        try:
+            check_capacity(cur_tokens, self.budget)
+        except ContextOverflowError as exc:
+            exc.result = result  # type: ignore[attr-defined]
+            raise
+        return result
+
+    def recover(
+        self, messages: Any, reported_tokens: int | None = None, *, hint: str = "general", format: str | None = None
+    ) -> GuardResult:
+        """Shrink ``messages`` after the provider reported a context overflow.
+
+        Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
+        thirds of the current estimate, or to what ``reported_tokens`` implies; second
+        seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
+        (third seed, layer 2). Never loops: when neither can remove anything the result
+        has no events and the caller should stop retrying.
+
+        Args:
+            messages: the conversation that overflowed, any accepted shape.
+            reported_tokens: the provider's token count for it, when the error gave one.
+            hint: carried on the events (see :meth:`check`).
+            format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+
+        Returns:
+            A :class:`GuardResult`.
+
+        Raises:
+            ValueError: an unknown hint or a negative ``reported_tokens``.
+            InvalidMessageError: a malformed message.
+
+        >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
+        >>> guard.recover([{"role": "user", "content": "hi"}]).changed
+        False
+        """
+        if hint not in HINTS:
+            raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        prep = _engine.prepare(messages, format)
+        fmt = None if prep.format == "canonical" else prep.format
+        budget = self.budget.usable
+        before = self._count(messages, fmt)
+        events: list[Any] = []
+        steps: list[GuardStep] = []
+        stats = dict(messages_truncated=0, tool_results_cut=0, tool_results_cleared=0, messages_dropped=0)
+        rec = recover_from_overflow(messages, reported_tokens, budget=budget, profile=self.profile, format=fmt)
+        steps.append(GuardStep(step="overflow", report=rec.report))
+        cur, cur_tokens = messages, before
+        if rec.removed:
+            events.append(
+                OverflowRecovered(
+                    step="overflow",
+                    reason="overflow_recovery",
+                    hint=hint,
+                    tokens_before=before,
+                    tokens_after=rec.report.tokens_after,
+                    messages_before=len(messages),
+                    messages_after=len(rec.messages),
+                    target=rec.target,
+                    dropped_messages=rec.report.dropped_messages,
+                )
+            )
+            stats["messages_dropped"] += rec.report.dropped_messages
+            cur, cur_tokens = rec.messages, rec.report.tokens_after
+        else:
+            r = prune_middle(cur, profile=self.profile, format=fmt)
+            steps.append(GuardStep(step="middle", report=r.report))
+            if r.report.reason is not None:
+                events.append(
+                    MiddlePruned(
+                        step="middle",
+                        reason="middle_pruned",
+                        hint=hint,
+                        tokens_before=cur_tokens,
+                        tokens_after=r.report.tokens_after,
+                        messages_before=len(cur),
+                        messages_after=len(r.messages),
+                        removed_messages=r.report.dropped_messages,
+                    )
+                )
+                stats["messages_dropped"] += r.report.dropped_messages
+                cur, cur_tokens = r.messages, r.report.tokens_after
+        result = GuardResult(
+            messages=list(cur),
+            hint=hint,
+            tokens_before=before,
+            tokens_after=cur_tokens,
+            budget=budget,
+            fits=cur_tokens <= budget,
+            events=events,
+            steps=steps,
+        )
+        self._account(result, stats, recovery=True)
+        self._emit(events)
+        return result
+
+    def _account(self, result: GuardResult, counts: dict[str, int], *, recovery: bool) -> None:
+        with self._lock:
+            s = self._stats
+            self._stats = msgspec.structs.replace(
+                s,
+                checks=s.checks + (0 if recovery else 1),
+                recoveries=s.recoveries + (1 if recovery else 0),
+                compactions=s.compactions + (1 if result.events else 0),
+                tokens_before=s.tokens_before + result.tokens_before,
+                tokens_after=s.tokens_after + result.tokens_after,
+                last_tokens_before=result.tokens_before,
+                last_tokens_after=result.tokens_after,
+                messages_truncated=s.messages_truncated + counts["messages_truncated"],
+                tool_results_cut=s.tool_results_cut + counts["tool_results_cut"],
+                tool_results_cleared=s.tool_results_cleared + counts["tool_results_cleared"],
+                messages_dropped=s.messages_dropped + counts["messages_dropped"],
+            )

@@ -1,0 +1,326 @@
+"""ContextGuard (issue 5 item 7): steps in the seeds' order, events, stats, hints, recovery,
+capacity, threads, and the corpus invariants.
+
+Costs use the ``fim`` profile so every number can be checked by hand: a message costs 4
+tokens plus, per text, ASCII characters // 4 (at least 1); a tool call costs its name and
+its arguments as two texts (``read_file`` 9 // 4 = 2, ``{}`` -> 1: 4 + 2 + 1 = 7;
+``bash`` 4 // 4 = 1: 4 + 1 + 1 = 6).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import contextwindow as cw
+from contextwindow.budget import resolve_budget
+from contextwindow.guard import (
+    ContextGuard,
+    HistoryTrimmed,
+    MessageTruncated,
+    OverflowRecovered,
+    ToolResultsCleared,
+    ToolResultTruncated,
+    hint_priorities,
+)
+
+from shared_data import corpus_files, ids, load, need
+
+FILES = corpus_files()
+
+
+def call(i: int, name: str) -> dict[str, Any]:
+    fn = {"name": name, "arguments": "{}"}
+    return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": fn}]}
+
+
+def res(i: int, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": text}
+
+
+def agent() -> list[dict[str, Any]]:
+    """Three turns; costs (fim): [14, 14, 7, 1004, 14, 14, 6, 1004, 14, 14] = 2,105."""
+    return [
+        {"role": "system", "content": "s" * 40},  # 4 + 10
+        {"role": "user", "content": "u" * 40},  # 14
+        call(1, "read_file"),  # 7
+        res(1, "x" * 4000),  # 4 + 1000
+        {"role": "assistant", "content": "a" * 40},  # 14
+        {"role": "user", "content": "v" * 40},  # 14
+        call(2, "bash"),  # 6
+        res(2, "y" * 4000),  # 1004
+        {"role": "assistant", "content": "b" * 40},  # 14
+        {"role": "user", "content": "w" * 40},  # 14: the current request
+    ]
+
+
+def guard(window: int, output: int, **kw: Any) -> ContextGuard:
+    return ContextGuard(resolve_budget(window, output), profile="fim", **kw)
+
+
+def test_agent_costs_are_what_the_module_docstring_says() -> None:
+    assert cw.message_tokens(agent(), "fim") == [14, 14, 7, 1004, 14, 14, 6, 1004, 14, 14]
+
+
+def test_under_budget_returns_the_input_objects_and_no_event() -> None:
+    msgs = agent()
+    g = guard(10_000, 1_000)  # usable 9,000 >= 2,105
+    seen: list[Any] = []
+    g.subscribe(seen.append)
+    r = g.check(msgs, hint="react_iteration")
+    assert all(a is b for a, b in zip(r.messages, msgs, strict=True)) and len(r.messages) == len(msgs)
+    assert (r.fits, r.changed, r.tokens_before, r.tokens_after, r.budget) == (True, False, 2105, 2105, 9000)
+    assert seen == [] and [s.step for s in r.steps] == ["tool_output"]
+    assert g.stats.checks == 1 and g.stats.compactions == 0
+
+
+def test_message_char_cap_first_seed() -> None:
+    # 60,000 characters; the cap is 50,000 including the marker "\n[Truncated: 10038
+    # characters removed]" (13 + 5 + 20 = 38 characters): head 49,962, removed 10,038.
+    msgs = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "a" * 60_000}]
+    g = guard(1_000_000, 1_000)
+    r = g.check(msgs)
+    [e] = r.events
+    assert isinstance(e, MessageTruncated)
+    # before 14 + 4 + 15,000; after 14 + 4 + 50,000 // 4
+    assert (e.messages, e.chars_removed, e.tokens_before, e.tokens_after) == (1, 10_038, 15_018, 12_518)
+    assert r.messages[1]["content"] == "a" * 49_962 + "\n[Truncated: 10038 characters removed]"
+    assert g.stats.messages_truncated == 1
+
+
+def test_single_tool_result_over_half_the_window_is_cut() -> None:
+    # window 2,000: a result may take 1,000 tokens; res 1 costs 1,004. The character cap is
+    # off so only the share rule acts.
+    msgs = agent()[:4]
+    g = guard(2_000, 100, max_message_chars=None)
+    r = g.check(msgs)
+    [e] = r.events
+    assert isinstance(e, ToolResultTruncated) and e.results == 1 and e.chars_removed > 0
+    assert cw.message_tokens([r.messages[3]], "fim")[0] <= 1_000
+    assert g.stats.tool_results_cut == 1
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_over_budget_clears_old_output_heavy_results_to_the_low_water_mark() -> None:
+    # window 3,000 - output 1,400 = budget 1,600 < 2,105; low water 0.7 * 1,600 = 1,120.
+    # Clearing the oldest output-heavy result (read_file, turn 1) leaves the marker
+    # "[tool result cleared: 4000 characters of read_file output]" (58 chars: 4 + 14):
+    # 2,105 - 1,004 + 18 = 1,119 <= 1,120, so bash's result (turn 2) stays.
+    msgs = agent()
+    g = guard(3_000, 1_400)
+    events: list[Any] = []
+    g.subscribe(events.append)
+    r = g.check(msgs, hint="general")
+    [e] = r.events
+    assert events == [e]
+    assert isinstance(e, ToolResultsCleared)
+    assert (e.step, e.reason, e.results, e.tokens_before, e.tokens_after) == (
+        "tool_results",
+        "token_budget",
+        1,
+        2105,
+        1119,
+    )
+    assert r.messages[3]["content"] == "[tool result cleared: 4000 characters of read_file output]"
+    assert all(r.messages[i] is msgs[i] for i in range(10) if i != 3)
+    assert (r.tokens_after, r.fits) == (1119, True)
+    assert g.stats.tool_results_cleared == 1 and g.stats.compactions == 1
+
+
+def test_hint_priorities_move_only_derived_classes_before_the_newest_turn() -> None:
+    msgs = agent()
+    # derived: preamble and current request P0; turn 2 and the current turn are the 2
+    # recent turns (P1); turn 1's user message P2, its tool unit and 14-token chatter P3
+    assert hint_priorities(msgs, "general", profile="fim") == [0, 2, 3, 3, 3, 1, 1, 1, 1, 0]
+    assert hint_priorities(msgs, "react_iteration", profile="fim") == [0, 2, 3, 3, 3, 1, 1, 1, 1, 0]
+    # planner_input: user messages at least P1, tool calls/results P3
+    assert hint_priorities(msgs, "planner_input", profile="fim") == [0, 1, 3, 3, 3, 1, 3, 3, 1, 0]
+    # step_dependency: tool calls/results at least P2, assistant text P3
+    assert hint_priorities(msgs, "step_dependency", profile="fim") == [0, 2, 2, 2, 3, 1, 1, 1, 3, 0]
+    pinned = cw.FitPolicy(priorities={1: 3})
+    assert hint_priorities(msgs, "planner_input", pinned, profile="fim")[1] == 3  # explicit stays
+    with pytest.raises(ValueError, match="unknown hint"):
+        hint_priorities(msgs, "chat")
+
+
+def test_step_dependency_keeps_tool_results_and_trims_history_instead() -> None:
+    # step 2 (clearing tool results) is skipped for step_dependency; the history step
+    # evicts by the hint's classes down to 1,120: P3 first, oldest first: message 4
+    # (14) and message 8 (14): 2,077; then P2: turn 1 whole (1..4 left: 14 + 7 + 1,004)
+    # with the breadcrumb (4 + 50 // 4 = 16): 2,077 - 1,025 + 16 = 1,068 <= 1,120.
+    msgs = agent()
+    g = guard(3_000, 1_400)
+    r = g.check(msgs, hint="step_dependency")
+    [e] = r.events
+    assert isinstance(e, HistoryTrimmed) and e.hint == "step_dependency"
+    assert (e.tokens_before, e.tokens_after, e.dropped_messages) == (2105, 1068, 5)
+    assert [m.get("content") for m in r.messages] == ["s" * 40, cw.BREADCRUMB, "v" * 40, None, "y" * 4000, "w" * 40]
+    assert cw.validate(r.messages, "openai") == []
+
+
+def test_capacity_exceeded_raises_before_the_request_is_sent() -> None:
+    # trimming disabled (max_context_tokens=0); capacity 1,000 - 200 = 800; the request
+    # costs 4 + 4,000 // 4 = 1,004: 204 over
+    g = ContextGuard(resolve_budget(1_000, 200, max_context_tokens=0), profile="fim")
+    with pytest.raises(cw.ContextOverflowError) as info:
+        g.check([{"role": "user", "content": "z" * 4_000}])
+    exc = info.value
+    assert (exc.tokens, exc.capacity, exc.over) == (1004, 800, 204)
+    assert exc.result.tokens_after == 1004 and g.stats.checks == 1  # type: ignore[attr-defined]
+
+
+def test_recover_trims_to_two_thirds_then_stops() -> None:
+    msgs = agent()
+    g = guard(3_000, 1_400)
+    r = g.recover(msgs)
+    [e] = r.events
+    # target 2,105 * 2 // 3 = 1,403: the oldest P3 unit (read_file, 7 + 1,004) goes:
+    # 2,105 - 1,011 = 1,094 <= 1,403
+    assert isinstance(e, OverflowRecovered)
+    assert (e.target, e.tokens_before, e.tokens_after, e.dropped_messages) == (1403, 2105, 1094, 2)
+    # recovery never loops: each call removes something or reports nothing; the
+    # conversation always keeps its preamble and current request
+    cur, calls = r.messages, 1
+    while True:
+        nxt = g.recover(cur)
+        calls += 1
+        assert calls < 20
+        if not nxt.changed:
+            break
+        assert nxt.tokens_after < nxt.tokens_before
+        cur = nxt.messages
+    assert cur[0] is msgs[0] and cur[-1] is msgs[-1]
+    assert g.stats.recoveries == calls
+
+
+def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
+    # bash's result is 60,000 characters (4 + 15,000 tokens): 16,105 in all.
+    # Step 1: the character cap cuts it to 50,000 (4 + 12,500): 13,605; 12,504 is under
+    # half the 26,000 window and 13,605 under 75% of it, so nothing else in step 1.
+    # Budget 26,000 - 13,000 = 13,000 < 13,605: step 2 clears down to 0.7 * 13,000 =
+    # 9,100: read_file's result (1,004 -> 18, "[tool result cleared: 4000 characters of
+    # read_file output]"): 12,619; then bash's (12,504 -> 17, "[tool result cleared:
+    # 50000 characters of bash output]", 54 chars): 132.
+    msgs = agent()
+    msgs[7] = res(2, "y" * 60_000)
+    g = guard(26_000, 13_000)
+    seen: list[Any] = []
+    stop = g.subscribe(seen.append)
+    r = g.check(msgs)
+    assert seen == r.events
+    first, second = r.events
+    assert isinstance(first, MessageTruncated) and isinstance(second, ToolResultsCleared)
+    assert (first.step, first.tokens_before, first.tokens_after, first.chars_removed) == (
+        "tool_output",
+        16105,
+        13605,
+        10038,
+    )
+    assert (second.step, second.tokens_before, second.tokens_after, second.results) == ("tool_results", 13605, 132, 2)
+    assert r.messages[7]["content"] == "[tool result cleared: 50000 characters of bash output]"
+    stop()
+    g.check(msgs)
+    assert len(seen) == 2
+    s = g.stats
+    assert (s.checks, s.compactions, s.messages_truncated, s.tool_results_cleared) == (2, 2, 2, 4)
+
+
+def test_record_usage_and_bad_arguments() -> None:
+    g = guard(8_000, 2_000)
+    g.record_usage(1_200, 300)
+    g.record_usage(800)
+    assert (g.stats.prompt_tokens, g.stats.completion_tokens) == (2_000, 300)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        g.record_usage(-1)
+    with pytest.raises(ValueError, match="unknown hint"):
+        g.check(agent(), hint="planner")
+    with pytest.raises(TypeError, match="Budget"):
+        ContextGuard(6000)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown profile"):
+        ContextGuard(context_window=8_000, max_output_tokens=2_000, profile="gpt")
+    with pytest.raises(cw.InvalidMessageError):
+        g.check([{"role": "user", "content": 5}])
+
+
+def test_input_is_never_mutated() -> None:
+    msgs = agent()
+    msgs[7] = res(2, "y" * 60_000)
+    before = copy.deepcopy(msgs)
+    g = guard(3_000, 1_400)
+    g.check(msgs)
+    g.recover(msgs)
+    assert msgs == before
+
+
+def test_eight_threads_share_one_guard() -> None:
+    msgs = agent()
+    g = guard(3_000, 1_400)
+    want = msgspec.json.encode(g.check(msgs).messages)
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(10):
+            out = msgspec.json.encode(g.check(msgs).messages)
+            with lock:
+                got.append(out)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert got == [want] * 80
+    assert g.stats.checks == 81 and g.stats.compactions == 81
+
+
+def test_growing_conversation_keeps_a_stable_prefix() -> None:
+    """With the low-water mark, consecutive checks of a growing conversation send the
+    same prefix far more often than trimming to the budget exactly."""
+
+    def run(low_water: float) -> int:
+        g = ContextGuard(resolve_budget(3_000, 1_000), profile="fim", policy=cw.FitPolicy(low_water=low_water))
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": "s" * 40}]
+        prev: list[Any] | None = None
+        stable = 0
+        for k in range(40):
+            msgs = [*msgs, {"role": "user", "content": f"question {k} " + "q" * 200}]
+            r = g.check(msgs)
+            out = r.messages
+            if prev is not None and out[: len(prev)] == prev:
+                stable += 1
+            prev = out
+            msgs = [*out, {"role": "assistant", "content": f"answer {k} " + "a" * 400}]
+        return stable
+
+    low, exact = run(0.7), run(1.0)
+    assert low > exact
+
+
+@pytest.mark.parametrize("hint", ["react_iteration", "planner_input", "step_dependency", "general"])
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_guard_on_corpus(path: Path, hint: str) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    before = msgspec.json.encode(msgs)
+    total = cw.count_messages(msgs, "conservative", format=fmt)
+    g = ContextGuard(resolve_budget(max(total, 8) * 3 // 4, max(total, 8) // 4))  # budget half the estimate
+    try:
+        r = g.check(msgs, hint=hint, format=fmt)
+    except cw.ContextOverflowError as exc:
+        r = exc.result  # type: ignore[attr-defined]
+    out = r.messages
+    assert msgspec.json.encode(msgs) == before, "input mutated"
+    assert out and cw.validate(out, fmt, format=fmt) == []
+    seg = cw.segment_turns(msgs, format=fmt)
+    assert all(a is b for a, b in zip(out[: seg.preamble_end], msgs[: seg.preamble_end], strict=True))
+    assert r.tokens_after == cw.count_messages(out, format=fmt)
+    if seg.current_request is not None:
+        out_seg = cw.segment_turns(out, format=fmt)
+        assert out_seg.current_request is not None
