@@ -87,8 +87,9 @@ class GuardEvent(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     Attributes:
         step: ``tool_output``, ``tool_results``, ``history``, ``overflow`` or ``middle``.
-        reason: the report's reason (``message_char_cap``, ``tool_result_budget``,
-            ``token_budget``, ``overflow_recovery``, ``middle_pruned``).
+        reason: why: the step report's reason (``message_char_cap``,
+            ``tool_result_budget``, ``priority_budget``, ``context_overflow``,
+            ``middle_pruned``), or ``token_budget`` for the ``tool_results`` step.
         hint: the hint of the call.
         tokens_before: estimated tokens before this step.
         tokens_after: estimated tokens after it.
@@ -187,7 +188,7 @@ class OverflowRecovered(GuardEvent, frozen=True, kw_only=True):
         target: the token target the trim aimed at.
         dropped_messages: input messages dropped.
 
-    >>> OverflowRecovered(step="overflow", reason="overflow_recovery", hint="general",
+    >>> OverflowRecovered(step="overflow", reason="context_overflow", hint="general",
     ...     tokens_before=900, tokens_after=580, messages_before=9, messages_after=6,
     ...     target=600, dropped_messages=3).target
     600
@@ -708,7 +709,7 @@ class ContextGuard:
             events.append(
                 OverflowRecovered(
                     step="overflow",
-                    reason="overflow_recovery",
+                    reason=rec.report.reason or "context_overflow",
                     hint=hint,
                     tokens_before=before,
                     tokens_after=rec.report.tokens_after,

@@ -21,12 +21,23 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     Attributes:
         index: position in the input list.
         fate: ``"kept"``, ``"dropped"``, ``"truncated"`` or ``"repaired"``.
-        rule: the rule that decided it: ``fits``, ``preamble``, ``kept_turn``,
-            ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
-            ``request_truncated``, ``turn_limit``, ``orphan_result``, ``emptied_by_repair``,
-            ``result_moved``,
-            ``stub_inserted``, ``call_removed``, ``results_reordered``, ``breadcrumb_added``
-            (Anthropic shape: the breadcrumb became this message's leading text block).
+        rule: the rule that decided it.
+
+            * ``trim_turns`` / ``trim_turn_count``: ``fits``, ``preamble``, ``kept_turn``,
+              ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
+              ``request_truncated``, ``turn_limit``, ``breadcrumb_added`` (Anthropic
+              shape: the breadcrumb became this message's leading text block).
+            * pair repair: ``orphan_result``, ``emptied_by_repair``, ``result_moved``,
+              ``stub_inserted``, ``call_removed``, ``results_reordered``.
+            * ``fit``: ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
+              ``priority_override``, ``unpinned_over_share``, ``kept``, ``p1_evicted``,
+              ``p2_evicted``, ``p3_evicted`` (the class the message was evicted from).
+            * ``budget_tool_results`` / ``micro_compact``: ``message_char_cap``,
+              ``tool_result_cut``, ``tool_result_cleared``.
+            * ``prune_middle``: ``first_user_message``, ``current_request``,
+              ``recent_messages``, ``pinned``, ``tool_unit``, ``alternation`` (kept),
+              ``middle_pruned``, ``notice_replaced``, ``notice_removed`` (dropped),
+              ``notice_added`` (the notice became a text block of this message).
         chars_removed: characters (code points) cut from the message's text.
 
     >>> Fate(index=0, fate="kept", rule="fits").fate
@@ -66,8 +77,12 @@ class FitReport(msgspec.Struct, frozen=True, kw_only=True):
         tokens_after: estimated tokens of the output.
         budget: the token budget, ``None`` for count limits and repairs.
         fits: whether ``tokens_after <= budget`` (``True`` without a budget).
-        reason: ``"token_budget"``, ``"turn_limit"`` or ``"tool_pairs"``; ``None`` when
-            the output is the input.
+        reason: why the output differs from the input, ``None`` when it is the input:
+            ``token_budget`` and ``turn_limit`` (``trim_turns``, ``trim_turn_count``),
+            ``tool_pairs`` (only pairs were repaired), ``priority_budget`` (``fit``),
+            ``context_overflow`` (``recover_from_overflow``), ``tool_result_budget`` and
+            ``message_char_cap`` (``budget_tool_results``), ``micro_compact``,
+            ``middle_pruned`` (``prune_middle``).
         turns_before: turns in the input (after repair).
         kept_turns: turns kept.
         dropped_turns: whole turns dropped.
