@@ -85,20 +85,24 @@ fn read_inner(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
     if list.is_empty() {
         return Err(Fallback);
     }
+    // One pass over each message's keys (no per-key lookups), kept for the conversion.
+    let mut fields = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        fields.push(Fields::of(&item)?);
+    }
     let explicit = format.is_some();
     let format = match format {
-        None => detect(list)?,
+        None => detect(&fields)?,
         Some("openai") => Shape::OpenAI,
         Some("anthropic") => Shape::Anthropic,
         Some(_) => return Err(Fallback),
     };
     let mut r = Reader { bytes: 0 };
     let mut out = Vec::with_capacity(list.len());
-    for item in list.iter() {
-        let d = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+    for f in &fields {
         out.push(match format {
-            Shape::OpenAI => r.openai_message(d)?,
-            Shape::Anthropic => r.anthropic_message(d)?,
+            Shape::OpenAI => r.openai_message(f)?,
+            Shape::Anthropic => r.anthropic_message(f)?,
         });
     }
     // _engine.prepare: the format given, else _provider_of: a plain chat (user/assistant
@@ -149,6 +153,42 @@ fn req_str<'a>(v: &'a Option<Bound<'_, PyAny>>) -> R<&'a str> {
 /// `d.get(key)` for an interned key.
 fn get<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> R<Option<Bound<'py, PyAny>>> {
     Ok(d.get_item(key)?)
+}
+
+/// The keys of a message dict the adapters read, found in one pass over it.
+struct Fields<'py> {
+    dict: Bound<'py, PyDict>,
+    role: Option<Bound<'py, PyAny>>,
+    content: Option<Bound<'py, PyAny>>,
+    name: Option<Bound<'py, PyAny>>,
+    tool_calls: Option<Bound<'py, PyAny>>,
+    tool_call_id: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Fields<'py> {
+    /// A message of exactly type `dict` whose keys are all `str`s.
+    fn of(item: &Bound<'py, PyAny>) -> R<Fields<'py>> {
+        let dict = item.cast_exact::<PyDict>().map_err(|_| Fallback)?.clone();
+        let mut f = Fields {
+            role: None,
+            content: None,
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            dict,
+        };
+        for (k, v) in f.dict.iter() {
+            match exact_str(&k)? {
+                "role" => f.role = Some(v),
+                "content" => f.content = Some(v),
+                "name" => f.name = Some(v),
+                "tool_calls" => f.tool_calls = Some(v),
+                "tool_call_id" => f.tool_call_id = Some(v),
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
 }
 
 fn raw(json: Vec<u8>) -> R<Box<RawValue>> {
@@ -327,12 +367,11 @@ impl Reader {
     /// `adapters._content`: parts and how `content` was spelled.
     fn content(
         &mut self,
-        d: &Bound<'_, PyDict>,
+        value: Option<&Bound<'_, PyAny>>,
         shape: PartShape,
         nullable: bool,
     ) -> R<(Vec<Part>, &'static str)> {
-        let py = d.py();
-        let Some(value) = get(d, intern!(py, "content"))? else {
+        let Some(value) = value else {
             return if nullable {
                 Ok((Vec::new(), "absent"))
             } else {
@@ -341,7 +380,7 @@ impl Reader {
         };
         if value.is_exact_instance_of::<PyString>() {
             let mut p = part(PartKind::Text);
-            p.text = Some(self.text(exact_str(&value)?));
+            p.text = Some(self.text(exact_str(value)?));
             return Ok((vec![p], "text"));
         }
         if let Ok(list) = value.cast_exact::<PyList>() {
@@ -440,7 +479,9 @@ impl Reader {
             }
             ("tool_result", PartShape::Anthropic) => {
                 let call_id = get(b, intern!(py, "tool_use_id"))?;
-                let (parts, kind) = self.content(b, PartShape::AnthropicNested, true)?;
+                let content = get(b, intern!(py, "content"))?;
+                let (parts, kind) =
+                    self.content(content.as_ref(), PartShape::AnthropicNested, true)?;
                 // `is True`: True is the only bool that is truthy.
                 let is_error = match get(b, intern!(py, "is_error"))? {
                     Some(v) => v.is_exact_instance_of::<PyBool>() && v.is_truthy()?,
@@ -451,7 +492,7 @@ impl Reader {
                 p.content = (!parts.is_empty()).then_some(parts); // omit_defaults
                 p.is_error = is_error;
                 p.content_kind = Some(kind.to_owned());
-                let has_content = b.contains(intern!(py, "content"))? as usize;
+                let has_content = content.is_some() as usize;
                 p.extra = if is_error {
                     self.rest(
                         b,
@@ -515,10 +556,9 @@ impl Reader {
     }
 
     /// `adapters.openai_to_message`.
-    fn openai_message(&mut self, d: &Bound<'_, PyDict>) -> R<Message> {
-        let py = d.py();
-        let role = get(d, intern!(py, "role"))?;
-        let role = match req_str(&role)? {
+    fn openai_message(&mut self, f: &Fields<'_>) -> R<Message> {
+        let d = &f.dict;
+        let role = match req_str(&f.role)? {
             "system" => Role::System,
             "developer" => Role::Developer,
             "user" => Role::User,
@@ -526,88 +566,82 @@ impl Reader {
             "tool" => Role::Tool,
             _ => return Err(Fallback),
         };
-        let (mut parts, kind) = self.content(d, PartShape::OpenAI, true)?;
-        let name_value = get(d, intern!(py, "name"))?;
-        let name = opt_str(name_value.as_ref())?.map(|s| self.text(s));
+        let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, true)?;
+        let name = opt_str(f.name.as_ref())?.map(|s| self.text(s));
         // Keys the canonical message holds: role, content when present, name when a str.
-        let mut present =
-            1 + d.contains(intern!(py, "content"))? as usize + name.is_some() as usize;
-        let mut skip: Vec<&str> = vec!["role", "content"];
-        if name.is_some() {
-            skip.push("name");
-        }
+        let mut present = 1 + f.content.is_some() as usize + name.is_some() as usize;
+        // The keys to leave out of `extra`: the first `n` of `skip` (no allocation).
+        let mut skip = ["role", "content", "name", "", ""];
+        let mut n = 2 + name.is_some() as usize;
         let mut m = Message::new(role, Vec::new());
         m.name = name;
         if role == Role::Tool {
-            let call_id = get(d, intern!(py, "tool_call_id"))?;
             let mut result = part(PartKind::ToolResult);
-            result.call_id = Some(self.text(req_str(&call_id)?));
+            result.call_id = Some(self.text(req_str(&f.tool_call_id)?));
             result.content = (!parts.is_empty()).then_some(parts); // omit_defaults
             result.content_kind = Some(kind.to_owned());
-            skip.push("tool_call_id");
-            m.extra = self.rest(d, &skip, present + 1)?;
+            skip[n] = "tool_call_id";
+            m.extra = self.rest(d, &skip[..n + 1], present + 1)?;
             m.content = vec![result];
             return Ok(m);
         }
         if role == Role::Assistant {
-            if let Some(calls) = get(d, intern!(py, "tool_calls"))? {
+            if let Some(calls) = &f.tool_calls {
                 if !calls.is_none() {
                     let calls = calls.cast_exact::<PyList>().map_err(|_| Fallback)?;
                     if !calls.is_empty() {
                         // null and [] stay in extra, verbatim
+                        parts.reserve(calls.len());
                         for tc in calls.iter() {
                             parts.push(self.openai_call(&tc)?);
                         }
-                        skip.push("tool_calls");
+                        skip[n] = "tool_calls";
+                        n += 1;
                         present += 1;
                     }
                 }
             }
         }
-        m.extra = self.rest(d, &skip, present)?;
+        m.extra = self.rest(d, &skip[..n], present)?;
         m.content = parts;
         m.content_kind = Some(kind.to_owned());
         Ok(m)
     }
 
     /// `adapters.anthropic_to_message`.
-    fn anthropic_message(&mut self, d: &Bound<'_, PyDict>) -> R<Message> {
-        let py = d.py();
-        let role = get(d, intern!(py, "role"))?;
-        let role = match req_str(&role)? {
+    fn anthropic_message(&mut self, f: &Fields<'_>) -> R<Message> {
+        let role = match req_str(&f.role)? {
             "system" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
             _ => return Err(Fallback),
         };
-        let (parts, kind) = self.content(d, PartShape::Anthropic, false)?;
+        let (parts, kind) = self.content(f.content.as_ref(), PartShape::Anthropic, false)?;
         let mut m = Message::new(role, parts);
-        m.extra = self.rest(d, &["role", "content"], 2)?;
+        m.extra = self.rest(&f.dict, &["role", "content"], 2)?;
         m.content_kind = Some(kind.to_owned());
         Ok(m)
     }
 }
 
 /// `adapters.detect_format` on a list of plain dicts (anything else falls back).
-fn detect(list: &Bound<'_, PyList>) -> R<Shape> {
-    let py = list.py();
+fn detect(messages: &[Fields<'_>]) -> R<Shape> {
     let mut anthropic = false;
-    for item in list.iter() {
-        let m = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
-        if let Some(role) = get(m, intern!(py, "role"))? {
-            if role.is_instance_of::<PyString>()
-                && matches!(exact_str(&role)?, "tool" | "developer")
+    for m in messages {
+        if let Some(role) = &m.role {
+            if role.is_instance_of::<PyString>() && matches!(exact_str(role)?, "tool" | "developer")
             {
                 return Ok(Shape::OpenAI);
             }
         }
-        if m.contains(intern!(py, "tool_calls"))? || m.contains(intern!(py, "tool_call_id"))? {
+        if m.tool_calls.is_some() || m.tool_call_id.is_some() {
             return Ok(Shape::OpenAI);
         }
-        let Some(content) = get(m, intern!(py, "content"))? else {
+        let Some(content) = &m.content else {
             continue;
         };
         if content.is_instance_of::<PyList>() {
+            let py = content.py();
             let blocks = content.cast_exact::<PyList>().map_err(|_| Fallback)?;
             for b in blocks.iter() {
                 let b = b.cast_exact::<PyDict>().map_err(|_| Fallback)?;
