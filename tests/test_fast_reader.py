@@ -40,6 +40,8 @@ from shared_data import case_files, corpus_files, ids, load, need
 
 MAX_EXAMPLES = int(os.environ.get("CONTEXTWINDOW_MAX_EXAMPLES", "150"))
 PROFILES = ["conservative", "cl100k", "fim"]
+CALIBRATOR = cw.Calibrator(alpha=0.5)
+CALIBRATOR.observe(estimated=1000, reported=1200)  # estimates scaled by 1.2
 
 
 @contextmanager
@@ -97,6 +99,9 @@ def same_everything(msgs: list[Any], fmt: str | None, budgets: list[int] | None 
     for profile in PROFILES:
         same(cw.message_tokens, msgs, profile, format=fmt)
         same(cw.count_messages, msgs, profile, format=fmt)
+    calibrated = cw.Estimator("cl100k", calibrator=CALIBRATOR)
+    same(calibrated.message_tokens, msgs, format=fmt)
+    same(calibrated.count_messages, msgs, format=fmt, limit=100)
     total = cw.count_messages(msgs, format=fmt)
     for budget in budgets if budgets is not None else [0, total // 4, total // 2, total - 1, total]:
         assert same(cw.trim_turns, msgs, budget, format=fmt)[0] == "ok"
@@ -399,6 +404,7 @@ def test_fallback_gives_the_same_errors(name: str, msgs: list[Any], fmt: str | N
     same(cw.count_messages, msgs, format=fmt)
     same(cw.trim_turns, msgs, 10, format=fmt)
     same(cw.trim_turn_count, msgs, 1, format=fmt)
+    same(cw.Estimator("fim", calibrator=CALIBRATOR).count_messages, msgs, format=fmt)
     same(cw.count_many, [[{"role": "user", "content": "ok"}], msgs], format=fmt)
 
 

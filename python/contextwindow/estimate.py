@@ -299,7 +299,7 @@ def count_messages(
     _check_profile(profile)
     texts = tool_texts(tools)
     limit = check_limit(limit)
-    per = _per_message(messages, format, profile)
+    per = profile_counts(messages, format, profile)
     return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
 
 
@@ -318,10 +318,10 @@ def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str
     [5, 5]
     """
     _check_profile(profile)
-    return [int(n) for n in _per_message(messages, format, profile)]
+    return [int(n) for n in profile_counts(messages, format, profile)]
 
 
-def _per_message(messages: Any, format: str | None, profile: str) -> list[int]:
+def profile_counts(messages: Any, format: str | None, profile: str) -> list[int]:
     """Tokens of each message: the native dict reader when it takes the input, else
     the Python adapters and the engine's JSON path."""
     if _engine.fast_reader(messages, format):
