@@ -346,6 +346,8 @@ def _deep(n: int) -> Any:
     return v
 
 
+# Inputs the reader leaves to the Python adapters: malformed ones (same errors), and valid
+# ones outside what it reads (same results).
 MALFORMED: list[tuple[str, Any, str | None]] = [
     ("not a dict", ["hi"], None),
     ("no role", [{"content": "x"}], None),
@@ -394,7 +396,11 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ("Message structs", [Message(role="user", content=[TextPart(text="hi")])], None),
     ("mixed", [Message(role="user", content=[]), {"role": "user", "content": "x"}], None),
     ("empty", [], None),
+    ("self-referential extra", [{"role": "user", "content": "x", "meta": (_loop := [])}], None),
+    ("int key in a message (valid)", [{"role": "user", "content": "x", 1: 2}], None),
+    ("int key in a part (valid)", [{"role": "user", "content": [{"type": "text", "text": "x", 1: 2}]}], None),
 ]
+_loop.append(_loop)
 
 
 @pytest.mark.parametrize(("name", "msgs", "fmt"), MALFORMED, ids=[m[0] for m in MALFORMED])
