@@ -135,8 +135,8 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
     """Estimate the tokens of many conversations in one engine call.
 
     Each total equals ``count_messages(conversation, profile, format=format)``; the
-    conversations are checked and encoded first, then counted together with the GIL
-    released.
+    conversations are read first (lists of dicts in one walk in Rust, anything else checked
+    and encoded by the Python adapters), then counted together with the GIL released.
 
     Args:
         conversations: message lists (OpenAI dicts, Anthropic dicts or ``Message`` structs;
