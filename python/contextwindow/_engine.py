@@ -26,6 +26,20 @@ InputFormat = Literal["openai", "anthropic", "canonical"]
 
 _ENCODER = msgspec.json.Encoder()
 
+#: Whether the native dict reader may run (``_native.count_dicts``, ``trim_turns_dicts``
+#: ...): it walks a list of OpenAI/Anthropic dicts once in Rust, with exactly the
+#: adapters' rules, and answers ``None`` for anything it does not take, which then goes
+#: through :func:`prepare`. Private switch: ``tests/test_fast_reader.py`` sets it to
+#: ``False`` to compare with the Python adapters.
+FAST_READER = True
+
+
+def fast_reader(messages: Any, format: str | None) -> bool:
+    """Whether the native dict reader may try ``messages`` (a plain ``list``; ``format``
+    ``None``, ``"openai"`` or ``"anthropic"``); it still falls back on what it does not
+    take."""
+    return FAST_READER and type(messages) is list and format in (None, "openai", "anthropic")
+
 
 class _Op(msgspec.Struct, frozen=True):
     src: int | None
@@ -175,22 +189,38 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
 
 def apply(prep: Prepared, outcome_json: str) -> TrimResult[Any]:
     """Build the caller-shaped output from the engine's ops."""
+    return apply_outcome(prep.original, prep.format, outcome_json)
+
+
+def apply_outcome(original: Sequence[Any], format: InputFormat, outcome_json: str) -> TrimResult[Any]:
+    """Build the caller-shaped output from the engine's outcome JSON, for ``original``
+    messages of shape ``format`` (also for input the dict reader read, with no
+    :class:`Prepared`)."""
     outcome = _OUTCOME.decode(outcome_json)
-    return apply_ops(prep, [(op.src, op.msg) for op in outcome.messages], outcome.report)
+    return _build(original, format, [(op.src, op.msg) for op in outcome.messages], outcome.report)
 
 
 def apply_ops(prep: Prepared, ops: Sequence[tuple[int | None, Message | None]], report: FitReport) -> TrimResult[Any]:
     """Build the caller-shaped output from ``(src, message or None)`` ops (the Rust
     engine's, or ``_reference``'s when a custom token counter drives the trim)."""
+    return _build(prep.original, prep.format, ops, report)
+
+
+def _build(
+    original: Sequence[Any],
+    format: InputFormat,
+    ops: Sequence[tuple[int | None, Message | None]],
+    report: FitReport,
+) -> TrimResult[Any]:
     out: list[Any] = []
     for src, msg in ops:
         if msg is None:
             assert src is not None
-            out.append(prep.original[src])
-        elif prep.format == "canonical":
+            out.append(original[src])
+        elif format == "canonical":
             out.append(msg)
         else:
-            out.append(from_canonical(msg, prep.format))
+            out.append(from_canonical(msg, format))
     return TrimResult(messages=out, report=report)
 
 

@@ -5,6 +5,8 @@ Every function taking ``messages`` expects the JSON array of canonical messages 
 ``InvalidRequestError``; an unknown profile, format or ``missing`` value raises ``ValueError``.
 """
 
+from typing import Any, Literal
+
 PROFILES: list[str]
 FAMILIES: list[str]
 PROFILE_JSON: str
@@ -30,6 +32,33 @@ def count_many(conversations: list[bytes], profile: str) -> list[int]:
 
 def count_messages(messages: bytes, profile: str) -> list[int]:
     """Tokens of each message."""
+
+def count_dicts(messages: Any, format: str | None, profile: str) -> list[int] | None:
+    """Tokens of each message of a ``list`` of OpenAI or Anthropic dicts (``format=None``
+    detects), read in one walk in Rust with the adapters' rules (GIL released above 4 KB
+    of text); ``None`` when the dict reader does not take the input (malformed, not plain
+    dicts/lists/strs, lone surrogates, empty ...): use the Python adapters then."""
+
+def read_dicts(messages: Any, format: str | None) -> tuple[str, str, str] | None:
+    """For tests: ``(format, provider, canonical messages JSON)`` as the dict reader builds
+    them, or ``None`` where :func:`count_dicts` is ``None``."""
+
+def reencode(messages: bytes) -> str:
+    """For tests: canonical message JSON as the engine reads it, written like :func:`read_dicts`."""
+
+def count_many_dicts(conversations: list[Any], format: str | None, profile: str) -> list[int | None]:
+    """Total tokens of each conversation of dicts; ``None`` where :func:`count_dicts` would be."""
+
+def trim_turns_dicts(
+    messages: Any, format: str | None, budget: int, profile: str, breadcrumb: bool
+) -> tuple[Literal["openai", "anthropic"], Literal["openai", "anthropic"], str] | None:
+    """``trim_turns`` on dicts read as :func:`count_dicts` reads them: ``(format, provider,
+    outcome JSON)`` (the outcome as :func:`trim_turns`), or ``None`` (use the Python adapters)."""
+
+def trim_turn_count_dicts(
+    messages: Any, format: str | None, max_turns: int, profile: str, breadcrumb: bool
+) -> tuple[Literal["openai", "anthropic"], Literal["openai", "anthropic"], str] | None:
+    """``trim_turn_count`` on dicts (see :func:`trim_turns_dicts`)."""
 
 def segment_turns(messages: bytes) -> str:
     """JSON ``{"preamble_end", "turns", "units", "current_request"}``."""

@@ -135,8 +135,8 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
     """Estimate the tokens of many conversations in one engine call.
 
     Each total equals ``count_messages(conversation, profile, format=format)``; the
-    conversations are checked and encoded first, then counted together with the GIL
-    released.
+    conversations are read first (lists of dicts in one walk in Rust, anything else checked
+    and encoded by the Python adapters), then counted together with the GIL released.
 
     Args:
         conversations: message lists (OpenAI dicts, Anthropic dicts or ``Message`` structs;
@@ -157,8 +157,14 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
     [6, 0]
     """
     _check_profile(profile)
+    convs = list(conversations)
+    totals: list[int | None] = [None] * len(convs)
+    if _engine.FAST_READER and format in (None, "openai", "anthropic"):
+        totals = _engine.native.count_many_dicts(convs, format, profile)
     payloads = []
-    for i, conv in enumerate(conversations):
+    for i, conv in enumerate(convs):
+        if totals[i] is not None:
+            continue
         try:
             payloads.append(_engine.prepare(conv, format).payload)
         except InvalidMessageError as exc:
@@ -166,7 +172,8 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
             err.args = (f"conversation {i}: {exc}",)
             err.conversation = i  # type: ignore[attr-defined]
             raise err from None
-    return [int(n) for n in _engine.native.count_many(payloads, profile)]
+    slow = iter(_engine.native.count_many(payloads, profile))
+    return [int(n) if n is not None else int(next(slow)) for n in totals]
 
 
 def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
@@ -292,8 +299,7 @@ def count_messages(
     _check_profile(profile)
     texts = tool_texts(tools)
     limit = check_limit(limit)
-    prep = _engine.prepare(messages, format)
-    per = _engine.native.count_messages(prep.payload, profile)
+    per = profile_counts(messages, format, profile)
     return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
 
 
@@ -312,5 +318,14 @@ def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str
     [5, 5]
     """
     _check_profile(profile)
-    prep = _engine.prepare(messages, format)
-    return [int(n) for n in _engine.native.count_messages(prep.payload, profile)]
+    return [int(n) for n in profile_counts(messages, format, profile)]
+
+
+def profile_counts(messages: Any, format: str | None, profile: str) -> list[int]:
+    """Tokens of each message: the native dict reader when it takes the input, else
+    the Python adapters and the engine's JSON path."""
+    if _engine.fast_reader(messages, format):
+        per = _engine.native.count_dicts(messages, format, profile)
+        if per is not None:
+            return per
+    return _engine.native.count_messages(_engine.prepare(messages, format).payload, profile)

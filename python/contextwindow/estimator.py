@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _engine
@@ -30,6 +30,7 @@ from .estimate import (
     _check_profile,
     check_limit,
     estimate_tokens,
+    profile_counts,
     sum_until,
     tool_texts,
     tools_tokens,
@@ -200,11 +201,15 @@ class Estimator:
             return estimate_tokens(text, self._profile)
         return (rule or self._text_rule()).text_tokens(text)
 
-    def _raw_counts(self, prep: Prepared, rule: ref.TextRuleCost | None) -> Iterator[int]:
-        """Uncalibrated tokens per message, lazily (the Python walk stops when dropped)."""
+    def _counts(self, messages: Any, format: str | None, rule: ref.TextRuleCost | None) -> Iterable[int]:
+        """Uncalibrated tokens per message: the profile's counts (the native dict reader
+        when it takes the input), or the tokenizer's, lazily."""
         if rule is None:
-            yield from (int(n) for n in _engine.native.count_messages(prep.payload, self._profile))
-            return
+            return profile_counts(messages, format, self._profile)
+        return self._raw_counts(_engine.prepare(messages, format), rule)
+
+    def _raw_counts(self, prep: Prepared, rule: ref.TextRuleCost) -> Iterator[int]:
+        """Uncalibrated tokenizer tokens per message, lazily (the Python walk stops when dropped)."""
         for i, m in enumerate(_engine.decoded(prep)):
             try:
                 yield rule.message_tokens(m)
@@ -214,10 +219,10 @@ class Estimator:
     def _count(self, messages: Any, tools: Any, format: str | None, limit: int | None, factor: float) -> int:
         texts = tool_texts(tools)
         limit = check_limit(limit)
-        prep = _engine.prepare(messages, format)
         rule = self._text_rule() if self._tokenizer is not None else None
+        raw = self._counts(messages, format, rule)
         tools_raw = tools_tokens(texts, self._profile, lambda t: self._raw_text(t, rule))
-        counts = itertools.chain([tools_raw], self._raw_counts(prep, rule))
+        counts = itertools.chain([tools_raw], raw)
         return sum_until(counts, limit, lambda n: scale_tokens(n, factor))
 
     def trim_cost(self, prep: Prepared, msgs: list[Message]) -> MessageCost:
@@ -282,9 +287,8 @@ class Estimator:
         [6, 5]
         """
         factor = self._factor()
-        prep = _engine.prepare(messages, format)
         rule = self._text_rule() if self._tokenizer is not None else None
-        return [scale_tokens(n, factor) for n in self._raw_counts(prep, rule)]
+        return [scale_tokens(n, factor) for n in self._counts(messages, format, rule)]
 
     def count_messages(
         self,

@@ -120,9 +120,14 @@ fn in_conversation(i: usize, e: crate::Error) -> crate::Error {
 
 /// Tokens of every message, in order.
 pub fn count_messages(messages_json: &str, profile_name: &str) -> Result<Vec<u64>> {
+    count_parsed(&parse_messages(messages_json)?, profile_name)
+}
+
+/// Tokens of every message of an already built conversation, in order (the Python
+/// binding's dict reader builds the messages without JSON).
+pub fn count_parsed(messages: &[Message], profile_name: &str) -> Result<Vec<u64>> {
     let p = profile(profile_name)?;
-    let msgs = parse_messages(messages_json)?;
-    Ok(msgs.iter().map(|m| p.message_tokens(m)).collect())
+    Ok(messages.iter().map(|m| p.message_tokens(m)).collect())
 }
 
 /// Preamble, turns, tool units and current request as JSON.
@@ -178,7 +183,18 @@ pub fn trim_turns_json(
     format: &str,
 ) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    let o = trim_turns(&msgs, budget, opts(profile_name, breadcrumb, format)?);
+    trim_turns_parsed(&msgs, budget, profile_name, breadcrumb, format)
+}
+
+/// `trim_turns` on already built messages: outcome JSON.
+pub fn trim_turns_parsed(
+    messages: &[Message],
+    budget: u64,
+    profile_name: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> Result<String> {
+    let o = trim_turns(messages, budget, opts(profile_name, breadcrumb, format)?);
     outcome_json(&o)
 }
 
@@ -191,6 +207,17 @@ pub fn trim_turn_count_json(
     format: &str,
 ) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    let o = trim_turn_count(&msgs, max_turns, opts(profile_name, breadcrumb, format)?);
+    trim_turn_count_parsed(&msgs, max_turns, profile_name, breadcrumb, format)
+}
+
+/// `trim_turn_count` on already built messages: outcome JSON.
+pub fn trim_turn_count_parsed(
+    messages: &[Message],
+    max_turns: u64,
+    profile_name: &str,
+    breadcrumb: bool,
+    format: &str,
+) -> Result<String> {
+    let o = trim_turn_count(messages, max_turns, opts(profile_name, breadcrumb, format)?);
     outcome_json(&o)
 }

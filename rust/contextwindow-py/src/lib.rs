@@ -3,11 +3,15 @@
 
 use std::borrow::Cow;
 
+mod reader;
+
 use contextwindow_core::{api, estimate, gateway, Error};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict};
+
+use reader::Read;
 
 /// The one conversion point from core errors to Python exceptions.
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
@@ -65,6 +69,137 @@ fn run<T: Send>(
     f: impl FnOnce() -> contextwindow_core::Result<T> + Send,
 ) -> PyResult<T> {
     py.detach(f).map_err(|e| to_py(py, e))
+}
+
+/// Text (UTF-8 bytes) above which a call on read dicts releases the GIL: below it the
+/// work is a few microseconds, about what releasing and taking back the GIL costs under
+/// contention.
+const DETACH_BYTES: usize = 4096;
+
+/// Run `f` on what the dict reader built, releasing the GIL when there is enough text.
+fn run_read<T: Send>(
+    py: Python<'_>,
+    bytes: usize,
+    f: impl FnOnce() -> contextwindow_core::Result<T> + Send,
+) -> PyResult<T> {
+    if bytes >= DETACH_BYTES {
+        run(py, f)
+    } else {
+        f().map_err(|e| to_py(py, e))
+    }
+}
+
+/// Tokens of every message of a list of OpenAI or Anthropic dicts (`format` `None`
+/// detects), read in one walk without JSON; `None` when the dict reader does not take
+/// the input and the caller must use the Python adapters (see `reader`).
+#[pyfunction]
+#[pyo3(signature = (messages, format, profile))]
+fn count_dicts(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    format: Option<&str>,
+    profile: &str,
+) -> PyResult<Option<Vec<u64>>> {
+    let Ok(read) = reader::read(messages, format) else {
+        return Ok(None);
+    };
+    let msgs = &read.messages;
+    run_read(py, read.bytes, || api::count_parsed(msgs, profile)).map(Some)
+}
+
+/// Total tokens of each conversation of dicts; `None` for a conversation the dict reader
+/// does not take. All the counting runs in one GIL release.
+#[pyfunction]
+#[pyo3(signature = (conversations, format, profile))]
+fn count_many_dicts(
+    py: Python<'_>,
+    conversations: Vec<Bound<'_, PyAny>>,
+    format: Option<&str>,
+    profile: &str,
+) -> PyResult<Vec<Option<u64>>> {
+    let reads: Vec<Option<Read>> = conversations
+        .iter()
+        .map(|c| reader::read(c, format).ok())
+        .collect();
+    let bytes = reads.iter().flatten().map(|r| r.bytes).sum();
+    let reads = &reads;
+    run_read(py, bytes, || {
+        reads
+            .iter()
+            .map(|r| match r {
+                Some(r) => Ok(Some(api::count_parsed(&r.messages, profile)?.iter().sum())),
+                None => Ok(None),
+            })
+            .collect()
+    })
+}
+
+/// `trim_turns` on a list of dicts read in one walk: `(format, provider, outcome JSON)`,
+/// or `None` when the dict reader does not take the input.
+#[pyfunction]
+#[pyo3(signature = (messages, format, budget, profile, breadcrumb))]
+fn trim_turns_dicts(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    format: Option<&str>,
+    budget: u64,
+    profile: &str,
+    breadcrumb: bool,
+) -> PyResult<Option<(&'static str, &'static str, String)>> {
+    let Ok(read) = reader::read(messages, format) else {
+        return Ok(None);
+    };
+    let (msgs, provider) = (&read.messages, read.provider.name());
+    let out = run_read(py, read.bytes, || {
+        api::trim_turns_parsed(msgs, budget, profile, breadcrumb, provider)
+    })?;
+    Ok(Some((read.format.name(), provider, out)))
+}
+
+/// `trim_turn_count` on a list of dicts read in one walk (see `trim_turns_dicts`).
+#[pyfunction]
+#[pyo3(signature = (messages, format, max_turns, profile, breadcrumb))]
+fn trim_turn_count_dicts(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    format: Option<&str>,
+    max_turns: u64,
+    profile: &str,
+    breadcrumb: bool,
+) -> PyResult<Option<(&'static str, &'static str, String)>> {
+    let Ok(read) = reader::read(messages, format) else {
+        return Ok(None);
+    };
+    let (msgs, provider) = (&read.messages, read.provider.name());
+    let out = run_read(py, read.bytes, || {
+        api::trim_turn_count_parsed(msgs, max_turns, profile, breadcrumb, provider)
+    })?;
+    Ok(Some((read.format.name(), provider, out)))
+}
+
+/// For the differential tests: the canonical messages the dict reader builds, as the
+/// engine's JSON, with `(format, provider)`; `None` when it does not take the input.
+#[pyfunction]
+#[pyo3(signature = (messages, format))]
+fn read_dicts(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    format: Option<&str>,
+) -> PyResult<Option<(&'static str, &'static str, String)>> {
+    let Ok(read) = reader::read(messages, format) else {
+        return Ok(None);
+    };
+    let json = serde_json::to_string(&read.messages).map_err(|e| to_py(py, e.into()))?;
+    Ok(Some((read.format.name(), read.provider.name(), json)))
+}
+
+/// For the differential tests: canonical message JSON (the slow path's payload) as the
+/// engine reads it, written back the way [`read_dicts`] writes.
+#[pyfunction]
+fn reencode(py: Python<'_>, messages: &[u8]) -> PyResult<String> {
+    let json = utf8(py, messages)?;
+    let msgs = contextwindow_core::model::parse_messages(&json).map_err(|e| to_py(py, e))?;
+    serde_json::to_string(&msgs).map_err(|e| to_py(py, e.into()))
 }
 
 #[pyfunction]
@@ -238,6 +373,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_many, m)?)?;
+    m.add_function(wrap_pyfunction!(count_dicts, m)?)?;
+    m.add_function(wrap_pyfunction!(read_dicts, m)?)?;
+    m.add_function(wrap_pyfunction!(reencode, m)?)?;
+    m.add_function(wrap_pyfunction!(count_many_dicts, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_turns_dicts, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_turn_count_dicts, m)?)?;
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(repair_tool_pairs, m)?)?;

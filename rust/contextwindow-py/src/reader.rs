@@ -1,0 +1,670 @@
+//! The fast reader: a Python list of OpenAI or Anthropic message dicts straight to the
+//! core's canonical messages, in one walk, without building `Message` structs or JSON in
+//! Python.
+//!
+//! It applies exactly the rules of `contextwindow.adapters` (`detect_format`,
+//! `openai_to_message`, `anthropic_to_message`) and of `_engine.prepare` (which provider's
+//! rules apply), and produces what the engine would read from the slow path's JSON
+//! payload: the same parts, the same `content_kind`s, the same `extra`/`raw`/`source`
+//! JSON text (msgspec's compact encoding, byte for byte), `content` of a tool result left
+//! out when empty as msgspec's `omit_defaults` leaves it out.
+//!
+//! Anything it does not handle answers [`Fallback`]: the caller then runs the Python
+//! adapters, which accept the input or raise the precise `InvalidMessageError` naming
+//! index and field. So the reader never decides an error itself. It falls back on: a
+//! malformed message, a non-`dict` message or block, a `str`/`list` subclass, a string
+//! holding lone surrogates (the slow path replaces them with U+FFFD), a dict key that is
+//! not a `str`, values nested deeper than [`MAX_DEPTH`], any Python exception, and the
+//! empty list.
+//!
+//! Strings are read in place (`PyUnicode_AsUTF8AndSize`: compact ASCII directly, other
+//! text through CPython's cached UTF-8) and copied once into the owned canonical message.
+
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use contextwindow_core::model::{Message, Part, PartKind, Role};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use serde_json::value::RawValue;
+
+/// The reader does not take this input; run the Python adapters instead.
+#[derive(Debug)]
+pub struct Fallback;
+
+impl From<PyErr> for Fallback {
+    fn from(_: PyErr) -> Fallback {
+        Fallback
+    }
+}
+
+type R<T> = Result<T, Fallback>;
+
+/// Deepest nesting of `extra`/`raw`/`input` values the reader encodes itself; deeper
+/// values go to the slow path (which raises "nested too deeply" where Python does).
+pub const MAX_DEPTH: usize = 64;
+
+/// A provider's message shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    OpenAI,
+    Anthropic,
+}
+
+impl Shape {
+    /// The name `contextwindow` uses for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::OpenAI => "openai",
+            Shape::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// A conversation as read.
+pub struct Read {
+    pub messages: Vec<Message>,
+    /// The shape the caller's dicts have (`format=` or detected).
+    pub format: Shape,
+    /// Whose rules the engine applies (`_engine._provider_of`).
+    pub provider: Shape,
+    /// UTF-8 bytes of text copied: decides whether releasing the GIL pays.
+    pub bytes: usize,
+}
+
+/// Read a conversation of dicts; `format` is `None` (detect), `"openai"` or
+/// `"anthropic"`. Never panics (a panic inside is caught and becomes [`Fallback`]).
+pub fn read(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
+    catch_unwind(AssertUnwindSafe(|| read_inner(messages, format))).unwrap_or(Err(Fallback))
+}
+
+fn read_inner(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
+    let list = messages.cast_exact::<PyList>().map_err(|_| Fallback)?;
+    if list.is_empty() {
+        return Err(Fallback);
+    }
+    // One pass over each message's keys (no per-key lookups), kept for the conversion.
+    let mut fields = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        fields.push(Fields::of(&item)?);
+    }
+    let explicit = format.is_some();
+    let format = match format {
+        None => detect(&fields)?,
+        Some("openai") => Shape::OpenAI,
+        Some("anthropic") => Shape::Anthropic,
+        Some(_) => return Err(Fallback),
+    };
+    let mut r = Reader { bytes: 0 };
+    let mut out = Vec::with_capacity(list.len());
+    for f in &fields {
+        out.push(match format {
+            Shape::OpenAI => r.openai_message(f)?,
+            Shape::Anthropic => r.anthropic_message(f)?,
+        });
+    }
+    // _engine.prepare: the format given, else _provider_of: a plain chat (user/assistant
+    // text only) takes the Anthropic placement, valid in both shapes, else the detected.
+    let plain = || {
+        out.iter().all(|m| {
+            matches!(m.role, Role::User | Role::Assistant)
+                && m.content.iter().all(|p| p.kind == PartKind::Text)
+        })
+    };
+    let provider = if !explicit && plain() {
+        Shape::Anthropic
+    } else {
+        format
+    };
+    Ok(Read {
+        messages: out,
+        format,
+        provider,
+        bytes: r.bytes,
+    })
+}
+
+// ----------------------------------------------------------------------------- helpers
+
+/// A `str` of exactly type `str`, read in place; lone surrogates fall back.
+fn exact_str<'a>(v: &'a Bound<'_, PyAny>) -> R<&'a str> {
+    if v.is_exact_instance_of::<PyString>() {
+        Ok(v.cast::<PyString>().map_err(|_| Fallback)?.to_str()?)
+    } else {
+        Err(Fallback)
+    }
+}
+
+/// `v if isinstance(v, str) else None`; a `str` subclass falls back.
+fn opt_str<'a>(v: Option<&'a Bound<'_, PyAny>>) -> R<Option<&'a str>> {
+    match v {
+        Some(v) if v.is_instance_of::<PyString>() => exact_str(v).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// `d[key]` that must be a `str` (`adapters._str`).
+fn req_str<'a>(v: &'a Option<Bound<'_, PyAny>>) -> R<&'a str> {
+    v.as_ref().map_or(Err(Fallback), |v| exact_str(v))
+}
+
+/// `d.get(key)` for an interned key.
+fn get<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> R<Option<Bound<'py, PyAny>>> {
+    Ok(d.get_item(key)?)
+}
+
+/// The keys of a message dict the adapters read, found in one pass over it.
+struct Fields<'py> {
+    dict: Bound<'py, PyDict>,
+    role: Option<Bound<'py, PyAny>>,
+    content: Option<Bound<'py, PyAny>>,
+    name: Option<Bound<'py, PyAny>>,
+    tool_calls: Option<Bound<'py, PyAny>>,
+    tool_call_id: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Fields<'py> {
+    /// A message of exactly type `dict` whose keys are all `str`s.
+    fn of(item: &Bound<'py, PyAny>) -> R<Fields<'py>> {
+        let dict = item.cast_exact::<PyDict>().map_err(|_| Fallback)?.clone();
+        let mut f = Fields {
+            role: None,
+            content: None,
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            dict,
+        };
+        for (k, v) in f.dict.iter() {
+            match exact_str(&k)? {
+                "role" => f.role = Some(v),
+                "content" => f.content = Some(v),
+                "name" => f.name = Some(v),
+                "tool_calls" => f.tool_calls = Some(v),
+                "tool_call_id" => f.tool_call_id = Some(v),
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}
+
+fn raw(json: Vec<u8>) -> R<Box<RawValue>> {
+    let text = String::from_utf8(json).map_err(|_| Fallback)?;
+    RawValue::from_string(text).map_err(|_| Fallback)
+}
+
+fn part(kind: PartKind) -> Part {
+    Part {
+        kind,
+        text: None,
+        width: None,
+        height: None,
+        detail: None,
+        source: None,
+        id: None,
+        name: None,
+        arguments: None,
+        call_id: None,
+        content: None,
+        is_error: false,
+        content_kind: None,
+        type_: None,
+        raw: None,
+        extra: None,
+    }
+}
+
+fn msgspec_encode<'py>(v: &Bound<'py, PyAny>) -> R<Bound<'py, PyBytes>> {
+    static ENCODE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let py = v.py();
+    let encode = ENCODE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("msgspec.json")?.getattr("encode")?.unbind())
+    })?;
+    encode
+        .bind(py)
+        .call1((v,))?
+        .cast_into::<PyBytes>()
+        .map_err(|_| Fallback)
+}
+
+struct Reader {
+    bytes: usize,
+}
+
+/// What a content part parser is: OpenAI part, Anthropic block, nested Anthropic block.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PartShape {
+    OpenAI,
+    Anthropic,
+    AnthropicNested,
+}
+
+impl Reader {
+    fn text(&mut self, s: &str) -> String {
+        self.bytes += s.len();
+        s.to_owned()
+    }
+
+    // ------------------------------------------------------------------ JSON encoding
+
+    /// Append msgspec's compact JSON of `v` (same bytes as `msgspec.json.encode`).
+    fn encode(&mut self, v: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(Fallback);
+        }
+        if v.is_none() {
+            out.extend_from_slice(b"null");
+        } else if v.is_exact_instance_of::<PyString>() {
+            let s = exact_str(v)?;
+            self.bytes += s.len();
+            serde_json::to_writer(&mut *out, s).map_err(|_| Fallback)?;
+        } else if v.is_exact_instance_of::<PyBool>() {
+            out.extend_from_slice(if v.is_truthy()? { b"true" } else { b"false" });
+        } else if v.is_exact_instance_of::<PyInt>() {
+            if let Ok(n) = v.extract::<i64>() {
+                write!(out, "{n}").map_err(|_| Fallback)?;
+            } else if let Ok(n) = v.extract::<u64>() {
+                write!(out, "{n}").map_err(|_| Fallback)?;
+            } else {
+                out.extend_from_slice(msgspec_encode(v)?.as_bytes());
+            }
+        } else if let Ok(d) = v.cast_exact::<PyDict>() {
+            self.object(d, &[], None, out, depth)?;
+        } else if let Ok(l) = v.cast_exact::<PyList>() {
+            out.push(b'[');
+            for (i, x) in l.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.encode(&x, out, depth + 1)?;
+            }
+            out.push(b']');
+        } else if let Ok(t) = v.cast_exact::<PyTuple>() {
+            out.push(b'[');
+            for (i, x) in t.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.encode(&x, out, depth + 1)?;
+            }
+            out.push(b']');
+        } else {
+            // Floats (msgspec's shortest repr, inf/nan as null) and every other type
+            // msgspec knows: its own bytes. A type it rejects (a str subclass, ...) and
+            // lone surrogates inside (UnicodeEncodeError) fall back.
+            out.extend_from_slice(msgspec_encode(v)?.as_bytes());
+        }
+        Ok(())
+    }
+
+    /// Append `d` as a JSON object without the keys in `skip`, then `tail` as one more
+    /// member (a key `d` does not hold).
+    fn object(
+        &mut self,
+        d: &Bound<'_, PyDict>,
+        skip: &[&str],
+        tail: Option<(&str, &[u8])>,
+        out: &mut Vec<u8>,
+        depth: usize,
+    ) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(Fallback);
+        }
+        out.push(b'{');
+        let mut first = true;
+        for (k, v) in d.iter() {
+            let key = exact_str(&k)?;
+            if skip.contains(&key) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            serde_json::to_writer(&mut *out, key).map_err(|_| Fallback)?;
+            out.push(b':');
+            self.encode(&v, out, depth + 1)?;
+        }
+        if let Some((key, value)) = tail {
+            if !first {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut *out, key).map_err(|_| Fallback)?;
+            out.push(b':');
+            out.extend_from_slice(value);
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    /// `adapters._rest(d, skip)` as JSON: `None` when `d` holds only keys of `skip`.
+    /// `present` is how many keys of `skip` `d` holds (the caller knows).
+    fn rest(
+        &mut self,
+        d: &Bound<'_, PyDict>,
+        skip: &[&str],
+        present: usize,
+    ) -> R<Option<Box<RawValue>>> {
+        if d.len() == present {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        self.object(d, skip, None, &mut out, 0)?;
+        raw(out).map(Some)
+    }
+
+    fn json(&mut self, v: &Bound<'_, PyAny>) -> R<Box<RawValue>> {
+        let mut out = Vec::new();
+        self.encode(v, &mut out, 0)?;
+        raw(out)
+    }
+
+    // ------------------------------------------------------------------------ content
+
+    /// `adapters._content`: parts and how `content` was spelled.
+    fn content(
+        &mut self,
+        value: Option<&Bound<'_, PyAny>>,
+        shape: PartShape,
+        nullable: bool,
+    ) -> R<(Vec<Part>, &'static str)> {
+        let Some(value) = value else {
+            return if nullable {
+                Ok((Vec::new(), "absent"))
+            } else {
+                Err(Fallback)
+            };
+        };
+        if value.is_exact_instance_of::<PyString>() {
+            let mut p = part(PartKind::Text);
+            p.text = Some(self.text(exact_str(value)?));
+            return Ok((vec![p], "text"));
+        }
+        if let Ok(list) = value.cast_exact::<PyList>() {
+            let mut parts = Vec::with_capacity(list.len());
+            for item in list.iter() {
+                parts.push(self.block(&item, shape)?);
+            }
+            return Ok((parts, "parts"));
+        }
+        if nullable && value.is_none() {
+            return Ok((Vec::new(), "null"));
+        }
+        Err(Fallback)
+    }
+
+    /// A text part (`type: "text"`) of either provider.
+    fn text_part(&mut self, b: &Bound<'_, PyDict>) -> R<Part> {
+        let text = get(b, intern!(b.py(), "text"))?;
+        let mut p = part(PartKind::Text);
+        p.text = Some(self.text(req_str(&text)?));
+        p.extra = self.rest(b, &["type", "text"], 2)?;
+        Ok(p)
+    }
+
+    fn opaque(&mut self, b: &Bound<'_, PyDict>, btype: &str) -> R<Part> {
+        let mut p = part(PartKind::Opaque);
+        p.type_ = Some(self.text(btype));
+        p.raw = Some(self.json(b.as_any())?);
+        Ok(p)
+    }
+
+    /// One content part / block (`adapters._openai_part`, `_anthropic_block`).
+    fn block(&mut self, item: &Bound<'_, PyAny>, shape: PartShape) -> R<Part> {
+        let py = item.py();
+        let b = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+        let btype = get(b, intern!(py, "type"))?;
+        let btype = req_str(&btype)?;
+        match (btype, shape) {
+            ("text", _) => self.text_part(b),
+            ("image_url", PartShape::OpenAI) => {
+                let img = get(b, intern!(py, "image_url"))?;
+                let img = img
+                    .as_ref()
+                    .ok_or(Fallback)?
+                    .cast_exact::<PyDict>()
+                    .map_err(|_| Fallback)?;
+                let url = get(img, intern!(py, "url"))?;
+                let url = req_str(&url)?;
+                let detail_value = get(img, intern!(py, "detail"))?;
+                let detail = opt_str(detail_value.as_ref())?;
+                let skip: &[&str] = if detail.is_some() {
+                    &["url", "detail"]
+                } else {
+                    &["url"]
+                };
+                let inner = self.rest(img, skip, skip.len())?;
+                let mut p = part(PartKind::Image);
+                p.detail = detail.map(|s| self.text(s));
+                let mut source = Vec::with_capacity(url.len() + 2);
+                self.bytes += url.len();
+                serde_json::to_writer(&mut source, url).map_err(|_| Fallback)?;
+                p.source = Some(raw(source)?);
+                p.extra = match inner {
+                    None => self.rest(b, &["type", "image_url"], 2)?,
+                    Some(inner) => {
+                        let mut out = Vec::new();
+                        let tail = ("image_url", inner.get().as_bytes());
+                        self.object(b, &["type", "image_url"], Some(tail), &mut out, 0)?;
+                        Some(raw(out)?)
+                    }
+                };
+                Ok(p)
+            }
+            ("tool_use" | "tool_result", PartShape::OpenAI) => Err(Fallback),
+            ("image", PartShape::Anthropic | PartShape::AnthropicNested) => {
+                let source = get(b, intern!(py, "source"))?;
+                let source = source.as_ref().ok_or(Fallback)?;
+                let source = source.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+                let mut p = part(PartKind::Image);
+                p.source = Some(self.json(source.as_any())?);
+                p.extra = self.rest(b, &["type", "source"], 2)?;
+                Ok(p)
+            }
+            ("tool_use", PartShape::Anthropic) => {
+                let id = get(b, intern!(py, "id"))?;
+                let name = get(b, intern!(py, "name"))?;
+                let input = get(b, intern!(py, "input"))?;
+                let mut p = part(PartKind::ToolCall);
+                p.id = Some(self.text(req_str(&id)?));
+                p.name = Some(self.text(req_str(&name)?));
+                let mut args = Vec::new();
+                self.encode(input.as_ref().ok_or(Fallback)?, &mut args, 0)?;
+                p.arguments = Some(String::from_utf8(args).map_err(|_| Fallback)?);
+                p.extra = self.rest(b, &["type", "id", "name", "input"], 4)?;
+                Ok(p)
+            }
+            ("tool_result", PartShape::Anthropic) => {
+                let call_id = get(b, intern!(py, "tool_use_id"))?;
+                let content = get(b, intern!(py, "content"))?;
+                let (parts, kind) =
+                    self.content(content.as_ref(), PartShape::AnthropicNested, true)?;
+                // `is True`: True is the only bool that is truthy.
+                let is_error = match get(b, intern!(py, "is_error"))? {
+                    Some(v) => v.is_exact_instance_of::<PyBool>() && v.is_truthy()?,
+                    None => false,
+                };
+                let mut p = part(PartKind::ToolResult);
+                p.call_id = Some(self.text(req_str(&call_id)?));
+                p.content = (!parts.is_empty()).then_some(parts); // omit_defaults
+                p.is_error = is_error;
+                p.content_kind = Some(kind.to_owned());
+                let has_content = content.is_some() as usize;
+                p.extra = if is_error {
+                    self.rest(
+                        b,
+                        &["type", "tool_use_id", "content", "is_error"],
+                        3 + has_content,
+                    )?
+                } else {
+                    self.rest(b, &["type", "tool_use_id", "content"], 2 + has_content)?
+                };
+                Ok(p)
+            }
+            _ => self.opaque(b, btype),
+        }
+    }
+
+    // ----------------------------------------------------------------------- messages
+
+    /// `adapters._openai_call`.
+    fn openai_call(&mut self, item: &Bound<'_, PyAny>) -> R<Part> {
+        let py = item.py();
+        let tc = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+        let id = get(tc, intern!(py, "id"))?;
+        let id = req_str(&id)?;
+        let func = get(tc, intern!(py, "function"))?;
+        let func = func
+            .as_ref()
+            .ok_or(Fallback)?
+            .cast_exact::<PyDict>()
+            .map_err(|_| Fallback)?;
+        let name = get(func, intern!(py, "name"))?;
+        let arguments = get(func, intern!(py, "arguments"))?;
+        let mut p = part(PartKind::ToolCall);
+        p.id = Some(self.text(id));
+        p.name = Some(self.text(req_str(&name)?));
+        p.arguments = Some(self.text(req_str(&arguments)?));
+        let fn_extra = func.len() > 2;
+        let standard = match get(tc, intern!(py, "type"))? {
+            Some(t) if t.is_instance_of::<PyString>() => exact_str(&t)? == "function",
+            _ => false,
+        };
+        if !fn_extra && standard && tc.len() == 3 {
+            return Ok(p);
+        }
+        // Not the standard shape: every other key verbatim ({} records a missing "type").
+        let mut out = Vec::new();
+        if fn_extra {
+            let mut inner = Vec::new();
+            self.object(func, &["name", "arguments"], None, &mut inner, 1)?;
+            self.object(
+                tc,
+                &["id", "function"],
+                Some(("function", &inner)),
+                &mut out,
+                0,
+            )?;
+        } else {
+            self.object(tc, &["id", "function"], None, &mut out, 0)?;
+        }
+        p.extra = Some(raw(out)?);
+        Ok(p)
+    }
+
+    /// `adapters.openai_to_message`.
+    fn openai_message(&mut self, f: &Fields<'_>) -> R<Message> {
+        let d = &f.dict;
+        let role = match req_str(&f.role)? {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return Err(Fallback),
+        };
+        let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, true)?;
+        let name = opt_str(f.name.as_ref())?.map(|s| self.text(s));
+        // Keys the canonical message holds: role, content when present, name when a str.
+        let mut present = 1 + f.content.is_some() as usize + name.is_some() as usize;
+        // The keys to leave out of `extra`: the first `n` of `skip` (no allocation).
+        let mut skip = ["role", "content", "name", "", ""];
+        let mut n = 2 + name.is_some() as usize;
+        let mut m = Message::new(role, Vec::new());
+        m.name = name;
+        if role == Role::Tool {
+            let mut result = part(PartKind::ToolResult);
+            result.call_id = Some(self.text(req_str(&f.tool_call_id)?));
+            result.content = (!parts.is_empty()).then_some(parts); // omit_defaults
+            result.content_kind = Some(kind.to_owned());
+            skip[n] = "tool_call_id";
+            m.extra = self.rest(d, &skip[..n + 1], present + 1)?;
+            m.content = vec![result];
+            return Ok(m);
+        }
+        if role == Role::Assistant {
+            if let Some(calls) = &f.tool_calls {
+                if !calls.is_none() {
+                    let calls = calls.cast_exact::<PyList>().map_err(|_| Fallback)?;
+                    if !calls.is_empty() {
+                        // null and [] stay in extra, verbatim
+                        parts.reserve(calls.len());
+                        for tc in calls.iter() {
+                            parts.push(self.openai_call(&tc)?);
+                        }
+                        skip[n] = "tool_calls";
+                        n += 1;
+                        present += 1;
+                    }
+                }
+            }
+        }
+        m.extra = self.rest(d, &skip[..n], present)?;
+        m.content = parts;
+        m.content_kind = Some(kind.to_owned());
+        Ok(m)
+    }
+
+    /// `adapters.anthropic_to_message`.
+    fn anthropic_message(&mut self, f: &Fields<'_>) -> R<Message> {
+        let role = match req_str(&f.role)? {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            _ => return Err(Fallback),
+        };
+        let (parts, kind) = self.content(f.content.as_ref(), PartShape::Anthropic, false)?;
+        let mut m = Message::new(role, parts);
+        m.extra = self.rest(&f.dict, &["role", "content"], 2)?;
+        m.content_kind = Some(kind.to_owned());
+        Ok(m)
+    }
+}
+
+/// `adapters.detect_format` on a list of plain dicts (anything else falls back).
+fn detect(messages: &[Fields<'_>]) -> R<Shape> {
+    let mut anthropic = false;
+    for m in messages {
+        if let Some(role) = &m.role {
+            if role.is_instance_of::<PyString>() && matches!(exact_str(role)?, "tool" | "developer")
+            {
+                return Ok(Shape::OpenAI);
+            }
+        }
+        if m.tool_calls.is_some() || m.tool_call_id.is_some() {
+            return Ok(Shape::OpenAI);
+        }
+        let Some(content) = &m.content else {
+            continue;
+        };
+        if content.is_instance_of::<PyList>() {
+            let py = content.py();
+            let blocks = content.cast_exact::<PyList>().map_err(|_| Fallback)?;
+            for b in blocks.iter() {
+                let b = b.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+                let Some(btype) = get(b, intern!(py, "type"))? else {
+                    continue;
+                };
+                if btype.is_none() {
+                    continue;
+                }
+                match exact_str(&btype)? {
+                    "image_url" | "input_audio" => return Ok(Shape::OpenAI),
+                    "tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "document" => {
+                        anthropic = true
+                    }
+                    "image" if b.contains(intern!(py, "source"))? => anthropic = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(if anthropic {
+        Shape::Anthropic
+    } else {
+        Shape::OpenAI
+    })
+}
