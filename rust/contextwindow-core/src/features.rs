@@ -190,11 +190,14 @@ impl Vocab {
 
     #[inline(always)]
     fn contains_hash(&self, h: u64) -> bool {
+        // all three bits read and combined without branches: a miss fails on a random
+        // one of them, which a branch per bit would mispredict
         let base = ((h >> 53) as usize) << 9;
-        let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1 == 1;
+        let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1;
         bit(base + (h & 511) as usize)
-            && bit(base + ((h >> 9) & 511) as usize)
-            && bit(base + ((h >> 18) & 511) as usize)
+            & bit(base + ((h >> 9) & 511) as usize)
+            & bit(base + ((h >> 18) & 511) as usize)
+            == 1
     }
 
     /// Tokens of code point `cp` on its own (1 to 4; 4 outside the table).
