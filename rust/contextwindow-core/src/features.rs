@@ -435,6 +435,24 @@ fn run_end(b: &[u8], mut j: usize, mask: impl Fn(u64) -> u64, k: u8) -> usize {
     j
 }
 
+/// End of the letter segment that starts at `s`: uppercase letters, then lowercase
+/// ones. One 8-byte word settles it when the segment ends inside it.
+#[inline(always)]
+fn segment_end(b: &[u8], s: usize) -> usize {
+    if s + 8 <= b.len() {
+        let x = load8(b, s);
+        let not_upper = !in_range(x, b'A', b'Z') & HIGH;
+        // every bit below the first byte that is not uppercase (all of them if none is)
+        let prefix = not_upper.wrapping_sub(1) & !not_upper;
+        let stop = !in_range(x, b'a', b'z') & HIGH & !prefix;
+        if stop != 0 {
+            return s + (stop.trailing_zeros() / 8) as usize;
+        }
+    }
+    let e = run_end(b, s, |x| in_range(x, b'A', b'Z'), UP);
+    run_end(b, e, |x| in_range(x, b'a', b'z'), LO)
+}
+
 /// Hash of `bytes[s..e]` (1 to 16 bytes) as [`key_hash`] computes it, loading the key in
 /// place when 16 bytes are readable from `s`.
 #[inline(always)]
@@ -559,8 +577,6 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let b = text.as_bytes();
     let n = b.len();
     let kind = |i: usize| if i < n { KIND[b[i] as usize] } else { NA };
-    let lower = |x: u64| in_range(x, b'a', b'z');
-    let upper = |x: u64| in_range(x, b'A', b'Z');
     let digit = |x: u64| in_range(x, b'0', b'9');
     // Byte donated to the next piece as its leading character (a space or a single
     // punctuation character before letters, a space before punctuation).
@@ -568,12 +584,19 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let mut na_prev_letter = false;
     // Per family: end of the CJK n-gram being consumed.
     let mut consumed = [0usize; K];
+    // The next character when a CJK step has decoded it already: (offset, code point, group).
+    let mut ahead: Option<(usize, u32, u8)> = None;
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
         if k == NA {
-            let (cp, len) = decode(b, i);
-            let g = group_of(groups, cp);
+            let (cp, len, g) = match ahead {
+                Some((at, cp, g)) if at == i => (cp, 3, g),
+                _ => {
+                    let (cp, len) = decode(b, i);
+                    (cp, len, group_of(groups, cp))
+                }
+            };
             let isl = is_letter_group(g);
             if isl && !na_prev_letter {
                 for f in out.iter_mut() {
@@ -583,7 +606,16 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
             na_prev_letter = isl;
             // shared by the families: whether a 2-character token may start here and
             // its hash, then the same for 3 characters, each worked out once
-            let pair = len == 3 && is_cjkish(g) && cjk_char(groups, b, i + 3);
+            let pair = len == 3 && is_cjkish(g) && {
+                // decode the next character once: kept for the next step
+                let at = i + 3;
+                ahead = None;
+                if at + 3 <= n && (0xE0..0xF0).contains(&b[at]) {
+                    let (cp2, _) = decode(b, at);
+                    ahead = Some((at, cp2, group_of(groups, cp2)));
+                }
+                matches!(ahead, Some((_, _, g2)) if is_cjkish(g2))
+            };
             let mut h2 = None;
             let mut h3: Option<Option<u64>> = None;
             for (f, (v, c)) in out.iter_mut().zip(vocabs.iter().zip(consumed.iter_mut())) {
@@ -619,8 +651,8 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 let mut s = i;
                 let mut lead = prefix;
                 loop {
-                    let mut e = run_end(b, s, upper, UP);
-                    e = run_end(b, e, lower, LO);
+                    let e = segment_end(b, s);
+                    debug_assert!(e > s, "a letter segment holds its first letter");
                     letter_segment(&mut out, vocabs, b, lead, s, e);
                     lead = None;
                     s = e;
