@@ -656,9 +656,17 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     letter_segment(&mut out, vocabs, b, lead, s, e);
                     lead = None;
                     s = e;
-                    if !is_letter(kind(e)) {
-                        break;
+                    if is_letter(kind(e)) {
+                        continue;
                     }
+                    // fast path: one space and the next word, which it leads (what the
+                    // whitespace arm below would do, without the round trip)
+                    if kind(e) == SP && is_letter(kind(e + 1)) {
+                        lead = Some(e);
+                        s = e + 1;
+                        continue;
+                    }
+                    break;
                 }
                 j = s;
                 prefix = None;
