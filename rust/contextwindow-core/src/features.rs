@@ -170,15 +170,29 @@ fn halves(bytes: &[u8], s: usize, len: usize) -> (u64, u64) {
         u64::from_le_bytes(w)
     };
     let (lo, hi) = (word(s), word(s + 8));
-    let keep = |n: usize| {
-        if n >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * n)) - 1
-        }
-    };
-    (lo & keep(len), hi & keep(len.saturating_sub(8)))
+    let (keep_lo, keep_hi) = KEEP[len];
+    (lo & keep_lo, hi & keep_hi)
 }
+
+/// Mask keeping the first `n` bytes of a word.
+const fn first_bytes(n: usize) -> u64 {
+    if n >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * n)) - 1
+    }
+}
+
+/// Masks keeping the first `len` bytes of a 16-byte key, by `len` (0 to 16).
+static KEEP: [(u64, u64); MAX_KEY + 1] = {
+    let mut t = [(0u64, 0u64); MAX_KEY + 1];
+    let mut len = 0;
+    while len <= MAX_KEY {
+        t[len] = (first_bytes(len), first_bytes(len.saturating_sub(8)));
+        len += 1;
+    }
+    t
+};
 
 impl Vocab {
     /// Whether `key` (1 to 16 bytes) tests positive in the Bloom filter: a blocked
@@ -604,25 +618,29 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 }
             }
             na_prev_letter = isl;
-            // shared by the families: whether a 2-character token may start here and
-            // its hash, then the same for 3 characters, each worked out once
-            let pair = len == 3 && is_cjkish(g) && {
-                // decode the next character once: kept for the next step
-                let at = i + 3;
-                ahead = None;
-                if at + 3 <= n && (0xE0..0xF0).contains(&b[at]) {
-                    let (cp2, _) = decode(b, at);
-                    ahead = Some((at, cp2, group_of(groups, cp2)));
-                }
-                matches!(ahead, Some((_, _, g2)) if is_cjkish(g2))
-            };
-            let mut h2 = None;
+            // shared by the families and worked out only when a family is not inside an
+            // n-gram already: the hash of this and the next character when both are
+            // CJK-ish (else None), then the same for three characters
+            let mut h2: Option<Option<u64>> = None;
             let mut h3: Option<Option<u64>> = None;
             for (f, (v, c)) in out.iter_mut().zip(vocabs.iter().zip(consumed.iter_mut())) {
                 if i < *c {
                     continue;
                 }
-                if pair && v.contains_hash(*h2.get_or_insert_with(|| hash_at(b, i, i + 6))) {
+                let pair = *h2.get_or_insert_with(|| {
+                    if len != 3 || !is_cjkish(g) {
+                        return None;
+                    }
+                    // decode the next character once: kept for the next step
+                    let at = i + 3;
+                    ahead = None;
+                    if at + 3 <= n && (0xE0..0xF0).contains(&b[at]) {
+                        let (cp2, _) = decode(b, at);
+                        ahead = Some((at, cp2, group_of(groups, cp2)));
+                    }
+                    matches!(ahead, Some((_, _, g2)) if is_cjkish(g2)).then(|| hash_at(b, i, i + 6))
+                });
+                if matches!(pair, Some(h) if v.contains_hash(h)) {
                     // a 2-character token, extended to 3 when that is a token too
                     let tri = *h3.get_or_insert_with(|| {
                         cjk_char(groups, b, i + 6).then(|| hash_at(b, i, i + 9))
