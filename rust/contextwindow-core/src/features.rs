@@ -677,11 +677,19 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     if is_letter(kind(e)) {
                         continue;
                     }
-                    // fast path: one space and the next word, which it leads (what the
-                    // whitespace arm below would do, without the round trip)
-                    if kind(e) == SP && is_letter(kind(e + 1)) {
-                        lead = Some(e);
-                        s = e + 1;
+                    // fast paths, each what the arms below would do without the round
+                    // trip: a lone punctuation mark not followed by punctuation, a line
+                    // break or a letter is a piece of one byte, always a token...
+                    if kind(s) == PU && !matches!(kind(s + 1), PU | NL | LO | UP) {
+                        for f in out.iter_mut() {
+                            f[F_KNOWN] += 1;
+                        }
+                        s += 1;
+                    }
+                    // ...and one space leads the next word
+                    if kind(s) == SP && is_letter(kind(s + 1)) {
+                        lead = Some(s);
+                        s += 1;
                         continue;
                     }
                     break;
