@@ -1,4 +1,5 @@
-//! Criterion bench of the text estimator over generated prose, code, CJK and mixed text,
+//! Criterion bench of the text estimator over generated ASCII prose, code, JSON (a chat message with a tool call), CJK and
+//! mixed text,
 //! and over the text of `../shared/corpus` when it is there (reported as `corpus`).
 use contextwindow_core::estimate::{BYTES4, CL100K, CONSERVATIVE, FIM, TEKKEN};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -42,11 +43,16 @@ fn texts() -> Vec<(&'static str, String)> {
     let prose = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(16_000);
     let code = "fn main() { let x = vec![1, 2, 3]; println!(\"{:?}\", x); }\n".repeat(16_000);
     let cjk = "これは日本語の文章です。中文文本也在这里。한국어 문장입니다. ".repeat(8_000);
+    let json = "{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"call_7\", \"type\": \"function\", \
+                \"function\": {\"name\": \"read_file\", \"arguments\": \"{\\\"path\\\": \\\"src/main.rs\\\", \
+                \\\"limit\\\": 200}\"}}], \"content\": null},\n"
+        .repeat(6_000);
     let cut = |s: &str| s.chars().take(100_000).collect::<String>();
     let mixed = format!("{}{}{}", cut(&prose), cut(&cjk), cut(&code));
     let mut v = vec![
         ("prose", prose),
         ("code", code),
+        ("json", json),
         ("cjk", cjk),
         ("mixed", mixed),
     ];

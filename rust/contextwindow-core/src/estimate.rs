@@ -83,13 +83,27 @@ fn dot(f: &Features, w: &[i64; N_FEATURES]) -> i64 {
     f.iter().zip(w.iter()).map(|(n, w)| *n as i64 * w).sum()
 }
 
-/// Count code points by ASCII or not, in one pass (for `fim`).
+/// Bytes per block of [`ascii_and_other`]: counts of one block fit in `u8` lanes.
+const FIM_BLOCK: usize = 64;
+
+/// Count code points by ASCII or not, in one pass (for `fim`): the ASCII bytes and the
+/// bytes that start a code point (not `0b10xx_xxxx`), 64 bytes at a time so LLVM keeps
+/// the counts in vector lanes; `text` is valid UTF-8, so starts minus ASCII bytes are
+/// the non-ASCII code points.
 fn ascii_and_other(text: &str) -> (u64, u64) {
-    let mut ascii = 0u64;
-    let mut lead = 0u64;
-    for &b in text.as_bytes() {
+    let bytes = text.as_bytes();
+    let mut blocks = bytes.chunks_exact(FIM_BLOCK);
+    let (mut ascii, mut lead) = (0u64, 0u64);
+    for block in blocks.by_ref() {
+        // per block: at most 64 each, so u8 sums cannot overflow
+        let a: u8 = block.iter().map(|&b| (b < 0x80) as u8).sum();
+        let l: u8 = block.iter().map(|&b| ((b as i8) >= -0x40) as u8).sum();
+        ascii += a as u64;
+        lead += l as u64;
+    }
+    for &b in blocks.remainder() {
         ascii += (b < 0x80) as u64;
-        lead += ((b & 0xC0) != 0x80) as u64;
+        lead += ((b as i8) >= -0x40) as u64;
     }
     (ascii, lead - ascii)
 }

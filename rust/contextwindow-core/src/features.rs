@@ -170,15 +170,29 @@ fn halves(bytes: &[u8], s: usize, len: usize) -> (u64, u64) {
         u64::from_le_bytes(w)
     };
     let (lo, hi) = (word(s), word(s + 8));
-    let keep = |n: usize| {
-        if n >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * n)) - 1
-        }
-    };
-    (lo & keep(len), hi & keep(len.saturating_sub(8)))
+    let (keep_lo, keep_hi) = KEEP[len];
+    (lo & keep_lo, hi & keep_hi)
 }
+
+/// Mask keeping the first `n` bytes of a word.
+const fn first_bytes(n: usize) -> u64 {
+    if n >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * n)) - 1
+    }
+}
+
+/// Masks keeping the first `len` bytes of a 16-byte key, by `len` (0 to 16).
+static KEEP: [(u64, u64); MAX_KEY + 1] = {
+    let mut t = [(0u64, 0u64); MAX_KEY + 1];
+    let mut len = 0;
+    while len <= MAX_KEY {
+        t[len] = (first_bytes(len), first_bytes(len.saturating_sub(8)));
+        len += 1;
+    }
+    t
+};
 
 impl Vocab {
     /// Whether `key` (1 to 16 bytes) tests positive in the Bloom filter: a blocked
@@ -190,11 +204,14 @@ impl Vocab {
 
     #[inline(always)]
     fn contains_hash(&self, h: u64) -> bool {
+        // all three bits read and combined without branches: a miss fails on a random
+        // one of them, which a branch per bit would mispredict
         let base = ((h >> 53) as usize) << 9;
-        let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1 == 1;
+        let bit = |p: usize| self.bloom[p >> 3] >> (p & 7) & 1;
         bit(base + (h & 511) as usize)
-            && bit(base + ((h >> 9) & 511) as usize)
-            && bit(base + ((h >> 18) & 511) as usize)
+            & bit(base + ((h >> 9) & 511) as usize)
+            & bit(base + ((h >> 18) & 511) as usize)
+            == 1
     }
 
     /// Tokens of code point `cp` on its own (1 to 4; 4 outside the table).
@@ -208,32 +225,6 @@ impl Vocab {
             return 4;
         };
         ((self.table[idx >> 2] >> ((idx & 3) * 2)) & 3) as u64 + 1
-    }
-
-    /// A piece of one byte is always a token (byte-level vocabularies hold every byte).
-    #[inline(always)]
-    fn known(&self, bytes: &[u8], s: usize, e: usize) -> bool {
-        let len = e - s;
-        if len == 1 {
-            return true;
-        }
-        if len > MAX_KEY {
-            return false;
-        }
-        self.contains_at(bytes, s, e)
-    }
-
-    /// [`Vocab::contains`] of `bytes[s..e]` (1 to 16 bytes), loading the key in place
-    /// when 16 bytes are readable from `s`.
-    #[inline(always)]
-    fn contains_at(&self, bytes: &[u8], s: usize, e: usize) -> bool {
-        let len = e - s;
-        if s + 16 <= bytes.len() {
-            let (lo, hi) = halves(bytes, s, len);
-            self.contains_hash(mix(lo, hi, len))
-        } else {
-            self.contains(&bytes[s..e])
-        }
     }
 }
 
@@ -406,7 +397,109 @@ fn unknown_letters(f: &mut Features, rare: &[u8; RARE_BYTES], seg: &[u8]) {
         .count() as u64;
 }
 
-/// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given.
+/// High bit of every byte of a word.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+/// 0x01 in every byte of a word.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The 8 bytes at `at` as a little-endian word (byte `at` lowest); `at + 8 <= b.len()`.
+#[inline(always)]
+fn load8(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// SWAR: the high bit of each byte of `x` that lies in `lo..=hi` (ASCII bounds).
+/// Clearing the high bits first keeps every per-byte sum below 0x100, so no carry
+/// crosses a byte; bytes >= 0x80 are then excluded by `!x`.
+#[inline(always)]
+fn in_range(x: u64, lo: u8, hi: u8) -> u64 {
+    let y = x & !HIGH;
+    let ge_lo = y.wrapping_add(ONES * (0x80 - lo as u64));
+    let gt_hi = y.wrapping_add(ONES * (0x7f - hi as u64));
+    ge_lo & !gt_hi & !x & HIGH
+}
+
+/// SWAR: the high bit of each byte of `x` that is a space, tab, line feed, carriage
+/// return, vertical tab or form feed (the scanner's whitespace kinds).
+#[inline(always)]
+fn space_mask(x: u64) -> u64 {
+    // 0x09..=0x0d and 0x20; zero bytes of x ^ 0x20 found with the exact SWAR zero test
+    let y = x ^ (ONES * 0x20);
+    let low7 = y & !HIGH;
+    let zero = !((low7.wrapping_add(!HIGH)) | y) & HIGH;
+    in_range(x, 0x09, 0x0d) | zero
+}
+
+/// End of the run of bytes from `j` whose SWAR mask `mask` is set and whose kind is `k`
+/// (the two must agree on every byte): 8 bytes at a time, then byte by byte.
+#[inline(always)]
+fn run_end(b: &[u8], mut j: usize, mask: impl Fn(u64) -> u64, k: u8) -> usize {
+    while j + 8 <= b.len() {
+        let stop = !mask(load8(b, j)) & HIGH;
+        if stop != 0 {
+            return j + (stop.trailing_zeros() / 8) as usize;
+        }
+        j += 8;
+    }
+    while j < b.len() && KIND[b[j] as usize] == k {
+        j += 1;
+    }
+    j
+}
+
+/// End of the letter segment that starts at `s`: uppercase letters, then lowercase
+/// ones. One 8-byte word settles it when the segment ends inside it.
+#[inline(always)]
+fn segment_end(b: &[u8], s: usize) -> usize {
+    if s + 8 <= b.len() {
+        let x = load8(b, s);
+        let not_upper = !in_range(x, b'A', b'Z') & HIGH;
+        // every bit below the first byte that is not uppercase (all of them if none is)
+        let prefix = not_upper.wrapping_sub(1) & !not_upper;
+        let stop = !in_range(x, b'a', b'z') & HIGH & !prefix;
+        if stop != 0 {
+            return s + (stop.trailing_zeros() / 8) as usize;
+        }
+    }
+    let e = run_end(b, s, |x| in_range(x, b'A', b'Z'), UP);
+    run_end(b, e, |x| in_range(x, b'a', b'z'), LO)
+}
+
+/// Hash of `bytes[s..e]` (1 to 16 bytes) as [`key_hash`] computes it, loading the key in
+/// place when 16 bytes are readable from `s`.
+#[inline(always)]
+fn hash_at(bytes: &[u8], s: usize, e: usize) -> u64 {
+    let len = e - s;
+    if s + 16 <= bytes.len() {
+        let (lo, hi) = halves(bytes, s, len);
+        mix(lo, hi, len)
+    } else {
+        key_hash(&bytes[s..e])
+    }
+}
+
+/// [`Vocab::known`] of `bytes[s..e]` for every family, hashing the key once.
+#[inline(always)]
+fn known_all<const K: usize>(vocabs: &[Vocab; K], bytes: &[u8], s: usize, e: usize) -> [bool; K] {
+    let len = e - s;
+    if len == 1 {
+        return [true; K];
+    }
+    if len > MAX_KEY {
+        return [false; K];
+    }
+    let h = hash_at(bytes, s, e);
+    let mut hit = [false; K];
+    for (x, v) in hit.iter_mut().zip(vocabs) {
+        *x = v.contains_hash(h);
+    }
+    hit
+}
+
+/// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given; each
+/// key is hashed once for all families, the bare key only when some family needs it.
 #[inline(always)]
 fn letter_segment<const K: usize>(
     out: &mut [Features; K],
@@ -416,20 +509,31 @@ fn letter_segment<const K: usize>(
     s: usize,
     e: usize,
 ) {
-    for (f, v) in out.iter_mut().zip(vocabs) {
-        match lead {
-            Some(p) => {
-                if v.known(b, p, e) {
+    match lead {
+        Some(p) => {
+            let led = known_all(vocabs, b, p, e);
+            if led.iter().all(|&x| x) {
+                for f in out.iter_mut() {
                     f[F_KNOWN] += 1;
-                } else if v.known(b, s, e) {
+                }
+                return;
+            }
+            let bare = known_all(vocabs, b, s, e);
+            for (k, (f, v)) in out.iter_mut().zip(vocabs).enumerate() {
+                if led[k] {
+                    f[F_KNOWN] += 1;
+                } else if bare[k] {
                     f[F_KNOWN_BARE] += 1;
                 } else {
                     unknown_letters(f, v.rare, &b[s..e]);
                     f[F_UNKNOWN_PREFIXED] += 1;
                 }
             }
-            None => {
-                if v.known(b, s, e) {
+        }
+        None => {
+            let bare = known_all(vocabs, b, s, e);
+            for (k, (f, v)) in out.iter_mut().zip(vocabs).enumerate() {
+                if bare[k] {
                     f[F_KNOWN] += 1;
                 } else {
                     unknown_letters(f, v.rare, &b[s..e]);
@@ -439,7 +543,40 @@ fn letter_segment<const K: usize>(
     }
 }
 
+/// Features of the whitespace piece `b[s..e]` (empty: nothing).
+#[inline(always)]
+fn space_piece<const K: usize>(
+    out: &mut [Features; K],
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    s: usize,
+    e: usize,
+) {
+    if e <= s {
+        return;
+    }
+    let hit = known_all(vocabs, b, s, e);
+    for (f, known) in out.iter_mut().zip(hit) {
+        if known {
+            f[F_KNOWN] += 1;
+        } else {
+            f[F_UNKNOWN_SPACE] += 1;
+            f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
+            f[F_UNKNOWN_SPACE_SWITCHES] +=
+                b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
+            f[F_UNKNOWN_NEWLINES] += b[s..e]
+                .iter()
+                .filter(|&&c| c == b'\n' || c == b'\r')
+                .count() as u64;
+        }
+    }
+}
+
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
+///
+/// Letter, digit and whitespace runs are found 8 bytes at a time (SWAR byte-class masks
+/// and `trailing_zeros`); every key is hashed once and probed in each family's filter.
+/// The result equals the byte-by-byte scanner's on every input (property-tested).
 ///
 /// ```
 /// use contextwindow_core::features::{scan, FEATURE_NAMES};
@@ -454,18 +591,26 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let b = text.as_bytes();
     let n = b.len();
     let kind = |i: usize| if i < n { KIND[b[i] as usize] } else { NA };
+    let digit = |x: u64| in_range(x, b'0', b'9');
     // Byte donated to the next piece as its leading character (a space or a single
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
     // Per family: end of the CJK n-gram being consumed.
     let mut consumed = [0usize; K];
+    // The next character when a CJK step has decoded it already: (offset, code point, group).
+    let mut ahead: Option<(usize, u32, u8)> = None;
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
         if k == NA {
-            let (cp, len) = decode(b, i);
-            let g = group_of(groups, cp);
+            let (cp, len, g) = match ahead {
+                Some((at, cp, g)) if at == i => (cp, 3, g),
+                _ => {
+                    let (cp, len) = decode(b, i);
+                    (cp, len, group_of(groups, cp))
+                }
+            };
             let isl = is_letter_group(g);
             if isl && !na_prev_letter {
                 for f in out.iter_mut() {
@@ -473,20 +618,36 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 }
             }
             na_prev_letter = isl;
+            // shared by the families and worked out only when a family is not inside an
+            // n-gram already: the hash of this and the next character when both are
+            // CJK-ish (else None), then the same for three characters
+            let mut h2: Option<Option<u64>> = None;
+            let mut h3: Option<Option<u64>> = None;
             for (f, (v, c)) in out.iter_mut().zip(vocabs.iter().zip(consumed.iter_mut())) {
                 if i < *c {
                     continue;
                 }
-                if len == 3
-                    && is_cjkish(g)
-                    && cjk_char(groups, b, i + 3)
-                    && v.contains_at(b, i, i + 6)
-                {
+                let pair = *h2.get_or_insert_with(|| {
+                    if len != 3 || !is_cjkish(g) {
+                        return None;
+                    }
+                    // decode the next character once: kept for the next step
+                    let at = i + 3;
+                    ahead = None;
+                    if at + 3 <= n && (0xE0..0xF0).contains(&b[at]) {
+                        let (cp2, _) = decode(b, at);
+                        ahead = Some((at, cp2, group_of(groups, cp2)));
+                    }
+                    matches!(ahead, Some((_, _, g2)) if is_cjkish(g2)).then(|| hash_at(b, i, i + 6))
+                });
+                if matches!(pair, Some(h) if v.contains_hash(h)) {
                     // a 2-character token, extended to 3 when that is a token too
-                    let m = if cjk_char(groups, b, i + 6) && v.contains_at(b, i, i + 9) {
-                        3
-                    } else {
-                        2
+                    let tri = *h3.get_or_insert_with(|| {
+                        cjk_char(groups, b, i + 6).then(|| hash_at(b, i, i + 9))
+                    });
+                    let m = match tri {
+                        Some(h) if v.contains_hash(h) => 3,
+                        _ => 2,
                     };
                     f[F_NGRAMS] += 1;
                     *c = i + 3 * m;
@@ -503,31 +664,41 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
         let mut j = i + 1;
         match k {
             LO | UP => {
-                // one pass over the letters: a segment ends at a lowercase-to-uppercase
-                // switch or at the end of the run
+                // segments of the letter run: uppercase letters then lowercase ones; a
+                // lowercase-to-uppercase switch starts the next segment
                 let mut s = i;
                 let mut lead = prefix;
-                let mut prev = k;
                 loop {
-                    let kj = kind(j);
-                    let end = !is_letter(kj);
-                    if end || (prev == LO && kj == UP) {
-                        letter_segment(&mut out, vocabs, b, lead, s, j);
-                        lead = None;
-                        s = j;
-                        if end {
-                            break;
-                        }
+                    let e = segment_end(b, s);
+                    debug_assert!(e > s, "a letter segment holds its first letter");
+                    letter_segment(&mut out, vocabs, b, lead, s, e);
+                    lead = None;
+                    s = e;
+                    if is_letter(kind(e)) {
+                        continue;
                     }
-                    prev = kj;
-                    j += 1;
+                    // fast paths, each what the arms below would do without the round
+                    // trip: a lone punctuation mark not followed by punctuation, a line
+                    // break or a letter is a piece of one byte, always a token...
+                    if kind(s) == PU && !matches!(kind(s + 1), PU | NL | LO | UP) {
+                        for f in out.iter_mut() {
+                            f[F_KNOWN] += 1;
+                        }
+                        s += 1;
+                    }
+                    // ...and one space leads the next word
+                    if kind(s) == SP && is_letter(kind(s + 1)) {
+                        lead = Some(s);
+                        s += 1;
+                        continue;
+                    }
+                    break;
                 }
+                j = s;
                 prefix = None;
             }
             DG => {
-                while kind(j) == DG {
-                    j += 1;
-                }
+                j = run_end(b, j, digit, DG);
                 let len = (j - i) as u64;
                 for f in out.iter_mut() {
                     f[F_DIGITS] += len;
@@ -552,58 +723,43 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     while kind(j) == NL {
                         j += 1;
                     }
-                    for (f, v) in out.iter_mut().zip(vocabs) {
-                        if !v.known(b, start, j) {
+                    let hit = known_all(vocabs, b, start, j);
+                    for (f, known) in out.iter_mut().zip(hit) {
+                        if known {
+                            f[F_KNOWN] += 1;
+                        } else {
                             f[F_UNKNOWN_PUNCT] += 1;
                             f[F_UNKNOWN_PUNCT_X] += (j - start).saturating_sub(2) as u64;
-                        } else {
-                            f[F_KNOWN] += 1;
                         }
                     }
                     prefix = None;
                 }
             }
+            _ if k == SP && is_letter(kind(j)) => {
+                // the common case: one space before a word becomes its leading byte
+                prefix = Some(i);
+            }
             _ => {
                 // whitespace: up to the last line break, then the rest
-                let mut last_nl = None;
-                if k == NL {
-                    last_nl = Some(i);
-                }
+                j = run_end(b, i, space_mask, SP);
+                // run_end's byte-by-byte tail only follows spaces; finish any mixed tail
                 while matches!(kind(j), SP | NL | TB) {
-                    if kind(j) == NL {
-                        last_nl = Some(j);
-                    }
                     j += 1;
                 }
+                let last_nl = b[i..j]
+                    .iter()
+                    .rposition(|&c| c == b'\n' || c == b'\r')
+                    .map(|p| i + p);
                 let next = kind(j);
                 let a_end = last_nl.map_or(i, |p| p + 1);
-                let mut ws = |s: usize, e: usize| {
-                    if e > s {
-                        for (f, v) in out.iter_mut().zip(vocabs) {
-                            if v.known(b, s, e) {
-                                f[F_KNOWN] += 1;
-                            } else {
-                                f[F_UNKNOWN_SPACE] += 1;
-                                f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
-                                f[F_UNKNOWN_SPACE_SWITCHES] +=
-                                    b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
-                                f[F_UNKNOWN_NEWLINES] += b[s..e]
-                                    .iter()
-                                    .filter(|&&c| c == b'\n' || c == b'\r')
-                                    .count()
-                                    as u64;
-                            }
-                        }
-                    }
-                };
-                ws(i, a_end);
+                space_piece(&mut out, vocabs, b, i, a_end);
                 prefix = None;
                 if a_end < j {
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
-                        ws(a_end, j - 1);
+                        space_piece(&mut out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
                     } else {
-                        ws(a_end, j);
+                        space_piece(&mut out, vocabs, b, a_end, j);
                     }
                 }
             }
@@ -612,6 +768,10 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "features_scalar.rs"]
+mod scalar;
 
 #[cfg(test)]
 mod tests {
@@ -644,5 +804,192 @@ mod tests {
         assert_ne!(key_hash(b"abcdefgh"), key_hash(b"abcdefgh\0"));
         // value computed by hand with Python's int arithmetic (see _reference.key_hash)
         assert_eq!(key_hash(b"hello"), REFERENCE_HELLO);
+    }
+}
+
+#[cfg(test)]
+mod fast_equals_scalar {
+    //! The fast scanner must give the byte-by-byte scanner's counts on every input.
+    use super::scalar::scan_scalar;
+    use super::*;
+    use crate::estimate::vocab;
+
+    fn families() -> [Vocab; 2] {
+        [vocab("cl100k").unwrap(), vocab("tekken").unwrap()]
+    }
+
+    /// Both scanners, one family at a time and both together.
+    fn check(text: &str) {
+        let [a, b] = families();
+        assert_eq!(scan(text, &[a]), scan_scalar(text, &[a]), "cl100k {text:?}");
+        assert_eq!(scan(text, &[b]), scan_scalar(text, &[b]), "tekken {text:?}");
+        assert_eq!(
+            scan(text, &[a, b]),
+            scan_scalar(text, &[a, b]),
+            "both {text:?}"
+        );
+    }
+
+    /// Every sub-string starting in the first 17 bytes and ending in the last 17 (at
+    /// char boundaries): each piece meets the 8-byte SWAR blocks and the 16-byte key
+    /// loads at every alignment, and the end of the text at every distance.
+    fn check_alignments(text: &str) {
+        let bounds: Vec<usize> = text
+            .char_indices()
+            .map(|(i, _)| i)
+            .chain([text.len()])
+            .collect();
+        let starts = bounds.iter().filter(|&&i| i <= 17);
+        for &s in starts {
+            for &e in bounds.iter().filter(|&&e| e >= s && e + 17 >= text.len()) {
+                check(&text[s..e]);
+            }
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // splitmix64
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+            xs[self.below(xs.len() as u64) as usize]
+        }
+    }
+
+    const WORDS: &[&str] = &[
+        "the",
+        "The",
+        "quick",
+        "HTTPResponse",
+        "camelCaseWord",
+        "getX",
+        "ABC",
+        "a",
+        "I",
+        "abcdefghijklmnopqrstuvwxyz",
+        "qzxjv",
+        "Internationalization",
+        "don",
+        "self",
+    ];
+    const PUNCT: &[&str] = &[
+        ".", ",", "'", "\"", "(", ")", "{\"", "\":", "->", "!!", "----", "/*", "*/", "==", "_",
+    ];
+    const SPACE: &[&str] = &[
+        " ", "  ", "\n", "\n\n", "\t", "\r\n", " \n ", "    ", "\t\t\n  ",
+    ];
+    const WIDE: &[&str] = &[
+        "中文文本",
+        "日本語",
+        "これは",
+        "한국어",
+        "문장입니다",
+        "你好世界",
+        "です。",
+        "😀",
+        "👨\u{200d}👩\u{200d}👧",
+        "é",
+        "Привет",
+        "\u{301}",
+        "\u{20000}",
+        "\u{1D400}",
+        "\u{FEFF}",
+        "ｶﾀｶﾅ",
+        "ก",
+        "א",
+        "क",
+    ];
+
+    /// A random string: tokens of every kind, random code points, long runs.
+    fn random_text(r: &mut Rng) -> String {
+        let mut s = String::new();
+        let n = r.below(48);
+        for _ in 0..n {
+            match r.below(9) {
+                0 | 1 => s.push_str(r.pick(WORDS)),
+                2 => s.push_str(r.pick(PUNCT)),
+                3 => s.push_str(r.pick(SPACE)),
+                4 => s.push_str(r.pick(WIDE)),
+                5 => {
+                    for _ in 0..r.below(20) {
+                        s.push(char::from_u32(b'0' as u32 + r.below(10) as u32).unwrap());
+                    }
+                }
+                6 => {
+                    // a long run of one kind
+                    let c = [b'a', b'Z', b' ', b'\n', b'-', b'7', b'\t'][r.below(7) as usize];
+                    for _ in 0..(8 + r.below(40)) {
+                        s.push(c as char);
+                    }
+                }
+                7 => {
+                    // any ASCII byte, controls included
+                    s.push(char::from_u32(r.below(128) as u32).unwrap());
+                }
+                _ => {
+                    let cp = match r.below(4) {
+                        0 => 0x80 + r.below(0x780),
+                        1 => 0x3000 + r.below(0x7000),
+                        2 => 0x1F300 + r.below(0x300),
+                        _ => r.below(0x11_0000),
+                    } as u32;
+                    if let Some(c) = char::from_u32(cp) {
+                        s.push(c);
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn random_texts_at_every_alignment() {
+        let mut r = Rng(0x5EED);
+        for _ in 0..400 {
+            check_alignments(&random_text(&mut r));
+        }
+    }
+
+    #[test]
+    fn fixed_texts_at_every_alignment() {
+        for t in [
+            "",
+            "The quick brown fox jumps over the lazy dog, again and again. ",
+            "fn main() { let x = vec![1, 2, 3]; println!(\"{:?}\", x); }\n",
+            "これは日本語の文章です。中文文本也在这里。한국어 문장입니다. ",
+            "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}",
+            "Hi,  x.append(self)\n\t\t  \r\n你好世界こんにちは한국어🙂\u{200d}🙂 é Привет \
+             \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
+             HTTPResponse camelCaseWord !!\n\n's",
+        ] {
+            check_alignments(t);
+            check_alignments(&t.repeat(3));
+        }
+    }
+
+    #[test]
+    fn corpus_text_when_present() {
+        // ../shared/corpus relative to the repo root; skipped when absent
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+        let Ok(dirs) = std::fs::read_dir(&root) else {
+            return;
+        };
+        let mut stack: Vec<_> = dirs.flatten().map(|e| e.path()).collect();
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+            } else if let Ok(text) = std::fs::read_to_string(&p) {
+                check(&text);
+            }
+        }
     }
 }

@@ -1,0 +1,232 @@
+//! The scanner as first written: byte by byte, every family hashing its own keys. Kept
+//! (tests only) as the straightforward oracle the fast scanner in `features.rs` must equal
+//! on every input.
+
+use super::*;
+
+impl Vocab {
+    /// A piece of one byte is always a token (byte-level vocabularies hold every byte).
+    #[inline(always)]
+    fn known(&self, bytes: &[u8], s: usize, e: usize) -> bool {
+        let len = e - s;
+        if len == 1 {
+            return true;
+        }
+        if len > MAX_KEY {
+            return false;
+        }
+        self.contains_at(bytes, s, e)
+    }
+
+    /// [`Vocab::contains`] of `bytes[s..e]` (1 to 16 bytes), loading the key in place
+    /// when 16 bytes are readable from `s`.
+    #[inline(always)]
+    fn contains_at(&self, bytes: &[u8], s: usize, e: usize) -> bool {
+        let len = e - s;
+        if s + 16 <= bytes.len() {
+            let (lo, hi) = halves(bytes, s, len);
+            self.contains_hash(mix(lo, hi, len))
+        } else {
+            self.contains(&bytes[s..e])
+        }
+    }
+}
+
+/// [`super::scan`], the plain way.
+pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
+    let mut out = [[0u64; N_FEATURES]; K];
+    let groups = group_table();
+    let b = text.as_bytes();
+    let n = b.len();
+    let kind = |i: usize| if i < n { KIND[b[i] as usize] } else { NA };
+    // Byte donated to the next piece as its leading character (a space or a single
+    // punctuation character before letters, a space before punctuation).
+    let mut prefix: Option<usize> = None;
+    let mut na_prev_letter = false;
+    // Per family: end of the CJK n-gram being consumed.
+    let mut consumed = [0usize; K];
+    let mut i = 0;
+    while i < n {
+        let k = KIND[b[i] as usize];
+        if k == NA {
+            let (cp, len) = decode(b, i);
+            let g = group_of(groups, cp);
+            let isl = is_letter_group(g);
+            if isl && !na_prev_letter {
+                for f in out.iter_mut() {
+                    f[F_NA_WORDS] += 1;
+                }
+            }
+            na_prev_letter = isl;
+            for (f, (v, c)) in out.iter_mut().zip(vocabs.iter().zip(consumed.iter_mut())) {
+                if i < *c {
+                    continue;
+                }
+                if len == 3
+                    && is_cjkish(g)
+                    && cjk_char(groups, b, i + 3)
+                    && v.contains_at(b, i, i + 6)
+                {
+                    // a 2-character token, extended to 3 when that is a token too
+                    let m = if cjk_char(groups, b, i + 6) && v.contains_at(b, i, i + 9) {
+                        3
+                    } else {
+                        2
+                    };
+                    f[F_NGRAMS] += 1;
+                    *c = i + 3 * m;
+                    continue;
+                }
+                f[F_CH + g as usize] += 1;
+                f[F_EX + g as usize] += v.cost(cp) - 1;
+            }
+            prefix = None;
+            i += len;
+            continue;
+        }
+        na_prev_letter = false;
+        let mut j = i + 1;
+        match k {
+            LO | UP => {
+                // one pass over the letters: a segment ends at a lowercase-to-uppercase
+                // switch or at the end of the run
+                let mut s = i;
+                let mut lead = prefix;
+                let mut prev = k;
+                loop {
+                    let kj = kind(j);
+                    let end = !is_letter(kj);
+                    if end || (prev == LO && kj == UP) {
+                        letter_segment_scalar(&mut out, vocabs, b, lead, s, j);
+                        lead = None;
+                        s = j;
+                        if end {
+                            break;
+                        }
+                    }
+                    prev = kj;
+                    j += 1;
+                }
+                prefix = None;
+            }
+            DG => {
+                while kind(j) == DG {
+                    j += 1;
+                }
+                let len = (j - i) as u64;
+                for f in out.iter_mut() {
+                    f[F_DIGITS] += len;
+                    f[F_DIGIT_GROUPS] += len.div_ceil(3);
+                }
+                prefix = None;
+            }
+            CT => {
+                for f in out.iter_mut() {
+                    f[F_CONTROLS] += 1;
+                }
+                prefix = None;
+            }
+            PU => {
+                while kind(j) == PU {
+                    j += 1;
+                }
+                if j - i == 1 && prefix.is_none() && is_letter(kind(j)) {
+                    prefix = Some(i);
+                } else {
+                    let start = prefix.unwrap_or(i);
+                    while kind(j) == NL {
+                        j += 1;
+                    }
+                    for (f, v) in out.iter_mut().zip(vocabs) {
+                        if !v.known(b, start, j) {
+                            f[F_UNKNOWN_PUNCT] += 1;
+                            f[F_UNKNOWN_PUNCT_X] += (j - start).saturating_sub(2) as u64;
+                        } else {
+                            f[F_KNOWN] += 1;
+                        }
+                    }
+                    prefix = None;
+                }
+            }
+            _ => {
+                // whitespace: up to the last line break, then the rest
+                let mut last_nl = None;
+                if k == NL {
+                    last_nl = Some(i);
+                }
+                while matches!(kind(j), SP | NL | TB) {
+                    if kind(j) == NL {
+                        last_nl = Some(j);
+                    }
+                    j += 1;
+                }
+                let next = kind(j);
+                let a_end = last_nl.map_or(i, |p| p + 1);
+                let mut ws = |s: usize, e: usize| {
+                    if e > s {
+                        for (f, v) in out.iter_mut().zip(vocabs) {
+                            if v.known(b, s, e) {
+                                f[F_KNOWN] += 1;
+                            } else {
+                                f[F_UNKNOWN_SPACE] += 1;
+                                f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
+                                f[F_UNKNOWN_SPACE_SWITCHES] +=
+                                    b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
+                                f[F_UNKNOWN_NEWLINES] += b[s..e]
+                                    .iter()
+                                    .filter(|&&c| c == b'\n' || c == b'\r')
+                                    .count()
+                                    as u64;
+                            }
+                        }
+                    }
+                };
+                ws(i, a_end);
+                prefix = None;
+                if a_end < j {
+                    if is_letter(next) || (next == PU && b[j - 1] == b' ') {
+                        ws(a_end, j - 1);
+                        prefix = Some(j - 1);
+                    } else {
+                        ws(a_end, j);
+                    }
+                }
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+/// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given.
+#[inline(always)]
+fn letter_segment_scalar<const K: usize>(
+    out: &mut [Features; K],
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    lead: Option<usize>,
+    s: usize,
+    e: usize,
+) {
+    for (f, v) in out.iter_mut().zip(vocabs) {
+        match lead {
+            Some(p) => {
+                if v.known(b, p, e) {
+                    f[F_KNOWN] += 1;
+                } else if v.known(b, s, e) {
+                    f[F_KNOWN_BARE] += 1;
+                } else {
+                    unknown_letters(f, v.rare, &b[s..e]);
+                    f[F_UNKNOWN_PREFIXED] += 1;
+                }
+            }
+            None => {
+                if v.known(b, s, e) {
+                    f[F_KNOWN] += 1;
+                } else {
+                    unknown_letters(f, v.rare, &b[s..e]);
+                }
+            }
+        }
+    }
+}
