@@ -96,7 +96,8 @@ pub struct Part {
 }
 
 impl Part {
-    fn empty(kind: PartKind) -> Part {
+    /// A part of `kind` with every field unset.
+    pub fn empty(kind: PartKind) -> Part {
         Part {
             kind,
             text: None,

@@ -134,6 +134,31 @@ fn count_many_dicts(
     })
 }
 
+/// A trim on a list of dicts read in one walk: `(format, provider, outcome JSON)`, or
+/// `None` when the dict reader does not take the input.
+type TrimRead = Option<(&'static str, &'static str, String)>;
+
+fn trim_read<F>(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    format: Option<&str>,
+    trim: F,
+) -> PyResult<TrimRead>
+where
+    F: FnOnce(
+            &[contextwindow_core::model::Message],
+            &'static str,
+        ) -> contextwindow_core::Result<String>
+        + Send,
+{
+    let Ok(read) = reader::read(messages, format) else {
+        return Ok(None);
+    };
+    let (msgs, provider) = (&read.messages, read.provider.name());
+    let out = run_read(py, read.bytes, || trim(msgs, provider))?;
+    Ok(Some((read.format.name(), provider, out)))
+}
+
 /// `trim_turns` on a list of dicts read in one walk: `(format, provider, outcome JSON)`,
 /// or `None` when the dict reader does not take the input.
 #[pyfunction]
@@ -145,15 +170,10 @@ fn trim_turns_dicts(
     budget: u64,
     profile: &str,
     breadcrumb: bool,
-) -> PyResult<Option<(&'static str, &'static str, String)>> {
-    let Ok(read) = reader::read(messages, format) else {
-        return Ok(None);
-    };
-    let (msgs, provider) = (&read.messages, read.provider.name());
-    let out = run_read(py, read.bytes, || {
+) -> PyResult<TrimRead> {
+    trim_read(py, messages, format, |msgs, provider| {
         api::trim_turns_parsed(msgs, budget, profile, breadcrumb, provider)
-    })?;
-    Ok(Some((read.format.name(), provider, out)))
+    })
 }
 
 /// `trim_turn_count` on a list of dicts read in one walk (see `trim_turns_dicts`).
@@ -166,15 +186,10 @@ fn trim_turn_count_dicts(
     max_turns: u64,
     profile: &str,
     breadcrumb: bool,
-) -> PyResult<Option<(&'static str, &'static str, String)>> {
-    let Ok(read) = reader::read(messages, format) else {
-        return Ok(None);
-    };
-    let (msgs, provider) = (&read.messages, read.provider.name());
-    let out = run_read(py, read.bytes, || {
+) -> PyResult<TrimRead> {
+    trim_read(py, messages, format, |msgs, provider| {
         api::trim_turn_count_parsed(msgs, max_turns, profile, breadcrumb, provider)
-    })?;
-    Ok(Some((read.format.name(), provider, out)))
+    })
 }
 
 /// For the differential tests: the canonical messages the dict reader builds, as the

@@ -197,24 +197,7 @@ fn raw(json: Vec<u8>) -> R<Box<RawValue>> {
 }
 
 fn part(kind: PartKind) -> Part {
-    Part {
-        kind,
-        text: None,
-        width: None,
-        height: None,
-        detail: None,
-        source: None,
-        id: None,
-        name: None,
-        arguments: None,
-        call_id: None,
-        content: None,
-        is_error: false,
-        content_kind: None,
-        type_: None,
-        raw: None,
-        extra: None,
-    }
+    Part::empty(kind)
 }
 
 fn msgspec_encode<'py>(v: &Bound<'py, PyAny>) -> R<Bound<'py, PyBytes>> {
