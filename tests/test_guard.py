@@ -324,3 +324,25 @@ def test_guard_on_corpus(path: Path, hint: str) -> None:
     if seg.current_request is not None:
         out_seg = cw.segment_turns(out, format=fmt)
         assert out_seg.current_request is not None
+
+
+@pytest.mark.parametrize("hint", ["planner_input", "step_dependency"])
+def test_hints_keep_the_pinned_share_rule(hint: str) -> None:
+    # costs (fim): 4 + 240 // 4 = 64 (pinned), 4 + 160 // 4 = 44, 64 (pinned), 44, 14:
+    # 230 > budget 200. Pinned 64 + 64 = 128 > 50% of 200 = 100: the oldest pinned
+    # message (0) is unpinned, then 64 <= 100. Before the fix the hints turned every class
+    # into an override, pinned messages became class-0 overrides and were never unpinned.
+    msgs = [
+        {"role": "user", "content": "p" * 240},
+        {"role": "assistant", "content": "a" * 160},
+        {"role": "user", "content": "q" * 240},
+        {"role": "assistant", "content": "b" * 160},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = ContextGuard(resolve_budget(200, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(0, 2)))
+    r = g.check(msgs, hint=hint)
+    fates = r.steps[-1].report.fates
+    assert (fates[0].fate, fates[0].rule) == ("dropped", "unpinned_over_share")
+    assert (fates[2].fate, fates[2].rule) == ("kept", "pinned")
+    assert r.messages[-1] is msgs[-1] and msgs[2] in r.messages
+    assert r.tokens_after <= 140  # the low-water mark: 200 * 0.7

@@ -517,7 +517,11 @@ class ContextGuard:
         if hint in ("general", "react_iteration"):
             return self.policy
         classes = hint_priorities(messages, hint, self.policy, profile=self.profile, format=fmt)
-        return msgspec.structs.replace(self.policy, priorities=dict(enumerate(classes)))
+        # class 0 is left to fit (preamble, pinned, current request, open calls,
+        # Message.priority=0): as an override it would stop pinned_share from unpinning
+        explicit = self.policy.priorities
+        moved = {i: c for i, c in enumerate(classes) if c != 0 or i in explicit}
+        return msgspec.structs.replace(self.policy, priorities=moved)
 
     def _emit(self, events: list[Any]) -> None:
         with self._lock:
