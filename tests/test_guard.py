@@ -346,3 +346,45 @@ def test_hints_keep_the_pinned_share_rule(hint: str) -> None:
     assert (fates[2].fate, fates[2].rule) == ("kept", "pinned")
     assert r.messages[-1] is msgs[-1] and msgs[2] in r.messages
     assert r.tokens_after <= 140  # the low-water mark: 200 * 0.7
+
+
+def test_tool_results_step_clears_to_the_target_exactly() -> None:
+    # costs (fim): user 4 + 8 // 4 = 6; bash calls 6; results 4 + 1,600 // 4 = 404 and
+    # 4 + 216 // 4 = 58; request 4 + 4 // 4 = 5: 485. Budget 98, low_water 1.0: target 98.
+    # A cleared result is 4 + 53 // 4 = 17 ("[tool result cleared: 1600 characters of
+    # bash output]", 53 characters): clearing the first gives 485 - 404 + 17 = 98 <= 98,
+    # so the second stays. (98 / 3,000 * 3,000 is 97.99...: the step used to clear to 97.)
+    msgs = [
+        {"role": "user", "content": "u" * 8},
+        call(1, "bash"),
+        res(1, "x" * 1_600),
+        call(2, "bash"),
+        res(2, "y" * 216),
+        {"role": "user", "content": "w" * 4},
+    ]
+    b = resolve_budget(3_000, 0, max_context_tokens=98, floor=0, env={})
+    r = ContextGuard(b, profile="fim", policy=cw.FitPolicy(low_water=1.0)).check(msgs)
+    [e] = r.events
+    assert isinstance(e, ToolResultsCleared) and (e.results, e.tokens_before, e.tokens_after) == (1, 485, 98)
+    assert r.messages[4] is msgs[4] and r.fits
+
+
+def test_target_zero_still_runs_every_step() -> None:
+    # budget 1 token (max_context_tokens=1, floor 0): the low-water target is
+    # int(1 * 0.7) = 0. Costs (fim): 14 + 6 + 104 + 14 + 14 = 152; the bash result
+    # clears to 4 + 52 // 4 = 17: 65; the history step keeps only the request (14) and
+    # the breadcrumb (4 + 50 // 4 = 16): 30, over the budget but under the capacity
+    # 1,000, so no ContextOverflowError (it used to raise ValueError on a 0 share).
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        call(1, "bash"),
+        res(1, "x" * 400),
+        {"role": "assistant", "content": "a" * 40},
+        {"role": "user", "content": "w" * 40},
+    ]
+    b = resolve_budget(1_000, 0, max_context_tokens=1, floor=0, env={})
+    r = ContextGuard(b, profile="fim").check(msgs)
+    assert [type(e).__name__ for e in r.events] == ["ToolResultsCleared", "HistoryTrimmed"]
+    assert [e.tokens_after for e in r.events] == [65, 30]
+    assert [m["content"] for m in r.messages] == [cw.BREADCRUMB, "w" * 40]
+    assert not r.fits

@@ -608,13 +608,16 @@ class ContextGuard:
         if self.budget.trim_enabled and cur_tokens > budget:
             target = self._target()
             # 2. clear old output-heavy tool results down to the target
-            if hint != "step_dependency" and window > 0:
+            if hint != "step_dependency":
+                # the share whose floor(share * window) is the target: + 0.5 so float
+                # rounding cannot land one token under it, and > 0 even when the target is 0
+                share = min(1.0, (target + 0.5) / window)
                 r = budget_tool_results(
                     cur,
                     window,
                     profile=self.profile,
                     max_result_share=None,
-                    max_total_share=target / window,
+                    max_total_share=share,
                     output_heavy_tools=self.output_heavy_tools,
                     protected_tools=self.protected_tools,
                     max_message_chars=None,
