@@ -508,6 +508,9 @@ def test_recover_removed_false_keeps_input() -> None:
         ({"budget": 10, "policy": FitPolicy(priorities={1: 4})}, ValueError),
         ({"budget": 10, "policy": FitPolicy(priorities={-1: 1})}, ValueError),
         ({"budget": 10, "profile": "nope"}, ValueError),
+        # msgspec does not check a Struct's fields when it is built: not iterable
+        ({"budget": 10, "policy": FitPolicy(pinned=5)}, TypeError),  # type: ignore[arg-type]
+        ({"budget": 10, "policy": FitPolicy(eviction_order=3)}, TypeError),  # type: ignore[arg-type]
     ],
 )
 def test_bad_options(kwargs: dict[str, Any], exc: type[Exception]) -> None:

@@ -388,3 +388,24 @@ def test_target_zero_still_runs_every_step() -> None:
     assert [e.tokens_after for e in r.events] == [65, 30]
     assert [m["content"] for m in r.messages] == [cw.BREADCRUMB, "w" * 40]
     assert not r.fits
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"policy": cw.FitPolicy(low_water=2.0)}, ValueError, "low_water"),
+        ({"policy": cw.FitPolicy(low_water=float("nan"))}, ValueError, "low_water"),
+        ({"max_result_share": float("nan")}, ValueError, "max_result_share"),
+        ({"max_total_share": 0}, ValueError, "max_total_share"),
+        ({"max_message_chars": -1}, ValueError, "max_message_chars"),
+        ({"output_heavy_tools": "bash"}, TypeError, "output_heavy_tools"),
+        ({"protected_tools": [1]}, TypeError, "protected_tools"),
+        ({"subscribers": [1]}, TypeError, "subscribers"),
+        ({"subscribers": None}, TypeError, "subscribers"),
+    ],
+)
+def test_bad_options_fail_when_the_guard_is_made(kwargs: dict[str, Any], exc: type[Exception], match: str) -> None:
+    # these used to pass the constructor and fail (or, for a bare string of tool names,
+    # silently match single letters) inside the first check that reached the step
+    with pytest.raises(exc, match=match):
+        ContextGuard(resolve_budget(8_000, 2_000, env={}), **kwargs)

@@ -133,6 +133,9 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     p = policy
     if not _is_int(p.recent_turns):
         raise TypeError(f"recent_turns must be an int, got {p.recent_turns!r}")
+    for name in ("eviction_order", "pinned"):
+        if not isinstance(getattr(p, name), (tuple, list)):
+            raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
     order = tuple(p.eviction_order)
     if any(not _is_int(c) or c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
         raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {order!r}")

@@ -46,17 +46,17 @@ adds to :class:`Stats`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, get_args
 
 import msgspec
 
 from . import _engine
 from .budget import Budget, check_capacity, resolve_budget
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, budget_tool_results, prune_middle
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _names, _positive_int, _share, budget_tool_results, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
-from .fit import FitPolicy, fit, priorities, recover_from_overflow
+from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
 from .report import FitReport
 from .turns import segment_turns
@@ -402,8 +402,11 @@ class ContextGuard:
         subscribers: callables receiving each event (see :meth:`subscribe`).
 
     Raises:
-        ValueError: an unknown profile, or the budget options are inconsistent (see
-            :func:`~contextwindow.resolve_budget`).
+        ValueError: an unknown profile, the budget options are inconsistent (see
+            :func:`~contextwindow.resolve_budget`), a share outside (0, 1],
+            ``max_message_chars`` < 1, or a policy value out of range.
+        TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy``, a tool
+            list is a bare string or holds non-strings, a subscriber is not callable.
 
     Thread safety: one guard may serve several threads; stats and subscribers are
     guarded by a lock, and each call works on its own inputs.
@@ -439,16 +442,27 @@ class ContextGuard:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         if policy is not None and not isinstance(policy, FitPolicy):
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
+        # options are checked here, not at the first check() deep inside a step
+        policy = _check_policy(policy)
+        _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+        _share(max_result_share, "max_result_share")
+        _share(max_total_share, "max_total_share")
+        if isinstance(subscribers, (str, bytes)) or not isinstance(subscribers, Iterable):
+            raise TypeError(f"subscribers must be a collection of callables, got {type(subscribers).__name__}")
+        subs = list(subscribers)
+        for fn in subs:
+            if not callable(fn):
+                raise TypeError(f"subscribers must be callables, got {type(fn).__name__}")
         self.budget = budget
         self.profile = profile
-        self.policy = policy if policy is not None else FitPolicy()
+        self.policy = policy
         self.max_message_chars = max_message_chars
         self.max_result_share = max_result_share
         self.max_total_share = max_total_share
-        self.output_heavy_tools = frozenset(output_heavy_tools)
-        self.protected_tools = frozenset(protected_tools)
+        self.output_heavy_tools = _names(output_heavy_tools, "output_heavy_tools")
+        self.protected_tools = _names(protected_tools, "protected_tools")
         self._lock = threading.Lock()
-        self._subscribers: list[Callable[[Any], None]] = list(subscribers)
+        self._subscribers: list[Callable[[Any], None]] = subs
         self._stats = Stats()
 
     def __repr__(self) -> str:
