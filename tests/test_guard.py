@@ -409,3 +409,43 @@ def test_bad_options_fail_when_the_guard_is_made(kwargs: dict[str, Any], exc: ty
     # silently match single letters) inside the first check that reached the step
     with pytest.raises(exc, match=match):
         ContextGuard(resolve_budget(8_000, 2_000, env={}), **kwargs)
+
+
+def test_parallel_results_in_one_carrier_are_counted_per_result() -> None:
+    # Anthropic: both results share one user message, so its one Fate cannot say that
+    # one result was cut and the other cleared. Costs (fim): "read both" 4 + 9 // 4 = 6;
+    # two Read calls 4 + 2 * (1 + 1) = 8; carrier 4 + 1,000 + 1,000 = 2,004; 5; 5: 2,028.
+    # Window 1,500: each result alone (4 + 1,000) is over 750, so each is cut to k
+    # characters + "\n[... N characters (1 lines) removed ...]\n" (45 characters with a
+    # 4-digit N): 4 + (k + 45) // 4 <= 750 -> k = 2,942, N = 1,058; the carrier is
+    # 4 + 746 + 746 = 1,496 and the total 1,520 > 1,500 (share 1.0), so the older
+    # result is cleared: "[tool result cleared: 2987 characters of Read output]" (53
+    # characters, 13 tokens): 1,520 - 746 + 13 = 787. Before the fix the cut was lost
+    # (no ToolResultTruncated, stats.tool_results_cut 0) and the cleared event said
+    # 5,058 characters.
+    msgs = [
+        {"role": "user", "content": "read both"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "r1", "name": "Read", "input": {}},
+                {"type": "tool_use", "id": "r2", "name": "Read", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "r1", "content": "x" * 4_000},
+                {"type": "tool_result", "tool_use_id": "r2", "content": "y" * 4_000},
+            ],
+        },
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
+    g = ContextGuard(resolve_budget(1_500, 0, floor=0, env={}), profile="fim", max_total_share=1.0)
+    r = g.check(msgs)
+    cut, cleared = r.events
+    assert isinstance(cut, ToolResultTruncated) and (cut.results, cut.chars_removed) == (1, 1_058)
+    assert isinstance(cleared, ToolResultsCleared) and (cleared.results, cleared.chars_removed) == (1, 4_000)
+    assert cleared.tokens_after == 787
+    assert (g.stats.tool_results_cut, g.stats.tool_results_cleared) == (1, 1)

@@ -440,6 +440,42 @@ def budget_tool_results(
     >>> r.report.reason, r.report.fates[2].rule, r.messages[2]["content"][:14]
     ('tool_result_budget', 'tool_result_cut', 'ok\\nok\\nok\\nok\\nok')
     """
+    return _budget_tool_results(
+        messages,
+        context_window,
+        profile=profile,
+        max_result_share=max_result_share,
+        max_total_share=max_total_share,
+        output_heavy_tools=output_heavy_tools,
+        protected_tools=protected_tools,
+        max_message_chars=max_message_chars,
+        format=format,
+    )[0]
+
+
+class _Tally(msgspec.Struct):
+    """What each rule of :func:`budget_tool_results` did, by input index: characters cut
+    per message by the cap, per ``(message, part)`` tool result cut or cleared. One
+    message can hold several results (an Anthropic carrier), so its one Fate cannot say."""
+
+    capped: dict[int, int] = {}
+    cut: dict[tuple[int, int], int] = {}
+    cleared: dict[tuple[int, int], int] = {}
+
+
+def _budget_tool_results(
+    messages: Any,
+    context_window: int,
+    *,
+    profile: str | None,
+    max_result_share: float | None,
+    max_total_share: float | None,
+    output_heavy_tools: Iterable[str],
+    protected_tools: Iterable[str],
+    max_message_chars: int | None,
+    format: str | None,
+) -> tuple[TrimResult[Any], _Tally]:
+    """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
     name = _profile(profile)
     window = _positive_int(context_window, "context_window")
     assert window is not None
@@ -459,6 +495,9 @@ def budget_tool_results(
     fates = _fates(len(msgs))
     # characters removed per (message, part, inner) slot, so a cut then a clearing count once
     removed: dict[tuple[int, int, int | None], int] = {}
+    capped: dict[tuple[int, int, int | None], int] = {}  # the same, by rule 1
+    cut: dict[tuple[int, int, int | None], int] = {}  # and by rule 2
+    cleared: dict[tuple[int, int], int] = {}  # characters a cleared result held first
     reasons: set[str] = set()
     seg = _segment(prep.payload)
 
@@ -489,6 +528,7 @@ def budget_tool_results(
                 m = _set_slot(m, s, new)
                 total += len(new) - len(text)
                 removed[(i, s[0], s[1])] = removed.get((i, s[0], s[1]), 0) + gone
+                capped[(i, s[0], s[1])] = capped.get((i, s[0], s[1]), 0) + gone
                 changed = True
             if changed:
                 work[i] = m
@@ -536,6 +576,7 @@ def budget_tool_results(
                         continue
                     result = with_keep(keep)
                     removed[(i, p, q)] = removed.get((i, p, q), 0) + gone
+                    cut[(i, p, q)] = cut.get((i, p, q), 0) + gone
                     changed = True
                 if result is not part:
                     content = list(m.content)
@@ -581,6 +622,7 @@ def budget_tool_results(
                 for q, inner in enumerate(original.content):
                     if isinstance(inner, TextPart):
                         removed[(i, p, q)] = len(inner.text)
+                cleared[(i, p)] = _result_chars(original)
                 mark(i, "tool_result_cleared")
                 reasons.add("tool_result_budget")
 
@@ -595,7 +637,15 @@ def budget_tool_results(
         turns=(t, t),
         fates=fates,
     )
-    return _engine.apply_ops(prep, ops, report)
+    tally = _Tally()
+    for (i, p, _), n in capped.items():
+        if (i, p) not in cleared:
+            tally.capped[i] = tally.capped.get(i, 0) + n
+    for (i, p, _), n in cut.items():
+        if (i, p) not in cleared:
+            tally.cut[(i, p)] = tally.cut.get((i, p), 0) + n
+    tally.cleared.update(cleared)
+    return _engine.apply_ops(prep, ops, report), tally
 
 
 def _largest(n: int, fits: Callable[[int], bool]) -> int:

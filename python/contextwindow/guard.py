@@ -53,12 +53,11 @@ import msgspec
 
 from . import _engine
 from .budget import Budget, check_capacity, resolve_budget
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _names, _positive_int, _share, budget_tool_results, prune_middle
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _names, _positive_int, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
-from .report import FitReport
 from .turns import segment_turns
 
 __all__ = [
@@ -369,14 +368,9 @@ def hint_priorities(
     return out
 
 
-_CUT_RULES = {"tool_result_cut"}
-_CLEAR_RULES = {"tool_result_cleared"}
-_CAP_RULES = {"message_char_cap"}
-
-
-def _count_rules(report: FitReport, rules: set[str]) -> tuple[int, int]:
-    hits = [f for f in report.fates if f.rule in rules]
-    return len(hits), sum(f.chars_removed for f in hits)
+def _counts(tally: dict[Any, int]) -> tuple[int, int]:
+    """How many messages or tool results a rule changed, and the characters it removed."""
+    return len(tally), sum(tally.values())
 
 
 class ContextGuard:
@@ -591,7 +585,7 @@ class ContextGuard:
             )
 
         # 1. tool output, before every call
-        r = budget_tool_results(
+        r, tally = _budget_tool_results(
             cur,
             window,
             profile=self.profile,
@@ -605,15 +599,15 @@ class ContextGuard:
         steps.append(GuardStep(step="tool_output", report=r.report))
         if r.report.reason is not None:
             base = common("tool_output", r, cur_tokens, len(cur))
-            n, c = _count_rules(r.report, _CAP_RULES)
+            n, c = _counts(tally.capped)
             if n:
                 events.append(MessageTruncated(**base, messages=n, chars_removed=c))
                 stats["messages_truncated"] += n
-            n, c = _count_rules(r.report, _CUT_RULES)
+            n, c = _counts(tally.cut)
             if n:
                 events.append(ToolResultTruncated(**base, results=n, chars_removed=c))
                 stats["tool_results_cut"] += n
-            n, c = _count_rules(r.report, _CLEAR_RULES)
+            n, c = _counts(tally.cleared)
             if n:
                 events.append(ToolResultsCleared(**base, results=n, chars_removed=c))
                 stats["tool_results_cleared"] += n
@@ -626,7 +620,7 @@ class ContextGuard:
                 # the share whose floor(share * window) is the target: + 0.5 so float
                 # rounding cannot land one token under it, and > 0 even when the target is 0
                 share = min(1.0, (target + 0.5) / window)
-                r = budget_tool_results(
+                r, tally = _budget_tool_results(
                     cur,
                     window,
                     profile=self.profile,
@@ -639,7 +633,7 @@ class ContextGuard:
                 )
                 steps.append(GuardStep(step="tool_results", report=r.report))
                 if r.report.reason is not None:
-                    n, c = _count_rules(r.report, _CLEAR_RULES)
+                    n, c = _counts(tally.cleared)
                     events.append(
                         ToolResultsCleared(
                             **{**common("tool_results", r, cur_tokens, len(cur)), "reason": "token_budget"},
