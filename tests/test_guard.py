@@ -449,3 +449,24 @@ def test_parallel_results_in_one_carrier_are_counted_per_result() -> None:
     assert isinstance(cleared, ToolResultsCleared) and (cleared.results, cleared.chars_removed) == (1, 4_000)
     assert cleared.tokens_after == 787
     assert (g.stats.tool_results_cut, g.stats.tool_results_cleared) == (1, 1)
+
+
+def test_recover_applies_the_guards_policy() -> None:
+    # costs (fim): 4 + 400 // 4 = 104 four times, then 14: 430; target 430 * 2 // 3 =
+    # 286. The guard pins message 1 (dict input: FitPolicy.pinned). Turn 0 cannot go
+    # whole and message 1 is P0, so the newer turn 1 (P1) goes: 430 - 208 + the
+    # breadcrumb 16 = 238. recover() used to ignore the guard's policy and evict turn 0
+    # with the pinned message in it.
+    msgs = [
+        {"role": "user", "content": "p" * 400},
+        {"role": "assistant", "content": "a" * 400},
+        {"role": "user", "content": "q" * 400},
+        {"role": "assistant", "content": "b" * 400},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(1,)))
+    r = g.recover(msgs)
+    [e] = r.events
+    assert isinstance(e, OverflowRecovered) and (e.target, e.tokens_after) == (286, 238)
+    assert r.messages == [msgs[0], msgs[1], {"role": "user", "content": cw.BREADCRUMB}, msgs[4]]
+    assert r.messages[1] is msgs[1]

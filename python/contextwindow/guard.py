@@ -694,7 +694,8 @@ class ContextGuard:
         Args:
             messages: the conversation that overflowed, any accepted shape.
             reported_tokens: the provider's token count for it, when the error gave one.
-            hint: carried on the events (see :meth:`check`).
+            hint: what the trim protects, as in :meth:`check`; carried on the events.
+                The guard's ``policy`` (pinned indices, classes, eviction order) applies.
             format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
         Returns:
@@ -717,7 +718,10 @@ class ContextGuard:
         events: list[Any] = []
         steps: list[GuardStep] = []
         stats = dict(messages_truncated=0, tool_results_cut=0, tool_results_cleared=0, messages_dropped=0)
-        rec = recover_from_overflow(messages, reported_tokens, budget=budget, profile=self.profile, format=fmt)
+        policy = self._hint_policy(messages, fmt, hint)
+        rec = recover_from_overflow(
+            messages, reported_tokens, budget=budget, profile=self.profile, format=fmt, policy=policy
+        )
         steps.append(GuardStep(step="overflow", report=rec.report))
         cur, cur_tokens = messages, before
         if rec.removed:
