@@ -863,3 +863,26 @@ def test_notice_does_not_start_a_turn() -> None:
         for t in (notice, "[context compacted: x earlier messages removed]")
     ]
     assert [ref.is_real_user(m) for m in canon] == [False, True]
+
+
+def test_prune_middle_pinned_indices_for_dict_input() -> None:
+    # 12 messages, keep_recent=2: kept 0 (preamble), 1 (first user message), 5 (pinned
+    # by index), 10 and 11 (the newest two); removed 2-4 and 6-9: 7 messages, one
+    # notice before the first message kept after the first removed run
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for k in range(5):
+        msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"more {k}"}]
+    r = prune_middle(msgs, keep_recent=2, pinned=[5])
+    assert [m["content"] for m in r.messages] == [
+        "sys",
+        "task",
+        "[context compacted: 7 earlier messages removed]",
+        "more 1",
+        "step 4",
+        "more 4",
+    ]
+    assert r.messages[3] is msgs[5] and r.report.fates[5].rule == "pinned"
+    with pytest.raises(ValueError, match="pinned index"):
+        prune_middle(msgs, pinned=[12])
+    with pytest.raises(TypeError, match="pinned"):
+        prune_middle(msgs, pinned=5)  # type: ignore[arg-type]

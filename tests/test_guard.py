@@ -470,3 +470,25 @@ def test_recover_applies_the_guards_policy() -> None:
     assert isinstance(e, OverflowRecovered) and (e.target, e.tokens_after) == (286, 238)
     assert r.messages == [msgs[0], msgs[1], {"role": "user", "content": cw.BREADCRUMB}, msgs[4]]
     assert r.messages[1] is msgs[1]
+
+
+def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
+    # eviction_order (3,) and no P3 message: recover_from_overflow cannot remove
+    # anything, so the middle is pruned: 5 messages, N = min(6, 5 // 3) = 1, kept: the
+    # first user message 0, the pinned message 2 (FitPolicy.pinned, dict input) and the
+    # request 4. Notice (47 characters): 4 + 47 // 4 = 15; 104 + 15 + 104 + 14 = 237.
+    # prune_middle used to see only Message.pinned and removed message 2.
+    msgs = [
+        {"role": "user", "content": "p" * 400},
+        {"role": "assistant", "content": "a" * 400},
+        {"role": "user", "content": "q" * 400},
+        {"role": "assistant", "content": "b" * 400},
+        {"role": "user", "content": "w" * 40},
+    ]
+    policy = cw.FitPolicy(pinned=(2,), eviction_order=(3,))
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
+    r = g.recover(msgs)
+    [e] = r.events
+    assert e.step == "middle" and e.tokens_after == 237
+    notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
+    assert r.messages == [msgs[0], notice, msgs[2], msgs[4]]

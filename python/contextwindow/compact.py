@@ -823,6 +823,7 @@ def prune_middle(
     budget: Any = None,
     *,
     keep_recent: int | None = None,
+    pinned: Iterable[int] = (),
     profile: str | None = None,
     format: str | None = None,
 ) -> TrimResult[Any]:
@@ -859,6 +860,8 @@ def prune_middle(
             unchanged.
         keep_recent: how many of the newest messages to keep (>= 0); ``None`` for
             ``min(6, total // 3)``.
+        pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
+            as ``FitPolicy.pinned``), added to ``Message.pinned``.
         profile: built-in profile for token counts (``None``: ``conservative``).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
@@ -871,8 +874,9 @@ def prune_middle(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: negative ``budget`` or ``keep_recent``, unknown profile.
-        TypeError: ``budget`` or ``keep_recent`` of the wrong type.
+        ValueError: negative ``budget`` or ``keep_recent``, unknown profile, a
+            ``pinned`` index that is not a message index.
+        TypeError: ``budget``, ``keep_recent`` or ``pinned`` of the wrong type.
 
     >>> msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
     >>> for k in range(5):
@@ -884,8 +888,14 @@ def prune_middle(
     limit = _budget_tokens(budget)
     if keep_recent is not None:
         _positive_int(keep_recent, "keep_recent", minimum=0)
+    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
+        raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
+    pinned_idx = set(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
+    for i in pinned_idx:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(msgs):
+            raise ValueError(f"pinned index {i!r} is not a message index (0..{len(msgs) - 1})")
     provider = prep.provider
     in_costs = _costs(msgs, name)
     tokens_before = sum(in_costs)
@@ -935,7 +945,11 @@ def prune_middle(
     keep: set[int] = set(range(pre))
     if requests:
         keep.update((requests[0], requests[-1]))
-    keep.update(w for w in range(n) if wm[w].pinned)
+
+    def is_pinned(w: int) -> bool:
+        return wm[w].pinned or items[w].src in pinned_idx
+
+    keep.update(w for w in range(n) if is_pinned(w))
     tail = keep_recent if keep_recent is not None else min(6, n // 3)
     keep.update(range(max(pre, n - tail), n))
     keep.difference_update(old_notice)
@@ -1027,7 +1041,7 @@ def prune_middle(
             reason_of[w] = "current_request"
         elif requests and w == requests[0]:
             reason_of[w] = "first_user_message"
-        elif wm[w].pinned:
+        elif is_pinned(w):
             reason_of[w] = "pinned"
         elif unit_of.get(w):
             reason_of[w] = "tool_unit"

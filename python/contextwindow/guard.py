@@ -741,7 +741,7 @@ class ContextGuard:
             stats["messages_dropped"] += rec.report.dropped_messages
             cur, cur_tokens = rec.messages, rec.report.tokens_after
         else:
-            r = prune_middle(cur, profile=self.profile, format=fmt)
+            r = prune_middle(cur, pinned=self.policy.pinned, profile=self.profile, format=fmt)
             steps.append(GuardStep(step="middle", report=r.report))
             if r.report.reason is not None:
                 events.append(
