@@ -492,3 +492,24 @@ def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
     assert e.step == "middle" and e.tokens_after == 237
     notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
     assert r.messages == [msgs[0], notice, msgs[2], msgs[4]]
+
+
+def test_broken_pairs_are_repaired_under_the_budget() -> None:
+    # the middle orphan (a tool result without a call, cases/middle-orphan) is dropped
+    # even though the conversation fits: 14 + (4 + 1) + 14 = 33 tokens (fim), 28 after
+    # the orphan goes. The guard used to return it unchanged and the provider rejected it.
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        {"role": "tool", "tool_call_id": "zz", "content": "orph"},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = guard(8_000, 2_000)
+    r = g.check(msgs)
+    assert r.messages == [msgs[0], msgs[2]] and r.messages[0] is msgs[0]
+    assert cw.validate(r.messages, "openai") == []
+    [e] = r.events
+    assert isinstance(e, HistoryTrimmed) and (e.reason, e.dropped_messages) == ("tool_pairs", 1)
+    assert (e.tokens_before, e.tokens_after, r.tokens_after) == (33, 28, 28)
+    # valid input under the budget: no step, the same objects
+    again = g.check(r.messages)
+    assert not again.changed and all(a is b for a, b in zip(again.messages, r.messages, strict=True))

@@ -17,6 +17,9 @@ soon as the conversation fits:
    (P3 old tool output and chatter first, then P2 older turns, then P1 recent turns) down
    to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
    prefix stays byte-stable for the next calls instead of shifting on every call.
+   When it does not run, broken tool pairs are still repaired
+   (:func:`contextwindow.repair_tool_pairs`; event reason ``tool_pairs``), as ``fit``
+   and ``trim_turns`` repair them, so every request passes ``validate``.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
@@ -58,6 +61,7 @@ from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
+from .pairs import repair_tool_pairs
 from .turns import segment_turns
 
 __all__ = [
@@ -88,7 +92,8 @@ class GuardEvent(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         step: ``tool_output``, ``tool_results``, ``history``, ``overflow`` or ``middle``.
         reason: why: the step report's reason (``message_char_cap``,
             ``tool_result_budget``, ``priority_budget``, ``context_overflow``,
-            ``middle_pruned``), or ``token_budget`` for the ``tool_results`` step.
+            ``middle_pruned``, ``tool_pairs`` when the history step only repaired
+            broken tool pairs), or ``token_budget`` for the ``tool_results`` step.
         hint: the hint of the call.
         tokens_before: estimated tokens before this step.
         tokens_after: estimated tokens after it.
@@ -659,6 +664,23 @@ class ContextGuard:
                     )
                     stats["messages_dropped"] += r.report.dropped_messages
                     cur, cur_tokens = r.messages, r.report.tokens_after
+
+        # broken tool pairs are repaired even under the budget (fit does it when it runs),
+        # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
+        if not any(s.step == "history" for s in steps):
+            r = repair_tool_pairs(cur, format=fmt, profile=self.profile)
+            if r.report.reason is not None:
+                steps.append(GuardStep(step="history", report=r.report))
+                events.append(
+                    HistoryTrimmed(
+                        **common("history", r, cur_tokens, len(cur)),
+                        dropped_messages=r.report.dropped_messages,
+                        kept_turns=r.report.kept_turns,
+                        dropped_turns=r.report.dropped_turns,
+                    )
+                )
+                stats["messages_dropped"] += r.report.dropped_messages
+                cur, cur_tokens = r.messages, r.report.tokens_after
 
         result = GuardResult(
             messages=list(cur),
