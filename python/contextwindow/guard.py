@@ -18,7 +18,7 @@ soon as the conversation fits:
    to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
    prefix stays byte-stable for the next calls instead of shifting on every call.
    When it does not run, broken tool pairs are still repaired
-   (:func:`contextwindow.repair_tool_pairs`; event reason ``tool_pairs``), as ``fit``
+   (as :func:`contextwindow.repair_tool_pairs` does; event reason ``tool_pairs``), as ``fit``
    and ``trim_turns`` repair them, so every request passes ``validate``.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
@@ -61,7 +61,7 @@ from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
-from .pairs import repair_tool_pairs
+from .report import Violation
 from .turns import segment_turns
 
 __all__ = [
@@ -373,6 +373,11 @@ def hint_priorities(
     return out
 
 
+_VIOLATIONS = msgspec.json.Decoder(list[Violation])
+#: validate codes about role order, which no pair repair changes
+_ROLE_ORDER = frozenset({"first_not_user", "not_alternating", "role_not_allowed"})
+
+
 def _counts(tally: dict[Any, int]) -> tuple[int, int]:
     """How many messages or tool results a rule changed, and the characters it removed."""
     return len(tally), sum(tally.values())
@@ -668,8 +673,12 @@ class ContextGuard:
         # broken tool pairs are repaired even under the budget (fit does it when it runs),
         # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
         if not any(s.step == "history" for s in steps):
-            r = repair_tool_pairs(cur, format=fmt, profile=self.profile)
-            if r.report.reason is not None:
+            p = prep if cur is messages else _engine.prepare(cur, fmt)
+            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
+            broken = any(v.code not in _ROLE_ORDER for v in found)
+            if broken:
+                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
+            if broken and r.report.reason is not None:
                 steps.append(GuardStep(step="history", report=r.report))
                 events.append(
                     HistoryTrimmed(
