@@ -774,7 +774,8 @@ class ContextGuard:
         else:
             r = prune_middle(cur, pinned=self.policy.pinned, profile=self.profile, format=fmt)
             steps.append(GuardStep(step="middle", report=r.report))
-            if r.report.reason is not None:
+            # a notice can cost more than the few messages it replaces: then nothing helped
+            if r.report.reason is not None and r.report.tokens_after < cur_tokens:
                 events.append(
                     MiddlePruned(
                         step="middle",
