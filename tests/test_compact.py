@@ -886,3 +886,24 @@ def test_prune_middle_pinned_indices_for_dict_input() -> None:
         prune_middle(msgs, pinned=[12])
     with pytest.raises(TypeError, match="pinned"):
         prune_middle(msgs, pinned=5)  # type: ignore[arg-type]
+
+
+def test_budget_tool_results_pinned_indices_for_dict_input() -> None:
+    # the docstring's conversation: the bash result is 4 + 12,000 // 4 = 3,004 tokens
+    # (fim), over 50% of a 2,000 window, so it is cut; pinned by index it stays whole
+    msgs = [
+        {"role": "user", "content": "build it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "b1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "b1", "content": "ok\n" * 4000},
+    ]
+    assert budget_tool_results(msgs, 2000, profile="fim").report.fates[2].rule == "tool_result_cut"
+    r = budget_tool_results(msgs, 2000, profile="fim", pinned=[2])
+    assert r.report.reason is None and all(a is b for a, b in zip(r.messages, msgs, strict=True))
+    with pytest.raises(ValueError, match="pinned index"):
+        budget_tool_results(msgs, 2000, pinned=[3])
+    with pytest.raises(TypeError, match="pinned"):
+        budget_tool_results(msgs, 2000, pinned="2")  # type: ignore[arg-type]

@@ -530,3 +530,18 @@ def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None
     assert [s.step for s in r.steps] == ["overflow", "middle"] and r.steps[1].report.tokens_after == 43
     assert not r.changed and r.tokens_after == 33
     assert all(a is b for a, b in zip(r.messages, msgs, strict=True))
+
+
+def test_tool_output_step_spares_policy_pinned_messages() -> None:
+    # the bash result costs 4 + 12,000 // 4 = 3,004 tokens (fim), over 50% of the 5,000
+    # window, so step 1 cuts it; pinned by the guard's policy (dict input) it stays whole
+    # (3,004 + 6 + 6 = 3,016 <= 5,000: nothing else runs)
+    msgs = [
+        {"role": "user", "content": "build it"},
+        call(1, "bash"),
+        res(1, "ok\n" * 4000),
+    ]
+    assert [type(e).__name__ for e in guard(5_000, 0).check(msgs).events] == ["ToolResultTruncated"]
+    g = ContextGuard(resolve_budget(5_000, 0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(2,)))
+    r = g.check(msgs)
+    assert not r.changed and r.tokens_after == 3_016 and r.messages[2] is msgs[2]

@@ -180,6 +180,19 @@ def _names(tools: Any, name: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def _pinned_type(pinned: Any) -> set[Any]:
+    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
+        raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
+    return set(pinned)
+
+
+def _pinned_range(pinned: set[Any], n: int) -> set[int]:
+    for i in pinned:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
+    return pinned
+
+
 def _budget_tokens(budget: Any) -> int | None:
     """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
     if budget is None:
@@ -377,6 +390,7 @@ def budget_tool_results(
     output_heavy_tools: Iterable[str] = OUTPUT_HEAVY_TOOLS,
     protected_tools: Iterable[str] = WRITE_TOOLS,
     max_message_chars: int | None = 50_000,
+    pinned: Iterable[int] = (),
     format: str | None = None,
 ) -> TrimResult[Any]:
     """Keep tool output within its share of the context window (run before every call).
@@ -417,6 +431,8 @@ def budget_tool_results(
         output_heavy_tools: tool names whose old results may be cleared.
         protected_tools: tool names whose results are never cleared (wins over the above).
         max_message_chars: per-message character cap (code points), ``None`` for none.
+        pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
+            as ``FitPolicy.pinned``), added to ``Message.pinned``.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
@@ -429,7 +445,7 @@ def budget_tool_results(
     Raises:
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile, ``context_window`` < 1, a share outside (0, 1],
-            ``max_message_chars`` < 1.
+            ``max_message_chars`` < 1, a ``pinned`` index that is not a message index.
         TypeError: an option of the wrong type (e.g. a bare string for a tool list).
 
     >>> msgs = [{"role": "user", "content": "build it"},
@@ -449,6 +465,7 @@ def budget_tool_results(
         output_heavy_tools=output_heavy_tools,
         protected_tools=protected_tools,
         max_message_chars=max_message_chars,
+        pinned=pinned,
         format=format,
     )[0]
 
@@ -473,6 +490,7 @@ def _budget_tool_results(
     output_heavy_tools: Iterable[str],
     protected_tools: Iterable[str],
     max_message_chars: int | None,
+    pinned: Iterable[int],
     format: str | None,
 ) -> tuple[TrimResult[Any], _Tally]:
     """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
@@ -484,8 +502,10 @@ def _budget_tool_results(
     heavy = _names(output_heavy_tools, "output_heavy_tools")
     protected = _names(protected_tools, "protected_tools")
     cap = _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+    pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
+    _pinned_range(pinned_idx, len(msgs))
     threshold = int(total_share * window) if total_share is not None else None
     report_budget = threshold if threshold is not None else window
 
@@ -509,7 +529,7 @@ def _budget_tool_results(
     # 1. per-message character cap (first seed)
     if cap is not None:
         for i, m in enumerate(work):
-            if i < seg.preamble_end or m.pinned:
+            if i < seg.preamble_end or m.pinned or i in pinned_idx:
                 continue
             slots = _text_slots(m)
             total = sum(len(_slot_text(m, s)) for s in slots)
@@ -541,7 +561,12 @@ def _budget_tool_results(
         limit = int(result_share * window)
         for i, m in enumerate(work):
             # a result alone costs at most its message (costs are additive over parts)
-            if m.pinned or costs[i] <= limit or not any(isinstance(p, ToolResult) for p in m.content):
+            if (
+                m.pinned
+                or i in pinned_idx
+                or costs[i] <= limit
+                or not any(isinstance(p, ToolResult) for p in m.content)
+            ):
                 continue
             changed = False
             for p, part in enumerate(m.content):
@@ -597,7 +622,7 @@ def _budget_tool_results(
             if total <= threshold:
                 break
             m = work[i]
-            if m.pinned:
+            if m.pinned or i in pinned_idx:
                 continue
             for p, part in enumerate(m.content):
                 if total <= threshold:
@@ -888,14 +913,10 @@ def prune_middle(
     limit = _budget_tokens(budget)
     if keep_recent is not None:
         _positive_int(keep_recent, "keep_recent", minimum=0)
-    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
-        raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
-    pinned_idx = set(pinned)
+    pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
-    for i in pinned_idx:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(msgs):
-            raise ValueError(f"pinned index {i!r} is not a message index (0..{len(msgs) - 1})")
+    _pinned_range(pinned_idx, len(msgs))
     provider = prep.provider
     in_costs = _costs(msgs, name)
     tokens_before = sum(in_costs)

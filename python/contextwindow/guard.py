@@ -604,6 +604,7 @@ class ContextGuard:
             output_heavy_tools=self.output_heavy_tools,
             protected_tools=self.protected_tools,
             max_message_chars=self.max_message_chars,
+            pinned=self.policy.pinned,
             format=fmt,
         )
         steps.append(GuardStep(step="tool_output", report=r.report))
@@ -639,6 +640,7 @@ class ContextGuard:
                     output_heavy_tools=self.output_heavy_tools,
                     protected_tools=self.protected_tools,
                     max_message_chars=None,
+                    pinned=self.policy.pinned,
                     format=fmt,
                 )
                 steps.append(GuardStep(step="tool_results", report=r.report))
