@@ -545,3 +545,23 @@ def test_tool_output_step_spares_policy_pinned_messages() -> None:
     g = ContextGuard(resolve_budget(5_000, 0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(2,)))
     r = g.check(msgs)
     assert not r.changed and r.tokens_after == 3_016 and r.messages[2] is msgs[2]
+
+
+def test_message_structs_keep_the_provider_asked_for() -> None:
+    # Message structs with format="anthropic": every step must place things the Anthropic
+    # way. Costs (fim): 104, 104, 14, call 4 + 1 + 1 = 6: 228 > budget 1,000 - 800 = 200,
+    # low-water 140. Turn 0 goes (208); the breadcrumb leads the request as a text block
+    # (50 // 4 = 12): 26; the open call 6; its stub result in a new user message
+    # (4 + 21 // 4 = 9): 41. The guard used to drop the format for structs, so fit
+    # placed the breadcrumb and the stub the OpenAI way (a "tool" message).
+    m = [
+        cw.Message(role="user", content=[cw.TextPart(text="u" * 400)]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="a" * 400)]),
+        cw.Message(role="user", content=[cw.TextPart(text="w" * 40)]),
+        cw.Message(role="assistant", content=[cw.ToolCall(id="c1", name="bash", arguments="{}")]),
+    ]
+    g = ContextGuard(resolve_budget(1_000, 800, floor=0, env={}), profile="fim")
+    r = g.check(m, format="anthropic")
+    assert r.tokens_after == 41 and [x.role for x in r.messages] == ["user", "assistant", "user"]
+    assert r.messages[1] is m[3] and isinstance(r.messages[2].content[0], cw.ToolResult)
+    assert cw.validate(r.messages, "anthropic") == []

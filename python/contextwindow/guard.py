@@ -574,7 +574,7 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = None if prep.format == "canonical" else prep.format
+        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
         window = self.budget.context_window
         budget = self.budget.usable
         before = cur_tokens = self._count(messages, fmt)
@@ -745,7 +745,7 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = None if prep.format == "canonical" else prep.format
+        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
         budget = self.budget.usable
         before = self._count(messages, fmt)
         events: list[Any] = []
