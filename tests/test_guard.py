@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow.budget import resolve_budget
@@ -30,6 +32,7 @@ from contextwindow.guard import (
 )
 
 from shared_data import corpus_files, ids, load, need
+from strategies import case
 
 FILES = corpus_files()
 
@@ -565,3 +568,51 @@ def test_message_structs_keep_the_provider_asked_for() -> None:
     assert r.tokens_after == 41 and [x.role for x in r.messages] == ["user", "assistant", "user"]
     assert r.messages[1] is m[3] and isinstance(r.messages[2].content[0], cw.ToolResult)
     assert cw.validate(r.messages, "anthropic") == []
+
+
+_PAIRING = {
+    "orphan_result",
+    "duplicate_result",
+    "unanswered_call",
+    "result_after_content",
+    "result_outside_tool_message",
+    "call_outside_assistant",
+    "duplicate_call",
+    "result_outside_user_message",
+}
+
+
+def _pairing(msgs: list[cw.Message], provider: str) -> list[cw.Violation]:
+    return [v for v in cw.validate(msgs, provider) if v.code in _PAIRING]
+
+
+@given(case(), st.integers(1, 120), st.sampled_from(cw.HINTS), st.sampled_from([0.3, 0.7, 1.0]))
+def test_guard_properties(c: tuple[str, list[cw.Message]], pct: int, hint: str, low_water: float) -> None:
+    """DESIGN.md section 8 on generated conversations, as an agent loop uses the guard:
+    found by this review: broken pairs passed through under the budget, struct input lost
+    its provider, evictions that grew the request."""
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    total = cw.count_messages(msgs, format=provider)
+    w = max(20, total * pct // 100)
+
+    def run(m: list[cw.Message]) -> Any:
+        g = ContextGuard(resolve_budget(w * 2, w, floor=0, env={}), policy=cw.FitPolicy(low_water=low_water))
+        try:
+            return g.check(m, hint=hint, format=provider)
+        except cw.ContextOverflowError as exc:
+            return exc.result  # type: ignore[attr-defined]
+
+    r = run(msgs)
+    out = r.messages
+    assert msgspec.to_builtins(msgs) == snapshot
+    assert _pairing(out, provider) == []
+    assert out or not cw.repair_tool_pairs(msgs, format=provider).messages
+    assert r.tokens_after == cw.count_messages(out, format=provider)
+    pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=True))
+    repaired = any(s.report.repairs for s in r.steps)
+    assert all(e.tokens_after <= e.tokens_before for e in r.events) or repaired
+    assert msgspec.to_builtins(run(msgs).messages) == msgspec.to_builtins(out)  # deterministic
+    if r.fits:  # the next call of the loop sends the same request
+        assert not run(out).events
