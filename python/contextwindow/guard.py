@@ -17,9 +17,9 @@ soon as the conversation fits:
    (P3 old tool output and chatter first, then P2 older turns, then P1 recent turns) down
    to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
    prefix stays byte-stable for the next calls instead of shifting on every call.
-   When it does not run, broken tool pairs are still repaired
-   (as :func:`contextwindow.repair_tool_pairs` does; event reason ``tool_pairs``), as ``fit``
-   and ``trim_turns`` repair them, so every request passes ``validate``.
+   When it does not run, broken tool pairs are still repaired, as ``fit`` and
+   ``trim_turns`` repair them (:func:`contextwindow.repair_tool_pairs`; event reason
+   ``tool_pairs``), so every request passes ``validate``.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
