@@ -863,3 +863,47 @@ def test_notice_does_not_start_a_turn() -> None:
         for t in (notice, "[context compacted: x earlier messages removed]")
     ]
     assert [ref.is_real_user(m) for m in canon] == [False, True]
+
+
+def test_prune_middle_pinned_indices_for_dict_input() -> None:
+    # 12 messages, keep_recent=2: kept 0 (preamble), 1 (first user message), 5 (pinned
+    # by index), 10 and 11 (the newest two); removed 2-4 and 6-9: 7 messages, one
+    # notice before the first message kept after the first removed run
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for k in range(5):
+        msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"more {k}"}]
+    r = prune_middle(msgs, keep_recent=2, pinned=[5])
+    assert [m["content"] for m in r.messages] == [
+        "sys",
+        "task",
+        "[context compacted: 7 earlier messages removed]",
+        "more 1",
+        "step 4",
+        "more 4",
+    ]
+    assert r.messages[3] is msgs[5] and r.report.fates[5].rule == "pinned"
+    with pytest.raises(ValueError, match="pinned index"):
+        prune_middle(msgs, pinned=[12])
+    with pytest.raises(TypeError, match="pinned"):
+        prune_middle(msgs, pinned=5)  # type: ignore[arg-type]
+
+
+def test_budget_tool_results_pinned_indices_for_dict_input() -> None:
+    # the docstring's conversation: the bash result is 4 + 12,000 // 4 = 3,004 tokens
+    # (fim), over 50% of a 2,000 window, so it is cut; pinned by index it stays whole
+    msgs = [
+        {"role": "user", "content": "build it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "b1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "b1", "content": "ok\n" * 4000},
+    ]
+    assert budget_tool_results(msgs, 2000, profile="fim").report.fates[2].rule == "tool_result_cut"
+    r = budget_tool_results(msgs, 2000, profile="fim", pinned=[2])
+    assert r.report.reason is None and all(a is b for a, b in zip(r.messages, msgs, strict=True))
+    with pytest.raises(ValueError, match="pinned index"):
+        budget_tool_results(msgs, 2000, pinned=[3])
+    with pytest.raises(TypeError, match="pinned"):
+        budget_tool_results(msgs, 2000, pinned="2")  # type: ignore[arg-type]

@@ -508,6 +508,9 @@ def test_recover_removed_false_keeps_input() -> None:
         ({"budget": 10, "policy": FitPolicy(priorities={1: 4})}, ValueError),
         ({"budget": 10, "policy": FitPolicy(priorities={-1: 1})}, ValueError),
         ({"budget": 10, "profile": "nope"}, ValueError),
+        # msgspec does not check a Struct's fields when it is built: not iterable
+        ({"budget": 10, "policy": FitPolicy(pinned=5)}, TypeError),  # type: ignore[arg-type]
+        ({"budget": 10, "policy": FitPolicy(eviction_order=3)}, TypeError),  # type: ignore[arg-type]
     ],
 )
 def test_bad_options(kwargs: dict[str, Any], exc: type[Exception]) -> None:
@@ -706,3 +709,16 @@ def test_recover_on_corpus(path: Path) -> None:
         assert r.report.tokens_after < total
     again = recover_from_overflow(r.messages, budget=total, format=fmt)
     assert again.report.tokens_after < r.report.tokens_after or not again.removed
+
+
+def test_eviction_that_only_adds_a_breadcrumb_is_undone() -> None:
+    # costs (fim): two empty user messages 4 each, an image 765 + 4 = 769: 777 > 100.
+    # Evicting both empty turns frees 8 tokens and brings the breadcrumb message
+    # (4 + 50 // 4 = 16): 785, more than the input. fit used to return that; now it
+    # keeps the input as trim_turns does (nothing it can remove helps: fits=False).
+    img = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}
+    msgs = [{"role": "user", "content": ""}, {"role": "user", "content": ""}, img]
+    r = fit(msgs, 100, profile="fim")
+    assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (777, 777, False)
+    assert all(a is b for a, b in zip(r.messages, msgs, strict=True)) and len(r.messages) == 3
+    assert cw.trim_turns(msgs, 100, profile="fim").report.tokens_after == 777

@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow.budget import resolve_budget
@@ -30,6 +32,7 @@ from contextwindow.guard import (
 )
 
 from shared_data import corpus_files, ids, load, need
+from strategies import case
 
 FILES = corpus_files()
 
@@ -324,3 +327,292 @@ def test_guard_on_corpus(path: Path, hint: str) -> None:
     if seg.current_request is not None:
         out_seg = cw.segment_turns(out, format=fmt)
         assert out_seg.current_request is not None
+
+
+@pytest.mark.parametrize("hint", ["planner_input", "step_dependency"])
+def test_hints_keep_the_pinned_share_rule(hint: str) -> None:
+    # costs (fim): 4 + 240 // 4 = 64 (pinned), 4 + 160 // 4 = 44, 64 (pinned), 44, 14:
+    # 230 > budget 200. Pinned 64 + 64 = 128 > 50% of 200 = 100: the oldest pinned
+    # message (0) is unpinned, then 64 <= 100. Before the fix the hints turned every class
+    # into an override, pinned messages became class-0 overrides and were never unpinned.
+    msgs = [
+        {"role": "user", "content": "p" * 240},
+        {"role": "assistant", "content": "a" * 160},
+        {"role": "user", "content": "q" * 240},
+        {"role": "assistant", "content": "b" * 160},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = ContextGuard(resolve_budget(200, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(0, 2)))
+    r = g.check(msgs, hint=hint)
+    fates = r.steps[-1].report.fates
+    assert (fates[0].fate, fates[0].rule) == ("dropped", "unpinned_over_share")
+    assert (fates[2].fate, fates[2].rule) == ("kept", "pinned")
+    assert r.messages[-1] is msgs[-1] and msgs[2] in r.messages
+    assert r.tokens_after <= 140  # the low-water mark: 200 * 0.7
+
+
+def test_tool_results_step_clears_to_the_target_exactly() -> None:
+    # costs (fim): user 4 + 8 // 4 = 6; bash calls 6; results 4 + 1,600 // 4 = 404 and
+    # 4 + 216 // 4 = 58; request 4 + 4 // 4 = 5: 485. Budget 98, low_water 1.0: target 98.
+    # A cleared result is 4 + 53 // 4 = 17 ("[tool result cleared: 1600 characters of
+    # bash output]", 53 characters): clearing the first gives 485 - 404 + 17 = 98 <= 98,
+    # so the second stays. (98 / 3,000 * 3,000 is 97.99...: the step used to clear to 97.)
+    msgs = [
+        {"role": "user", "content": "u" * 8},
+        call(1, "bash"),
+        res(1, "x" * 1_600),
+        call(2, "bash"),
+        res(2, "y" * 216),
+        {"role": "user", "content": "w" * 4},
+    ]
+    b = resolve_budget(3_000, 0, max_context_tokens=98, floor=0, env={})
+    r = ContextGuard(b, profile="fim", policy=cw.FitPolicy(low_water=1.0)).check(msgs)
+    [e] = r.events
+    assert isinstance(e, ToolResultsCleared) and (e.results, e.tokens_before, e.tokens_after) == (1, 485, 98)
+    assert r.messages[4] is msgs[4] and r.fits
+
+
+def test_target_zero_still_runs_every_step() -> None:
+    # budget 1 token (max_context_tokens=1, floor 0): the low-water target is
+    # int(1 * 0.7) = 0. Costs (fim): 14 + 6 + 104 + 14 + 14 = 152; the bash result
+    # clears to 4 + 52 // 4 = 17: 65; the history step keeps only the request (14) and
+    # the breadcrumb (4 + 50 // 4 = 16): 30, over the budget but under the capacity
+    # 1,000, so no ContextOverflowError (it used to raise ValueError on a 0 share).
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        call(1, "bash"),
+        res(1, "x" * 400),
+        {"role": "assistant", "content": "a" * 40},
+        {"role": "user", "content": "w" * 40},
+    ]
+    b = resolve_budget(1_000, 0, max_context_tokens=1, floor=0, env={})
+    r = ContextGuard(b, profile="fim").check(msgs)
+    assert [type(e).__name__ for e in r.events] == ["ToolResultsCleared", "HistoryTrimmed"]
+    assert [e.tokens_after for e in r.events] == [65, 30]
+    assert [m["content"] for m in r.messages] == [cw.BREADCRUMB, "w" * 40]
+    assert not r.fits
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"policy": cw.FitPolicy(low_water=2.0)}, ValueError, "low_water"),
+        ({"policy": cw.FitPolicy(low_water=float("nan"))}, ValueError, "low_water"),
+        ({"max_result_share": float("nan")}, ValueError, "max_result_share"),
+        ({"max_total_share": 0}, ValueError, "max_total_share"),
+        ({"max_message_chars": -1}, ValueError, "max_message_chars"),
+        ({"output_heavy_tools": "bash"}, TypeError, "output_heavy_tools"),
+        ({"protected_tools": [1]}, TypeError, "protected_tools"),
+        ({"subscribers": [1]}, TypeError, "subscribers"),
+        ({"subscribers": None}, TypeError, "subscribers"),
+    ],
+)
+def test_bad_options_fail_when_the_guard_is_made(kwargs: dict[str, Any], exc: type[Exception], match: str) -> None:
+    # these used to pass the constructor and fail (or, for a bare string of tool names,
+    # silently match single letters) inside the first check that reached the step
+    with pytest.raises(exc, match=match):
+        ContextGuard(resolve_budget(8_000, 2_000, env={}), **kwargs)
+
+
+def test_parallel_results_in_one_carrier_are_counted_per_result() -> None:
+    # Anthropic: both results share one user message, so its one Fate cannot say that
+    # one result was cut and the other cleared. Costs (fim): "read both" 4 + 9 // 4 = 6;
+    # two Read calls 4 + 2 * (1 + 1) = 8; carrier 4 + 1,000 + 1,000 = 2,004; 5; 5: 2,028.
+    # Window 1,500: each result alone (4 + 1,000) is over 750, so each is cut to k
+    # characters + "\n[... N characters (1 lines) removed ...]\n" (45 characters with a
+    # 4-digit N): 4 + (k + 45) // 4 <= 750 -> k = 2,942, N = 1,058; the carrier is
+    # 4 + 746 + 746 = 1,496 and the total 1,520 > 1,500 (share 1.0), so the older
+    # result is cleared: "[tool result cleared: 2987 characters of Read output]" (53
+    # characters, 13 tokens): 1,520 - 746 + 13 = 787. Before the fix the cut was lost
+    # (no ToolResultTruncated, stats.tool_results_cut 0) and the cleared event said
+    # 5,058 characters.
+    msgs = [
+        {"role": "user", "content": "read both"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "r1", "name": "Read", "input": {}},
+                {"type": "tool_use", "id": "r2", "name": "Read", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "r1", "content": "x" * 4_000},
+                {"type": "tool_result", "tool_use_id": "r2", "content": "y" * 4_000},
+            ],
+        },
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
+    g = ContextGuard(resolve_budget(1_500, 0, floor=0, env={}), profile="fim", max_total_share=1.0)
+    r = g.check(msgs)
+    cut, cleared = r.events
+    assert isinstance(cut, ToolResultTruncated) and (cut.results, cut.chars_removed) == (1, 1_058)
+    assert isinstance(cleared, ToolResultsCleared) and (cleared.results, cleared.chars_removed) == (1, 4_000)
+    assert cleared.tokens_after == 787
+    assert (g.stats.tool_results_cut, g.stats.tool_results_cleared) == (1, 1)
+
+
+def test_recover_applies_the_guards_policy() -> None:
+    # costs (fim): 4 + 400 // 4 = 104 four times, then 14: 430; target 430 * 2 // 3 =
+    # 286. The guard pins message 1 (dict input: FitPolicy.pinned). Turn 0 cannot go
+    # whole and message 1 is P0, so the newer turn 1 (P1) goes: 430 - 208 + the
+    # breadcrumb 16 = 238. recover() used to ignore the guard's policy and evict turn 0
+    # with the pinned message in it.
+    msgs = [
+        {"role": "user", "content": "p" * 400},
+        {"role": "assistant", "content": "a" * 400},
+        {"role": "user", "content": "q" * 400},
+        {"role": "assistant", "content": "b" * 400},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(1,)))
+    r = g.recover(msgs)
+    [e] = r.events
+    assert isinstance(e, OverflowRecovered) and (e.target, e.tokens_after) == (286, 238)
+    assert r.messages == [msgs[0], msgs[1], {"role": "user", "content": cw.BREADCRUMB}, msgs[4]]
+    assert r.messages[1] is msgs[1]
+
+
+def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
+    # eviction_order (3,) and no P3 message: recover_from_overflow cannot remove
+    # anything, so the middle is pruned: 5 messages, N = min(6, 5 // 3) = 1, kept: the
+    # first user message 0, the pinned message 2 (FitPolicy.pinned, dict input) and the
+    # request 4. Notice (47 characters): 4 + 47 // 4 = 15; 104 + 15 + 104 + 14 = 237.
+    # prune_middle used to see only Message.pinned and removed message 2.
+    msgs = [
+        {"role": "user", "content": "p" * 400},
+        {"role": "assistant", "content": "a" * 400},
+        {"role": "user", "content": "q" * 400},
+        {"role": "assistant", "content": "b" * 400},
+        {"role": "user", "content": "w" * 40},
+    ]
+    policy = cw.FitPolicy(pinned=(2,), eviction_order=(3,))
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
+    r = g.recover(msgs)
+    [e] = r.events
+    assert e.step == "middle" and e.tokens_after == 237
+    notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
+    assert r.messages == [msgs[0], notice, msgs[2], msgs[4]]
+
+
+def test_broken_pairs_are_repaired_under_the_budget() -> None:
+    # the middle orphan (a tool result without a call, cases/middle-orphan) is dropped
+    # even though the conversation fits: 14 + (4 + 1) + 14 = 33 tokens (fim), 28 after
+    # the orphan goes. The guard used to return it unchanged and the provider rejected it.
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        {"role": "tool", "tool_call_id": "zz", "content": "orph"},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = guard(8_000, 2_000)
+    r = g.check(msgs)
+    assert r.messages == [msgs[0], msgs[2]] and r.messages[0] is msgs[0]
+    assert cw.validate(r.messages, "openai") == []
+    [e] = r.events
+    assert isinstance(e, HistoryTrimmed) and (e.reason, e.dropped_messages) == ("tool_pairs", 1)
+    assert (e.tokens_before, e.tokens_after, r.tokens_after) == (33, 28, 28)
+    # valid input under the budget: no step, the same objects
+    again = g.check(r.messages)
+    assert not again.changed and all(a is b for a, b in zip(again.messages, r.messages, strict=True))
+
+
+def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None:
+    # eviction_order (3,): the chatter "ok" is P1 (both turns are recent), so
+    # recover_from_overflow removes nothing; prune_middle would replace "ok" (4 + 1 = 5
+    # tokens, fim) by the notice (4 + 47 // 4 = 15): 33 -> 43. That is no recovery: no
+    # event, the input back, and the caller stops retrying.
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "w" * 40},
+    ]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(eviction_order=(3,)))
+    r = g.recover(msgs)
+    assert [s.step for s in r.steps] == ["overflow", "middle"] and r.steps[1].report.tokens_after == 43
+    assert not r.changed and r.tokens_after == 33
+    assert all(a is b for a, b in zip(r.messages, msgs, strict=True))
+
+
+def test_tool_output_step_spares_policy_pinned_messages() -> None:
+    # the bash result costs 4 + 12,000 // 4 = 3,004 tokens (fim), over 50% of the 5,000
+    # window, so step 1 cuts it; pinned by the guard's policy (dict input) it stays whole
+    # (3,004 + 6 + 6 = 3,016 <= 5,000: nothing else runs)
+    msgs = [
+        {"role": "user", "content": "build it"},
+        call(1, "bash"),
+        res(1, "ok\n" * 4000),
+    ]
+    assert [type(e).__name__ for e in guard(5_000, 0).check(msgs).events] == ["ToolResultTruncated"]
+    g = ContextGuard(resolve_budget(5_000, 0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(2,)))
+    r = g.check(msgs)
+    assert not r.changed and r.tokens_after == 3_016 and r.messages[2] is msgs[2]
+
+
+def test_message_structs_keep_the_provider_asked_for() -> None:
+    # Message structs with format="anthropic": every step must place things the Anthropic
+    # way. Costs (fim): 104, 104, 14, call 4 + 1 + 1 = 6: 228 > budget 1,000 - 800 = 200,
+    # low-water 140. Turn 0 goes (208); the breadcrumb leads the request as a text block
+    # (50 // 4 = 12): 26; the open call 6; its stub result in a new user message
+    # (4 + 21 // 4 = 9): 41. The guard used to drop the format for structs, so fit
+    # placed the breadcrumb and the stub the OpenAI way (a "tool" message).
+    m = [
+        cw.Message(role="user", content=[cw.TextPart(text="u" * 400)]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="a" * 400)]),
+        cw.Message(role="user", content=[cw.TextPart(text="w" * 40)]),
+        cw.Message(role="assistant", content=[cw.ToolCall(id="c1", name="bash", arguments="{}")]),
+    ]
+    g = ContextGuard(resolve_budget(1_000, 800, floor=0, env={}), profile="fim")
+    r = g.check(m, format="anthropic")
+    assert r.tokens_after == 41 and [x.role for x in r.messages] == ["user", "assistant", "user"]
+    assert r.messages[1] is m[3] and isinstance(r.messages[2].content[0], cw.ToolResult)
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+_PAIRING = {
+    "orphan_result",
+    "duplicate_result",
+    "unanswered_call",
+    "result_after_content",
+    "result_outside_tool_message",
+    "call_outside_assistant",
+    "duplicate_call",
+    "result_outside_user_message",
+}
+
+
+def _pairing(msgs: list[cw.Message], provider: str) -> list[cw.Violation]:
+    return [v for v in cw.validate(msgs, provider) if v.code in _PAIRING]
+
+
+@given(case(), st.integers(1, 120), st.sampled_from(cw.HINTS), st.sampled_from([0.3, 0.7, 1.0]))
+def test_guard_properties(c: tuple[str, list[cw.Message]], pct: int, hint: str, low_water: float) -> None:
+    """DESIGN.md section 8 on generated conversations, as an agent loop uses the guard:
+    found by this review: broken pairs passed through under the budget, struct input lost
+    its provider, evictions that grew the request."""
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    total = cw.count_messages(msgs, format=provider)
+    w = max(20, total * pct // 100)
+
+    def run(m: list[cw.Message]) -> Any:
+        g = ContextGuard(resolve_budget(w * 2, w, floor=0, env={}), policy=cw.FitPolicy(low_water=low_water))
+        try:
+            return g.check(m, hint=hint, format=provider)
+        except cw.ContextOverflowError as exc:
+            return exc.result  # type: ignore[attr-defined]
+
+    r = run(msgs)
+    out = r.messages
+    assert msgspec.to_builtins(msgs) == snapshot
+    assert _pairing(out, provider) == []
+    assert out or not cw.repair_tool_pairs(msgs, format=provider).messages
+    assert r.tokens_after == cw.count_messages(out, format=provider)
+    pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
+    assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=True))
+    repaired = any(s.report.repairs for s in r.steps)
+    assert all(e.tokens_after <= e.tokens_before for e in r.events) or repaired
+    assert msgspec.to_builtins(run(msgs).messages) == msgspec.to_builtins(out)  # deterministic
+    if r.fits:  # the next call of the loop sends the same request
+        assert not run(out).events

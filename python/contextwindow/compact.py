@@ -180,6 +180,19 @@ def _names(tools: Any, name: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def _pinned_type(pinned: Any) -> set[Any]:
+    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
+        raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
+    return set(pinned)
+
+
+def _pinned_range(pinned: set[Any], n: int) -> set[int]:
+    for i in pinned:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
+    return pinned
+
+
 def _budget_tokens(budget: Any) -> int | None:
     """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
     if budget is None:
@@ -377,6 +390,7 @@ def budget_tool_results(
     output_heavy_tools: Iterable[str] = OUTPUT_HEAVY_TOOLS,
     protected_tools: Iterable[str] = WRITE_TOOLS,
     max_message_chars: int | None = 50_000,
+    pinned: Iterable[int] = (),
     format: str | None = None,
 ) -> TrimResult[Any]:
     """Keep tool output within its share of the context window (run before every call).
@@ -417,6 +431,8 @@ def budget_tool_results(
         output_heavy_tools: tool names whose old results may be cleared.
         protected_tools: tool names whose results are never cleared (wins over the above).
         max_message_chars: per-message character cap (code points), ``None`` for none.
+        pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
+            as ``FitPolicy.pinned``), added to ``Message.pinned``.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
@@ -429,7 +445,7 @@ def budget_tool_results(
     Raises:
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile, ``context_window`` < 1, a share outside (0, 1],
-            ``max_message_chars`` < 1.
+            ``max_message_chars`` < 1, a ``pinned`` index that is not a message index.
         TypeError: an option of the wrong type (e.g. a bare string for a tool list).
 
     >>> msgs = [{"role": "user", "content": "build it"},
@@ -440,6 +456,44 @@ def budget_tool_results(
     >>> r.report.reason, r.report.fates[2].rule, r.messages[2]["content"][:14]
     ('tool_result_budget', 'tool_result_cut', 'ok\\nok\\nok\\nok\\nok')
     """
+    return _budget_tool_results(
+        messages,
+        context_window,
+        profile=profile,
+        max_result_share=max_result_share,
+        max_total_share=max_total_share,
+        output_heavy_tools=output_heavy_tools,
+        protected_tools=protected_tools,
+        max_message_chars=max_message_chars,
+        pinned=pinned,
+        format=format,
+    )[0]
+
+
+class _Tally(msgspec.Struct):
+    """What each rule of :func:`budget_tool_results` did, by input index: characters cut
+    per message by the cap, per ``(message, part)`` tool result cut or cleared. One
+    message can hold several results (an Anthropic carrier), so its one Fate cannot say."""
+
+    capped: dict[int, int] = {}
+    cut: dict[tuple[int, int], int] = {}
+    cleared: dict[tuple[int, int], int] = {}
+
+
+def _budget_tool_results(
+    messages: Any,
+    context_window: int,
+    *,
+    profile: str | None,
+    max_result_share: float | None,
+    max_total_share: float | None,
+    output_heavy_tools: Iterable[str],
+    protected_tools: Iterable[str],
+    max_message_chars: int | None,
+    pinned: Iterable[int],
+    format: str | None,
+) -> tuple[TrimResult[Any], _Tally]:
+    """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
     name = _profile(profile)
     window = _positive_int(context_window, "context_window")
     assert window is not None
@@ -448,8 +502,10 @@ def budget_tool_results(
     heavy = _names(output_heavy_tools, "output_heavy_tools")
     protected = _names(protected_tools, "protected_tools")
     cap = _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+    pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
+    _pinned_range(pinned_idx, len(msgs))
     threshold = int(total_share * window) if total_share is not None else None
     report_budget = threshold if threshold is not None else window
 
@@ -459,6 +515,9 @@ def budget_tool_results(
     fates = _fates(len(msgs))
     # characters removed per (message, part, inner) slot, so a cut then a clearing count once
     removed: dict[tuple[int, int, int | None], int] = {}
+    capped: dict[tuple[int, int, int | None], int] = {}  # the same, by rule 1
+    cut: dict[tuple[int, int, int | None], int] = {}  # and by rule 2
+    cleared: dict[tuple[int, int], int] = {}  # characters a cleared result held first
     reasons: set[str] = set()
     seg = _segment(prep.payload)
 
@@ -470,7 +529,7 @@ def budget_tool_results(
     # 1. per-message character cap (first seed)
     if cap is not None:
         for i, m in enumerate(work):
-            if i < seg.preamble_end or m.pinned:
+            if i < seg.preamble_end or m.pinned or i in pinned_idx:
                 continue
             slots = _text_slots(m)
             total = sum(len(_slot_text(m, s)) for s in slots)
@@ -489,6 +548,7 @@ def budget_tool_results(
                 m = _set_slot(m, s, new)
                 total += len(new) - len(text)
                 removed[(i, s[0], s[1])] = removed.get((i, s[0], s[1]), 0) + gone
+                capped[(i, s[0], s[1])] = capped.get((i, s[0], s[1]), 0) + gone
                 changed = True
             if changed:
                 work[i] = m
@@ -501,7 +561,12 @@ def budget_tool_results(
         limit = int(result_share * window)
         for i, m in enumerate(work):
             # a result alone costs at most its message (costs are additive over parts)
-            if m.pinned or costs[i] <= limit or not any(isinstance(p, ToolResult) for p in m.content):
+            if (
+                m.pinned
+                or i in pinned_idx
+                or costs[i] <= limit
+                or not any(isinstance(p, ToolResult) for p in m.content)
+            ):
                 continue
             changed = False
             for p, part in enumerate(m.content):
@@ -536,6 +601,7 @@ def budget_tool_results(
                         continue
                     result = with_keep(keep)
                     removed[(i, p, q)] = removed.get((i, p, q), 0) + gone
+                    cut[(i, p, q)] = cut.get((i, p, q), 0) + gone
                     changed = True
                 if result is not part:
                     content = list(m.content)
@@ -556,7 +622,7 @@ def budget_tool_results(
             if total <= threshold:
                 break
             m = work[i]
-            if m.pinned:
+            if m.pinned or i in pinned_idx:
                 continue
             for p, part in enumerate(m.content):
                 if total <= threshold:
@@ -581,6 +647,7 @@ def budget_tool_results(
                 for q, inner in enumerate(original.content):
                     if isinstance(inner, TextPart):
                         removed[(i, p, q)] = len(inner.text)
+                cleared[(i, p)] = _result_chars(original)
                 mark(i, "tool_result_cleared")
                 reasons.add("tool_result_budget")
 
@@ -595,7 +662,15 @@ def budget_tool_results(
         turns=(t, t),
         fates=fates,
     )
-    return _engine.apply_ops(prep, ops, report)
+    tally = _Tally()
+    for (i, p, _), n in capped.items():
+        if (i, p) not in cleared:
+            tally.capped[i] = tally.capped.get(i, 0) + n
+    for (i, p, _), n in cut.items():
+        if (i, p) not in cleared:
+            tally.cut[(i, p)] = tally.cut.get((i, p), 0) + n
+    tally.cleared.update(cleared)
+    return _engine.apply_ops(prep, ops, report), tally
 
 
 def _largest(n: int, fits: Callable[[int], bool]) -> int:
@@ -773,6 +848,7 @@ def prune_middle(
     budget: Any = None,
     *,
     keep_recent: int | None = None,
+    pinned: Iterable[int] = (),
     profile: str | None = None,
     format: str | None = None,
 ) -> TrimResult[Any]:
@@ -809,6 +885,8 @@ def prune_middle(
             unchanged.
         keep_recent: how many of the newest messages to keep (>= 0); ``None`` for
             ``min(6, total // 3)``.
+        pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
+            as ``FitPolicy.pinned``), added to ``Message.pinned``.
         profile: built-in profile for token counts (``None``: ``conservative``).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
@@ -821,8 +899,9 @@ def prune_middle(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: negative ``budget`` or ``keep_recent``, unknown profile.
-        TypeError: ``budget`` or ``keep_recent`` of the wrong type.
+        ValueError: negative ``budget`` or ``keep_recent``, unknown profile, a
+            ``pinned`` index that is not a message index.
+        TypeError: ``budget``, ``keep_recent`` or ``pinned`` of the wrong type.
 
     >>> msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
     >>> for k in range(5):
@@ -834,8 +913,10 @@ def prune_middle(
     limit = _budget_tokens(budget)
     if keep_recent is not None:
         _positive_int(keep_recent, "keep_recent", minimum=0)
+    pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
+    _pinned_range(pinned_idx, len(msgs))
     provider = prep.provider
     in_costs = _costs(msgs, name)
     tokens_before = sum(in_costs)
@@ -885,7 +966,11 @@ def prune_middle(
     keep: set[int] = set(range(pre))
     if requests:
         keep.update((requests[0], requests[-1]))
-    keep.update(w for w in range(n) if wm[w].pinned)
+
+    def is_pinned(w: int) -> bool:
+        return wm[w].pinned or items[w].src in pinned_idx
+
+    keep.update(w for w in range(n) if is_pinned(w))
     tail = keep_recent if keep_recent is not None else min(6, n // 3)
     keep.update(range(max(pre, n - tail), n))
     keep.difference_update(old_notice)
@@ -977,7 +1062,7 @@ def prune_middle(
             reason_of[w] = "current_request"
         elif requests and w == requests[0]:
             reason_of[w] = "first_user_message"
-        elif wm[w].pinned:
+        elif is_pinned(w):
             reason_of[w] = "pinned"
         elif unit_of.get(w):
             reason_of[w] = "tool_unit"

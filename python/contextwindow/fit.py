@@ -133,6 +133,9 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     p = policy
     if not _is_int(p.recent_turns):
         raise TypeError(f"recent_turns must be an int, got {p.recent_turns!r}")
+    for name in ("eviction_order", "pinned"):
+        if not isinstance(getattr(p, name), (tuple, list)):
+            raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
     order = tuple(p.eviction_order)
     if any(not _is_int(c) or c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
         raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {order!r}")
@@ -385,9 +388,15 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     st, seg, cls = plan.st, plan.seg, plan.cls
     dropped_turns: set[int] = set()
 
-    def over() -> bool:
+    def tokens() -> int:
         bc = _bc_at(plan, dropped_turns)
-        return st.total() + (st.bc_cost(bc) if bc is not None else 0) > target
+        return st.total() + (st.bc_cost(bc) if bc is not None else 0)
+
+    def over() -> bool:
+        return tokens() > target
+
+    start = tokens()
+    evicted: list[int] = []
 
     allowed: set[int] = set()
     for c in pol.eviction_order:
@@ -407,9 +416,15 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
                     continue
                 for w in live:
                     st.set_keep(w, False)
+                evicted.extend(live)
                 if turn is not None:
                     dropped_turns.add(turn)
                 changed = True
+    if evicted and tokens() >= start:
+        # tiny units under a breadcrumb that costs more than they did: keep them all
+        for w in evicted:
+            st.set_keep(w, True)
+        dropped_turns.clear()
     return dropped_turns
 
 
@@ -559,7 +574,9 @@ def fit(
     Anthropic shape a unit whose removal would break role alternation is skipped.
     Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
     oldest first (the current request never is). Where whole turns went, the breadcrumb
-    is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row).
+    is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
+    evictions that leave the conversation no smaller than it was (tiny turns under a
+    breadcrumb that costs more) are undone.
     When nothing more can be evicted and it is still over ``budget`` (not the low-water
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must

@@ -17,6 +17,9 @@ soon as the conversation fits:
    (P3 old tool output and chatter first, then P2 older turns, then P1 recent turns) down
    to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
    prefix stays byte-stable for the next calls instead of shifting on every call.
+   When it does not run, broken tool pairs are still repaired, as ``fit`` and
+   ``trim_turns`` repair them (:func:`contextwindow.repair_tool_pairs`; event reason
+   ``tool_pairs``), so every request passes ``validate``.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
@@ -46,19 +49,19 @@ adds to :class:`Stats`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, get_args
 
 import msgspec
 
 from . import _engine
 from .budget import Budget, check_capacity, resolve_budget
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, budget_tool_results, prune_middle
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _names, _positive_int, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
-from .fit import FitPolicy, fit, priorities, recover_from_overflow
+from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
-from .report import FitReport
+from .report import Violation
 from .turns import segment_turns
 
 __all__ = [
@@ -89,7 +92,8 @@ class GuardEvent(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         step: ``tool_output``, ``tool_results``, ``history``, ``overflow`` or ``middle``.
         reason: why: the step report's reason (``message_char_cap``,
             ``tool_result_budget``, ``priority_budget``, ``context_overflow``,
-            ``middle_pruned``), or ``token_budget`` for the ``tool_results`` step.
+            ``middle_pruned``, ``tool_pairs`` when the history step only repaired
+            broken tool pairs), or ``token_budget`` for the ``tool_results`` step.
         hint: the hint of the call.
         tokens_before: estimated tokens before this step.
         tokens_after: estimated tokens after it.
@@ -369,14 +373,14 @@ def hint_priorities(
     return out
 
 
-_CUT_RULES = {"tool_result_cut"}
-_CLEAR_RULES = {"tool_result_cleared"}
-_CAP_RULES = {"message_char_cap"}
+_VIOLATIONS = msgspec.json.Decoder(list[Violation])
+#: validate codes about role order, which no pair repair changes
+_ROLE_ORDER = frozenset({"first_not_user", "not_alternating", "role_not_allowed"})
 
 
-def _count_rules(report: FitReport, rules: set[str]) -> tuple[int, int]:
-    hits = [f for f in report.fates if f.rule in rules]
-    return len(hits), sum(f.chars_removed for f in hits)
+def _counts(tally: dict[Any, int]) -> tuple[int, int]:
+    """How many messages or tool results a rule changed, and the characters it removed."""
+    return len(tally), sum(tally.values())
 
 
 class ContextGuard:
@@ -402,8 +406,11 @@ class ContextGuard:
         subscribers: callables receiving each event (see :meth:`subscribe`).
 
     Raises:
-        ValueError: an unknown profile, or the budget options are inconsistent (see
-            :func:`~contextwindow.resolve_budget`).
+        ValueError: an unknown profile, the budget options are inconsistent (see
+            :func:`~contextwindow.resolve_budget`), a share outside (0, 1],
+            ``max_message_chars`` < 1, or a policy value out of range.
+        TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy``, a tool
+            list is a bare string or holds non-strings, a subscriber is not callable.
 
     Thread safety: one guard may serve several threads; stats and subscribers are
     guarded by a lock, and each call works on its own inputs.
@@ -439,16 +446,27 @@ class ContextGuard:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         if policy is not None and not isinstance(policy, FitPolicy):
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
+        # options are checked here, not at the first check() deep inside a step
+        policy = _check_policy(policy)
+        _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+        _share(max_result_share, "max_result_share")
+        _share(max_total_share, "max_total_share")
+        if isinstance(subscribers, (str, bytes)) or not isinstance(subscribers, Iterable):
+            raise TypeError(f"subscribers must be a collection of callables, got {type(subscribers).__name__}")
+        subs = list(subscribers)
+        for fn in subs:
+            if not callable(fn):
+                raise TypeError(f"subscribers must be callables, got {type(fn).__name__}")
         self.budget = budget
         self.profile = profile
-        self.policy = policy if policy is not None else FitPolicy()
+        self.policy = policy
         self.max_message_chars = max_message_chars
         self.max_result_share = max_result_share
         self.max_total_share = max_total_share
-        self.output_heavy_tools = frozenset(output_heavy_tools)
-        self.protected_tools = frozenset(protected_tools)
+        self.output_heavy_tools = _names(output_heavy_tools, "output_heavy_tools")
+        self.protected_tools = _names(protected_tools, "protected_tools")
         self._lock = threading.Lock()
-        self._subscribers: list[Callable[[Any], None]] = list(subscribers)
+        self._subscribers: list[Callable[[Any], None]] = subs
         self._stats = Stats()
 
     def __repr__(self) -> str:
@@ -517,7 +535,11 @@ class ContextGuard:
         if hint in ("general", "react_iteration"):
             return self.policy
         classes = hint_priorities(messages, hint, self.policy, profile=self.profile, format=fmt)
-        return msgspec.structs.replace(self.policy, priorities=dict(enumerate(classes)))
+        # class 0 is left to fit (preamble, pinned, current request, open calls,
+        # Message.priority=0): as an override it would stop pinned_share from unpinning
+        explicit = self.policy.priorities
+        moved = {i: c for i, c in enumerate(classes) if c != 0 or i in explicit}
+        return msgspec.structs.replace(self.policy, priorities=moved)
 
     def _emit(self, events: list[Any]) -> None:
         with self._lock:
@@ -552,7 +574,7 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = None if prep.format == "canonical" else prep.format
+        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
         window = self.budget.context_window
         budget = self.budget.usable
         before = cur_tokens = self._count(messages, fmt)
@@ -573,7 +595,7 @@ class ContextGuard:
             )
 
         # 1. tool output, before every call
-        r = budget_tool_results(
+        r, tally = _budget_tool_results(
             cur,
             window,
             profile=self.profile,
@@ -582,20 +604,21 @@ class ContextGuard:
             output_heavy_tools=self.output_heavy_tools,
             protected_tools=self.protected_tools,
             max_message_chars=self.max_message_chars,
+            pinned=self.policy.pinned,
             format=fmt,
         )
         steps.append(GuardStep(step="tool_output", report=r.report))
         if r.report.reason is not None:
             base = common("tool_output", r, cur_tokens, len(cur))
-            n, c = _count_rules(r.report, _CAP_RULES)
+            n, c = _counts(tally.capped)
             if n:
                 events.append(MessageTruncated(**base, messages=n, chars_removed=c))
                 stats["messages_truncated"] += n
-            n, c = _count_rules(r.report, _CUT_RULES)
+            n, c = _counts(tally.cut)
             if n:
                 events.append(ToolResultTruncated(**base, results=n, chars_removed=c))
                 stats["tool_results_cut"] += n
-            n, c = _count_rules(r.report, _CLEAR_RULES)
+            n, c = _counts(tally.cleared)
             if n:
                 events.append(ToolResultsCleared(**base, results=n, chars_removed=c))
                 stats["tool_results_cleared"] += n
@@ -604,21 +627,25 @@ class ContextGuard:
         if self.budget.trim_enabled and cur_tokens > budget:
             target = self._target()
             # 2. clear old output-heavy tool results down to the target
-            if hint != "step_dependency" and window > 0:
-                r = budget_tool_results(
+            if hint != "step_dependency":
+                # the share whose floor(share * window) is the target: + 0.5 so float
+                # rounding cannot land one token under it, and > 0 even when the target is 0
+                share = min(1.0, (target + 0.5) / window)
+                r, tally = _budget_tool_results(
                     cur,
                     window,
                     profile=self.profile,
                     max_result_share=None,
-                    max_total_share=target / window,
+                    max_total_share=share,
                     output_heavy_tools=self.output_heavy_tools,
                     protected_tools=self.protected_tools,
                     max_message_chars=None,
+                    pinned=self.policy.pinned,
                     format=fmt,
                 )
                 steps.append(GuardStep(step="tool_results", report=r.report))
                 if r.report.reason is not None:
-                    n, c = _count_rules(r.report, _CLEAR_RULES)
+                    n, c = _counts(tally.cleared)
                     events.append(
                         ToolResultsCleared(
                             **{**common("tool_results", r, cur_tokens, len(cur)), "reason": "token_budget"},
@@ -644,6 +671,27 @@ class ContextGuard:
                     )
                     stats["messages_dropped"] += r.report.dropped_messages
                     cur, cur_tokens = r.messages, r.report.tokens_after
+
+        # broken tool pairs are repaired even under the budget (fit does it when it runs),
+        # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
+        if not any(s.step == "history" for s in steps):
+            p = prep if cur is messages else _engine.prepare(cur, fmt)
+            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
+            broken = any(v.code not in _ROLE_ORDER for v in found)
+            if broken:
+                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
+            if broken and r.report.reason is not None:
+                steps.append(GuardStep(step="history", report=r.report))
+                events.append(
+                    HistoryTrimmed(
+                        **common("history", r, cur_tokens, len(cur)),
+                        dropped_messages=r.report.dropped_messages,
+                        kept_turns=r.report.kept_turns,
+                        dropped_turns=r.report.dropped_turns,
+                    )
+                )
+                stats["messages_dropped"] += r.report.dropped_messages
+                cur, cur_tokens = r.messages, r.report.tokens_after
 
         result = GuardResult(
             messages=list(cur),
@@ -679,7 +727,8 @@ class ContextGuard:
         Args:
             messages: the conversation that overflowed, any accepted shape.
             reported_tokens: the provider's token count for it, when the error gave one.
-            hint: carried on the events (see :meth:`check`).
+            hint: what the trim protects, as in :meth:`check`; carried on the events.
+                The guard's ``policy`` (pinned indices, classes, eviction order) applies.
             format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
         Returns:
@@ -696,13 +745,16 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = None if prep.format == "canonical" else prep.format
+        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
         budget = self.budget.usable
         before = self._count(messages, fmt)
         events: list[Any] = []
         steps: list[GuardStep] = []
         stats = dict(messages_truncated=0, tool_results_cut=0, tool_results_cleared=0, messages_dropped=0)
-        rec = recover_from_overflow(messages, reported_tokens, budget=budget, profile=self.profile, format=fmt)
+        policy = self._hint_policy(messages, fmt, hint)
+        rec = recover_from_overflow(
+            messages, reported_tokens, budget=budget, profile=self.profile, format=fmt, policy=policy
+        )
         steps.append(GuardStep(step="overflow", report=rec.report))
         cur, cur_tokens = messages, before
         if rec.removed:
@@ -722,9 +774,10 @@ class ContextGuard:
             stats["messages_dropped"] += rec.report.dropped_messages
             cur, cur_tokens = rec.messages, rec.report.tokens_after
         else:
-            r = prune_middle(cur, profile=self.profile, format=fmt)
+            r = prune_middle(cur, pinned=self.policy.pinned, profile=self.profile, format=fmt)
             steps.append(GuardStep(step="middle", report=r.report))
-            if r.report.reason is not None:
+            # a notice can cost more than the few messages it replaces: then nothing helped
+            if r.report.reason is not None and r.report.tokens_after < cur_tokens:
                 events.append(
                     MiddlePruned(
                         step="middle",
