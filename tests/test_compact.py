@@ -907,3 +907,23 @@ def test_budget_tool_results_pinned_indices_for_dict_input() -> None:
         budget_tool_results(msgs, 2000, pinned=[3])
     with pytest.raises(TypeError, match="pinned"):
         budget_tool_results(msgs, 2000, pinned="2")  # type: ignore[arg-type]
+
+
+def test_keep_recent_protects_newest_results_instead_of_the_current_turn() -> None:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "do the task"}]
+    for i in range(10):
+        msgs += [oa_call(f"c{i}", "bash"), oa_result(f"c{i}", "y" * 4000)]
+    # 10,120 tokens (fim: 14 + 6 + 10 x (6 + 1,004)); window 12,000: threshold 9,000. All
+    # results are in the current turn, so by default nothing is cleared.
+    r = budget_tool_results(msgs, 12_000, profile=FIM, max_result_share=None, max_message_chars=None)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    # keep_recent=2: the oldest go first; each clearing saves 1,004 - 17 = 987:
+    # 10,120 - 987 = 9,133 > 9,000, - 987 = 8,146 <= 9,000
+    r = budget_tool_results(msgs, 12_000, profile=FIM, max_result_share=None, max_message_chars=None, keep_recent=2)
+    assert r.report.tokens_after == 8_146
+    assert [i for i, m in enumerate(r.messages) if m is not msgs[i]] == [3, 5]
+    # the newest keep_recent results are never cleared, whatever the threshold
+    r = budget_tool_results(msgs, 12_000, profile=FIM, max_result_share=None, max_total_share=0.01, keep_recent=2)
+    assert [i for i, m in enumerate(r.messages) if m is not msgs[i]] == [3, 5, 7, 9, 11, 13, 15, 17]
+    with pytest.raises(ValueError, match="keep_recent"):
+        budget_tool_results(msgs, 12_000, keep_recent=-1)

@@ -115,7 +115,7 @@ def test_over_budget_clears_old_output_heavy_results_to_the_low_water_mark() -> 
     # "[tool result cleared: 4000 characters of read_file output]" (58 chars: 4 + 14):
     # 2,105 - 1,004 + 18 = 1,119 <= 1,120, so bash's result (turn 2) stays.
     msgs = agent()
-    g = guard(3_000, 1_400)
+    g = guard(3_000, 1_400, keep_recent_results=0)
     events: list[Any] = []
     g.subscribe(events.append)
     r = g.check(msgs, hint="general")
@@ -211,7 +211,7 @@ def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
     # 50000 characters of bash output]", 54 chars): 132.
     msgs = agent()
     msgs[7] = res(2, "y" * 60_000)
-    g = guard(26_000, 13_000)
+    g = guard(26_000, 13_000, keep_recent_results=0)
     seen: list[Any] = []
     stop = g.subscribe(seen.append)
     r = g.check(msgs)
@@ -366,7 +366,7 @@ def test_tool_results_step_clears_to_the_target_exactly() -> None:
         {"role": "user", "content": "w" * 4},
     ]
     b = resolve_budget(3_000, 0, max_context_tokens=98, floor=0, env={})
-    r = ContextGuard(b, profile="fim", policy=cw.FitPolicy(low_water=1.0)).check(msgs)
+    r = ContextGuard(b, profile="fim", policy=cw.FitPolicy(low_water=1.0), keep_recent_results=0).check(msgs)
     [e] = r.events
     assert isinstance(e, ToolResultsCleared) and (e.results, e.tokens_before, e.tokens_after) == (1, 485, 98)
     assert r.messages[4] is msgs[4] and r.fits
@@ -386,7 +386,7 @@ def test_target_zero_still_runs_every_step() -> None:
         {"role": "user", "content": "w" * 40},
     ]
     b = resolve_budget(1_000, 0, max_context_tokens=1, floor=0, env={})
-    r = ContextGuard(b, profile="fim").check(msgs)
+    r = ContextGuard(b, profile="fim", keep_recent_results=0).check(msgs)
     assert [type(e).__name__ for e in r.events] == ["ToolResultsCleared", "HistoryTrimmed"]
     assert [e.tokens_after for e in r.events] == [65, 30]
     assert [m["content"] for m in r.messages] == [cw.BREADCRUMB, "w" * 40]
@@ -616,3 +616,26 @@ def test_guard_properties(c: tuple[str, list[cw.Message]], pct: int, hint: str, 
     assert msgspec.to_builtins(run(msgs).messages) == msgspec.to_builtins(out)  # deterministic
     if r.fits:  # the next call of the loop sends the same request
         assert not run(out).events
+
+
+def test_single_turn_agent_loop_gets_old_output_cleared() -> None:
+    """An agent loop is one long turn: step 1 never clears the current turn, step 2 spares
+    only the newest ``keep_recent_results`` (6) results."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "do the task"}]
+    for i in range(10):
+        msgs += [call(i, "bash"), res(i, "y" * 4000)]
+    # 14 + (4 + 11 // 4 = 6) + 10 x (6 + 1,004) = 10,120. Window 14,000: 75% is 10,500, so
+    # step 1 clears nothing. Budget 14,000 - 5,000 = 9,000, target 0.7 x 9,000 = 6,300.
+    # A cleared result is 4 + 53 // 4 = 17 ("[tool result cleared: 4000 characters of bash
+    # output]"), saving 987: three give 7,159 > 6,300, four give 6,172 <= 6,300.
+    assert cw.count_messages(msgs, "fim") == 10_120
+    g = guard(14_000, 5_000)
+    r = g.check(msgs, hint="react_iteration")
+    [e] = r.events
+    assert isinstance(e, ToolResultsCleared) and (e.results, e.tokens_before, e.tokens_after) == (4, 10_120, 6_172)
+    cleared = [i for i, m in enumerate(r.messages) if m is not msgs[i]]
+    assert cleared == [3, 5, 7, 9]  # results of calls 0-3; the newest 6 results stay
+    assert cw.validate(r.messages, "openai") == []
+    # with every result protected, the history step evicts whole units instead
+    r = guard(14_000, 5_000, keep_recent_results=10).check(msgs, hint="react_iteration")
+    assert [type(e).__name__ for e in r.events] == ["HistoryTrimmed"]

@@ -1038,15 +1038,10 @@ def _with_breadcrumb(m: Message) -> Message:
     return fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
 
 
-def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
-    work, repairs = repair(msgs, provider, missing)
-    st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
-    st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
-    st.keep = [True] * len(work)
-    st.running = sum(st.costs)
-    st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
+def repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange]) -> None:
+    """Set the Fate of every message a pair repair changed, as ``trim_turns`` reports it."""
     for c in repairs:
-        f = st.fates[c.index]
+        f = fates[c.index]
         if c.kind == "orphan_result_dropped":
             f.update(fate="dropped", rule="orphan_result", chars_removed=0)
         elif c.kind == "message_dropped":
@@ -1055,6 +1050,16 @@ def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool
             f.update(fate="repaired", rule="call_removed", chars_removed=0)
         elif c.kind in ("result_moved", "stub_inserted", "results_reordered") and f["fate"] == "kept":
             f.update(fate="repaired", rule=c.kind, chars_removed=0)
+
+
+def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
+    work, repairs = repair(msgs, provider, missing)
+    st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
+    st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
+    st.keep = [True] * len(work)
+    st.running = sum(st.costs)
+    st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
+    repair_fates(st.fates, repairs)
     return st
 
 

@@ -391,6 +391,7 @@ def budget_tool_results(
     protected_tools: Iterable[str] = WRITE_TOOLS,
     max_message_chars: int | None = 50_000,
     pinned: Iterable[int] = (),
+    keep_recent: int | None = None,
     format: str | None = None,
 ) -> TrimResult[Any]:
     """Keep tool output within its share of the context window (run before every call).
@@ -415,7 +416,9 @@ def budget_tool_results(
        <tool> output]``, never in the current turn (the turn of the last real user
        message, :func:`~contextwindow.segment_turns`), never in pinned messages, never a
        result already cleared, and only when clearing saves tokens. Fate rule
-       ``tool_result_cleared``.
+       ``tool_result_cleared``. With ``keep_recent=N`` the newest ``N`` tool results are
+       protected instead of the current turn (:func:`micro_compact`'s rule): an agent
+       loop that runs as one long turn can then have its old output cleared too.
 
     A cut or cleared result keeps its call id, error flag and place: pairing is untouched
     (this function removes no message and repairs none; ``validate`` gives the same
@@ -433,6 +436,8 @@ def budget_tool_results(
         max_message_chars: per-message character cap (code points), ``None`` for none.
         pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
             as ``FitPolicy.pinned``), added to ``Message.pinned``.
+        keep_recent: rule 3 protects the newest this many tool results instead of the
+            current turn; ``None`` (the default) protects the current turn.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
@@ -445,7 +450,8 @@ def budget_tool_results(
     Raises:
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile, ``context_window`` < 1, a share outside (0, 1],
-            ``max_message_chars`` < 1, a ``pinned`` index that is not a message index.
+            ``max_message_chars`` < 1, ``keep_recent`` < 0, a ``pinned`` index that is
+            not a message index.
         TypeError: an option of the wrong type (e.g. a bare string for a tool list).
 
     >>> msgs = [{"role": "user", "content": "build it"},
@@ -466,6 +472,7 @@ def budget_tool_results(
         protected_tools=protected_tools,
         max_message_chars=max_message_chars,
         pinned=pinned,
+        keep_recent=keep_recent,
         format=format,
     )[0]
 
@@ -492,6 +499,7 @@ def _budget_tool_results(
     max_message_chars: int | None,
     pinned: Iterable[int],
     format: str | None,
+    keep_recent: int | None = None,
 ) -> tuple[TrimResult[Any], _Tally]:
     """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
     name = _profile(profile)
@@ -502,6 +510,7 @@ def _budget_tool_results(
     heavy = _names(output_heavy_tools, "output_heavy_tools")
     protected = _names(protected_tools, "protected_tools")
     cap = _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+    recent = _positive_int(keep_recent, "keep_recent", allow_none=True, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
@@ -617,6 +626,11 @@ def _budget_tool_results(
     if threshold is not None and sum(costs) > threshold:
         names = _tool_names(msgs)
         current = seg.turns[-1][0] if seg.turns else len(work)
+        spared: set[tuple[int, int]] = set()  # the newest `recent` results, when asked
+        if recent is not None:
+            current = len(work)
+            slots = [(i, p) for i, m in enumerate(work) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
+            spared = set(slots[len(slots) - recent :]) if recent else set()
         total = sum(costs)
         for i in range(min(current, len(work))):
             if total <= threshold:
@@ -628,7 +642,7 @@ def _budget_tool_results(
                 if total <= threshold:
                     break
                 tool = names[i][p]
-                if not isinstance(part, ToolResult) or tool is None or _is_cleared(part):
+                if not isinstance(part, ToolResult) or tool is None or _is_cleared(part) or (i, p) in spared:
                     continue
                 if tool.casefold() not in heavy or tool.casefold() in protected:
                     continue
@@ -829,20 +843,6 @@ def _with_notice(m: Message, text: str, where: str) -> Message:
     return ref.fix_content_kind(msgspec.structs.replace(m, content=content))
 
 
-def _repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange]) -> None:
-    """Fates of a pair repair, as ``trim_turns`` reports them."""
-    for c in repairs:
-        f = fates[c.index]
-        if c.kind == "orphan_result_dropped":
-            f.update(fate="dropped", rule="orphan_result", chars_removed=0)
-        elif c.kind == "message_dropped":
-            f.update(fate="dropped", rule="emptied_by_repair", chars_removed=0)
-        elif c.kind == "call_removed":
-            f.update(fate="repaired", rule="call_removed", chars_removed=0)
-        elif c.kind in ("result_moved", "stub_inserted", "results_reordered") and f["fate"] == "kept":
-            f.update(fate="repaired", rule=c.kind, chars_removed=0)
-
-
 def prune_middle(
     messages: Any,
     budget: Any = None,
@@ -929,7 +929,7 @@ def prune_middle(
     for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
         costs[w] = c
     fates = _fates(len(msgs))
-    _repair_fates(fates, repairs)
+    ref.repair_fates(fates, repairs)
     seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
 

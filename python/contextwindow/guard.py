@@ -11,8 +11,10 @@ soon as the conversation fits:
    the oldest results of output-heavy tools are cleared
    (:func:`contextwindow.compact.budget_tool_results`).
 2. ``tool_results`` (over the token budget only): the oldest results of output-heavy
-   tools are cleared until the estimate is back under the target; skipped for the
-   ``step_dependency`` hint, whose protected content is the data tool results carry.
+   tools are cleared until the estimate is back under the target, sparing the newest
+   ``keep_recent_results`` results (not the whole current turn, as step 1 does: an agent
+   loop is often one long turn); skipped for the ``step_dependency`` hint, whose
+   protected content is the data tool results carry.
 3. ``history`` (still over): :func:`contextwindow.fit.fit` evicts whole units by priority
    (P3 old tool output and chatter first, then P2 older turns, then P1 recent turns) down
    to the low-water mark, ``low_water`` x the token budget (default 70%), so the kept
@@ -403,6 +405,8 @@ class ContextGuard:
             are cleared before every call (third seed: 0.75).
         output_heavy_tools: tool names whose old results may be cleared.
         protected_tools: tool names whose results are never cleared (write/create).
+        keep_recent_results: the ``tool_results`` step never clears the newest this many
+            tool results (default 6, as :func:`~contextwindow.compact.micro_compact`).
         subscribers: callables receiving each event (see :meth:`subscribe`).
 
     Raises:
@@ -435,6 +439,7 @@ class ContextGuard:
         max_total_share: float = 0.75,
         output_heavy_tools: Collection[str] = OUTPUT_HEAVY_TOOLS,
         protected_tools: Collection[str] = WRITE_TOOLS,
+        keep_recent_results: int = 6,
         subscribers: Collection[Callable[[Any], None]] = (),
     ) -> None:
         if budget is None:
@@ -463,6 +468,9 @@ class ContextGuard:
         self.max_message_chars = max_message_chars
         self.max_result_share = max_result_share
         self.max_total_share = max_total_share
+        if isinstance(keep_recent_results, bool) or not isinstance(keep_recent_results, int) or keep_recent_results < 0:
+            raise ValueError(f"keep_recent_results must be an int >= 0, got {keep_recent_results!r}")
+        self.keep_recent_results = keep_recent_results
         self.output_heavy_tools = _names(output_heavy_tools, "output_heavy_tools")
         self.protected_tools = _names(protected_tools, "protected_tools")
         self._lock = threading.Lock()
@@ -641,6 +649,7 @@ class ContextGuard:
                     protected_tools=self.protected_tools,
                     max_message_chars=None,
                     pinned=self.policy.pinned,
+                    keep_recent=self.keep_recent_results,
                     format=fmt,
                 )
                 steps.append(GuardStep(step="tool_results", report=r.report))
