@@ -656,8 +656,12 @@ def test_prune_middle_budget_identity_and_repair() -> None:
 
 def test_prune_middle_small_or_nothing_to_remove() -> None:
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    # N = min(6, 2 // 3) = 0, but "hi" is the first and current request; "hello" goes
+    # N = min(6, 2 // 3) = 0, but "hi" is the first and current request; "hello" would go,
+    # but the notice costs more than it (conservative), so nothing is pruned
     r = prune_middle(msgs)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    long = [msgs[0], {"role": "assistant", "content": "hello " * 50}]
+    r = prune_middle(long)
     assert [texts_of(m) for m in r.messages] == ["hi\n[context compacted: 1 earlier messages removed]"]
     r = prune_middle(msgs, keep_recent=5)
     assert r.report.reason is None and same_objects(r.messages, msgs)
@@ -927,3 +931,21 @@ def test_keep_recent_protects_newest_results_instead_of_the_current_turn() -> No
     assert [i for i, m in enumerate(r.messages) if m is not msgs[i]] == [3, 5, 7, 9, 11, 13, 15, 17]
     with pytest.raises(ValueError, match="keep_recent"):
         budget_tool_results(msgs, 12_000, keep_recent=-1)
+
+
+def test_prune_middle_never_grows_the_conversation() -> None:
+    # fim: each "a"/"b" message costs 4 + 1 = 5; the notice "[context compacted: 2 earlier
+    # messages removed]" (46 characters) costs 4 + 11 = 15 > the 10 it would replace
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "c"},
+        {"role": "user", "content": "now"},
+        {"role": "assistant", "content": "d"},
+    ]
+    r = prune_middle(msgs, keep_recent=2, profile=FIM)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    big = [*msgs[:1], {"role": "assistant", "content": "a" * 400}, *msgs[2:]]
+    r = prune_middle(big, keep_recent=2, profile=FIM)
+    assert r.report.reason == "middle_pruned" and r.report.tokens_after < r.report.tokens_before

@@ -521,8 +521,8 @@ def test_broken_pairs_are_repaired_under_the_budget() -> None:
 def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None:
     # eviction_order (3,): the chatter "ok" is P1 (both turns are recent), so
     # recover_from_overflow removes nothing; prune_middle would replace "ok" (4 + 1 = 5
-    # tokens, fim) by the notice (4 + 47 // 4 = 15): 33 -> 43. That is no recovery: no
-    # event, the input back, and the caller stops retrying.
+    # tokens, fim) by the notice (4 + 47 // 4 = 15): 33 -> 43, so it declines. That is no
+    # recovery: no event, the input back, and the caller stops retrying.
     msgs = [
         {"role": "user", "content": "u" * 40},
         {"role": "assistant", "content": "ok"},
@@ -530,7 +530,8 @@ def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None
     ]
     g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(eviction_order=(3,)))
     r = g.recover(msgs)
-    assert [s.step for s in r.steps] == ["overflow", "middle"] and r.steps[1].report.tokens_after == 43
+    assert [s.step for s in r.steps] == ["overflow", "middle"]
+    assert r.steps[1].report.reason is None and r.steps[1].report.tokens_after == 33
     assert not r.changed and r.tokens_after == 33
     assert all(a is b for a, b in zip(r.messages, msgs, strict=True))
 

@@ -903,6 +903,9 @@ def prune_middle(
             ``pinned`` index that is not a message index.
         TypeError: ``budget``, ``keep_recent`` or ``pinned`` of the wrong type.
 
+    A pruning that would not lower the estimate (the notice costing as much as the
+    messages it replaces) is not done: the input comes back (pairs repaired).
+
     >>> msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
     >>> for k in range(5):
     ...     msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"more {k}"}]
@@ -930,6 +933,7 @@ def prune_middle(
         costs[w] = c
     fates = _fates(len(msgs))
     ref.repair_fates(fates, repairs)
+    repaired_fates = [dict(f) for f in fates]
     seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
 
@@ -1095,4 +1099,8 @@ def prune_middle(
         out.append((None, Message(role="user", content=[TextPart(text=notice)])))
         inserted += 1
     dropped_turns = sum(1 for a, b in seg.turns if all(w not in keep for w in range(a, b)))
-    return finish(out, "middle_pruned", inserted, dropped_turns)
+    pruned = finish(out, "middle_pruned", inserted, dropped_turns)
+    if pruned.report.tokens_after >= sum(costs):
+        fates[:] = repaired_fates  # the notice would cost as much as what it replaces
+        return as_is()
+    return pruned
