@@ -949,3 +949,21 @@ def test_prune_middle_never_grows_the_conversation() -> None:
     big = [*msgs[:1], {"role": "assistant", "content": "a" * 400}, *msgs[2:]]
     r = prune_middle(big, keep_recent=2, profile=FIM)
     assert r.report.reason == "middle_pruned" and r.report.tokens_after < r.report.tokens_before
+
+
+def test_micro_compact_pinned_indices_for_dict_input() -> None:
+    msgs = [
+        {"role": "user", "content": "read both"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [oa_call("r1", "Read")["tool_calls"][0], oa_call("r2", "Read")["tool_calls"][0]],
+        },
+        oa_result("r1", "x" * 500),
+        oa_result("r2", "y" * 500),
+    ]
+    assert [i for i, m in enumerate(micro_compact(msgs, keep_recent=0).messages) if m is not msgs[i]] == [2, 3]
+    r = micro_compact(msgs, keep_recent=0, pinned=(2,))
+    assert [i for i, m in enumerate(r.messages) if m is not msgs[i]] == [3]
+    with pytest.raises(ValueError):
+        micro_compact(msgs, pinned=(9,))

@@ -640,3 +640,8 @@ def test_single_turn_agent_loop_gets_old_output_cleared() -> None:
     # with every result protected, the history step evicts whole units instead
     r = guard(14_000, 5_000, keep_recent_results=10).check(msgs, hint="react_iteration")
     assert [type(e).__name__ for e in r.events] == ["HistoryTrimmed"]
+
+
+def test_budget_and_model_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="either budget"):
+        ContextGuard(resolve_budget(8_000, 2_000), model="gpt-4o")

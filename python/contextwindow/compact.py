@@ -710,6 +710,7 @@ def micro_compact(
     keep_recent: int = 6,
     *,
     tools: Iterable[str] | None = None,
+    pinned: Iterable[int] = (),
     format: str | None = None,
     profile: str | None = None,
 ) -> TrimResult[Any]:
@@ -729,6 +730,8 @@ def micro_compact(
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         keep_recent: how many of the newest tool results to keep whole (>= 0).
         tools: tool names whose results may be cleared; ``None`` for every tool.
+        pinned: input indices to treat as pinned (dict input has no ``pinned`` field),
+            added to ``Message.pinned``.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
         profile: built-in profile for the report's token counts (``None``: ``conservative``).
 
@@ -739,8 +742,10 @@ def micro_compact(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: ``keep_recent`` < 0 or unknown profile.
-        TypeError: ``keep_recent`` not an int, or ``tools`` not a collection of names.
+        ValueError: ``keep_recent`` < 0, unknown profile, or a ``pinned`` index that is
+            not a message index.
+        TypeError: ``keep_recent`` not an int, ``tools`` not a collection of names, or
+            ``pinned`` not a collection of ints.
 
     >>> msgs = [{"role": "user", "content": "read both"},
     ...         {"role": "assistant", "content": None, "tool_calls": [
@@ -755,8 +760,10 @@ def micro_compact(
     keep = _positive_int(keep_recent, "keep_recent", minimum=0)
     assert keep is not None
     only = None if tools is None else _names(tools, "tools")
+    pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
+    _pinned_range(pinned_idx, len(msgs))
     names = _tool_names(msgs)
     slots = [(i, p) for i, m in enumerate(msgs) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
     old = slots[: max(0, len(slots) - keep)]
@@ -767,7 +774,7 @@ def micro_compact(
         part = msgs[i].content[p]
         assert isinstance(part, ToolResult)
         tool = names[i][p]
-        if m.pinned or _is_cleared(part):
+        if m.pinned or i in pinned_idx or _is_cleared(part):
             continue
         if only is not None and (tool is None or tool.casefold() not in only):
             continue

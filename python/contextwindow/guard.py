@@ -446,6 +446,8 @@ class ContextGuard:
             budget = resolve_budget(context_window, max_output_tokens, model=model)
         elif not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget from resolve_budget, got {type(budget).__name__}")
+        elif (model, context_window, max_output_tokens) != (None, None, None):
+            raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
         profile = DEFAULT_PROFILE if profile is None else profile
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
