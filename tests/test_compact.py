@@ -496,7 +496,7 @@ def test_prune_middle_openai() -> None:
     assert out[seg.current_request] is msgs[7]
 
 
-def test_prune_middle_notice_joins_request_in_single_turn_loop() -> None:
+def test_prune_middle_notice_stands_alone_in_single_turn_loop() -> None:
     msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
     for k in range(1, 6):
         msgs += [oa_call(f"c{k}", "bash"), oa_result(f"c{k}", f"out {k}")]
