@@ -343,7 +343,7 @@ def test_hints_keep_the_pinned_share_rule(hint: str) -> None:
         {"role": "user", "content": "w" * 40},
     ]
     g = ContextGuard(resolve_budget(200, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(0, 2)))
-    r = g.check(msgs, hint=hint)
+    r = g.check(msgs, hint=hint, format="openai")  # the breadcrumb a message of its own
     fates = r.steps[-1].report.fates
     assert (fates[0].fate, fates[0].rule) == ("dropped", "unpinned_over_share")
     assert (fates[2].fate, fates[2].rule) == ("kept", "pinned")
@@ -468,7 +468,7 @@ def test_recover_applies_the_guards_policy() -> None:
         {"role": "user", "content": "w" * 40},
     ]
     g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=cw.FitPolicy(pinned=(1,)))
-    r = g.recover(msgs)
+    r = g.recover(msgs, format="openai")  # the breadcrumb a message of its own
     [e] = r.events
     assert isinstance(e, OverflowRecovered) and (e.target, e.tokens_after) == (286, 238)
     assert r.messages == [msgs[0], msgs[1], {"role": "user", "content": cw.BREADCRUMB}, msgs[4]]
@@ -490,7 +490,7 @@ def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
     ]
     policy = cw.FitPolicy(pinned=(2,), eviction_order=(3,))
     g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
-    r = g.recover(msgs)
+    r = g.recover(msgs, format="openai")  # the notice a message of its own
     [e] = r.events
     assert e.step == "middle" and e.tokens_after == 237
     notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
@@ -645,3 +645,21 @@ def test_single_turn_agent_loop_gets_old_output_cleared() -> None:
 def test_budget_and_model_are_exclusive() -> None:
     with pytest.raises(ValueError, match="either budget"):
         ContextGuard(resolve_budget(8_000, 2_000), model="gpt-4o")
+
+
+def test_plain_chat_keeps_alternating_roles() -> None:
+    """A plain chat (user/assistant text only) reads as Anthropic-compatible, as in
+    trim_turns and fit: the breadcrumb leads the kept user message, never a user message
+    of its own (found by a new user on the logickor_claude35_ko corpus files)."""
+    msgs = [
+        {"role": "user", "content": "q1 " * 900},
+        {"role": "assistant", "content": "a1 " * 900},
+        {"role": "user", "content": "q2"},
+    ]
+    g = ContextGuard(resolve_budget(4_800, 4_000, floor=0, env={}))
+    for r in (g.check(msgs), g.recover(msgs)):
+        assert [m["role"] for m in r.messages] == ["user"]
+        assert cw.validate(r.messages, "anthropic") == [] and cw.validate(r.messages, "openai") == []
+    structs = [cw.Message(role=m["role"], content=[cw.TextPart(text=m["content"])]) for m in msgs]
+    r = g.check(structs)
+    assert [m.role for m in r.messages] == ["user"] and r.messages[0].content[0].text == cw.BREADCRUMB

@@ -584,7 +584,7 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
+        fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         window = self.budget.context_window
         budget = self.budget.usable
         before = cur_tokens = self._count(messages, fmt)
@@ -756,7 +756,7 @@ class ContextGuard:
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
         prep = _engine.prepare(messages, format)
-        fmt = prep.provider if prep.format == "canonical" else prep.format  # the provider, for every step
+        fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         budget = self.budget.usable
         before = self._count(messages, fmt)
         events: list[Any] = []
