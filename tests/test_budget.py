@@ -436,3 +436,21 @@ def test_budget_serializes() -> None:
 
     b = resolve_budget(model="gpt-4o", env={})
     assert msgspec.json.decode(msgspec.json.encode(b), type=Budget) == b
+
+
+def test_a_bare_preview_suffix_is_another_model() -> None:
+    # o1-preview is not o1 (128,000 / 32,768 vs 200,000 / 100,000, OpenAI's model pages);
+    # only Gemini's dated "-preview-MM-DD" is stripped. Found by a new user.
+    assert model_limits("o1-preview") == ModelLimits(128_000, 32_768)
+    assert model_limits("o3-preview") is None
+    assert model_limits("gemini-2.5-pro-preview-05-06") == model_limits("gemini-2.5-pro")
+    assert resolve_budget(model="o1-preview", env={}).usable == 128_000 - 32_768
+
+
+def test_legacy_chat_models_are_in_the_table() -> None:
+    # gpt-4: 8,192 shared by prompt and output, no published output limit: the first
+    # seed's 64,000 default reserve does not fit its window, so the caller must say
+    with pytest.raises(ValueError, match="max_output_tokens"):
+        resolve_budget(model="gpt-4", env={})
+    assert resolve_budget(model="gpt-4", max_output_tokens=1_000, env={}).usable == 7_192
+    assert resolve_budget(model="openai/gpt-3.5-turbo", env={}).usable == 16_385 - 4_096

@@ -314,3 +314,20 @@ def test_inspect_text_has_tables_and_bars(capsys: pytest.CaptureFixture[str], mo
     bash_rows = [line for line in out.splitlines() if line.startswith("bash ")]
     assert bash_rows and all("█" * 10 in line for line in bash_rows[:1])
     assert "preamble" in out and "compiling module_0" in out  # the preview column, markup-free
+
+
+def test_fit_model_option_errors_exit_2_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(EXAMPLE), "--model", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("contextwindow: error:") and "Traceback" not in err and "non-empty" in err
+
+
+def test_fit_model_budget_never_exceeds_the_capacity(capsys: pytest.CaptureFixture[str]) -> None:
+    # the example's tool schemas take 121 tokens; a 100-token capacity cannot hold them
+    code = main(
+        ["fit", str(EXAMPLE), "--model", "gpt-4o", "--context-window", "150", "--max-output-tokens", "50", "--json"]
+    )
+    out = capsys.readouterr()
+    assert code == 1
+    assert json.loads(out.out)["budget"] == 100
+    assert "the tool schemas alone exceed the capacity" in out.err

@@ -663,3 +663,10 @@ def test_plain_chat_keeps_alternating_roles() -> None:
     structs = [cw.Message(role=m["role"], content=[cw.TextPart(text=m["content"])]) for m in msgs]
     r = g.check(structs)
     assert [m.role for m in r.messages] == ["user"] and r.messages[0].content[0].text == cw.BREADCRUMB
+
+
+def test_unknown_model_is_refused_like_the_cli() -> None:
+    with pytest.raises(ValueError, match="unknown model 'gpt-9'"):
+        ContextGuard(model="gpt-9")
+    g = ContextGuard(model="gpt-9", context_window=10_000, max_output_tokens=1_000)
+    assert g.budget.usable == 9_000

@@ -97,6 +97,13 @@ MODELS: Mapping[str, ModelLimits] = {
     **_m(128_000, 4_096, "gpt-4-turbo", "gpt-4-turbo-2024-04-09"),
     **_m(1_047_576, 32_768, "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano"),
     **_m(200_000, 100_000, "o1", "o3", "o3-mini", "o4-mini"),
+    **_m(128_000, 32_768, "o1-preview", "o1-preview-2024-09-12"),
+    **_m(128_000, 65_536, "o1-mini", "o1-mini-2024-09-12"),
+    # older chat models: gpt-4's 8,192 tokens hold prompt and output together (no separate
+    # output limit is published, so the caller passes max_output_tokens); gpt-3.5-turbo
+    # (0125) 16,385 window, 4,096 output
+    **_m(8_192, None, "gpt-4", "gpt-4-0613"),
+    **_m(16_385, 4_096, "gpt-3.5-turbo", "gpt-3.5-turbo-0125"),
     **_m(400_000, 128_000, "gpt-5", "gpt-5-mini", "gpt-5-nano"),
     # Anthropic, docs.anthropic.com "Models overview" (context window 200K for all; max
     # output: 3 Haiku 4,096; 3.5 Sonnet / 3.5 Haiku 8,192; 3.7 Sonnet 64,000 (128K only
@@ -146,7 +153,7 @@ _SUFFIXES = [
     re.compile(r"-\d{4}-\d{2}-\d{2}$"),  # openai "-2024-08-06"
     re.compile(r"-latest$"),
     re.compile(r"-\d{3}$"),  # gemini "-002"
-    re.compile(r"-preview(?:-\d{2}-\d{2})?$"),  # gemini "-preview-05-06"
+    re.compile(r"-preview-\d{2}-\d{2}$"),  # gemini "-preview-05-06" (a bare "-preview" is another model: o1-preview)
 ]
 
 

@@ -150,7 +150,10 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 
 def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
     """The budget for ``fit --model``: the model table, the overrides, the environment."""
-    budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
+    try:
+        budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
+    except TypeError as exc:  # e.g. --model "": an option error like the others (exit 2)
+        raise ValueError(str(exc)) from None
     if not budget.capacity_known:
         raise ValueError(
             f"unknown model {args.model!r}: not in the model table; pass --context-window N"
@@ -164,6 +167,7 @@ def _budget_lines(b: Budget) -> str:
         f"budget for {b.model}: context window {b.context_window:,} - output reserve {b.max_output_tokens:,}"
         f" = capacity {b.capacity:,}; messages may use {b.usable:,}"
         + (f" (tool schemas take {b.tool_schema_tokens:,})" if b.tool_schema_tokens else "")
+        + ("; the tool schemas alone exceed the capacity" if b.tool_schema_tokens > b.capacity else "")
     )
     return "\n".join([head, *(f"  rule {r}" for r in b.rules)])
 
@@ -176,7 +180,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.model is not None:
         # about the options, not the file: no file name in the error
         resolved = _model_budget(args, tools)
-        budget, whole = resolved.usable, resolved.usable + tools
+        # the request may use the messages' budget plus the schemas, never more than the
+        # model accepts (schemas alone can exceed it)
+        budget, whole = resolved.usable, min(resolved.usable + tools, resolved.capacity)
     else:
         budget, whole = max(0, args.budget - tools), args.budget
     with _about(args.file):

@@ -444,6 +444,12 @@ class ContextGuard:
     ) -> None:
         if budget is None:
             budget = resolve_budget(context_window, max_output_tokens, model=model)
+            if model is not None and not budget.capacity_known:
+                # as the CLI's --model: a guessed window could be larger than the real one
+                raise ValueError(
+                    f"unknown model {model!r}: not in the model table; pass context_window= (and"
+                    " max_output_tokens=), models= to resolve_budget, or a Budget"
+                )
         elif not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget from resolve_budget, got {type(budget).__name__}")
         elif (model, context_window, max_output_tokens) != (None, None, None):
@@ -755,7 +761,7 @@ class ContextGuard:
         """
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
-        prep = _engine.prepare(messages, format)
+        _engine.prepare(messages, format)  # checks the input before any step
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         budget = self.budget.usable
         before = self._count(messages, fmt)
