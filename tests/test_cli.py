@@ -331,3 +331,11 @@ def test_fit_model_budget_never_exceeds_the_capacity(capsys: pytest.CaptureFixtu
     assert code == 1
     assert json.loads(out.out)["budget"] == 100
     assert "the tool schemas alone exceed the capacity" in out.err
+
+
+def test_invalid_utf8_is_replaced_but_never_silently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'[{"role": "user", "content": "a\xffb"}]')  # 0xff at byte 31
+    assert main(["count", str(bad)]) == 0
+    err = capsys.readouterr().err
+    assert f"contextwindow: warning: {bad}: invalid UTF-8 at byte 31" in err

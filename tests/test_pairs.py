@@ -236,3 +236,16 @@ def test_calls_outside_assistant_are_removed_in_both_shapes() -> None:
         assert r.messages[1].content == [cw.TextPart(text="x")], fmt
         assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1)]
         assert [v.code for v in cw.validate(r.messages, fmt) if v.code == "call_outside_assistant"] == []
+
+
+def test_drop_falls_back_to_a_stub_when_anthropic_roles_would_not_alternate() -> None:
+    # documented fallback (found by a new user): dropping the only call would empty the
+    # assistant message and leave two user messages in a row
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+        {"role": "user", "content": "no result"},
+    ]
+    r = cw.repair_tool_pairs(msgs, format="anthropic", missing="drop")
+    assert [c.kind for c in r.report.repairs] == ["stub_inserted"]
+    assert cw.validate(r.messages, "anthropic", format="anthropic") == []

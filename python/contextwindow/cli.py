@@ -32,6 +32,22 @@ from .turns import segment_turns
 __all__ = ["main"]
 
 
+def _load(path: str, fmt: str | None) -> Conversation:
+    """:func:`load_conversation`, saying on stderr when invalid UTF-8 was replaced with
+    U+FFFD (DESIGN.md section 7: replaced, never a crash; but never silently)."""
+    conv = load_conversation(path, fmt)
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        print(
+            f"contextwindow: warning: {path}: invalid UTF-8 at byte {exc.start}; such bytes read as U+FFFD",
+            file=sys.stderr,
+        )
+    except OSError:
+        pass
+    return conv
+
+
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror or exc}"
@@ -99,7 +115,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             with _about(path):
-                conv = load_conversation(path, args.format)
+                conv = _load(path, args.format)
                 msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
                 tools = _tools_tokens(conv, args.profile)
                 seg = segment_turns(conv.messages, format=conv.format)
@@ -174,7 +190,7 @@ def _budget_lines(b: Budget) -> str:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file):
-        conv = load_conversation(args.file, args.format)
+        conv = _load(args.file, args.format)
         tools = _tools_tokens(conv, args.profile)
     resolved: Budget | None = None
     if args.model is not None:
@@ -283,7 +299,7 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     with _about(args.file):
-        conv = load_conversation(args.file, args.format)
+        conv = _load(args.file, args.format)
         b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
     if args.json:
         print(msgspec.json.encode({"file": args.file, **msgspec.structs.asdict(b)}).decode())
@@ -299,7 +315,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     with _about(args.file):
-        conv = load_conversation(args.file, args.format)
+        conv = _load(args.file, args.format)
         provider = args.provider or conv.format
         found = validate(conv.messages, provider, format=conv.format)
     if args.json:
@@ -314,7 +330,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_repair(args: argparse.Namespace) -> int:
     with _about(args.file):
-        conv = load_conversation(args.file, args.format)
+        conv = _load(args.file, args.format)
         res = repair_tool_pairs(conv.messages, args.missing, format=conv.format, profile=args.profile)
     if args.json:
         if args.output:

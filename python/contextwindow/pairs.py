@@ -29,7 +29,10 @@ def repair_tool_pairs(
     call without a result either inserts ``[tool result missing]`` right after the call's
     results (``missing="stub"``) or removes the call, and its message when nothing else
     remains (``"drop"``). In Anthropic shape results go into the next user message, ahead
-    of its other content (a user message is created only when none follows). Idempotent;
+    of its other content (a user message is created only when none follows); there
+    ``"drop"`` falls back to a stub (reported as ``stub_inserted``) when removing the
+    calls would empty the assistant message, since dropping it would put two user messages
+    side by side. Idempotent;
     a valid conversation comes back as the same objects.
 
     Args:
