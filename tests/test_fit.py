@@ -722,3 +722,25 @@ def test_eviction_that_only_adds_a_breadcrumb_is_undone() -> None:
     assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (777, 777, False)
     assert all(a is b for a, b in zip(r.messages, msgs, strict=True)) and len(r.messages) == 3
     assert cw.trim_turns(msgs, 100, profile="fim").report.tokens_after == 777
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=60), st.lists(st.integers(0, 59), max_size=60))
+def test_nav_lookups_match_a_scan(initial: list[bool], evictions: list[int]) -> None:
+    """The skip-pointer lookups that keep fit linear agree with a plain scan while items
+    are evicted one by one (regression: fit was quadratic, found by a new user)."""
+    from types import SimpleNamespace
+
+    from contextwindow.fit import _Nav
+
+    n = len(initial)
+    keep = list(initial)
+    state = SimpleNamespace(keep=keep, work=[None] * n, m=lambda w: cw.Message(role="user", content=[]))
+    nav = _Nav(SimpleNamespace(st=state, seg=SimpleNamespace(turns=[]), cls=[]))  # type: ignore[arg-type]
+    for e in [*evictions, None]:
+        for w in range(-1, n + 1):
+            before = [v for v in range(min(w, n - 1), -1, -1) if keep[v]]
+            after = [v for v in range(max(w, 0), n) if keep[v]]
+            assert nav.prev_kept(w) == (before[0] if before and w >= 0 else None)
+            assert nav.next_kept(w) == (after[0] if after else None)
+        if e is not None and e < n:
+            keep[e] = False

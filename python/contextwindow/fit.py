@@ -36,7 +36,7 @@ messages (``trim_turns``, all Rust, takes about 0.03 s on the same input).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -330,39 +330,115 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     return _Plan(st, seg, cls, why0, unpinned, turn_of, cands)
 
 
-def _alternates(st: Any, drop: set[int], provider: str, pre: int) -> bool:
-    """Anthropic shape: does removing the kept items ``drop`` keep a user message first
-    and keep roles alternating where the removal makes new neighbours?"""
-    if provider != "anthropic":
-        return True
-    n = len(st.work)
-    lo, hi = min(drop), max(drop)
+class _Nav:
+    """Nearest kept item or kept turn, for :func:`_evict`, where items and turns are only
+    ever evicted, never restored: union-find style skip pointers with path compression
+    make each lookup amortized O(1) instead of a scan over everything already evicted
+    (a scan per candidate made ``fit`` quadratic in the number of messages)."""
 
-    def kept_before(w: int) -> int | None:
-        return next((v for v in range(w - 1, pre - 1, -1) if st.keep[v] and v not in drop), None)
+    def __init__(self, plan: _Plan) -> None:
+        st = plan.st
+        self.plan = plan
+        n = len(st.work)
+        self.n = n
+        self.left = list(range(-1, n - 1))  # index to try next going left
+        self.right = list(range(1, n + 1))  # going right (n: none)
+        self.turn_right = list(range(1, len(plan.seg.turns) + 1))
+        self.dropped_turns: set[int] = set()
+        self.first_dropped: int | None = None
+        self.crumbs = [w for w in range(n) if ref.is_breadcrumb(st.m(w))]
 
-    def kept_after(w: int) -> int | None:
-        return next((v for v in range(w + 1, n) if st.keep[v] and v not in drop), None)
+    def _find(self, w: int, step: list[int], end: int, live: Callable[[int], bool]) -> int:
+        root = w
+        while root != end and not live(root):
+            root = step[root]
+        while w != end and w != root and not live(w):  # compress the path walked
+            step[w], w = root, step[w]
+        return root
 
-    if kept_before(lo) is None:  # the removal reaches the start: what comes first then?
-        head = next((v for v in range(pre, n) if st.keep[v]), None)
-        new_head = next((v for v in range(pre, n) if st.keep[v] and v not in drop), None)
-        if head is not None and new_head is not None and st.m(head).role == "user" != st.m(new_head).role:
-            return False
-    # every gap the removal opens: the kept neighbours on both sides
-    w = lo
-    while w <= hi:
-        if w in drop and st.keep[w]:
-            end = w
-            while end + 1 <= hi and (end + 1 in drop or not st.keep[end + 1]):
-                end += 1
-            a, b = kept_before(w), kept_after(end)
-            if a is not None and b is not None and st.m(a).role == st.m(b).role:
+    def prev_kept(self, w: int) -> int | None:
+        """The nearest kept item at or before ``w``."""
+        if w < 0 or self.n == 0:
+            return None
+        keep = self.plan.st.keep
+        v = self._find(min(w, self.n - 1), self.left, -1, keep.__getitem__)
+        return None if v < 0 else v
+
+    def next_kept(self, w: int) -> int | None:
+        """The nearest kept item at or after ``w``."""
+        if w >= self.n:
+            return None
+        keep = self.plan.st.keep
+        v = self._find(max(w, 0), self.right, self.n, keep.__getitem__)
+        return None if v >= self.n else v
+
+    def next_kept_turn(self, t: int) -> int | None:
+        end = len(self.plan.seg.turns)
+        if t >= end:
+            return None
+        v = self._find(t, self.turn_right, end, lambda u: u not in self.dropped_turns)
+        return None if v >= end else v
+
+    def drop_turn(self, t: int) -> None:
+        self.dropped_turns.add(t)
+        if self.first_dropped is None or t < self.first_dropped:
+            self.first_dropped = t
+
+    def bc_at(self) -> int | None:
+        """:func:`_bc_at` for the current state."""
+        if self.first_dropped is None:
+            return None
+        t = self.next_kept_turn(self.first_dropped + 1)
+        if t is None:
+            return None
+        at = self.plan.seg.turns[t][0]
+        if self.crumbs:
+            prev = self.prev_kept(at - 1)
+            if prev is not None and ref.is_breadcrumb(self.plan.st.m(prev)):
+                return None
+        return at
+
+    def alternates(self, drop: set[int], provider: str, pre: int) -> bool:
+        """Anthropic shape: does removing the kept items ``drop`` keep a user message first
+        and keep roles alternating where the removal makes new neighbours?"""
+        if provider != "anthropic":
+            return True
+        st = self.plan.st
+        lo, hi = min(drop), max(drop)
+
+        def kept_before(w: int) -> int | None:
+            v = self.prev_kept(w - 1)
+            while v is not None and v in drop:
+                v = self.prev_kept(v - 1)
+            return v if v is not None and v >= pre else None
+
+        def kept_after(w: int) -> int | None:
+            v = self.next_kept(w + 1)
+            while v is not None and v in drop:
+                v = self.next_kept(v + 1)
+            return v
+
+        if kept_before(lo) is None:  # the removal reaches the start: what comes first then?
+            head = self.next_kept(pre)
+            new_head = head
+            while new_head is not None and new_head in drop:
+                new_head = self.next_kept(new_head + 1)
+            if head is not None and new_head is not None and st.m(head).role == "user" != st.m(new_head).role:
                 return False
-            w = end + 1
-        else:
-            w += 1
-    return True
+        # every gap the removal opens (the loop spans one candidate: a unit or a turn)
+        w = lo
+        while w <= hi:
+            if w in drop and st.keep[w]:
+                end = w
+                while end + 1 <= hi and (end + 1 in drop or not st.keep[end + 1]):
+                    end += 1
+                a, b = kept_before(w), kept_after(end)
+                if a is not None and b is not None and st.m(a).role == st.m(b).role:
+                    return False
+                w = end + 1
+            else:
+                w += 1
+        return True
 
 
 def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
@@ -386,10 +462,10 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     """Evict candidates by ``pol.eviction_order``, oldest first, until ``target`` is met;
     returns the whole turns evicted."""
     st, seg, cls = plan.st, plan.seg, plan.cls
-    dropped_turns: set[int] = set()
+    nav = _Nav(plan)
 
     def tokens() -> int:
-        bc = _bc_at(plan, dropped_turns)
+        bc = nav.bc_at()
         return st.total() + (st.bc_cost(bc) if bc is not None else 0)
 
     def over() -> bool:
@@ -412,20 +488,20 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
                     continue
                 if c not in {cls[w] for w in live}:
                     continue
-                if not _alternates(st, set(live), provider, seg.preamble_end):
+                if not nav.alternates(set(live), provider, seg.preamble_end):
                     continue
                 for w in live:
                     st.set_keep(w, False)
                 evicted.extend(live)
                 if turn is not None:
-                    dropped_turns.add(turn)
+                    nav.drop_turn(turn)
                 changed = True
     if evicted and tokens() >= start:
         # tiny units under a breadcrumb that costs more than they did: keep them all
         for w in evicted:
             st.set_keep(w, True)
-        dropped_turns.clear()
-    return dropped_turns
+        return set()
+    return set(nav.dropped_turns)
 
 
 def fit_target(
