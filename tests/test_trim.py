@@ -199,3 +199,34 @@ def test_out_of_reach_budget_never_grows_the_conversation() -> None:
     r = cw.trim_turns(msgs, 5, profile="fim", format="openai")
     assert r.report.fits is False and r.report.tokens_after == 15
     assert all(x is y for x, y in zip(r.messages, msgs, strict=True))
+
+
+def test_output_is_built_from_a_snapshot_of_the_input_list() -> None:
+    """The output's unchanged messages come from a snapshot taken when the call starts,
+    not from the caller's live list (another thread editing it gave an IndexError or an
+    output without its request; found by a new user). Here the sequence changes under
+    us after the first pass over it: indexing it afterwards would fail."""
+    from collections.abc import Sequence
+    from typing import Any
+
+    class Shifting(Sequence[Any]):
+        def __init__(self, items: list[Any]) -> None:
+            self.items = items
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+        def __getitem__(self, i: Any) -> Any:
+            raise IndexError("the list changed under the call")
+
+        def __iter__(self) -> Any:
+            return iter(self.items)
+
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "old " * 200},
+        {"role": "assistant", "content": "reply " * 200},
+        {"role": "user", "content": "new"},
+    ]
+    r = cw.trim_turns(Shifting(msgs), budget=30)
+    assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[-1]

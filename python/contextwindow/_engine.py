@@ -164,6 +164,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {format!r}")
+    messages = list(messages)  # a snapshot: indices stay right if another thread edits the list
     try:
         fmt: InputFormat
         if format is None:

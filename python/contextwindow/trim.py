@@ -161,10 +161,11 @@ def trim_turns(
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     budget = _check_n(budget, "budget")
     if est is None and counter is None and isinstance(breadcrumb, bool) and _engine.fast_reader(messages, format):
-        read = _engine.native.trim_turns_dicts(messages, format, budget, name, breadcrumb)
+        snapshot = messages.copy()  # indices stay right if another thread edits the list
+        read = _engine.native.trim_turns_dicts(snapshot, format, budget, name, breadcrumb)
         if read is not None:
             fmt, _provider, out = read
-            return _engine.apply_outcome(messages, fmt, out)
+            return _engine.apply_outcome(snapshot, fmt, out)
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
         out = _engine.native.trim_turns(prep.payload, budget, name, _flag(breadcrumb), prep.provider)
@@ -218,10 +219,11 @@ def trim_turn_count(
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     max_turns = _check_n(max_turns, "max_turns")
     if est is None and counter is None and isinstance(breadcrumb, bool) and _engine.fast_reader(messages, format):
-        read = _engine.native.trim_turn_count_dicts(messages, format, max_turns, name, breadcrumb)
+        snapshot = messages.copy()  # indices stay right if another thread edits the list
+        read = _engine.native.trim_turn_count_dicts(snapshot, format, max_turns, name, breadcrumb)
         if read is not None:
             fmt, _provider, out = read
-            return _engine.apply_outcome(messages, fmt, out)
+            return _engine.apply_outcome(snapshot, fmt, out)
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
         out = _engine.native.trim_turn_count(prep.payload, max_turns, name, _flag(breadcrumb), prep.provider)
