@@ -90,7 +90,7 @@ def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("content", "expect"),
     [
-        (b"", "invalid JSON"),
+        (b"", "the file is empty"),
         (b"not json at all", "invalid JSON"),
         (b"42", "top-level JSON is int"),
         (b"[1, 2]", "message 0: must be an object"),
@@ -339,3 +339,10 @@ def test_invalid_utf8_is_replaced_but_never_silently(tmp_path: Path, capsys: pyt
     assert main(["count", str(bad)]) == 0
     err = capsys.readouterr().err
     assert f"contextwindow: warning: {bad}: invalid UTF-8 at byte 31" in err
+
+
+def test_empty_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("  \n")
+    assert main(["count", str(empty)]) == 2
+    assert capsys.readouterr().err.strip() == f"contextwindow: error: {empty}: the file is empty"

@@ -744,3 +744,11 @@ def test_nav_lookups_match_a_scan(initial: list[bool], evictions: list[int]) -> 
             assert nav.next_kept(w) == (after[0] if after else None)
         if e is not None and e < n:
             keep[e] = False
+
+
+def test_policy_index_errors_name_the_real_range() -> None:
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(ValueError, match=r"priorities key 2 is not a message index \(0\.\.1\)"):
+        cw.fit(msgs, 100, cw.FitPolicy(priorities={2: 1}))
+    with pytest.raises(ValueError, match="recent_turns must be >= 0"):
+        cw.fit(msgs, 100, cw.FitPolicy(recent_turns=-1))

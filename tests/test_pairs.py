@@ -249,3 +249,10 @@ def test_drop_falls_back_to_a_stub_when_anthropic_roles_would_not_alternate() ->
     r = cw.repair_tool_pairs(msgs, format="anthropic", missing="drop")
     assert [c.kind for c in r.report.repairs] == ["stub_inserted"]
     assert cw.validate(r.messages, "anthropic", format="anthropic") == []
+
+
+def test_violation_details_use_the_wire_role_names() -> None:
+    msgs = [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "x", "content": "r"}]
+    details = [v.detail for v in cw.validate(msgs, "anthropic", format="openai")]
+    assert any("role tool is not allowed" in d for d in details)
+    assert not any("Tool" in d for d in details)

@@ -133,6 +133,8 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     p = policy
     if not _is_int(p.recent_turns):
         raise TypeError(f"recent_turns must be an int, got {p.recent_turns!r}")
+    if p.recent_turns < 0:
+        raise ValueError(f"recent_turns must be >= 0, got {p.recent_turns}")
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
@@ -149,12 +151,12 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     for i in p.pinned:
         if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            raise ValueError(f"pinned index {i!r} is not a message index (0..{n})")
+            raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
     if not isinstance(p.priorities, Mapping):
         raise TypeError("priorities must be a mapping {index: class}")
     for i, c in p.priorities.items():
         if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            raise ValueError(f"priorities key {i!r} is not a message index (0..{n})")
+            raise ValueError(f"priorities key {i!r} is not a message index (0..{n - 1})")
         if not _is_int(c) or c not in (0, 1, 2, 3):
             raise ValueError(f"priorities[{i}] must be a class 0-3, got {c!r}")
     return p

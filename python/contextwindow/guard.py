@@ -502,6 +502,10 @@ class ContextGuard:
     def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event from now on.
 
+        Callbacks run in the calling thread after the step results and :attr:`stats` are
+        final; an exception a callback raises propagates out of ``check``/``recover``
+        (the stats already count that call).
+
         Returns:
             A function that unsubscribes ``callback``.
 

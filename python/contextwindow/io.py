@@ -148,6 +148,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     except OSError as exc:
         raise InvalidRequestError(f"{where}: cannot read: {exc.strerror or exc}") from None
     text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    if not text.strip():
+        raise InvalidRequestError(f"{where}: the file is empty")
     try:
         doc = _decode(text)
     except msgspec.MsgspecError as exc:

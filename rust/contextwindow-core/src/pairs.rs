@@ -73,7 +73,7 @@ fn check_calls<'m>(
         return;
     }
     if m.role != Role::Assistant {
-        let detail = format!("a {:?} message holds tool calls", m.role);
+        let detail = format!("a {} message holds tool calls", m.role);
         out.push(v(i, "call_outside_assistant", None, detail));
         return;
     }
@@ -132,7 +132,7 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_tool_message",
                     Some(id),
                     format!(
-                        "tool result {id:?} is in a {:?} message, not a tool message",
+                        "tool result {id:?} is in a {} message, not a tool message",
                         m.role
                     ),
                 ));
@@ -169,7 +169,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 i,
                 "role_not_allowed",
                 None,
-                format!("role {:?} is not allowed in Anthropic messages", m.role),
+                format!("role {} is not allowed in Anthropic messages", m.role),
             ));
         } else if prev.is_none() && m.role != Role::User {
             out.push(v(
@@ -194,7 +194,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_user_message",
                     Some(id),
                     format!(
-                        "tool_result {id:?} is in a {:?} message, not a user message",
+                        "tool_result {id:?} is in a {} message, not a user message",
                         m.role
                     ),
                 ));
