@@ -795,7 +795,7 @@ def test_lone_surrogates_become_replacement(tmp_path: Path) -> None:
         ('{"messages": {"role": "user"}}', '"messages" is dict, not a list'),
         ('{"messages": [], "tools": {}}', '"tools" is dict, not a list'),
         ('{"format": "gemini", "messages": []}', "unknown corpus format 'gemini'"),
-        ("", "invalid JSON"),
+        ("", "the file is empty"),
     ],
 )
 def test_bad_files(tmp_path: Path, data: str, message: str) -> None:
