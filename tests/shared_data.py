@@ -43,3 +43,16 @@ def need(paths: list[Path], what: str) -> list[Any]:
     if paths:
         return paths
     return [pytest.param(None, marks=pytest.mark.skip(reason=f"{what} not found beside the repo"))]
+
+
+#: Violation codes about tool pairing (``validate``); the others are about roles.
+PAIRING = {
+    "orphan_result",
+    "duplicate_result",
+    "unanswered_call",
+    "result_after_content",
+    "result_outside_tool_message",
+    "call_outside_assistant",
+    "duplicate_call",
+    "result_outside_user_message",
+}

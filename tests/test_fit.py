@@ -44,7 +44,7 @@ from contextwindow import _reference as ref
 from contextwindow.fit import FitPolicy, Recovery, fit, priorities, recover_from_overflow
 from contextwindow.messages import Message, TextPart
 
-from shared_data import corpus_files, ids, load, need
+from shared_data import PAIRING, corpus_files, ids, load, need
 from strategies import case, conversation
 
 BC = cw.BREADCRUMB
@@ -531,18 +531,6 @@ def test_bad_messages_and_recovery_options() -> None:
 
 
 # --------------------------------------------------------------------------- invariants
-
-
-PAIRING = {
-    "orphan_result",
-    "duplicate_result",
-    "unanswered_call",
-    "result_after_content",
-    "result_outside_tool_message",
-    "call_outside_assistant",
-    "duplicate_call",
-    "result_outside_user_message",
-}
 
 
 def _pairing(msgs: list[Any], provider: str) -> list[Any]:

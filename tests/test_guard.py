@@ -31,7 +31,7 @@ from contextwindow.guard import (
     hint_priorities,
 )
 
-from shared_data import corpus_files, ids, load, need
+from shared_data import PAIRING, corpus_files, ids, load, need
 from strategies import case
 
 FILES = corpus_files()
@@ -571,20 +571,8 @@ def test_message_structs_keep_the_provider_asked_for() -> None:
     assert cw.validate(r.messages, "anthropic") == []
 
 
-_PAIRING = {
-    "orphan_result",
-    "duplicate_result",
-    "unanswered_call",
-    "result_after_content",
-    "result_outside_tool_message",
-    "call_outside_assistant",
-    "duplicate_call",
-    "result_outside_user_message",
-}
-
-
 def _pairing(msgs: list[cw.Message], provider: str) -> list[cw.Violation]:
-    return [v for v in cw.validate(msgs, provider) if v.code in _PAIRING]
+    return [v for v in cw.validate(msgs, provider) if v.code in PAIRING]
 
 
 @given(case(), st.integers(1, 120), st.sampled_from(cw.HINTS), st.sampled_from([0.3, 0.7, 1.0]))

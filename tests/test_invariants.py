@@ -10,18 +10,8 @@ import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow.messages import Message
 
+from shared_data import PAIRING
 from strategies import case
-
-PAIRING = {
-    "orphan_result",
-    "duplicate_result",
-    "unanswered_call",
-    "result_after_content",
-    "result_outside_tool_message",
-    "call_outside_assistant",
-    "duplicate_call",
-    "result_outside_user_message",
-}
 
 
 def pairing_violations(msgs: list[Message], provider: str) -> list[cw.Violation]:

@@ -1076,6 +1076,21 @@ def _with_text(m: Message, part: int, inner: int | None, text: str) -> Message:
     return msgspec.structs.replace(m, content=content)
 
 
+def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``k`` in ``[0, n - 1]`` with ``fits(k)``, by binary search (``fits`` must
+    be monotone); ``0`` when none fits (a text is then cut to its marker alone)."""
+    lo = 0
+    if fits(0):
+        hi = max(n - 1, 0)
+        while lo < hi:
+            mid = lo + (hi - lo + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+    return lo
+
+
 def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str) -> None:
     m = st.m(w)
     pt = m.content[part]
@@ -1087,15 +1102,7 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     def fits(k: int) -> bool:
         return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k)[0])) <= budget
 
-    lo = 0
-    if fits(0):
-        hi = max(len(text) - 1, 0)
-        while lo < hi:
-            mid = lo + (hi - lo + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
+    lo = largest_fitting(len(text), fits)
     new_text, removed = shrink_text(text, lo)
     if removed == 0:
         return

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -604,7 +604,7 @@ def _budget_tool_results(
                         inner[q] = msgspec.structs.replace(inner[q], text=_cut_lines(text, k)[0])  # type: ignore[type-var]
                         return msgspec.structs.replace(result, content=inner)
 
-                    keep = _largest(len(text), lambda k: alone(with_keep(k)) <= limit)
+                    keep = ref.largest_fitting(len(text), lambda k: alone(with_keep(k)) <= limit)
                     new_text, gone = _cut_lines(text, keep)
                     if gone == 0 or len(new_text) >= len(text):
                         continue
@@ -685,21 +685,6 @@ def _budget_tool_results(
             tally.cut[(i, p)] = tally.cut.get((i, p), 0) + n
     tally.cleared.update(cleared)
     return _engine.apply_ops(prep, ops, report), tally
-
-
-def _largest(n: int, fits: Callable[[int], bool]) -> int:
-    """The largest ``k`` in ``[0, n - 1]`` with ``fits(k)`` (binary search; ``0`` when
-    none fits: the text is cut to its marker alone)."""
-    lo, hi = 0, max(n - 1, 0)
-    if not fits(0):
-        return 0
-    while lo < hi:
-        mid = lo + (hi - lo + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 # --------------------------------------------------------------------------- micro compaction
