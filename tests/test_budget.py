@@ -448,9 +448,24 @@ def test_a_bare_preview_suffix_is_another_model() -> None:
 
 
 def test_legacy_chat_models_are_in_the_table() -> None:
-    # gpt-4: 8,192 shared by prompt and output, no published output limit: the first
-    # seed's 64,000 default reserve does not fit its window, so the caller must say
-    with pytest.raises(ValueError, match="max_output_tokens"):
-        resolve_budget(model="gpt-4", env={})
+    # gpt-4: 8,192 shared by prompt and output, no published output limit; the first
+    # seed's 64,000 default reserve would swallow the window, so half of it is reserved
+    b = resolve_budget(model="gpt-4", env={})
+    assert (b.max_output_tokens, b.usable) == (4_096, 4_096)
+    assert b.rules[1] == "output_half_window: max_output_tokens=4096 (gpt-4 publishes no output limit)"
     assert resolve_budget(model="gpt-4", max_output_tokens=1_000, env={}).usable == 7_192
     assert resolve_budget(model="openai/gpt-3.5-turbo", env={}).usable == 16_385 - 4_096
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_table_model_resolves_with_defaults(name: str) -> None:
+    # found by a new user: gpt-4 was in the table yet could not be resolved
+    b = resolve_budget(model=name, env={})
+    limits = MODELS[name]
+    assert b.context_window == limits.context_window and b.capacity_known
+    assert 0 < b.usable <= b.capacity
+    if limits.max_output_tokens is None:
+        # 64,000 (first seed) unless that is over half the window: mistral-large 131,072
+        # keeps 64,000; mistral-small-2501 32,768 reserves 16,384
+        half = limits.context_window // 2
+        assert b.max_output_tokens == (64_000 if 64_000 <= half else half)

@@ -298,36 +298,40 @@ def test_cleared_marker_names_non_text_parts_and_keeps_error_flag() -> None:
 
 
 def test_message_char_cap_one_text() -> None:
-    msgs = [{"role": "user", "content": "b" * 1500}]
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "b" * 1500}]
     r = budget_tool_results(msgs, 10**9, max_message_chars=1000)
     # allowed 1000 characters, marker included: "\n[Truncated: 536 characters removed]" is
     # 1 + 12 + 3 + 20 = 36 characters, so the head keeps 964 and 1500 - 964 = 536 go
-    assert r.messages[0]["content"] == "b" * 964 + "\n[Truncated: 536 characters removed]"
-    assert len(r.messages[0]["content"]) == 1000
+    assert r.messages[1]["content"] == "b" * 964 + "\n[Truncated: 536 characters removed]"
+    assert len(r.messages[1]["content"]) == 1000
     assert r.report.reason == "message_char_cap"
-    assert r.report.fates[0] == cw.Fate(index=0, fate="truncated", rule="message_char_cap", chars_removed=536)
+    assert r.report.fates[1] == cw.Fate(index=1, fate="truncated", rule="message_char_cap", chars_removed=536)
     assert budget_tool_results(r.messages, 10**9, max_message_chars=1000).report.reason is None
 
 
 def test_message_char_cap_largest_text_first() -> None:
-    msgs = [{"role": "user", "content": [{"type": "text", "text": "a" * 700}, {"type": "text", "text": "c" * 500}]}]
+    blocks = [{"type": "text", "text": "a" * 700}, {"type": "text", "text": "c" * 500}]
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": blocks}]
     r = budget_tool_results(msgs, 10**9, max_message_chars=1000, format="anthropic")
     # 1,200 characters, 200 over: the 700-character block is cut to 500 characters with
     # its marker (36 characters: 464 kept, 236 removed); the other block is untouched
-    blocks = r.messages[0]["content"]
-    assert blocks[0]["text"] == "a" * 464 + "\n[Truncated: 236 characters removed]"
-    assert blocks[1] == {"type": "text", "text": "c" * 500}
-    assert r.report.fates[0].chars_removed == 236
+    out = r.messages[1]["content"]
+    assert out[0]["text"] == "a" * 464 + "\n[Truncated: 236 characters removed]"
+    assert out[1] == {"type": "text", "text": "c" * 500}
+    assert r.report.fates[1].chars_removed == 236
 
 
 def test_message_char_cap_spares_pinned_and_preamble() -> None:
     msgs = [
         Message(role="system", content=[TextPart(text="s" * 2000)]),
         Message(role="user", content=[TextPart(text="p" * 2000)], pinned=True),
+        Message(role="assistant", content=[TextPart(text="a" * 2000)]),
         Message(role="user", content=[TextPart(text="u" * 2000)]),
     ]
     r = budget_tool_results(msgs, 10**9, max_message_chars=1000)
-    assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
+    # the preamble, the pinned message and the current request (found by a new user: a
+    # long pasted log lost the question at its end) stay whole; the assistant text is cut
+    assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1] and r.messages[3] is msgs[3]
     assert isinstance(r.messages[2], Message) and len(r.messages[2].content[0].text) == 1000
     assert budget_tool_results(msgs, 10**9, max_message_chars=None).report.reason is None
 
@@ -781,13 +785,13 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
 
 def test_message_char_cap_tiny_cap_is_idempotent() -> None:
     blocks = [{"type": "text", "text": ch * 2000} for ch in "abc"]
-    msgs = [{"role": "user", "content": blocks}]
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": blocks}]
     r = budget_tool_results(msgs, 10**9, max_message_chars=10, format="anthropic")
     # 6,000 characters over a 10-character cap: every block goes down to its marker alone,
     # "\n[Truncated: 2000 characters removed]" (1 + 12 + 4 + 20 = 37 characters); 111 > 10
     # remain, which is the most the rule can do
-    assert [b["text"] for b in r.messages[0]["content"]] == ["\n[Truncated: 2000 characters removed]"] * 3
-    assert r.report.fates[0].chars_removed == 6000
+    assert [b["text"] for b in r.messages[1]["content"]] == ["\n[Truncated: 2000 characters removed]"] * 3
+    assert r.report.fates[1].chars_removed == 6000
     again = budget_tool_results(r.messages, 10**9, max_message_chars=10, format="anthropic")
     assert again.report.reason is None and same_objects(again.messages, r.messages)
 

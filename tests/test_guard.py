@@ -85,14 +85,22 @@ def test_under_budget_returns_the_input_objects_and_no_event() -> None:
 def test_message_char_cap_first_seed() -> None:
     # 60,000 characters; the cap is 50,000 including the marker "\n[Truncated: 10038
     # characters removed]" (13 + 5 + 20 = 38 characters): head 49,962, removed 10,038.
-    msgs = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "a" * 60_000}]
+    # The current request is never capped (a pasted log keeps the question at its end).
+    msgs = [
+        {"role": "system", "content": "s" * 40},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "a" * 60_000},
+        {"role": "user", "content": "q" * 60_000},
+    ]
     g = guard(1_000_000, 1_000)
     r = g.check(msgs)
     [e] = r.events
     assert isinstance(e, MessageTruncated)
-    # before 14 + 4 + 15,000; after 14 + 4 + 50,000 // 4
-    assert (e.messages, e.chars_removed, e.tokens_before, e.tokens_after) == (1, 10_038, 15_018, 12_518)
-    assert r.messages[1]["content"] == "a" * 49_962 + "\n[Truncated: 10038 characters removed]"
+    # before 14 + (4 + 0 -> 1: "go" 2 // 4 = 0, at least 1) 5 + 15,004 + 15,004 = 30,027;
+    # after the assistant text is 4 + 50,000 // 4 = 12,504: 30,027 - 2,500 = 27,527
+    assert (e.messages, e.chars_removed, e.tokens_before, e.tokens_after) == (1, 10_038, 30_027, 27_527)
+    assert r.messages[2]["content"] == "a" * 49_962 + "\n[Truncated: 10038 characters removed]"
+    assert r.messages[3] is msgs[3]
     assert g.stats.messages_truncated == 1
 
 
@@ -658,3 +666,11 @@ def test_unknown_model_is_refused_like_the_cli() -> None:
         ContextGuard(model="gpt-9")
     g = ContextGuard(model="gpt-9", context_window=10_000, max_output_tokens=1_000)
     assert g.budget.usable == 9_000
+
+
+def test_bad_policy_index_names_it_without_a_range() -> None:
+    # found by a new user: the guard checks its policy before it knows the messages
+    with pytest.raises(ValueError, match=r"pinned index -1 is not a message index$"):
+        ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(pinned=(-1,)))
+    with pytest.raises(ValueError, match="priorities key 'a' is not a message index"):
+        ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(priorities={"a": 1}))  # type: ignore[dict-item]

@@ -449,6 +449,11 @@ def resolve_budget(
     elif (env_output := _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)) is not None:
         output = env_output
         rules.append(f"output_from_env: max_output_tokens={output} ({ENV_MAX_OUTPUT_TOKENS})")
+    elif limits is not None and DEFAULT_MAX_OUTPUT_TOKENS > window // 2:
+        # a table model that publishes no output limit and whose window the first seed's
+        # 64,000 would swallow (gpt-4: 8,192 for prompt and output together): half of it
+        output = window // 2
+        rules.append(f"output_half_window: max_output_tokens={output} ({model} publishes no output limit)")
     elif declared or default_pair:
         output = DEFAULT_MAX_OUTPUT_TOKENS
         rules.append(f"output_default_64000: max_output_tokens={output}")

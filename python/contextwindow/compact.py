@@ -401,8 +401,9 @@ def budget_tool_results(
     1. **Character cap.** A message whose text (its text parts and the text of its tool
        results) is over ``max_message_chars`` characters has its largest texts cut to
        their head plus ``"\\n[Truncated: N characters removed]"`` until it is at most
-       that many characters, marker included. Pinned messages and the preamble are
-       never cut. Fate rule ``message_char_cap``.
+       that many characters, marker included. Pinned messages, the preamble and the
+       current request (the last real user message) are never cut. Fate rule
+       ``message_char_cap``.
     2. **One result over its share.** A tool result whose tokens (the result as a message
        of its own, per-message overhead included) exceed ``max_result_share`` x
        ``context_window`` is cut to head + tail at line boundaries (grapheme boundaries
@@ -538,7 +539,9 @@ def _budget_tool_results(
     # 1. per-message character cap (first seed)
     if cap is not None:
         for i, m in enumerate(work):
-            if i < seg.preamble_end or m.pinned or i in pinned_idx:
+            # the current request is P0 (DESIGN.md section 5): trimming cuts it only when it
+            # alone is over budget, never for a character cap
+            if i < seg.preamble_end or m.pinned or i in pinned_idx or i == seg.current_request:
                 continue
             slots = _text_slots(m)
             total = sum(len(_slot_text(m, s)) for s in slots)

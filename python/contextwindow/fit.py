@@ -151,12 +151,14 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     for i in p.pinned:
         if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
+            where = f" (0..{n - 1})" if n is not None else ""
+            raise ValueError(f"pinned index {i!r} is not a message index{where}")
     if not isinstance(p.priorities, Mapping):
         raise TypeError("priorities must be a mapping {index: class}")
     for i, c in p.priorities.items():
         if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            raise ValueError(f"priorities key {i!r} is not a message index (0..{n - 1})")
+            where = f" (0..{n - 1})" if n is not None else ""
+            raise ValueError(f"priorities key {i!r} is not a message index{where}")
         if not _is_int(c) or c not in (0, 1, 2, 3):
             raise ValueError(f"priorities[{i}] must be a class 0-3, got {c!r}")
     return p
