@@ -740,3 +740,33 @@ def test_policy_index_errors_name_the_real_range() -> None:
         cw.fit(msgs, 100, cw.FitPolicy(priorities={2: 1}))
     with pytest.raises(ValueError, match="recent_turns must be >= 0"):
         cw.fit(msgs, 100, cw.FitPolicy(recent_turns=-1))
+
+
+def test_long_agent_turn_then_follow_up_loses_old_units_not_the_task() -> None:
+    """Found by a new user: a 30-call agent turn followed by a short follow-up went whole
+    (both turns are P1), leaving the system prompt, a breadcrumb and the follow-up. A turn's
+    tool units now go before the turn itself, oldest first."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s" * 40},
+        {"role": "user", "content": "the task " * 10},
+    ]
+    for i in range(30):
+        msgs += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "probe", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "r" * 800},
+        ]
+    msgs += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "and now?"}]
+    # fim: system 14, task 4 + 90 // 4 = 26, each unit (4 + 5 // 4 + 1 = 6) + (4 + 200) =
+    # 210, "done" 5, "and now?" 6: 14 + 26 + 30 x 210 + 5 + 6 = 6,351. Budget 4,000,
+    # low water 2,800: the 17 oldest units go (6,351 - 17 x 210 = 2,781 <= 2,800; 16
+    # would leave 2,991).
+    assert cw.count_messages(msgs, "fim") == 6_351
+    r = cw.fit(msgs, 4_000, profile="fim")
+    assert r.report.tokens_after == 2_781
+    assert r.messages[:2] == msgs[:2] and r.messages[-1] is msgs[-1]
+    assert r.messages[2]["tool_calls"][0]["id"] == "c17"
+    assert cw.validate(r.messages, "openai") == []

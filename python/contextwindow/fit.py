@@ -330,7 +330,20 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
                     cands.append((w, list(seg.units[u]), None))
             else:
                 cands.append((w, [w], None))
-    cands.sort(key=lambda c: (c[0], c[2] is None))
+    # oldest first; a whole turn goes after its own tool units, so a turn that must shrink
+    # loses its oldest units before its opening user message (as trim_turns does in the
+    # newest turn): a long agent turn followed by a short follow-up keeps its task and
+    # newest results instead of going whole (found by a new user)
+    last_unit = [-1] * len(seg.turns)
+    for first, items, turn in cands:
+        if turn is None and len(items) > 1 and turn_of[first] >= 0:  # a tool unit
+            t = turn_of[first]
+            last_unit[t] = max(last_unit[t], first)
+
+    def order(c: tuple[int, list[int], int | None]) -> tuple[int, int]:
+        return (max(c[0], last_unit[c[2]]), 1) if c[2] is not None else (c[0], 0)
+
+    cands.sort(key=order)
     return _Plan(st, seg, cls, why0, unpinned, turn_of, cands)
 
 
