@@ -971,3 +971,23 @@ def test_micro_compact_pinned_indices_for_dict_input() -> None:
     assert [i for i, m in enumerate(r.messages) if m is not msgs[i]] == [3]
     with pytest.raises(ValueError):
         micro_compact(msgs, pinned=(9,))
+
+
+def test_a_cut_that_would_not_lower_the_cost_is_not_made() -> None:
+    # found by hypothesis: a result whose cost is an unsized image (1,445+ tokens) plus a
+    # 49-character text is over half a tiny window; cutting the text to its marker made
+    # the result cost more (1,533 -> 1,537 tokens)
+    msgs = [
+        Message(role="assistant", content=[ToolCall(id="c2", name="read_file", arguments="")]),
+        Message(
+            role="tool",
+            content=[
+                ToolResult(
+                    call_id="c2",
+                    content=[cw.ImagePart(source="https://example.com/a.png"), TextPart(text=cw.BREADCRUMB)],
+                )
+            ],
+        ),
+    ]
+    r = budget_tool_results(msgs, 40)
+    assert r.report.reason is None and same_objects(r.messages, msgs)

@@ -611,6 +611,8 @@ def _budget_tool_results(
                     new_text, gone = _cut_lines(text, keep)
                     if gone == 0 or len(new_text) >= len(text):
                         continue
+                    if alone(with_keep(keep)) >= alone(result):
+                        continue  # the marker costs as much as the text it replaces
                     result = with_keep(keep)
                     removed[(i, p, q)] = removed.get((i, p, q), 0) + gone
                     cut[(i, p, q)] = cut.get((i, p, q), 0) + gone
