@@ -651,10 +651,13 @@ def _budget_tool_results(
                     continue
                 if tool.casefold() not in heavy or tool.casefold() in protected:
                     continue
+                cleared_part = _clear(part, tool)
+                if not _non_text(part) and _result_chars(cleared_part) >= _result_chars(part):
+                    continue  # as micro_compact: a marker no shorter than the text (and the cap holds)
                 content = list(m.content)
                 # the marker counts what the result holds now (after rules 1-2), so a second
                 # run sees the very result this run saw and decides the same
-                content[p] = _clear(part, tool)
+                content[p] = cleared_part
                 trial = msgspec.structs.replace(m, content=content)
                 cost = _cost(trial, name)
                 if cost >= costs[i]:
