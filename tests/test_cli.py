@@ -346,3 +346,12 @@ def test_empty_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     empty.write_text("  \n")
     assert main(["count", str(empty)]) == 2
     assert capsys.readouterr().err.strip() == f"contextwindow: error: {empty}: the file is empty"
+
+
+def test_option_errors_show_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    # found by a new user: the top-level usage was printed for a subcommand's bad option
+    with pytest.raises(SystemExit) as info:
+        main(["fit", str(EXAMPLE), "--budget", "-5"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: contextwindow fit ") and "contextwindow fit: error: --budget must be >= 0" in err

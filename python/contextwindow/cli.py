@@ -381,13 +381,13 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("-o", "--output", help="write the fitted conversation here (default: stdout)")
     f.add_argument("--no-breadcrumb", action="store_true", help="do not insert the breadcrumb")
     common(f)
-    f.set_defaults(run=_cmd_fit)
+    f.set_defaults(run=_cmd_fit, parser=f)
 
     i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
     i.add_argument("file", metavar="FILE")
     i.add_argument("--top", type=int, default=10, help="how many of the largest messages to list (default 10)")
     common(i)
-    i.set_defaults(run=_cmd_inspect)
+    i.set_defaults(run=_cmd_inspect, parser=i)
 
     v = sub.add_parser("validate", help="list violations of the provider's tool-pair and role rules")
     v.add_argument("file", metavar="FILE")
@@ -440,14 +440,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    sub = getattr(args, "parser", parser)  # option errors show the subcommand's usage
     if getattr(args, "budget", None) is not None and args.budget < 0:
-        parser.error("--budget must be >= 0")
+        sub.error("--budget must be >= 0")
     if getattr(args, "budget", None) is not None and (
         args.context_window is not None or args.max_output_tokens is not None
     ):
-        parser.error("--context-window and --max-output-tokens go with --model, not --budget")
+        sub.error("--context-window and --max-output-tokens go with --model, not --budget")
     if getattr(args, "top", 0) < 0:
-        parser.error("--top must be >= 0")
+        sub.error("--top must be >= 0")
     try:
         return int(args.run(args))
     except BrokenPipeError:
