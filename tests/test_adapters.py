@@ -822,3 +822,12 @@ def test_lone_surrogates_in_tool_arguments_become_replacement_characters() -> No
 
     m = Message(role="assistant", content=[ToolCall(id="t", name="f", arguments='{"a": "x\ud800"}')])
     assert message_to_anthropic(m)["content"][0]["input"] == {"a": "x\ufffd"}
+
+
+def test_canonical_format_with_dicts_says_what_it_takes() -> None:
+    # found by a new user: msgspec's "Expected `array`, got `str`" named no cause
+    from contextwindow import count_messages
+
+    with pytest.raises(InvalidMessageError, match="format='canonical' takes Message structs, got dict") as info:
+        count_messages([{"role": "user", "content": "hi"}], format="canonical")
+    assert info.value.index == 0

@@ -165,6 +165,13 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {format!r}")
     messages = list(messages)  # a snapshot: indices stay right if another thread edits the list
+    if format == "canonical" and not all(isinstance(m, Message) for m in messages):
+        bad = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
+        raise InvalidMessageError(
+            f"format='canonical' takes Message structs, got {type(messages[bad]).__name__}; "
+            "use 'openai' or 'anthropic' (or None) for dicts",
+            index=bad,
+        )
     try:
         fmt: InputFormat
         if format is None:
