@@ -597,7 +597,6 @@ class ContextGuard:
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         window = self.budget.context_window
         budget = self.budget.usable
-        before = cur_tokens = self._count(messages, fmt)
         cur: Any = messages
         events: list[Any] = []
         steps: list[GuardStep] = []
@@ -628,6 +627,7 @@ class ContextGuard:
             format=fmt,
         )
         steps.append(GuardStep(step="tool_output", report=r.report))
+        before = cur_tokens = r.report.tokens_before  # step 1 counted the input already
         if r.report.reason is not None:
             base = common("tool_output", r, cur_tokens, len(cur))
             n, c = _counts(tally.capped)

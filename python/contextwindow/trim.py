@@ -91,6 +91,19 @@ def _flag(breadcrumb: object) -> bool:
     return breadcrumb
 
 
+def _fast_trim(native: Callable[..., Any], messages: Any, format: str | None, limit: int, *rest: Any) -> Any:
+    """A trim through the native dict reader (one walk, no JSON), or ``None`` when it does
+    not take the input and the caller must use the Python adapters."""
+    if not _engine.fast_reader(messages, format):
+        return None
+    snapshot = messages.copy()  # indices stay right if another thread edits the list
+    read = native(snapshot, format, limit, *rest)
+    if read is None:
+        return None
+    fmt, _provider, out = read
+    return _engine.apply_outcome(snapshot, fmt, out)
+
+
 def trim_turns(
     messages: Any,
     budget: int,
@@ -160,12 +173,10 @@ def trim_turns(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     budget = _check_n(budget, "budget")
-    if est is None and counter is None and isinstance(breadcrumb, bool) and _engine.fast_reader(messages, format):
-        snapshot = messages.copy()  # indices stay right if another thread edits the list
-        read = _engine.native.trim_turns_dicts(snapshot, format, budget, name, breadcrumb)
-        if read is not None:
-            fmt, _provider, out = read
-            return _engine.apply_outcome(snapshot, fmt, out)
+    if est is None and counter is None and isinstance(breadcrumb, bool):
+        fast = _fast_trim(_engine.native.trim_turns_dicts, messages, format, budget, name, breadcrumb)
+        if fast is not None:
+            return fast
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
         out = _engine.native.trim_turns(prep.payload, budget, name, _flag(breadcrumb), prep.provider)
@@ -218,12 +229,10 @@ def trim_turn_count(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     max_turns = _check_n(max_turns, "max_turns")
-    if est is None and counter is None and isinstance(breadcrumb, bool) and _engine.fast_reader(messages, format):
-        snapshot = messages.copy()  # indices stay right if another thread edits the list
-        read = _engine.native.trim_turn_count_dicts(snapshot, format, max_turns, name, breadcrumb)
-        if read is not None:
-            fmt, _provider, out = read
-            return _engine.apply_outcome(snapshot, fmt, out)
+    if est is None and counter is None and isinstance(breadcrumb, bool):
+        fast = _fast_trim(_engine.native.trim_turn_count_dicts, messages, format, max_turns, name, breadcrumb)
+        if fast is not None:
+            return fast
     prep = _engine.prepare(messages, format)
     if est is None and counter is None:
         out = _engine.native.trim_turn_count(prep.payload, max_turns, name, _flag(breadcrumb), prep.provider)
