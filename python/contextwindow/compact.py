@@ -43,6 +43,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
+from .budget import _int_arg
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -147,16 +148,6 @@ def _profile(profile: str | None) -> str:
     if not isinstance(name, str) or name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
     return name
-
-
-def _positive_int(value: Any, name: str, *, allow_none: bool = False, minimum: int = 1) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _share(value: Any, name: str) -> float | None:
@@ -504,14 +495,14 @@ def _budget_tool_results(
 ) -> tuple[TrimResult[Any], _Tally]:
     """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
     name = _profile(profile)
-    window = _positive_int(context_window, "context_window")
+    window = _int_arg("context_window", context_window, minimum=1)
     assert window is not None
     result_share = _share(max_result_share, "max_result_share")
     total_share = _share(max_total_share, "max_total_share")
     heavy = _names(output_heavy_tools, "output_heavy_tools")
     protected = _names(protected_tools, "protected_tools")
-    cap = _positive_int(max_message_chars, "max_message_chars", allow_none=True)
-    recent = _positive_int(keep_recent, "keep_recent", allow_none=True, minimum=0)
+    cap = _int_arg("max_message_chars", max_message_chars, allow_none=True, minimum=1)
+    recent = _int_arg("keep_recent", keep_recent, allow_none=True, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
@@ -750,7 +741,7 @@ def micro_compact(
     ['[tool result cleared: 500 char', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy']
     """
     name = _profile(profile)
-    keep = _positive_int(keep_recent, "keep_recent", minimum=0)
+    keep = _int_arg("keep_recent", keep_recent, minimum=0)
     assert keep is not None
     only = None if tools is None else _names(tools, "tools")
     pinned_idx = _pinned_type(pinned)
@@ -915,7 +906,7 @@ def prune_middle(
     name = _profile(profile)
     limit = _budget_tokens(budget)
     if keep_recent is not None:
-        _positive_int(keep_recent, "keep_recent", minimum=0)
+        _int_arg("keep_recent", keep_recent, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)

@@ -57,8 +57,8 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _engine
-from .budget import Budget, check_capacity, resolve_budget
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _names, _positive_int, _share, prune_middle
+from .budget import Budget, _int_arg, check_capacity, resolve_budget
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _names, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
@@ -461,7 +461,7 @@ class ContextGuard:
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
         # options are checked here, not at the first check() deep inside a step
         policy = _check_policy(policy)
-        _positive_int(max_message_chars, "max_message_chars", allow_none=True)
+        _int_arg("max_message_chars", max_message_chars, minimum=1, allow_none=True)
         _share(max_result_share, "max_result_share")
         _share(max_total_share, "max_total_share")
         if isinstance(subscribers, (str, bytes)) or not isinstance(subscribers, Iterable):
