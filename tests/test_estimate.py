@@ -184,7 +184,7 @@ def test_accuracy_targets_on_held_out_corpus(reference: str) -> None:
 def test_vocabulary_filters_hold_every_short_token() -> None:
     """No false negatives: every ASCII token of 16 bytes or less, and every 2-3 character
     CJK token, of cl100k tests positive in the embedded filter; random 6-letter strings that
-    are not tokens test positive about 1% of the time (2**20 bits, 3 per key)."""
+    are not tokens test positive about 1.4% of the time (2**20 bits, 4 per key in one word)."""
     tiktoken = pytest.importorskip("tiktoken")
     import random
 

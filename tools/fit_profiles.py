@@ -6,9 +6,10 @@
 
 Writes ``rust/contextwindow-core/data/``:
 
-* ``<family>.bloom``: blocked Bloom filter (2^20 bits, 3 per key) of every vocabulary
-  token that is ASCII and at most 16 bytes long, and every 2- or 3-character token made
-  of CJK, kana or hangul (the pieces the scanner looks up);
+* ``<family>.bloom``: register-blocked Bloom filter (2^20 bits; 4 bits per key, all in
+  one 64-bit little-endian word) of every vocabulary token that is ASCII and at most 16
+  bytes long, and every 2- or 3-character token made of CJK, kana or hangul (the pieces
+  the scanner looks up);
 * ``<family>.cost``: for each code point of the BMP and of U+1F000..U+1FAFF, the tokens
   the family spends on it alone (1..4, stored as 2 bits);
 * ``profiles.json``: integer weights per feature (1/10000 token), per-message, per-tool-call

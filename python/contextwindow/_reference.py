@@ -68,20 +68,20 @@ _M64 = 0xFFFFFFFFFFFFFFFF
 
 
 def key_hash(key: bytes) -> int:
-    """Hash of a 1-16 byte key: little-endian halves (zero padded) and length, mixed."""
+    """Hash of a 1-16 byte key: little-endian halves (zero padded), each xored with a
+    constant (the length into the high half), multiplied as 128-bit numbers and folded."""
     lo = int.from_bytes(key[:8], "little")
     hi = int.from_bytes(key[8:16], "little")
-    h = (((lo ^ 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _M64) ^ (((hi ^ len(key)) * 0x94D049BB133111EB) & _M64)
-    h ^= h >> 31
-    h = (h * 0xD6E8FEB86659FD93) & _M64
-    return h ^ (h >> 32)
+    r = (lo ^ 0x9E3779B97F4A7C15) * (hi ^ 0xD6E8FEB86659FD93 ^ len(key))
+    return (r & _M64) ^ (r >> 64)
 
 
-def bloom_bits(key: bytes) -> tuple[int, int, int]:
-    """The three bit positions of a key: one 512-bit block, three bits in it."""
+def bloom_bits(key: bytes) -> tuple[int, int, int, int]:
+    """The four bit positions of a key, all in one 64-bit word: the hash's top 14 bits pick
+    the word, its four lowest 6-bit fields the bits."""
     h = key_hash(key)
-    base = (h >> 53) << 9
-    return base + (h & 511), base + ((h >> 9) & 511), base + ((h >> 18) & 511)
+    base = (h >> 50) << 6
+    return base + (h & 63), base + ((h >> 6) & 63), base + ((h >> 12) & 63), base + ((h >> 18) & 63)
 
 
 @dataclass(frozen=True)
