@@ -8,7 +8,9 @@
 //! Integer arithmetic throughout, so the Rust engine and the pure-Python reference
 //! (`contextwindow._reference`) agree exactly.
 
-use crate::features::{scan, Features, Vocab, N_FEATURES};
+#[cfg(test)]
+use crate::features::scan;
+use crate::features::{scan_into, Sink, Vocab, N_FEATURES};
 use crate::model::{Message, Part, PartKind};
 
 mod data {
@@ -78,9 +80,26 @@ pub fn weights(family: usize) -> &'static [i64; N_FEATURES] {
     &data::WEIGHTS[family]
 }
 
-#[inline]
-fn dot(f: &Features, w: &[i64; N_FEATURES]) -> i64 {
-    f.iter().zip(w.iter()).map(|(n, w)| *n as i64 * w).sum()
+/// The fitted sum of one family (`F`, an index into [`FAMILY_NAMES`]), weights read
+/// from the embedded table at a constant index, so each count the scanner adds is one
+/// multiply-add by a constant.
+struct FamilySum<const F: usize>(i64);
+
+impl<const F: usize> Sink for FamilySum<F> {
+    #[inline(always)]
+    fn add(&mut self, _: usize, f: usize, n: u64) {
+        self.0 += data::WEIGHTS[F][f] * n as i64;
+    }
+}
+
+/// The fitted sums of both families, in [`FAMILY_NAMES`] order.
+struct BothSums([i64; 2]);
+
+impl Sink for BothSums {
+    #[inline(always)]
+    fn add(&mut self, k: usize, f: usize, n: u64) {
+        self.0[k] += data::WEIGHTS[k][f] * n as i64;
+    }
 }
 
 /// Bytes per block of [`ascii_and_other`]: counts of one block fit in `u8` lanes.
@@ -241,8 +260,15 @@ impl Profile {
             }
             TextRule::Bytes4 => (text.len() as u64).div_ceil(4),
             TextRule::Fitted { family } => {
-                let [f] = scan(text, &[VOCABS[family]]);
-                let sum = dot(&f, weights(family));
+                let sum = if family == 0 {
+                    let mut w = FamilySum::<0>(0);
+                    scan_into(text, &[VOCABS[0]], &mut w);
+                    w.0
+                } else {
+                    let mut w = FamilySum::<1>(0);
+                    scan_into(text, &[VOCABS[1]], &mut w);
+                    w.0
+                };
                 if sum <= 0 {
                     0
                 } else {
@@ -250,9 +276,9 @@ impl Profile {
                 }
             }
             TextRule::Max { margin_percent } => {
-                let [a, b] = scan(text, &VOCABS);
-                let sum =
-                    dot(&a, weights(0)).max(dot(&b, weights(1))) as i128 * margin_percent as i128;
+                let mut w = BothSums([0, 0]);
+                scan_into(text, &VOCABS, &mut w);
+                let sum = w.0[0].max(w.0[1]) as i128 * margin_percent as i128;
                 let den = SCALE as i128 * 100;
                 if sum <= 0 {
                     0
@@ -314,6 +340,34 @@ mod tests {
         ];
         for (t, want) in cases {
             assert_eq!(FIM.text_tokens(t), *want, "{t:?}");
+        }
+    }
+
+    /// The weighted-sum sinks give the dot product of the scanner's feature counts.
+    #[test]
+    fn sums_equal_the_dot_product_of_the_counts() {
+        let dot = |f: &crate::features::Features, family: usize| -> i64 {
+            f.iter()
+                .zip(weights(family))
+                .map(|(n, w)| *n as i64 * w)
+                .sum()
+        };
+        let texts = [
+            "The quick brown fox, again.\n\n  x = foo(bar)[0]; // 12345 HTTPResponse",
+            "これは日本語の文章です。中文文本也在这里。한국어 문장입니다. 😀👨\u{200d}👩 é",
+            "{\"role\": \"user\", \"content\": \"qzxjvkw 0xDEADBEEF aGVsbG8gd29ybGQ=\"}\t\t\r\n",
+        ];
+        for t in texts {
+            let [a, b] = scan(t, &VOCABS);
+            let mut one = FamilySum::<0>(0);
+            scan_into(t, &[VOCABS[0]], &mut one);
+            let mut two = FamilySum::<1>(0);
+            scan_into(t, &[VOCABS[1]], &mut two);
+            let mut both = BothSums([0, 0]);
+            scan_into(t, &VOCABS, &mut both);
+            assert_eq!(one.0, dot(&a, 0), "{t:?}");
+            assert_eq!(two.0, dot(&b, 1), "{t:?}");
+            assert_eq!(both.0, [dot(&a, 0), dot(&b, 1)], "{t:?}");
         }
     }
 

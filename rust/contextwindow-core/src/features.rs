@@ -377,7 +377,7 @@ fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
 }
 
 #[inline(always)]
-fn unknown_letters(f: &mut Features, rare: &[u8; RARE_BYTES], seg: &[u8]) {
+fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_BYTES], seg: &[u8]) {
     let len = seg.len();
     let bucket = match len {
         0..=3 => 0,
@@ -385,18 +385,19 @@ fn unknown_letters(f: &mut Features, rare: &[u8; RARE_BYTES], seg: &[u8]) {
         7..=9 => 2,
         10..=13 => 3,
         _ => {
-            f[F_UNKNOWN_X] += (len - 14) as u64;
+            f.add(F_UNKNOWN_X, (len - 14) as u64);
             4
         }
     };
-    f[F_UNKNOWN_1 + bucket] += 1;
-    f[F_UNKNOWN_RARE_BIGRAMS] += seg
+    f.add(F_UNKNOWN_1 + bucket, 1);
+    let rare_pairs = seg
         .windows(2)
         .filter(|p| {
             let k = 26 * ((p[0] | 0x20) - b'a') as usize + ((p[1] | 0x20) - b'a') as usize;
             rare[k >> 3] >> (k & 7) & 1 == 1
         })
-        .count() as u64;
+        .count();
+    f.add(F_UNKNOWN_RARE_BIGRAMS, rare_pairs as u64);
 }
 
 /// High bit of every byte of a word.
@@ -503,8 +504,8 @@ fn known_all<const K: usize>(vocabs: &[Vocab; K], bytes: &[u8], s: usize, e: usi
 /// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given; each
 /// key is hashed once for all families, the bare key only when some family needs it.
 #[inline(always)]
-fn letter_segment<const K: usize>(
-    out: &mut [Features; K],
+fn letter_segment<S: Sink, const K: usize>(
+    out: &mut S,
     vocabs: &[Vocab; K],
     b: &[u8],
     lead: Option<usize>,
@@ -515,28 +516,31 @@ fn letter_segment<const K: usize>(
         Some(p) => {
             let led = known_all(vocabs, b, p, e);
             if led.iter().all(|&x| x) {
-                for f in out.iter_mut() {
-                    f[F_KNOWN] += 1;
+                for k in 0..K {
+                    let f = &mut At(&mut *out, k);
+                    f.add(F_KNOWN, 1);
                 }
                 return;
             }
             let bare = known_all(vocabs, b, s, e);
-            for (k, (f, v)) in out.iter_mut().zip(vocabs).enumerate() {
+            for (k, v) in vocabs.iter().enumerate() {
+                let f = &mut At(&mut *out, k);
                 if led[k] {
-                    f[F_KNOWN] += 1;
+                    f.add(F_KNOWN, 1);
                 } else if bare[k] {
-                    f[F_KNOWN_BARE] += 1;
+                    f.add(F_KNOWN_BARE, 1);
                 } else {
                     unknown_letters(f, v.rare, &b[s..e]);
-                    f[F_UNKNOWN_PREFIXED] += 1;
+                    f.add(F_UNKNOWN_PREFIXED, 1);
                 }
             }
         }
         None => {
             let bare = known_all(vocabs, b, s, e);
-            for (k, (f, v)) in out.iter_mut().zip(vocabs).enumerate() {
+            for (k, v) in vocabs.iter().enumerate() {
+                let f = &mut At(&mut *out, k);
                 if bare[k] {
-                    f[F_KNOWN] += 1;
+                    f.add(F_KNOWN, 1);
                 } else {
                     unknown_letters(f, v.rare, &b[s..e]);
                 }
@@ -547,8 +551,8 @@ fn letter_segment<const K: usize>(
 
 /// Features of the whitespace piece `b[s..e]` (empty: nothing).
 #[inline(always)]
-fn space_piece<const K: usize>(
-    out: &mut [Features; K],
+fn space_piece<S: Sink, const K: usize>(
+    out: &mut S,
     vocabs: &[Vocab; K],
     b: &[u8],
     s: usize,
@@ -558,19 +562,58 @@ fn space_piece<const K: usize>(
         return;
     }
     let hit = known_all(vocabs, b, s, e);
-    for (f, known) in out.iter_mut().zip(hit) {
+    for (k, known) in hit.into_iter().enumerate() {
+        let f = &mut At(&mut *out, k);
         if known {
-            f[F_KNOWN] += 1;
+            f.add(F_KNOWN, 1);
         } else {
-            f[F_UNKNOWN_SPACE] += 1;
-            f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
-            f[F_UNKNOWN_SPACE_SWITCHES] +=
-                b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
-            f[F_UNKNOWN_NEWLINES] += b[s..e]
-                .iter()
-                .filter(|&&c| c == b'\n' || c == b'\r')
-                .count() as u64;
+            f.add(F_UNKNOWN_SPACE, 1);
+            f.add(F_UNKNOWN_SPACE_X, (e - s).saturating_sub(2) as u64);
+            f.add(
+                F_UNKNOWN_SPACE_SWITCHES,
+                b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64,
+            );
+            f.add(
+                F_UNKNOWN_NEWLINES,
+                b[s..e]
+                    .iter()
+                    .filter(|&&c| c == b'\n' || c == b'\r')
+                    .count() as u64,
+            );
         }
+    }
+}
+
+/// Where the scanner puts what it counts, for every family at once: `add(k, f, n)` adds
+/// `n` to feature `f` (an index into [`FEATURE_NAMES`]) of the `k`-th vocabulary.
+/// `[Features; K]` keeps the counts; a sink that keeps only weighted sums
+/// (`crate::estimate`) spares the per-call feature array and dot product.
+pub trait Sink {
+    /// Add `n` counts of feature `f` for the `k`-th vocabulary.
+    fn add(&mut self, k: usize, f: usize, n: u64);
+}
+
+impl<const K: usize> Sink for [Features; K] {
+    #[inline(always)]
+    fn add(&mut self, k: usize, f: usize, n: u64) {
+        self[k][f] += n;
+    }
+}
+
+impl Sink for Features {
+    #[inline(always)]
+    fn add(&mut self, _: usize, f: usize, n: u64) {
+        self[f] += n;
+    }
+}
+
+/// One family's view of a [`Sink`].
+struct At<'a, S: Sink>(&'a mut S, usize);
+
+impl<S: Sink> At<'_, S> {
+    #[inline(always)]
+    fn add(&mut self, f: usize, n: u64) {
+        self.0.add(self.1, f, n);
     }
 }
 
@@ -589,6 +632,13 @@ fn space_piece<const K: usize>(
 /// ```
 pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let mut out = [[0u64; N_FEATURES]; K];
+    scan_into(text, vocabs, &mut out);
+    out
+}
+
+/// [`scan`] into any [`Sink`], one per vocabulary; [`Weighted`] sinks give the fitted
+/// sums directly (the same integers as the dot product of [`scan`]'s counts).
+pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: &mut S) {
     let groups = group_table();
     let b = text.as_bytes();
     let n = b.len();
@@ -615,8 +665,9 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
             };
             let isl = is_letter_group(g);
             if isl && !na_prev_letter {
-                for f in out.iter_mut() {
-                    f[F_NA_WORDS] += 1;
+                for k in 0..K {
+                    let f = &mut At(&mut *out, k);
+                    f.add(F_NA_WORDS, 1);
                 }
             }
             na_prev_letter = isl;
@@ -625,7 +676,8 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
             // CJK-ish (else None), then the same for three characters
             let mut h2: Option<Option<u64>> = None;
             let mut h3: Option<Option<u64>> = None;
-            for (f, (v, c)) in out.iter_mut().zip(vocabs.iter().zip(consumed.iter_mut())) {
+            for (k, (v, c)) in vocabs.iter().zip(consumed.iter_mut()).enumerate() {
+                let f = &mut At(&mut *out, k);
                 if i < *c {
                     continue;
                 }
@@ -651,12 +703,12 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                         Some(h) if v.contains_hash(h) => 3,
                         _ => 2,
                     };
-                    f[F_NGRAMS] += 1;
+                    f.add(F_NGRAMS, 1);
                     *c = i + 3 * m;
                     continue;
                 }
-                f[F_CH + g as usize] += 1;
-                f[F_EX + g as usize] += v.cost(cp) - 1;
+                f.add(F_CH + g as usize, 1);
+                f.add(F_EX + g as usize, v.cost(cp) - 1);
             }
             prefix = None;
             i += len;
@@ -673,7 +725,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 loop {
                     let e = segment_end(b, s);
                     debug_assert!(e > s, "a letter segment holds its first letter");
-                    letter_segment(&mut out, vocabs, b, lead, s, e);
+                    letter_segment(out, vocabs, b, lead, s, e);
                     lead = None;
                     s = e;
                     if is_letter(kind(e)) {
@@ -683,8 +735,9 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     // trip: a lone punctuation mark not followed by punctuation, a line
                     // break or a letter is a piece of one byte, always a token...
                     if kind(s) == PU && !matches!(kind(s + 1), PU | NL | LO | UP) {
-                        for f in out.iter_mut() {
-                            f[F_KNOWN] += 1;
+                        for k in 0..K {
+                            let f = &mut At(&mut *out, k);
+                            f.add(F_KNOWN, 1);
                         }
                         s += 1;
                     }
@@ -702,15 +755,17 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
             DG => {
                 j = run_end(b, j, digit, DG);
                 let len = (j - i) as u64;
-                for f in out.iter_mut() {
-                    f[F_DIGITS] += len;
-                    f[F_DIGIT_GROUPS] += len.div_ceil(3);
+                for k in 0..K {
+                    let f = &mut At(&mut *out, k);
+                    f.add(F_DIGITS, len);
+                    f.add(F_DIGIT_GROUPS, len.div_ceil(3));
                 }
                 prefix = None;
             }
             CT => {
-                for f in out.iter_mut() {
-                    f[F_CONTROLS] += 1;
+                for k in 0..K {
+                    let f = &mut At(&mut *out, k);
+                    f.add(F_CONTROLS, 1);
                 }
                 prefix = None;
             }
@@ -726,12 +781,13 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                         j += 1;
                     }
                     let hit = known_all(vocabs, b, start, j);
-                    for (f, known) in out.iter_mut().zip(hit) {
+                    for (k, known) in hit.into_iter().enumerate() {
+                        let f = &mut At(&mut *out, k);
                         if known {
-                            f[F_KNOWN] += 1;
+                            f.add(F_KNOWN, 1);
                         } else {
-                            f[F_UNKNOWN_PUNCT] += 1;
-                            f[F_UNKNOWN_PUNCT_X] += (j - start).saturating_sub(2) as u64;
+                            f.add(F_UNKNOWN_PUNCT, 1);
+                            f.add(F_UNKNOWN_PUNCT_X, (j - start).saturating_sub(2) as u64);
                         }
                     }
                     prefix = None;
@@ -754,21 +810,20 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     .map(|p| i + p);
                 let next = kind(j);
                 let a_end = last_nl.map_or(i, |p| p + 1);
-                space_piece(&mut out, vocabs, b, i, a_end);
+                space_piece(out, vocabs, b, i, a_end);
                 prefix = None;
                 if a_end < j {
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
-                        space_piece(&mut out, vocabs, b, a_end, j - 1);
+                        space_piece(out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
                     } else {
-                        space_piece(&mut out, vocabs, b, a_end, j);
+                        space_piece(out, vocabs, b, a_end, j);
                     }
                 }
             }
         }
         i = j;
     }
-    out
 }
 
 #[cfg(test)]

@@ -216,7 +216,7 @@ fn letter_segment_scalar<const K: usize>(
                 } else if v.known(b, s, e) {
                     f[F_KNOWN_BARE] += 1;
                 } else {
-                    unknown_letters(f, v.rare, &b[s..e]);
+                    unknown_letters(&mut At(f, 0), v.rare, &b[s..e]);
                     f[F_UNKNOWN_PREFIXED] += 1;
                 }
             }
@@ -224,7 +224,7 @@ fn letter_segment_scalar<const K: usize>(
                 if v.known(b, s, e) {
                     f[F_KNOWN] += 1;
                 } else {
-                    unknown_letters(f, v.rare, &b[s..e]);
+                    unknown_letters(&mut At(f, 0), v.rare, &b[s..e]);
                 }
             }
         }
