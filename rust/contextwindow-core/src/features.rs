@@ -368,14 +368,6 @@ fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
     }
 }
 
-/// Whether a 3-byte CJK, kana or hangul character starts at `i`.
-#[inline(always)]
-fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
-    i + 3 <= bytes.len()
-        && (0xE0..0xF0).contains(&bytes[i])
-        && is_cjkish(group_of(groups, decode(bytes, i).0))
-}
-
 #[inline(always)]
 fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_BYTES], seg: &[u8]) {
     let len = seg.len();
@@ -617,6 +609,83 @@ impl<S: Sink> At<'_, S> {
     }
 }
 
+/// Features of the run of 3-byte characters (U+0800..U+FFFF) that starts at `i`; returns
+/// its end. Each character is decoded once; a CJK, kana or hangul character followed by
+/// another tries the family's 2-character token (hashed once for all families), then the
+/// 3-character one, greedily; a family inside an n-gram skips the characters it covers
+/// (`consumed`). Every other character counts its group and standalone cost.
+#[inline(never)]
+fn three_byte_run<S: Sink, const K: usize>(
+    out: &mut S,
+    vocabs: &[Vocab; K],
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    mut i: usize,
+    consumed: &mut [usize; K],
+    na_prev_letter: &mut bool,
+) -> usize {
+    let n = b.len();
+    let mut cp = decode3(b, i);
+    let mut g = groups[cp as usize];
+    loop {
+        let isl = is_letter_group(g);
+        if isl && !*na_prev_letter {
+            for k in 0..K {
+                out.add(k, F_NA_WORDS, 1);
+            }
+        }
+        *na_prev_letter = isl;
+        let more = i + 6 <= n && (0xE0..0xF0).contains(&b[i + 3]);
+        let (cp1, g1) = if more {
+            let c = decode3(b, i + 3);
+            (c, groups[c as usize])
+        } else {
+            (0, G_SYM)
+        };
+        let pair = more && is_cjkish(g) && is_cjkish(g1);
+        let h2 = if pair { hash_at(b, i, i + 6) } else { 0 };
+        // the 3-character key, worked out once when a family has the pair: None before
+        // that, then Some(None) when the third character is not CJK-ish
+        let mut h3: Option<Option<u64>> = None;
+        for k in 0..K {
+            if i < consumed[k] {
+                continue;
+            }
+            let v = &vocabs[k];
+            if pair && v.contains_hash(h2) {
+                let tri = *h3.get_or_insert_with(|| {
+                    let at = i + 6;
+                    let third = at + 3 <= n
+                        && (0xE0..0xF0).contains(&b[at])
+                        && is_cjkish(groups[decode3(b, at) as usize]);
+                    third.then(|| hash_at(b, i, i + 9))
+                });
+                let m = match tri {
+                    Some(h) if v.contains_hash(h) => 3,
+                    _ => 2,
+                };
+                out.add(k, F_NGRAMS, 1);
+                consumed[k] = i + 3 * m;
+                continue;
+            }
+            out.add(k, F_CH + g as usize, 1);
+            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+        }
+        i += 3;
+        if !more {
+            return i;
+        }
+        cp = cp1;
+        g = g1;
+    }
+}
+
+/// The code point of the 3-byte UTF-8 sequence at `i`.
+#[inline(always)]
+fn decode3(b: &[u8], i: usize) -> u32 {
+    ((b[i] as u32 & 0x0F) << 12) | ((b[i + 1] as u32 & 0x3F) << 6) | (b[i + 2] as u32 & 0x3F)
+}
+
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
 ///
 /// Letter, digit and whitespace runs are found 8 bytes at a time (SWAR byte-class masks
@@ -650,68 +719,38 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
     let mut na_prev_letter = false;
     // Per family: end of the CJK n-gram being consumed.
     let mut consumed = [0usize; K];
-    // The next character when a CJK step has decoded it already: (offset, code point, group).
-    let mut ahead: Option<(usize, u32, u8)> = None;
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
         if k == NA {
-            let (cp, len, g) = match ahead {
-                Some((at, cp, g)) if at == i => (cp, 3, g),
-                _ => {
-                    let (cp, len) = decode(b, i);
-                    (cp, len, group_of(groups, cp))
-                }
-            };
-            let isl = is_letter_group(g);
-            if isl && !na_prev_letter {
-                for k in 0..K {
-                    let f = &mut At(&mut *out, k);
-                    f.add(F_NA_WORDS, 1);
-                }
-            }
-            na_prev_letter = isl;
-            // shared by the families and worked out only when a family is not inside an
-            // n-gram already: the hash of this and the next character when both are
-            // CJK-ish (else None), then the same for three characters
-            let mut h2: Option<Option<u64>> = None;
-            let mut h3: Option<Option<u64>> = None;
-            for (k, (v, c)) in vocabs.iter().zip(consumed.iter_mut()).enumerate() {
-                let f = &mut At(&mut *out, k);
-                if i < *c {
-                    continue;
-                }
-                let pair = *h2.get_or_insert_with(|| {
-                    if len != 3 || !is_cjkish(g) {
-                        return None;
+            if (0xE0..0xF0).contains(&b[i]) {
+                i = three_byte_run(
+                    out,
+                    vocabs,
+                    groups,
+                    b,
+                    i,
+                    &mut consumed,
+                    &mut na_prev_letter,
+                );
+            } else {
+                // a 2- or 4-byte character: never part of an n-gram
+                let (cp, len) = decode(b, i);
+                let g = group_of(groups, cp);
+                let isl = is_letter_group(g);
+                if isl && !na_prev_letter {
+                    for k in 0..K {
+                        out.add(k, F_NA_WORDS, 1);
                     }
-                    // decode the next character once: kept for the next step
-                    let at = i + 3;
-                    ahead = None;
-                    if at + 3 <= n && (0xE0..0xF0).contains(&b[at]) {
-                        let (cp2, _) = decode(b, at);
-                        ahead = Some((at, cp2, group_of(groups, cp2)));
-                    }
-                    matches!(ahead, Some((_, _, g2)) if is_cjkish(g2)).then(|| hash_at(b, i, i + 6))
-                });
-                if matches!(pair, Some(h) if v.contains_hash(h)) {
-                    // a 2-character token, extended to 3 when that is a token too
-                    let tri = *h3.get_or_insert_with(|| {
-                        cjk_char(groups, b, i + 6).then(|| hash_at(b, i, i + 9))
-                    });
-                    let m = match tri {
-                        Some(h) if v.contains_hash(h) => 3,
-                        _ => 2,
-                    };
-                    f.add(F_NGRAMS, 1);
-                    *c = i + 3 * m;
-                    continue;
                 }
-                f.add(F_CH + g as usize, 1);
-                f.add(F_EX + g as usize, v.cost(cp) - 1);
+                na_prev_letter = isl;
+                for (k, v) in vocabs.iter().enumerate() {
+                    out.add(k, F_CH + g as usize, 1);
+                    out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+                }
+                i += len;
             }
             prefix = None;
-            i += len;
             continue;
         }
         na_prev_letter = false;

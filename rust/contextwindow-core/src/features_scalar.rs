@@ -32,10 +32,14 @@ impl Vocab {
     }
 }
 
+/// Whether a 3-byte CJK, kana or hangul character starts at `i`.
+fn cjk_char(bytes: &[u8], i: usize) -> bool {
+    i + 3 <= bytes.len() && (0xE0..0xF0).contains(&bytes[i]) && is_cjkish(group(decode(bytes, i).0))
+}
+
 /// [`super::scan`], the plain way.
 pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let mut out = [[0u64; N_FEATURES]; K];
-    let groups = group_table();
     let b = text.as_bytes();
     let n = b.len();
     let kind = |i: usize| if i < n { KIND[b[i] as usize] } else { NA };
@@ -50,7 +54,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
         let k = KIND[b[i] as usize];
         if k == NA {
             let (cp, len) = decode(b, i);
-            let g = group_of(groups, cp);
+            let g = group(cp);
             let isl = is_letter_group(g);
             if isl && !na_prev_letter {
                 for f in out.iter_mut() {
@@ -62,13 +66,9 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 if i < *c {
                     continue;
                 }
-                if len == 3
-                    && is_cjkish(g)
-                    && cjk_char(groups, b, i + 3)
-                    && v.contains_at(b, i, i + 6)
-                {
+                if len == 3 && is_cjkish(g) && cjk_char(b, i + 3) && v.contains_at(b, i, i + 6) {
                     // a 2-character token, extended to 3 when that is a token too
-                    let m = if cjk_char(groups, b, i + 6) && v.contains_at(b, i, i + 9) {
+                    let m = if cjk_char(b, i + 6) && v.contains_at(b, i, i + 9) {
                         3
                     } else {
                         2
