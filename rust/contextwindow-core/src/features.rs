@@ -6,12 +6,15 @@
 //! it is given, looks each short piece up in that family's vocabulary. A piece found
 //! there is one token; a piece not found contributes length features. Non-ASCII code
 //! points add the family's cost of the character on its own (a 2-bit table over the
-//! Basic Multilingual Plane and the emoji blocks); CJK, kana and hangul also try the
-//! family's 2- and 3-character tokens, greedily. One pass over the bytes, no allocation.
+//! Basic Multilingual Plane and the emoji blocks); CJK, kana, hangul and symbols also try
+//! the family's 2- and 3-character tokens, greedily, and a space before CJK, kana or
+//! hangul joins the 1 to 3 characters after it when the family has that token (" 교육").
+//! One pass over the bytes, no allocation.
 //!
 //! The vocabulary is a blocked Bloom filter (2^20 bits in 512-bit blocks, 3 bits per key,
-//! [`key_hash`]) of every ASCII token of at most 16 bytes and every 2- or 3-character CJK
-//! token; about 1% of pieces that are not tokens test positive. Both it and the cost table are data files
+//! [`key_hash`]) of every ASCII token of at most 16 bytes, every 2- or 3-character CJK or
+//! symbol token and every token of a space and 1 to 3 CJK characters; about 1% of pieces
+//! that are not tokens test positive. Both it and the cost table are data files
 //! written by `tools/fit_profiles.py` from the real vocabularies.
 //!
 //! `contextwindow._reference` implements the same rules in Python; the two agree exactly.
@@ -299,6 +302,13 @@ fn is_cjkish(g: u8) -> bool {
     (G_CJK..=G_HANGUL).contains(&g)
 }
 
+/// Groups whose 2- and 3-character tokens the scanner looks up: CJK, kana and hangul
+/// words, and symbols (a box-drawing run such as `────────` is one cl100k token, not eight).
+#[inline(always)]
+fn is_ngram_group(g: u8) -> bool {
+    is_cjkish(g) || g == G_SYM
+}
+
 // ASCII kinds.
 const LO: u8 = 0;
 const UP: u8 = 1;
@@ -372,6 +382,14 @@ fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
     i + 3 <= bytes.len()
         && (0xE0..0xF0).contains(&bytes[i])
         && is_cjkish(group_of(groups, decode(bytes, i).0))
+}
+
+/// Whether a 3-byte character of an n-gram group ([`is_ngram_group`]) starts at `i`.
+#[inline(always)]
+fn ngram_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
+    i + 3 <= bytes.len()
+        && (0xE0..0xF0).contains(&bytes[i])
+        && is_ngram_group(group_of(groups, decode(bytes, i).0))
 }
 
 #[inline(always)]
@@ -552,11 +570,27 @@ fn space_piece<const K: usize>(
     s: usize,
     e: usize,
 ) {
-    if e <= s {
+    space_piece_for(out, vocabs, b, s, e, [true; K]);
+}
+
+/// [`space_piece`] for the families whose flag in `only` is set.
+#[inline(always)]
+fn space_piece_for<const K: usize>(
+    out: &mut [Features; K],
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    s: usize,
+    e: usize,
+    only: [bool; K],
+) {
+    if e <= s || !only.contains(&true) {
         return;
     }
     let hit = known_all(vocabs, b, s, e);
-    for (f, known) in out.iter_mut().zip(hit) {
+    for ((f, known), on) in out.iter_mut().zip(hit).zip(only) {
+        if !on {
+            continue;
+        }
         if known {
             f[F_KNOWN] += 1;
         } else {
@@ -570,6 +604,42 @@ fn space_piece<const K: usize>(
                 .count() as u64;
         }
     }
+}
+
+/// For each family, how many CJK, kana or hangul characters (1 to 3) after the space at
+/// `j - 1` make one token with it; 0 when none do (the space is then a piece of its own).
+/// Tokenizers keep the space before a word with the word, in these scripts as in Latin
+/// (Tekken's " 교육" is one token): 2 characters are tried first, extended to 3 when that
+/// is a token too, else 1. Each key is hashed once for all families.
+#[inline]
+fn spaced_ngrams<const K: usize>(
+    vocabs: &[Vocab; K],
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    j: usize,
+) -> [usize; K] {
+    let mut hit = [0usize; K];
+    if !cjk_char(groups, b, j) {
+        return hit;
+    }
+    let h2 = cjk_char(groups, b, j + 3).then(|| hash_at(b, j - 1, j + 6));
+    let mut h3: Option<Option<u64>> = None;
+    let mut h1: Option<u64> = None;
+    for (m, v) in hit.iter_mut().zip(vocabs) {
+        if matches!(h2, Some(h) if v.contains_hash(h)) {
+            let tri = *h3.get_or_insert_with(|| {
+                cjk_char(groups, b, j + 6).then(|| hash_at(b, j - 1, j + 9))
+            });
+            *m = if matches!(tri, Some(h) if v.contains_hash(h)) {
+                3
+            } else {
+                2
+            };
+        } else if v.contains_hash(*h1.get_or_insert_with(|| hash_at(b, j - 1, j + 3))) {
+            *m = 1;
+        }
+    }
+    hit
 }
 
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
@@ -628,7 +698,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                     continue;
                 }
                 let pair = *h2.get_or_insert_with(|| {
-                    if len != 3 || !is_cjkish(g) {
+                    if len != 3 || !is_ngram_group(g) {
                         return None;
                     }
                     // decode the next character once: kept for the next step
@@ -638,12 +708,13 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                         let (cp2, _) = decode(b, at);
                         ahead = Some((at, cp2, group_of(groups, cp2)));
                     }
-                    matches!(ahead, Some((_, _, g2)) if is_cjkish(g2)).then(|| hash_at(b, i, i + 6))
+                    matches!(ahead, Some((_, _, g2)) if is_ngram_group(g2))
+                        .then(|| hash_at(b, i, i + 6))
                 });
                 if matches!(pair, Some(h) if v.contains_hash(h)) {
                     // a 2-character token, extended to 3 when that is a token too
                     let tri = *h3.get_or_insert_with(|| {
-                        cjk_char(groups, b, i + 6).then(|| hash_at(b, i, i + 9))
+                        ngram_char(groups, b, i + 6).then(|| hash_at(b, i, i + 9))
                     });
                     let m = match tri {
                         Some(h) if v.contains_hash(h) => 3,
@@ -754,7 +825,23 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
                 let a_end = last_nl.map_or(i, |p| p + 1);
                 space_piece(&mut out, vocabs, b, i, a_end);
                 prefix = None;
-                if a_end < j {
+                let spaced = if a_end < j && b[j - 1] == b' ' {
+                    spaced_ngrams(vocabs, groups, b, j)
+                } else {
+                    [0; K]
+                };
+                if spaced.iter().any(|&m| m > 0) {
+                    // the families whose token holds the space and the characters after
+                    // it: one n-gram, the rest of the run a piece; the others: as below
+                    space_piece_for(&mut out, vocabs, b, a_end, j - 1, spaced.map(|m| m > 0));
+                    space_piece_for(&mut out, vocabs, b, a_end, j, spaced.map(|m| m == 0));
+                    for ((f, c), m) in out.iter_mut().zip(consumed.iter_mut()).zip(spaced) {
+                        if m > 0 {
+                            f[F_NGRAMS] += 1;
+                            *c = j + 3 * m;
+                        }
+                    }
+                } else if a_end < j {
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         space_piece(&mut out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
@@ -903,6 +990,12 @@ mod fast_equals_scalar {
         "\u{20000}",
         "\u{1D400}",
         "\u{FEFF}",
+        " 교육",
+        "  오늘날의 교육 체계는",
+        " 中文 日本 한",
+        "────────",
+        "╭─ x ─╮\n│  ├──",
+        "→",
         "ｶﾀｶﾅ",
         "ก",
         "א",
@@ -970,6 +1063,8 @@ mod fast_equals_scalar {
             "Hi,  x.append(self)\n\t\t  \r\n你好世界こんにちは한국어🙂\u{200d}🙂 é Привет \
              \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
              HTTPResponse camelCaseWord !!\n\n's",
+            "오늘날의 교육 체계는 학생들의  심층\n 작업 능력, 개발을\t완전히 지원하지 못하고 있는 경우가",
+            "╭ Warning ──────────────╮\n│   Ignored build scripts   │\n╰────────────────────────╯",
         ] {
             check_alignments(t);
             check_alignments(&t.repeat(3));
