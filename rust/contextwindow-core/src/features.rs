@@ -885,6 +885,31 @@ mod tests {
     }
 
     #[test]
+    fn space_before_hangul_joins_the_word() {
+        // Tekken: 오|늘|날|의| 교육| 체계|는 (mistral-common): " 교육" and " 체계" (a space
+        // and 2 hangul) are in its filter, so the spaces are no pieces of their own: 2
+        // n-grams and 5 syllables of one token each. cl100k has neither: 2 spaces
+        // (known) and 9 syllables. Same counts as tests/test_estimate.py.
+        let families = [
+            crate::estimate::vocab("cl100k").unwrap(),
+            crate::estimate::vocab("tekken").unwrap(),
+        ];
+        let [cl100k, tekken] = scan("오늘날의 교육 체계는", &families);
+        let hangul = F_CH + G_HANGUL as usize;
+        assert_eq!(
+            (tekken[F_NGRAMS], tekken[F_KNOWN], tekken[hangul]),
+            (2, 0, 5)
+        );
+        assert_eq!(
+            (cl100k[F_NGRAMS], cl100k[F_KNOWN], cl100k[hangul]),
+            (0, 2, 9)
+        );
+        // box drawing: "──" is a token of both, "───" of Tekken only
+        let [cl100k, tekken] = scan("────────", &families);
+        assert_eq!((cl100k[F_NGRAMS], tekken[F_NGRAMS]), (4, 3));
+    }
+
+    #[test]
     fn key_hash_pads_and_mixes_length() {
         // "a" and "a\0" differ only in length
         assert_ne!(key_hash(b"a"), key_hash(b"a\0"));
