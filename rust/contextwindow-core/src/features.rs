@@ -52,7 +52,7 @@ const G_ASTRAL: u8 = 13;
 pub const N_FEATURES: usize = 21 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
-/// group that are not part of a CJK n-gram token), then `ex_<group>` (their standalone
+/// group that are not part of an n-gram token), then `ex_<group>` (their standalone
 /// tokens beyond one each).
 pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "ngrams",
@@ -666,7 +666,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
-    // Per family: end of the CJK n-gram being consumed.
+    // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     // The next character when a CJK step has decoded it already: (offset, code point, group).
     let mut ahead: Option<(usize, u32, u8)> = None;

@@ -43,7 +43,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
-    // Per family: end of the CJK n-gram being consumed.
+    // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     let mut i = 0;
     while i < n {
