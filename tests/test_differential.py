@@ -59,11 +59,15 @@ def test_text_tokens_agree(text: str, profile: str) -> None:
         assert got == ref.features(t, ref.VOCABS[family])
 
 
-# Text the scanner treats specially: CJK n-grams, prefixes, line breaks, long pieces.
+# Text the scanner treats specially: CJK and symbol n-grams, prefixes, line breaks, long
+# pieces.
 _PIECES = st.sampled_from(
     [" ", "  ", "\n", "\r\n", "\t", "    ", ".", "(", "))", "!!\n", " -", "a", "Hello", "world", "parseHTTP",
      "Response", "x" * 17, "abcdefghijklmnop", "123", "4567", "你好", "世界", "こんにちは", "한국어", "é", "Привет",
-     "🙂", "\u200d", "\U00020000", "\x00", "ทดสอบ", "_name", "'s", "ab\u0301"]
+     "🙂", "\u200d", "\U00020000", "\x00", "ทดสอบ", "_name", "'s", "ab\u0301",
+     # a space before these joins them (" 교육", " 수", " 있다", " 東京" are Tekken tokens);
+     # box drawing runs are symbol n-grams
+     "교육", "체계", "수", "있다", "東京", "데이터", "─", "──", "───", "╭", "→"]
 )  # fmt: skip
 
 

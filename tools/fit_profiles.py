@@ -7,9 +7,11 @@
 Writes ``rust/contextwindow-core/data/``:
 
 * ``<family>.bloom``: register-blocked Bloom filter (2^20 bits; 4 bits per key, all in
-  one 64-bit little-endian word) of every vocabulary token that is ASCII and at most 16
-  bytes long, and every 2- or 3-character token made of CJK, kana or hangul (the pieces
-  the scanner looks up);
+  one 64-bit little-endian word) of every vocabulary
+  token that is ASCII and at most 16 bytes long, every 2- or 3-character token made of
+  CJK, kana, hangul or symbols (group ``sym``: box drawing, arrows, dashes ...), and every
+  token that is a space and 1-3 CJK, kana or hangul characters (the pieces the scanner
+  looks up);
 * ``<family>.cost``: for each code point of the BMP and of U+1F000..U+1FAFF, the tokens
   the family spends on it alone (1..4, stored as 2 bits);
 * ``profiles.json``: integer weights per feature (1/10000 token), per-message, per-tool-call
@@ -78,8 +80,13 @@ def bloom_keys(tokens: list[bytes]) -> list[bytes]:
             u = t.decode("utf-8")
         except UnicodeDecodeError:
             continue
-        if len(u) in (2, 3) and len(t) == 3 * len(u) and all(ref.group(ord(c)) in ref.CJKISH for c in u):
+        if len(u) in (2, 3) and len(t) == 3 * len(u) and all(ref.group(ord(c)) in ref.NGRAM_GROUPS for c in u):
             keys.append(t)
+        # a space and 1-3 CJK-ish characters: a word's token that holds the space before it
+        w = u[1:]
+        if u[:1] == " " and len(w) in (1, 2, 3) and len(t) == 1 + 3 * len(w):
+            if all(ref.group(ord(c)) in ref.CJKISH for c in w):
+                keys.append(t)
     return keys
 
 

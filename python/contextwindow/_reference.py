@@ -51,6 +51,8 @@ GROUPS = (
 )  # fmt: skip
 LETTER_GROUPS = frozenset(("latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl", "hangul"))
 CJKISH = frozenset(("cjk", "kana", "hangul"))
+# groups whose 2-3 character tokens are looked up: CJK-ish words and symbol runs (box drawing)
+NGRAM_GROUPS = CJKISH | {"sym"}
 FEATURES = (
     "ngrams", "known", "known_bare", "unknown_1_3", "unknown_4_6", "unknown_7_9", "unknown_10_13",
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
@@ -202,8 +204,21 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                 f[_IX["unknown_newlines"]] += sum(1 for x in b[s:e] if x in (0x0A, 0x0D))
                 f[_IX["unknown_space_switches"]] += sum(1 for q in range(s + 1, e) if b[q] != b[q - 1])
 
+    def char_in(q: int, groups: frozenset[str]) -> bool:
+        # a 3-byte character of one of the groups starts at q
+        return q + 3 <= n and 0xE0 <= b[q] < 0xF0 and group(ord(b[q : q + 3].decode())) in groups
+
     def cjk_char(q: int) -> bool:
-        return q + 3 <= n and 0xE0 <= b[q] < 0xF0 and group(ord(b[q : q + 3].decode())) in CJKISH
+        return char_in(q, CJKISH)
+
+    def spaced_ngram(q: int) -> int:
+        # CJK-ish characters (1-3) after the space at q - 1 that make one token with it, or
+        # 0: tokenizers keep the space before a word with the word, as with letters
+        if not cjk_char(q):
+            return 0
+        if cjk_char(q + 3) and b[q - 1 : q + 6] in vocab:
+            return 3 if cjk_char(q + 6) and b[q - 1 : q + 9] in vocab else 2
+        return 1 if b[q - 1 : q + 3] in vocab else 0
 
     i = 0
     prefix: int | None = None
@@ -220,9 +235,9 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
             na_prev_letter = g in LETTER_GROUPS
             if i >= consumed:
                 hit = 0
-                if size == 3 and g in CJKISH and cjk_char(i + 3) and b[i : i + 6] in vocab:
+                if size == 3 and g in NGRAM_GROUPS and char_in(i + 3, NGRAM_GROUPS) and b[i : i + 6] in vocab:
                     # a 2-character token, extended to 3 when that is a token too
-                    hit = 3 if cjk_char(i + 6) and b[i : i + 9] in vocab else 2
+                    hit = 3 if char_in(i + 6, NGRAM_GROUPS) and b[i : i + 9] in vocab else 2
                 if hit:
                     f[_IX["ngrams"]] += 1
                     consumed = i + 3 * hit
@@ -283,7 +298,14 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                 piece(i, a_end, "unknown_space")
             prefix = None
             if a_end < j:
-                if kinds[j] in ("lo", "up") or (kinds[j] == "pu" and b[j - 1] == 0x20):
+                hit = spaced_ngram(j) if b[j - 1] == 0x20 else 0
+                if hit:
+                    # the space and the CJK-ish characters after it are one token
+                    if j - 1 > a_end:
+                        piece(a_end, j - 1, "unknown_space")
+                    f[_IX["ngrams"]] += 1
+                    consumed = j + 3 * hit
+                elif kinds[j] in ("lo", "up") or (kinds[j] == "pu" and b[j - 1] == 0x20):
                     if j - 1 > a_end:
                         piece(a_end, j - 1, "unknown_space")
                     prefix = j - 1

@@ -186,7 +186,8 @@ def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
     Returns:
         Feature name to count: ``known`` (pieces that are one token of the family),
         ``unknown_*`` (pieces that are not, by kind and length), ``digits``,
-        ``digit_groups``, ``controls``, ``ngrams`` (2-3 character CJK tokens),
+        ``digit_groups``, ``controls``, ``ngrams`` (2-3 character CJK or symbol
+        tokens, and CJK tokens that hold the space before them),
         ``non_ascii_words``, ``ch_<group>`` (code points of a script group) and
         ``ex_<group>`` (their standalone tokens beyond one each), and ``bytes`` (UTF-8
         length).

@@ -6,12 +6,16 @@
 //! it is given, looks each short piece up in that family's vocabulary. A piece found
 //! there is one token; a piece not found contributes length features. Non-ASCII code
 //! points add the family's cost of the character on its own (a 2-bit table over the
-//! Basic Multilingual Plane and the emoji blocks); CJK, kana and hangul also try the
-//! family's 2- and 3-character tokens, greedily. One pass over the bytes, no allocation.
+//! Basic Multilingual Plane and the emoji blocks); CJK, kana, hangul and symbols also try
+//! the family's 2- and 3-character tokens, greedily, and a space before CJK, kana or
+//! hangul joins the 1 to 3 characters after it when the family has that token (" 교육").
+//! One pass over the bytes, no allocation.
 //!
 //! The vocabulary is a register-blocked Bloom filter (2^20 bits in 64-bit words, 4 bits
-//! per key in one word, [`key_hash`]) of every ASCII token of at most 16 bytes and every 2- or 3-character CJK
-//! token; about 1% of pieces that are not tokens test positive. Both it and the cost table are data files
+//! per key in one word, [`key_hash`]) of every ASCII token of at most 16 bytes, every 2-
+//! or 3-character CJK or symbol token and every token of a space and 1 to 3 CJK
+//! characters; about 1.4% of pieces that are not tokens test positive. Both it and the
+//! cost table are data files
 //! written by `tools/fit_profiles.py` from the real vocabularies.
 //!
 //! `contextwindow._reference` implements the same rules in Python; the two agree exactly.
@@ -49,7 +53,7 @@ const G_ASTRAL: u8 = 13;
 pub const N_FEATURES: usize = 21 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
-/// group that are not part of a CJK n-gram token), then `ex_<group>` (their standalone
+/// group that are not part of an n-gram token), then `ex_<group>` (their standalone
 /// tokens beyond one each).
 pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "ngrams",
@@ -301,6 +305,13 @@ fn is_cjkish(g: u8) -> bool {
     (G_CJK..=G_HANGUL).contains(&g)
 }
 
+/// Groups whose 2- and 3-character tokens the scanner looks up: CJK, kana and hangul
+/// words, and symbols (a box-drawing run such as `────────` is one cl100k token, not eight).
+#[inline(always)]
+fn is_ngram_group(g: u8) -> bool {
+    is_cjkish(g) || g == G_SYM
+}
+
 // ASCII kinds.
 const LO: u8 = 0;
 const UP: u8 = 1;
@@ -550,11 +561,27 @@ fn space_piece<S: Sink, const K: usize>(
     s: usize,
     e: usize,
 ) {
-    if e <= s {
+    space_piece_for(out, vocabs, b, s, e, [true; K]);
+}
+
+/// [`space_piece`] for the families whose flag in `only` is set.
+#[inline(always)]
+fn space_piece_for<S: Sink, const K: usize>(
+    out: &mut S,
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    s: usize,
+    e: usize,
+    only: [bool; K],
+) {
+    if e <= s || !only.contains(&true) {
         return;
     }
     let hit = known_all(vocabs, b, s, e);
-    for (k, known) in hit.into_iter().enumerate() {
+    for (k, (known, on)) in hit.into_iter().zip(only).enumerate() {
+        if !on {
+            continue;
+        }
         let f = &mut At(&mut *out, k);
         if known {
             f.add(F_KNOWN, 1);
@@ -610,7 +637,7 @@ impl<S: Sink> At<'_, S> {
 }
 
 /// Features of the run of 3-byte characters (U+0800..U+FFFF) that starts at `i`; returns
-/// its end. Each character is decoded once; a CJK, kana or hangul character followed by
+/// its end. Each character is decoded once; a CJK, kana, hangul or symbol character followed by
 /// another tries the family's 2-character token (hashed once for all families), then the
 /// 3-character one, greedily; a family inside an n-gram skips the characters it covers
 /// (`consumed`). Every other character counts its group and standalone cost.
@@ -642,7 +669,7 @@ fn three_byte_run<S: Sink, const K: usize>(
         } else {
             (0, G_SYM)
         };
-        let pair = more && is_cjkish(g) && is_cjkish(g1);
+        let pair = more && is_ngram_group(g) && is_ngram_group(g1);
         let h2 = if pair { hash_at(b, i, i + 6) } else { 0 };
         // the 3-character key, worked out once when a family has the pair: None before
         // that, then Some(None) when the third character is not CJK-ish
@@ -657,7 +684,7 @@ fn three_byte_run<S: Sink, const K: usize>(
                     let at = i + 6;
                     let third = at + 3 <= n
                         && (0xE0..0xF0).contains(&b[at])
-                        && is_cjkish(groups[decode3(b, at) as usize]);
+                        && is_ngram_group(groups[decode3(b, at) as usize]);
                     third.then(|| hash_at(b, i, i + 9))
                 });
                 let m = match tri {
@@ -684,6 +711,50 @@ fn three_byte_run<S: Sink, const K: usize>(
 #[inline(always)]
 fn decode3(b: &[u8], i: usize) -> u32 {
     ((b[i] as u32 & 0x0F) << 12) | ((b[i + 1] as u32 & 0x3F) << 6) | (b[i + 2] as u32 & 0x3F)
+}
+
+/// Whether a 3-byte CJK, kana or hangul character starts at `i`.
+#[inline(always)]
+fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
+    i + 3 <= bytes.len()
+        && (0xE0..0xF0).contains(&bytes[i])
+        && is_cjkish(group_of(groups, decode(bytes, i).0))
+}
+
+/// For each family, how many CJK, kana or hangul characters (1 to 3) after the space at
+/// `j - 1` make one token with it; 0 when none do (the space is then a piece of its own).
+/// Tokenizers keep the space before a word with the word, in these scripts as in Latin
+/// (Tekken's " 교육" is one token): 2 characters are tried first, extended to 3 when that
+/// is a token too, else 1. Each key is hashed once for all families.
+#[inline]
+fn spaced_ngrams<const K: usize>(
+    vocabs: &[Vocab; K],
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    j: usize,
+) -> [usize; K] {
+    let mut hit = [0usize; K];
+    if !cjk_char(groups, b, j) {
+        return hit;
+    }
+    let h2 = cjk_char(groups, b, j + 3).then(|| hash_at(b, j - 1, j + 6));
+    let mut h3: Option<Option<u64>> = None;
+    let mut h1: Option<u64> = None;
+    for (m, v) in hit.iter_mut().zip(vocabs) {
+        if matches!(h2, Some(h) if v.contains_hash(h)) {
+            let tri = *h3.get_or_insert_with(|| {
+                cjk_char(groups, b, j + 6).then(|| hash_at(b, j - 1, j + 9))
+            });
+            *m = if matches!(tri, Some(h) if v.contains_hash(h)) {
+                3
+            } else {
+                2
+            };
+        } else if v.contains_hash(*h1.get_or_insert_with(|| hash_at(b, j - 1, j + 3))) {
+            *m = 1;
+        }
+    }
+    hit
 }
 
 /// Count the features of `text` for each vocabulary in `vocabs`, in one pass.
@@ -717,7 +788,7 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
-    // Per family: end of the CJK n-gram being consumed.
+    // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     let mut i = 0;
     while i < n {
@@ -851,7 +922,23 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
                 let a_end = last_nl.map_or(i, |p| p + 1);
                 space_piece(out, vocabs, b, i, a_end);
                 prefix = None;
-                if a_end < j {
+                let spaced = if a_end < j && b[j - 1] == b' ' {
+                    spaced_ngrams(vocabs, groups, b, j)
+                } else {
+                    [0; K]
+                };
+                if spaced.iter().any(|&m| m > 0) {
+                    // the families whose token holds the space and the characters after
+                    // it: one n-gram, the rest of the run a piece; the others: as below
+                    space_piece_for(out, vocabs, b, a_end, j - 1, spaced.map(|m| m > 0));
+                    space_piece_for(out, vocabs, b, a_end, j, spaced.map(|m| m == 0));
+                    for (k, (c, m)) in consumed.iter_mut().zip(spaced).enumerate() {
+                        if m > 0 {
+                            out.add(k, F_NGRAMS, 1);
+                            *c = j + 3 * m;
+                        }
+                    }
+                } else if a_end < j {
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         space_piece(out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
@@ -891,6 +978,31 @@ mod tests {
         assert_eq!(group(0x200D), G_JOINER);
         assert_eq!(group(0x1D400), G_ASTRAL);
         assert_eq!(group(0x1200), G_OTHERL); // Ethiopic
+    }
+
+    #[test]
+    fn space_before_hangul_joins_the_word() {
+        // Tekken: 오|늘|날|의| 교육| 체계|는 (mistral-common): " 교육" and " 체계" (a space
+        // and 2 hangul) are in its filter, so the spaces are no pieces of their own: 2
+        // n-grams and 5 syllables of one token each. cl100k has neither: 2 spaces
+        // (known) and 9 syllables. Same counts as tests/test_estimate.py.
+        let families = [
+            crate::estimate::vocab("cl100k").unwrap(),
+            crate::estimate::vocab("tekken").unwrap(),
+        ];
+        let [cl100k, tekken] = scan("오늘날의 교육 체계는", &families);
+        let hangul = F_CH + G_HANGUL as usize;
+        assert_eq!(
+            (tekken[F_NGRAMS], tekken[F_KNOWN], tekken[hangul]),
+            (2, 0, 5)
+        );
+        assert_eq!(
+            (cl100k[F_NGRAMS], cl100k[F_KNOWN], cl100k[hangul]),
+            (0, 2, 9)
+        );
+        // box drawing: "──" is a token of both, "───" of Tekken only
+        let [cl100k, tekken] = scan("────────", &families);
+        assert_eq!((cl100k[F_NGRAMS], tekken[F_NGRAMS]), (4, 3));
     }
 
     #[test]
@@ -999,6 +1111,12 @@ mod fast_equals_scalar {
         "\u{20000}",
         "\u{1D400}",
         "\u{FEFF}",
+        " 교육",
+        "  오늘날의 교육 체계는",
+        " 中文 日本 한",
+        "────────",
+        "╭─ x ─╮\n│  ├──",
+        "→",
         "ｶﾀｶﾅ",
         "ก",
         "א",
@@ -1066,6 +1184,8 @@ mod fast_equals_scalar {
             "Hi,  x.append(self)\n\t\t  \r\n你好世界こんにちは한국어🙂\u{200d}🙂 é Привет \
              \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
              HTTPResponse camelCaseWord !!\n\n's",
+            "오늘날의 교육 체계는 학생들의  심층\n 작업 능력, 개발을\t완전히 지원하지 못하고 있는 경우가",
+            "╭ Warning ──────────────╮\n│   Ignored build scripts   │\n╰────────────────────────╯",
         ] {
             check_alignments(t);
             check_alignments(&t.repeat(3));

@@ -37,6 +37,13 @@ fn cjk_char(bytes: &[u8], i: usize) -> bool {
     i + 3 <= bytes.len() && (0xE0..0xF0).contains(&bytes[i]) && is_cjkish(group(decode(bytes, i).0))
 }
 
+/// Whether a 3-byte character of an n-gram group ([`is_ngram_group`]) starts at `i`.
+fn ngram_char(bytes: &[u8], i: usize) -> bool {
+    i + 3 <= bytes.len()
+        && (0xE0..0xF0).contains(&bytes[i])
+        && is_ngram_group(group(decode(bytes, i).0))
+}
+
 /// [`super::scan`], the plain way.
 pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let mut out = [[0u64; N_FEATURES]; K];
@@ -47,7 +54,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
-    // Per family: end of the CJK n-gram being consumed.
+    // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     let mut i = 0;
     while i < n {
@@ -66,9 +73,13 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 if i < *c {
                     continue;
                 }
-                if len == 3 && is_cjkish(g) && cjk_char(b, i + 3) && v.contains_at(b, i, i + 6) {
+                if len == 3
+                    && is_ngram_group(g)
+                    && ngram_char(b, i + 3)
+                    && v.contains_at(b, i, i + 6)
+                {
                     // a 2-character token, extended to 3 when that is a token too
-                    let m = if cjk_char(b, i + 6) && v.contains_at(b, i, i + 9) {
+                    let m = if ngram_char(b, i + 6) && v.contains_at(b, i, i + 9) {
                         3
                     } else {
                         2
@@ -162,9 +173,19 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 }
                 let next = kind(j);
                 let a_end = last_nl.map_or(i, |p| p + 1);
-                let mut ws = |s: usize, e: usize| {
+                // per family: CJK-ish characters after the last space that make one token
+                // with it (0: none)
+                let spaced: [usize; K] = if a_end < j && b[j - 1] == b' ' {
+                    core::array::from_fn(|k| spaced_ngram(&vocabs[k], b, j))
+                } else {
+                    [0; K]
+                };
+                let mut ws = |s: usize, e: usize, only: [bool; K]| {
                     if e > s {
-                        for (f, v) in out.iter_mut().zip(vocabs) {
+                        for ((f, v), on) in out.iter_mut().zip(vocabs).zip(only) {
+                            if !on {
+                                continue;
+                            }
                             if v.known(b, s, e) {
                                 f[F_KNOWN] += 1;
                             } else {
@@ -181,14 +202,23 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                         }
                     }
                 };
-                ws(i, a_end);
+                ws(i, a_end, [true; K]);
                 prefix = None;
-                if a_end < j {
+                if spaced.iter().any(|&m| m > 0) {
+                    ws(a_end, j - 1, spaced.map(|m| m > 0));
+                    ws(a_end, j, spaced.map(|m| m == 0));
+                    for ((f, c), m) in out.iter_mut().zip(consumed.iter_mut()).zip(spaced) {
+                        if m > 0 {
+                            f[F_NGRAMS] += 1;
+                            *c = j + 3 * m;
+                        }
+                    }
+                } else if a_end < j {
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
-                        ws(a_end, j - 1);
+                        ws(a_end, j - 1, [true; K]);
                         prefix = Some(j - 1);
                     } else {
-                        ws(a_end, j);
+                        ws(a_end, j, [true; K]);
                     }
                 }
             }
@@ -196,6 +226,25 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
         i = j;
     }
     out
+}
+
+/// CJK-ish characters (1 to 3) after the space at `j - 1` that make one token of `v`
+/// with it, or 0: 2 tried first, extended to 3, else 1 (see [`super::scan`]).
+fn spaced_ngram(v: &Vocab, b: &[u8], j: usize) -> usize {
+    if !cjk_char(b, j) {
+        return 0;
+    }
+    if cjk_char(b, j + 3) && v.contains_at(b, j - 1, j + 6) {
+        if cjk_char(b, j + 6) && v.contains_at(b, j - 1, j + 9) {
+            3
+        } else {
+            2
+        }
+    } else if v.contains_at(b, j - 1, j + 3) {
+        1
+    } else {
+        0
+    }
 }
 
 /// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given.
