@@ -866,11 +866,13 @@ pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
     }
     let mut out: Option<Vec<u8>> = None;
     let mut i = 0;
+    // from one backslash to the next (memchr's vectorised search): escapes are rare
+    // next to the text between them
     while i < body.len() {
-        if body[i] != b'\\' {
-            i += 1;
-            continue;
-        }
+        let Some(at) = memchr::memchr(b'\\', &body[i..]) else {
+            break;
+        };
+        i += at;
         match unit(body, i) {
             Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
             Some(0xD800..=0xDFFF) => {
@@ -886,7 +888,9 @@ pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
 }
 
 fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
-    let text = std::str::from_utf8(body).map_err(|e| {
+    // simdutf8's validator (SIMD, chosen at run time) is several times std's on
+    // non-ASCII text; its `compat` flavour reports where the first bad byte is
+    let text = simdutf8::compat::from_utf8(body).map_err(|e| {
         invalid(
             Some(e.valid_up_to()),
             "invalid UTF-8 (the first bad byte is here)",
@@ -1686,6 +1690,11 @@ mod surrogate_tests {
             (r#""\\ud800""#, r#""\\ud800""#), // an escaped backslash, then text
             (r#""\u00e9\n""#, r#""\u00e9\n""#),
             (r#""\ud800"#, r#""\ufffd"#), // truncated: same length, the parser reports it
+            // a backslash as the last byte or two: the search stops at the end
+            ("\"a\\", "\"a\\"),
+            ("\\", "\\"),
+            ("\\u", "\\u"),
+            ("\\ud8", "\\ud8"),
         ];
         for (input, want) in cases {
             let got = replace_lone_surrogates(input.as_bytes());
