@@ -355,3 +355,39 @@ def test_option_errors_show_the_subcommands_usage(capsys: pytest.CaptureFixture[
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: contextwindow fit ") and "contextwindow fit: error: --budget must be >= 0" in err
+
+
+class _Stdin:
+    """A stand-in for ``sys.stdin`` whose ``buffer`` holds ``data``."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+
+def test_dash_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`-` is standard input for every command (M11 from a new user: a gateway pipeline
+    pipes the body in), named ``<stdin>`` in summaries, warnings and errors; the fitted
+    body is the one the same file gives."""
+    body = EXAMPLE.read_bytes()
+    assert main(["fit", str(EXAMPLE), "--budget", "2000"]) == 0
+    from_file = capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", _Stdin(body))
+    assert main(["fit", "-", "--budget", "2000"]) == 0
+    from_stdin = capsys.readouterr()
+    assert from_stdin.out == from_file.out
+    assert from_stdin.err == from_file.err.replace(str(EXAMPLE), "<stdin>")
+    assert from_stdin.err.startswith("<stdin>: ")
+    monkeypatch.setattr("sys.stdin", _Stdin(body))
+    assert main(["count", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["file"] == "<stdin>"
+    # invalid UTF-8 at byte 40: '{"messages":[{"role":"user","content":"a' is 40 bytes
+    monkeypatch.setattr("sys.stdin", _Stdin(b'{"messages":[{"role":"user","content":"a\xffb"}]}'))
+    assert main(["validate", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert "contextwindow: warning: <stdin>: invalid UTF-8 at byte 40" in err
+    assert out == "<stdin>: valid for openai (1 messages)\n"
+    monkeypatch.setattr("sys.stdin", _Stdin(b"  \n"))
+    assert main(["inspect", "-"]) == 2
+    assert capsys.readouterr().err == "contextwindow: error: <stdin>: the file is empty\n"

@@ -33,19 +33,22 @@ __all__ = ["main"]
 
 
 def _load(path: str, fmt: str | None) -> Conversation:
-    """:func:`load_conversation`, saying on stderr when invalid UTF-8 was replaced with
-    U+FFFD (DESIGN.md section 7: replaced, never a crash; but never silently)."""
+    """:func:`load_conversation` (``-`` is standard input), saying on stderr when invalid
+    UTF-8 was replaced with U+FFFD (DESIGN.md section 7: replaced, never a crash; but never
+    silently)."""
     conv = load_conversation(path, fmt)
-    try:
-        Path(path).read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
+    if conv.bad_utf8_at is not None:
         print(
-            f"contextwindow: warning: {path}: invalid UTF-8 at byte {exc.start}; such bytes read as U+FFFD",
+            f"contextwindow: warning: {conv.path}: invalid UTF-8 at byte {conv.bad_utf8_at}; such bytes read as U+FFFD",
             file=sys.stderr,
         )
-    except OSError:
-        pass
     return conv
+
+
+def _shown(path: str) -> str:
+    """How a FILE argument is named in output: ``-`` is ``<stdin>``, as
+    :func:`~contextwindow.io.load_conversation` names it."""
+    return "<stdin>" if path == "-" else path
 
 
 def _one_line(exc: BaseException) -> str:
@@ -63,6 +66,7 @@ class _Located(ContextWindowError):
 @contextmanager
 def _about(path: str) -> Iterator[None]:
     """Prefix an error raised while working on ``path`` with the file's name."""
+    path = _shown(path)
     try:
         yield
     except _Located:
@@ -126,7 +130,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
             continue
         rows.append(
             {
-                "file": path,
+                "file": conv.path,
                 "format": conv.format,
                 "profile": args.profile,
                 "tokens": msgs_tokens + tools,
@@ -213,14 +217,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         if args.output:
             _write(conv, res.messages, args.output)
         # the report's budget and counts are for the messages; the request adds the tools
-        out: dict[str, Any] = {"file": args.file, "budget": whole, "tool_tokens": tools}
+        out: dict[str, Any] = {"file": conv.path, "budget": whole, "tool_tokens": tools}
         if resolved is not None:
             out["resolved_budget"] = resolved
         out["report"] = report
         print(msgspec.json.encode(out).decode())
         return code
     _write(conv, res.messages, args.output)
-    text = _summary(args.file, report, whole, tools, len(conv.messages), len(res.messages))
+    text = _summary(conv.path, report, whole, tools, len(conv.messages), len(res.messages))
     print(text, file=sys.stdout if args.output and args.output != "-" else sys.stderr)
     return code
 
@@ -302,10 +306,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         conv = _load(args.file, args.format)
         b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
     if args.json:
-        print(msgspec.json.encode({"file": args.file, **msgspec.structs.asdict(b)}).decode())
+        print(msgspec.json.encode({"file": conv.path, **msgspec.structs.asdict(b)}).decode())
     else:
         try:
-            _render_breakdown(args.file, b)
+            _render_breakdown(conv.path, b)
         except ImportError as exc:  # rich is a dependency; a broken install gets one line
             raise ContextWindowError(
                 f"inspect needs the 'rich' package for its tables ({exc}); --json does not"
@@ -321,10 +325,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(found).decode())
     elif not found:
-        print(f"{args.file}: valid for {provider} ({len(conv.messages)} messages)")
+        print(f"{conv.path}: valid for {provider} ({len(conv.messages)} messages)")
     else:
         for v in found:
-            print(f"{args.file}: message {v.index}: {v.code}: {v.detail}")
+            print(f"{conv.path}: message {v.index}: {v.code}: {v.detail}")
     return 1 if found else 0
 
 
@@ -339,11 +343,14 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return 0
     _write(conv, res.messages, args.output)
     changes = res.report.repairs
-    lines = [f"{args.file}: {len(changes)} change(s) to tool pairs"] + [
+    lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
         f"  message {c.index}: {c.kind}" + (f" ({c.call_id})" if c.call_id else "") for c in changes
     ]
     print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)
     return 0
+
+
+_FILE_HELP = "a conversation file (request body, message list, JSONL or corpus file); - reads standard input"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -361,14 +368,14 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     c = sub.add_parser("count", help="estimate the tokens of conversation files")
-    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("files", nargs="+", metavar="FILE", help=_FILE_HELP)
     common(c)
     c.set_defaults(run=_cmd_count)
 
     f = sub.add_parser(
         "fit", help="trim a conversation to a token budget, whole turns first (exit 1 if it does not fit)"
     )
-    f.add_argument("file", metavar="FILE")
+    f.add_argument("file", metavar="FILE", help=_FILE_HELP)
     which = f.add_mutually_exclusive_group(required=True)
     which.add_argument("--budget", type=int, help="token budget for the whole request (tools included)")
     which.add_argument(
@@ -384,19 +391,19 @@ def _parser() -> argparse.ArgumentParser:
     f.set_defaults(run=_cmd_fit, parser=f)
 
     i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
-    i.add_argument("file", metavar="FILE")
+    i.add_argument("file", metavar="FILE", help=_FILE_HELP)
     i.add_argument("--top", type=int, default=10, help="how many of the largest messages to list (default 10)")
     common(i)
     i.set_defaults(run=_cmd_inspect, parser=i)
 
     v = sub.add_parser("validate", help="list violations of the provider's tool-pair and role rules")
-    v.add_argument("file", metavar="FILE")
+    v.add_argument("file", metavar="FILE", help=_FILE_HELP)
     v.add_argument("--provider", choices=["openai", "anthropic"], help="whose rules (default: the file's format)")
     common(v, profile=False)
     v.set_defaults(run=_cmd_validate)
 
     r = sub.add_parser("repair", help="repair broken tool call / result pairs")
-    r.add_argument("file", metavar="FILE")
+    r.add_argument("file", metavar="FILE", help=_FILE_HELP)
     r.add_argument("--missing", choices=["stub", "drop"], default="stub", help="what to do with unanswered calls")
     r.add_argument("-o", "--output", help="write the repaired conversation here (default: stdout)")
     common(r)

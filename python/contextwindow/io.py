@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ class Conversation:
             the leading ``{"role": "system", "content": <system verbatim>}``.
         tools: the document's ``tools`` list, if any.
         document: the whole parsed top-level value, for writing back.
+        bad_utf8_at: byte offset of the first invalid UTF-8 byte (such bytes were read as
+            U+FFFD), or ``None``.
 
     >>> Conversation("c.jsonl", "openai", "jsonl", [], None, []).kind
     'jsonl'
@@ -54,6 +57,7 @@ class Conversation:
     messages: list[Any]
     tools: list[Any] | None = None
     document: Any = None
+    bad_utf8_at: int | None = None
 
 
 def _reject_constant(name: str) -> Any:
@@ -122,7 +126,7 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     :func:`~contextwindow.adapters.detect_format` on the messages.
 
     Args:
-        path: the file.
+        path: the file; ``"-"`` reads standard input (named ``<stdin>`` in messages).
         format: ``"openai"`` or ``"anthropic"`` to skip detection.
 
     Returns:
@@ -139,14 +143,27 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     >>> conv.format, conv.kind, conv.messages[0]
     ('anthropic', 'anthropic_body', {'role': 'system', 'content': 'Be brief.'})
     """
-    where = str(path)
+    stdin = str(path) == "-"
+    where = "<stdin>" if stdin else str(path)
     if format not in (None, "openai", "anthropic"):
         raise InvalidRequestError(f"{where}: unknown format {format!r}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)
     try:
-        raw = Path(path).read_bytes()
+        raw = sys.stdin.buffer.read() if stdin else Path(path).read_bytes()
     except OSError as exc:
         raise InvalidRequestError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw.decode("utf-8")
+        bad = None
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    conv = _parse(raw, where, explicit)
+    conv.bad_utf8_at = bad
+    return conv
+
+
+def _parse(raw: bytes, where: str, explicit: FileFormat | None) -> Conversation:
+    """The document in ``raw`` (invalid UTF-8 read as U+FFFD), named ``where`` in errors."""
     text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
