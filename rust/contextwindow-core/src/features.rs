@@ -461,6 +461,14 @@ fn run_end(b: &[u8], mut j: usize, mask: impl Fn(u64) -> u64, k: u8) -> usize {
 fn segment_end(b: &[u8], s: usize) -> usize {
     if s + 8 <= b.len() {
         let x = load8(b, s);
+        if b[s] >= b'a' {
+            // most segments start lowercase: no uppercase prefix to skip
+            let stop = !in_range(x, b'a', b'z') & HIGH;
+            if stop != 0 {
+                return s + (stop.trailing_zeros() / 8) as usize;
+            }
+            return run_end(b, s + 8, |x| in_range(x, b'a', b'z'), LO);
+        }
         let not_upper = !in_range(x, b'A', b'Z') & HIGH;
         // every bit below the first byte that is not uppercase (all of them if none is)
         let prefix = not_upper.wrapping_sub(1) & !not_upper;
