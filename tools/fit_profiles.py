@@ -90,10 +90,10 @@ def bloom_keys(tokens: list[bytes]) -> list[bytes]:
     return keys
 
 
-def build_bloom(keys: list[bytes]) -> bytes:
+def build_bloom(keys: list[bytes], remix: bool) -> bytes:
     bits = bytearray(1 << (BLOOM_BITS - 3))
     for k in keys:
-        for p in ref.bloom_bits(k):
+        for p in ref.bloom_bits(k, remix):
             bits[p >> 3] |= 1 << (p & 7)
     return bytes(bits)
 
@@ -176,12 +176,20 @@ def texts(corpus: Path) -> list[tuple[str, str, str]]:
 def generated(seed: int = 7, n: int = 900) -> list[tuple[str, str, str]]:
     """Text the corpus has too little of, from a fixed seed: emoji-laden sentences, emoji
     runs, base64, JSON with hex ids and UUIDs, long whitespace runs, long letter runs
-    (gibberish, repeated letters) and long punctuation runs."""
+    (gibberish, repeated letters), long runs of one punctuation character, and runs of
+    mixed punctuation (regexes, markdown table rules, brackets, ASCII art)."""
     rnd = random.Random(seed)
     words = "the agent called a tool and got back a long result with many lines of output from the shell".split()
     emoji = "😀 🚀 👍 🎉 ❤️ 🔥 ✅ ⚠️ 👨‍👩‍👧 👩🏽‍💻 🇯🇵 🇺🇸 1️⃣ 🙂 🤖 📦 🧪 ✨ ☕ 🏳️‍🌈".split()
     letters = "abcdefghijklmnopqrstuvwxyz"
     out = []
+    regexes = [
+        r"^(?:[a-z0-9!#$%&*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&*+/=?^_`{|}~-]+)*)@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+$",
+        r"^\s*(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\s*$",
+        r"(?P<key>[\w.-]+)\s*[:=]\s*(?P<val>\"[^\"]*\"|'[^']*'|\S+)",
+        r"s/\(\[^)]*\)/[\1]/g; s|^//+||; y/{}/()/",
+    ]
+    punct = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
     for i in range(n):
         kind = i % 9
         if kind == 0:
@@ -232,6 +240,32 @@ def generated(seed: int = 7, n: int = 900) -> list[tuple[str, str, str]]:
             if i % 2:
                 s = s.upper()
         out.append(("generated", f"generated/{kind}/{i}", s))
+    # mixed punctuation (after the rest, so the samples above stay as they were): every
+    # adjacent pair differs, so tokenizers merge little
+    for i in range(n // 9):
+        pick = i % 5
+        if pick == 0:
+            s = "\n".join(rnd.choice(regexes) for _ in range(rnd.randint(1, 8)))
+        elif pick == 1:
+            cols = rnd.randint(2, 8)
+            s = "\n".join(
+                "|" + "|".join(rnd.choice(["---", ":---:", "---:", ":---"]) for _ in range(cols)) + "|"
+                for _ in range(rnd.randint(1, 20))
+            )
+        elif pick == 2:
+            s = "".join(
+                rnd.choice(["()", "[]", "{}", "<>", ")}", "!?", "([{<", ">}])"]) for _ in range(rnd.randint(10, 600))
+            )
+        elif pick == 3:
+            s = "\n".join(
+                "".join(rnd.choice(punct) for _ in range(rnd.randint(5, 120))) for _ in range(rnd.randint(1, 15))
+            )
+        else:
+            s = "\n".join(
+                rnd.choice([r"/\_/\ ( o.o ) > ^ <", r"~~~///\\\|||[[[]]]", r"<(^_^)> -=[]=-", r"*~*~*~*", r"\\//\\//"])
+                for _ in range(rnd.randint(1, 30))
+            )
+        out.append(("generated", f"generated/9/{i}", s))
     return out
 
 
@@ -334,11 +368,11 @@ def main() -> None:
     tokens = {fam: vocabulary(fam) for fam in families}
     rare = rare_bigrams(list(tokens.values()))
     for fam in families:
-        bloom = build_bloom(bloom_keys(tokens[fam]))
+        bloom = build_bloom(bloom_keys(tokens[fam]), ref.REMIX[fam])
         table = build_table(counters[fam])
         (DATA / f"{fam}.bloom").write_bytes(bloom)
         (DATA / f"{fam}.cost").write_bytes(table)
-        vocabs[fam] = ref.Vocab(bloom, table, rare)
+        vocabs[fam] = ref.Vocab(bloom, table, rare, ref.REMIX[fam])
         print(f"{fam}: wrote {fam}.bloom and {fam}.cost", file=sys.stderr)
     rows = texts(corpus)
     src = np.array([r[0] for r in rows])

@@ -58,7 +58,7 @@ FEATURES = (
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
     "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines",
     "unknown_space_switches", "unknown_rare_bigrams", "digits", "digit_groups", "controls",
-    "non_ascii_words",
+    "non_ascii_words", "unknown_punct_switches",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
 )  # fmt: skip
@@ -78,10 +78,25 @@ def key_hash(key: bytes) -> int:
     return (r & _M64) ^ (r >> 64)
 
 
-def bloom_bits(key: bytes) -> tuple[int, int, int, int]:
-    """The four bit positions of a key, all in one 64-bit word: the hash's top 14 bits pick
-    the word, its four lowest 6-bit fields the bits."""
-    h = key_hash(key)
+# Families whose filter takes its bit positions from a remixed key hash. The two
+# vocabularies share most short tokens, so with the same positions their filters' set bits
+# coincide and so do their false positives (a punctuation run "known" to both), which
+# `conservative`, the larger of the two, cannot absorb.
+REMIX = {"cl100k": False, "tekken": True}
+
+
+def family_hash(h: int, remix: bool) -> int:
+    """The key hash a family's filter uses: ``h`` itself, or remixed (one multiply)."""
+    if not remix:
+        return h
+    x = ((h ^ (h >> 32)) * 0x9E3779B97F4A7C15) & _M64
+    return x ^ (x >> 29)
+
+
+def bloom_bits(key: bytes, remix: bool = False) -> tuple[int, int, int, int]:
+    """The four bit positions of a key, all in one 64-bit word: the (family's) hash's top 14
+    bits pick the word, its four lowest 6-bit fields the bits."""
+    h = family_hash(key_hash(key), remix)
     base = (h >> 50) << 6
     return base + (h & 63), base + ((h >> 6) & 63), base + ((h >> 12) & 63), base + ((h >> 18) & 63)
 
@@ -94,13 +109,14 @@ class Vocab:
     bloom: bytes
     table: bytes
     rare: bytes
+    remix: bool = False
 
     def is_rare(self, a: int, b: int) -> bool:
         k = 26 * ((a | 0x20) - 0x61) + ((b | 0x20) - 0x61)
         return bool(self.rare[k >> 3] >> (k & 7) & 1)
 
     def __contains__(self, key: bytes) -> bool:
-        return all(self.bloom[p >> 3] >> (p & 7) & 1 for p in bloom_bits(key))
+        return all(self.bloom[p >> 3] >> (p & 7) & 1 for p in bloom_bits(key, self.remix))
 
     def cost(self, cp: int) -> int:
         if cp < 0x10000:
@@ -200,9 +216,13 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
         else:
             f[_IX[unknown]] += 1
             f[_IX[unknown + "_beyond_2"]] += max(0, e - s - 2)
+            switches = sum(1 for q in range(s + 1, e) if b[q] != b[q - 1])
             if unknown == "unknown_space":
                 f[_IX["unknown_newlines"]] += sum(1 for x in b[s:e] if x in (0x0A, 0x0D))
-                f[_IX["unknown_space_switches"]] += sum(1 for q in range(s + 1, e) if b[q] != b[q - 1])
+                f[_IX["unknown_space_switches"]] += switches
+            else:  # punctuation: "()()()" is a token per character, "======" merges;
+                # the first two switches are in the piece's own weight ("),", ");")
+                f[_IX["unknown_punct_switches"]] += max(0, switches - 3)
 
     def char_in(q: int, groups: frozenset[str]) -> bool:
         # a 3-byte character of one of the groups starts at q
@@ -320,7 +340,7 @@ def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
 
     data = msgspec.json.decode(_native.PROFILE_JSON)
     rare = bytes.fromhex(data["rare_bigrams"])
-    vocabs = {name: Vocab(*_native.vocab_data(name), rare) for name in data["families"]}
+    vocabs = {name: Vocab(*_native.vocab_data(name), rare, REMIX[name]) for name in data["families"]}
     return data, vocabs
 
 

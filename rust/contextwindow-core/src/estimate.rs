@@ -59,11 +59,13 @@ static VOCABS: [Vocab; 2] = [
         rare: &RARE_BIGRAMS,
         bloom: include_bytes!("../data/cl100k.bloom"),
         table: include_bytes!("../data/cl100k.cost"),
+        remix: false,
     },
     Vocab {
         rare: &RARE_BIGRAMS,
         bloom: include_bytes!("../data/tekken.bloom"),
         table: include_bytes!("../data/tekken.cost"),
+        remix: true,
     },
 ];
 

@@ -50,7 +50,7 @@ const G_JOINER: u8 = 12;
 const G_ASTRAL: u8 = 13;
 
 /// Number of features.
-pub const N_FEATURES: usize = 21 + 2 * GROUPS.len();
+pub const N_FEATURES: usize = 22 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
 /// group that are not part of an n-gram token), then `ex_<group>` (their standalone
@@ -77,6 +77,7 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "digit_groups",
     "controls",
     "non_ascii_words",
+    "unknown_punct_switches",
     "ch_latin",
     "ch_grcy",
     "ch_armgeo",
@@ -124,8 +125,9 @@ const F_DIGITS: usize = 17;
 const F_DIGIT_GROUPS: usize = 18;
 const F_CONTROLS: usize = 19;
 const F_NA_WORDS: usize = 20;
-const F_CH: usize = 21;
-const F_EX: usize = 21 + GROUPS.len();
+const F_UNKNOWN_PUNCT_SWITCHES: usize = 21;
+const F_CH: usize = 22;
+const F_EX: usize = 22 + GROUPS.len();
 
 /// Feature counts of one text for one family.
 pub type Features = [u64; N_FEATURES];
@@ -143,6 +145,23 @@ pub struct Vocab {
     pub bloom: &'static [u8; BLOOM_BYTES],
     /// Standalone cost table, [`TABLE_BYTES`] long, 2 bits per entry (cost - 1).
     pub table: &'static [u8; TABLE_BYTES],
+    /// Whether the filter takes its bit positions from the remixed key hash
+    /// ([`family_hash`]), so that two families' false positives are independent.
+    pub remix: bool,
+}
+
+/// The key hash a family's filter uses: `h` itself, or, when `remix`, `h` remixed with
+/// one multiply. The two vocabularies share most short tokens; with the same positions
+/// their filters' set bits coincide and so do their false positives (a punctuation run
+/// "known" to both), which `conservative`, the larger of the two estimates, cannot absorb.
+#[inline(always)]
+pub fn family_hash(h: u64, remix: bool) -> u64 {
+    if remix {
+        let x = (h ^ (h >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^ (x >> 29)
+    } else {
+        h
+    }
 }
 
 /// Hash of a key of 1 to 16 bytes: its two little-endian 64-bit halves (zero padded),
@@ -209,6 +228,7 @@ impl Vocab {
     /// the bits its four lowest 6-bit fields; one load, no branch.
     #[inline(always)]
     fn contains_hash(&self, h: u64) -> bool {
+        let h = family_hash(h, self.remix);
         let at = (h >> 50) as usize * 8;
         let mut w = [0u8; 8];
         w.copy_from_slice(&self.bloom[at..at + 8]);
@@ -560,6 +580,12 @@ fn letter_segment<S: Sink, const K: usize>(
     }
 }
 
+/// Adjacent bytes of `piece` that differ.
+#[inline]
+fn switches(piece: &[u8]) -> u64 {
+    piece.windows(2).filter(|p| p[0] != p[1]).count() as u64
+}
+
 /// Features of the whitespace piece `b[s..e]` (empty: nothing).
 #[inline(always)]
 fn space_piece<S: Sink, const K: usize>(
@@ -906,6 +932,10 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
                         } else {
                             f.add(F_UNKNOWN_PUNCT, 1);
                             f.add(F_UNKNOWN_PUNCT_X, (j - start).saturating_sub(2) as u64);
+                            // "()()()" is a token per character, "======" merges; the
+                            // first two switches are in the piece's weight ("),", ");")
+                            let sw = switches(&b[start..j]).saturating_sub(3);
+                            f.add(F_UNKNOWN_PUNCT_SWITCHES, sw);
                         }
                     }
                     prefix = None;

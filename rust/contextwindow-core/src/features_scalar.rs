@@ -152,6 +152,9 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                         if !v.known(b, start, j) {
                             f[F_UNKNOWN_PUNCT] += 1;
                             f[F_UNKNOWN_PUNCT_X] += (j - start).saturating_sub(2) as u64;
+                            f[F_UNKNOWN_PUNCT_SWITCHES] +=
+                                ((start + 1..j).filter(|&q| b[q] != b[q - 1]).count() as u64)
+                                    .saturating_sub(3);
                         } else {
                             f[F_KNOWN] += 1;
                         }
