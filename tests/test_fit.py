@@ -208,7 +208,11 @@ def test_p1_last_and_never_the_current_request() -> None:
     assert kept(r, msgs) == [0, "BC", 9] and r.report.tokens_after == 36 and r.report.fits
     assert rules(r)[7:] == ["p1_evicted", "p1_evicted", "current_request"]
     r = fit(msgs, 20, EXACT, profile="fim")
-    # nothing evictable is left: 36 > 20, says so, never empty
+    # 36 > 20, but 6 + 14 = 20 without the breadcrumb (16): it is left out
+    assert kept(r, msgs) == [0, 9] and r.report.fits and r.report.tokens_after == 20
+    r = fit(msgs, 17, EXACT, profile="fim")
+    # nothing evictable is left and even the request cut to its marker (4 + 8) leaves
+    # 6 + 12 = 18 > 17: says so, never empty, keeps the breadcrumb
     assert kept(r, msgs) == [0, "BC", 9] and r.report.fits is False and r.report.tokens_after == 36
 
 
@@ -770,3 +774,26 @@ def test_long_agent_turn_then_follow_up_loses_old_units_not_the_task() -> None:
     assert r.messages[:2] == msgs[:2] and r.messages[-1] is msgs[-1]
     assert r.messages[2]["tool_calls"][0]["id"] == "c17"
     assert cw.validate(r.messages, "openai") == []
+
+
+@pytest.mark.parametrize("fn", [fit, cw.trim_turns])
+def test_breadcrumb_left_out_when_it_alone_would_not_fit(fn: Any) -> None:
+    """Found by a new user: the breadcrumb alone made a result that fit report fits=False
+    (49 tokens over a budget of 40; 35 without it). fim costs: 4 per message + characters
+    // 4: the system prompt 4 + 10 = 14, each old message 14, the request "q" 4 + 0 -> 5
+    (at least 1 for text: 4 + 1), the breadcrumb (49 characters) 4 + 12 = 16."""
+    msgs = [
+        {"role": "system", "content": "s" * 40},
+        {"role": "user", "content": "c" * 40},
+        {"role": "assistant", "content": "d" * 40},
+        {"role": "user", "content": "e" * 40},
+        {"role": "assistant", "content": "f" * 40},
+        {"role": "user", "content": "q"},
+    ]
+    assert cw.count_messages(msgs, "fim") == 14 * 5 + 5
+    r = fn(msgs, 30, profile="fim")  # 14 + 5 = 19 fits; 19 + 16 = 35 would not
+    assert [m["content"] for m in r.messages] == ["s" * 40, "q"]
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 19, False)
+    r = fn(msgs, 35, profile="fim")  # room for it: the breadcrumb stays
+    assert [m["content"][:8] for m in r.messages] == ["s" * 8, "[earlier", "q"]
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 35, True)

@@ -117,7 +117,11 @@ def test_turn_with_pinned_message_is_never_dropped() -> None:
     # only turn 1 may go: 61 - 28 + 16 = 49; the breadcrumb marks where turns were cut
     texts = [m.content[0].text for m in r.messages]
     assert texts == ["a" * 40, "b" * 40, BC, "q"] and r.report.tokens_after == 49 and r.report.fits
-    assert cw.trim_turns(msgs_c, 40, profile="fim", format="openai").report.fits is False
+    # at 40 the breadcrumb alone (16) keeps it over: 33 + 16 = 49; it is left out and the
+    # result fits (found by a new user: fits=False at 49 where 35 fit)
+    r40 = cw.trim_turns(msgs_c, 40, profile="fim", format="openai")
+    assert [m.content[0].text for m in r40.messages] == ["a" * 40, "b" * 40, "q"]
+    assert (r40.report.fits, r40.report.tokens_after, r40.report.breadcrumb) == (True, 33, False)
 
 
 def test_trim_turn_count_keeps_at_least_one_turn() -> None:

@@ -1308,6 +1308,9 @@ def trim_turns(
             if not over():
                 break
             _shrink(st, w, p, None, inner_budget, "request_truncated")
+    # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is left out
+    if bc_at is not None and st.total() <= budget < st.total() + bc_cost:
+        bc_at = None
     return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
 
 

@@ -562,9 +562,20 @@ def fit_target(
         else:
             st.set_fate(w, "kept", "kept")
     bc = _bc_at(plan, dropped_turns)
-    ops, report = ref._finish(st, budget, reason, (nt, nt - len(dropped_turns)), bc)
+    turns = (nt, nt - len(dropped_turns))
+    fates = [dict(f) for f in st.fates]  # _finish marks the message given the breadcrumb
+    ops, report = ref._finish(st, budget, reason, turns, bc)
     if not report.fits:
         ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
+    if not report.fits and bc is not None:
+        # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is
+        # left out, as trim_turns does (found by a new user: 49 tokens over 40, 35 without)
+        st.fates = fates
+        ops0, report0 = ref._finish(st, budget, reason, turns, None)
+        if not report0.fits:
+            ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
+        if report0.fits:
+            ops, report = ops0, report0
     return _engine.apply_ops(prep, ops, report)
 
 
