@@ -991,3 +991,32 @@ def test_a_cut_that_would_not_lower_the_cost_is_not_made() -> None:
     ]
     r = budget_tool_results(msgs, 40)
     assert r.report.reason is None and same_objects(r.messages, msgs)
+
+
+def test_prune_middle_anthropic_notice_leads_when_an_assistant_would() -> None:
+    """Found by hypothesis: the only message before the gap was a "[Tool results]" carrier
+    (not a real user message, so prunable); the first kept message was a pinned assistant
+    one, and the notice went into the later user message, so the Anthropic conversation
+    started with the assistant. The notice now leads as a user message of its own."""
+    from contextwindow.messages import ImagePart, OpaquePart
+
+    thinking = {"type": "thinking", "thinking": ""}
+    msgs = [
+        Message(
+            role="user",
+            content=[
+                TextPart(text="[Tool results] x"),
+                ImagePart(source="https://example.com/a.png"),
+                OpaquePart(type="thinking", raw=thinking),
+            ],
+        ),
+        Message(role="assistant", content=[OpaquePart(type="thinking", raw=thinking)], pinned=True),
+        Message(role="user", content=[], pinned=True),
+    ]
+    assert cw.validate(msgs, "anthropic") == []
+    r = prune_middle(msgs, keep_recent=0, format="anthropic")
+    assert cw.validate(r.messages, "anthropic") == []
+    assert [m.role for m in r.messages] == ["user", "assistant", "user"]
+    assert r.messages[0].content == [TextPart(text="[context compacted: 1 earlier messages removed]")]
+    assert r.messages[1] is msgs[1] and r.messages[2] is msgs[2]
+    assert [f.fate for f in r.report.fates] == ["dropped", "kept", "kept"] and r.report.inserted_messages == 1

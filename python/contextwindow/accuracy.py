@@ -227,6 +227,7 @@ class Report:
     files: int
     segments: dict[str, dict[str, ClassStats]]  # profile -> class -> stats
     conversations: dict[str, ConversationStats]  # profile -> stats
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why), not scored
 
     def to_dict(self) -> dict[str, object]:
         """Plain-data form (for ``--json``)."""
@@ -317,13 +318,17 @@ def measure(
     segs = {p: {c: ClassStats() for c in CLASSES} for p in profiles}
     convs = {p: ConversationStats() for p in profiles}
     files = 0
+    skipped: list[tuple[str, str]] = []
     from .errors import ContextWindowError
 
     for key, f in _files(root, split):
         try:
             texts = conversation_texts(f)
-        except (ContextWindowError, ValueError, RecursionError):
-            continue  # not a conversation (or nested too deeply): not scored
+        except (ContextWindowError, ValueError, RecursionError) as exc:
+            # not a conversation (or nested too deeply): not scored, but said
+            why = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())
+            skipped.append((str(f), why))
+            continue
         if not texts:
             continue
         files += 1
@@ -338,4 +343,4 @@ def measure(
                 convs[p].errors[key] = (sum(est) - sum(real)) / sum(real)
     if not files:
         raise ValueError(f"{root}: no conversation files with text (*.json, *.jsonl) in the {split} split")
-    return Report(name, split, files, segs, convs)
+    return Report(name, split, files, segs, convs, skipped)

@@ -45,6 +45,11 @@ def _load(path: str, fmt: str | None) -> Conversation:
     return conv
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
 def _shown(path: str) -> str:
     """How a FILE argument is named in output: ``-`` is ``<stdin>``, as
     :func:`~contextwindow.io.load_conversation` names it."""
@@ -116,6 +121,9 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
 def _cmd_count(args: argparse.Namespace) -> int:
     rows = []
     failed = False
+    if args.files.count("-") > 1:
+        print("contextwindow: error: - (standard input) can be read once", file=sys.stderr)
+        return 2
     for path in args.files:
         try:
             with _about(path):
@@ -146,8 +154,8 @@ def _cmd_count(args: argparse.Namespace) -> int:
         for r in rows:
             tools_note = f" ({r['tool_tokens']:,} for tool schemas)" if r["tool_tokens"] else ""
             print(
-                f"{r['file']}: {r['tokens']:,} tokens{tools_note}, {r['messages']} messages,"
-                f" {r['turns']} turns [{r['format']}, {r['profile']}]"
+                f"{r['file']}: {r['tokens']:,} tokens{tools_note}, {_n(r['messages'], 'message')},"
+                f" {_n(r['turns'], 'turn')} [{r['format']}, {r['profile']}]"
             )
     return 2 if failed else 0
 
@@ -161,6 +169,9 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"contextwindow: error: {exc}", file=sys.stderr)
         return 2
+    for path, why in reports[0].skipped if reports else ():
+        # one line per file left out, so a mistyped corpus does not quietly shrink the sample
+        print(f"contextwindow: warning: skipped {why if why.startswith(path) else f'{path}: {why}'}", file=sys.stderr)
     if args.json:
         print(msgspec.json.encode([r.to_dict() for r in reports]).decode())
     else:
@@ -246,8 +257,8 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
     console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
     schemas = f" + {b.tool_schema_tokens:,} tool schemas" if b.tool_schema_tokens else ""
     console.print(
-        f"{path}: {b.total_tokens:,} tokens ({b.message_tokens:,} in {b.messages} messages{schemas}),"
-        f" {b.turns} turns [{b.format}, {b.profile}]",
+        f"{path}: {b.total_tokens:,} tokens ({b.message_tokens:,} in {_n(b.messages, 'message')}{schemas}),"
+        f" {_n(b.turns, 'turn')} [{b.format}, {b.profile}]",
         markup=False,
         soft_wrap=True,
     )
@@ -325,7 +336,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(found).decode())
     elif not found:
-        print(f"{conv.path}: valid for {provider} ({len(conv.messages)} messages)")
+        print(f"{conv.path}: valid for {provider} ({_n(len(conv.messages), 'message')})")
     else:
         for v in found:
             print(f"{conv.path}: message {v.index}: {v.code}: {v.detail}")

@@ -1033,6 +1033,12 @@ def prune_middle(
             target = (requests[-1], "trail")
     elif after is not None and cur(after).role == "user":
         target = (after, "after_results" if ref.has_results(cur(after)) else "lead")
+    elif before is None and after is not None:
+        # nothing kept before the gap and an assistant message after it: the notice leads
+        # as a user message of its own, so the conversation still starts with a user
+        # (found by hypothesis: merged into a later user message, it started with the
+        # assistant)
+        standalone_at = after
     elif before is not None and cur(before).role == "user":
         target = (before, "trail")
     else:

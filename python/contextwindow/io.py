@@ -64,6 +64,38 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _json_type(value: Any) -> str:
+    """JSON's name for a decoded value, as the gateway's errors say it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _duplicate_top_key(text: str, key: str) -> bool:
+    """Whether the top-level object of ``text`` (valid JSON) holds ``key`` twice. msgspec
+    keeps the last silently; only this rare case (the key's text appears twice) is parsed
+    again, with the standard ``json`` module, which shows every pair."""
+    last: list[list[tuple[str, Any]]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        last[:] = [items]  # objects close innermost first: the top level closes last
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return False
+    return bool(last) and sum(k == key for k, _ in last[0]) > 1
+
+
 def _decode(text: str) -> Any:
     """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD.
 
@@ -178,18 +210,21 @@ def _parse(raw: bytes, where: str, explicit: FileFormat | None) -> Conversation:
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
     if not isinstance(doc, dict):
         raise InvalidRequestError(
-            f"{where}: top-level JSON is {type(doc).__name__}, expected an object with "
+            f"{where}: top-level JSON is {_json_type(doc)}, expected an object with "
             '"messages", a list of messages or JSONL'
         )
     if "messages" not in doc:
         if isinstance(doc.get("role"), str):  # JSONL holding a single message
             return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
         raise InvalidRequestError(f'{where}: the top-level object has no "messages" list')
+    if text.count('"messages"') > 1 and _duplicate_top_key(text, "messages"):
+        # which one would a provider read? The gateway refuses too (fit_request)
+        raise InvalidRequestError(f'{where}: the key "messages" appears more than once')
     messages, tools = doc["messages"], doc.get("tools")
     if not isinstance(messages, list):
-        raise InvalidRequestError(f'{where}: "messages" is {type(messages).__name__}, not a list')
+        raise InvalidRequestError(f'{where}: "messages" is {_json_type(messages)}, not a list')
     if tools is not None and not isinstance(tools, list):
-        raise InvalidRequestError(f'{where}: "tools" is {type(tools).__name__}, not a list')
+        raise InvalidRequestError(f'{where}: "tools" is {_json_type(tools)}, not a list')
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
             raise InvalidRequestError(f"{where}: unknown corpus format {doc['format']!r}")
