@@ -230,8 +230,8 @@ def test_accuracy_targets_on_held_out_corpus(reference: str) -> None:
         assert s["median_abs"] <= 0.03, (cls, s)
     conv = r.conversations[reference].summary()
     assert abs(conv["median"]) <= 0.03
-    # whole conversations within 3%: all 11 for cl100k; 10 of 11 for Tekken, whose miss is
-    # a 37-token conversation estimated at 35 (Chinese names cut into rare pieces)
+    # whole conversations within 3%: all 11 for both at the last refit; the floor allows
+    # one miss, since a 37-token conversation is within 3% only to the token
     assert conv["within_3"] >= 0.9, conv
     errors = [e for c in ("prose", "code", "cjk") for e in r.segments["conservative"][c].errors]
     assert sum(e < -0.05 for e in errors) / len(errors) <= 0.05

@@ -86,11 +86,12 @@ REMIX = {"cl100k": False, "tekken": True}
 
 
 def family_hash(h: int, remix: bool) -> int:
-    """The key hash a family's filter uses: ``h`` itself, or remixed (one multiply)."""
+    """The key hash a family's filter uses: ``h`` itself, or ``h`` rotated left by 26 bits,
+    so the word comes from bits 24-37 and the bit positions from bits 38-61 of ``h``, where
+    ``h``'s own word comes from bits 50-63 and its positions from bits 0-23."""
     if not remix:
         return h
-    x = ((h ^ (h >> 32)) * 0x9E3779B97F4A7C15) & _M64
-    return x ^ (x >> 29)
+    return ((h << 26) | (h >> 38)) & _M64
 
 
 def bloom_bits(key: bytes, remix: bool = False) -> tuple[int, int, int, int]:

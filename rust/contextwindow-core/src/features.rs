@@ -150,15 +150,16 @@ pub struct Vocab {
     pub remix: bool,
 }
 
-/// The key hash a family's filter uses: `h` itself, or, when `remix`, `h` remixed with
-/// one multiply. The two vocabularies share most short tokens; with the same positions
-/// their filters' set bits coincide and so do their false positives (a punctuation run
-/// "known" to both), which `conservative`, the larger of the two estimates, cannot absorb.
+/// The key hash a family's filter uses: `h` itself, or, when `remix`, `h` rotated left by
+/// 26 bits, so its word comes from bits 24-37 and its bit positions from bits 38-61 of
+/// `h` (the plain filter's word comes from bits 50-63, its positions from bits 0-23).
+/// The two vocabularies share most short tokens; with the same positions their filters'
+/// set bits coincide and so do their false positives (a punctuation run "known" to
+/// both), which `conservative`, the larger of the two estimates, cannot absorb.
 #[inline(always)]
 pub fn family_hash(h: u64, remix: bool) -> u64 {
     if remix {
-        let x = (h ^ (h >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        x ^ (x >> 29)
+        h.rotate_left(26)
     } else {
         h
     }
