@@ -581,7 +581,7 @@ fn letter_segment<S: Sink, const K: usize>(
     }
 }
 
-/// Adjacent bytes of `piece` that differ.
+/// Adjacent bytes of `piece` that differ (whitespace and punctuation pieces).
 #[inline]
 fn switches(piece: &[u8]) -> u64 {
     piece.windows(2).filter(|p| p[0] != p[1]).count() as u64
@@ -623,10 +623,7 @@ fn space_piece_for<S: Sink, const K: usize>(
         } else {
             f.add(F_UNKNOWN_SPACE, 1);
             f.add(F_UNKNOWN_SPACE_X, (e - s).saturating_sub(2) as u64);
-            f.add(
-                F_UNKNOWN_SPACE_SWITCHES,
-                b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64,
-            );
+            f.add(F_UNKNOWN_SPACE_SWITCHES, switches(&b[s..e]));
             f.add(
                 F_UNKNOWN_NEWLINES,
                 b[s..e]
