@@ -30,6 +30,7 @@ The reference conversation ``conv()`` (OpenAI shape), with the default classes
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -797,3 +798,27 @@ def test_breadcrumb_left_out_when_it_alone_would_not_fit(fn: Any) -> None:
     r = fn(msgs, 35, profile="fim")  # room for it: the breadcrumb stays
     assert [m["content"][:8] for m in r.messages] == ["s" * 8, "[earlier", "q"]
     assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 35, True)
+
+
+@pytest.mark.parametrize("fn", [fit, cw.trim_turns])
+def test_request_cut_without_the_breadcrumb_when_only_that_fits(fn: Any) -> None:
+    """Found by a new user (N4): when only cutting the request could make it fit, the cut
+    was skipped because the breadcrumb's cost was counted (42 tokens, fits=False), while
+    without it the cut fits. fim: "Be brief." 4 + 9 // 4 = 6; the 67-character request
+    4 + 16 = 20; 26 > 20 even with the old turn gone. Cut to "And t" + marker + "rlin?":
+    10 + 33 (the marker "\\n[... 57 characters removed ...]\\n") = 43 characters, 4 + 10
+    = 14; 6 + 14 = 20 fits, and 20 + 16 for the breadcrumb would not."""
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first question about the weather today"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "And tomorrow, what will the weather be like in Paris and in Berlin?"},
+    ]
+    r = fn(msgs, 20, profile="fim")
+    assert r.messages[1]["content"] == "And t\n[... 57 characters removed ...]\nrlin?"
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 20, False)
+    assert r.report.fates[3].rule == "request_truncated"
+    body = json.dumps({"messages": msgs}).encode()
+    if fn is cw.trim_turns:  # the gateway runs the same engine
+        out = json.loads(cw.fit_request(body, budget=20, profile="fim"))
+        assert out["messages"] == r.messages

@@ -1211,7 +1211,23 @@ def trim_turns(
     provider: str = "openai",
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.trim_turns``, on canonical messages; ``profile`` may
-    be a cost model (message costs from any counter)."""
+    be a cost model (message costs from any counter). The breadcrumb is a courtesy: when
+    the result fits only without it, it is left out."""
+    ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
+    if not report.fits and report.breadcrumb:
+        bare = _trim_turns_once(msgs, budget, profile, False, provider)
+        if bare[1].fits:
+            return bare
+    return ops, report
+
+
+def _trim_turns_once(
+    msgs: list[Message],
+    budget: int,
+    profile: str | Profile | CostModel,
+    breadcrumb: bool,
+    provider: str,
+) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     st = _state(msgs, cost_model(profile), provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
     nt = len(seg.turns)
@@ -1309,9 +1325,6 @@ def trim_turns(
             if not over():
                 break
             _shrink(st, w, p, None, inner_budget, "request_truncated")
-    # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is left out
-    if bc_at is not None and st.total() <= budget < st.total() + bc_cost:
-        bc_at = None
     return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
 
 
