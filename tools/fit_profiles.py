@@ -32,6 +32,7 @@ import base64
 import itertools
 import json
 import random
+import string
 import sys
 import uuid
 from collections.abc import Callable
@@ -117,6 +118,20 @@ def rare_bigrams(vocabularies: list[list[bytes]]) -> bytes:
         if c < RARE_BELOW:
             mask[k >> 3] |= 1 << (k & 7)
     return bytes(mask)
+
+
+RUN = 240
+
+
+def run_chars(count: Callable[[str], int]) -> bytes:
+    """Characters per token in a long run of each ASCII punctuation character: ``RUN``
+    of it in a row over the family's count, rounded, 1 to 255 (1 for other bytes).
+    Tokenizers merge ``(`` 2-4 at a time but ``-`` dozens at a time."""
+    out = bytearray([1]) * 128
+    for c in range(128):
+        if chr(c) in string.punctuation:
+            out[c] = max(1, min(255, round(RUN / max(1, count(chr(c) * RUN)))))
+    return bytes(out)
 
 
 def build_table(count: Callable[[str], int]) -> bytes:
@@ -367,12 +382,14 @@ def main() -> None:
     vocabs = {}
     tokens = {fam: vocabulary(fam) for fam in families}
     rare = rare_bigrams(list(tokens.values()))
+    runs = {}
     for fam in families:
         bloom = build_bloom(bloom_keys(tokens[fam]), ref.REMIX[fam])
         table = build_table(counters[fam])
         (DATA / f"{fam}.bloom").write_bytes(bloom)
         (DATA / f"{fam}.cost").write_bytes(table)
-        vocabs[fam] = ref.Vocab(bloom, table, rare, ref.REMIX[fam])
+        runs[fam] = run_chars(counters[fam])
+        vocabs[fam] = ref.Vocab(bloom, table, rare, ref.REMIX[fam], runs[fam])
         print(f"{fam}: wrote {fam}.bloom and {fam}.cost", file=sys.stderr)
     rows = texts(corpus)
     src = np.array([r[0] for r in rows])
@@ -413,6 +430,7 @@ def main() -> None:
             overheads = tekken_overheads()
         out["families"][fam] = {
             "weights": w,
+            "run_chars": runs[fam].hex(),
             "message_overhead": overheads[0],
             "tool_call_overhead": overheads[1],
             "tool_overhead": overheads[2],

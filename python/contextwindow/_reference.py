@@ -58,7 +58,7 @@ FEATURES = (
     "unknown_14_up", "unknown_letters_beyond_14", "unknown_prefixed", "unknown_punct",
     "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines",
     "unknown_space_switches", "unknown_rare_bigrams", "digits", "digit_groups", "controls",
-    "non_ascii_words", "unknown_punct_switches",
+    "non_ascii_words", "unknown_punct_switches", "unknown_punct_run_tokens",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
 )  # fmt: skip
@@ -111,6 +111,9 @@ class Vocab:
     table: bytes
     rare: bytes
     remix: bool = False
+    # characters per token in a long run of each ASCII character (the tokenizer's count
+    # of 240 in a row): 4 for "(" in cl100k, 2 in Tekken, 60 for "-" in cl100k
+    runs: bytes = bytes([1]) * 128
 
     def is_rare(self, a: int, b: int) -> bool:
         k = 26 * ((a | 0x20) - 0x61) + ((b | 0x20) - 0x61)
@@ -224,6 +227,20 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
             else:  # punctuation: "()()()" is a token per character, "======" merges;
                 # the first two switches are in the piece's own weight ("),", ");")
                 f[_IX["unknown_punct_switches"]] += max(0, switches - 3)
+                f[_IX["unknown_punct_run_tokens"]] += run_tokens(s, e)
+
+    def run_tokens(s: int, e: int) -> int:
+        # each run of one punctuation character (2 or more), in the family's characters
+        # per token of it: tokenizers merge "(" 2-4 at a time but "-" dozens at a time
+        total, q = 0, s
+        while q < e:
+            r = q + 1
+            while r < e and b[r] == b[q]:
+                r += 1
+            if r - q >= 2 and kinds[q] == "pu":
+                total += -(-(r - q) // max(1, vocab.runs[b[q]]))
+            q = r
+        return total
 
     def char_in(q: int, groups: frozenset[str]) -> bool:
         # a 3-byte character of one of the groups starts at q
@@ -341,7 +358,12 @@ def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
 
     data = msgspec.json.decode(_native.PROFILE_JSON)
     rare = bytes.fromhex(data["rare_bigrams"])
-    vocabs = {name: Vocab(*_native.vocab_data(name), rare, REMIX[name]) for name in data["families"]}
+    # run_chars is absent only from an engine built before the data had it (while
+    # tools/fit_profiles.py rewrites the data); build.rs requires it
+    vocabs = {
+        name: Vocab(*_native.vocab_data(name), rare, REMIX[name], bytes.fromhex(fam.get("run_chars", "01" * 128)))
+        for name, fam in data["families"].items()
+    }
     return data, vocabs
 
 

@@ -16,6 +16,7 @@ fn main() {
         .collect();
     let mut weights = Vec::new();
     let mut overheads = Vec::new();
+    let mut runs = Vec::new();
     for fam in ["cl100k", "tekken"] {
         let f = &v["families"][fam];
         let w: Vec<String> = f["weights"]
@@ -40,6 +41,21 @@ fn main() {
             o("tool_call_overhead"),
             o("tool_overhead")
         ));
+        let hex = f["run_chars"]
+            .as_str()
+            .unwrap_or_else(|| panic!("families.{fam}.run_chars: hex string"));
+        assert_eq!(hex.len(), 256, "families.{fam}.run_chars: 128 bytes in hex");
+        let bytes: Vec<String> = (0..128)
+            .map(|i| {
+                let b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("run_chars: hex");
+                assert!(
+                    b >= 1,
+                    "families.{fam}.run_chars: at least 1 character a token"
+                );
+                b.to_string()
+            })
+            .collect();
+        runs.push(format!("[{}]", bytes.join(", ")));
     }
     let rare = v["rare_bigrams"]
         .as_str()
@@ -61,12 +77,14 @@ fn main() {
          pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 2] = [{weights}];\n\
          pub const OVERHEADS: [(u64, u64, u64); 2] = [{overheads}];\n\
          pub const MARGIN_PERCENT: i64 = {margin};\n\
-         pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n",
+         pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n\
+         pub static RUN_CHARS: [[u8; 128]; 2] = [{runs}];\n",
         n = names.len(),
         names = names.join(", "),
         weights = weights.join(", "),
         overheads = overheads.join(", "),
         rare = rare.join(", "),
+        runs = runs.join(", "),
     );
     let dest = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("profile_data.rs");
     fs::write(dest, out).expect("write profile_data.rs");

@@ -60,12 +60,14 @@ static VOCABS: [Vocab; 2] = [
         bloom: include_bytes!("../data/cl100k.bloom"),
         table: include_bytes!("../data/cl100k.cost"),
         remix: false,
+        runs: &data::RUN_CHARS[0],
     },
     Vocab {
         rare: &RARE_BIGRAMS,
         bloom: include_bytes!("../data/tekken.bloom"),
         table: include_bytes!("../data/tekken.cost"),
         remix: true,
+        runs: &data::RUN_CHARS[1],
     },
 ];
 

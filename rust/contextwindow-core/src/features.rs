@@ -50,7 +50,7 @@ const G_JOINER: u8 = 12;
 const G_ASTRAL: u8 = 13;
 
 /// Number of features.
-pub const N_FEATURES: usize = 22 + 2 * GROUPS.len();
+pub const N_FEATURES: usize = 23 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
 /// group that are not part of an n-gram token), then `ex_<group>` (their standalone
@@ -78,6 +78,7 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "controls",
     "non_ascii_words",
     "unknown_punct_switches",
+    "unknown_punct_run_tokens",
     "ch_latin",
     "ch_grcy",
     "ch_armgeo",
@@ -126,8 +127,9 @@ const F_DIGIT_GROUPS: usize = 18;
 const F_CONTROLS: usize = 19;
 const F_NA_WORDS: usize = 20;
 const F_UNKNOWN_PUNCT_SWITCHES: usize = 21;
-const F_CH: usize = 22;
-const F_EX: usize = 22 + GROUPS.len();
+const F_UNKNOWN_PUNCT_RUN_TOKENS: usize = 22;
+const F_CH: usize = 23;
+const F_EX: usize = 23 + GROUPS.len();
 
 /// Feature counts of one text for one family.
 pub type Features = [u64; N_FEATURES];
@@ -148,6 +150,9 @@ pub struct Vocab {
     /// Whether the filter takes its bit positions from the remixed key hash
     /// ([`family_hash`]), so that two families' false positives are independent.
     pub remix: bool,
+    /// Characters per token in a long run of each ASCII character (the tokenizer's own
+    /// count of 240 in a row): 4 for `(` in cl100k, 2 in Tekken, 60 for `-` in cl100k.
+    pub runs: &'static [u8; 128],
 }
 
 /// The key hash a family's filter uses: `h` itself, or, when `remix`, `h` rotated left by
@@ -581,6 +586,26 @@ fn letter_segment<S: Sink, const K: usize>(
     }
 }
 
+/// Each run of one punctuation character (2 or more) in `b[s..e]`, in tokens: its length
+/// over the family's characters per token for that character ([`Vocab::runs`]), rounded
+/// up. Tokenizers merge `(` 2-4 at a time but `-` dozens at a time.
+#[inline(never)]
+fn run_tokens(v: &Vocab, b: &[u8], s: usize, e: usize) -> u64 {
+    let mut total = 0;
+    let mut q = s;
+    while q < e {
+        let mut r = q + 1;
+        while r < e && b[r] == b[q] {
+            r += 1;
+        }
+        if r - q >= 2 && KIND[b[q] as usize] == PU {
+            total += (r - q).div_ceil(v.runs[b[q] as usize].max(1) as usize) as u64;
+        }
+        q = r;
+    }
+    total
+}
+
 /// Adjacent bytes of `piece` that differ (whitespace and punctuation pieces).
 #[inline]
 fn switches(piece: &[u8]) -> u64 {
@@ -934,6 +959,8 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
                             // first two switches are in the piece's weight ("),", ");")
                             let sw = switches(&b[start..j]).saturating_sub(3);
                             f.add(F_UNKNOWN_PUNCT_SWITCHES, sw);
+                            let runs = run_tokens(&vocabs[k], b, start, j);
+                            f.add(F_UNKNOWN_PUNCT_RUN_TOKENS, runs);
                         }
                     }
                     prefix = None;

@@ -155,6 +155,20 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                             f[F_UNKNOWN_PUNCT_SWITCHES] +=
                                 ((start + 1..j).filter(|&q| b[q] != b[q - 1]).count() as u64)
                                     .saturating_sub(3);
+                            // each run of one punctuation character, in the family's
+                            // characters per token of it
+                            let mut q = start;
+                            while q < j {
+                                let mut r = q + 1;
+                                while r < j && b[r] == b[q] {
+                                    r += 1;
+                                }
+                                if r - q >= 2 && kind(q) == PU {
+                                    let per = v.runs[b[q] as usize].max(1) as usize;
+                                    f[F_UNKNOWN_PUNCT_RUN_TOKENS] += (r - q).div_ceil(per) as u64;
+                                }
+                                q = r;
+                            }
                         } else {
                             f[F_KNOWN] += 1;
                         }
