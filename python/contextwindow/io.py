@@ -184,19 +184,18 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
         raw = sys.stdin.buffer.read() if stdin else Path(path).read_bytes()
     except OSError as exc:
         raise InvalidRequestError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    # decoded once; only bytes that are not UTF-8 are decoded again, replacing them
     try:
-        raw.decode("utf-8")
-        bad = None
+        text, bad = raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
-        bad = exc.start
-    conv = _parse(raw, where, explicit)
+        text, bad = raw.decode("utf-8", errors="replace"), exc.start
+    conv = _parse(text.removeprefix("\ufeff"), where, explicit)
     conv.bad_utf8_at = bad
     return conv
 
 
-def _parse(raw: bytes, where: str, explicit: FileFormat | None) -> Conversation:
-    """The document in ``raw`` (invalid UTF-8 read as U+FFFD), named ``where`` in errors."""
-    text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
+    """The document in ``text`` (BOM removed), named ``where`` in errors."""
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
     try:
