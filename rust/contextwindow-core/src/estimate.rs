@@ -10,7 +10,7 @@
 
 #[cfg(test)]
 use crate::features::scan;
-use crate::features::{scan_into, Sink, Vocab, N_FEATURES};
+use crate::features::{scan_into, Sink, Vocab, Vocabs, N_FEATURES};
 use crate::model::{Message, Part, PartKind};
 
 mod data {
@@ -54,22 +54,46 @@ pub const FAMILY_NAMES: [&str; 2] = ["cl100k", "tekken"];
 /// Letter pairs rare inside tokens of both families (`data/profiles.json`).
 pub static RARE_BIGRAMS: [u8; crate::features::RARE_BYTES] = data::RARE_BIGRAMS;
 
-static VOCABS: [Vocab; 2] = [
-    Vocab {
-        rare: &RARE_BIGRAMS,
-        bloom: include_bytes!("../data/cl100k.bloom"),
-        table: include_bytes!("../data/cl100k.cost"),
-        remix: false,
-        runs: &data::RUN_CHARS[0],
-    },
-    Vocab {
-        rare: &RARE_BIGRAMS,
-        bloom: include_bytes!("../data/tekken.bloom"),
-        table: include_bytes!("../data/tekken.cost"),
-        remix: true,
-        runs: &data::RUN_CHARS[1],
-    },
-];
+const CL100K_VOCAB: Vocab = Vocab {
+    rare: &RARE_BIGRAMS,
+    bloom: include_bytes!("../data/cl100k.bloom"),
+    table: include_bytes!("../data/cl100k.cost"),
+    remix: false,
+    runs: &data::RUN_CHARS[0],
+};
+
+const TEKKEN_VOCAB: Vocab = Vocab {
+    rare: &RARE_BIGRAMS,
+    bloom: include_bytes!("../data/tekken.bloom"),
+    table: include_bytes!("../data/tekken.cost"),
+    remix: true,
+    runs: &data::RUN_CHARS[1],
+};
+
+static VOCABS: [Vocab; 2] = [CL100K_VOCAB, TEKKEN_VOCAB];
+
+/// The built-in families' vocabularies as unit types: the scanner monomorphized for one
+/// of them sees the filter addresses and settings as constants.
+struct Builtin<const F: usize>;
+
+static ONE: [[Vocab; 1]; 2] = [[CL100K_VOCAB], [TEKKEN_VOCAB]];
+
+impl<const F: usize> Vocabs<1> for Builtin<F> {
+    #[inline(always)]
+    fn vocabs(&self) -> &[Vocab; 1] {
+        &ONE[F]
+    }
+}
+
+/// Both built-in families, in [`FAMILY_NAMES`] order.
+struct BuiltinBoth;
+
+impl Vocabs<2> for BuiltinBoth {
+    #[inline(always)]
+    fn vocabs(&self) -> &[Vocab; 2] {
+        &VOCABS
+    }
+}
 
 /// The vocabulary data of a family by name.
 pub fn vocab(name: &str) -> Option<Vocab> {
@@ -266,11 +290,11 @@ impl Profile {
             TextRule::Fitted { family } => {
                 let sum = if family == 0 {
                     let mut w = FamilySum::<0>(0);
-                    scan_into(text, &[VOCABS[0]], &mut w);
+                    scan_into(text, &Builtin::<0>, &mut w);
                     w.0
                 } else {
                     let mut w = FamilySum::<1>(0);
-                    scan_into(text, &[VOCABS[1]], &mut w);
+                    scan_into(text, &Builtin::<1>, &mut w);
                     w.0
                 };
                 if sum <= 0 {
@@ -281,7 +305,7 @@ impl Profile {
             }
             TextRule::Max { margin_percent } => {
                 let mut w = BothSums([0, 0]);
-                scan_into(text, &VOCABS, &mut w);
+                scan_into(text, &BuiltinBoth, &mut w);
                 let sum = w.0[0].max(w.0[1]) as i128 * margin_percent as i128;
                 let den = SCALE as i128 * 100;
                 if sum <= 0 {

@@ -606,6 +606,34 @@ fn run_tokens(v: &Vocab, b: &[u8], s: usize, e: usize) -> u64 {
     total
 }
 
+/// Features of the punctuation piece `b[s..e]`: a run of punctuation, led by a space
+/// or not, with the line breaks that follow it.
+#[inline(always)]
+fn punct_piece<S: Sink, const K: usize>(
+    out: &mut S,
+    vocabs: &[Vocab; K],
+    b: &[u8],
+    s: usize,
+    e: usize,
+) {
+    let hit = known_all(vocabs, b, s, e);
+    for (k, known) in hit.into_iter().enumerate() {
+        let f = &mut At(&mut *out, k);
+        if known {
+            f.add(F_KNOWN, 1);
+        } else {
+            f.add(F_UNKNOWN_PUNCT, 1);
+            f.add(F_UNKNOWN_PUNCT_X, (e - s).saturating_sub(2) as u64);
+            // "()()()" is a token per character, "======" merges; the first two
+            // switches are in the piece's weight ("),", ");")
+            let sw = switches(&b[s..e]).saturating_sub(3);
+            f.add(F_UNKNOWN_PUNCT_SWITCHES, sw);
+            let runs = run_tokens(&vocabs[k], b, s, e);
+            f.add(F_UNKNOWN_PUNCT_RUN_TOKENS, runs);
+        }
+    }
+}
+
 /// Adjacent bytes of `piece` that differ (whitespace and punctuation pieces).
 #[inline]
 fn switches(piece: &[u8]) -> u64 {
@@ -657,6 +685,21 @@ fn space_piece_for<S: Sink, const K: usize>(
                     .count() as u64,
             );
         }
+    }
+}
+
+/// Where the scanner reads its vocabularies: an array of them, or a unit type that
+/// names built-in static data, so that the compiler sees each family's filter address and
+/// settings as constants in the scanner's loop.
+pub trait Vocabs<const K: usize> {
+    /// The vocabularies, one per family.
+    fn vocabs(&self) -> &[Vocab; K];
+}
+
+impl<const K: usize> Vocabs<K> for [Vocab; K] {
+    #[inline(always)]
+    fn vocabs(&self) -> &[Vocab; K] {
+        self
     }
 }
 
@@ -835,7 +878,8 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
 
 /// [`scan`] into any [`Sink`], one per vocabulary; [`Weighted`] sinks give the fitted
 /// sums directly (the same integers as the dot product of [`scan`]'s counts).
-pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: &mut S) {
+pub fn scan_into<S: Sink, V: Vocabs<K>, const K: usize>(text: &str, families: &V, out: &mut S) {
+    let vocabs = families.vocabs();
     let groups = group_table();
     let b = text.as_bytes();
     let n = b.len();
@@ -847,9 +891,18 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
     let mut na_prev_letter = false;
     // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
+    let mut window = words::Window::default();
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
+        if prefix.is_none() && k <= PU && k != TB {
+            // nothing pending: ASCII text from here is read 64 bytes at a time when it can be
+            let r = words::ascii_run(out, families, b, i, &mut window);
+            if r > i {
+                i = r;
+                continue;
+            }
+        }
         if k == NA {
             if (0xE0..0xF0).contains(&b[i]) {
                 i = three_byte_run(
@@ -910,6 +963,12 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
                     }
                     // ...and one space leads the next word
                     if kind(s) == SP && is_letter(kind(s + 1)) {
+                        // ASCII text from here is read 64 bytes at a time when it can be
+                        let r = words::ascii_run(out, families, b, s, &mut window);
+                        if r > s {
+                            s = r;
+                            break;
+                        }
                         lead = Some(s);
                         s += 1;
                         continue;
@@ -947,22 +1006,7 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
                     while kind(j) == NL {
                         j += 1;
                     }
-                    let hit = known_all(vocabs, b, start, j);
-                    for (k, known) in hit.into_iter().enumerate() {
-                        let f = &mut At(&mut *out, k);
-                        if known {
-                            f.add(F_KNOWN, 1);
-                        } else {
-                            f.add(F_UNKNOWN_PUNCT, 1);
-                            f.add(F_UNKNOWN_PUNCT_X, (j - start).saturating_sub(2) as u64);
-                            // "()()()" is a token per character, "======" merges; the
-                            // first two switches are in the piece's weight ("),", ");")
-                            let sw = switches(&b[start..j]).saturating_sub(3);
-                            f.add(F_UNKNOWN_PUNCT_SWITCHES, sw);
-                            let runs = run_tokens(&vocabs[k], b, start, j);
-                            f.add(F_UNKNOWN_PUNCT_RUN_TOKENS, runs);
-                        }
-                    }
+                    punct_piece(out, vocabs, b, start, j);
                     prefix = None;
                 }
             }
@@ -1014,6 +1058,9 @@ pub fn scan_into<S: Sink, const K: usize>(text: &str, vocabs: &[Vocab; K], out: 
         i = j;
     }
 }
+
+#[path = "features_words.rs"]
+mod words;
 
 #[cfg(test)]
 #[path = "features_scalar.rs"]
@@ -1089,16 +1136,29 @@ mod fast_equals_scalar {
         [vocab("cl100k").unwrap(), vocab("tekken").unwrap()]
     }
 
-    /// Both scanners, one family at a time and both together.
+    /// Both scanners, one family at a time and both together, with the fast path at
+    /// every instruction-set level the CPU has.
     fn check(text: &str) {
         let [a, b] = families();
-        assert_eq!(scan(text, &[a]), scan_scalar(text, &[a]), "cl100k {text:?}");
-        assert_eq!(scan(text, &[b]), scan_scalar(text, &[b]), "tekken {text:?}");
-        assert_eq!(
-            scan(text, &[a, b]),
-            scan_scalar(text, &[a, b]),
-            "both {text:?}"
-        );
+        for simd in words::Simd::available() {
+            words::FORCE.with(|f| f.set(Some(simd)));
+            assert_eq!(
+                scan(text, &[a]),
+                scan_scalar(text, &[a]),
+                "cl100k {simd:?} {text:?}"
+            );
+            assert_eq!(
+                scan(text, &[b]),
+                scan_scalar(text, &[b]),
+                "tekken {simd:?} {text:?}"
+            );
+            assert_eq!(
+                scan(text, &[a, b]),
+                scan_scalar(text, &[a, b]),
+                "both {simd:?} {text:?}"
+            );
+        }
+        words::FORCE.with(|f| f.set(None));
     }
 
     /// Every sub-string starting in the first 17 bytes and ending in the last 17 (at
@@ -1226,6 +1286,68 @@ mod fast_equals_scalar {
             }
         }
         s
+    }
+
+    /// Random ASCII text of the kinds the 64-byte fast path reads (words, camelCase,
+    /// spaces, line breaks and indentation, digits, punctuation runs), a few hundred
+    /// bytes long, with a rare byte it does not read (a tab, a carriage return, a
+    /// space before a line break, a non-ASCII letter) so that regions end everywhere.
+    fn ascii_text(r: &mut Rng) -> String {
+        const PIECES: &[&str] = &[
+            "the",
+            "The",
+            "quick",
+            "I",
+            "a",
+            "camelCase",
+            "HTTPServer",
+            "getX",
+            "ABC",
+            "qzxjv",
+            "don't",
+            "e.g.",
+            "x",
+            "Internationalization",
+            "abcdefghijklmnopq",
+        ];
+        const GLUE: &[&str] = &[
+            " ", " ", " ", "  ", "\n", "\n\n", "\n  ", "\n    ", ", ", ". ", ".\n", ": ", " (",
+            ") ", "(", ")", "\")", "{\"", "\": \"", "\", ", "->", "==", "...", "---\n", "/", "_",
+            "-", " -", "`", " `", "\n- ", "**", " #", "\n\n## ", ";\n",
+        ];
+        let mut s = String::new();
+        let n = 20 + r.below(120);
+        for _ in 0..n {
+            match r.below(12) {
+                0..=4 => s.push_str(r.pick(PIECES)),
+                5..=8 => s.push_str(r.pick(GLUE)),
+                9 => {
+                    for _ in 0..1 + r.below(12) {
+                        s.push(char::from(b'0' + r.below(10) as u8));
+                    }
+                }
+                10 => s.push(char::from(0x21 + r.below(0x5e) as u8)),
+                _ => {
+                    if r.below(8) == 0 {
+                        s.push_str(r.pick(&["\t", "\r\n", " \n", "é", "\u{1}", "中"]));
+                    } else {
+                        s.push(' ');
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn random_ascii_texts_at_many_offsets() {
+        let mut r = Rng(0xA5C11);
+        for _ in 0..1500 {
+            let t = ascii_text(&mut r);
+            for s in (0..t.len().min(70)).filter(|&s| t.is_char_boundary(s)) {
+                check(&t[s..]);
+            }
+        }
     }
 
     #[test]
