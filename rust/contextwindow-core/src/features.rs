@@ -742,15 +742,16 @@ impl<S: Sink> At<'_, S> {
 /// 3-character one, greedily; a family inside an n-gram skips the characters it covers
 /// (`consumed`). Every other character counts its group and standalone cost.
 #[inline(never)]
-fn three_byte_run<S: Sink, const K: usize>(
+fn three_byte_run<S: Sink, V: Vocabs<K>, const K: usize>(
     out: &mut S,
-    vocabs: &[Vocab; K],
+    families: &V,
     groups: &[u8; 0x10000],
     b: &[u8],
     mut i: usize,
     consumed: &mut [usize; K],
     na_prev_letter: &mut bool,
 ) -> usize {
+    let vocabs = families.vocabs();
     let n = b.len();
     let mut cp = decode3(b, i);
     let mut g = groups[cp as usize];
@@ -907,7 +908,7 @@ pub fn scan_into<S: Sink, V: Vocabs<K>, const K: usize>(text: &str, families: &V
             if (0xE0..0xF0).contains(&b[i]) {
                 i = three_byte_run(
                     out,
-                    vocabs,
+                    families,
                     groups,
                     b,
                     i,
