@@ -111,6 +111,7 @@ pub fn weights(family: usize) -> &'static [i64; N_FEATURES] {
 /// The fitted sum of one family (`F`, an index into [`FAMILY_NAMES`]), weights read
 /// from the embedded table at a constant index, so each count the scanner adds is one
 /// multiply-add by a constant.
+#[derive(Clone, Copy)]
 struct FamilySum<const F: usize>(i64);
 
 impl<const F: usize> Sink for FamilySum<F> {
@@ -121,6 +122,7 @@ impl<const F: usize> Sink for FamilySum<F> {
 }
 
 /// The fitted sums of both families, in [`FAMILY_NAMES`] order.
+#[derive(Clone, Copy)]
 struct BothSums([i64; 2]);
 
 impl Sink for BothSums {

@@ -742,16 +742,42 @@ impl<S: Sink> At<'_, S> {
 /// 3-character one, greedily; a family inside an n-gram skips the characters it covers
 /// (`consumed`). Every other character counts its group and standalone cost.
 #[inline(never)]
-fn three_byte_run<S: Sink, V: Vocabs<K>, const K: usize>(
-    out: &mut S,
+fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    sink: &mut S,
     families: &V,
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    i: usize,
+    consumed: &mut [usize; K],
+    na_prev_letter: &mut bool,
+) -> usize {
+    // counted in a copy the compiler can keep in registers (the caller's is in memory,
+    // and each add to it would wait for the last one's store)
+    let mut local = *sink;
+    let end = three_byte_run_in(
+        &mut local,
+        families.vocabs(),
+        groups,
+        b,
+        i,
+        consumed,
+        na_prev_letter,
+    );
+    *sink = local;
+    end
+}
+
+/// [`three_byte_run`] into `out`.
+#[inline(always)]
+fn three_byte_run_in<S: Sink, const K: usize>(
+    out: &mut S,
+    vocabs: &[Vocab; K],
     groups: &[u8; 0x10000],
     b: &[u8],
     mut i: usize,
     consumed: &mut [usize; K],
     na_prev_letter: &mut bool,
 ) -> usize {
-    let vocabs = families.vocabs();
     let n = b.len();
     let mut cp = decode3(b, i);
     let mut g = groups[cp as usize];
@@ -877,9 +903,14 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     out
 }
 
-/// [`scan`] into any [`Sink`], one per vocabulary; [`Weighted`] sinks give the fitted
+/// [`scan`] into any [`Sink`] (`Copy`, so that the hot loops count in a copy held in
+/// registers), one per vocabulary; [`Weighted`] sinks give the fitted
 /// sums directly (the same integers as the dot product of [`scan`]'s counts).
-pub fn scan_into<S: Sink, V: Vocabs<K>, const K: usize>(text: &str, families: &V, out: &mut S) {
+pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    text: &str,
+    families: &V,
+    out: &mut S,
+) {
     let vocabs = families.vocabs();
     let groups = group_table();
     let b = text.as_bytes();

@@ -64,9 +64,11 @@ pub(super) enum Simd {
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     Plain,
     /// Four 16-byte compares and `movemask`s (every x86-64 CPU).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Sse2,
     /// Two 32-byte compares and `movemask`s. (AVX-512BW, one compare per class straight
     /// into a mask, measured no faster on a CPU that has it.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx2,
 }
 
@@ -377,7 +379,7 @@ pub(super) fn region(c: &Classes, known: u32) -> Region {
 /// can reach in the window from `s` (see [`region`]); returns that boundary (`s` when
 /// the fast path takes nothing). The caller goes on from there with nothing pending.
 #[inline(always)]
-pub(super) fn ascii_run<S: Sink, V: Vocabs<K>, const K: usize>(
+pub(super) fn ascii_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     out: &mut S,
     families: &V,
     b: &[u8],
@@ -398,7 +400,7 @@ pub(super) fn ascii_run<S: Sink, V: Vocabs<K>, const K: usize>(
 /// [`region_pieces`] for any CPU. Not inlined: called about once per window, it keeps
 /// its own registers.
 #[inline(never)]
-fn region_v1<S: Sink, V: Vocabs<K>, const K: usize>(
+fn region_v1<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     out: &mut S,
     families: &V,
     b: &[u8],
@@ -416,7 +418,7 @@ fn region_v1<S: Sink, V: Vocabs<K>, const K: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 #[inline(never)]
-unsafe fn region_v3<S: Sink, V: Vocabs<K>, const K: usize>(
+unsafe fn region_v3<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     out: &mut S,
     families: &V,
     b: &[u8],
@@ -428,8 +430,8 @@ unsafe fn region_v3<S: Sink, V: Vocabs<K>, const K: usize>(
 
 /// The fast path past its skip check, inlined into one function per instruction set.
 #[inline(always)]
-fn region_pieces<S: Sink, V: Vocabs<K>, const K: usize>(
-    out: &mut S,
+fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    sink: &mut S,
     families: &V,
     b: &[u8],
     s: usize,
@@ -463,7 +465,12 @@ fn region_pieces<S: Sink, V: Vocabs<K>, const K: usize>(
     let upto = inside | 1 << end;
     let letter = c.lower | c.upper;
     let white = (c.space | c.newline) & !r.absorbed;
-    let mut tally = Tally { out, known: [0; K] };
+    // counted in a copy the compiler can keep in registers (see `three_byte_run`)
+    let mut local = *sink;
+    let mut tally = Tally {
+        out: &mut local,
+        known: [0; K],
+    };
 
     // letter segments: uppercase then lowercase letters, led by the byte before them
     // when it is in `leads`; a word whose key (leading byte included) every family
@@ -558,6 +565,7 @@ fn region_pieces<S: Sink, V: Vocabs<K>, const K: usize>(
     for (k, n) in tally.known.into_iter().enumerate() {
         tally.out.add(k, F_KNOWN, n);
     }
+    *sink = local;
     s + end
 }
 
