@@ -244,6 +244,26 @@ pub const CONSERVATIVE: Profile = Profile {
     image: ImageModel::Provider,
 };
 
+/// Tokens of `conservative`'s larger fitted sum `top` (1/[`SCALE`] tokens) with
+/// `margin_percent`: `top * margin / (SCALE * 100)` rounded up, 0 when not positive. In
+/// i64, since a 128-bit division is a library call, unless that overflows (past about
+/// 10^16 tokens).
+fn max_tokens(top: i64, margin_percent: i64) -> u64 {
+    let den = SCALE * 100;
+    match top.checked_mul(margin_percent) {
+        Some(sum) if sum <= 0 => 0,
+        Some(sum) if sum <= i64::MAX - den => ((sum + den - 1) / den) as u64,
+        _ => {
+            let (sum, den) = (top as i128 * margin_percent as i128, den as i128);
+            if sum <= 0 {
+                0
+            } else {
+                ((sum + den - 1) / den) as u64
+            }
+        }
+    }
+}
+
 const fn max(a: u64, b: u64) -> u64 {
     if a > b {
         a
@@ -308,13 +328,7 @@ impl Profile {
             TextRule::Max { margin_percent } => {
                 let mut w = BothSums([0, 0]);
                 scan_into(text, &BuiltinBoth, &mut w);
-                let sum = w.0[0].max(w.0[1]) as i128 * margin_percent as i128;
-                let den = SCALE as i128 * 100;
-                if sum <= 0 {
-                    0
-                } else {
-                    ((sum + den - 1) / den) as u64
-                }
+                max_tokens(w.0[0].max(w.0[1]), margin_percent)
             }
         };
         t.max(1)
@@ -399,6 +413,40 @@ mod tests {
             assert_eq!(two.0, dot(&b, 1), "{t:?}");
             assert_eq!(both.0, [dot(&a, 0), dot(&b, 1)], "{t:?}");
         }
+    }
+
+    /// The i64 path equals the 128-bit computation on both sides of its overflow.
+    #[test]
+    fn max_tokens_rounds_up_without_128_bit_division() {
+        let wide = |top: i64, m: i64| {
+            let (sum, den) = (top as i128 * m as i128, SCALE as i128 * 100);
+            if sum <= 0 {
+                0
+            } else {
+                ((sum + den - 1) / den) as u64
+            }
+        };
+        let m = data::MARGIN_PERCENT;
+        let edge = (i64::MAX - SCALE * 100) / m;
+        for top in [
+            -5,
+            0,
+            1,
+            SCALE - 1,
+            SCALE,
+            123_456_789,
+            edge - 1,
+            edge,
+            edge + 1,
+            i64::MAX / m + 1,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            assert_eq!(max_tokens(top, m), wide(top, m), "{top}");
+        }
+        // by hand: 1,000 tokens' sum with a 10% margin is 1,100 tokens
+        assert_eq!(max_tokens(1_000 * SCALE, 110), 1_100);
+        assert_eq!(max_tokens(1_000 * SCALE + 1, 110), 1_101);
     }
 
     #[test]

@@ -95,13 +95,16 @@ impl Simd {
 }
 
 impl Simd {
-    /// [`Simd::detect`], or in tests the level [`FORCE`] sets for this thread.
+    /// [`Simd::detect`], worked out once per process (one load after that), or in tests
+    /// the level [`FORCE`] sets for this thread.
+    #[inline]
     fn for_scan() -> Simd {
         #[cfg(test)]
         if let Some(simd) = FORCE.with(|f| f.get()) {
             return simd;
         }
-        Simd::detect()
+        static LEVEL: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+        *LEVEL.get_or_init(Simd::detect)
     }
 
     /// Every level the running CPU can run, the plain loop first.
@@ -386,7 +389,8 @@ pub(super) fn ascii_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     s: usize,
     window: &mut Window,
 ) -> usize {
-    if s < window.skip_until {
+    // skipping, or no window to reuse and no room for a new one: back before any call
+    if s < window.skip_until || s.wrapping_sub(window.base) >= REUSE && s + WINDOW > b.len() {
         return s;
     }
     match window.simd {
