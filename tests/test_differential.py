@@ -80,6 +80,25 @@ def test_scanner_pieces_agree(text: str, profile: str) -> None:
         assert got == ref.features(text, ref.VOCABS[family])
 
 
+# ASCII text long enough for the engine's 64-byte fast path (features_words.rs): words,
+# camelCase, spaces and indentation, line breaks, digits, punctuation runs, and now and
+# then a byte the fast path leaves to the byte-by-byte loop.
+_ASCII = st.sampled_from(
+    ["the", "The", "quick", "I", "a", "camelCase", "HTTPServer", "don't", "e.g.", "abcdefghijklmnopq",
+     " ", " ", " ", "  ", "\n", "\n\n", "\n  ", ", ", ". ", ".\n", ": ", " (", ") ", "{\"", "\": ",
+     "->", "==", "---\n", "`", " `", "\n- ", "**", "12", "2024", "3.14", "\t", "\r\n", " \n", "é"]
+)  # fmt: skip
+
+
+@given(st.lists(_ASCII, min_size=20, max_size=150).map("".join), st.sampled_from(PROFILES))
+def test_ascii_fast_path_agrees(text: str, profile: str) -> None:
+    assert rs.estimate_text(text, profile) == ref.text_tokens(text, ref.PROFILES[profile])
+    for family in ("cl100k", "tekken"):
+        got = dict(rs.count_features(text, family))
+        got.pop("bytes")
+        assert got == ref.features(text, ref.VOCABS[family])
+
+
 @given(case())
 def test_segment_agrees(c: tuple[str, list[Message]]) -> None:
     _, msgs = c
