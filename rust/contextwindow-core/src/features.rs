@@ -1373,10 +1373,11 @@ mod fast_equals_scalar {
 
     #[test]
     fn random_ascii_texts_at_many_offsets() {
+        // every start offset modulo the 64-byte window, and a few more
         let mut r = Rng(0xA5C11);
-        for _ in 0..1500 {
+        for _ in 0..500 {
             let t = ascii_text(&mut r);
-            for s in (0..t.len().min(70)).filter(|&s| t.is_char_boundary(s)) {
+            for s in (0..t.len().min(67)).filter(|&s| t.is_char_boundary(s)) {
                 check(&t[s..]);
             }
         }
