@@ -3,6 +3,8 @@ real tokenizers (tiktoken's cl100k_base, mistral-common's Tekken ``tekken_240911
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 
@@ -160,6 +162,24 @@ def test_errors_and_lone_surrogate() -> None:
         cw.count_features(None)  # type: ignore[arg-type]
     with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[0\]\.width"):
         cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(width=-5)])])
+
+
+def test_lone_surrogates_in_tool_definitions_count_as_in_the_gateway() -> None:
+    # the fresh tester's N-a: count_messages(tools=...) refused a lone surrogate that
+    # message text and count_request (JSON escapes) read as U+FFFD
+    m = [{"role": "user", "content": "hi \ud800"}]
+
+    def tool(description: str) -> list[dict[str, object]]:
+        return [{"type": "function", "function": {"name": "f", "description": description, "parameters": {}}}]
+
+    lone, pair = tool("a\ud800b"), tool("a\ud83d\ude00b")
+    for tools in (lone, pair):
+        got = cw.count_messages(m, tools=tools)
+        assert got == cw.count_request(json.dumps({"messages": m, "tools": tools}).encode())
+    # a lone surrogate is U+FFFD; a high one followed by a low one is the character
+    assert cw.count_messages(m, tools=lone) == cw.count_messages(m, tools=tool("a\ufffdb"))
+    assert cw.count_messages(m, tools=pair) == cw.count_messages(m, tools=tool("a\U0001f600b"))
+    assert lone[0]["function"]["description"] == "a\ud800b"  # not mutated
 
 
 def test_images_counted_by_size_never_base64_length() -> None:

@@ -289,7 +289,7 @@ def dict_conversation(draw: Any) -> tuple[str, list[dict[str, Any]]]:
     dicts = [draw(odd(d)) for d in dicts]
     dicts = [add_extras(draw, d) for d in dicts]
     if draw(st.booleans()):  # the strategies like lone surrogates; the reader leaves them to Python
-        dicts = _engine._clean(dicts)
+        dicts = _engine.clean_value(dicts)
     return provider, dicts
 
 

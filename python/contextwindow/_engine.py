@@ -67,13 +67,19 @@ def clean_str(s: str) -> str:
         return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _clean(value: Any) -> Any:
+def clean_value(value: Any) -> Any:
+    """:func:`clean_str` on every string of a JSON-like value (dict keys included), as a
+    copy; the value itself is not changed.
+
+    >>> clean_value({"k\\ud800": ["a\\ud83d\\ude00", 1]}) == {"k\\ufffd": ["a\\U0001f600", 1]}
+    True
+    """
     if isinstance(value, str):
         return clean_str(value)
     if isinstance(value, dict):
-        return {clean_str(k) if isinstance(k, str) else k: _clean(v) for k, v in value.items()}
+        return {clean_str(k) if isinstance(k, str) else k: clean_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_value(v) for v in value]
     return value
 
 
@@ -82,7 +88,7 @@ def encode_messages(messages: Sequence[Message]) -> bytes:
     try:
         return _ENCODER.encode(messages)
     except UnicodeEncodeError:
-        return _ENCODER.encode(_clean(msgspec.to_builtins(messages)))
+        return _ENCODER.encode(clean_value(msgspec.to_builtins(messages)))
 
 
 @dataclass(frozen=True)

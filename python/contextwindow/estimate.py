@@ -224,7 +224,12 @@ def tool_texts(tools: Any) -> list[str]:
         if not isinstance(t, Mapping):
             raise InvalidRequestError(f"tools[{i}]: a tool definition must be a dict, got {type(t).__name__}")
         try:
-            out.append(msgspec.json.encode(t).decode())
+            try:
+                out.append(msgspec.json.encode(t).decode())
+            except UnicodeEncodeError:
+                # lone surrogates: U+FFFD (a high one followed by a low one: the character
+                # they encode), as in message text and in the gateway's JSON escapes
+                out.append(msgspec.json.encode(_engine.clean_value(t)).decode())
         except RecursionError:
             raise InvalidRequestError(f"tools[{i}]: nested too deeply") from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
