@@ -896,6 +896,13 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             "invalid UTF-8 (the first bad byte is here)",
         )
     })?;
+    if text.starts_with('\u{FEFF}') {
+        // RFC 8259 8.1: a JSON text sent over a network must not begin with one
+        return Err(invalid(
+            Some(0),
+            "a UTF-8 byte order mark (U+FEFF) starts the body; a JSON request body must not have one",
+        ));
+    }
     let cx = Ctx { body: text };
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('{') && !trimmed.is_empty() {
@@ -1602,6 +1609,18 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_order_mark_is_named() {
+        let err = count_request(b"\xef\xbb\xbf{\"messages\": []}", "conservative", None);
+        match err {
+            Err(Error::InvalidRequest { offset, reason }) => {
+                assert_eq!(offset, Some(0));
+                assert!(reason.contains("byte order mark"), "{reason}");
+            }
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn error_offsets() {
         let cases: &[(&[u8], Option<usize>)] = &[
             (b"{\"messages\": [\"a\xff\"]}", Some(16)),
@@ -1611,6 +1630,8 @@ mod tests {
             (b"[]", Some(0)),
             (b"{\"messages\": 1}", Some(13)),
             (b"{\"model\": \"m\"}", None),
+            // a byte order mark (the fresh tester's N3: the error said "expected value")
+            (b"\xef\xbb\xbf{\"messages\": []}", Some(0)),
         ];
         for (body, want) in cases {
             assert_eq!(
