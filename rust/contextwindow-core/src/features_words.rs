@@ -315,8 +315,8 @@ impl<S: Sink, const K: usize> Sink for Tally<'_, S, K> {
     }
 }
 
-/// A try that takes fewer bytes than this is not worth its window: the next window's
-/// worth of text is left to the byte-by-byte loop.
+/// A try that takes fewer bytes than this is not worth its window: the tries after it
+/// skip ahead (`Window::skip`).
 const SHORT: u32 = 24;
 
 /// The longest skip after misses, in bytes.
