@@ -923,11 +923,11 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let mut na_prev_letter = false;
     // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
-    let mut window = words::Window::default();
+    let mut window = words::Window::for_text(n);
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
-        if prefix.is_none() && k <= PU && k != TB {
+        if n >= words::WINDOW && prefix.is_none() && k <= PU && k != TB {
             // nothing pending: ASCII text from here is read 64 bytes at a time when it can be
             let r = words::ascii_run(out, families, b, i, &mut window);
             if r > i {

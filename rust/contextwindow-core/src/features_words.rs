@@ -283,13 +283,16 @@ pub(super) struct Window {
     skip: usize,
 }
 
-impl Default for Window {
-    fn default() -> Self {
+impl Window {
+    /// No window yet, for a text of `n` bytes: one shorter than a window never tries.
+    #[inline(always)]
+    pub(super) fn for_text(n: usize) -> Self {
+        let short = n < WINDOW;
         Window {
             base: usize::MAX,
-            simd: Simd::for_scan(),
+            simd: if short { Simd::Plain } else { Simd::for_scan() },
             classes: Classes::default(),
-            skip_until: 0,
+            skip_until: if short { usize::MAX } else { 0 },
             skip: WINDOW,
         }
     }
