@@ -494,7 +494,9 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         let e = i + (seg_last >> i).trailing_zeros() as usize + 1;
         let p = i - (led_at >> i & 1) as usize;
         let (ks, ke) = (s + p, s + e);
-        // a key of one byte is always a token (as in `known_all`)
+        // `known_all`'s test, written out so that the probes stop at the first family
+        // that lacks the key (calling `known_all` here: `conservative` prose 864 -> 732
+        // MiB/s, criterion); a key of one byte is always a token
         if ke - ks == 1
             || ke - ks <= MAX_KEY && ks + 16 <= b.len() && {
                 let h = hash_at(b, ks, ke);
