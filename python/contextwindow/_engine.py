@@ -9,14 +9,16 @@ message is converted to the caller's shape.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 
 from . import _native
-from .adapters import detect_format, from_canonical, to_canonical
+from .adapters import anthropic_to_message, detect_format, from_canonical, openai_to_message, to_canonical
 from .errors import InvalidMessageError
 from .messages import Message, TextPart, ToolResult
 from .report import FitReport, TrimResult
@@ -158,6 +160,87 @@ def _encode_located(messages: Sequence[Message]) -> bytes:
         raise InvalidMessageError(str(exc)) from None
 
 
+class _Scope:
+    """What :func:`reuse_conversions` remembers, by object identity (each object is held,
+    so its id cannot be reused while the scope lasts)."""
+
+    def __init__(self) -> None:
+        # id(dict) -> (the dict, its format, its canonical message)
+        self.messages: dict[int, tuple[Any, str, Message]] = {}
+        # id(canonical message) -> (it, the message decoded from its JSON)
+        self.decoded: dict[int, tuple[Message, Message]] = {}
+        # (id(message), profile) -> (the message, its tokens)
+        self.costs: dict[tuple[int, str], tuple[Message, int]] = {}
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("_SCOPE", default=None)
+
+
+@contextmanager
+def reuse_conversions() -> Iterator[None]:
+    """Within the block, :func:`prepare` converts each provider dict (by identity) once,
+    and :func:`message_costs` counts each canonical message once per profile.
+
+    For a caller that prepares and counts the same messages several times in one call,
+    none of which it changes in between (``ContextGuard.check`` runs up to four steps on
+    lists that share most of their dicts); outside the block nothing is remembered, so a
+    caller editing a dict between two public calls is always read afresh.
+    """
+    token = _SCOPE.set(_SCOPE.get() or _Scope())
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def _to_canonical(messages: list[Any], fmt: str) -> list[Message]:
+    scope = _SCOPE.get()
+    if scope is None or fmt not in ("openai", "anthropic"):
+        return to_canonical(messages, fmt)  # type: ignore[arg-type]
+    memo = scope.messages
+    convert = openai_to_message if fmt == "openai" else anthropic_to_message
+    out = []
+    for i, d in enumerate(messages):
+        hit = memo.get(id(d))
+        if hit is not None and hit[0] is d and hit[1] == fmt:
+            out.append(hit[2])
+            continue
+        m = convert(d, i)
+        memo[id(d)] = (d, fmt, m)
+        out.append(m)
+    return out
+
+
+def message_costs(msgs: Sequence[Message], profile: str, payload: bytes | None = None) -> list[int]:
+    """Tokens of each canonical message (the Rust estimator); ``payload``, when given, is
+    ``msgs`` encoded already. Inside :func:`reuse_conversions` a message object already
+    counted for ``profile`` is not counted again."""
+    if not msgs:
+        return []
+    scope = _SCOPE.get()
+    if scope is None:
+        body = payload if payload is not None else encode_messages(msgs)
+        return [int(n) for n in native.count_messages(body, profile)]
+    memo = scope.costs
+    out = [0] * len(msgs)
+    miss = []
+    for i, m in enumerate(msgs):
+        hit = memo.get((id(m), profile))
+        if hit is not None and hit[0] is m:
+            out[i] = hit[1]
+        else:
+            miss.append(i)
+    if miss:
+        if len(miss) == len(msgs) and payload is not None:
+            body = payload
+        else:
+            body = encode_messages([msgs[i] for i in miss])
+        for i, n in zip(miss, native.count_messages(body, profile), strict=True):
+            out[i] = int(n)
+            memo[(id(msgs[i]), profile)] = (msgs[i], out[i])
+    return out
+
+
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
@@ -190,7 +273,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
             canonical = list(messages)
             payload = _check_canonical(canonical)
         else:
-            canonical = to_canonical(messages, fmt)
+            canonical = _to_canonical(messages, fmt)
             payload = _encode_located(canonical)
     except RecursionError:
         raise InvalidMessageError("messages are nested too deeply") from None
@@ -241,7 +324,18 @@ def _build(
 def decoded(prep: Prepared) -> list[Message]:
     """The canonical messages exactly as the engine reads them (lone surrogates already
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
-    return _CANONICAL.decode(prep.payload)
+    out: list[Message] = _CANONICAL.decode(prep.payload)
+    scope = _SCOPE.get()
+    if scope is not None and len(out) == len(prep.canonical):
+        # the same object for the same canonical message, so message_costs knows it
+        memo = scope.decoded
+        for i, m in enumerate(prep.canonical):
+            hit = memo.get(id(m))
+            if hit is not None and hit[0] is m:
+                out[i] = hit[1]
+            else:
+                memo[id(m)] = (m, out[i])
+    return out
 
 
 native = _native

@@ -1059,6 +1059,9 @@ class _State:
         return self.work[w].msg(self.msgs)
 
     running: int = 0  # sum of the costs of kept items, kept up to date like Rust's
+    # bc_cost's answers by message (the message itself kept, so its id is not reused):
+    # fit asks for the same one after every eviction
+    _bc_memo: dict[int, tuple[Message | None, int]] = field(default_factory=dict)
 
     def total(self) -> int:
         return self.running
@@ -1088,10 +1091,17 @@ class _State:
         it as a text block to message ``w`` (Anthropic); never negative."""
         if not self.breadcrumb or self.has_bc(w):
             return 0
+        m = None if self.provider == "openai" or w is None else self.m(w)
+        hit = self._bc_memo.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
         if self.provider == "openai":
-            return self.cost.message_tokens(_breadcrumb_message())
-        m = self.m(w) if w is not None else Message(role="user")
-        return max(0, self.cost.message_tokens(_with_breadcrumb(m)) - self.cost.message_tokens(m))
+            cost = self.cost.message_tokens(_breadcrumb_message())
+        else:
+            to = m if m is not None else Message(role="user")
+            cost = max(0, self.cost.message_tokens(_with_breadcrumb(to)) - self.cost.message_tokens(to))
+        self._bc_memo[id(m)] = (m, cost)
+        return cost
 
 
 def _breadcrumb_message() -> Message:

@@ -201,9 +201,7 @@ def _budget_tokens(budget: Any) -> int | None:
 
 def _costs(msgs: list[Message], profile: str) -> list[int]:
     """Per-message tokens from the Rust estimator (additive over messages)."""
-    if not msgs:
-        return []
-    return [int(n) for n in _engine.native.count_messages(_engine.encode_messages(msgs), profile)]
+    return _engine.message_costs(msgs, profile)
 
 
 def _segment(payload: bytes) -> Segmentation:

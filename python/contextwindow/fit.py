@@ -190,9 +190,10 @@ class _NativeCost:
 
     def __init__(self, prep: _engine.Prepared, msgs: list[Message], profile: str) -> None:
         self.profile = profile
-        counts = _engine.native.count_messages(prep.payload, profile)
-        self._known = {id(m): int(c) for m, c in zip(msgs, counts, strict=True)}
-        self._msgs = msgs  # keeps the ids above alive
+        # `msgs` are decoded from the payload (so it is their encoding too)
+        counts = _engine.message_costs(msgs, profile, prep.payload)
+        self._known = {id(m): c for m, c in zip(msgs, counts, strict=True)}
+        self.msgs = msgs  # keeps the ids above alive; planning uses these very objects
 
     def message_tokens(self, m: Message) -> int:
         c = self._known.get(id(m))
@@ -215,7 +216,9 @@ class _Plan:
 
 
 def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
-    msgs = _engine.decoded(prep)
+    # the messages the costs were counted for (decoding again would make new objects,
+    # which the cost cache does not know: each would be encoded and counted once more)
+    msgs = cost.msgs
     st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub")
     work = [st.m(w) for w in range(len(st.work))]
     seg = ref.segment(work)

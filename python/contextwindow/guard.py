@@ -593,6 +593,12 @@ class ContextGuard:
         """
         if hint not in HINTS:
             raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        # the steps below read lists that share most of their dicts, and change none:
+        # each dict is converted to a canonical message once
+        with _engine.reuse_conversions():
+            return self._check(messages, hint, format)
+
+    def _check(self, messages: Any, hint: str, format: str | None) -> GuardResult:
         prep = _engine.prepare(messages, format)
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         window = self.budget.context_window
