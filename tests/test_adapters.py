@@ -382,6 +382,12 @@ def test_cross_format_calls_and_images() -> None:
     with pytest.raises(InvalidMessageError) as err:
         message_to_anthropic(bad)
     assert err.value.field == "content[0].arguments"
+    # JSON, but not an object: Anthropic's input must be one, and reading it back would fail
+    for arguments in ('"str"', "[1]", "null", "3"):
+        bad = Message(role="assistant", content=[ToolCall(id="c", name="f", arguments=arguments)])
+        with pytest.raises(InvalidMessageError) as err:
+            message_to_anthropic(bad)
+        assert str(err.value) == "field content[0].arguments: tool call arguments are not a JSON object"
 
 
 # ----------------------------------------------------------------------- (b) bad input
@@ -434,6 +440,10 @@ BAD_ANTHROPIC = [
     (uses(id=1, name="f", input={}), "content[0].id"),
     (uses(id="t", name="f"), "content[0].input"),
     (uses(id="t", name="f", input={1j}), "content[0].input"),
+    # the Messages API takes an object only (fresh tester's N5)
+    (uses(id="t", name="f", input="str"), "content[0].input"),
+    (uses(id="t", name="f", input=[1]), "content[0].input"),
+    (uses(id="t", name="f", input=None), "content[0].input"),
     (user([{"type": "tool_result", "content": "x"}]), "content[0].tool_use_id"),
     (user([tool_result(content=5)]), "content[0].content"),
     (user([tool_result(content=[{"type": 1}])]), "content[0].content[0].type"),
@@ -453,6 +463,17 @@ def test_bad_input_names_index_and_field(fmt: str, d: Any, field: str | None) ->
     with pytest.raises(InvalidMessageError) as err:
         to_canonical([{"role": "user", "content": "ok"}, d], fmt)
     assert (err.value.index, err.value.field) == (1, field)
+
+
+def test_tool_use_input_must_be_an_object() -> None:
+    # fresh tester's N5: the Anthropic Messages API needs an object; a string was counted
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [TEXT, {"type": "tool_use", "id": "a", "name": "f", "input": "str"}]},
+    ]
+    with pytest.raises(InvalidMessageError) as err:
+        to_canonical(msgs, "anthropic")
+    assert str(err.value) == "message 1, field content[1].input: must be an object"
 
 
 # ------------------------------------------------------------------- detection / dispatch
@@ -589,7 +610,7 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
             "type": "tool_use",
             "id": draw(short),
             "name": draw(short),
-            "input": draw(json_value),
+            "input": draw(st.dictionaries(short, json_value, max_size=3)),
             **cache,
         }
     if kind == "tool_result":

@@ -321,6 +321,18 @@ def test_request_errors_without_offset() -> None:
         ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}], "openai", 0, "content[0].type"),
         ([{"role": "user"}], "anthropic", 0, "content"),
         ([{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}], None, 0, "content[0].input"),
+        (
+            [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "s"}]}],
+            None,
+            0,
+            "content[0].input",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": [1]}]}],
+            None,
+            0,
+            "content[0].input",
+        ),
         ([{"role": "user", "content": [{"type": "image", "source": "u"}]}], "anthropic", 0, "content[0].source"),
     ],
 )
@@ -361,7 +373,9 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert cw.fit_request(body, budget=100) == body
     for inner in (
         b'{"role": "user", "content": [{"type": "blob", "v": ' + deep + b"}]}",
-        b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": ' + deep + b"}]}",
+        b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": '
+        + deep
+        + b"}}]}",
     ):
         with pytest.raises(InvalidRequestError, match="recursion limit"):
             cw.fit_request(b'{"messages": [' + inner + b"]}", budget=100)

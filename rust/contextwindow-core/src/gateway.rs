@@ -717,6 +717,14 @@ fn anthropic_block<'a>(
             let Some(input) = b.get("input") else {
                 return Err(bad_message(index, &format!("{field}.input"), "is missing"));
             };
+            if kind(input) != Kind::Obj {
+                // the Messages API takes an object only (adapters.py says the same)
+                return Err(bad_message(
+                    index,
+                    &format!("{field}.input"),
+                    "must be an object",
+                ));
+            }
             let mut out = part(PartKind::ToolCall);
             out.id = Some(id);
             out.name = Some(name);
@@ -1680,6 +1688,38 @@ mod tests {
         let tool = r#"{"name":"f","input_schema":{}}"#;
         let want = 2 * (p.message_overhead + 2) + p.text_tokens(tool) + p.tool_overhead;
         assert_eq!(count_request(body, "fim", None).unwrap(), want);
+    }
+
+    fn message_error(body: &[u8]) -> (usize, String, String) {
+        match count_request(body, "conservative", None) {
+            Err(Error::InvalidMessage {
+                index,
+                field,
+                reason,
+            }) => (index, field, reason),
+            other => panic!("expected InvalidMessage, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tool_use_input_must_be_an_object() {
+        // the fresh tester's N5: a string input was counted without an error
+        for input in [r#""str""#, "[1]", "null", "3", "true"] {
+            let body = format!(
+                r#"{{"messages": [{{"role": "user", "content": "q"}}, {{"role": "assistant",
+                "content": [{{"type": "text", "text": "x"}},
+                {{"type": "tool_use", "id": "a", "name": "f", "input": {input}}}]}}]}}"#
+            );
+            let (index, field, reason) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (1, "content[1].input", "must be an object"),
+                "{input}"
+            );
+        }
+        let ok = br#"{"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]}"#;
+        assert!(count_request(ok, "conservative", None).is_ok());
     }
 
     #[test]
