@@ -398,6 +398,30 @@ def test_dash_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     assert capsys.readouterr().err == "contextwindow: error: <stdin>: the file is empty\n"
 
 
+@pytest.mark.parametrize(
+    ("system", "problem"),
+    [
+        (5, "system: must be a string or a list of text blocks"),
+        ({"type": "text", "text": "s"}, "system: must be a string or a list of text blocks"),
+        ([5], "system[0]: must be an object"),
+        ([{"type": "text"}], "system[0].text: is missing"),
+    ],
+)
+def test_bad_top_level_system_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], system: object, problem: str
+) -> None:
+    """Found by the fresh tester (end of N6): "system": 5 said "message 0, field content",
+    true only once system has become message 0. The gateway says the same words."""
+    body = json.dumps({"system": system, "messages": [{"role": "user", "content": "hi"}]})
+    f = write(tmp_path, "s.json", body)
+    for command in (["count", f], ["fit", f, "--budget", "100"], ["validate", f]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {problem}\n"
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_request(body.encode())
+    assert str(err.value) == f"invalid request body at byte 11: {problem}"
+
+
 def test_duplicate_messages_key_is_refused_as_the_gateway_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -289,7 +289,7 @@ def raises_request(body: bytes) -> InvalidRequestError:
         (b'{"messages": {}}', 13, "not a list"),
         (b'{"messages": [], "tools": 3}', 26, "not a list"),
         (b'{"messages": [], "tools": [1]}', 27, "tools[0]"),
-        (b'{"system": 5, "messages": []}', 11, "system"),
+        (b'{"system": 5, "messages": []}', 11, "system: must be a string or a list of text blocks"),
         (b'{"system": [{"type": "text"}], "messages": []}', 11, "system[0].text"),
     ],
 )

@@ -19,8 +19,8 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from .adapters import _scrub, detect_format
-from .errors import InvalidRequestError
+from .adapters import _scrub, anthropic_to_message, detect_format
+from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = ["Conversation", "DocumentKind", "FileFormat", "dump_conversation", "load_conversation"]
 
@@ -58,6 +58,21 @@ class Conversation:
     tools: list[Any] | None = None
     document: Any = None
     bad_utf8_at: int | None = None
+
+
+def _system_message(system: Any, where: str) -> dict[str, Any]:
+    """The leading system message made from an Anthropic top-level ``system``. A bad one is
+    named ``system`` (not "message 0, field content", which the file does not hold), in the
+    gateway's words (``fit_request``)."""
+    if not isinstance(system, (str, list)):
+        raise InvalidRequestError(f"{where}: system: must be a string or a list of text blocks")
+    message = {"role": "system", "content": system}
+    try:
+        anthropic_to_message(message, 0)
+    except InvalidMessageError as exc:
+        field = (exc.field or "content").removeprefix("content")
+        raise InvalidRequestError(f"{where}: system{field}: {exc.reason}") from None
+    return message
 
 
 def _reject_constant(name: str) -> Any:
@@ -166,7 +181,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
 
     Raises:
         InvalidRequestError: the file cannot be read, is not JSON/JSONL, or holds no message
-            list; the one-line message names the path and, for JSON errors, the position.
+            list, or an Anthropic top-level ``system`` is not a string or a list of text
+            blocks; the one-line message names the path and, for JSON errors, the position.
 
     >>> import pathlib, tempfile
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "body.json"
@@ -239,7 +255,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             fmt = _format_of(messages)
         kind = "anthropic_body" if fmt == "anthropic" else "openai_body"
     if fmt == "anthropic" and doc.get("system") is not None:
-        messages = [{"role": "system", "content": doc["system"]}, *messages]
+        messages = [_system_message(doc["system"], where), *messages]
     return Conversation(where, fmt, kind, list(messages), tools, doc)
 
 

@@ -1057,6 +1057,13 @@ fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> 
 
 /// The leading system message made from an Anthropic top-level `system`.
 fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
+    if !matches!(kind(s), Kind::Str | Kind::Arr) {
+        // named `system`, in the Messages API's words (io.py says the same for the CLI)
+        return Err(invalid(
+            Some(cx.start_of(s.get())),
+            "system: must be a string or a list of text blocks",
+        ));
+    }
     let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None);
     let (parts, ckind) =
         content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
@@ -1720,6 +1727,24 @@ mod tests {
         let ok = br#"{"messages": [{"role": "assistant", "content": [
             {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]}"#;
         assert!(count_request(ok, "conservative", None).is_ok());
+    }
+
+    #[test]
+    fn a_bad_system_is_named_system() {
+        // the fresh tester's N6 (end): the error must say `system`, not message 0's content
+        for (system, want) in [
+            ("5", "system: must be a string or a list of text blocks"),
+            ("{}", "system: must be a string or a list of text blocks"),
+            ("[5]", "system[0]: must be an object"),
+        ] {
+            let body = format!(r#"{{"system": {system}, "messages": []}}"#);
+            match count_request(body.as_bytes(), "conservative", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!((offset, reason.as_str()), (Some(11), want));
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
     }
 
     #[test]
