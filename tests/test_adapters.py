@@ -5,6 +5,7 @@ Run with ``PYTHONPATH=python python -m pytest tests/test_adapters.py``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,13 @@ from contextwindow.adapters import (
     to_canonical,
 )
 from contextwindow.errors import InvalidMessageError, InvalidRequestError
-from contextwindow.io import Conversation, dump_conversation, load_conversation
+from contextwindow.io import (
+    Conversation,
+    _may_repeat_a_key,
+    _repeated_key,
+    dump_conversation,
+    load_conversation,
+)
 from contextwindow.messages import (
     MISSING_RESULT,
     ImagePart,
@@ -382,6 +389,12 @@ def test_cross_format_calls_and_images() -> None:
     with pytest.raises(InvalidMessageError) as err:
         message_to_anthropic(bad)
     assert err.value.field == "content[0].arguments"
+    # JSON, but not an object: Anthropic's input must be one, and reading it back would fail
+    for arguments in ('"str"', "[1]", "null", "3"):
+        bad = Message(role="assistant", content=[ToolCall(id="c", name="f", arguments=arguments)])
+        with pytest.raises(InvalidMessageError) as err:
+            message_to_anthropic(bad)
+        assert str(err.value) == "field content[0].arguments: tool call arguments are not a JSON object"
 
 
 # ----------------------------------------------------------------------- (b) bad input
@@ -434,6 +447,10 @@ BAD_ANTHROPIC = [
     (uses(id=1, name="f", input={}), "content[0].id"),
     (uses(id="t", name="f"), "content[0].input"),
     (uses(id="t", name="f", input={1j}), "content[0].input"),
+    # the Messages API takes an object only (fresh tester's N5)
+    (uses(id="t", name="f", input="str"), "content[0].input"),
+    (uses(id="t", name="f", input=[1]), "content[0].input"),
+    (uses(id="t", name="f", input=None), "content[0].input"),
     (user([{"type": "tool_result", "content": "x"}]), "content[0].tool_use_id"),
     (user([tool_result(content=5)]), "content[0].content"),
     (user([tool_result(content=[{"type": 1}])]), "content[0].content[0].type"),
@@ -453,6 +470,17 @@ def test_bad_input_names_index_and_field(fmt: str, d: Any, field: str | None) ->
     with pytest.raises(InvalidMessageError) as err:
         to_canonical([{"role": "user", "content": "ok"}, d], fmt)
     assert (err.value.index, err.value.field) == (1, field)
+
+
+def test_tool_use_input_must_be_an_object() -> None:
+    # fresh tester's N5: the Anthropic Messages API needs an object; a string was counted
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [TEXT, {"type": "tool_use", "id": "a", "name": "f", "input": "str"}]},
+    ]
+    with pytest.raises(InvalidMessageError) as err:
+        to_canonical(msgs, "anthropic")
+    assert str(err.value) == "message 1, field content[1].input: must be an object"
 
 
 # ------------------------------------------------------------------- detection / dispatch
@@ -589,7 +617,7 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
             "type": "tool_use",
             "id": draw(short),
             "name": draw(short),
-            "input": draw(json_value),
+            "input": draw(st.dictionaries(short, json_value, max_size=3)),
             **cache,
         }
     if kind == "tool_result":
@@ -805,6 +833,57 @@ def test_bad_files(tmp_path: Path, data: str, message: str) -> None:
     assert str(err.value).startswith(f"{path}: ")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@st.composite
+def json_with_keys(draw: st.DrawFn, depth: int = 0) -> tuple[str, bool]:
+    """A JSON text built pair by pair (so it can repeat keys) and whether any object in it
+    repeats one: the oracle for io's repeated-key check. Keys and strings hold the
+    characters the check counts (quotes, colons, backslashes); keys are sometimes spelled
+    with \\u escapes, and the colon has whitespace around it sometimes."""
+    tricky = st.sampled_from(['":', '\\":', "\\", ":", '"', " : ", "a", "é", "role"])
+    text = st.lists(tricky, max_size=4).map("".join)
+    if depth >= 2 or draw(st.booleans()):
+        if draw(st.booleans()):
+            return json.dumps(draw(text), ensure_ascii=draw(st.booleans())), False
+        return json.dumps(draw(st.integers() | st.none())), False
+    if draw(st.booleans()):
+        items = draw(st.lists(json_with_keys(depth + 1), max_size=3))
+        return "[" + ",".join(t for t, _ in items) + "]", any(r for _, r in items)
+    keys = draw(st.lists(st.sampled_from(["a", "b", "a\\", ":", '"x"', "é"]) | text, max_size=4))
+    members, repeats = [], len(set(keys)) < len(keys)
+    for k in keys:
+        spelled = json.dumps(k, ensure_ascii=draw(st.booleans()))
+        if draw(st.booleans()):  # every character as a \u escape
+            spelled = '"' + "".join(f"\\u{ord(c):04x}" for c in k) + '"'
+        value, inner = draw(json_with_keys(depth + 1))
+        repeats |= inner
+        colon = draw(st.sampled_from([":", ":", ": ", " :", "\n:\t"]))
+        members.append(f"{spelled}{colon}{value}")
+    return "{" + ",".join(members) + "}", repeats
+
+
+@settings(max_examples=MAX_EXAMPLES * 2, deadline=None, suppress_health_check=SLOW)
+@given(json_with_keys())
+def test_repeated_key_check_never_misses_one(case: tuple[str, bool]) -> None:
+    text, repeats = case
+    value = msgspec.json.decode(text)
+    if repeats:
+        assert _may_repeat_a_key(text, value)
+        assert _repeated_key(text) is not None
+    else:
+        assert _repeated_key(text) is None
+
+
+def test_repeated_key_check_is_false_for_ordinary_files() -> None:
+    # the cheap check alone decides these: no second parse (tool arguments hold \":)
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"path": "a.py"}'}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    body = {"messages": [{"role": "user", "content": "see https://x.y: a"}, assistant]}
+    for text in (json.dumps(body), json.dumps(body, indent=2), msgspec.json.encode(body).decode()):
+        assert not _may_repeat_a_key(text, msgspec.json.decode(text))
+    # 5 keys and a string that opens with a colon: 6 "\":" for 5 entries, so it looks
+    assert _may_repeat_a_key('{"a":{"b":":","c":1},"d":[{"e":2}]}', {"a": {"b": ":", "c": 1}, "d": [{"e": 2}]})
 
 
 def test_missing_file_and_bad_format(tmp_path: Path) -> None:

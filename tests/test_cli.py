@@ -398,6 +398,68 @@ def test_dash_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     assert capsys.readouterr().err == "contextwindow: error: <stdin>: the file is empty\n"
 
 
+@pytest.mark.parametrize(
+    ("system", "problem"),
+    [
+        (5, "system: must be a string or a list of text blocks"),
+        ({"type": "text", "text": "s"}, "system: must be a string or a list of text blocks"),
+        ([5], "system[0]: must be an object"),
+        ([{"type": "text"}], "system[0].text: is missing"),
+    ],
+)
+def test_bad_top_level_system_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], system: object, problem: str
+) -> None:
+    """Found by the fresh tester (end of N6): "system": 5 said "message 0, field content",
+    true only once system has become message 0. The gateway says the same words."""
+    body = json.dumps({"system": system, "messages": [{"role": "user", "content": "hi"}]})
+    f = write(tmp_path, "s.json", body)
+    for command in (["count", f], ["fit", f, "--budget", "100"], ["validate", f]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {problem}\n"
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_request(body.encode())
+    assert str(err.value) == f"invalid request body at byte 11: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        # the fresh tester's N4: read silently as an assistant message
+        ('[{"role":"user","role":"assistant","content":"hi"}]', 'message 0: the key "role"'),
+        (
+            '{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":'
+            '[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","name":"g"}}]}]}',
+            'message 1, field tool_calls[0].function: the key "name"',
+        ),
+        (
+            '{"system":[{"type":"text","text":"a","text":"b"}],"messages":[{"role":"user","content":"hi"}]}',
+            'system[0]: the key "text"',
+        ),
+        ('{"model":"a","model":"b","messages":[]}', 'the key "model"'),
+        ('{"messages":[],"tools":[{"type":"function","type":"x"}]}', 'tools[0]: the key "type"'),
+        ('{"role":"user","content":"a","content":"b"}', 'message 0: the key "content"'),
+        # JSONL: the message of the line
+        (
+            '{"role":"user","content":"a"}\n{"role":"assistant","content":"b","x":{"k":1,"k":2}}',
+            'message 1, field x: the key "k"',
+        ),
+        # a key spelled with an escape is the same key; one spelled with a space before its colon too
+        ('[{"role":"user","r\\u006fle":"tool","content":"hi"}]', 'message 0: the key "role"'),
+        ('[{"role" :"user","role" : "tool","content":"hi"}]', 'message 0: the key "role"'),
+    ],
+)
+def test_a_repeated_key_anywhere_in_a_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: str, problem: str
+) -> None:
+    """msgspec kept the last value silently, and the CLI writes the whole file back, so the
+    first would have vanished; the gateway refuses the same in what it reads."""
+    f = write(tmp_path, "dup.json", data)
+    for command in (["count", f], ["fit", f, "--budget", "100"], ["validate", f]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {problem} appears more than once\n"
+
+
 def test_duplicate_messages_key_is_refused_as_the_gateway_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

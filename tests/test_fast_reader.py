@@ -379,6 +379,16 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
         "anthropic",
     ),
     (
+        "tool_use input a string",
+        [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "str"}]}],
+        "anthropic",
+    ),
+    (
+        "tool_use input a list",
+        [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": [1]}]}],
+        None,
+    ),
+    (
         "tool_use input not JSON",
         [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {1j}}]}],
         "anthropic",

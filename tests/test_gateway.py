@@ -234,12 +234,19 @@ def test_plain_chat_places_the_breadcrumb_like_the_dict_path() -> None:
     assert got[0]["content"][0] == {"type": "text", "text": cw.BREADCRUMB}
 
 
-def test_repeated_keys_read_like_json_loads() -> None:
+def test_repeated_keys_in_a_message_are_refused_not_read_like_json_loads() -> None:
+    """They used to be read as json.loads reads them (the last value); a provider whose
+    parser keeps the first would see another message (fresh tester's N4)."""
     body = b'{"messages": [{"role": "user", "content": "' + b"a " * 500 + b'", "content": "short", "x": 1, "x": 2},'
     body += b'{"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}'
-    doc = json.loads(body)
     for budget in (5, 30, 10**6):
-        check(doc, body, budget, "openai", verbatim=False)
+        with pytest.raises(InvalidRequestError) as info:
+            cw.fit_request(body, budget=budget)
+        assert info.value.offset == body.index(b'"content": "short"')
+        assert 'message 0: the key "content" appears more than once' in str(info.value)
+    # a repeated key inside a value the gateway does not read is copied as it is
+    body = b'{"messages": [{"role": "user", "content": "hi", "x": {"k": 1, "k": 2}}], "m": 1, "m": 2}'
+    assert cw.fit_request(body, budget=100) is body
 
 
 def test_anthropic_breadcrumb_block_and_system_kept() -> None:
@@ -289,7 +296,7 @@ def raises_request(body: bytes) -> InvalidRequestError:
         (b'{"messages": {}}', 13, "not a list"),
         (b'{"messages": [], "tools": 3}', 26, "not a list"),
         (b'{"messages": [], "tools": [1]}', 27, "tools[0]"),
-        (b'{"system": 5, "messages": []}', 11, "system"),
+        (b'{"system": 5, "messages": []}', 11, "system: must be a string or a list of text blocks"),
         (b'{"system": [{"type": "text"}], "messages": []}', 11, "system[0].text"),
     ],
 )
@@ -298,6 +305,29 @@ def test_request_errors_name_the_byte(body: bytes, offset: int, words: str) -> N
     assert err.offset == offset, str(err)
     assert words in str(err)
     assert f"at byte {offset}" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "offset", "problem"),
+    [
+        # the fresh tester's N4: read as role "tool", where a provider keeping the first
+        # value sees a user message; 13 bytes of {"messages":[ then {"role":"user", (15)
+        (b'{"messages":[{"role":"user","role":"tool","content":"hi"}]}', 28, 'message 0: the key "role"'),
+        (
+            b'{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}',
+            65,  # 28 + "content":[{"type":"text", (27) + "text":"a", (10)
+            'message 0, field content[0]: the key "text"',
+        ),
+        # 14 bytes of {"messages": [, the same message, then ], "messages": at 17 + 6
+        (b'{"messages": [], "messages": []}', 17, 'the key "messages"'),
+    ],
+)
+def test_a_repeated_key_is_refused_with_its_place(body: bytes, offset: int, problem: str) -> None:
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=1)):
+        with pytest.raises(InvalidRequestError) as info:
+            call()
+        assert str(info.value) == f"invalid request body at byte {offset}: {problem} appears more than once"
+        assert info.value.offset == offset
 
 
 def test_request_errors_without_offset() -> None:
@@ -321,6 +351,18 @@ def test_request_errors_without_offset() -> None:
         ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}], "openai", 0, "content[0].type"),
         ([{"role": "user"}], "anthropic", 0, "content"),
         ([{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}], None, 0, "content[0].input"),
+        (
+            [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "s"}]}],
+            None,
+            0,
+            "content[0].input",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": [1]}]}],
+            None,
+            0,
+            "content[0].input",
+        ),
         ([{"role": "user", "content": [{"type": "image", "source": "u"}]}], "anthropic", 0, "content[0].source"),
     ],
 )
@@ -361,7 +403,9 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert cw.fit_request(body, budget=100) == body
     for inner in (
         b'{"role": "user", "content": [{"type": "blob", "v": ' + deep + b"}]}",
-        b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": ' + deep + b"}]}",
+        b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": '
+        + deep
+        + b"}}]}",
     ):
         with pytest.raises(InvalidRequestError, match="recursion limit"):
             cw.fit_request(b'{"messages": [' + inner + b"]}", budget=100)

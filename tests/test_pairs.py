@@ -196,6 +196,20 @@ def test_anthropic_blocks_under_format_openai_are_refused() -> None:
         cw.trim_turns(msgs, 60, format="openai")
 
 
+def test_validate_refuses_a_tool_use_input_that_is_not_an_object() -> None:
+    # fresh tester's N5: validate(..., "anthropic") returned [] and the block was counted
+    msgs = [
+        u("q"),
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": "str"}]},
+        carrier("a"),
+    ]
+    for check in (lambda: cw.validate(msgs, "anthropic"), lambda: cw.count_messages(msgs, format="anthropic")):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            check()
+        assert str(err.value) == "message 1, field content[0].input: must be an object"
+        assert (err.value.index, err.value.field) == (1, "content[0].input")
+
+
 def test_repeated_call_id_in_one_message_is_one_call() -> None:
     """Found by the second fresh-install review: a fitting input came back with a stub for
     the repeated id and then failed validate with duplicate_result."""

@@ -345,6 +345,8 @@ def _anthropic_block(block: object, index: int, field: str, *, nested: bool = Fa
         name = _str(b, "name", index, f"{field}.name")
         if "input" not in b:
             _fail("is missing", index, f"{field}.input")
+        if not isinstance(b["input"], Mapping):  # the Messages API takes an object only
+            _fail("must be an object", index, f"{field}.input")
         arguments = _encode_input(b["input"], index, f"{field}.input")
         extra = _rest(b, ("type", "id", "name", "input"))
         return ToolCall(id=call_id, name=name, arguments=arguments, extra=extra)
@@ -382,7 +384,9 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         :class:`OpaquePart`.
 
     Raises:
-        InvalidMessageError: the message does not have an Anthropic shape.
+        InvalidMessageError: the message does not have an Anthropic shape (e.g. a
+            ``tool_use`` whose ``input`` is not an object: ``content[1].input: must be an
+            object``, as the Messages API requires).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})
@@ -422,6 +426,8 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
                 value = msgspec.json.decode(_scrub(p.arguments))
         except msgspec.MsgspecError:
             _fail("tool call arguments are not JSON", None, f"content[{j}].arguments")
+        if not isinstance(value, dict):  # what anthropic_to_message would refuse as input
+            _fail("tool call arguments are not a JSON object", None, f"content[{j}].arguments")
         block = {"type": "tool_use", "id": p.id, "name": p.name, "input": value}
         return _merge(block, p.extra)
     if isinstance(p, ToolResult):
@@ -446,7 +452,8 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
         A new dict; ``ToolCall.arguments`` is decoded back into ``input``.
 
     Raises:
-        InvalidMessageError: tool call arguments that are not JSON, an image without source.
+        InvalidMessageError: tool call arguments that are not a JSON object, an image
+            without source.
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]

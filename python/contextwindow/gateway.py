@@ -25,7 +25,10 @@ Errors: a body that is not UTF-8 or not JSON raises
 the problem; a body that is not an object or has no ``messages`` list raises
 ``InvalidRequestError`` too; a malformed message raises
 :class:`~contextwindow.errors.InvalidMessageError` naming its index in the body's
-``messages`` array and the field. Escaped lone surrogates (``"\\ud800"``, valid JSON but
+``messages`` array and the field. A key repeated in an object the gateway reads (a
+message, a block, a tool call, the top-level ``messages``/``system``/``tools``) raises
+``InvalidRequestError`` naming it, where it is and its offset: which value a provider takes
+is not settled. Escaped lone surrogates (``"\\ud800"``, valid JSON but
 not Unicode text) count as U+FFFD, as on the dict path; messages the engine rewrites carry
 ``\\ufffd`` in their place, while a body that fits comes back untouched.
 """
@@ -145,7 +148,9 @@ def fit_request(
 
     Raises:
         InvalidRequestError: the body is not UTF-8, not JSON, not an object, has no
-            ``messages`` list, a bad ``tools`` or ``system``; ``offset`` says where.
+            ``messages`` list, a bad ``tools`` or ``system``, or an object the gateway
+            reads repeats a key (``message 0: the key "role" appears more than once``);
+            ``offset`` says where.
         InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``).
         ValueError: unknown profile or provider, negative budget.
         TypeError: ``body`` is not bytes-like, ``breadcrumb`` is not a bool.
@@ -191,7 +196,8 @@ def count_request(body: bytes, *, profile: str = DEFAULT_PROFILE, provider: Prov
         Estimated prompt tokens.
 
     Raises:
-        InvalidRequestError: the body is not UTF-8, not JSON, or not a request body.
+        InvalidRequestError: the body is not UTF-8, not JSON, or not a request body
+            (as for :func:`fit_request`, a repeated key included).
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile or provider.
         TypeError: ``body`` is not bytes-like.

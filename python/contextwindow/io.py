@@ -19,8 +19,8 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from .adapters import _scrub, detect_format
-from .errors import InvalidRequestError
+from .adapters import _scrub, anthropic_to_message, detect_format
+from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = ["Conversation", "DocumentKind", "FileFormat", "dump_conversation", "load_conversation"]
 
@@ -29,6 +29,7 @@ DocumentKind = Literal["openai_body", "anthropic_body", "list", "jsonl", "corpus
 
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_QUOTE_SPACE_COLON = re.compile(r'"[ \t\r\n]+:')
 
 
 @dataclass
@@ -60,6 +61,21 @@ class Conversation:
     bad_utf8_at: int | None = None
 
 
+def _system_message(system: Any, where: str) -> dict[str, Any]:
+    """The leading system message made from an Anthropic top-level ``system``. A bad one is
+    named ``system`` (not "message 0, field content", which the file does not hold), in the
+    gateway's words (``fit_request``)."""
+    if not isinstance(system, (str, list)):
+        raise InvalidRequestError(f"{where}: system: must be a string or a list of text blocks")
+    message = {"role": "system", "content": system}
+    try:
+        anthropic_to_message(message, 0)
+    except InvalidMessageError as exc:
+        field = (exc.field or "content").removeprefix("content")
+        raise InvalidRequestError(f"{where}: system{field}: {exc.reason}") from None
+    return message
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -79,21 +95,110 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
-def _duplicate_top_key(text: str, key: str) -> bool:
-    """Whether the top-level object of ``text`` (valid JSON) holds ``key`` twice. msgspec
-    keeps the last silently; only this rare case (the key's text appears twice) is parsed
-    again, with the standard ``json`` module, which shows every pair."""
-    last: list[list[tuple[str, Any]]] = []
+def _entries(value: Any) -> int:
+    """How many key-value pairs the objects inside ``value`` hold, all levels together."""
+    n, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            n += len(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return n
+
+
+def _may_repeat_a_key(text: str, value: Any) -> bool:
+    r"""Whether the JSON ``text`` may repeat a key inside an object, ``value`` being what
+    msgspec decoded from it (keeping the last of repeated keys, silently). False is
+    certain; True means: look (:func:`_repeated_key`).
+
+    Every key ends in an unescaped quote, then optional whitespace, then ``:``. Unless the
+    text holds a quote, whitespace and a colon, or two backslashes before ``":`` (a key
+    ending in an escaped backslash), every key end is a ``":`` with no backslash before
+    it, so the text holds at most ``count('":') - count('\":')`` keys (the other ``":``
+    are escaped quotes inside strings, or a string that opens with a colon). The decoded
+    value holds the keys minus the repeats, so when that bound equals its entry count,
+    nothing repeats. Three C string scans and one walk of the decoded value: no second
+    parse for the files that do not need one (nearly all).
+    """
+    if '\\\\":' in text or _QUOTE_SPACE_COLON.search(text):
+        return True
+    return text.count('":') - text.count('\\":') > _entries(value)
+
+
+def _repeated_key(text: str) -> tuple[list[str | int], str] | None:
+    """The first object in ``text`` (document order) that holds a key twice: its path
+    from the top and the key; ``None`` when none does. Parses with the standard ``json``
+    module, which shows every pair (msgspec keeps the last silently). A text too deeply
+    nested for it counts as holding none (msgspec read it; nothing else can tell)."""
+
+    class Repeats(dict[str, Any]):
+        key = ""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        last[:] = [items]  # objects close innermost first: the top level closes last
-        return dict(items)
+        d = dict(items)
+        if len(d) == len(items):
+            return d
+        seen: set[str] = set()
+        out = Repeats(d)
+        out.key = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        return out
 
     try:
-        json.loads(text, object_pairs_hook=pairs)
+        doc = json.loads(text, object_pairs_hook=pairs)
     except (ValueError, RecursionError):
-        return False
-    return bool(last) and sum(k == key for k, _ in last[0]) > 1
+        return None
+    stack: list[tuple[Any, list[str | int]]] = [(doc, [])]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, Repeats):
+            return path, v.key
+        if isinstance(v, dict):
+            stack.extend((x, [*path, k]) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((x, [*path, i]) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def _field(path: Sequence[str | int]) -> str:
+    """``["content", 0, "text"]`` as ``content[0].text``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def _refuse_repeated_keys(
+    text: str, value: Any, where: str, shape: Literal["body", "list", "message"], index: int = 0
+) -> None:
+    """Raise when an object in ``text`` repeats a key. Which value counts? msgspec keeps the
+    last, other parsers the first, and the CLI writes the whole file back: one of the two
+    would vanish silently. The gateway (``fit_request``) refuses the same in what it reads.
+
+    ``shape`` says where the messages are, to name a repeat inside one as the adapters
+    name a field (``message 2, field content[0]``): under ``"messages"`` of a ``body``
+    (request or corpus file), at the top of a ``list``, or ``value`` is ``message``
+    ``index`` itself (a JSONL line).
+    """
+    if not _may_repeat_a_key(text, value):
+        return
+    found = _repeated_key(text)
+    if found is None:
+        return
+    path, key = found
+    if shape == "message":
+        path = [index, *path]
+    elif shape == "body" and path[:1] == ["messages"] and len(path) > 1:
+        path = path[1:]
+    elif shape == "body":
+        path = ["", *path]  # not in a message: named by its path from the top
+    if path and isinstance(path[0], int):
+        field = _field(path[1:])
+        place = f"message {path[0]}" + (f", field {field}" if field else "") + ": "
+    else:
+        place = f"{_field(path[1:])}: " if len(path) > 1 else ""
+    raise InvalidRequestError(f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once")
 
 
 def _decode(text: str) -> Any:
@@ -141,6 +246,7 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
             if not messages:
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
+        _refuse_repeated_keys(line, value, where, "message", len(messages))
         messages.append(value)
     return messages
 
@@ -166,7 +272,9 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
 
     Raises:
         InvalidRequestError: the file cannot be read, is not JSON/JSONL, or holds no message
-            list; the one-line message names the path and, for JSON errors, the position.
+            list, or an Anthropic top-level ``system`` is not a string or a list of text
+            blocks, or an object repeats a key (anywhere: the whole file is written back);
+            the one-line message names the path and, for JSON errors, the position.
 
     >>> import pathlib, tempfile
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "body.json"
@@ -206,19 +314,19 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             raise InvalidRequestError(f"{where}: invalid JSON: {_where(text, exc)}") from None
         return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
     if isinstance(doc, list):
+        _refuse_repeated_keys(text, doc, where, "list")
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
     if not isinstance(doc, dict):
         raise InvalidRequestError(
             f"{where}: top-level JSON is {_json_type(doc)}, expected an object with "
             '"messages", a list of messages or JSONL'
         )
+    one_message = "messages" not in doc and isinstance(doc.get("role"), str)
+    _refuse_repeated_keys(text, doc, where, "message" if one_message else "body")
     if "messages" not in doc:
-        if isinstance(doc.get("role"), str):  # JSONL holding a single message
+        if one_message:  # JSONL holding a single message
             return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
         raise InvalidRequestError(f'{where}: the top-level object has no "messages" list')
-    if text.count('"messages"') > 1 and _duplicate_top_key(text, "messages"):
-        # which one would a provider read? The gateway refuses too (fit_request)
-        raise InvalidRequestError(f'{where}: the key "messages" appears more than once')
     messages, tools = doc["messages"], doc.get("tools")
     if not isinstance(messages, list):
         raise InvalidRequestError(f'{where}: "messages" is {_json_type(messages)}, not a list')
@@ -239,7 +347,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             fmt = _format_of(messages)
         kind = "anthropic_body" if fmt == "anthropic" else "openai_body"
     if fmt == "anthropic" and doc.get("system") is not None:
-        messages = [{"role": "system", "content": doc["system"]}, *messages]
+        messages = [_system_message(doc["system"], where), *messages]
     return Conversation(where, fmt, kind, list(messages), tools, doc)
 
 

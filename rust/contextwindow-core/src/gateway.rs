@@ -15,7 +15,7 @@
 //! the profile's per-tool overhead.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
@@ -54,10 +54,83 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// A JSON object's entries in order, values raw. A repeated key keeps its first place
-/// and its last value, as a Python dict decoded from the same text does. A message
+/// A JSON object's entries in order, values raw, and the first key it repeats. A message
 /// object ([`Msg`]) holds its `content` apart, decoded in the same pass.
-struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>, Option<Content<'a>>);
+///
+/// A repeated key is refused wherever the object is read ([`Ctx::obj`], [`parse`]): which
+/// value would a provider take? serde_json and Python keep the last, other parsers the
+/// first, so a body read one way here and the other way upstream would be counted and
+/// trimmed as one message and sent as another (the fresh tester's N4).
+struct Obj<'a>(
+    Vec<(Cow<'a, str>, &'a RawValue)>,
+    Option<Content<'a>>,
+    Option<Repeat<'a>>,
+);
+
+/// A key an object holds twice: its decoded name and the value of its second occurrence
+/// (borrowed from the body, so it says where the key is: [`Ctx::key_start`]).
+struct Repeat<'a> {
+    key: Cow<'a, str>,
+    value: &'a RawValue,
+}
+
+/// An object's entries as they are read, and the first repeated key. Checking a key scans
+/// the keys before it (the objects read here have a few) and, past [`KeyLog::SCAN`] keys,
+/// looks it up in a hash set instead, so a many-keyed object stays linear. This replaces
+/// the scan that kept the last of two values, at the same cost.
+struct KeyLog<'a> {
+    entries: Vec<(Cow<'a, str>, &'a RawValue)>,
+    index: Option<HashSet<Cow<'a, str>>>,
+    repeat: Option<Repeat<'a>>,
+}
+
+impl<'a> KeyLog<'a> {
+    const SCAN: usize = 16;
+
+    fn new() -> Self {
+        KeyLog {
+            entries: Vec::new(),
+            index: None,
+            repeat: None,
+        }
+    }
+
+    fn holds(&self, k: &str) -> bool {
+        match &self.index {
+            Some(set) => set.contains(k),
+            None => self.entries.iter().any(|(e, _)| e == k),
+        }
+    }
+
+    /// Add an entry; a key already held is remembered as the first repeat (when none is
+    /// yet) and not added again.
+    fn push(&mut self, k: Cow<'a, str>, v: &'a RawValue) {
+        if self.holds(&k) {
+            self.repeat_of(k, v);
+            return;
+        }
+        if let Some(set) = &mut self.index {
+            set.insert(k.clone());
+        } else if self.entries.len() + 1 == Self::SCAN {
+            let mut set: HashSet<Cow<'a, str>> =
+                self.entries.iter().map(|(e, _)| e.clone()).collect();
+            set.insert(k.clone());
+            self.index = Some(set);
+        }
+        self.entries.push((k, v));
+    }
+
+    /// Remember `k` (held apart from the entries, as `content` is) as repeated.
+    fn repeat_of(&mut self, key: Cow<'a, str>, value: &'a RawValue) {
+        if self.repeat.is_none() {
+            self.repeat = Some(Repeat { key, value });
+        }
+    }
+
+    fn obj(self, content: Option<Content<'a>>) -> Obj<'a> {
+        Obj(self.entries, content, self.repeat)
+    }
+}
 
 /// A `content` (or `messages`) value: a string decoded, an array split into its raw
 /// items, null, or the name of another JSON type.
@@ -140,17 +213,20 @@ impl<'de> Deserialize<'de> for Msg<'de> {
                 self,
                 mut map: A,
             ) -> std::result::Result<Msg<'de>, A::Error> {
-                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let mut log = KeyLog::new();
                 let mut content = None;
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    if k == "content" {
+                    if k == "content" && content.is_none() {
                         content = Some(map.next_value::<Content<'de>>()?);
+                    } else if k == "content" {
+                        let v: &'de RawValue = map.next_value()?;
+                        log.repeat_of(k, v);
                     } else {
                         let v: &'de RawValue = map.next_value()?;
-                        out.push((k, v));
+                        log.push(k, v);
                     }
                 }
-                Ok(Msg(Obj(dedupe(out), content)))
+                Ok(Msg(log.obj(content)))
             }
         }
         d.deserialize_map(V)
@@ -158,11 +234,11 @@ impl<'de> Deserialize<'de> for Msg<'de> {
 }
 
 /// The request body's top level: `messages` split into raw messages in the same pass,
-/// every other entry raw.
+/// every other entry raw. Only the keys read here (`messages`, `system`, `tools`) must not
+/// repeat (`obj.2`); the others are copied byte for byte and never looked up.
 struct Top<'a> {
     obj: Obj<'a>,
     messages: Option<Content<'a>>,
-    messages_keys: usize,
 }
 
 impl<'de> Deserialize<'de> for Top<'de> {
@@ -178,20 +254,28 @@ impl<'de> Deserialize<'de> for Top<'de> {
                 mut map: A,
             ) -> std::result::Result<Top<'de>, A::Error> {
                 let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
-                let (mut messages, mut messages_keys) = (None, 0);
+                let mut messages = None;
+                let mut repeat = None;
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    if k == "messages" {
+                    if k == "messages" && messages.is_none() {
                         messages = Some(map.next_value::<Content<'de>>()?);
-                        messages_keys += 1;
+                        continue;
+                    }
+                    let v: &'de RawValue = map.next_value()?;
+                    // one scan per `system` or `tools` key until the first repeat
+                    let read_here = k == "messages" || k == "system" || k == "tools";
+                    if repeat.is_none()
+                        && read_here
+                        && (k == "messages" || out.iter().any(|(e, _)| *e == k))
+                    {
+                        repeat = Some(Repeat { key: k, value: v });
                     } else {
-                        let v: &'de RawValue = map.next_value()?;
                         out.push((k, v));
                     }
                 }
                 Ok(Top {
-                    obj: Obj(dedupe(out), None),
+                    obj: Obj(out, None, repeat),
                     messages,
-                    messages_keys,
                 })
             }
         }
@@ -211,42 +295,16 @@ impl<'de> Deserialize<'de> for Obj<'de> {
                 self,
                 mut map: A,
             ) -> std::result::Result<Obj<'de>, A::Error> {
-                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                let mut log = KeyLog::new();
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
                     let v: &'de RawValue = map.next_value()?;
-                    out.push((k, v));
+                    log.push(k, v);
                 }
-                Ok(Obj(dedupe(out), None))
+                Ok(log.obj(None))
             }
         }
         d.deserialize_map(V)
     }
-}
-
-fn dedupe<'a>(mut v: Vec<(Cow<'a, str>, &'a RawValue)>) -> Vec<(Cow<'a, str>, &'a RawValue)> {
-    let n = v.len();
-    let dup = if n <= 16 {
-        (1..n).any(|i| v[..i].iter().any(|(k, _)| *k == v[i].0))
-    } else {
-        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::with_capacity(n);
-        !v.iter().all(|(k, _)| seen.insert(k.as_ref()))
-    };
-    if !dup {
-        return v;
-    }
-    // Keep each key at its first place with its last value.
-    let mut last: HashMap<Cow<'a, str>, &'a RawValue> = HashMap::with_capacity(n);
-    for (k, val) in &v {
-        last.insert(k.clone(), *val);
-    }
-    let mut seen: HashMap<Cow<'a, str>, ()> = HashMap::with_capacity(n);
-    v.retain(|(k, _)| seen.insert(k.clone(), ()).is_none());
-    for e in &mut v {
-        if let Some(val) = last.get(&e.0) {
-            e.1 = val;
-        }
-    }
-    v
 }
 
 impl<'a> Obj<'a> {
@@ -332,6 +390,16 @@ fn invalid(offset: Option<usize>, reason: impl Into<String>) -> Error {
     }
 }
 
+/// `message 1, field content[0]` (`message 1` for the message itself), as an
+/// `InvalidMessageError` names the place.
+fn place(index: usize, field: &str) -> String {
+    if field.is_empty() {
+        format!("message {index}")
+    } else {
+        format!("message {index}, field {field}")
+    }
+}
+
 fn bad_message(index: usize, field: &str, reason: impl Into<String>) -> Error {
     Error::InvalidMessage {
         index,
@@ -386,13 +454,48 @@ impl<'a> Ctx<'a> {
         invalid(offset, reason)
     }
 
-    fn obj(&self, v: &'a RawValue) -> Result<Option<Obj<'a>>> {
+    /// `v` as an object (`None` when it is not one); `place` names it in the error
+    /// for a repeated key (`message 0, field content[1]`).
+    fn obj(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<Option<Obj<'a>>> {
         if kind(v) != Kind::Obj {
             return Ok(None);
         }
-        serde_json::from_str(v.get())
-            .map(Some)
-            .map_err(|e| self.json_err(e, v.get()))
+        let o: Obj<'a> = serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
+        match &o.2 {
+            Some(r) => Err(self.repeated(r, &place())),
+            None => Ok(Some(o)),
+        }
+    }
+
+    /// The error for a repeated key: its name, where it is read (`place`, or the top
+    /// level when empty) and the byte offset of its second occurrence.
+    fn repeated(&self, r: &Repeat<'_>, place: &str) -> Error {
+        let key = serde_json::to_string(r.key.as_ref()).unwrap_or_default();
+        let sep = if place.is_empty() { "" } else { ": " };
+        invalid(
+            Some(self.key_start(r.value)),
+            format!("{place}{sep}the key {key} appears more than once"),
+        )
+    }
+
+    /// Offset of the opening quote of the key whose value is `v`: back over the `:` and
+    /// whitespace to the key's closing quote, then to the nearest quote before it that is
+    /// not escaped (preceded by an even number of backslashes).
+    fn key_start(&self, v: &RawValue) -> usize {
+        let b = self.body.as_bytes();
+        let mut i = self.start_of(v.get()).min(b.len());
+        while i > 0 && matches!(b[i - 1], b' ' | b'\t' | b'\n' | b'\r' | b':') {
+            i -= 1;
+        }
+        // b[i - 1] is the key's closing quote
+        let mut j = i.saturating_sub(1);
+        while j > 0 {
+            j -= 1;
+            if b[j] == b'"' && b[..j].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0 {
+                return j;
+            }
+        }
+        0
     }
 
     fn array(&self, v: &'a RawValue) -> Result<Vec<&'a RawValue>> {
@@ -516,7 +619,7 @@ fn typed<'a>(
     index: usize,
     field: &str,
 ) -> Result<(Obj<'a>, String)> {
-    let Some(p) = cx.obj(v)? else {
+    let Some(p) = cx.obj(v, || place(index, field))? else {
         return Err(bad_message(index, field, "must be an object"));
     };
     let ty = cx.req_str(&p, "type", index, &format!("{field}.type"))?;
@@ -540,7 +643,7 @@ fn openai_part<'a>(
         }
         "image_url" => {
             let img = match p.get("image_url") {
-                Some(i) => cx.obj(i)?,
+                Some(i) => cx.obj(i, || place(index, &format!("{field}.image_url")))?,
                 None => None,
             };
             let Some(img) = img else {
@@ -581,12 +684,12 @@ fn openai_part<'a>(
 }
 
 fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> Result<Part> {
-    let Some(tc) = cx.obj(v)? else {
+    let Some(tc) = cx.obj(v, || place(index, field))? else {
         return Err(bad_message(index, field, "must be an object"));
     };
     let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
     let func = match tc.get("function") {
-        Some(f) => cx.obj(f)?,
+        Some(f) => cx.obj(f, || place(index, &format!("{field}.function")))?,
         None => None,
     };
     let Some(func) = func else {
@@ -717,6 +820,14 @@ fn anthropic_block<'a>(
             let Some(input) = b.get("input") else {
                 return Err(bad_message(index, &format!("{field}.input"), "is missing"));
             };
+            if kind(input) != Kind::Obj {
+                // the Messages API takes an object only (adapters.py says the same)
+                return Err(bad_message(
+                    index,
+                    &format!("{field}.input"),
+                    "must be an object",
+                ));
+            }
             let mut out = part(PartKind::ToolCall);
             out.id = Some(id);
             out.name = Some(name);
@@ -812,7 +923,7 @@ pub fn parse_provider(name: Option<&str>) -> Result<Option<Format>> {
 /// `detect_format` of the adapters, on raw messages.
 fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
     let mut anthropic = false;
-    for m in msgs {
+    for (i, m) in msgs.iter().enumerate() {
         let role = m.get("role");
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
@@ -824,8 +935,10 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
         let Some(Content::Parts(blocks)) = &m.1 else {
             continue;
         };
-        for &b in blocks {
-            let Some(b) = cx.obj(b)? else { continue };
+        for (j, &b) in blocks.iter().enumerate() {
+            let Some(b) = cx.obj(b, || place(i, &format!("content[{j}]")))? else {
+                continue;
+            };
             let t = b.get("type");
             if cx.str_is(t, "image_url") || cx.str_is(t, "input_audio") {
                 return Ok(Format::OpenAI);
@@ -917,9 +1030,9 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         ));
     }
     let top: Top<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
-    if top.messages_keys > 1 {
+    if let Some(r) = &top.obj.2 {
         // Which one would a provider read? Refuse to guess.
-        return Err(invalid(None, "the key \"messages\" appears more than once"));
+        return Err(cx.repeated(r, ""));
     }
     let raw = match top.messages {
         None => {
@@ -951,7 +1064,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         Some(t) if kind(t) == Kind::Null => {}
         Some(t) if kind(t) == Kind::Arr => {
             for (i, tool) in cx.array(t)?.into_iter().enumerate() {
-                let Some(o) = cx.obj(tool)? else {
+                let Some(o) = cx.obj(tool, || format!("tools[{i}]"))? else {
                     return Err(invalid(
                         Some(cx.start_of(tool.get())),
                         format!(
@@ -977,6 +1090,9 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             return Err(bad_message(i, "", "must be an object"));
         }
         let Msg(o) = serde_json::from_str(m.get()).map_err(|e| cx.json_err(e, m.get()))?;
+        if let Some(r) = &o.2 {
+            return Err(cx.repeated(r, &place(i, "")));
+        }
         objs.push(o);
     }
     let format = match provider {
@@ -1049,13 +1165,27 @@ fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> 
 
 /// The leading system message made from an Anthropic top-level `system`.
 fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
-    let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None);
+    if !matches!(kind(s), Kind::Str | Kind::Arr) {
+        // named `system`, in the Messages API's words (io.py says the same for the CLI)
+        return Err(invalid(
+            Some(cx.start_of(s.get())),
+            "system: must be a string or a list of text blocks",
+        ));
+    }
+    let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None, None);
     let (parts, ckind) =
         content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
             Error::InvalidMessage { field, reason, .. } => invalid(
                 Some(cx.start_of(s.get())),
                 format!("system{}: {reason}", field.trim_start_matches("content")),
             ),
+            // a repeated key in a block: named from the system, not message 0
+            Error::InvalidRequest { offset, reason } => {
+                match reason.strip_prefix("message 0, field content") {
+                    Some(rest) => invalid(offset, format!("system{rest}")),
+                    None => invalid(offset, reason),
+                }
+            }
             other => other,
         })?;
     let mut m = Message::new(Role::System, parts);
@@ -1680,6 +1810,186 @@ mod tests {
         let tool = r#"{"name":"f","input_schema":{}}"#;
         let want = 2 * (p.message_overhead + 2) + p.text_tokens(tool) + p.tool_overhead;
         assert_eq!(count_request(body, "fim", None).unwrap(), want);
+    }
+
+    fn message_error(body: &[u8]) -> (usize, String, String) {
+        match count_request(body, "conservative", None) {
+            Err(Error::InvalidMessage {
+                index,
+                field,
+                reason,
+            }) => (index, field, reason),
+            other => panic!("expected InvalidMessage, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tool_use_input_must_be_an_object() {
+        // the fresh tester's N5: a string input was counted without an error
+        for input in [r#""str""#, "[1]", "null", "3", "true"] {
+            let body = format!(
+                r#"{{"messages": [{{"role": "user", "content": "q"}}, {{"role": "assistant",
+                "content": [{{"type": "text", "text": "x"}},
+                {{"type": "tool_use", "id": "a", "name": "f", "input": {input}}}]}}]}}"#
+            );
+            let (index, field, reason) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (1, "content[1].input", "must be an object"),
+                "{input}"
+            );
+        }
+        let ok = br#"{"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]}"#;
+        assert!(count_request(ok, "conservative", None).is_ok());
+    }
+
+    #[test]
+    fn a_bad_system_is_named_system() {
+        // the fresh tester's N6 (end): the error must say `system`, not message 0's content
+        for (system, want) in [
+            ("5", "system: must be a string or a list of text blocks"),
+            ("{}", "system: must be a string or a list of text blocks"),
+            ("[5]", "system[0]: must be an object"),
+        ] {
+            let body = format!(r#"{{"system": {system}, "messages": []}}"#);
+            match count_request(body.as_bytes(), "conservative", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!((offset, reason.as_str()), (Some(11), want));
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
+    }
+
+    /// Byte offset of the `n`th (0-based) occurrence of `needle` in `body`.
+    fn nth(body: &str, needle: &str, n: usize) -> usize {
+        body.match_indices(needle).nth(n).map(|(i, _)| i).unwrap()
+    }
+
+    #[test]
+    fn a_repeated_key_in_an_object_read_is_refused_by_name_and_offset() {
+        // the fresh tester's N4: the last "role" was read, a provider keeping the first
+        // would see another message
+        let role = r#"{"messages":[{"role":"user","role":"tool","content":"hi"}]}"#;
+        // {"messages":[ is 13 bytes, {"role":"user", 15 more: the second key is at 28
+        let cases: Vec<(String, usize, &str)> = vec![
+            (
+                role.to_owned(),
+                28,
+                r#"message 0: the key "role" appears more than once"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#.to_owned(),
+                42, // 13 + {"role":"user", (15) + "content":"a", (14)
+                r#"message 0: the key "content" appears more than once"#,
+            ),
+            (
+                // spelled with an escape: the same key once decoded
+                r#"{"messages":[{"role":"user","ro\u006ce":"tool","content":"hi"}]}"#.to_owned(),
+                28,
+                r#"message 0: the key "role" appears more than once"#,
+            ),
+        ];
+        let block =
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}"#;
+        let call = r#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","id":"d","function":{"name":"f","arguments":"{}"}}]}]}"#;
+        let function = r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","name":"g"}}]}]}"#;
+        let image = r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u","url":"v"}}]}]}"#;
+        let tool_use = r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{},"input":{"x":1}}]}]}"#;
+        let top_system = r#"{"system":"a","messages":[],"system":"b"}"#;
+        let top_tools = r#"{"tools":[],"messages":[],"tools":[]}"#;
+        let top_messages = r#"{"messages":[],"messages":[]}"#;
+        let tool_def = r#"{"messages":[],"tools":[{"name":"f","name":"g"}]}"#;
+        let more: Vec<(String, usize, &str)> = vec![
+            (
+                block.to_owned(),
+                nth(block, r#""text""#, 2),
+                r#"message 0, field content[0]: the key "text" appears more than once"#,
+            ),
+            (
+                call.to_owned(),
+                nth(call, r#""id""#, 1),
+                r#"message 1, field tool_calls[0]: the key "id" appears more than once"#,
+            ),
+            (
+                function.to_owned(),
+                nth(function, r#""name""#, 1),
+                r#"message 0, field tool_calls[0].function: the key "name" appears more than once"#,
+            ),
+            (
+                image.to_owned(),
+                nth(image, r#""url""#, 1),
+                r#"message 0, field content[0].image_url: the key "url" appears more than once"#,
+            ),
+            (
+                tool_use.to_owned(),
+                nth(tool_use, r#""input""#, 1),
+                r#"message 0, field content[0]: the key "input" appears more than once"#,
+            ),
+            (
+                top_system.to_owned(),
+                28,
+                r#"the key "system" appears more than once"#,
+            ),
+            (
+                top_tools.to_owned(),
+                26,
+                r#"the key "tools" appears more than once"#,
+            ),
+            (
+                top_messages.to_owned(),
+                15,
+                r#"the key "messages" appears more than once"#,
+            ),
+            (
+                tool_def.to_owned(),
+                nth(tool_def, r#""name""#, 1),
+                r#"tools[0]: the key "name" appears more than once"#,
+            ),
+        ];
+        for (body, offset, reason) in cases.iter().chain(&more) {
+            let want = Error::InvalidRequest {
+                offset: Some(*offset),
+                reason: (*reason).to_owned(),
+            };
+            let got = count_request(body.as_bytes(), "conservative", None);
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{:?}", Err::<u64, _>(want)),
+                "{body}"
+            );
+            let fit = fit_request(body.as_bytes(), 1, "conservative", None, true);
+            assert_eq!(
+                format!("{:?}", fit.err()),
+                format!("{:?}", got.err()),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_in_a_system_block_is_named_from_the_system() {
+        let body = r#"{"system": [{"type": "text", "text": "a", "text": "b"}], "messages": []}"#;
+        match count_request(body.as_bytes(), "conservative", None) {
+            Err(Error::InvalidRequest { offset, reason }) => {
+                assert_eq!(offset, Some(nth(body, r#""text""#, 2)));
+                assert_eq!(
+                    reason,
+                    r#"system[0]: the key "text" appears more than once"#
+                );
+            }
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_the_gateway_does_not_read_is_left_alone() {
+        // copied byte for byte: nothing here decides what the provider or the engine sees
+        // differently from what contextwindow counted
+        let body = br#"{"model":"a","model":"b","messages":[{"role":"user","content":"hi","x":{"k":1,"k":2}}]}"#;
+        let fitted = fit_request(body, 1000, "conservative", None, true).unwrap();
+        assert!(matches!(fitted.body, Cow::Borrowed(_)));
     }
 
     #[test]

@@ -454,8 +454,12 @@ impl Reader {
                 let mut p = part(PartKind::ToolCall);
                 p.id = Some(self.text(req_str(&id)?));
                 p.name = Some(self.text(req_str(&name)?));
+                // an object only (a dict subclass, or anything else, goes to the adapters,
+                // which take any Mapping and refuse the rest by name)
+                let input = input.as_ref().ok_or(Fallback)?;
+                let input = input.cast_exact::<PyDict>().map_err(|_| Fallback)?;
                 let mut args = Vec::new();
-                self.encode(input.as_ref().ok_or(Fallback)?, &mut args, 0)?;
+                self.object(input, &[], None, &mut args, 0)?;
                 p.arguments = Some(String::from_utf8(args).map_err(|_| Fallback)?);
                 p.extra = self.rest(b, &["type", "id", "name", "input"], 4)?;
                 Ok(p)
