@@ -4,6 +4,7 @@ real tokenizers (tiktoken's cl100k_base, mistral-common's Tekken ``tekken_240911
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -462,3 +463,49 @@ def test_family_filters_make_independent_false_positives() -> None:
     assert a < 600 and b < 600  # each about 1-1.5% (2**20 bits, 4 per key in one word)
     # independent: about a * b / 20,000 (2-3); the shared hash gave about 20 times that
     assert both <= 4 * a * b / len(keys) + 5
+
+
+def _profile_calls() -> dict[str, Any]:
+    """Every public function that takes ``profile``, called on the same small input."""
+    msgs = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Read a.txt."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "line\n" * 200},
+        {"role": "user", "content": "Thanks."},
+    ]
+    body = msgspec.json.encode({"model": "m", "messages": msgs})
+    return {
+        "estimate_tokens": lambda p: cw.estimate_tokens("Hello, world.", p),
+        "estimate_many": lambda p: cw.estimate_many(["Hello", "world"], p),
+        "count_messages": lambda p: cw.count_messages(msgs, p),
+        "count_many": lambda p: cw.count_many([msgs], p),
+        "message_tokens": lambda p: cw.message_tokens(msgs, p),
+        "token_breakdown": lambda p: cw.token_breakdown(msgs, profile=p).total_tokens,
+        "repair_tool_pairs": lambda p: cw.repair_tool_pairs(msgs[:3], profile=p).report.tokens_after,
+        "count_request": lambda p: cw.count_request(body, profile=p),
+        "fit_request": lambda p: cw.fit_request(body, budget=60, profile=p, report=True)[1].report.tokens_before,
+        "Estimator": lambda p: cw.Estimator(profile=p).count_messages(msgs),
+        "trim_turns": lambda p: cw.trim_turns(msgs, 60, profile=p).report.tokens_before,
+        "fit": lambda p: cw.fit(msgs, 60, profile=p).report.tokens_after,
+        "micro_compact": lambda p: cw.micro_compact(msgs, profile=p).report.tokens_after,
+        "ContextGuard": lambda p: (
+            cw.ContextGuard(context_window=4000, max_output_tokens=1000, profile=p).check(msgs).tokens_after
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_profile_calls()))
+def test_profile_none_is_the_default_everywhere(name: str) -> None:
+    # found by a tester: None meant the default in trim_turns and fit but was an "unknown
+    # profile" in estimate_tokens, count_messages and fit_request
+    call = _profile_calls()[name]
+    assert call(None) == call("conservative")
+    assert call(None) != call("fim")  # the profile is really used
+    for bad in ("cl99k", 5, b"fim"):
+        with pytest.raises(ValueError, match="unknown profile"):
+            call(bad)

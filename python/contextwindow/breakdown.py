@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from .estimate import DEFAULT_PROFILE, count_messages, message_tokens
+from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
 from .messages import Message, TextPart, ToolCall, ToolResult
 from .turns import segment_turns
 
@@ -200,7 +200,7 @@ def token_breakdown(
     messages: Any,
     *,
     tools: list[Any] | None = None,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = DEFAULT_PROFILE,
     format: str | None = None,
     top: int = 10,
 ) -> Breakdown:
@@ -215,7 +215,7 @@ def token_breakdown(
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         tools: the request's tool definitions (any provider's shape), or ``None``.
-        profile: name of a built-in estimation profile.
+        profile: name of a built-in estimation profile (``None``: ``conservative``).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
         top: how many of the largest messages to list (``>= 0``).
 
@@ -237,6 +237,7 @@ def token_breakdown(
         raise TypeError(f"top must be an int, got {type(top).__name__}")
     if top < 0:
         raise ValueError(f"top must be >= 0, got {top}")
+    profile = resolve_profile(profile)
     prep = _engine.prepare(messages, format)
     canonical = prep.canonical
     per_message = message_tokens(canonical, profile)

@@ -44,7 +44,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from .budget import _int_arg
-from .estimate import DEFAULT_PROFILE, PROFILES
+from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
 
@@ -141,13 +141,6 @@ _SEG = msgspec.json.Decoder(Segmentation)
 _NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]")
 
 # --------------------------------------------------------------------------- options
-
-
-def _profile(profile: str | None) -> str:
-    name = DEFAULT_PROFILE if profile is None else profile
-    if not isinstance(name, str) or name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
-    return name
 
 
 def _share(value: Any, name: str) -> float | None:
@@ -492,7 +485,7 @@ def _budget_tool_results(
     keep_recent: int | None = None,
 ) -> tuple[TrimResult[Any], _Tally]:
     """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
-    name = _profile(profile)
+    name = resolve_profile(profile)
     window = _int_arg("context_window", context_window, minimum=1)
     assert window is not None
     result_share = _share(max_result_share, "max_result_share")
@@ -738,7 +731,7 @@ def micro_compact(
     >>> [m["content"][:30] for m in micro_compact(msgs, keep_recent=1).messages[2:]]
     ['[tool result cleared: 500 char', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy']
     """
-    name = _profile(profile)
+    name = resolve_profile(profile)
     keep = _int_arg("keep_recent", keep_recent, minimum=0)
     assert keep is not None
     only = None if tools is None else _names(tools, "tools")
@@ -901,7 +894,7 @@ def prune_middle(
     >>> [m["content"] for m in prune_middle(msgs, keep_recent=2).messages]
     ['sys', 'task', '[context compacted: 8 earlier messages removed]', 'step 4', 'more 4']
     """
-    name = _profile(profile)
+    name = resolve_profile(profile)
     limit = _budget_tokens(budget)
     if keep_recent is not None:
         _int_arg("keep_recent", keep_recent, minimum=0)

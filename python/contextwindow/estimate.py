@@ -65,17 +65,22 @@ FAMILIES: tuple[str, ...] = tuple(_engine.native.FAMILIES)
 DEFAULT_PROFILE = "conservative"
 
 
-def _check_profile(profile: str) -> None:
-    if profile not in PROFILES:
+def resolve_profile(profile: object) -> str:
+    """The built-in profile named ``profile`` (``None``: :data:`DEFAULT_PROFILE`); ``ValueError``
+    for any other value that is not a profile name."""
+    if profile is None:
+        return DEFAULT_PROFILE
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    return profile
 
 
-def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
+def estimate_tokens(text: str, profile: str | None = DEFAULT_PROFILE) -> int:
     """Estimate the tokens of a text.
 
     Args:
         text: any string; lone surrogates count as U+FFFD.
-        profile: name of a built-in profile (see module docs).
+        profile: name of a built-in profile (see module docs; ``None``: ``conservative``).
 
     Returns:
         Estimated tokens: 0 for ``""``, at least 1 for any other text.
@@ -89,14 +94,14 @@ def estimate_tokens(text: str, profile: str = DEFAULT_PROFILE) -> int:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    _check_profile(profile)
+    profile = resolve_profile(profile)
     try:
         return int(_engine.native.estimate_text(text, profile))
     except UnicodeEncodeError:
         return int(_engine.native.estimate_text(clean_str(text), profile))
 
 
-def estimate_many(texts: Iterable[str], profile: str = DEFAULT_PROFILE) -> list[int]:
+def estimate_many(texts: Iterable[str], profile: str | None = DEFAULT_PROFILE) -> list[int]:
     """Estimate the tokens of many texts in one call.
 
     The same rule as :func:`estimate_tokens`, one call into the engine for the whole
@@ -105,7 +110,7 @@ def estimate_many(texts: Iterable[str], profile: str = DEFAULT_PROFILE) -> list[
 
     Args:
         texts: strings (any iterable; lone surrogates count as U+FFFD).
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
 
     Returns:
         Tokens of each text, in order.
@@ -118,7 +123,7 @@ def estimate_many(texts: Iterable[str], profile: str = DEFAULT_PROFILE) -> list[
     >>> estimate_many(["abcdefgh", "", "你好世界"], profile="fim")
     [2, 0, 2]
     """
-    _check_profile(profile)
+    profile = resolve_profile(profile)
     if isinstance(texts, (str, bytes, bytearray, Mapping)):
         raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
     items = list(texts)
@@ -131,7 +136,9 @@ def estimate_many(texts: Iterable[str], profile: str = DEFAULT_PROFILE) -> list[
         return [int(n) for n in _engine.native.estimate_many([clean_str(t) for t in items], profile)]
 
 
-def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:
+def count_many(
+    conversations: Iterable[Any], profile: str | None = DEFAULT_PROFILE, *, format: str | None = None
+) -> list[int]:
     """Estimate the tokens of many conversations in one engine call.
 
     Each total equals ``count_messages(conversation, profile, format=format)``; the
@@ -141,7 +148,7 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
     Args:
         conversations: message lists (OpenAI dicts, Anthropic dicts or ``Message`` structs;
             each list is detected on its own unless ``format`` is given).
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
@@ -156,7 +163,7 @@ def count_many(conversations: Iterable[Any], profile: str = DEFAULT_PROFILE, *, 
     >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim")
     [6, 0]
     """
-    _check_profile(profile)
+    profile = resolve_profile(profile)
     convs = list(conversations)
     totals: list[int | None] = [None] * len(convs)
     if _engine.FAST_READER and format in (None, "openai", "anthropic"):
@@ -260,7 +267,7 @@ def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], i
 
 def count_messages(
     messages: Any,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = DEFAULT_PROFILE,
     tools: list[Any] | None = None,
     *,
     format: str | None = None,
@@ -282,7 +289,7 @@ def count_messages(
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
         tools: the request's tool definitions, in any provider's shape.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
         limit: stop counting once the total exceeds this many tokens (``None``: count all).
@@ -302,19 +309,19 @@ def count_messages(
     >>> count_messages([{"role": "user", "content": "abcdefgh"}] * 3, profile="fim", limit=7)   # 6 + 6 > 7
     12
     """
-    _check_profile(profile)
+    profile = resolve_profile(profile)
     texts = tool_texts(tools)
     limit = check_limit(limit)
     per = profile_counts(messages, format, profile)
     return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
 
 
-def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:
+def message_tokens(messages: Any, profile: str | None = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:
     """Estimate the tokens of each message.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
@@ -323,7 +330,7 @@ def message_tokens(messages: Any, profile: str = DEFAULT_PROFILE, *, format: str
     >>> message_tokens([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], "fim")
     [5, 5]
     """
-    _check_profile(profile)
+    profile = resolve_profile(profile)
     return [int(n) for n in profile_counts(messages, format, profile)]
 
 

@@ -27,10 +27,10 @@ from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
 from .estimate import (
     DEFAULT_PROFILE,
-    _check_profile,
     check_limit,
     estimate_tokens,
     profile_counts,
+    resolve_profile,
     sum_until,
     tool_texts,
     tools_tokens,
@@ -150,11 +150,11 @@ class Estimator:
 
     def __init__(
         self,
-        profile: str = DEFAULT_PROFILE,
+        profile: str | None = DEFAULT_PROFILE,
         tokenizer: Callable[[str], int] | None = None,
         calibrator: Calibrator | None = None,
     ) -> None:
-        _check_profile(profile)
+        profile = resolve_profile(profile)
         if tokenizer is not None and not callable(tokenizer):
             raise TypeError(f"tokenizer must be a callable str -> int, got {type(tokenizer).__name__}")
         if calibrator is not None and not isinstance(calibrator, Calibrator):

@@ -44,7 +44,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
-from .estimate import DEFAULT_PROFILE, PROFILES
+from .estimate import resolve_profile
 from .messages import Message
 from .report import TrimResult
 
@@ -176,13 +176,6 @@ def _usable(budget: Any) -> int:
     if isinstance(usable, bool) or not isinstance(usable, (int, float)):
         raise TypeError(f"budget must be an int or have an int 'usable', got {type(budget).__name__}")
     return _check_budget(usable)
-
-
-def _profile(profile: str | None) -> str:
-    name = DEFAULT_PROFILE if profile is None else profile
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
-    return name
 
 
 class _NativeCost:
@@ -730,7 +723,7 @@ def fit(
     >>> [f.rule for f in r.report.fates]
     ['preamble', 'p2_evicted', 'p3_evicted', 'current_request']
     """
-    name = _profile(profile)
+    name = resolve_profile(profile)
     budget = _usable(budget)
     prep = _engine.prepare(messages, format)
     pol = _check_policy(policy, len(prep.canonical))
@@ -764,7 +757,7 @@ def priorities(
     ...            FitPolicy(recent_turns=1))
     [0, 2, 3, 0]
     """
-    name = _profile(profile)
+    name = resolve_profile(profile)
     prep = _engine.prepare(messages, format)
     pol = _check_policy(policy, len(prep.canonical))
     plan = _plan(prep, pol, _NativeCost(prep, _engine.decoded(prep), name), None)
@@ -821,7 +814,7 @@ def recover_from_overflow(
     >>> r.target, r.removed, [m["content"][0]["text"][:8] for m in r.messages]  # 2/3 of 104+104+5
     (142, True, ['[earlier'])
     """
-    name = _profile(profile)
+    name = resolve_profile(profile)
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")

@@ -40,7 +40,7 @@ from typing import Literal, overload
 import msgspec
 
 from . import _engine
-from .estimate import DEFAULT_PROFILE, PROFILES
+from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
 
 __all__ = ["RequestReport", "count_request", "fit_request"]
@@ -82,12 +82,6 @@ def _body(body: object) -> bytes:
     raise TypeError(f"body must be bytes, got {type(body).__name__}")
 
 
-def _profile(profile: object) -> str:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
-    return profile  # type: ignore[return-value]
-
-
 def _provider(provider: object) -> str | None:
     if provider not in (None, "openai", "anthropic"):
         raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {provider!r}")
@@ -99,7 +93,7 @@ def fit_request(
     body: bytes,
     *,
     budget: int,
-    profile: str = ...,
+    profile: str | None = ...,
     provider: Provider | None = ...,
     breadcrumb: bool = ...,
     report: Literal[False] = ...,
@@ -111,7 +105,7 @@ def fit_request(
     body: bytes,
     *,
     budget: int,
-    profile: str = ...,
+    profile: str | None = ...,
     provider: Provider | None = ...,
     breadcrumb: bool = ...,
     report: Literal[True],
@@ -122,7 +116,7 @@ def fit_request(
     body: bytes,
     *,
     budget: int,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = DEFAULT_PROFILE,
     provider: Provider | None = None,
     breadcrumb: bool = True,
     report: bool = False,
@@ -137,7 +131,7 @@ def fit_request(
         body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON
             (``bytes``, ``bytearray`` or ``memoryview``).
         budget: tokens the request may use: messages plus tool definitions.
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
         provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
         breadcrumb: insert the breadcrumb where turns were dropped.
         report: also return a :class:`RequestReport`.
@@ -174,13 +168,15 @@ def fit_request(
         raise ValueError(f"budget must be a non-negative int, got {budget!r}")
     if not isinstance(breadcrumb, bool):
         raise TypeError(f"breadcrumb must be a bool, got {type(breadcrumb).__name__}")
-    out, rep = _engine.native.fit_request(data, min(budget, _MAX), _profile(profile), _provider(provider), breadcrumb)
+    out, rep = _engine.native.fit_request(
+        data, min(budget, _MAX), resolve_profile(profile), _provider(provider), breadcrumb
+    )
     if report:
         return out, _REPORT.decode(rep)
     return out
 
 
-def count_request(body: bytes, *, profile: str = DEFAULT_PROFILE, provider: Provider | None = None) -> int:
+def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None) -> int:
     """Estimate the tokens of a raw request body: its messages plus its tool definitions.
 
     Equal to ``count_messages(messages, profile, tools=tools)`` on the parsed body (with an
@@ -189,7 +185,7 @@ def count_request(body: bytes, *, profile: str = DEFAULT_PROFILE, provider: Prov
 
     Args:
         body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON.
-        profile: name of a built-in profile.
+        profile: name of a built-in profile (``None``: ``conservative``).
         provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
 
     Returns:
@@ -205,4 +201,4 @@ def count_request(body: bytes, *, profile: str = DEFAULT_PROFILE, provider: Prov
     >>> count_request(b'{"messages": [{"role": "user", "content": "abcdefgh"}]}', profile="fim")
     6
     """
-    return int(_engine.native.count_request(_body(body), _profile(profile), _provider(provider)))
+    return int(_engine.native.count_request(_body(body), resolve_profile(profile), _provider(provider)))

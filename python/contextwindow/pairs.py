@@ -7,7 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import _engine
-from .estimate import DEFAULT_PROFILE
+from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import TrimResult, Violation
 
 __all__ = ["repair_tool_pairs", "validate"]
@@ -20,7 +20,7 @@ def repair_tool_pairs(
     missing: Literal["stub", "drop"] = "stub",
     *,
     format: str | None = None,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = DEFAULT_PROFILE,
 ) -> TrimResult[Any]:
     """Make every tool call and tool result a valid pair.
 
@@ -39,7 +39,7 @@ def repair_tool_pairs(
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         missing: ``"stub"`` or ``"drop"``.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
-        profile: profile for the report's token counts.
+        profile: profile for the report's token counts (``None``: ``conservative``).
 
     Returns:
         ``TrimResult`` with the repaired messages (caller's shape) and a ``FitReport``
@@ -57,7 +57,7 @@ def repair_tool_pairs(
     if missing not in ("stub", "drop"):
         raise ValueError(f"missing must be 'stub' or 'drop', got {missing!r}")
     prep = _engine.prepare(messages, format)
-    out = _engine.native.repair_tool_pairs(prep.payload, prep.provider, missing, profile)
+    out = _engine.native.repair_tool_pairs(prep.payload, prep.provider, missing, resolve_profile(profile))
     return _engine.apply(prep, out)
 
 
