@@ -92,6 +92,9 @@ def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     [
         (b"", "the file is empty"),
         (b"not json at all", "invalid JSON"),
+        # the file ends inside a value: the position is the end (3 lines; the third is
+        # `   "content": "hi` = 17 characters, so column 18)
+        (b'{"messages": [\n  {"role": "user",\n   "content": "hi', "line 3, column 18: Input data was truncated"),
         (b"42", "top-level JSON is a number"),
         (b"[1, 2]", "message 0: must be an object"),
         (b'[{"role": "wizard", "content": "x"}]', "message 0, field role"),

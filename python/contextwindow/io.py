@@ -221,9 +221,13 @@ def _decode(text: str) -> Any:
 def _where(text: str, exc: Exception) -> str:
     """msgspec's message, prefixed with the line and column its byte offset points at."""
     found = _BYTE_POS.search(str(exc))
-    if not found:
+    if found:
+        offset = int(found[1])
+    elif "truncated" in str(exc):
+        offset = len(text.encode())  # msgspec names no byte: the input ended inside a value
+    else:
         return str(exc)
-    before = text.encode()[: int(found[1])].decode("utf-8", errors="replace")
+    before = text.encode()[:offset].decode("utf-8", errors="replace")
     line = before.count("\n") + 1
     column = len(before) - (before.rfind("\n") + 1) + 1
     return f"line {line}, column {column}: {exc}"
