@@ -152,8 +152,8 @@ def test_openai_tool_message() -> None:
     ("content", "parts", "kind"),
     [
         ([{"type": "text", "text": "a"}], [TextPart(text="a")], "parts"),
-        (None, [], "null"),
         ("", [TextPart(text="")], "text"),
+        # null is refused: the Chat Completions API needs a tool message's content
     ],
 )
 def test_openai_tool_message_content(content: Any, parts: list[Any], kind: str) -> None:
@@ -412,6 +412,14 @@ def uses(**block: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "tool_use", **block}]}
 
 
+def image(**source: Any) -> dict[str, Any]:
+    return {"type": "image", "source": source}
+
+
+def document(**source: Any) -> dict[str, Any]:
+    return {"type": "document", "source": source}
+
+
 TEXT = {"type": "text", "text": "a"}
 FN = {"name": "f", "arguments": "{}"}
 OK_CALL = {"id": "c", "type": "function", "function": FN}
@@ -435,6 +443,12 @@ BAD_OPENAI = [
     (calls({"id": "c", "function": {**FN, "arguments": {}}}), "tool_calls[0].function.arguments"),
     ({"role": "tool", "content": "x"}, "tool_call_id"),
     ({"role": "tool", "tool_call_id": 3, "content": "x"}, "tool_call_id"),
+    # the Chat Completions API needs content for these roles (only assistant may omit it)
+    ({"role": "user"}, "content"),
+    ({"role": "system", "content": None}, "content"),
+    ({"role": "developer"}, "content"),
+    ({"role": "tool", "tool_call_id": "c"}, "content"),
+    ({"role": "tool", "tool_call_id": "c", "content": None}, "content"),
 ]
 BAD_ANTHROPIC = [
     ([], None),
@@ -456,6 +470,25 @@ BAD_ANTHROPIC = [
     (user([tool_result(content=[{"type": 1}])]), "content[0].content[0].type"),
     (user([{"type": "image"}]), "content[0].source"),
     (user([{"type": "image", "source": "https://x"}]), "content[0].source"),
+    # the Messages API's image/document source fields, by source type
+    (user([image(type="base64", media_type="image/png", data=7)]), "content[0].source.data"),
+    (user([image(type="base64", media_type="image/png")]), "content[0].source.data"),
+    (user([image(type="base64", data="AAAA")]), "content[0].source.media_type"),
+    (user([image(type="base64", media_type=None, data="AAAA")]), "content[0].source.media_type"),
+    (user([image(type="url")]), "content[0].source.url"),
+    (user([image(type="url", url=["https://x"])]), "content[0].source.url"),
+    (user([image(type="file", file_id=3)]), "content[0].source.file_id"),
+    (user([TEXT, image(type="file")]), "content[1].source.file_id"),
+    (user([{"type": "document"}]), "content[0].source"),
+    (user([{"type": "document", "source": "https://x/a.pdf"}]), "content[0].source"),
+    (user([document(type="base64", media_type="application/pdf", data=None)]), "content[0].source.data"),
+    (user([document(type="url", url=1)]), "content[0].source.url"),
+    (user([document(type="file")]), "content[0].source.file_id"),
+    (
+        user([tool_result(content=[TEXT, image(type="base64", media_type="image/png")])]),
+        "content[0].content[1].source.data",
+    ),
+    (user([tool_result(content=[document(type="url")])]), "content[0].content[0].source.url"),
 ]
 
 
@@ -481,6 +514,91 @@ def test_tool_use_input_must_be_an_object() -> None:
     with pytest.raises(InvalidMessageError) as err:
         to_canonical(msgs, "anthropic")
     assert str(err.value) == "message 1, field content[1].input: must be an object"
+
+
+def test_image_source_fields_are_checked() -> None:
+    # the lead's finding: data 7 was counted as an image of unknown size (4 + 1640 + ...)
+    # and passed validate; the Messages API needs string media_type and data for base64
+    cases = [
+        (image(type="base64", media_type="image/png", data=7), "content[0].source.data: must be a string"),
+        (image(type="base64", media_type="image/png"), "content[0].source.data: is missing"),
+        (image(type="base64", media_type=1, data="AAAA"), "content[0].source.media_type: must be a string"),
+        (image(type="url", url=None), "content[0].source.url: must be a string"),
+        (image(type="file"), "content[0].source.file_id: is missing"),
+        (document(type="base64", data="JVBE"), "content[0].source.media_type: is missing"),
+        (
+            tool_result(content=[TEXT, image(type="base64", media_type="image/png", data=7)]),
+            "content[0].content[1].source.data: must be a string",
+        ),
+    ]
+    for block, text in cases:
+        msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, user([block])]
+        with pytest.raises(InvalidMessageError) as err:
+            to_canonical(msgs, "anthropic")
+        assert str(err.value) == f"message 2, field {text}", block
+
+
+def test_image_and_document_sources_that_are_accepted() -> None:
+    # the three checked types, well formed; other source types (document text/content,
+    # types the API may add) are left as they are (forward compatibility)
+    blocks = [
+        image(type="base64", media_type="image/png", data="AAAA"),
+        image(type="url", url="https://x/a.png"),
+        image(type="file", file_id="file_1"),
+        image(type="later", data=7),
+        image(),
+        document(type="base64", media_type="application/pdf", data="JVBE"),
+        document(type="text", media_type="text/plain", data="plain text"),
+        document(type="content", content=[TEXT]),
+        document(type="url", url="https://x/a.pdf"),
+        document(type="file", file_id="file_2"),
+        tool_result(content=[image(type="url", url="https://x/b.png"), document(type="file", file_id="f")]),
+    ]
+    for block in blocks:
+        d = user([block])
+        assert message_to_anthropic(anthropic_to_message(d, 0)) == d, block
+
+
+def test_openai_content_is_required_but_for_assistant() -> None:
+    # the lead's finding: [{"role": "user"}] counted 3 tokens and passed validate
+    for d, text in [
+        ({"role": "user"}, "content: is missing"),
+        ({"role": "system"}, "content: is missing"),
+        ({"role": "developer"}, "content: is missing"),
+        ({"role": "tool", "tool_call_id": "c"}, "content: is missing"),
+        ({"role": "user", "content": None}, "content: must be a string or a list of blocks"),
+        ({"role": "tool", "tool_call_id": "c", "content": None}, "content: must be a string or a list of blocks"),
+    ]:
+        with pytest.raises(InvalidMessageError) as err:
+            to_canonical([d], "openai")
+        assert str(err.value) == f"message 0, field {text}", d
+    # an assistant message may still omit content or set it null (with tool calls, or not)
+    for d in [
+        {"role": "assistant"},
+        {"role": "assistant", "content": None},
+        {"role": "assistant", "tool_calls": [OK_CALL]},
+        {"role": "assistant", "content": None, "tool_calls": [OK_CALL]},
+    ]:
+        assert message_to_openai(openai_to_message(d, 0)) == d
+
+
+def test_message_to_openai_writes_content_where_it_is_required() -> None:
+    # what openai_to_message refuses is never written: an Anthropic tool_result without
+    # content, or a user message holding only a (stray) tool call, get content ""
+    empty = ToolResult(call_id="t1", content=[], content_kind="absent")
+    assert message_to_openai(Message(role="tool", content=[empty])) == {
+        "role": "tool",
+        "tool_call_id": "t1",
+        "content": "",
+    }
+    null = Message(role="user", content=[], content_kind="null")
+    assert message_to_openai(null) == {"role": "user", "content": ""}
+    stray = Message(role="user", content=[ToolCall(id="c", name="f", arguments="{}")])
+    assert message_to_openai(stray)["content"] == ""
+    # an assistant message keeps its spelling
+    assert message_to_openai(Message(role="assistant", content=[], content_kind="absent")) == {"role": "assistant"}
+    for m in (Message(role="tool", content=[empty]), null, stray):
+        openai_to_message(message_to_openai(m), 0)  # reads back without an error
 
 
 # ------------------------------------------------------------------- detection / dispatch
@@ -570,13 +688,11 @@ def openai_part(draw: st.DrawFn) -> dict[str, Any]:
     return {"type": ptype, **draw(extra_keys([ptype, "x"]))}
 
 
-def openai_content() -> st.SearchStrategy[dict[str, Any]]:
-    return st.one_of(
-        st.just({}),
-        st.just({"content": None}),
-        short.map(lambda s: {"content": s}),
-        st.lists(openai_part(), max_size=3).map(lambda ps: {"content": ps}),
-    )
+def openai_content(role: str) -> st.SearchStrategy[dict[str, Any]]:
+    given = short.map(lambda s: {"content": s}) | st.lists(openai_part(), max_size=3).map(lambda ps: {"content": ps})
+    if role != "assistant":  # only an assistant message may omit content or set it null
+        return given
+    return st.one_of(st.just({}), st.just({"content": None}), given)
 
 
 @st.composite
@@ -590,7 +706,7 @@ def openai_call(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def openai_message(draw: st.DrawFn) -> dict[str, Any]:
     role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool"]))
-    d: dict[str, Any] = {"role": role, **draw(openai_content())}
+    d: dict[str, Any] = {"role": role, **draw(openai_content(role))}
     d.update(draw(extra_keys(["reasoning_content", "refusal", "audio", "name"])))
     if role == "tool":
         d["tool_call_id"] = draw(short)
@@ -602,6 +718,17 @@ def openai_message(draw: st.DrawFn) -> dict[str, Any]:
     return d
 
 
+def block_source() -> st.SearchStrategy[dict[str, Any]]:
+    """An image or document ``source``: the three types the Messages API spells out, with
+    their string fields, or any object without one of those types (taken as it is)."""
+    return st.one_of(
+        st.builds(lambda m, d, e: {"type": "base64", "media_type": m, "data": d, **e}, short, short, extra_keys(["x"])),
+        st.builds(lambda u, e: {"type": "url", "url": u, **e}, short, extra_keys(["x"])),
+        st.builds(lambda f, e: {"type": "file", "file_id": f, **e}, short, extra_keys(["x"])),
+        st.dictionaries(short, json_value, max_size=3).filter(lambda s: s.get("type") not in ("base64", "url", "file")),
+    )
+
+
 @st.composite
 def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
     kinds = ["text", "image", "opaque"] + ([] if nested else ["tool_use", "tool_result"])
@@ -610,8 +737,7 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
     if kind == "text":
         return {"type": "text", "text": draw(short), **cache}
     if kind == "image":
-        source = draw(st.dictionaries(short, json_value, max_size=3))
-        return {"type": "image", "source": source, **cache}
+        return {"type": "image", "source": draw(block_source()), **cache}
     if kind == "tool_use":
         return {
             "type": "tool_use",
@@ -626,6 +752,8 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
         content = draw(st.one_of(st.none(), short, st.lists(anthropic_block(nested=True), max_size=2)))
         return block if content is None else {**block, "content": content}
     btype = draw(st.sampled_from(["thinking", "redacted_thinking", "document", "server_tool_use"]))
+    if btype == "document":  # the Messages API needs its source
+        return {"type": btype, "source": draw(block_source()), **draw(extra_keys(["title", "x"]))}
     return {"type": btype, **draw(extra_keys(["data", "signature", "x"]))}
 
 

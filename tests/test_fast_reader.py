@@ -207,7 +207,7 @@ def odd_openai(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
     null or [], non-standard tool calls, extra image_url keys, non-string detail."""
     d = dict(d)
     choice = draw(st.integers(0, 12))
-    if choice == 0 and d.get("content") in ("", None):
+    if choice == 0 and d.get("content") in ("", None) and d["role"] == "assistant":  # the others need content
         if draw(st.booleans()):
             d.pop("content", None)
         else:
@@ -395,6 +395,69 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ),
     ("tool_result without id", [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], "anthropic"),
     ("image without source", [{"role": "user", "content": [{"type": "image"}]}], "anthropic"),
+    (
+        "base64 image data a number",
+        [
+            {
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": 7}}],
+            }
+        ],
+        "anthropic",
+    ),
+    (
+        "base64 image without media_type",
+        [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "data": "AAAA"}}]}],
+        None,
+    ),
+    ("url image without url", [{"role": "user", "content": [{"type": "image", "source": {"type": "url"}}]}], None),
+    (
+        "file image file_id a number",
+        [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": 1}}]}],
+        "anthropic",
+    ),
+    (
+        "str subclass image data",
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": StrSub("AAAA")}}
+                ],
+            }
+        ],
+        "anthropic",
+    ),
+    ("document without source", [{"role": "user", "content": [{"type": "document"}]}], "anthropic"),
+    (
+        "document file without file_id",
+        [{"role": "user", "content": [{"type": "document", "source": {"type": "file"}}]}],
+        None,
+    ),
+    (
+        "nested image url a number",
+        [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [
+                            {"type": "text", "text": "x"},
+                            {"type": "image", "source": {"type": "url", "url": 5}},
+                        ],
+                    }
+                ],
+            }
+        ],
+        "anthropic",
+    ),
+    ("openai user without content", [{"role": "user"}], "openai"),
+    ("openai system without content", [{"role": "system"}], None),
+    ("openai developer null content", [{"role": "developer", "content": None}], None),
+    ("openai tool without content", [{"role": "tool", "tool_call_id": "c"}], None),
+    ("openai tool null content", [{"role": "tool", "tool_call_id": "c", "content": None}], "openai"),
     ("extra not JSON", [{"role": "user", "content": "x", "meta": object()}], None),
     ("extra bytes key", [{"role": "user", "content": "x", "meta": {b"k": 1}}], None),
     ("extra too deep", [{"role": "user", "content": "x", "meta": _deep(100_000)}], None),

@@ -101,7 +101,12 @@ def test_unknown_size_constants() -> None:
     assert cw.count_messages([remote]) == OVERHEAD + 1445  # 768x2048 at most: 2x4 tiles
     remote_a = {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}
     assert cw.count_messages([remote_a]) == OVERHEAD + 1640  # ceil(784*1568/750)
-    svg = {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "data": b64(b"<svg/>")}}]}
+    svg = {
+        "role": "user",
+        "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml", "data": b64(b"<svg/>")}}
+        ],
+    }
     assert cw.count_messages([svg]) == OVERHEAD + 1640
     # no source and no size: the larger of the two constants
     assert cw.count_messages([cw.Message(role="user", content=[cw.ImagePart()])]) == OVERHEAD + 1640

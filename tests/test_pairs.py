@@ -210,6 +210,37 @@ def test_validate_refuses_a_tool_use_input_that_is_not_an_object() -> None:
         assert (err.value.index, err.value.field) == (1, "content[0].input")
 
 
+def test_validate_refuses_bad_image_sources_and_openai_messages_without_content() -> None:
+    # the lead's findings: each was counted (1643 = 3 + 1640 for the image of unknown size,
+    # and 3 tokens) and validate returned []
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": 7}}
+    cases = [
+        (
+            [{"role": "user", "content": [image]}],
+            "anthropic",
+            "message 0, field content[0].source.data: must be a string",
+        ),
+        ([{"role": "user"}], "openai", "message 0, field content: is missing"),
+        ([u("q"), {"role": "system"}], "openai", "message 1, field content: is missing"),
+        (
+            [u("q"), call("c1"), {"role": "tool", "tool_call_id": "c1", "content": None}],
+            "openai",
+            "message 2, field content: must be a string or a list of blocks",
+        ),
+    ]
+    for msgs, provider, text in cases:
+        with pytest.raises(cw.InvalidMessageError) as err:
+            cw.validate(msgs, provider)
+        assert str(err.value) == text
+        with pytest.raises(cw.InvalidMessageError) as err:
+            cw.count_messages(msgs, format=provider)
+        assert str(err.value) == text
+    # an assistant message with tool calls and no content stays valid
+    assert (
+        cw.validate([u("q"), {"role": "assistant", "tool_calls": call("c1")["tool_calls"]}, res("c1")], "openai") == []
+    )
+
+
 def test_repeated_call_id_in_one_message_is_one_call() -> None:
     """Found by the second fresh-install review: a fitting input came back with a stub for
     the repeated id and then failed validate with duplicate_result."""

@@ -206,7 +206,11 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         the content parts, a ``tool`` message holds one :class:`ToolResult`.
 
     Raises:
-        InvalidMessageError: the message does not have an OpenAI shape.
+        InvalidMessageError: the message does not have an OpenAI shape (e.g. a
+            ``system``, ``developer``, ``user`` or ``tool`` message without content:
+            ``content: is missing``, or with ``content: null``: ``content: must be a
+            string or a list of blocks``; the Chat Completions API lets only an assistant
+            message omit it).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -217,7 +221,8 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     role = _str(d, "role", index, "role")
     if role not in OPENAI_ROLES:
         _fail(f"unknown role {role!r}", index, "role")
-    parts, kind = _content(d, index, "content", _openai_part, nullable=True)
+    # Chat Completions: only an assistant message may omit content or set it null
+    parts, kind = _content(d, index, "content", _openai_part, nullable=role == "assistant")
     name = d.get("name")
     name = name if isinstance(name, str) else None
     skip = ["role", "content"] + (["name"] if name is not None else [])
@@ -279,6 +284,13 @@ def _openai_call_out(tc: ToolCall) -> dict[str, Any]:
     return out
 
 
+def _required(kind: ContentKind | None) -> ContentKind | None:
+    """A content spelling for a role whose content the Chat Completions API requires:
+    null or missing (from an Anthropic ``tool_result`` without content, say) becomes the
+    default, an empty string."""
+    return None if kind in ("null", "absent") else kind
+
+
 def message_to_openai(m: Message) -> dict[str, Any]:
     """Convert a canonical :class:`Message` to an OpenAI chat message dict.
 
@@ -287,7 +299,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 
     Returns:
         A new dict. Messages built without ``content_kind`` get the usual spelling: a
-        string for a single text part, ``null`` content next to tool calls.
+        string for a single text part, ``null`` content next to an assistant's tool
+        calls. Content is never null or missing but in an assistant message (what
+        :func:`openai_to_message` reads back): an empty one is ``""`` there.
 
     Raises:
         InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
@@ -305,11 +319,14 @@ def message_to_openai(m: Message) -> dict[str, Any]:
         if not isinstance(result, ToolResult):
             _fail("a tool message must hold exactly one ToolResult", None, "content")
         out["tool_call_id"] = result.call_id
-        content = _emit(result.content_kind, result.content, _openai_part_out, "")
+        content = _emit(_required(result.content_kind), result.content, _openai_part_out, "")
     else:
         calls = [p for p in m.content if isinstance(p, ToolCall)]
         body = [p for p in m.content if not isinstance(p, ToolCall)]
-        content = _emit(m.content_kind, body, _openai_part_out, None if calls else "")
+        if m.role == "assistant":
+            content = _emit(m.content_kind, body, _openai_part_out, None if calls else "")
+        else:
+            content = _emit(_required(m.content_kind), body, _openai_part_out, "")
         if calls:
             out["tool_calls"] = [_openai_call_out(tc) for tc in calls]
     if content is not _ABSENT:
@@ -332,14 +349,31 @@ def _encode_input(value: Any, index: int, field: str) -> str:
         _fail(f"is not JSON-encodable: {exc}", index, field)
 
 
+# The string fields the Messages API requires in an image or document ``source``, by its
+# ``type``; a source of any other type is taken as it is (types the API may add).
+_SOURCE_FIELDS = {"base64": ("media_type", "data"), "url": ("url",), "file": ("file_id",)}
+
+
+def _source(b: Mapping[str, Any], index: int, field: str) -> Mapping[str, Any]:
+    """The ``source`` of an image or document block, checked against its ``type``."""
+    source = b.get("source")
+    if not isinstance(source, Mapping):
+        _fail("must be an object", index, f"{field}.source")
+    stype = source.get("type")
+    for key in _SOURCE_FIELDS.get(stype, ()) if isinstance(stype, str) else ():
+        _str(source, key, index, f"{field}.source.{key}")
+    return source
+
+
 def _anthropic_block(block: object, index: int, field: str, *, nested: bool = False) -> Any:
     b, btype = _typed(block, index, field)
     if btype == "text":
         return TextPart(text=_str(b, "text", index, f"{field}.text"), extra=_rest(b, ("type", "text")))
     if btype == "image":
-        if not isinstance(b.get("source"), Mapping):
-            _fail("must be an object", index, f"{field}.source")
-        return ImagePart(source=b["source"], extra=_rest(b, ("type", "source")))
+        return ImagePart(source=_source(b, index, field), extra=_rest(b, ("type", "source")))
+    if btype == "document":  # counted by its JSON text, as any block we do not model
+        _source(b, index, field)
+        return OpaquePart(type=btype, raw=_as_dict(b))
     if btype == "tool_use" and not nested:
         call_id = _str(b, "id", index, f"{field}.id")
         name = _str(b, "name", index, f"{field}.name")
@@ -386,7 +420,11 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     Raises:
         InvalidMessageError: the message does not have an Anthropic shape (e.g. a
             ``tool_use`` whose ``input`` is not an object: ``content[1].input: must be an
-            object``, as the Messages API requires).
+            object``, as the Messages API requires; an image or document ``source``
+            that is not an object, or whose ``type`` is ``base64`` without string
+            ``media_type`` and ``data``, ``url`` without a string ``url``, ``file``
+            without a string ``file_id``: ``content[0].source.data: must be a string``,
+            also inside a ``tool_result``: ``content[0].content[1].source.data``).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})

@@ -741,7 +741,9 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     let role_name = cx.req_str(d, "role", index, "role")?;
     let role = role_of(&role_name)
         .ok_or_else(|| bad_message(index, "role", format!("unknown role {role_name:?}")))?;
-    let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, true)?;
+    // Chat Completions: only an assistant message may omit content or set it null
+    let nullable = role == Role::Assistant;
+    let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
     let name = match d.get("name") {
         Some(n) if kind(n) == Kind::Str => Some(cx.string(n)?),
         _ => None,
@@ -801,19 +803,18 @@ fn anthropic_block<'a>(
             let text = cx.req_str(&b, "text", index, &format!("{field}.text"))?;
             Ok(text_part(text, b.rest(&["type", "text"], None)))
         }
-        "image" => match b.get("source") {
-            Some(s) if kind(s) == Kind::Obj => {
-                let mut out = part(PartKind::Image);
-                out.source = Some(s.to_owned());
-                out.extra = b.rest(&["type", "source"], None);
-                Ok(out)
-            }
-            _ => Err(bad_message(
-                index,
-                &format!("{field}.source"),
-                "must be an object",
-            )),
-        },
+        "image" => {
+            let source = checked_source(cx, &b, index, field)?;
+            let mut out = part(PartKind::Image);
+            out.source = Some(source.to_owned());
+            out.extra = b.rest(&["type", "source"], None);
+            Ok(out)
+        }
+        "document" => {
+            // counted by its JSON text, as any block the model does not hold
+            checked_source(cx, &b, index, field)?;
+            Ok(opaque(ty, cx.compact_raw(v)?))
+        }
         "tool_use" if !nested => {
             let id = cx.req_str(&b, "id", index, &format!("{field}.id"))?;
             let name = cx.req_str(&b, "name", index, &format!("{field}.name"))?;
@@ -862,6 +863,49 @@ fn anthropic_block<'a>(
         }
         _ => Ok(opaque(ty, cx.compact_raw(v)?)),
     }
+}
+
+/// The `source` of an image or document block (`_source` in the adapters): an object
+/// holding the string fields the Messages API requires for its `type` (`base64`:
+/// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
+fn checked_source<'a>(
+    cx: &Ctx<'a>,
+    b: &Obj<'a>,
+    index: usize,
+    field: &str,
+) -> Result<&'a RawValue> {
+    let at = format!("{field}.source");
+    let Some(raw) = b.get("source") else {
+        return Err(bad_message(index, &at, "must be an object"));
+    };
+    let Some(source) = cx.obj(raw, || place(index, &at))? else {
+        return Err(bad_message(index, &at, "must be an object"));
+    };
+    let ty = source.get("type");
+    let keys: &[&str] = if cx.str_is(ty, "base64") {
+        &["media_type", "data"]
+    } else if cx.str_is(ty, "url") {
+        &["url"]
+    } else if cx.str_is(ty, "file") {
+        &["file_id"]
+    } else {
+        &[]
+    };
+    for key in keys {
+        // the kind only: a base64 `data` can be megabytes, not worth decoding here
+        match source.get(key) {
+            Some(v) if kind(v) == Kind::Str => {}
+            Some(_) => {
+                return Err(bad_message(
+                    index,
+                    &format!("{at}.{key}"),
+                    "must be a string",
+                ))
+            }
+            None => return Err(bad_message(index, &format!("{at}.{key}"), "is missing")),
+        }
+    }
+    Ok(raw)
 }
 
 fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
@@ -1845,6 +1889,85 @@ mod tests {
     }
 
     #[test]
+    fn image_and_document_sources_need_their_fields() {
+        // the lead's finding: a number for data was counted as an image of unknown size
+        let cases = [
+            (
+                r#"{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": 7}}"#,
+                "content[0].source.data",
+                "must be a string",
+            ),
+            (
+                r#"{"type": "image", "source": {"type": "base64", "data": "AAAA"}}"#,
+                "content[0].source.media_type",
+                "is missing",
+            ),
+            (
+                r#"{"type": "image", "source": {"type": "url", "url": null}}"#,
+                "content[0].source.url",
+                "must be a string",
+            ),
+            (
+                r#"{"type": "document", "source": {"type": "file"}}"#,
+                "content[0].source.file_id",
+                "is missing",
+            ),
+            (
+                r#"{"type": "document"}"#,
+                "content[0].source",
+                "must be an object",
+            ),
+            (
+                r#"{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "x"},
+                {"type": "image", "source": {"type": "url"}}]}"#,
+                "content[0].content[1].source.url",
+                "is missing",
+            ),
+        ];
+        for (block, want_field, want_reason) in cases {
+            let body = format!(r#"{{"messages": [{{"role": "user", "content": [{block}]}}]}}"#);
+            let (index, field, reason) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (0, want_field, want_reason),
+                "{block}"
+            );
+        }
+        // other source types are taken as they are
+        let ok = br#"{"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "later", "data": 7}},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+            {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}"#;
+        assert!(count_request(ok, "conservative", Some("anthropic")).is_ok());
+    }
+
+    #[test]
+    fn openai_content_is_required_but_for_assistant() {
+        // the lead's finding: [{"role": "user"}] was counted as 3 tokens
+        for (message, want) in [
+            (r#"{"role": "user"}"#, "is missing"),
+            (r#"{"role": "system"}"#, "is missing"),
+            (
+                r#"{"role": "developer", "content": null}"#,
+                "must be a string or a list of blocks",
+            ),
+            (r#"{"role": "tool", "tool_call_id": "c"}"#, "is missing"),
+        ] {
+            let body = format!(r#"{{"messages": [{message}]}}"#);
+            let (index, field, reason) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (0, "content", want)
+            );
+        }
+        let ok = br#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c",
+            "content": "r"}]}"#;
+        assert!(count_request(ok, "conservative", Some("openai")).is_ok());
+    }
+
+    #[test]
     fn a_bad_system_is_named_system() {
         // the fresh tester's N6 (end): the error must say `system`, not message 0's content
         for (system, want) in [
@@ -1965,6 +2088,23 @@ mod tests {
                 format!("{:?}", got.err()),
                 "{body}"
             );
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_in_an_image_source_is_named() {
+        // the source is read now (its fields are checked): "url" twice is two images
+        let body = r#"{"messages": [{"role": "user", "content": [{"type": "image",
+            "source": {"type": "url", "url": "https://a", "url": "https://b"}}]}]}"#;
+        match count_request(body.as_bytes(), "conservative", None) {
+            Err(Error::InvalidRequest { offset, reason }) => {
+                assert_eq!(offset, Some(nth(body, r#""url""#, 2)));
+                assert_eq!(
+                    reason,
+                    r#"message 0, field content[0].source: the key "url" appears more than once"#
+                );
+            }
+            other => panic!("expected InvalidRequest, got {other:?}"),
         }
     }
 

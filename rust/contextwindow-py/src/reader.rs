@@ -191,6 +191,27 @@ impl<'py> Fields<'py> {
     }
 }
 
+/// `adapters._source`: the `source` of an image or document block, an exact `dict`
+/// holding the string fields the Messages API requires for its `type` (`base64`:
+/// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
+/// Anything else (a missing or wrong field, a `str` subclass) goes to the adapters.
+fn checked_source<'py>(b: &Bound<'py, PyDict>) -> R<Bound<'py, PyDict>> {
+    let py = b.py();
+    let source = get(b, intern!(py, "source"))?.ok_or(Fallback)?;
+    let source = source.cast_into_exact::<PyDict>().map_err(|_| Fallback)?;
+    let stype = get(&source, intern!(py, "type"))?;
+    let keys: &[&Bound<'py, PyString>] = match opt_str(stype.as_ref())? {
+        Some("base64") => &[intern!(py, "media_type"), intern!(py, "data")],
+        Some("url") => &[intern!(py, "url")],
+        Some("file") => &[intern!(py, "file_id")],
+        _ => &[],
+    };
+    for key in keys {
+        req_str(&get(&source, key)?)?;
+    }
+    Ok(source)
+}
+
 fn raw(json: Vec<u8>) -> R<Box<RawValue>> {
     let text = String::from_utf8(json).map_err(|_| Fallback)?;
     RawValue::from_string(text).map_err(|_| Fallback)
@@ -439,13 +460,15 @@ impl Reader {
             }
             ("tool_use" | "tool_result", PartShape::OpenAI) => Err(Fallback),
             ("image", PartShape::Anthropic | PartShape::AnthropicNested) => {
-                let source = get(b, intern!(py, "source"))?;
-                let source = source.as_ref().ok_or(Fallback)?;
-                let source = source.cast_exact::<PyDict>().map_err(|_| Fallback)?;
+                let source = checked_source(b)?;
                 let mut p = part(PartKind::Image);
                 p.source = Some(self.json(source.as_any())?);
                 p.extra = self.rest(b, &["type", "source"], 2)?;
                 Ok(p)
+            }
+            ("document", PartShape::Anthropic | PartShape::AnthropicNested) => {
+                checked_source(b)?;
+                self.opaque(b, btype)
             }
             ("tool_use", PartShape::Anthropic) => {
                 let id = get(b, intern!(py, "id"))?;
@@ -553,7 +576,9 @@ impl Reader {
             "tool" => Role::Tool,
             _ => return Err(Fallback),
         };
-        let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, true)?;
+        // Chat Completions: only an assistant message may omit content or set it null
+        let nullable = role == Role::Assistant;
+        let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, nullable)?;
         let name = opt_str(f.name.as_ref())?.map(|s| self.text(s));
         // Keys the canonical message holds: role, content when present, name when a str.
         let mut present = 1 + f.content.is_some() as usize + name.is_some() as usize;
