@@ -530,16 +530,95 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it).
-    fn compact(&self, v: &'a RawValue) -> Result<String> {
-        let value: serde_json::Value =
-            serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
-        serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string()))
+    /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it), which is
+    /// counted: a key repeated in any object inside it is refused (which value would the
+    /// provider read?), named with `place` (`tools[0]`, `message 1, field content[0]`)
+    /// and the offset where the parser stood, just past the repeat's value.
+    fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<String> {
+        let value: Unique = serde_json::from_str(v.get()).map_err(|e| {
+            let repeat = e.classify() == serde_json::error::Category::Data;
+            match self.json_err(e, v.get()) {
+                Error::InvalidRequest { offset, reason } if repeat => {
+                    invalid(offset, format!("{}: {reason}", place()))
+                }
+                other => other,
+            }
+        })?;
+        serde_json::to_string(&value.0).map_err(|e| invalid(None, e.to_string()))
     }
 
-    fn compact_raw(&self, v: &'a RawValue) -> Result<Box<RawValue>> {
-        let text = self.compact(v)?;
+    fn compact_raw(
+        &self,
+        v: &'a RawValue,
+        place: impl FnOnce() -> String,
+    ) -> Result<Box<RawValue>> {
+        let text = self.compact(v, place)?;
         RawValue::from_string(text).map_err(|e| invalid(None, e.to_string()))
+    }
+}
+
+/// A JSON value read as `serde_json::Value` reads it, except that an object holding a
+/// key twice is an error (`Value` keeps the last value silently).
+struct Unique(serde_json::Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Unique;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Unique, E> {
+                Ok(Unique(v.into()))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Unique, E> {
+                Ok(Unique(serde_json::Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Unique, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Unique(x)) = seq.next_element()? {
+                    out.push(x);
+                }
+                Ok(Unique(serde_json::Value::Array(out)))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Unique, A::Error> {
+                let mut out = serde_json::Map::new();
+                while let Some(Key(k)) = map.next_key()? {
+                    let Unique(x) = map.next_value()?;
+                    if out.contains_key(k.as_ref()) {
+                        let key = serde_json::to_string(k.as_ref()).unwrap_or_default();
+                        return Err(serde::de::Error::custom(format_args!(
+                            "the key {key} appears more than once"
+                        )));
+                    }
+                    out.insert(k.into_owned(), x);
+                }
+                Ok(Unique(serde_json::Value::Object(out)))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -679,7 +758,7 @@ fn openai_part<'a>(
             &format!("{field}.type"),
             format!("{ty:?} is an Anthropic block; pass provider=\"anthropic\""),
         )),
-        _ => Ok(opaque(ty, cx.compact_raw(v)?)),
+        _ => Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?)),
     }
 }
 
@@ -813,7 +892,7 @@ fn anthropic_block<'a>(
         "document" => {
             // counted by its JSON text, as any block the model does not hold
             checked_source(cx, &b, index, field)?;
-            Ok(opaque(ty, cx.compact_raw(v)?))
+            Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?))
         }
         "tool_use" if !nested => {
             let id = cx.req_str(&b, "id", index, &format!("{field}.id"))?;
@@ -832,7 +911,7 @@ fn anthropic_block<'a>(
             let mut out = part(PartKind::ToolCall);
             out.id = Some(id);
             out.name = Some(name);
-            out.arguments = Some(cx.compact(input)?);
+            out.arguments = Some(cx.compact(input, || place(index, &format!("{field}.input")))?);
             out.extra = b.rest(&["type", "id", "name", "input"], None);
             Ok(out)
         }
@@ -861,7 +940,7 @@ fn anthropic_block<'a>(
             out.content_kind = Some(ckind.to_owned());
             Ok(out)
         }
-        _ => Ok(opaque(ty, cx.compact_raw(v)?)),
+        _ => Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?)),
     }
 }
 
@@ -1118,7 +1197,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
                     ));
                 };
                 anthropic_tools |= o.get("input_schema").is_some();
-                tools.push(cx.compact(tool)?);
+                tools.push(cx.compact(tool, || format!("tools[{i}]"))?);
             }
         }
         Some(t) => {
@@ -2089,6 +2168,62 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn a_repeated_key_anywhere_in_a_counted_value_is_refused() {
+        // a tool definition, a tool_use input and a block the model does not hold are
+        // counted by their JSON text: a repeat at any depth is refused, named by where
+        // the value is, at the offset just past the repeat's value (a first-wins
+        // parser upstream would see another schema than the one counted)
+        let schema = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"parameters":{}}}]}"#;
+        let deep = r#"{"messages":[],"tools":[{"name":"f","input_schema":{"properties":{"a":{"type":"string","type":"number"}}}}]}"#;
+        let input = r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{"q":{"x":1,"x":2}}}]}]}"#;
+        let block = r#"{"messages":[{"role":"user","content":[{"type":"citations_x","k":{"z":1,"z":2}}]}]}"#;
+        let past = |body: &str, value: &str, n: usize| nth(body, value, n) + value.len();
+        let cases = [
+            (
+                schema,
+                past(schema, r#""parameters":{}"#, 0),
+                r#"tools[0]: the key "parameters" appears more than once"#,
+            ),
+            (
+                deep,
+                past(deep, r#""type":"number""#, 0),
+                r#"tools[0]: the key "type" appears more than once"#,
+            ),
+            (
+                input,
+                past(input, r#""x":2"#, 0),
+                r#"message 0, field content[0].input: the key "x" appears more than once"#,
+            ),
+            (
+                block,
+                past(block, r#""z":2"#, 0),
+                r#"message 0, field content[0]: the key "z" appears more than once"#,
+            ),
+        ];
+        for (body, offset, reason) in cases {
+            let got = count_request(body.as_bytes(), "conservative", None);
+            let want = Error::InvalidRequest {
+                offset: Some(offset),
+                reason: reason.to_owned(),
+            };
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{:?}", Err::<u64, _>(want)),
+                "{body}"
+            );
+            let fit = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true);
+            assert_eq!(
+                format!("{:?}", fit.err()),
+                format!("{:?}", got.err()),
+                "{body}"
+            );
+        }
+        // the same values without the repeat count
+        let ok = schema.replace(r#","parameters":{}"#, "");
+        assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }
 
     #[test]
