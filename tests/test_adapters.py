@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import contextwindow as cw
 from contextwindow.adapters import (
     anthropic_to_message,
     detect_format,
@@ -640,6 +641,23 @@ def test_detect_format_mixed() -> None:
     with pytest.raises(InvalidMessageError) as err:
         detect_format([Message(role="user"), Message(role="user"), {"role": "user"}])
     assert err.value.index == 2
+
+
+@pytest.mark.parametrize("btype", [[], {}, [1], {"a": 1}])
+def test_a_block_type_that_is_not_a_string_is_named_when_the_format_is_detected(btype: Any) -> None:
+    # found by a tester: detection looked the type up in a set, so a list or dict raised
+    # TypeError (unhashable) from inside detect_format, and the CLI printed a traceback
+    msgs = [{"role": "user", "content": [{"type": btype, "text": "x"}]}]
+    assert detect_format(msgs) == "openai"
+    for call in (
+        lambda: cw.count_messages(msgs),
+        lambda: cw.validate(msgs, "openai"),
+        lambda: cw.trim_turns(msgs, 5),
+        lambda: cw.fit(msgs, 5),
+        lambda: cw.ContextGuard(context_window=1000, max_output_tokens=100).check(msgs),
+    ):
+        with pytest.raises(InvalidMessageError, match=r"^message 0, field content\[0\]\.type: must be a string$"):
+            call()
 
 
 def test_to_and_from_canonical() -> None:

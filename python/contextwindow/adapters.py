@@ -545,6 +545,8 @@ def detect_format(messages: Sequence[object]) -> Format:
         content = m.get("content")
         for b in content if isinstance(content, list) else ():
             btype = b.get("type") if isinstance(b, Mapping) else None
+            if not isinstance(btype, str):
+                continue  # the adapter names it (a list or dict here is not even hashable)
             if btype in _OPENAI_PART_TYPES:
                 return "openai"
             if btype in _ANTHROPIC_BLOCK_TYPES or (btype == "image" and "source" in b):
