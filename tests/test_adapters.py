@@ -660,6 +660,30 @@ def test_a_block_type_that_is_not_a_string_is_named_when_the_format_is_detected(
             call()
 
 
+def test_a_legacy_function_call_is_refused_on_every_path() -> None:
+    # found by a tester: an assistant "function_call" (the deprecated form of tool_calls,
+    # whose "function" role is refused) was kept as an unknown key and its arguments
+    # counted 0 tokens: 14,012 characters of arguments cost 8 tokens in all
+    call = {"name": "run", "arguments": json.dumps({"code": "x = 1\n" * 2000})}
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "function_call": call}]
+    want = r"^message 1, field function_call: the deprecated function-calling form is not read; send tool_calls$"
+    body = json.dumps({"messages": msgs}).encode()
+    for f in (
+        lambda: cw.count_messages(msgs),
+        lambda: cw.count_messages(msgs, format="openai"),
+        lambda: cw.validate(msgs, "openai"),
+        lambda: cw.trim_turns(msgs, 100),
+        lambda: cw.count_request(body),
+    ):
+        with pytest.raises(InvalidMessageError, match=want):
+            f()
+    # what the OpenAI SDK's model_dump() writes for a plain answer: every null is fine
+    dumped = {"role": "assistant", "content": "ok", "function_call": None, "refusal": None, "tool_calls": None}
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    assert cw.count_messages([plain[0], dumped]) == cw.count_messages(plain)
+    assert cw.count_request(json.dumps({"messages": [plain[0], dumped]}).encode()) == cw.count_messages(plain)
+
+
 def test_to_and_from_canonical() -> None:
     ms = [Message(role="user", content=[TextPart(text="hi")])]
     out = to_canonical(ms, "canonical")

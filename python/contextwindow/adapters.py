@@ -46,6 +46,7 @@ OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 # Part types only one provider uses; they decide detect_format.
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
+_FUNCTION_CALL = "the deprecated function-calling form is not read; send tool_calls"
 _ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 _ABSENT: Any = object()  # "leave the key out"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -223,6 +224,10 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         _fail(f"unknown role {role!r}", index, "role")
     # Chat Completions: only an assistant message may omit content or set it null
     parts, kind = _content(d, index, "content", _openai_part, nullable=role == "assistant")
+    if d.get("function_call") is not None:
+        # the deprecated form of tool_calls (with the "function" role, refused above): its
+        # arguments would go uncounted
+        _fail(_FUNCTION_CALL, index, "function_call")
     name = d.get("name")
     name = name if isinstance(name, str) else None
     skip = ["role", "content"] + (["name"] if name is not None else [])

@@ -805,6 +805,10 @@ fn empty_object() -> Box<RawValue> {
     RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
+/// Why an OpenAI `function_call` is refused: the deprecated form of `tool_calls`, whose
+/// arguments would go uncounted (`adapters._FUNCTION_CALL`).
+const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; send tool_calls";
+
 fn role_of(name: &str) -> Option<Role> {
     Some(match name {
         "system" => Role::System,
@@ -823,6 +827,12 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     // Chat Completions: only an assistant message may omit content or set it null
     let nullable = role == Role::Assistant;
     let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
+    if d.get("function_call")
+        .is_some_and(|v| kind(v) != Kind::Null)
+    {
+        // the deprecated form of tool_calls (adapters.py says the same)
+        return Err(bad_message(index, "function_call", FUNCTION_CALL));
+    }
     let name = match d.get("name") {
         Some(n) if kind(n) == Kind::Str => Some(cx.string(n)?),
         _ => None,

@@ -163,6 +163,9 @@ struct Fields<'py> {
     name: Option<Bound<'py, PyAny>>,
     tool_calls: Option<Bound<'py, PyAny>>,
     tool_call_id: Option<Bound<'py, PyAny>>,
+    /// Whether the dict holds a `function_call` that is not `None` (refused by the
+    /// adapters: the deprecated form of `tool_calls`).
+    function_call: bool,
 }
 
 impl<'py> Fields<'py> {
@@ -175,6 +178,7 @@ impl<'py> Fields<'py> {
             name: None,
             tool_calls: None,
             tool_call_id: None,
+            function_call: false,
             dict,
         };
         for (k, v) in f.dict.iter() {
@@ -184,6 +188,7 @@ impl<'py> Fields<'py> {
                 "name" => f.name = Some(v),
                 "tool_calls" => f.tool_calls = Some(v),
                 "tool_call_id" => f.tool_call_id = Some(v),
+                "function_call" => f.function_call = !v.is_none(),
                 _ => {}
             }
         }
@@ -576,6 +581,9 @@ impl Reader {
             "tool" => Role::Tool,
             _ => return Err(Fallback),
         };
+        if f.function_call {
+            return Err(Fallback); // the adapters name it
+        }
         // Chat Completions: only an assistant message may omit content or set it null
         let nullable = role == Role::Assistant;
         let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, nullable)?;
