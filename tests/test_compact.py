@@ -1020,3 +1020,38 @@ def test_prune_middle_anthropic_notice_leads_when_an_assistant_would() -> None:
     assert r.messages[0].content == [TextPart(text="[context compacted: 1 earlier messages removed]")]
     assert r.messages[1] is msgs[1] and r.messages[2] is msgs[2]
     assert [f.fate for f in r.report.fates] == ["dropped", "kept", "kept"] and r.report.inserted_messages == 1
+
+
+def test_clearing_an_image_result_never_puts_a_message_over_the_character_cap() -> None:
+    # found by hypothesis: a result holding only an image (and an empty text) becomes a
+    # 76-character marker when cleared; next to 425 characters of text that made 501,
+    # over the 500-character cap, so the next call cut the message and was not a no-op.
+    # Such a clearing waits now until the results cleared after it have made room, and
+    # is skipped when they have not (the cap holds).
+    from contextwindow.messages import ImagePart
+
+    call = ToolCall(id="c1", name="read_file", arguments="")
+    image = ImagePart(source="https://example.com/a.png")
+    results = Message(
+        role="user",
+        content=[
+            ToolResult(call_id="c1", content=[image, TextPart(text="")], is_error=True),
+            ToolResult(call_id="c1", content=[TextPart(text="hello" * 85)], is_error=True),  # 425 characters
+            TextPart(text=""),
+        ],
+    )
+    msgs = [
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[call, call], pinned=True),
+        results,
+        Message(role="user", content=[image], pinned=True),
+    ]
+    r = budget_tool_results(msgs, 276, format="anthropic", max_message_chars=500)
+    again = budget_tool_results(r.messages, 276, format="anthropic", max_message_chars=500)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+    parts = [x for p in r.messages[2].content for x in ([p] if isinstance(p, TextPart) else p.content)]
+    assert sum(len(x.text) for x in parts if isinstance(x, TextPart)) <= 500  # the cap holds
+    # without the cap the image result is cleared (it saves the image's tokens)
+    free = budget_tool_results(msgs, 276, format="anthropic")
+    assert free.report.reason == "tool_result_budget"
+    assert free.messages[2].content[0].content[0].text.startswith("[tool result cleared: 0 characters and 1 non-text")

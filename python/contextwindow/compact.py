@@ -625,17 +625,32 @@ def _budget_tool_results(
             m = work[i]
             if m.pinned or i in pinned_idx:
                 continue
-            for p, part in enumerate(m.content):
+            # each result in order; one put off by the character cap (below) is tried once
+            # more at the end, when the results cleared after it may have made room
+            queue = list(range(len(m.content)))
+            put_off: set[int] = set()
+            for p in queue:
                 if total <= threshold:
                     break
+                part = m.content[p]
                 tool = names[i][p]
                 if not isinstance(part, ToolResult) or tool is None or _is_cleared(part) or (i, p) in spared:
                     continue
                 if tool.casefold() not in heavy or tool.casefold() in protected:
                     continue
                 cleared_part = _clear(part, tool)
-                if not _non_text(part) and _result_chars(cleared_part) >= _result_chars(part):
-                    continue  # as micro_compact: a marker no shorter than the text (and the cap holds)
+                grows = _result_chars(cleared_part) - _result_chars(part)
+                if grows >= 0 and not _non_text(part):
+                    continue  # as micro_compact: a marker no shorter than the text
+                capped_here = cap is not None and i >= seg.preamble_end and i != seg.current_request
+                if grows > 0 and capped_here and sum(len(_slot_text(m, x)) for x in _text_slots(m)) + grows > cap:
+                    # a result of images alone becomes a marker longer than its text: not
+                    # when that puts the message over the character cap (rule 1 would cut
+                    # it on the next call, so a second call would not be a no-op)
+                    if p not in put_off:
+                        put_off.add(p)
+                        queue.append(p)
+                    continue
                 content = list(m.content)
                 # the marker counts what the result holds now (after rules 1-2), so a second
                 # run sees the very result this run saw and decides the same
