@@ -509,3 +509,30 @@ def test_profile_none_is_the_default_everywhere(name: str) -> None:
     for bad in ("cl99k", 5, b"fim"):
         with pytest.raises(ValueError, match="unknown profile"):
             call(bad)
+
+
+def test_count_many_refuses_a_single_string_or_dict_by_name() -> None:
+    # found by a tester: count_many("abc") said "conversation 0: messages must be a list"
+    for bad in ("abc", b"abc", {"role": "user", "content": "hi"}):
+        with pytest.raises(TypeError, match="conversations must be a list of message lists"):
+            cw.count_many(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call", ["check", "recover", "hint_priorities"])
+def test_hint_none_is_general(call: str) -> None:
+    # found by a tester: hint=None raised while profile=None means the default
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go"},
+    ]
+    g = cw.ContextGuard(context_window=1000, max_output_tokens=100)
+    run = {
+        "check": lambda h: g.check(msgs, hint=h).hint,
+        "recover": lambda h: g.recover(msgs, hint=h).hint,
+        "hint_priorities": lambda h: cw.hint_priorities(msgs, h),
+    }[call]
+    assert run(None) == run("general")
+    for bad in ("nope", 5):
+        with pytest.raises(ValueError, match="unknown hint"):
+            run(bad)

@@ -158,12 +158,15 @@ def count_many(
         InvalidMessageError: a message is malformed (names the conversation, the message
             index and the field; ``.index`` and ``.field`` are set as for
             :func:`count_messages`, ``.conversation`` is the conversation's position).
+        TypeError: ``conversations`` is a single ``str``, bytes or a mapping.
         ValueError: unknown profile.
 
     >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim")
     [6, 0]
     """
     profile = resolve_profile(profile)
+    if isinstance(conversations, (str, bytes, bytearray, Mapping)):
+        raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
     convs = list(conversations)
     totals: list[int | None] = [None] * len(convs)
     if _engine.FAST_READER and format in (None, "openai", "anthropic"):

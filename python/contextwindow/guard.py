@@ -317,8 +317,22 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int = 0
 
 
+def _hint(hint: object) -> str:
+    """``hint`` checked (``None``: ``general``, as ``profile=None`` is the default profile)."""
+    if hint is None:
+        return "general"
+    if not isinstance(hint, str) or hint not in HINTS:
+        raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+    return hint
+
+
 def hint_priorities(
-    messages: Any, hint: str, policy: FitPolicy | None = None, *, profile: str | None = None, format: str | None = None
+    messages: Any,
+    hint: str | None,
+    policy: FitPolicy | None = None,
+    *,
+    profile: str | None = None,
+    format: str | None = None,
 ) -> list[int]:
     """Priority classes (0-3, DESIGN.md section 5) the guard's history step uses for a hint.
 
@@ -334,7 +348,7 @@ def hint_priorities(
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        hint: one of :data:`HINTS`.
+        hint: one of :data:`HINTS` (``None``: ``general``).
         policy: the fit policy (default ``FitPolicy()``).
         profile: estimation profile, for what counts as chatter.
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
@@ -349,8 +363,7 @@ def hint_priorities(
     >>> hint_priorities([{"role": "user", "content": "hi"}], "planner_input")
     [0]
     """
-    if hint not in HINTS:
-        raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+    hint = _hint(hint)
     policy = FitPolicy() if policy is None else policy
     derived = priorities(messages, policy, profile=profile, format=format)
     if hint in ("general", "react_iteration"):
@@ -568,13 +581,14 @@ class ContextGuard:
             for fn in subs:
                 fn(e)
 
-    def check(self, messages: Any, hint: str = "general", *, format: str | None = None) -> GuardResult:
+    def check(self, messages: Any, hint: str | None = "general", *, format: str | None = None) -> GuardResult:
         """Make ``messages`` fit the token budget before a model request.
 
         Args:
             messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
             hint: ``react_iteration``, ``planner_input``, ``step_dependency`` or
-                ``general`` (first seed): what the history step protects.
+                ``general`` (first seed; ``None``: ``general``): what the history step
+                protects.
             format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
         Returns:
@@ -591,8 +605,7 @@ class ContextGuard:
         >>> guard.check([{"role": "user", "content": "hi"}]).tokens_after
         5
         """
-        if hint not in HINTS:
-            raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        hint = _hint(hint)
         # the steps below read lists that share most of their dicts, and change none:
         # each dict is converted to a canonical message once
         with _engine.reuse_conversions():
@@ -741,7 +754,12 @@ class ContextGuard:
         return result
 
     def recover(
-        self, messages: Any, reported_tokens: int | None = None, *, hint: str = "general", format: str | None = None
+        self,
+        messages: Any,
+        reported_tokens: int | None = None,
+        *,
+        hint: str | None = "general",
+        format: str | None = None,
     ) -> GuardResult:
         """Shrink ``messages`` after the provider reported a context overflow.
 
@@ -769,8 +787,7 @@ class ContextGuard:
         >>> guard.recover([{"role": "user", "content": "hi"}]).changed
         False
         """
-        if hint not in HINTS:
-            raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        hint = _hint(hint)
         _engine.prepare(messages, format)  # checks the input before any step
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         budget = self.budget.usable
