@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -494,3 +495,37 @@ def test_one_message_one_turn_and_stdin_once(
     monkeypatch.setattr("sys.stdin", _Stdin(b"[]"))
     assert main(["count", "-", "-"]) == 2
     assert capsys.readouterr().err == "contextwindow: error: - (standard input) can be read once\n"
+
+
+def test_an_anthropic_system_does_not_shift_message_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # found by a tester: the CLI lifts a top-level system into message 0, and its errors,
+    # violations and repairs named messages[1] "message 2" (the gateway and the dict path
+    # say "message 1"); "valid (4 messages)" for 3
+    def body(messages: list[dict[str, Any]]) -> bytes:
+        return json.dumps({"model": "m", "max_tokens": 5, "system": "s", "messages": messages}).encode()
+
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}
+    bad = write(
+        tmp_path,
+        "bad.json",
+        body([{"role": "user", "content": "hi"}, {**call, "content": [{**call["content"][0], "input": []}]}]),
+    )
+    for argv in (["count", bad], ["validate", bad], ["repair", bad], ["fit", bad, "--budget", "100"], ["inspect", bad]):
+        assert main(argv) == 2
+        assert (
+            capsys.readouterr().err
+            == f"contextwindow: error: {bad}: message 1, field content[0].input: must be an object\n"
+        )
+    open_call = write(
+        tmp_path, "open.json", body([{"role": "user", "content": "hi"}, call, {"role": "user", "content": "go"}])
+    )
+    assert main(["validate", open_call]) == 1
+    assert capsys.readouterr().out.startswith(f"{open_call}: message 1: unanswered_call: ")
+    assert main(["repair", open_call, "-o", str(tmp_path / "out.json")]) == 0
+    assert capsys.readouterr().out == f"{open_call}: 1 change(s) to tool pairs\n  message 1: stub_inserted (t)\n"
+    fine = write(tmp_path, "fine.json", body([{"role": "user", "content": "hi"}]))
+    assert main(["validate", fine]) == 0
+    assert capsys.readouterr().out == f"{fine}: valid for anthropic (1 message and a system)\n"
+    system = write(tmp_path, "system.json", json.dumps({"system": [{"type": "text"}], "messages": []}).encode())
+    assert main(["count", system]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {system}: system[0].text: is missing\n"

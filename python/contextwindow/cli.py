@@ -21,7 +21,7 @@ import msgspec
 from . import __version__
 from .breakdown import Breakdown, token_breakdown
 from .budget import Budget, resolve_budget
-from .errors import ContextWindowError
+from .errors import ContextWindowError, InvalidMessageError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .io import Conversation, dump_conversation, load_conversation
 from .pairs import repair_tool_pairs, validate
@@ -69,16 +69,28 @@ class _Located(ContextWindowError):
 
 
 @contextmanager
-def _about(path: str) -> Iterator[None]:
-    """Prefix an error raised while working on ``path`` with the file's name."""
+def _about(path: str) -> Iterator[_Seen]:
+    """Prefix an error raised while working on ``path`` with the file's name; a message
+    error is numbered as the file numbers its messages once the block has set
+    ``.conv`` (an Anthropic top-level ``system`` is not message 0 there)."""
     path = _shown(path)
+    seen = _Seen()
     try:
-        yield
+        yield seen
     except _Located:
         raise
     except (ContextWindowError, ValueError, RecursionError) as exc:
-        msg = _one_line(exc)
+        if isinstance(exc, InvalidMessageError) and seen.conv is not None:
+            msg = _one_line(seen.conv.describe(exc))
+        else:
+            msg = _one_line(exc)
         raise _Located(msg if msg.startswith(path) else f"{path}: {msg}") from None
+
+
+class _Seen:
+    """The conversation an :func:`_about` block works on, once loaded."""
+
+    conv: Conversation | None = None
 
 
 def _tools_tokens(conv: Conversation, profile: str) -> int:
@@ -126,8 +138,8 @@ def _cmd_count(args: argparse.Namespace) -> int:
         return 2
     for path in args.files:
         try:
-            with _about(path):
-                conv = _load(path, args.format)
+            with _about(path) as seen:
+                conv = seen.conv = _load(path, args.format)
                 msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
                 tools = _tools_tokens(conv, args.profile)
                 seg = segment_turns(conv.messages, format=conv.format)
@@ -204,8 +216,8 @@ def _budget_lines(b: Budget) -> str:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    with _about(args.file):
-        conv = _load(args.file, args.format)
+    with _about(args.file) as seen:
+        conv = seen.conv = _load(args.file, args.format)
         tools = _tools_tokens(conv, args.profile)
     resolved: Budget | None = None
     if args.model is not None:
@@ -216,7 +228,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         budget, whole = resolved.usable, min(resolved.usable + tools, resolved.capacity)
     else:
         budget, whole = max(0, args.budget - tools), args.budget
-    with _about(args.file):
+    with _about(args.file) as seen:
+        seen.conv = conv
         res = trim_turns(
             conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
         )
@@ -313,8 +326,8 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    with _about(args.file):
-        conv = _load(args.file, args.format)
+    with _about(args.file) as seen:
+        conv = seen.conv = _load(args.file, args.format)
         b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
     if args.json:
         print(msgspec.json.encode({"file": conv.path, **msgspec.structs.asdict(b)}).decode())
@@ -329,23 +342,24 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    with _about(args.file):
-        conv = _load(args.file, args.format)
+    with _about(args.file) as seen:
+        conv = seen.conv = _load(args.file, args.format)
         provider = args.provider or conv.format
         found = validate(conv.messages, provider, format=conv.format)
     if args.json:
         print(msgspec.json.encode(found).decode())
     elif not found:
-        print(f"{conv.path}: valid for {provider} ({_n(len(conv.messages), 'message')})")
+        n = len(conv.messages) - conv.system_lifted
+        print(f"{conv.path}: valid for {provider} ({_n(n, 'message')}{' and a system' if conv.system_lifted else ''})")
     else:
         for v in found:
-            print(f"{conv.path}: message {v.index}: {v.code}: {v.detail}")
+            print(f"{conv.path}: {conv.label(v.index)}: {v.code}: {v.detail}")
     return 1 if found else 0
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    with _about(args.file):
-        conv = _load(args.file, args.format)
+    with _about(args.file) as seen:
+        conv = seen.conv = _load(args.file, args.format)
         res = repair_tool_pairs(conv.messages, args.missing, format=conv.format, profile=args.profile)
     if args.json:
         if args.output:
@@ -355,7 +369,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     _write(conv, res.messages, args.output)
     changes = res.report.repairs
     lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
-        f"  message {c.index}: {c.kind}" + (f" ({c.call_id})" if c.call_id else "") for c in changes
+        f"  {conv.label(c.index)}: {c.kind}" + (f" ({c.call_id})" if c.call_id else "") for c in changes
     ]
     print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)
     return 0

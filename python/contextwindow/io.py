@@ -59,6 +59,34 @@ class Conversation:
     tools: list[Any] | None = None
     document: Any = None
     bad_utf8_at: int | None = None
+    system_lifted: bool = False
+
+    def label(self, index: int) -> str:
+        """How the file names entry ``index`` of :attr:`messages`: ``message N`` with N its
+        index in the file's ``messages`` (a lifted top-level ``system`` is ``system``).
+
+        >>> c = Conversation("a.json", "anthropic", "anthropic_body", [{}, {}], system_lifted=True)
+        >>> c.label(0), c.label(1)
+        ('system', 'message 0')
+        """
+        if self.system_lifted:
+            return "system" if index == 0 else f"message {index - 1}"
+        return f"message {index}"
+
+    def describe(self, exc: InvalidMessageError) -> str:
+        """``exc`` (raised on :attr:`messages`) in the file's numbering (:meth:`label`).
+
+        >>> c = Conversation("a.json", "anthropic", "anthropic_body", [{}, {}], system_lifted=True)
+        >>> c.describe(InvalidMessageError("is missing", index=1, field="content"))
+        'message 0, field content: is missing'
+        """
+        if exc.index is None or not self.system_lifted:
+            return str(exc)
+        if exc.index == 0:  # the lifted system: its content is the top-level value
+            field = (exc.field or "content").removeprefix("content")
+            return f"system{field}: {exc.reason}"
+        field = f", field {exc.field}" if exc.field is not None else ""
+        return f"{self.label(exc.index)}{field}: {exc.reason}"
 
 
 def _system_message(system: Any, where: str) -> dict[str, Any]:
@@ -350,9 +378,10 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         else:
             fmt = _format_of(messages)
         kind = "anthropic_body" if fmt == "anthropic" else "openai_body"
-    if fmt == "anthropic" and doc.get("system") is not None:
+    lifted = fmt == "anthropic" and doc.get("system") is not None
+    if lifted:
         messages = [_system_message(doc["system"], where), *messages]
-    return Conversation(where, fmt, kind, list(messages), tools, doc)
+    return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted)
 
 
 def _encode(value: Any, where: str) -> bytes:
