@@ -529,3 +529,28 @@ def test_an_anthropic_system_does_not_shift_message_numbers(tmp_path: Path, caps
     system = write(tmp_path, "system.json", json.dumps({"system": [{"type": "text"}], "messages": []}).encode())
     assert main(["count", system]) == 2
     assert capsys.readouterr().err == f"contextwindow: error: {system}: system[0].text: is missing\n"
+
+
+def test_an_openai_body_read_as_anthropic_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # found by a tester: a stray top-level "system" in an OpenAI body made it Anthropic's,
+    # and the error named a message field without saying how the file had been read
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "r"},
+    ]
+    f = write(tmp_path, "b.json", json.dumps({"model": "m", "system": "x", "messages": msgs}))
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {f}: message 1, field content: must be a string or a list of blocks"
+        ' (read as an Anthropic body for its top-level "system"; --format openai reads it as OpenAI\'s)\n'
+    )
+    assert main(["count", "--format", "openai", f]) == 0
+    # a real Anthropic body gets no such remark
+    anth = write(tmp_path, "a.json", json.dumps({"system": "x", "messages": [{"role": "user", "content": 5}]}))
+    assert main(["count", anth]) == 2
+    assert capsys.readouterr().err.endswith(": message 0, field content: must be a string or a list of blocks\n")

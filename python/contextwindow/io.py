@@ -60,6 +60,9 @@ class Conversation:
     document: Any = None
     bad_utf8_at: int | None = None
     system_lifted: bool = False
+    #: Why the format was taken as Anthropic's when the caller did not name one (a
+    #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
+    detected_from: str | None = None
 
     def label(self, index: int) -> str:
         """How the file names entry ``index`` of :attr:`messages`: ``message N`` with N its
@@ -74,19 +77,22 @@ class Conversation:
         return f"message {index}"
 
     def describe(self, exc: InvalidMessageError) -> str:
-        """``exc`` (raised on :attr:`messages`) in the file's numbering (:meth:`label`).
+        """``exc`` (raised on :attr:`messages`) in the file's numbering (:meth:`label`),
+        saying why the file was read as Anthropic's when that was guessed.
 
         >>> c = Conversation("a.json", "anthropic", "anthropic_body", [{}, {}], system_lifted=True)
         >>> c.describe(InvalidMessageError("is missing", index=1, field="content"))
         'message 0, field content: is missing'
         """
+        hint = f" (read as an Anthropic body for its {self.detected_from}; --format openai reads it as OpenAI's)"
+        hint = hint if self.detected_from else ""
         if exc.index is None or not self.system_lifted:
-            return str(exc)
+            return f"{exc}{hint}"
         if exc.index == 0:  # the lifted system: its content is the top-level value
             field = (exc.field or "content").removeprefix("content")
-            return f"system{field}: {exc.reason}"
+            return f"system{field}: {exc.reason}{hint}"
         field = f", field {exc.field}" if exc.field is not None else ""
-        return f"{self.label(exc.index)}{field}: {exc.reason}"
+        return f"{self.label(exc.index)}{field}: {exc.reason}{hint}"
 
 
 def _system_message(system: Any, where: str) -> dict[str, Any]:
@@ -102,6 +108,15 @@ def _system_message(system: Any, where: str) -> dict[str, Any]:
         field = (exc.field or "content").removeprefix("content")
         raise InvalidRequestError(f"{where}: system{field}: {exc.reason}") from None
     return message
+
+
+def _openai_marked(messages: list[Any]) -> bool:
+    """Whether a message has what only OpenAI's shape has (a ``tool`` or ``developer``
+    role, ``tool_calls``, ``tool_call_id``)."""
+    return any(
+        isinstance(m, Mapping) and (m.get("role") in ("tool", "developer") or "tool_calls" in m or "tool_call_id" in m)
+        for m in messages
+    )
 
 
 def _reject_constant(name: str) -> Any:
@@ -364,6 +379,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         raise InvalidRequestError(f'{where}: "messages" is {_json_type(messages)}, not a list')
     if tools is not None and not isinstance(tools, list):
         raise InvalidRequestError(f'{where}: "tools" is {_json_type(tools)}, not a list')
+    detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
             raise InvalidRequestError(f"{where}: unknown corpus format {doc['format']!r}")
@@ -375,13 +391,17 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             fmt = explicit
         elif "system" in doc or anthropic_tools:
             fmt = "anthropic"
+            if _openai_marked(messages):  # an error will then say why it was read so
+                detected_from = 'top-level "system"' if "system" in doc else 'tools with "input_schema"'
         else:
             fmt = _format_of(messages)
         kind = "anthropic_body" if fmt == "anthropic" else "openai_body"
     lifted = fmt == "anthropic" and doc.get("system") is not None
     if lifted:
         messages = [_system_message(doc["system"], where), *messages]
-    return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted)
+    conv = Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted)
+    conv.detected_from = detected_from
+    return conv
 
 
 def _encode(value: Any, where: str) -> bytes:
