@@ -536,3 +536,20 @@ def test_hint_none_is_general(call: str) -> None:
     for bad in ("nope", 5):
         with pytest.raises(ValueError, match="unknown hint"):
             run(bad)
+
+
+def test_a_message_nested_too_deeply_is_named() -> None:
+    # found by a tester: "messages are nested too deeply" named no message
+    deep: dict[str, Any] = {}
+    d = deep
+    for _ in range(3000):
+        d["x"] = {}
+        d = d["x"]
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": "x", "extra": deep}]},
+    ]
+    for call in (lambda: cw.count_messages(msgs), lambda: cw.trim_turns(msgs, 10), lambda: cw.validate(msgs, "openai")):
+        with pytest.raises(cw.InvalidMessageError, match=r"^message 1: is nested too deeply$") as err:
+            call()
+        assert err.value.index == 1

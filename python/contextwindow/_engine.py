@@ -241,6 +241,19 @@ def message_costs(msgs: Sequence[Message], profile: str, payload: bytes | None =
     return out
 
 
+def _too_deep(messages: list[Any]) -> int | None:
+    """The first message that cannot be encoded for nesting, to name it in the error
+    (``None`` when it is the list as a whole)."""
+    for i, m in enumerate(messages):
+        try:
+            msgspec.json.encode(m)
+        except RecursionError:
+            return i
+        except (TypeError, ValueError, msgspec.EncodeError):
+            continue
+    return None
+
+
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
@@ -276,7 +289,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
             canonical = _to_canonical(messages, fmt)
             payload = _encode_located(canonical)
     except RecursionError:
-        raise InvalidMessageError("messages are nested too deeply") from None
+        raise InvalidMessageError("is nested too deeply", index=_too_deep(messages)) from None
     if format in ("openai", "anthropic"):
         provider: Provider = format  # type: ignore[assignment]
     else:
