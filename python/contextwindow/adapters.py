@@ -214,14 +214,19 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
 
     Returns:
         The canonical message; assistant ``tool_calls`` become :class:`ToolCall` parts after
-        the content parts, a ``tool`` message holds one :class:`ToolResult`.
+        the content parts, a ``tool`` message holds one :class:`ToolResult`. A custom
+        (free-form) call ``{"id", "type": "custom", "custom": {"name", "input"}}`` becomes
+        a :class:`ToolCall` whose ``arguments`` is the ``input`` text and whose ``extra``
+        holds ``{"type": "custom"}``, which :func:`message_to_openai` writes back as one.
 
     Raises:
         InvalidMessageError: the message does not have an OpenAI shape (e.g. a
             ``system``, ``developer``, ``user`` or ``tool`` message without content:
             ``content: is missing``, or with ``content: null``: ``content: must be a
             string or a list of blocks``; the Chat Completions API lets only an assistant
-            message omit it).
+            message omit it; a tool call whose ``type`` is neither ``function`` nor
+            ``custom``: ``tool_calls[0].type``; a custom call without an object
+            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -322,7 +327,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
         A new dict. Messages built without ``content_kind`` get the usual spelling: a
         string for a single text part, ``null`` content next to an assistant's tool
         calls. Content is never null or missing but in an assistant message (what
-        :func:`openai_to_message` reads back): an empty one is ``""`` there.
+        :func:`openai_to_message` reads back): an empty one is ``""`` there. A
+        :class:`ToolCall` whose ``extra`` has ``"type": "custom"`` is written as a custom
+        call, ``{"custom": {"name", "input": arguments}}``.
 
     Raises:
         InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
@@ -513,8 +520,9 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
         A new dict; ``ToolCall.arguments`` is decoded back into ``input``.
 
     Raises:
-        InvalidMessageError: tool call arguments that are not a JSON object, an image
-            without source.
+        InvalidMessageError: tool call arguments that are not a JSON object, an OpenAI
+            custom tool call (its input is free text; a ``tool_use`` takes an object:
+            ``content[0]``), an image without source.
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]

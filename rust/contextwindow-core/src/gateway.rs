@@ -1978,6 +1978,65 @@ mod tests {
     }
 
     #[test]
+    fn custom_tool_calls_are_read_and_written_back_in_their_shape() {
+        // the tester's example: {"type": "custom", "custom": {"name", "input"}} was refused
+        let body = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "c1", "type": "custom",
+            "custom": {"name": "code_exec", "input": "print(1)"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}]}"#;
+        // fim: 4 per message, floor(ascii / 4) at least 1 per text, 0 per call:
+        // "hi" 4 + 1; call 4 + "code_exec" 9 / 4 = 2 + "print(1)" 8 / 4 = 2; "1" 4 + 1
+        assert_eq!(count_request(body, "fim", None).unwrap(), 5 + 8 + 5);
+        // the same call as a function call costs the same
+        let function = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "code_exec", "arguments": "print(1)"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}]}"#;
+        assert_eq!(count_request(function, "fim", None).unwrap(), 18);
+        // a repeated call id is removed: the message is written anew, the call keeps its
+        // shape and its other keys (the type spelled with an escape is still "custom")
+        let call =
+            r#"{"id":"c1","type":"cu\u0073tom","x":1,"custom":{"name":"f","input":"a b","y":2}}"#;
+        let dup = format!(
+            r#"{{"messages":[{{"role":"user","content":"hi"}},{{"role":"assistant","content":"ok","tool_calls":[{call},{call}]}},{{"role":"tool","tool_call_id":"c1","content":"1"}}]}}"#
+        );
+        let fitted = fit_request(dup.as_bytes(), 1_000_000, "fim", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        let want = r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"cu\u0073tom","x":1,"custom":{"name":"f","input":"a b","y":2}}],"content":"ok"}"#;
+        assert!(out.contains(want), "{out}");
+        for (call, field, reason) in [
+            (
+                r#"{"id":"c","type":"custom"}"#,
+                "tool_calls[0].custom",
+                "must be an object with name and input",
+            ),
+            (
+                r#"{"id":"c","type":"custom","custom":{"name":"f","input":{}}}"#,
+                "tool_calls[0].custom.input",
+                "must be a string",
+            ),
+            (
+                r#"{"id":"c","type":"foo","function":{"name":"f","arguments":""}}"#,
+                "tool_calls[0].type",
+                CALL_TYPE,
+            ),
+            (
+                r#"{"id":"c","type":null,"function":{"name":"f","arguments":""}}"#,
+                "tool_calls[0].type",
+                CALL_TYPE,
+            ),
+        ] {
+            let body = format!(r#"{{"messages":[{{"role":"assistant","tool_calls":[{call}]}}]}}"#);
+            let (index, f, r) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, f.as_str(), r.as_str()),
+                (0, field, reason),
+                "{call}"
+            );
+        }
+    }
+
+    #[test]
     fn tool_use_input_must_be_an_object() {
         // the fresh tester's N5: a string input was counted without an error
         for input in [r#""str""#, "[1]", "null", "3", "true"] {
