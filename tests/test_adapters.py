@@ -739,9 +739,10 @@ def openai_content(role: str) -> st.SearchStrategy[dict[str, Any]]:
 
 @st.composite
 def openai_call(draw: st.DrawFn) -> dict[str, Any]:
-    fn = {"name": draw(short), "arguments": draw(short), **draw(extra_keys(["x"]))}
-    call = {"id": draw(short), "function": fn, **draw(extra_keys(["index", "x"]))}
     type_ = draw(st.sampled_from(["function", "function", "custom", None]))
+    key, text = ("custom", "input") if type_ == "custom" else ("function", "arguments")
+    body = {"name": draw(short), text: draw(short), **draw(extra_keys(["x"]))}
+    call = {"id": draw(short), key: body, **draw(extra_keys(["index", "x"]))}
     return call if type_ is None else {**call, "type": type_}
 
 
@@ -818,7 +819,7 @@ def test_anthropic_round_trip_property(d: dict[str, Any]) -> None:
     roundtrip("anthropic", d)
 
 
-VALUES = "user assistant tool system text tool_use tool_result image_url image function"
+VALUES = "user assistant tool system text tool_use tool_result image_url image function custom"
 fuzz_value = st.recursive(
     json_leaf | st.sampled_from(VALUES.split()),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(short, inner, max_size=3),
@@ -838,7 +839,11 @@ fuzz_block = fuzz_dict(
     "text image_url source id name input tool_use_id is_error x",
 ).flatmap(lambda b: st.one_of(st.just(b), st.lists(fuzz_nested, max_size=2).map(lambda c: {**b, "content": c})))
 fuzz_call = fuzz_dict({"id": maybe_str}, "type x").flatmap(
-    lambda c: fuzz_dict({}, "name arguments x").map(lambda f: {**c, "function": f}) | st.just(c)
+    lambda c: (
+        fuzz_dict({}, "name arguments x").map(lambda f: {**c, "function": f})
+        | fuzz_dict({}, "name input x").map(lambda f: {**c, "custom": f})
+        | st.just(c)
+    )
 )
 fuzz_message = fuzz_dict({"role": st.sampled_from(VALUES.split())}, "tool_call_id name x").flatmap(
     lambda m: st.fixed_dictionaries(

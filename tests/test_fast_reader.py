@@ -219,13 +219,19 @@ def odd_openai(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
     elif choice == 3 and d.get("tool_calls"):
         calls = [dict(tc) for tc in d["tool_calls"]]
         tc = calls[0]
-        what = draw(st.integers(0, 2))
+        what = draw(st.integers(0, 3))
         if what == 0:
             tc.pop("type", None)
         elif what == 1:
             tc["function"] = {**tc["function"], "strict": True}
-        else:
-            tc["type"] = draw(st.sampled_from(["custom", 3]))
+        elif what == 2:  # a custom (free-form) call: read by the reader itself
+            fn = tc.pop("function")
+            custom = {"name": fn["name"], "input": fn["arguments"]}
+            if draw(st.booleans()):
+                custom["format"] = {"type": "text"}
+            tc.update(type="custom", custom=custom)
+        else:  # refused by the adapters, which name the type
+            tc["type"] = draw(st.sampled_from(["custom", "foo", 3, None]))
         d["tool_calls"] = calls
     elif choice == 4 and isinstance(d.get("content"), list):
         parts = []
@@ -368,6 +374,17 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ("call not a dict", [{"role": "assistant", "tool_calls": ["x"]}], None),
     ("call without id", [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": ""}}]}], None),
     ("call without function", [{"role": "assistant", "tool_calls": [{"id": "c"}]}], None),
+    ("custom call without custom", [{"role": "assistant", "tool_calls": [{"id": "c", "type": "custom"}]}], None),
+    (
+        "custom input not str",
+        [{"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "f", "input": {}}}]}],
+        None,
+    ),
+    (
+        "call of another type",
+        [{"role": "assistant", "tool_calls": [{"id": "c", "type": "foo", "function": {"name": "f", "arguments": ""}}]}],
+        None,
+    ),
     (
         "arguments not str",
         [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]}],
@@ -511,6 +528,11 @@ def test_reader_handles_typical_chat_itself() -> None:
     assert cw.message_tokens(msgs, "fim") == [6, 6, 6, 5]
     got = read_dicts(msgs, None)
     assert got is not None and got[:2] == ("openai", "openai")
+    # a custom call too; "sh" -> 1 (at least 1), "ls -la" 6 ASCII -> 1
+    custom = {"id": "c1", "type": "custom", "custom": {"name": "sh", "input": "ls -la"}}
+    msgs[2] = {**msgs[2], "tool_calls": [custom]}
+    assert count_dicts(msgs, None, "fim") == [6, 6, 6, 5]
+    same_canonical(msgs, None)
 
 
 def test_switch_really_switches(monkeypatch: pytest.MonkeyPatch) -> None:

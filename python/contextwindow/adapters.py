@@ -47,6 +47,8 @@ ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 # Part types only one provider uses; they decide detect_format.
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
 _FUNCTION_CALL = "the deprecated function-calling form is not read; send tool_calls"
+_CUSTOM_TO_ANTHROPIC = "an OpenAI custom tool call has free-text input; an Anthropic tool_use takes an object input"
+_CALL_TYPE = 'must be "function" or "custom"'  # the two Chat Completions tool call types
 _ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 _ABSENT: Any = object()  # "leave the key out"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -180,18 +182,26 @@ def _openai_call(tc: object, index: int, field: str) -> ToolCall:
     if not isinstance(tc, Mapping):
         _fail("must be an object", index, field)
     call_id = _str(tc, "id", index, f"{field}.id")
-    fn = tc.get("function")
-    if not isinstance(fn, Mapping):
-        _fail("must be an object with name and arguments", index, f"{field}.function")
-    name = _str(fn, "name", index, f"{field}.function.name")
-    arguments = _str(fn, "arguments", index, f"{field}.function.arguments")
-    fn_extra = _rest(fn, ("name", "arguments"))
-    if fn_extra is None and tc.get("type") == "function" and len(tc) == 3:
+    kind = tc.get("type", _ABSENT)
+    if kind is _ABSENT or kind == "function":
+        key, text = "function", "arguments"
+    elif kind == "custom":  # a free-form call: its input is text, not JSON
+        key, text = "custom", "input"
+    else:
+        _fail(_CALL_TYPE, index, f"{field}.type")
+    body = tc.get(key)
+    if not isinstance(body, Mapping):
+        _fail(f"must be an object with name and {text}", index, f"{field}.{key}")
+    name = _str(body, "name", index, f"{field}.{key}.name")
+    arguments = _str(body, text, index, f"{field}.{key}.{text}")
+    body_extra = _rest(body, ("name", text))
+    if body_extra is None and kind == "function" and len(tc) == 3:
         return ToolCall(id=call_id, name=name, arguments=arguments)
-    # Not the standard shape: keep every other key verbatim ({} records a missing "type").
-    extra = {k: v for k, v in tc.items() if k not in ("id", "function")}
-    if fn_extra:
-        extra["function"] = fn_extra
+    # Not the standard function shape: keep every other key verbatim ({} records a missing
+    # "type"; {"type": "custom"} is what writes a custom call back as one).
+    extra = {k: v for k, v in tc.items() if k not in ("id", key)}
+    if body_extra:
+        extra[key] = body_extra
     return ToolCall(id=call_id, name=name, arguments=arguments, extra=extra)
 
 
@@ -204,14 +214,19 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
 
     Returns:
         The canonical message; assistant ``tool_calls`` become :class:`ToolCall` parts after
-        the content parts, a ``tool`` message holds one :class:`ToolResult`.
+        the content parts, a ``tool`` message holds one :class:`ToolResult`. A custom
+        (free-form) call ``{"id", "type": "custom", "custom": {"name", "input"}}`` becomes
+        a :class:`ToolCall` whose ``arguments`` is the ``input`` text and whose ``extra``
+        holds ``{"type": "custom"}``, which :func:`message_to_openai` writes back as one.
 
     Raises:
         InvalidMessageError: the message does not have an OpenAI shape (e.g. a
             ``system``, ``developer``, ``user`` or ``tool`` message without content:
             ``content: is missing``, or with ``content: null``: ``content: must be a
             string or a list of blocks``; the Chat Completions API lets only an assistant
-            message omit it).
+            message omit it; a tool call whose ``type`` is neither ``function`` nor
+            ``custom``: ``tool_calls[0].type``; a custom call without an object
+            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -275,17 +290,23 @@ def _openai_part_out(p: Part, j: int) -> Any:
     _fail(f"a {type(p).__name__} cannot be an OpenAI content part", None, f"content[{j}]")
 
 
+def _is_custom(tc: ToolCall) -> bool:
+    """Whether ``tc`` was read from an OpenAI custom (free-form) tool call."""
+    return tc.extra is not None and tc.extra.get("type") == "custom"
+
+
 def _openai_call_out(tc: ToolCall) -> dict[str, Any]:
-    fn = {"name": tc.name, "arguments": tc.arguments}
+    key, text = ("custom", "input") if _is_custom(tc) else ("function", "arguments")
+    body = {"name": tc.name, text: tc.arguments}
     if tc.extra is None:
-        return {"id": tc.id, "type": "function", "function": fn}
+        return {"id": tc.id, "type": "function", "function": body}
     out: dict[str, Any] = {"id": tc.id}
     for k, v in tc.extra.items():
-        if k == "function" and isinstance(v, Mapping):
-            _merge(fn, v)
+        if k == key and isinstance(v, Mapping):
+            _merge(body, v)
         else:
             out.setdefault(k, v)
-    out["function"] = fn
+    out[key] = body
     return out
 
 
@@ -306,7 +327,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
         A new dict. Messages built without ``content_kind`` get the usual spelling: a
         string for a single text part, ``null`` content next to an assistant's tool
         calls. Content is never null or missing but in an assistant message (what
-        :func:`openai_to_message` reads back): an empty one is ``""`` there.
+        :func:`openai_to_message` reads back): an empty one is ``""`` there. A
+        :class:`ToolCall` whose ``extra`` has ``"type": "custom"`` is written as a custom
+        call, ``{"custom": {"name", "input": arguments}}``.
 
     Raises:
         InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
@@ -462,6 +485,8 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
     if isinstance(p, ImagePart):
         return _merge({"type": "image", "source": _anthropic_source(p.source)}, p.extra)
     if isinstance(p, ToolCall):
+        if _is_custom(p):  # tool_use takes an object input; free text has no place there
+            _fail(_CUSTOM_TO_ANTHROPIC, None, f"content[{j}]")
         try:
             try:
                 value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
@@ -495,8 +520,9 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
         A new dict; ``ToolCall.arguments`` is decoded back into ``input``.
 
     Raises:
-        InvalidMessageError: tool call arguments that are not a JSON object, an image
-            without source.
+        InvalidMessageError: tool call arguments that are not a JSON object, an OpenAI
+            custom tool call (its input is free text; a ``tool_use`` takes an object:
+            ``content[0]``), an image without source.
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]

@@ -93,8 +93,10 @@ class ToolCall(msgspec.Struct, tag="tool_call", **_OPTS):
         id: the call id that results refer to.
         name: the tool's name.
         arguments: the arguments as the JSON text the model produced (OpenAI sends a
-            string; the Anthropic adapter encodes ``input`` to compact JSON).
-        extra: provider keys kept for a lossless round trip.
+            string; the Anthropic adapter encodes ``input`` to compact JSON), or the free
+            text ``input`` of an OpenAI custom tool call.
+        extra: provider keys kept for a lossless round trip (``{"type": "custom"}`` marks
+            an OpenAI custom tool call).
 
     >>> ToolCall(id="c1", name="search", arguments='{"q": "x"}').name
     'search'

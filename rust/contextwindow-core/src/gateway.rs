@@ -767,35 +767,37 @@ fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> 
         return Err(bad_message(index, field, "must be an object"));
     };
     let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
-    let func = match tc.get("function") {
-        Some(f) => cx.obj(f, || place(index, &format!("{field}.function")))?,
+    let ty = tc.get("type");
+    let (key, text) = if ty.is_none() || cx.str_is(ty, "function") {
+        ("function", "arguments")
+    } else if cx.str_is(ty, "custom") {
+        // a free-form call: its input is text, not JSON
+        ("custom", "input")
+    } else {
+        return Err(bad_message(index, &format!("{field}.type"), CALL_TYPE));
+    };
+    let body = match tc.get(key) {
+        Some(f) => cx.obj(f, || place(index, &format!("{field}.{key}")))?,
         None => None,
     };
-    let Some(func) = func else {
+    let Some(body) = body else {
         return Err(bad_message(
             index,
-            &format!("{field}.function"),
-            "must be an object with name and arguments",
+            &format!("{field}.{key}"),
+            format!("must be an object with name and {text}"),
         ));
     };
-    let name = cx.req_str(&func, "name", index, &format!("{field}.function.name"))?;
-    let arguments = cx.req_str(
-        &func,
-        "arguments",
-        index,
-        &format!("{field}.function.arguments"),
-    )?;
-    let fn_extra = func.rest(&["name", "arguments"], None);
+    let name = cx.req_str(&body, "name", index, &format!("{field}.{key}.name"))?;
+    let arguments = cx.req_str(&body, text, index, &format!("{field}.{key}.{text}"))?;
+    let body_extra = body.rest(&["name", text], None);
     let mut out = part(PartKind::ToolCall);
     out.id = Some(id);
     out.name = Some(name);
     out.arguments = Some(arguments);
-    if fn_extra.is_some() || !cx.str_is(tc.get("type"), "function") || tc.len() != 3 {
-        // Not the standard shape: every other key verbatim ({} records a missing "type").
-        let extra = tc.rest(
-            &["id", "function"],
-            fn_extra.as_deref().map(|r| ("function", r)),
-        );
+    if body_extra.is_some() || key != "function" || ty.is_none() || tc.len() != 3 {
+        // Not the standard function shape: every other key verbatim ({} records a missing
+        // "type"; {"type": "custom"} is what writes a custom call back as one).
+        let extra = tc.rest(&["id", key], body_extra.as_deref().map(|r| (key, r)));
         out.extra = Some(extra.unwrap_or_else(empty_object));
     }
     Ok(out)
@@ -808,6 +810,9 @@ fn empty_object() -> Box<RawValue> {
 /// Why an OpenAI `function_call` is refused: the deprecated form of `tool_calls`, whose
 /// arguments would go uncounted (`adapters._FUNCTION_CALL`).
 const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; send tool_calls";
+
+/// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
+const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
 fn role_of(name: &str) -> Option<Role> {
     Some(match name {
@@ -1664,28 +1669,44 @@ fn openai_part_out(p: &Part, j: usize) -> Result<String> {
     }
 }
 
+/// Whether the `extra` of a tool call says it was an OpenAI custom (free-form) call
+/// (`adapters._is_custom`).
+fn is_custom(extra: Option<&Obj<'_>>) -> bool {
+    extra.is_some_and(|e| {
+        e.get("type")
+            .is_some_and(|t| serde_json::from_str::<String>(t.get()).is_ok_and(|t| t == "custom"))
+    })
+}
+
 fn openai_call_out(tc: &Part) -> Result<String> {
-    let mut func = ObjOut::new();
-    func.put("name", jstr(tc.name.as_deref().unwrap_or("")));
-    func.put("arguments", jstr(tc.arguments.as_deref().unwrap_or("")));
+    let extra: Option<Obj<'_>> = match &tc.extra {
+        Some(e) => Some(serde_json::from_str(e.get()).map_err(|x| invalid(None, x.to_string()))?),
+        None => None,
+    };
+    let (key, text) = if is_custom(extra.as_ref()) {
+        ("custom", "input")
+    } else {
+        ("function", "arguments")
+    };
+    let mut body = ObjOut::new();
+    body.put("name", jstr(tc.name.as_deref().unwrap_or("")));
+    body.put(text, jstr(tc.arguments.as_deref().unwrap_or("")));
     let mut o = ObjOut::new();
     o.put("id", jstr(tc.id.as_deref().unwrap_or("")));
-    match &tc.extra {
+    match &extra {
         None => {
             o.put("type", jstr("function"));
-            o.put("function", func.json());
+            o.put("function", body.json());
         }
-        Some(e) => {
-            let extra: Obj<'_> =
-                serde_json::from_str(e.get()).map_err(|x| invalid(None, x.to_string()))?;
+        Some(extra) => {
             for (k, v) in &extra.0 {
-                if k == "function" && kind(v) == Kind::Obj {
-                    func.merge(Some(v))?;
+                if k == key && kind(v) == Kind::Obj {
+                    body.merge(Some(v))?;
                 } else if !o.has(k) {
                     o.put(k, v.get().to_owned());
                 }
             }
-            o.put("function", func.json());
+            o.put(key, body.json());
         }
     }
     Ok(o.json())
@@ -1953,6 +1974,65 @@ mod tests {
                 reason,
             }) => (index, field, reason),
             other => panic!("expected InvalidMessage, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn custom_tool_calls_are_read_and_written_back_in_their_shape() {
+        // the tester's example: {"type": "custom", "custom": {"name", "input"}} was refused
+        let body = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "c1", "type": "custom",
+            "custom": {"name": "code_exec", "input": "print(1)"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}]}"#;
+        // fim: 4 per message, floor(ascii / 4) at least 1 per text, 0 per call:
+        // "hi" 4 + 1; call 4 + "code_exec" 9 / 4 = 2 + "print(1)" 8 / 4 = 2; "1" 4 + 1
+        assert_eq!(count_request(body, "fim", None).unwrap(), 5 + 8 + 5);
+        // the same call as a function call costs the same
+        let function = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "code_exec", "arguments": "print(1)"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}]}"#;
+        assert_eq!(count_request(function, "fim", None).unwrap(), 18);
+        // a repeated call id is removed: the message is written anew, the call keeps its
+        // shape and its other keys (the type spelled with an escape is still "custom")
+        let call =
+            r#"{"id":"c1","type":"cu\u0073tom","x":1,"custom":{"name":"f","input":"a b","y":2}}"#;
+        let dup = format!(
+            r#"{{"messages":[{{"role":"user","content":"hi"}},{{"role":"assistant","content":"ok","tool_calls":[{call},{call}]}},{{"role":"tool","tool_call_id":"c1","content":"1"}}]}}"#
+        );
+        let fitted = fit_request(dup.as_bytes(), 1_000_000, "fim", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        let want = r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"cu\u0073tom","x":1,"custom":{"name":"f","input":"a b","y":2}}],"content":"ok"}"#;
+        assert!(out.contains(want), "{out}");
+        for (call, field, reason) in [
+            (
+                r#"{"id":"c","type":"custom"}"#,
+                "tool_calls[0].custom",
+                "must be an object with name and input",
+            ),
+            (
+                r#"{"id":"c","type":"custom","custom":{"name":"f","input":{}}}"#,
+                "tool_calls[0].custom.input",
+                "must be a string",
+            ),
+            (
+                r#"{"id":"c","type":"foo","function":{"name":"f","arguments":""}}"#,
+                "tool_calls[0].type",
+                CALL_TYPE,
+            ),
+            (
+                r#"{"id":"c","type":null,"function":{"name":"f","arguments":""}}"#,
+                "tool_calls[0].type",
+                CALL_TYPE,
+            ),
+        ] {
+            let body = format!(r#"{{"messages":[{{"role":"assistant","tool_calls":[{call}]}}]}}"#);
+            let (index, f, r) = message_error(body.as_bytes());
+            assert_eq!(
+                (index, f.as_str(), r.as_str()),
+                (0, field, reason),
+                "{call}"
+            );
         }
     }
 

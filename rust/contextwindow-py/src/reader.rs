@@ -531,40 +531,53 @@ impl Reader {
         let tc = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
         let id = get(tc, intern!(py, "id"))?;
         let id = req_str(&id)?;
-        let func = get(tc, intern!(py, "function"))?;
-        let func = func
+        // a missing type reads as "function"; any other type than these two goes to the
+        // adapters, which name it
+        let ty = match get(tc, intern!(py, "type"))? {
+            None => None,
+            Some(t) if t.is_instance_of::<PyString>() => Some(exact_str(&t)?.to_owned()),
+            Some(_) => return Err(Fallback),
+        };
+        let (key, text, key_s, text_s) = match ty.as_deref() {
+            None | Some("function") => (
+                "function",
+                "arguments",
+                intern!(py, "function"),
+                intern!(py, "arguments"),
+            ),
+            Some("custom") => (
+                "custom",
+                "input",
+                intern!(py, "custom"),
+                intern!(py, "input"),
+            ),
+            Some(_) => return Err(Fallback),
+        };
+        let body = get(tc, key_s)?;
+        let body = body
             .as_ref()
             .ok_or(Fallback)?
             .cast_exact::<PyDict>()
             .map_err(|_| Fallback)?;
-        let name = get(func, intern!(py, "name"))?;
-        let arguments = get(func, intern!(py, "arguments"))?;
+        let name = get(body, intern!(py, "name"))?;
+        let arguments = get(body, text_s)?;
         let mut p = part(PartKind::ToolCall);
         p.id = Some(self.text(id));
         p.name = Some(self.text(req_str(&name)?));
         p.arguments = Some(self.text(req_str(&arguments)?));
-        let fn_extra = func.len() > 2;
-        let standard = match get(tc, intern!(py, "type"))? {
-            Some(t) if t.is_instance_of::<PyString>() => exact_str(&t)? == "function",
-            _ => false,
-        };
-        if !fn_extra && standard && tc.len() == 3 {
+        let body_extra = body.len() > 2;
+        if !body_extra && key == "function" && ty.is_some() && tc.len() == 3 {
             return Ok(p);
         }
-        // Not the standard shape: every other key verbatim ({} records a missing "type").
+        // Not the standard function shape: every other key verbatim ({} records a missing
+        // "type"; {"type": "custom"} is what writes a custom call back as one).
         let mut out = Vec::new();
-        if fn_extra {
+        if body_extra {
             let mut inner = Vec::new();
-            self.object(func, &["name", "arguments"], None, &mut inner, 1)?;
-            self.object(
-                tc,
-                &["id", "function"],
-                Some(("function", &inner)),
-                &mut out,
-                0,
-            )?;
+            self.object(body, &["name", text], None, &mut inner, 1)?;
+            self.object(tc, &["id", key], Some((key, &inner)), &mut out, 0)?;
         } else {
-            self.object(tc, &["id", "function"], None, &mut out, 0)?;
+            self.object(tc, &["id", key], None, &mut out, 0)?;
         }
         p.extra = Some(raw(out)?);
         Ok(p)
