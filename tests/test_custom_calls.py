@@ -136,7 +136,6 @@ BAD = [
     ({"id": "c", "type": "custom", "function": {"name": "f", "arguments": "{}"}}, "tool_calls[0].custom", None),
     ({"id": "c", "type": "foo"}, "tool_calls[0].type", 'must be "function" or "custom"'),
     ({"id": "c", "type": "foo", "function": {"name": "f", "arguments": "{}"}}, "tool_calls[0].type", None),
-    ({"id": "c", "type": None, "function": {"name": "f", "arguments": "{}"}}, "tool_calls[0].type", None),
     ({"id": "c", "type": 3, "function": {"name": "f", "arguments": "{}"}}, "tool_calls[0].type", None),
 ]
 
@@ -175,3 +174,20 @@ def test_anthropic_conversion_is_refused() -> None:
     with pytest.raises(InvalidMessageError) as err:
         message_to_anthropic(plain)
     assert err.value.field == "content[0].arguments"
+
+
+def test_a_null_type_reads_as_a_function_call_on_every_path() -> None:
+    # a missing type always read as "function"; null now does too (stream accumulators
+    # can leave it null), and it is written back as it came
+    call = {"id": "c1", "type": None, "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+    ]
+    plain = [msgs[0], {**msgs[1], "tool_calls": [{**call, "type": "function"}]}, msgs[2]]
+    want = cw.count_messages(plain, "fim")
+    assert cw.count_messages(msgs, "fim") == want
+    assert cw.count_request(json.dumps({"messages": msgs}).encode(), profile="fim") == want
+    assert cw.validate(msgs, "openai") == []
+    assert from_canonical(to_canonical(msgs, "openai")[1], "openai") == msgs[1]

@@ -183,7 +183,7 @@ def _openai_call(tc: object, index: int, field: str) -> ToolCall:
         _fail("must be an object", index, field)
     call_id = _str(tc, "id", index, f"{field}.id")
     kind = tc.get("type", _ABSENT)
-    if kind is _ABSENT or kind == "function":
+    if kind is _ABSENT or kind is None or kind == "function":  # null reads as missing
         key, text = "function", "arguments"
     elif kind == "custom":  # a free-form call: its input is text, not JSON
         key, text = "custom", "input"

@@ -768,7 +768,8 @@ fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> 
     };
     let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
     let ty = tc.get("type");
-    let (key, text) = if ty.is_none() || cx.str_is(ty, "function") {
+    // a missing or null type is a function call's (adapters.py reads them so)
+    let (key, text) = if ty.is_none_or(|t| kind(t) == Kind::Null) || cx.str_is(ty, "function") {
         ("function", "arguments")
     } else if cx.str_is(ty, "custom") {
         // a free-form call: its input is text, not JSON
@@ -1978,6 +1979,16 @@ mod tests {
     }
 
     #[test]
+    fn a_null_tool_call_type_reads_as_a_function_call() {
+        // as a missing type does, and as adapters.py reads it
+        let null = br#"{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":null,"function":{"name":"read","arguments":"{}"}}]}]}"#;
+        let plain = br#"{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"read","arguments":"{}"}}]}]}"#;
+        // fim: 4 per message, no per-call overhead, "read" 4 // 4 = 1, "{}" at least 1: 6
+        assert_eq!(count_request(null, "fim", None).ok(), Some(6));
+        assert_eq!(count_request(plain, "fim", None).ok(), Some(6));
+    }
+
+    #[test]
     fn custom_tool_calls_are_read_and_written_back_in_their_shape() {
         // the tester's example: {"type": "custom", "custom": {"name", "input"}} was refused
         let body = br#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
@@ -2021,7 +2032,7 @@ mod tests {
                 CALL_TYPE,
             ),
             (
-                r#"{"id":"c","type":null,"function":{"name":"f","arguments":""}}"#,
+                r#"{"id":"c","type":3,"function":{"name":"f","arguments":""}}"#,
                 "tool_calls[0].type",
                 CALL_TYPE,
             ),
