@@ -159,3 +159,15 @@ def test_corpus_parts_add_up(path: Path) -> None:
     parts = [p for m in canonical for p in m.content]
     assert sum(t.calls for t in b.by_tool) == sum(isinstance(p, ToolCall) for p in parts)
     assert sum(t.results for t in b.by_tool) == sum(isinstance(p, ToolResult) for p in parts)
+
+
+def test_tool_schemas_are_named_for_every_tool_shape() -> None:
+    # found by a tester: an OpenAI custom tool showed as "tools[1]"
+    tools = [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}},
+        {"type": "custom", "custom": {"name": "apply_patch", "description": "a patch"}},
+        {"name": "search", "input_schema": {}},
+        {"type": "web_search"},
+    ]
+    b = cw.token_breakdown([{"role": "user", "content": "hi"}], tools=tools, profile="fim")
+    assert [s.tool for s in b.tool_schemas] == ["bash", "apply_patch", "search", "tools[3]"]

@@ -170,9 +170,10 @@ class Breakdown(msgspec.Struct, **_OPTS):
 
 def _schema_name(tool: Any, i: int) -> str:
     if isinstance(tool, Mapping):
-        fn = tool.get("function")
-        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
-            return str(fn["name"])
+        for key in ("function", "custom"):  # OpenAI's function and custom (free-form) tools
+            fn = tool.get(key)
+            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+                return str(fn["name"])
         if isinstance(tool.get("name"), str):
             return str(tool["name"])
     return f"tools[{i}]"
