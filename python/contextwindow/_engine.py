@@ -165,12 +165,18 @@ class _Scope:
     so its id cannot be reused while the scope lasts)."""
 
     def __init__(self) -> None:
-        # id(dict) -> (the dict, its format, its canonical message)
-        self.messages: dict[int, tuple[Any, str, Message]] = {}
+        # (id(dict), format) -> (the dict, its canonical message)
+        self.messages: dict[Any, tuple[Any, Any]] = {}
         # id(canonical message) -> (it, the message decoded from its JSON)
-        self.decoded: dict[int, tuple[Message, Message]] = {}
+        self.decoded: dict[Any, tuple[Any, Any]] = {}
         # (id(message), profile) -> (the message, its tokens)
-        self.costs: dict[tuple[int, str], tuple[Message, int]] = {}
+        self.costs: dict[Any, tuple[Any, Any]] = {}
+
+
+def _recall(memo: dict[Any, tuple[Any, Any]], key: Any, obj: Any) -> Any:
+    """What ``memo`` holds for ``obj`` under ``key`` (built from ``id(obj)``), or ``None``."""
+    hit = memo.get(key)
+    return hit[1] if hit is not None and hit[0] is obj else None
 
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("_SCOPE", default=None)
@@ -201,12 +207,10 @@ def _to_canonical(messages: list[Any], fmt: str) -> list[Message]:
     convert = openai_to_message if fmt == "openai" else anthropic_to_message
     out = []
     for i, d in enumerate(messages):
-        hit = memo.get(id(d))
-        if hit is not None and hit[0] is d and hit[1] == fmt:
-            out.append(hit[2])
-            continue
-        m = convert(d, i)
-        memo[id(d)] = (d, fmt, m)
+        m = _recall(memo, (id(d), fmt), d)
+        if m is None:
+            m = convert(d, i)
+            memo[(id(d), fmt)] = (d, m)
         out.append(m)
     return out
 
@@ -225,11 +229,11 @@ def message_costs(msgs: Sequence[Message], profile: str, payload: bytes | None =
     out = [0] * len(msgs)
     miss = []
     for i, m in enumerate(msgs):
-        hit = memo.get((id(m), profile))
-        if hit is not None and hit[0] is m:
-            out[i] = hit[1]
-        else:
+        n = _recall(memo, (id(m), profile), m)
+        if n is None:
             miss.append(i)
+        else:
+            out[i] = n
     if miss:
         if len(miss) == len(msgs) and payload is not None:
             body = payload
@@ -343,11 +347,11 @@ def decoded(prep: Prepared) -> list[Message]:
         # the same object for the same canonical message, so message_costs knows it
         memo = scope.decoded
         for i, m in enumerate(prep.canonical):
-            hit = memo.get(id(m))
-            if hit is not None and hit[0] is m:
-                out[i] = hit[1]
-            else:
+            seen = _recall(memo, id(m), m)
+            if seen is None:
                 memo[id(m)] = (m, out[i])
+            else:
+                out[i] = seen
     return out
 
 

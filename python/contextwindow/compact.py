@@ -302,6 +302,11 @@ def _slot_text(m: Message, slot: tuple[int, int | None]) -> str:
     return part.content[q].text  # type: ignore[union-attr]
 
 
+def _text_chars(m: Message) -> int:
+    """Characters of the message's text, tool results' text included (what the cap counts)."""
+    return sum(len(_slot_text(m, s)) for s in _text_slots(m))
+
+
 def _set_slot(m: Message, slot: tuple[int, int | None], text: str) -> Message:
     return ref._with_text(m, slot[0], slot[1], text)
 
@@ -526,7 +531,7 @@ def _budget_tool_results(
             if i < seg.preamble_end or m.pinned or i in pinned_idx or i == seg.current_request:
                 continue
             slots = _text_slots(m)
-            total = sum(len(_slot_text(m, s)) for s in slots)
+            total = _text_chars(m)
             if total <= cap:
                 continue
             changed = False
@@ -643,7 +648,7 @@ def _budget_tool_results(
                 if grows >= 0 and not _non_text(part):
                     continue  # as micro_compact: a marker no shorter than the text
                 capped_here = cap is not None and i >= seg.preamble_end and i != seg.current_request
-                if grows > 0 and capped_here and sum(len(_slot_text(m, x)) for x in _text_slots(m)) + grows > cap:
+                if grows > 0 and capped_here and _text_chars(m) + grows > cap:
                     # a result of images alone becomes a marker longer than its text: not
                     # when that puts the message over the character cap (rule 1 would cut
                     # it on the next call, so a second call would not be a no-op)

@@ -399,9 +399,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     lifted = fmt == "anthropic" and doc.get("system") is not None
     if lifted:
         messages = [_system_message(doc["system"], where), *messages]
-    conv = Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted)
-    conv.detected_from = detected_from
-    return conv
+    return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
 
 
 def _encode(value: Any, where: str) -> bytes:
