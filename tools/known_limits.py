@@ -9,12 +9,40 @@ cl100k where the README quotes it). Texts come from a fixed seed, so reruns prin
 same table.
 """
 
+# ruff: noqa: RUF001  (Greek and Cyrillic sample text)
 from __future__ import annotations
 
 import random
+import string
 
 import contextwindow as cw
 from contextwindow.accuracy import reference_counter
+
+GREEK_SUMMARY = (
+    "Ο χρήστης ζήτησε να διορθωθεί το σφάλμα στη συνάρτηση που υπολογίζει τον φόρο. Μετά από "
+    "έλεγχο, διαπίστωσα ότι η στρογγυλοποίηση γινόταν πριν από τον πολλαπλασιασμό, με "
+    "αποτέλεσμα μικρές αποκλίσεις στα τελικά ποσά. Πρότεινα μια αλλαγή και πρόσθεσα δοκιμές "
+    "για τις οριακές περιπτώσεις."
+)
+GREEK_WIKI = (
+    "Η Ελλάδα είναι χώρα της νοτιοανατολικής Ευρώπης, στο νοτιότερο άκρο της Βαλκανικής "
+    "χερσονήσου. Συνορεύει στα βόρεια με την Αλβανία, τη Βόρεια Μακεδονία και τη Βουλγαρία "
+    "και στα ανατολικά με την Τουρκία. Η πρωτεύουσα και μεγαλύτερη πόλη της είναι η Αθήνα. "
+)
+GREEK_PANGRAMS = "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία. Τάχιστη αλώπηξ βαφής ψημένη γη, δρασκελίζει υπέρ νωθρού κυνός. "
+RUSSIAN = (
+    "Пользователь попросил исправить ошибку в функции, которая вычисляет налог. После проверки "
+    "я обнаружил, что округление происходило до умножения, что приводило к небольшим "
+    "расхождениям в итоговых суммах."
+)
+
+
+REGEXES = [
+    r"^(?:[a-z0-9!#$%&*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&*+/=?^_`{|}~-]+)*)@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+$",
+    r"^\s*(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\s*$",
+    r"(?P<key>[\w.-]+)\s*[:=]\s*(?P<val>\"[^\"]*\"|'[^']*'|\S+)",
+    r"s/\(\[^)]*\)/[\1]/g; s|^//+||; y/{}/()/",
+]
 
 
 def texts() -> list[tuple[str, str]]:
@@ -25,6 +53,16 @@ def texts() -> list[tuple[str, str]]:
     dna = "".join(rnd.choice("ACGT") for _ in range(3000))
     ext_b = "".join(chr(rnd.randrange(0x20000, 0x2A6E0)) for _ in range(1000))
     math = "".join(chr(rnd.randrange(0x1D400, 0x1D7FF)) for _ in range(1000))
+    # drawn after the texts above, so theirs stay as they were
+    latin1 = "".join(chr(rnd.randrange(0xA0, 0x100)) for _ in range(3000))
+    cyrillic = "".join(chr(rnd.randrange(0x430, 0x450)) for _ in range(3000))
+    rules = "\n".join(
+        "|" + "|".join(rnd.choice(["---", ":---:", "---:", ":---"]) for _ in range(6)) + "|" for _ in range(200)
+    )
+    regexes = "\n".join(rnd.choice(REGEXES) for _ in range(200))
+    symbols = string.punctuation
+    long_lines = "\n".join("".join(rnd.choice(symbols) for _ in range(120)) for _ in range(50))
+    short_lines = "\n".join("".join(rnd.choice(symbols) for _ in range(10)) for _ in range(500))
     return [
         ("1,000 tabs", "\t" * 1000),
         ("300 words of 12 random letters", words12),
@@ -51,6 +89,19 @@ def texts() -> list[tuple[str, str]]:
         ("blank lines holding spaces", "text\n   \n  \n" * 300),
         ("\\r\\n runs", "line\r\n\r\n\r\n" * 300),
         ("alternating space and line break", " \n" * 1000),
+        ("U+00A0-U+00FF in a row x 20", "".join(map(chr, range(0xA0, 0x100))) * 20),
+        ("3,000 random Latin-1 characters", latin1),
+        ("1,000 byte order marks", "\ufeff" * 1000),
+        ("'\\r' x 2,000", "\r" * 2000),
+        ("3,000 random Cyrillic lower-case letters", cyrillic),
+        ("Greek prose: an agent's summary x 10", GREEK_SUMMARY * 10),
+        ("Greek prose: an encyclopedia paragraph x 8", GREEK_WIKI * 8),
+        ("Greek pangrams x 40", GREEK_PANGRAMS * 40),
+        ("Russian prose x 10", RUSSIAN * 10),
+        ("markdown table rules, 200 rows of 6 columns", rules),
+        ("200 regexes", regexes),
+        ("random ASCII symbols, 50 lines of 120", long_lines),
+        ("random ASCII symbols, 500 lines of 10", short_lines),
     ]
 
 

@@ -46,10 +46,10 @@ TOOL_RESULTS_PREFIX = "[Tool results]"
 
 MAX_KEY = 16
 GROUPS = (
-    "latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl",
+    "latin", "greek", "cyrl", "armgeo", "rtl", "indic", "sea", "otherl",
     "cjk", "kana", "hangul", "sym", "emoji", "joiner", "astral",
 )  # fmt: skip
-LETTER_GROUPS = frozenset(("latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl", "hangul"))
+LETTER_GROUPS = frozenset(("latin", "greek", "cyrl", "armgeo", "rtl", "indic", "sea", "otherl", "hangul"))
 CJKISH = frozenset(("cjk", "kana", "hangul"))
 # groups whose 2-3 character tokens are looked up: CJK-ish words and symbol runs (box drawing)
 NGRAM_GROUPS = CJKISH | {"sym"}
@@ -159,7 +159,8 @@ def group(cp: int) -> str:
         return "latin" if cp >= 0xC0 and cp not in (0xD7, 0xF7) else "sym"
     for lo, hi, g in (
         (0x300, 0x36F, "joiner"),
-        (0x370, 0x52F, "grcy"),
+        (0x370, 0x3FF, "greek"),
+        (0x400, 0x52F, "cyrl"),
         (0x530, 0x58F, "armgeo"),
         (0x590, 0x8FF, "rtl"),
         (0x900, 0xDFF, "indic"),
@@ -167,7 +168,7 @@ def group(cp: int) -> str:
         (0xE00, 0x10FF, "sea"),
         (0x1780, 0x17FF, "sea"),
         (0x1E00, 0x1EFF, "latin"),
-        (0x1F00, 0x1FFF, "grcy"),
+        (0x1F00, 0x1FFF, "greek"),
         (0x2000, 0x2BFF, "sym"),
         (0xFB1D, 0xFDFF, "rtl"),
         (0xFE70, 0xFEFF, "rtl"),

@@ -7,7 +7,7 @@ counts it collects (:func:`count_features`) are weighted into tokens by a profil
 Profiles:
 
 * ``conservative`` (default): the larger of the ``cl100k`` and ``tekken`` estimates times
-  a margin (``data/profiles.json``; 1.06 as fitted), rounded up, with the larger of their overheads. Use it when an
+  a margin (``data/profiles.json``; 1.05 as fitted), rounded up, with the larger of their overheads. Use it when an
   overflow costs more than a little waste: on held-out agent transcripts at most a few
   percent of text segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many

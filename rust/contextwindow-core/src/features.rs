@@ -30,24 +30,25 @@ pub const TABLE_BYTES: usize = TABLE_ENTRIES / 4;
 pub const MAX_KEY: usize = 16;
 
 /// Script groups of non-ASCII code points, in feature order.
-pub const GROUPS: [&str; 14] = [
-    "latin", "grcy", "armgeo", "rtl", "indic", "sea", "otherl", "cjk", "kana", "hangul", "sym",
-    "emoji", "joiner", "astral",
+pub const GROUPS: [&str; 15] = [
+    "latin", "greek", "cyrl", "armgeo", "rtl", "indic", "sea", "otherl", "cjk", "kana", "hangul",
+    "sym", "emoji", "joiner", "astral",
 ];
 const G_LATIN: u8 = 0;
-const G_GRCY: u8 = 1;
-const G_ARMGEO: u8 = 2;
-const G_RTL: u8 = 3;
-const G_INDIC: u8 = 4;
-const G_SEA: u8 = 5;
-const G_OTHERL: u8 = 6;
-const G_CJK: u8 = 7;
-const G_KANA: u8 = 8;
-const G_HANGUL: u8 = 9;
-const G_SYM: u8 = 10;
-const G_EMOJI: u8 = 11;
-const G_JOINER: u8 = 12;
-const G_ASTRAL: u8 = 13;
+const G_GREEK: u8 = 1;
+const G_CYRL: u8 = 2;
+const G_ARMGEO: u8 = 3;
+const G_RTL: u8 = 4;
+const G_INDIC: u8 = 5;
+const G_SEA: u8 = 6;
+const G_OTHERL: u8 = 7;
+const G_CJK: u8 = 8;
+const G_KANA: u8 = 9;
+const G_HANGUL: u8 = 10;
+const G_SYM: u8 = 11;
+const G_EMOJI: u8 = 12;
+const G_JOINER: u8 = 13;
+const G_ASTRAL: u8 = 14;
 
 /// Number of features.
 pub const N_FEATURES: usize = 23 + 2 * GROUPS.len();
@@ -80,7 +81,8 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "unknown_punct_switches",
     "unknown_punct_run_tokens",
     "ch_latin",
-    "ch_grcy",
+    "ch_greek",
+    "ch_cyrl",
     "ch_armgeo",
     "ch_rtl",
     "ch_indic",
@@ -94,7 +96,8 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "ch_joiner",
     "ch_astral",
     "ex_latin",
-    "ex_grcy",
+    "ex_greek",
+    "ex_cyrl",
     "ex_armgeo",
     "ex_rtl",
     "ex_indic",
@@ -284,7 +287,8 @@ pub fn group(cp: u32) -> u8 {
             }
         }
         0x300..=0x36F => G_JOINER,
-        0x370..=0x52F => G_GRCY,
+        0x370..=0x3FF => G_GREEK,
+        0x400..=0x52F => G_CYRL,
         0x530..=0x58F => G_ARMGEO,
         0x590..=0x8FF => G_RTL,
         0x900..=0xDFF => G_INDIC,
@@ -292,7 +296,7 @@ pub fn group(cp: u32) -> u8 {
         0xE00..=0x10FF => G_SEA,
         0x1780..=0x17FF => G_SEA,
         0x1E00..=0x1EFF => G_LATIN,
-        0x1F00..=0x1FFF => G_GRCY,
+        0x1F00..=0x1FFF => G_GREEK,
         0x2000..=0x2BFF => G_SYM,
         0xFB1D..=0xFDFF | 0xFE70..=0xFEFF => G_RTL,
         0xE000..=0xF8FF => G_SYM,
@@ -1108,7 +1112,9 @@ mod tests {
     fn groups() {
         assert_eq!(group(0xE9), G_LATIN); // é
         assert_eq!(group(0xD7), G_SYM); // ×
-        assert_eq!(group(0x416), G_GRCY); // Ж
+        assert_eq!(group(0x416), G_CYRL); // Ж
+        assert_eq!(group(0x3B1), G_GREEK); // α
+        assert_eq!(group(0x1F00), G_GREEK); // ἀ (Greek Extended)
         assert_eq!(group(0x10D0), G_ARMGEO); // ა
         assert_eq!(group(0x5D0), G_RTL); // א
         assert_eq!(group(0x915), G_INDIC); // क
