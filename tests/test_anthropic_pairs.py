@@ -34,7 +34,10 @@ from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages
 from contextwindow._engine import native as rs
 from contextwindow.cli import main
+from contextwindow.compact import prune_middle
 from contextwindow.messages import MISSING_RESULT, RESULTS_REMOVED, Message, TextPart, ToolCall, ToolResult
+
+from strategies import anthropic_agent
 
 BC = cw.BREADCRUMB
 BIG = "lorem ipsum dolor sit amet " * 400
@@ -392,3 +395,23 @@ def _texts(m: dict[str, Any]) -> str:
     if isinstance(c, str):
         return c
     return "".join(b.get("text", "") for b in c if b.get("type") == "text")
+
+
+@given(anthropic_agent(), st.integers(0, 110), st.integers(0, 8))
+def test_fit_guard_prune_validate_whole(msgs: list[Message], pct: int, keep: int) -> None:
+    """The same, on canonical messages from ``strategies.anthropic_agent`` (pinned
+    messages, big texts, images, partial results): ``fit``, the guard and
+    ``prune_middle`` give outputs that pass ``validate`` whole."""
+    total = cw.count_messages(msgs, format="anthropic")
+    budget = total * pct // 100
+    outs = [
+        cw.fit(msgs, budget, format="anthropic").messages,
+        prune_middle(msgs, keep_recent=keep if keep < 8 else None, format="anthropic").messages,
+    ]
+    guard = cw.ContextGuard(cw.resolve_budget(context_window=budget + 60, max_output_tokens=50, floor=0))
+    try:
+        outs.append(guard.check(msgs, format="anthropic").messages)
+    except cw.ContextOverflowError as exc:
+        outs.append(exc.result.messages)  # type: ignore[attr-defined]
+    for out in outs:
+        assert cw.validate(out, "anthropic") == []
