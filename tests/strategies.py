@@ -263,8 +263,9 @@ def anthropic_agent(draw: Any) -> list[Message]:
     an optional system message), so every output must pass ``validate`` whole, role rules
     included. Steps: chat, calls answered in the next user message (sometimes with text
     after the results, sometimes only some of them), calls the user interrupted (a plain
-    user message after the ``tool_use``, no result), and orphan-only user messages (an id
-    no call made, or one a call made long ago), first, in the middle or last. Parts come
+    user message after the ``tool_use``, no result), orphan-only user messages (an id no
+    call made, or one a call made long ago), first, in the middle or last, and assistant
+    messages holding only a ``tool_result`` block. Parts come
     from the strategies above: big texts, CJK, emoji, images, pinned messages, our own
     breadcrumb and ``[Tool results]`` text."""
     msgs: list[Message] = []
@@ -280,9 +281,12 @@ def anthropic_agent(draw: Any) -> list[Message]:
 
     msgs.append(orphan() if draw(st.integers(0, 4)) == 0 else user())
     for _ in range(draw(st.integers(0, 6))):
-        kind = draw(st.sampled_from(["chat", "tools", "tools", "interrupted", "orphan"]))
+        kind = draw(st.sampled_from(["chat", "tools", "tools", "interrupted", "orphan", "stray"]))
         pinned = draw(st.integers(0, 12)) == 0
-        if kind in ("tools", "interrupted"):
+        if kind == "stray":  # an assistant message holding only a tool_result block
+            msgs.append(Message(role="assistant", content=orphan().content, pinned=pinned))
+            msgs.append(user())
+        elif kind in ("tools", "interrupted"):
             ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
             calls = [
                 ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids

@@ -161,6 +161,23 @@ def test_moved_results_leave_a_placeholder() -> None:
     assert (r.report.fates[4].fate, r.report.fates[4].rule) == ("repaired", "result_moved")
 
 
+def test_emptied_assistant_message_stays_between_user_messages() -> None:
+    """An assistant message holding only a misplaced tool_result loses it; dropping the
+    message would make the user messages around it meet, so it stays as a placeholder.
+    At the end of the list, or with no user message on one side, it goes."""
+    stray = a([{"type": "tool_result", "tool_use_id": "zz", "content": "r"}])
+    r = cw.repair_tool_pairs([u("hi"), stray, u("q")], format="anthropic")
+    assert r.messages == [u("hi"), a([{"type": "text", "text": RESULTS_REMOVED}]), u("q")]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("orphan_result_dropped", 1), ("placeholder_inserted", 1)]
+    assert cw.validate(r.messages, "anthropic") == []
+    tail = cw.repair_tool_pairs([u("hi"), stray], format="anthropic")
+    assert tail.messages == [u("hi")] and tail.report.fates[1].fate == "dropped"
+    # an emptied user message and an emptied assistant message side by side: dropping
+    # both leaves "hi" and "b" alternating
+    both = cw.repair_tool_pairs([u("hi"), a("a"), orphan(), stray, u("q")], format="anthropic")
+    assert both.messages == [u("hi"), a("a"), u("q")]
+
+
 def test_cli_repair_then_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "orphan.json"
     src.write_text(json.dumps(N1))

@@ -959,7 +959,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
         if not content:  # settle_placeholders keeps it (renaming the change) or drops it
             changes.append(_change("message_dropped", i))
             emptied.append((len(out), len(changes) - 1))
-            return Item(i, fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=RESULTS_REMOVED)])))
+            return _placeholder(m, i)
         if caller is not None and m.content and not isinstance(m.content[0], ToolResult) and has_results(m):
             changes.append(_change("results_reordered", i))
         return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
@@ -979,6 +979,9 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             continue
         base = _strip_results(msgs, results, i, changes)
         if base is None:
+            if m.role == "assistant":  # emptied (only misplaced results): see _settle_placeholders
+                emptied.append((len(out), len(changes) - 1))
+                out.append(_placeholder(m, i))
             continue
         if m.role == "assistant" and has_calls(m):
             open_ids = _emit_caller(base, msgs, answered_by, i, missing, True, out, changes)
@@ -991,12 +994,17 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
     return _settle_placeholders(out, emptied, changes, msgs), changes
 
 
+def _placeholder(m: Message, i: int) -> Item:
+    return Item(i, fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=RESULTS_REMOVED)])))
+
+
 def _settle_placeholders(
     out: list[Item], emptied: list[tuple[int, int]], changes: list[PairChange], msgs: list[Message]
 ) -> list[Item]:
-    """Each run of adjacent emptied user messages keeps its first (holding
-    ``RESULTS_REMOVED``; its change becomes ``placeholder_inserted``) when no user message
-    is left before or after the run; the others go."""
+    """Messages repair emptied go; in each run of adjacent ones, the first of the role that
+    keeps Anthropic's role order stays (holding ``RESULTS_REMOVED``; its change becomes
+    ``placeholder_inserted``): a user message when no user message is left before or
+    after the run, an assistant message when two user messages would meet."""
     gone: set[int] = set()
     k = 0
     while k < len(emptied):
@@ -1006,9 +1014,16 @@ def _settle_placeholders(
         first, last = emptied[k][0], emptied[end][0]
         before = next((r for r in (it.msg(msgs).role for it in reversed(out[:first])) if r != "system"), None)
         after = out[last + 1].msg(msgs).role if last + 1 < len(out) else None
-        needed = before != "user" and after != "user"
-        for j, (pos, c) in enumerate(emptied[k : end + 1]):
-            if needed and j == 0:
+        if before == "user" and after == "user":
+            needed: str | None = "assistant"
+        elif before != "user" and after != "user":
+            needed = "user"
+        else:
+            needed = None
+        run = emptied[k : end + 1]
+        keep = next((pos for pos, _ in run if out[pos].msg(msgs).role == needed), None)
+        for pos, c in run:
+            if pos == keep:
                 changes[c] = _change("placeholder_inserted", changes[c].index)
             else:
                 gone.add(pos)

@@ -642,6 +642,11 @@ fn repair_anthropic<'a>(
             continue;
         }
         let Some(base) = strip_results(messages, res, i, &mut changes) else {
+            if m.role == Role::Assistant {
+                // emptied (it held only misplaced results): see `settle_placeholders`
+                emptied.push((out.len(), changes.len() - 1));
+                out.push(placeholder(m, i));
+            }
             continue;
         };
         if m.role == Role::Assistant && m.has_tool_calls() {
@@ -678,14 +683,16 @@ fn repair_anthropic<'a>(
     (out, changes)
 }
 
-/// User messages that repair emptied (`emptied`: their positions in `out`, in order, and
-/// the index of their `message_dropped` change). Each run of adjacent ones keeps its
-/// first, holding [`RESULTS_REMOVED`] (the change becomes `placeholder_inserted`), when
-/// dropping the run would leave neither a user message before it nor one after it: two
-/// assistant messages side by side, an assistant message first, or an assistant message
-/// last, which Anthropic reads as the start of the answer (found by a tester: an orphan
-/// result that was a user message's only block made the output fail `validate`). The
-/// others go.
+/// Messages that repair emptied (`emptied`: their positions in `out`, in order, and the
+/// index of their `message_dropped` change; user messages, and assistant messages that
+/// held only misplaced results). They go, but where a run of adjacent ones going would
+/// break Anthropic's role order, the first one of the role that mends it stays, holding
+/// [`RESULTS_REMOVED`] (its change becomes `placeholder_inserted`): a user message when
+/// no user message would be left before or after the run (two assistant messages side
+/// by side, an assistant message first, or an assistant message last, which Anthropic
+/// reads as the start of the answer), an assistant message when user messages would meet
+/// (found by a tester: an orphan result that was a user message's only block made the
+/// output fail `validate`).
 fn settle_placeholders<'a>(
     out: Vec<Work<'a>>,
     emptied: &[(usize, usize)],
@@ -708,9 +715,20 @@ fn settle_placeholders<'a>(
             .map(|w| w.msg.role)
             .find(|&r| r != Role::System);
         let after = out.get(last + 1).map(|w| w.msg.role);
-        let needed = before != Some(Role::User) && after != Some(Role::User);
-        for (j, &(pos, c)) in emptied[k..=end].iter().enumerate() {
-            if needed && j == 0 {
+        let user = Some(Role::User);
+        let needed = if before == user && after == user {
+            Some(Role::Assistant)
+        } else if before != user && after != user {
+            Some(Role::User)
+        } else {
+            None
+        };
+        let keep = emptied[k..=end]
+            .iter()
+            .map(|&(pos, _)| pos)
+            .find(|&pos| Some(out[pos].msg.role) == needed);
+        for &(pos, c) in &emptied[k..=end] {
+            if Some(pos) == keep {
                 changes[c].kind = "placeholder_inserted";
             } else {
                 gone[pos] = true;
@@ -807,17 +825,10 @@ fn rebuild_user<'a>(
     if same {
         return (borrowed, false);
     }
-    let mut edited = m.clone();
     if content.is_empty() {
         // `settle_placeholders` keeps it (renaming the change) or drops it
         changes.push(change("message_dropped", i, None));
-        edited.content = vec![Part::text(RESULTS_REMOVED)];
-        edited.fix_content_kind();
-        let w = Work {
-            src: Some(i),
-            msg: Cow::Owned(edited),
-        };
-        return (w, true);
+        return (placeholder(m, i), true);
     }
     if caller.is_some()
         && m.content
@@ -827,6 +838,7 @@ fn rebuild_user<'a>(
     {
         changes.push(change("results_reordered", i, None));
     }
+    let mut edited = m.clone();
     edited.content = content;
     edited.fix_content_kind();
     let w = Work {
@@ -834,6 +846,17 @@ fn rebuild_user<'a>(
         msg: Cow::Owned(edited),
     };
     (w, false)
+}
+
+/// Message `i` (`m`) holding only [`RESULTS_REMOVED`].
+fn placeholder(m: &Message, i: usize) -> Work<'_> {
+    let mut edited = m.clone();
+    edited.content = vec![Part::text(RESULTS_REMOVED)];
+    edited.fix_content_kind();
+    Work {
+        src: Some(i),
+        msg: Cow::Owned(edited),
+    }
 }
 
 /// Structural equality of two parts (raw JSON compared as text).
