@@ -242,6 +242,21 @@ def test_interrupted_call_trim_turns() -> None:
     engine_agrees(ANTH, 500)
 
 
+def test_interrupted_call_with_a_token_counter() -> None:
+    """The pure-Python engine (a caller's counter) gives the same messages, and counts
+    the user's message once: without the stub it is the caller's own object again."""
+    seen: list[Any] = []
+
+    def counter(ms: list[Any]) -> int:
+        seen.append(ms[0])
+        return len(json.dumps(ms[0])) // 4 + 1
+
+    r = cw.trim_turns(ANTH, budget=100, token_counter=counter, format="anthropic")
+    assert r.messages == WANT and r.report.fits
+    assert sum(m is ANTH[2] for m in seen) == 1
+    assert r.report.tokens_after == counter([WANT[0]])
+
+
 def test_interrupted_call_gateway_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, rep = cw.fit_request(body(ANTH), budget=500, report=True)
     assert json.loads(out)["messages"] == WANT and rep.report.fits

@@ -1136,6 +1136,7 @@ class _State:
     # dropped, each one's item with its stubs and its cost
     stub_head: list[bool] = field(default_factory=list)
     saved: list[tuple[Item, int] | None] = field(default_factory=list)
+    _stripped: dict[int, tuple[Item, tuple[Item, int]]] = field(default_factory=dict)
 
     def set_keep(self, w: int, keep: bool) -> None:
         """Keep or drop item ``w``, keeping the running total. The stubs of the next item
@@ -1146,20 +1147,34 @@ class _State:
             if w + 1 < len(self.stub_head) and self.stub_head[w + 1]:
                 self.set_stubs(w + 1, keep)
 
-    def bare(self, h: int) -> Message | None:
-        """Stub head ``h`` without its stubs (``None`` when it is none or holds none)."""
+    def stripped(self, h: int) -> tuple[Item, int] | None:
+        """Stub head ``h`` without its stubs, and its cost (``None`` when it is no stub
+        head or holds no stub); the input message itself when that is all repair changed
+        (counted as the caller's own object, as every input message)."""
         if not self.stub_head[h]:
             return None
-        return without_stubs(self.m(h))
+        it = self.work[h]
+        hit = self._stripped.get(h)
+        if hit is not None and hit[0] is it:
+            return hit[1]
+        bare = without_stubs(self.m(h))
+        if bare is None:
+            return None
+        if it.src is not None and bare.content == self.msgs[it.src].content:
+            out = (Item(it.src, None), self.cost.message_tokens(self.msgs[it.src]))
+        else:
+            bare = fix_content_kind(bare)
+            out = (Item(it.src, bare), self.cost.message_tokens(bare))
+        self._stripped[h] = (it, out)
+        return out
 
     def stub_tokens(self, h: int) -> int:
         """Tokens the stubs of stub head ``h`` add, else 0."""
-        bare = self.bare(h)
-        return 0 if bare is None else self.costs[h] - self.cost.message_tokens(bare)
+        got = self.stripped(h)
+        return 0 if got is None else self.costs[h] - got[1]
 
     def set_stubs(self, h: int, with_stubs: bool) -> None:
-        """Take out or put back the stubs of stub head ``h``; taken out, a message equal to
-        its input message is that message again."""
+        """Take out or put back the stubs of stub head ``h``."""
         if with_stubs:
             saved = self.saved[h]
             if saved is None:
@@ -1167,15 +1182,10 @@ class _State:
             self.saved[h] = None
             item, cost = saved
         else:
-            bare = self.bare(h)
-            if bare is None:
+            got = self.stripped(h)
+            if got is None:
                 return
-            src = self.work[h].src
-            if src is not None and bare.content == self.msgs[src].content:
-                item = Item(src, None)
-            else:
-                item = Item(src, fix_content_kind(bare))
-            cost = self.costs[h] - self.stub_tokens(h)
+            item, cost = got
             self.saved[h] = (self.work[h], self.costs[h])
         if self.keep[h]:
             self.running += cost - self.costs[h]
