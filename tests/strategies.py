@@ -255,3 +255,56 @@ provider = st.sampled_from(["openai", "anthropic"])
 def case(draw: Any) -> tuple[str, list[Message]]:
     p = draw(provider)
     return p, draw(conversation(p))
+
+
+@st.composite
+def anthropic_agent(draw: Any) -> list[Message]:
+    """An Anthropic agent conversation whose roles alternate (a user message first, after
+    an optional system message), so every output must pass ``validate`` whole, role rules
+    included. Steps: chat, calls answered in the next user message (sometimes with text
+    after the results, sometimes only some of them), calls the user interrupted (a plain
+    user message after the ``tool_use``, no result), orphan-only user messages (an id no
+    call made, or one a call made long ago), first, in the middle or last, and assistant
+    messages holding only a ``tool_result`` block. Parts come
+    from the strategies above: big texts, CJK, emoji, images, pinned messages, our own
+    breadcrumb and ``[Tool results]`` text."""
+    msgs: list[Message] = []
+    if draw(st.booleans()):
+        msgs.append(Message(role="system", content=[TextPart(text=draw(text))]))
+
+    def orphan() -> Message:
+        r = ToolResult(call_id=draw(st.sampled_from([*IDS, "zz"])), content=[TextPart(text=draw(any_text))])
+        return Message(role="user", content=[r])
+
+    def user() -> Message:
+        return Message(role="user", content=_text_parts(draw), pinned=draw(st.integers(0, 12)) == 0)
+
+    msgs.append(orphan() if draw(st.integers(0, 4)) == 0 else user())
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(["chat", "tools", "tools", "interrupted", "orphan", "stray"]))
+        pinned = draw(st.integers(0, 12)) == 0
+        if kind == "stray":  # an assistant message holding only a tool_result block
+            msgs.append(Message(role="assistant", content=orphan().content, pinned=pinned))
+            msgs.append(user())
+        elif kind in ("tools", "interrupted"):
+            ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
+            calls = [
+                ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids
+            ]
+            pre = [TextPart(text=draw(text))] if draw(st.booleans()) else []
+            msgs.append(Message(role="assistant", content=pre + calls, pinned=pinned))
+            if kind == "interrupted":
+                msgs.append(user())
+                continue
+            answered = draw(st.permutations(ids))
+            if draw(st.integers(0, 4)) == 0:
+                answered = answered[: draw(st.integers(1, len(answered)))]
+            results = [ToolResult(call_id=i, content=_result_parts(draw)) for i in answered]
+            tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
+            msgs.append(Message(role="user", content=[*results, *tail]))
+        else:
+            msgs.append(Message(role="assistant", content=_text_parts(draw) or [TextPart(text="ok")], pinned=pinned))
+            msgs.append(orphan() if kind == "orphan" else user())
+    if draw(st.integers(0, 5)) == 0:
+        msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))]))
+    return msgs

@@ -17,7 +17,7 @@ from contextwindow._engine import native as rs
 from contextwindow.messages import Message, ToolResult
 from contextwindow.report import Segmentation
 
-from strategies import case, image_part
+from strategies import anthropic_agent, case, image_part
 
 PROFILES = ["conservative", "cl100k", "tekken", "fim", "bytes4"]
 
@@ -139,3 +139,19 @@ def test_trim_turn_count_agrees(c: tuple[str, list[Message]], max_turns: int) ->
     payload, cm = canon(msgs)
     got = ops(rs.trim_turn_count(payload, max_turns, "conservative", True, provider))
     assert got == ref.trim_turn_count(cm, max_turns, "conservative", True, provider)
+
+
+@given(anthropic_agent(), st.integers(0, 100), st.integers(0, 4), st.sampled_from(PROFILES))
+def test_anthropic_agent_agrees(msgs: list[Message], pct: int, max_turns: int, profile: str) -> None:
+    """Orphan-only carriers (placeholders) and interrupted calls (stubs that go with their
+    call's turn), on alternating Anthropic conversations."""
+    payload, cm = canon(msgs)
+    assert msgspec.json.decode(rs.segment_turns(payload), type=Segmentation) == ref.segment(cm)
+    for missing in ("stub", "drop"):
+        got = ops(rs.repair_tool_pairs(payload, "anthropic", missing, profile))
+        assert got == ref.repair_tool_pairs(cm, missing, profile, "anthropic")
+    budget = sum(ref.message_tokens(m, ref.PROFILES[profile]) for m in cm) * pct // 100
+    got = ops(rs.trim_turns(payload, budget, profile, True, "anthropic"))
+    assert got == ref.trim_turns(cm, budget, profile, True, "anthropic")
+    got = ops(rs.trim_turn_count(payload, max_turns, profile, True, "anthropic"))
+    assert got == ref.trim_turn_count(cm, max_turns, profile, True, "anthropic")

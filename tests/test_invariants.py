@@ -11,7 +11,7 @@ from contextwindow import _reference as ref
 from contextwindow.messages import Message
 
 from shared_data import PAIRING
-from strategies import case
+from strategies import anthropic_agent, case
 
 
 def pairing_violations(msgs: list[Message], provider: str) -> list[cw.Violation]:
@@ -112,3 +112,37 @@ def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
     assert all(a is b for a, b in zip(twice.messages, once, strict=True)) and len(twice.messages) == len(once)
     if not pairing_violations(msgs, provider):
         assert all(a is b for a, b in zip(once, msgs, strict=True)) and len(once) == len(msgs)
+
+
+ROLE_ORDER = {"first_not_user", "not_alternating", "role_not_allowed"}
+
+
+@given(anthropic_agent(), st.integers(0, 120), st.integers(0, 4), st.sampled_from(["conservative", "fim"]))
+def test_anthropic_outputs_validate_whole(msgs: list[Message], pct: int, max_turns: int, profile: str) -> None:
+    """Alternating Anthropic input: every output passes ``validate`` whole, role rules
+    included (fresh7 N1: an emptied orphan carrier made two assistant messages meet), and
+    the last real user message stays the current request (N2: an interrupted call merged
+    it into the call's turn)."""
+    assert not [v for v in cw.validate(msgs, "anthropic") if v.code in ROLE_ORDER]
+    budget = cw.count_messages(msgs, profile, format="anthropic") * pct // 100
+    repaired = cw.repair_tool_pairs(msgs, format="anthropic").messages
+    runs = [
+        cw.repair_tool_pairs(msgs, "drop", format="anthropic"),
+        cw.trim_turns(msgs, budget, profile=profile, format="anthropic"),
+        cw.trim_turn_count(msgs, max_turns, format="anthropic"),
+    ]
+    assert cw.validate(repaired, "anthropic") == []
+    for r in runs:
+        assert cw.validate(r.messages, "anthropic") == []
+    # unless repair moves results, or stubs a user message that holds nothing (a carrier
+    # then: stubs alone are no user's words), it makes no turn and merges none (N2: 2
+    # turns of 3), and the last real user message is the current request (N2: fit took
+    # the old first message)
+    moved = any(c.kind == "result_moved" for c in cw.repair_tool_pairs(msgs, format="anthropic").report.repairs)
+    if not moved and all(m.content for m in msgs if m.role == "user"):
+        turns = len(cw.segment_turns(msgs, format="anthropic").turns)
+        assert runs[1].report.turns_before == runs[2].report.turns_before == turns
+        real = [i for i, m in enumerate(msgs) if ref.is_real_user(m)]
+        if real:
+            assert runs[1].report.fates[real[-1]].fate != "dropped"
+            assert runs[2].report.fates[real[-1]].fate != "dropped"

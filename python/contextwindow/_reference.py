@@ -26,6 +26,7 @@ from ._marks import ATTACH, CONSONANT, LINKER, PREPEND
 from .messages import (
     BREADCRUMB,
     MISSING_RESULT,
+    RESULTS_REMOVED,
     ImagePart,
     Message,
     OpaquePart,
@@ -565,16 +566,40 @@ def is_notice(m: Message) -> bool:
     return m.role == "user" and len(m.content) == 1 and ft is not None and NOTICE_RE.fullmatch(ft) is not None
 
 
-def is_real_user(m: Message) -> bool:
-    ft = first_text(m)
+def is_missing_result(q: Part) -> bool:
+    """A synthetic result like ``_missing``'s (by its content: an earlier repair's too)."""
     return (
-        m.role == "user"
-        and not has_results(m)
-        and not (has_calls(m) and all(isinstance(q, ToolCall) for q in m.content))
-        and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
-        and not is_breadcrumb(m)
-        and not is_notice(m)
+        isinstance(q, ToolResult)
+        and not q.is_error
+        and len(q.content) == 1
+        and isinstance(q.content[0], TextPart)
+        and q.content[0].text == MISSING_RESULT
     )
+
+
+def is_real_user(m: Message) -> bool:
+    """Starts a turn. Stub results next to what the user wrote do not make a carrier: repair
+    put the stub of a call the user interrupted into the user's next message (Anthropic)."""
+    if m.role != "user":
+        return False
+    rest = [q for q in m.content if not isinstance(q, ToolResult)]
+    if has_results(m) and (not rest or not all(is_missing_result(q) for q in m.content if isinstance(q, ToolResult))):
+        return False
+    ft = rest[0].text if rest and isinstance(rest[0], TextPart) else None
+    only = len(rest) == 1 and ft is not None
+    return (
+        not (rest and all(isinstance(q, ToolCall) for q in rest))
+        and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
+        and not (only and ft == BREADCRUMB)
+        and not (only and NOTICE_RE.fullmatch(ft or "") is not None)
+    )
+
+
+def without_stubs(m: Message) -> Message | None:
+    """``m`` without its stub results, ``None`` when it holds none."""
+    if not any(is_missing_result(q) for q in m.content):
+        return None
+    return msgspec.structs.replace(m, content=[q for q in m.content if not is_missing_result(q)])
 
 
 def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]:
@@ -612,6 +637,8 @@ def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]])
 
     in_unit = [has_calls(m) and m.role == "assistant" for m in msgs]
     for i, row in enumerate(results):
+        if is_real_user(msgs[i]):
+            continue  # its results are stubs; the message opens a turn
         for c in row:
             if c is not None:
                 a, b = find(i), find(c[0])
@@ -915,7 +942,7 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
             parts.append(_missing(cid))
         return parts
 
-    def rebuild_user(i: int, caller: tuple[int, list[str]] | None) -> Item | None:
+    def rebuild_user(i: int, caller: tuple[int, list[str]] | None) -> Item:
         m = msgs[i]
         owes = caller is not None and (bool(owned.get(caller[0])) or bool(caller[1]))
         if not owes and not has_results(m) and not has_calls(m):
@@ -930,31 +957,32 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
                 changes.append(_change("orphan_result_dropped", i, part.call_id))
         if content == m.content:
             return Item(i, None)
-        if not content:
+        if not content:  # settle_placeholders keeps it (renaming the change) or drops it
             changes.append(_change("message_dropped", i))
-            return None
+            emptied.append((len(out), len(changes) - 1))
+            return _placeholder(m, i)
         if caller is not None and m.content and not isinstance(m.content[0], ToolResult) and has_results(m):
             changes.append(_change("results_reordered", i))
         return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
 
     owed: tuple[int, list[str]] | None = None
+    emptied: list[tuple[int, int]] = []  # user messages emptied: (position in out, change index)
     for i, m in enumerate(msgs):
         if owed is not None:
             caller, stubs = owed
             owed = None
             if m.role == "user":
-                item = rebuild_user(i, (caller, stubs))
-                if item is not None:
-                    out.append(item)
+                out.append(rebuild_user(i, (caller, stubs)))
                 continue
             out.append(Item(None, Message(role="user", content=owed_parts(caller, stubs, None))))
         if m.role == "user":
-            item = rebuild_user(i, None)
-            if item is not None:
-                out.append(item)
+            out.append(rebuild_user(i, None))
             continue
         base = _strip_results(msgs, results, i, changes)
         if base is None:
+            if m.role == "assistant":  # emptied (only misplaced results): see _settle_placeholders
+                emptied.append((len(out), len(changes) - 1))
+                out.append(_placeholder(m, i))
             continue
         if m.role == "assistant" and has_calls(m):
             open_ids = _emit_caller(base, msgs, answered_by, i, missing, True, out, changes)
@@ -964,7 +992,44 @@ def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[l
         out.append(base)
     if owed is not None:
         out.append(Item(None, Message(role="user", content=owed_parts(owed[0], owed[1], None))))
-    return out, changes
+    return _settle_placeholders(out, emptied, changes, msgs), changes
+
+
+def _placeholder(m: Message, i: int) -> Item:
+    return Item(i, fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=RESULTS_REMOVED)])))
+
+
+def _settle_placeholders(
+    out: list[Item], emptied: list[tuple[int, int]], changes: list[PairChange], msgs: list[Message]
+) -> list[Item]:
+    """Messages repair emptied go; in each run of adjacent ones, the first of the role that
+    keeps Anthropic's role order stays (holding ``RESULTS_REMOVED``; its change becomes
+    ``placeholder_inserted``): a user message when no user message is left before or
+    after the run, an assistant message when two user messages would meet."""
+    gone: set[int] = set()
+    k = 0
+    while k < len(emptied):
+        end = k
+        while end + 1 < len(emptied) and emptied[end + 1][0] == emptied[end][0] + 1:
+            end += 1
+        first, last = emptied[k][0], emptied[end][0]
+        before = next((r for r in (it.msg(msgs).role for it in reversed(out[:first])) if r != "system"), None)
+        after = out[last + 1].msg(msgs).role if last + 1 < len(out) else None
+        if before == "user" and after == "user":
+            needed: str | None = "assistant"
+        elif before != "user" and after != "user":
+            needed = "user"
+        else:
+            needed = None
+        run = emptied[k : end + 1]
+        keep = next((pos for pos, _ in run if out[pos].msg(msgs).role == needed), None)
+        for pos, c in run:
+            if pos == keep:
+                changes[c] = _change("placeholder_inserted", changes[c].index)
+            else:
+                gone.add(pos)
+        k = end + 1
+    return [it for p, it in enumerate(out) if p not in gone]
 
 
 # --------------------------------------------------------------------------- trim
@@ -1067,11 +1132,66 @@ class _State:
     def total(self) -> int:
         return self.running
 
+    # work items that are real user messages holding stubs for the calls of the item
+    # before them (an Anthropic call the user interrupted), and while that caller is
+    # dropped, each one's item with its stubs and its cost
+    stub_head: list[bool] = field(default_factory=list)
+    saved: list[tuple[Item, int] | None] = field(default_factory=list)
+    _stripped: dict[int, tuple[Item, tuple[Item, int]]] = field(default_factory=dict)
+
     def set_keep(self, w: int, keep: bool) -> None:
-        """Keep or drop item ``w``, keeping the running total."""
+        """Keep or drop item ``w``, keeping the running total. The stubs of the next item
+        answer ``w``'s calls: they go and come back with ``w``."""
         if self.keep[w] != keep:
             self.keep[w] = keep
             self.running += self.costs[w] if keep else -self.costs[w]
+            if w + 1 < len(self.stub_head) and self.stub_head[w + 1]:
+                self.set_stubs(w + 1, keep)
+
+    def stripped(self, h: int) -> tuple[Item, int] | None:
+        """Stub head ``h`` without its stubs, and its cost (``None`` when it is no stub
+        head or holds no stub); the input message itself when that is all repair changed
+        (counted as the caller's own object, as every input message)."""
+        if not self.stub_head[h]:
+            return None
+        it = self.work[h]
+        hit = self._stripped.get(h)
+        if hit is not None and hit[0] is it:
+            return hit[1]
+        bare = without_stubs(self.m(h))
+        if bare is None:
+            return None
+        if it.src is not None and bare.content == self.msgs[it.src].content:
+            out = (Item(it.src, None), self.cost.message_tokens(self.msgs[it.src]))
+        else:
+            bare = fix_content_kind(bare)
+            out = (Item(it.src, bare), self.cost.message_tokens(bare))
+        self._stripped[h] = (it, out)
+        return out
+
+    def stub_tokens(self, h: int) -> int:
+        """Tokens the stubs of stub head ``h`` add, else 0."""
+        got = self.stripped(h)
+        return 0 if got is None else self.costs[h] - got[1]
+
+    def set_stubs(self, h: int, with_stubs: bool) -> None:
+        """Take out or put back the stubs of stub head ``h``."""
+        if with_stubs:
+            saved = self.saved[h]
+            if saved is None:
+                return
+            self.saved[h] = None
+            item, cost = saved
+        else:
+            got = self.stripped(h)
+            if got is None:
+                return
+            item, cost = got
+            self.saved[h] = (self.work[h], self.costs[h])
+        if self.keep[h]:
+            self.running += cost - self.costs[h]
+        self.work[h] = item
+        self.costs[h] = cost
 
     def set_cost(self, w: int, cost: int) -> None:
         if self.keep[w]:
@@ -1114,18 +1234,26 @@ def _with_breadcrumb(m: Message) -> Message:
     return fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
 
 
-def repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange]) -> None:
-    """Set the Fate of every message a pair repair changed, as ``trim_turns`` reports it."""
+def repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange], items: list[Item]) -> None:
+    """Set the Fate of every message a pair repair changed, as ``trim_turns`` reports it
+    (``items``: the repaired list; a message with orphans is dropped only if gone from it)."""
     for c in repairs:
         f = fates[c.index]
         if c.kind == "orphan_result_dropped":
-            f.update(fate="dropped", rule="orphan_result", chars_removed=0)
+            f.update(fate="repaired", rule="orphan_result", chars_removed=0)
         elif c.kind == "message_dropped":
             f.update(fate="dropped", rule="emptied_by_repair", chars_removed=0)
         elif c.kind == "call_removed":
             f.update(fate="repaired", rule="call_removed", chars_removed=0)
-        elif c.kind in ("result_moved", "stub_inserted", "results_reordered") and f["fate"] == "kept":
+        elif (
+            c.kind in ("result_moved", "stub_inserted", "results_reordered", "placeholder_inserted")
+            and f["fate"] == "kept"
+        ):
             f.update(fate="repaired", rule=c.kind, chars_removed=0)
+    present = {it.src for it in items}
+    for i, f in enumerate(fates):
+        if f["rule"] == "orphan_result" and i not in present:
+            f["fate"] = "dropped"  # an OpenAI tool message of orphan results goes whole
 
 
 def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
@@ -1135,7 +1263,12 @@ def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool
     st.keep = [True] * len(work)
     st.running = sum(st.costs)
     st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
-    repair_fates(st.fates, repairs)
+    repair_fates(st.fates, repairs, work)
+    st.stub_head = [
+        w > 0 and st.m(w - 1).role == "assistant" and is_real_user(st.m(w)) and has_results(st.m(w))
+        for w in range(len(work))
+    ]
+    st.saved = [None] * len(work)
     return st
 
 
@@ -1271,7 +1404,15 @@ def _trim_turns_once(
     turn_cost = [sum(st.costs[a:b]) for a, b in seg.turns]
     pre = sum(st.costs[: seg.preamble_end])
     pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
-    droppable = [i for i in range(nt - 1) if not pinned_turn[i]]
+    # never the newest turn, never one holding a pinned message, never one opened by stubs
+    # answering the calls of a turn that stays (dropping that turn takes the stubs out of
+    # this one, which then costs saving[i] less)
+    saving = [st.stub_tokens(a) for a, _ in seg.turns]
+    can_go = [False] * nt
+    for i in range(nt - 1):
+        after_kept = i > 0 and st.stub_head[seg.turns[i][0]] and not can_go[i - 1]
+        can_go[i] = not pinned_turn[i] and not after_kept
+    droppable = [i for i in range(nt - 1) if can_go[i]]
 
     # the breadcrumb goes before the first kept turn after a dropped one: with the k oldest
     # droppable turns gone, the turn right after the leading run of consecutive indices
@@ -1286,14 +1427,16 @@ def _trim_turns_once(
     dropped, feasible = len(droppable), False
     kept_cost = pre + sum(turn_cost)
     for k in range(1, len(droppable) + 1):
-        kept_cost -= turn_cost[droppable[k - 1]]
+        d = droppable[k - 1]
+        # turn d - 1 went before d when d's head holds stubs (see can_go)
+        kept_cost -= turn_cost[d] - saving[d] + (saving[d + 1] if d + 1 < nt else 0)
         # the breadcrumb costs >= 0: only count it once the turns alone fit
         if kept_cost <= budget and kept_cost + st.bc_cost(start_of(bc_turn(k))) <= budget:
             dropped, feasible = k, True
             break
     # out of reach anyway: drop only if that shrinks the conversation at all
     if not feasible and dropped > 0:
-        if sum(turn_cost[i] for i in droppable) <= st.bc_cost(start_of(bc_turn(dropped))):
+        if pre + sum(turn_cost) - kept_cost <= st.bc_cost(start_of(bc_turn(dropped))):
             dropped = 0
     gone = set(droppable[:dropped])
     for i, (a, b) in enumerate(seg.turns):
@@ -1319,7 +1462,10 @@ def _trim_turns_once(
         for u in units[:-1]:
             if not over():
                 break
-            if any(st.m(w).pinned or w == req for w in u):
+            # nor a call whose stubs sit in the real user message after it (before the
+            # first real user message): two user messages would meet
+            stubbed = u[-1] + 1 < len(st.work) and st.stub_head[u[-1] + 1]
+            if stubbed or any(st.m(w).pinned or w == req for w in u):
                 continue
             for w in u:
                 st.set_keep(w, False)

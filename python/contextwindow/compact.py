@@ -934,7 +934,7 @@ def prune_middle(
     for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
         costs[w] = c
     fates = _fates(len(msgs))
-    ref.repair_fates(fates, repairs)
+    ref.repair_fates(fates, repairs, items)
     repaired_fates = [dict(f) for f in fates]
     seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
@@ -982,13 +982,19 @@ def prune_middle(
     keep.difference_update(old_notice)
     unit_of: dict[int, list[int]] = {w: u for u in seg.units for w in u}
     anthropic = provider == "anthropic"
+    # real user messages holding stubs for the calls of the message before them (an
+    # Anthropic call the user interrupted): kept with their caller; kept without it, they
+    # lose the stubs (the caller's unit went, as the OpenAI shape's stub message goes)
+    stub_head = {
+        w for w in range(1, n) if wm[w - 1].role == "assistant" and ref.is_real_user(wm[w]) and ref.has_results(wm[w])
+    }
 
     def close() -> None:
         """Whole units, and (Anthropic) alternating roles across removed runs."""
         while True:
             grew = False
             for w in sorted(keep):
-                for v in unit_of.get(w, ()):
+                for v in (*unit_of.get(w, ()), *((w + 1,) if w + 1 in stub_head else ())):
                     if v not in keep:
                         keep.add(v)
                         grew = True
@@ -1020,11 +1026,20 @@ def prune_middle(
     count = previous + sum(1 for w in gone if items[w].src is not None)
     notice = COMPACTION_NOTICE.format(n=count)
     new: dict[int, Message] = {}
+    noticed: set[int] = set()  # kept messages whose notice blocks were removed
     for w in sorted(keep):
-        blocks = _notice_blocks(wm[w])
+        m = wm[w]
+        src = items[w].src
+        if w in stub_head and w - 1 not in keep:
+            m = ref.without_stubs(m) or m
+            # the caller's own message again when that is all repair changed
+            m = msgs[src] if src is not None and m.content == msgs[src].content else ref.fix_content_kind(m)
+            new[w] = m
+        blocks = _notice_blocks(m)
         if blocks:
+            noticed.add(w)
             new[w] = ref.fix_content_kind(
-                msgspec.structs.replace(wm[w], content=[q for p, q in enumerate(wm[w].content) if p not in blocks])
+                msgspec.structs.replace(m, content=[q for p, q in enumerate(m.content) if p not in blocks])
             )
 
     def cur(w: int) -> Message:
@@ -1087,8 +1102,10 @@ def prune_middle(
         if w in keep:
             if f["fate"] == "kept":
                 f["rule"] = reason_of[w]
-            if w in new:
-                f["rule"] = "notice_added" if target is not None and target[0] == w else "notice_removed"
+            if target is not None and target[0] == w:
+                f["rule"] = "notice_added"
+            elif w in noticed:
+                f["rule"] = "notice_removed"
         else:
             f.update(fate="dropped", rule="notice_replaced" if w in old_notice else "middle_pruned", chars_removed=0)
 
@@ -1102,7 +1119,8 @@ def prune_middle(
             continue
         if it.src is None:
             inserted += 1
-        out.append((it.src, new.get(w, it.new)))
+        m = new.get(w, it.new)
+        out.append((it.src, None if it.src is not None and m is msgs[it.src] else m))
     if standalone_at == n:
         out.append((None, Message(role="user", content=[TextPart(text=notice)])))
         inserted += 1

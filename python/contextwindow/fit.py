@@ -501,7 +501,12 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
                     continue
                 if c not in {cls[w] for w in live}:
                     continue
-                if not nav.alternates(set(live), provider, seg.preamble_end):
+                drop = set(live)
+                if not nav.alternates(drop, provider, seg.preamble_end):
+                    continue
+                # a message holding stubs for the calls of the one before it goes only
+                # with them (its stubs go with the calls, see _reference._State.set_stubs)
+                if any(st.stub_head[w] and st.keep[w - 1] and w - 1 not in drop for w in live):
                     continue
                 for w in live:
                     st.set_keep(w, False)

@@ -34,6 +34,7 @@ __all__ = [
     "message_text",
     "BREADCRUMB",
     "MISSING_RESULT",
+    "RESULTS_REMOVED",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -43,6 +44,10 @@ ContentKind = Literal["text", "parts", "null", "absent"]
 BREADCRUMB = "[earlier turns omitted to fit the context window]"
 #: Text of a synthetic tool result inserted for a call that has none (DESIGN.md section 4).
 MISSING_RESULT = "[tool result missing]"
+#: Text of an Anthropic user message that pair repair left without any block (its results
+#: were orphans or moved to their calls): kept so roles keep alternating (DESIGN.md section
+#: 4). It starts with ``[Tool results]``, so it never starts a turn.
+RESULTS_REMOVED = "[Tool results] (removed by tool-pair repair)"
 
 _OPTS: dict[str, Any] = {"frozen": True, "kw_only": True, "omit_defaults": True, "tag_field": "kind"}
 

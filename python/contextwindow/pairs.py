@@ -32,7 +32,11 @@ def repair_tool_pairs(
     of its other content (a user message is created only when none follows); there
     ``"drop"`` falls back to a stub (reported as ``stub_inserted``) when removing the
     calls would empty the assistant message, since dropping it would put two user messages
-    side by side. Idempotent;
+    side by side. A message left without any block goes, unless (Anthropic) that would
+    leave two messages of one role side by side, or an assistant message first or last:
+    it then holds ``messages.RESULTS_REMOVED`` (``[Tool results] (removed by tool-pair
+    repair)``, change ``placeholder_inserted``; found by a tester: an orphan result that
+    was a user message's only block made the output fail ``validate``). Idempotent;
     a valid conversation comes back as the same objects.
 
     Args:

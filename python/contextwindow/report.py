@@ -27,8 +27,10 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
               ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
               ``request_truncated``, ``turn_limit``, ``breadcrumb_added`` (Anthropic
               shape: the breadcrumb became this message's leading text block).
-            * pair repair: ``orphan_result``, ``emptied_by_repair``, ``result_moved``,
-              ``stub_inserted``, ``call_removed``, ``results_reordered``.
+            * pair repair: ``orphan_result`` (fate ``repaired`` when the message stays,
+              ``dropped`` when it goes: an OpenAI tool message), ``emptied_by_repair``,
+              ``result_moved``, ``stub_inserted``, ``call_removed``, ``results_reordered``,
+              ``placeholder_inserted``.
             * ``fit``: ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
               ``priority_override``, ``unpinned_over_share``, ``kept``, ``p1_evicted``,
               ``p2_evicted``, ``p3_evicted`` (the class the message was evicted from).
@@ -55,7 +57,10 @@ class PairChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     Attributes:
         kind: ``orphan_result_dropped``, ``result_moved``, ``stub_inserted``,
-            ``call_removed``, ``message_dropped`` or ``results_reordered``.
+            ``call_removed``, ``message_dropped``, ``results_reordered`` or
+            ``placeholder_inserted`` (Anthropic: a user message repair left without any
+            block stays, holding ``RESULTS_REMOVED``, where its going would leave two
+            assistant messages side by side, an assistant message first or last).
         index: input index of the message concerned (for ``stub_inserted``, the message
             holding the call).
         call_id: the tool call id concerned, when there is one.

@@ -20,9 +20,13 @@ def segment_turns(messages: Any, *, format: str | None = None) -> Segmentation:
     The preamble is the run of leading system/developer messages. A turn starts at a real
     user message (role user, not a tool-result carrier, not text starting with
     ``[Tool results]``, not the breadcrumb); messages before the first one belong to the
-    first turn. A tool unit is an assistant message with calls plus every message holding
-    one of their results, matched by id to the nearest preceding call; a turn boundary
-    never falls inside a tool unit.
+    first turn. A user message whose only results are ``[tool result missing]`` stubs,
+    next to what the user wrote, is real: repair puts the stub of an Anthropic call the
+    user interrupted there, and the message still opens the user's next turn (it is in
+    no tool unit; trimming takes the stubs out when the call goes). A tool unit is an
+    assistant message with calls plus every message holding one of their results,
+    matched by id to the nearest preceding call; a turn boundary never falls inside a
+    tool unit.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.

@@ -13,6 +13,11 @@ pub const BREADCRUMB: &str = "[earlier turns omitted to fit the context window]"
 pub const MISSING_RESULT: &str = "[tool result missing]";
 /// A user message whose text starts with this is a tool-result carrier, not a turn.
 pub const TOOL_RESULTS_PREFIX: &str = "[Tool results]";
+/// Text an Anthropic user message holds when repair removed every block it had (orphan
+/// or misplaced results, stray calls): dropping the message would put two assistant
+/// messages side by side or an assistant message first. It starts with
+/// [`TOOL_RESULTS_PREFIX`], so it never starts a turn.
+pub const RESULTS_REMOVED: &str = "[Tool results] (removed by tool-pair repair)";
 
 /// The notice middle pruning leaves in place of the messages it removed
 /// (`[context compacted: N earlier messages removed]`, third seed, layer 2).
@@ -154,6 +159,14 @@ impl Part {
         }
     }
 
+    /// Whether this is a synthetic result like [`Part::missing_result`]'s (recognised by
+    /// its content, so a stub written by an earlier repair is one too).
+    pub fn is_missing_result(&self) -> bool {
+        self.kind == PartKind::ToolResult
+            && !self.is_error
+            && matches!(self.inner(), [p] if p.kind == PartKind::Text && p.text_str() == MISSING_RESULT)
+    }
+
     /// The text of a text part, `""` for other kinds.
     pub fn text_str(&self) -> &str {
         self.text.as_deref().unwrap_or("")
@@ -263,16 +276,49 @@ impl Message {
 
     /// A real user message: starts a turn (DESIGN.md section 4). A user message made
     /// only of (misplaced) tool calls is not one: repair removes it; neither is our own
-    /// breadcrumb or middle-pruning notice.
+    /// breadcrumb or middle-pruning notice, nor a tool-result carrier. A message whose
+    /// only results are stubs ([`Part::is_missing_result`]) next to what the user wrote is
+    /// one: repair put the stub of a call the user interrupted into the user's next
+    /// message (Anthropic), and that message still opens the user's next turn.
     pub fn is_real_user(&self) -> bool {
-        self.role == Role::User
-            && !self.has_tool_results()
-            && !self.only_tool_calls()
-            && !self
-                .first_text()
-                .is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
-            && !self.is_breadcrumb()
-            && !self.is_notice()
+        if self.role != Role::User {
+            return false;
+        }
+        let rest: Vec<&Part> = self
+            .content
+            .iter()
+            .filter(|p| p.kind != PartKind::ToolResult)
+            .collect();
+        if self.has_tool_results()
+            && (rest.is_empty()
+                || !self
+                    .content
+                    .iter()
+                    .all(|p| p.kind != PartKind::ToolResult || p.is_missing_result()))
+        {
+            return false;
+        }
+        let first = rest
+            .first()
+            .filter(|p| p.kind == PartKind::Text)
+            .map(|p| p.text_str());
+        let only = |f: fn(&str) -> bool| rest.len() == 1 && first.is_some_and(f);
+        let only_calls = !rest.is_empty() && rest.iter().all(|p| p.kind == PartKind::ToolCall);
+        !only_calls
+            && !first.is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
+            && !only(|t| t == BREADCRUMB)
+            && !only(is_notice_text)
+    }
+
+    /// This message without its stub results ([`Part::is_missing_result`]), or `None`
+    /// when it holds none.
+    pub fn without_stubs(&self) -> Option<Message> {
+        if !self.content.iter().any(Part::is_missing_result) {
+            return None;
+        }
+        let mut out = self.clone();
+        out.content.retain(|p| !p.is_missing_result());
+        Some(out)
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::model::{Format, Message, Part, PartKind, Role};
+use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
 use crate::turns::{resolve, Resolution};
 
 /// One violation of a provider's message rules.
@@ -282,7 +282,9 @@ impl Missing {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PairChange {
     /// `orphan_result_dropped`, `result_moved`, `stub_inserted`, `call_removed`,
-    /// `message_dropped`, `results_reordered`.
+    /// `message_dropped`, `results_reordered`, `placeholder_inserted` (an Anthropic user
+    /// message left empty holds [`RESULTS_REMOVED`] instead of going, where its going
+    /// would break alternation; see `settle_placeholders`).
     pub kind: &'static str,
     /// Input index of the message concerned (for `stub_inserted`: the call's message).
     pub index: usize,
@@ -602,20 +604,24 @@ fn repair_anthropic<'a>(
     let mut changes = Vec::new();
     // Stubs and results owed to the next user message: (caller index, ids to stub).
     let mut owed: Option<(usize, Vec<&'a str>)> = None;
+    // User messages repair emptied: (position in `out`, index of their change).
+    let mut emptied: Vec<(usize, usize)> = Vec::new();
     for i in 0..n {
         let m = &messages[i];
         if let Some((caller, stubs)) = owed.take() {
             if m.role == Role::User {
-                if let Some(w) = rebuild_user(
+                let (w, empty) = rebuild_user(
                     messages,
                     res,
                     &belongs,
                     i,
                     Some((caller, &stubs)),
                     &mut changes,
-                ) {
-                    out.push(w);
+                );
+                if empty {
+                    emptied.push((out.len(), changes.len() - 1));
                 }
+                out.push(w);
                 continue;
             }
             // No user message follows the calls: create one.
@@ -628,12 +634,19 @@ fn repair_anthropic<'a>(
             ));
         }
         if m.role == Role::User {
-            if let Some(w) = rebuild_user(messages, res, &belongs, i, None, &mut changes) {
-                out.push(w);
+            let (w, empty) = rebuild_user(messages, res, &belongs, i, None, &mut changes);
+            if empty {
+                emptied.push((out.len(), changes.len() - 1));
             }
+            out.push(w);
             continue;
         }
         let Some(base) = strip_results(messages, res, i, &mut changes) else {
+            if m.role == Role::Assistant {
+                // emptied (it held only misplaced results): see `settle_placeholders`
+                emptied.push((out.len(), changes.len() - 1));
+                out.push(placeholder(m, i));
+            }
             continue;
         };
         if m.role == Role::Assistant && m.has_tool_calls() {
@@ -666,7 +679,67 @@ fn repair_anthropic<'a>(
             &mut changes,
         ));
     }
+    let out = settle_placeholders(out, &emptied, &mut changes);
     (out, changes)
+}
+
+/// Messages that repair emptied (`emptied`: their positions in `out`, in order, and the
+/// index of their `message_dropped` change; user messages, and assistant messages that
+/// held only misplaced results). They go, but where a run of adjacent ones going would
+/// break Anthropic's role order, the first one of the role that mends it stays, holding
+/// [`RESULTS_REMOVED`] (its change becomes `placeholder_inserted`): a user message when
+/// no user message would be left before or after the run (two assistant messages side
+/// by side, an assistant message first, or an assistant message last, which Anthropic
+/// reads as the start of the answer), an assistant message when user messages would meet
+/// (found by a tester: an orphan result that was a user message's only block made the
+/// output fail `validate`).
+fn settle_placeholders<'a>(
+    out: Vec<Work<'a>>,
+    emptied: &[(usize, usize)],
+    changes: &mut [PairChange],
+) -> Vec<Work<'a>> {
+    if emptied.is_empty() {
+        return out;
+    }
+    let mut gone = vec![false; out.len()];
+    let mut k = 0;
+    while k < emptied.len() {
+        let mut end = k;
+        while end + 1 < emptied.len() && emptied[end + 1].0 == emptied[end].0 + 1 {
+            end += 1;
+        }
+        let (first, last) = (emptied[k].0, emptied[end].0);
+        let before = out[..first]
+            .iter()
+            .rev()
+            .map(|w| w.msg.role)
+            .find(|&r| r != Role::System);
+        let after = out.get(last + 1).map(|w| w.msg.role);
+        let user = Some(Role::User);
+        let needed = if before == user && after == user {
+            Some(Role::Assistant)
+        } else if before != user && after != user {
+            Some(Role::User)
+        } else {
+            None
+        };
+        let keep = emptied[k..=end]
+            .iter()
+            .map(|&(pos, _)| pos)
+            .find(|&pos| Some(out[pos].msg.role) == needed);
+        for &(pos, c) in &emptied[k..=end] {
+            if Some(pos) == keep {
+                changes[c].kind = "placeholder_inserted";
+            } else {
+                gone[pos] = true;
+            }
+        }
+        k = end + 1;
+    }
+    out.into_iter()
+        .zip(gone)
+        .filter_map(|(w, g)| (!g).then_some(w))
+        .collect()
 }
 
 /// Result parts owed to `caller` (from anywhere) followed by stubs.
@@ -710,7 +783,8 @@ fn carrier_for<'a>(
 
 /// Rebuild user message `i`: results owed to the previous caller first (its own ones
 /// and moved ones, in input order), then stubs, then its other parts; results that
-/// belong elsewhere or nowhere are removed. Borrowed when nothing changes.
+/// belong elsewhere or nowhere are removed. Borrowed when nothing changes. A message
+/// left empty comes back holding [`RESULTS_REMOVED`], flagged `true`.
 fn rebuild_user<'a>(
     messages: &'a [Message],
     res: &Resolution,
@@ -718,7 +792,7 @@ fn rebuild_user<'a>(
     i: usize,
     caller: Option<(usize, &Vec<&str>)>,
     changes: &mut Vec<PairChange>,
-) -> Option<Work<'a>> {
+) -> (Work<'a>, bool) {
     let m = &messages[i];
     let borrowed = Work {
         src: Some(i),
@@ -726,7 +800,7 @@ fn rebuild_user<'a>(
     };
     let owes = caller.is_some_and(|(c, s)| !belongs[c].is_empty() || !s.is_empty());
     if !owes && !m.has_tool_results() && !m.has_tool_calls() {
-        return Some(borrowed);
+        return (borrowed, false);
     }
     let mut content = match caller {
         Some((c, stubs)) => owed_parts(messages, belongs, c, stubs, Some(i), changes),
@@ -749,11 +823,12 @@ fn rebuild_user<'a>(
             .zip(m.content.iter())
             .all(|(a, b)| std::ptr::eq(a, b) || part_eq(a, b));
     if same {
-        return Some(borrowed);
+        return (borrowed, false);
     }
     if content.is_empty() {
+        // `settle_placeholders` keeps it (renaming the change) or drops it
         changes.push(change("message_dropped", i, None));
-        return None;
+        return (placeholder(m, i), true);
     }
     if caller.is_some()
         && m.content
@@ -766,10 +841,22 @@ fn rebuild_user<'a>(
     let mut edited = m.clone();
     edited.content = content;
     edited.fix_content_kind();
-    Some(Work {
+    let w = Work {
         src: Some(i),
         msg: Cow::Owned(edited),
-    })
+    };
+    (w, false)
+}
+
+/// Message `i` (`m`) holding only [`RESULTS_REMOVED`].
+fn placeholder(m: &Message, i: usize) -> Work<'_> {
+    let mut edited = m.clone();
+    edited.content = vec![Part::text(RESULTS_REMOVED)];
+    edited.fix_content_kind();
+    Work {
+        src: Some(i),
+        msg: Cow::Owned(edited),
+    }
 }
 
 /// Structural equality of two parts (raw JSON compared as text).

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
-use crate::pairs::{repair, Missing, PairChange, Work};
+use crate::pairs::{part_eq, repair, Missing, PairChange, Work};
 use crate::turns::segment;
 
 /// What happened to one input message.
@@ -20,7 +20,7 @@ pub struct Fate {
     /// The rule that decided it (`fits`, `preamble`, `kept_turn`, `oldest_turn`,
     /// `oldest_tool_unit`, `tool_result_shrunk`, `request_truncated`, `turn_limit`,
     /// `orphan_result`, `emptied_by_repair`, `result_moved`, `stub_inserted`,
-    /// `call_removed`, `results_reordered`, `breadcrumb_added`).
+    /// `call_removed`, `results_reordered`, `placeholder_inserted`, `breadcrumb_added`).
     pub rule: &'static str,
     /// Characters removed from the message's text (truncation only).
     #[serde(skip_serializing_if = "is_zero")]
@@ -198,6 +198,7 @@ fn fate(index: usize, fate: &'static str, rule: &'static str) -> Fate {
 
 struct State<'a, 'p> {
     opts: TrimOptions<'p>,
+    input: &'a [Message],
     input_len: usize,
     tokens_before: u64,
     work: Vec<Work<'a>>,
@@ -207,6 +208,24 @@ struct State<'a, 'p> {
     total: u64,
     fates: Vec<Fate>,
     repairs: Vec<PairChange>,
+    /// Work items that are real user messages holding stubs for the calls of the item
+    /// before them (an Anthropic call the user interrupted; see `turns.rs`).
+    stub_head: Vec<bool>,
+    /// For such an item while its caller is dropped: the item with its stubs and its cost.
+    saved: Vec<Option<(Work<'a>, u64)>>,
+}
+
+/// Work items whose stubs answer the calls of the item right before them: real user
+/// messages holding results (only stubs can make a real user message hold results).
+fn stub_heads(work: &[Work<'_>]) -> Vec<bool> {
+    (0..work.len())
+        .map(|w| {
+            w > 0
+                && work[w - 1].msg.role == Role::Assistant
+                && work[w].msg.is_real_user()
+                && work[w].msg.has_tool_results()
+        })
+        .collect()
 }
 
 impl<'a, 'p> State<'a, 'p> {
@@ -234,7 +253,8 @@ impl<'a, 'p> State<'a, 'p> {
         for c in &repairs {
             let f = &mut fates[c.index];
             match c.kind {
-                "orphan_result_dropped" => *f = fate(c.index, "dropped", "orphan_result"),
+                // the message stays unless it is gone from the list (see below)
+                "orphan_result_dropped" => *f = fate(c.index, "repaired", "orphan_result"),
                 "message_dropped" => *f = fate(c.index, "dropped", "emptied_by_repair"),
                 "result_moved" if f.fate == "kept" => {
                     *f = fate(c.index, "repaired", "result_moved")
@@ -246,13 +266,29 @@ impl<'a, 'p> State<'a, 'p> {
                 "results_reordered" if f.fate == "kept" => {
                     *f = fate(c.index, "repaired", "results_reordered")
                 }
+                "placeholder_inserted" if f.fate == "kept" => {
+                    *f = fate(c.index, "repaired", "placeholder_inserted")
+                }
                 _ => {}
+            }
+        }
+        // An OpenAI tool message holding only orphan results goes whole.
+        let mut present = vec![false; messages.len()];
+        for i in work.iter().filter_map(|w| w.src) {
+            present[i] = true;
+        }
+        for (i, f) in fates.iter_mut().enumerate() {
+            if f.rule == "orphan_result" && !present[i] {
+                f.fate = "dropped";
             }
         }
         let keep = vec![true; work.len()];
         let total = costs.iter().sum();
+        let stub_head = stub_heads(&work);
+        let saved = (0..work.len()).map(|_| None).collect();
         State {
             opts,
+            input: messages,
             input_len: messages.len(),
             tokens_before,
             work,
@@ -261,6 +297,8 @@ impl<'a, 'p> State<'a, 'p> {
             total,
             fates,
             repairs,
+            stub_head,
+            saved,
         }
     }
 
@@ -268,7 +306,8 @@ impl<'a, 'p> State<'a, 'p> {
         self.total
     }
 
-    /// Keep or drop work item `w`, keeping the running total.
+    /// Keep or drop work item `w`, keeping the running total. The stubs of the next item
+    /// answer `w`'s calls: they go and come back with `w`.
     fn set_keep(&mut self, w: usize, keep: bool) {
         if self.keep[w] != keep {
             self.keep[w] = keep;
@@ -277,6 +316,51 @@ impl<'a, 'p> State<'a, 'p> {
             } else {
                 self.total -= self.costs[w];
             }
+            if self.stub_head.get(w + 1) == Some(&true) {
+                self.set_stubs(w + 1, keep);
+            }
+        }
+    }
+
+    /// Take out (`with` false) or put back the stubs of stub head `h`. Taken out, a
+    /// message equal to its input message is that message again. Put back, the item is
+    /// the one saved (nothing shortens a message before its caller can come back).
+    fn set_stubs(&mut self, h: usize, with: bool) {
+        let (item, cost) = if with {
+            let Some(x) = self.saved[h].take() else {
+                return;
+            };
+            x
+        } else {
+            let Some(mut bare) = self.work[h].msg.without_stubs() else {
+                return;
+            };
+            let input = self.input;
+            let src = self.work[h].src;
+            let original = src.map(|i| &input[i]).filter(|m| {
+                m.content.len() == bare.content.len()
+                    && m.content
+                        .iter()
+                        .zip(&bare.content)
+                        .all(|(x, y)| part_eq(x, y))
+            });
+            let msg = match original {
+                Some(m) => Cow::Borrowed(m),
+                None => {
+                    bare.fix_content_kind();
+                    Cow::Owned(bare)
+                }
+            };
+            let cost = self.costs[h] - self.stub_tokens(h); // additive over parts
+            (Work { src, msg }, cost)
+        };
+        if self.keep[h] {
+            self.total = self.total - self.costs[h] + cost;
+        }
+        let old = std::mem::replace(&mut self.work[h], item);
+        let old_cost = std::mem::replace(&mut self.costs[h], cost);
+        if !with {
+            self.saved[h] = Some((old, old_cost));
         }
     }
 
@@ -293,6 +377,21 @@ impl<'a, 'p> State<'a, 'p> {
             self.set_keep(w, false);
             self.set_fate(w, "dropped", rule);
         }
+    }
+
+    /// Tokens of the stubs of work item `h` when it is a stub head, else 0.
+    fn stub_tokens(&self, h: usize) -> u64 {
+        if !self.stub_head.get(h).copied().unwrap_or(false) {
+            return 0;
+        }
+        let p = self.opts.profile;
+        self.work[h]
+            .msg
+            .content
+            .iter()
+            .filter(|q| q.is_missing_result())
+            .map(|q| p.part_tokens(q))
+            .sum()
     }
 
     /// Cost of a breadcrumb inserted before work item `first` (0 when deduplicated).
@@ -512,10 +611,17 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
     let pre: u64 = st.costs[..seg.preamble_end].iter().sum();
     let t = seg.turns.len();
     let pinned = |st: &State, r: &std::ops::Range<usize>| r.clone().any(|w| st.work[w].msg.pinned);
-    // Turns that may go, oldest first: never the newest, never one holding a pinned message.
-    let droppable: Vec<usize> = (0..t - 1)
-        .filter(|&i| !pinned(&st, &seg.turns[i]))
-        .collect();
+    // Turns that may go, oldest first: never the newest, never one holding a pinned
+    // message, never one opened by stubs answering the calls of a turn that stays (the
+    // stubs go with those calls: dropping that turn takes them out of this one, which
+    // then costs `saving[i]` less).
+    let saving: Vec<u64> = seg.turns.iter().map(|r| st.stub_tokens(r.start)).collect();
+    let mut can_go = vec![false; t];
+    for i in 0..t - 1 {
+        let after_kept = i > 0 && st.stub_head[seg.turns[i].start] && !can_go[i - 1];
+        can_go[i] = !pinned(&st, &seg.turns[i]) && !after_kept;
+    }
+    let droppable: Vec<usize> = (0..t - 1).filter(|&i| can_go[i]).collect();
     // The breadcrumb goes before the first kept turn that follows a dropped turn. With
     // the k oldest droppable turns gone, that is the turn right after the leading run of
     // consecutive indices among them (O(1) per k, so the search below stays linear).
@@ -533,7 +639,9 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
     let mut removed = 0;
     let mut feasible = false;
     for k in 1..=droppable.len() {
-        removed += turn_cost[droppable[k - 1]];
+        let d = droppable[k - 1];
+        // turn d - 1 went before d when d's head holds stubs (see `can_go`)
+        removed += turn_cost[d] - saving[d] + saving.get(d + 1).copied().unwrap_or(0);
         let bc = st.breadcrumb_cost(bc_turn(k).map(|i| seg.turns[i].start));
         if pre + all - removed + bc <= budget {
             dropped = k;
@@ -588,8 +696,12 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                 if !over(&st) {
                     break;
                 }
-                if u.iter()
-                    .any(|&w| st.work[w].msg.pinned || Some(w) == request)
+                // nor a call whose stubs sit in the real user message after it (before
+                // the first real user message): two user messages would meet
+                let stubbed = st.stub_head.get(u[u.len() - 1] + 1) == Some(&true);
+                if stubbed
+                    || u.iter()
+                        .any(|&w| st.work[w].msg.pinned || Some(w) == request)
                 {
                     continue;
                 }

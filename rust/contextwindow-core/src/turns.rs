@@ -6,6 +6,9 @@
 //! * A tool unit is an assistant message with tool calls plus every message holding a
 //!   result for those calls. A result answers the nearest preceding call with its id.
 //! * A turn boundary never falls inside a tool unit: turns that a unit spans are merged.
+//! * A real user message is in no unit: the stubs repair put into it (an Anthropic call
+//!   the user interrupted) answer a call of the turn before, and go when that turn goes
+//!   (`trim.rs`), as the OpenAI shape's stub tool message goes with its unit.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -110,6 +113,9 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
     let mut parent: Vec<usize> = (0..n).collect();
     let mut in_unit = vec![false; n];
     for (i, row) in res.results.iter().enumerate() {
+        if messages[i].as_ref().is_real_user() {
+            continue; // its results are stubs; the message opens a turn
+        }
         for c in row.iter().flatten() {
             let (a, b) = (find(&mut parent, i), find(&mut parent, c.message));
             parent[a.max(b)] = a.min(b);

@@ -6,7 +6,7 @@
 
 use contextwindow_core::estimate::{BYTES4, CL100K, CONSERVATIVE, FIM, TEKKEN};
 use contextwindow_core::model::{
-    Format, Message, Part, PartKind, Role, BREADCRUMB, MISSING_RESULT,
+    Format, Message, Part, PartKind, Role, BREADCRUMB, MISSING_RESULT, RESULTS_REMOVED,
 };
 use contextwindow_core::pairs::{repair, validate, Missing};
 use contextwindow_core::trim::{shrink_text, trim_turn_count, trim_turns, TrimOptions};
@@ -251,6 +251,73 @@ fn repair_anthropic_stub_into_next_user_message() {
     // drop mode removes the call instead
     let (out, _) = repair(&msgs, Format::Anthropic, Missing::Drop);
     assert_eq!(out[1].msg.tool_calls().count(), 1);
+}
+
+#[test]
+fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
+    // an orphan result that is a user message's only block (fresh7 tester, N1)
+    let mut orphan = carrier(&["zz"]);
+    orphan.content[0].content = Some(vec![Part::text("r")]);
+    let kinds = |c: &[contextwindow_core::pairs::PairChange]| {
+        c.iter().map(|c| (c.kind, c.index)).collect::<Vec<_>>()
+    };
+    for (msgs, at) in [
+        (vec![u("hi"), a("a"), orphan.clone(), a("b"), u("q")], 2), // assistants would meet
+        (vec![orphan.clone(), a("a"), u("q")], 0),                  // an assistant first
+        (vec![u("hi"), a("a"), orphan.clone()], 2),                 // an assistant last
+    ] {
+        let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+        assert_eq!(out.len(), msgs.len());
+        assert_eq!(out[at].msg.role, Role::User);
+        assert_eq!(out[at].msg.first_text(), Some(RESULTS_REMOVED));
+        assert_eq!(
+            kinds(&changes),
+            vec![("orphan_result_dropped", at), ("placeholder_inserted", at)]
+        );
+        let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+        assert!(validate(&fixed, Format::Anthropic).is_empty());
+        // the placeholder never starts a turn
+        assert_eq!(segment(&fixed).turns.len(), segment(&msgs).turns.len());
+    }
+    // a user message before it: it goes
+    let msgs = [u("hi"), orphan];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        kinds(&changes),
+        vec![("orphan_result_dropped", 1), ("message_dropped", 1)]
+    );
+}
+
+#[test]
+fn interrupted_call_opens_a_turn_and_its_stub_goes_with_the_call() {
+    // fresh7 tester, N2: a tool_use, then a plain user message
+    let msgs = vec![u(&"a".repeat(400)), call(&["t1"]), u("never mind")];
+    let (out, _) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+    assert_eq!(fixed[2].content[0].inner()[0].text_str(), MISSING_RESULT);
+    assert!(fixed[2].is_real_user());
+    let seg = segment(&fixed);
+    assert_eq!(seg.turns, vec![0..2, 2..3]);
+    assert_eq!(seg.units, vec![vec![1]]);
+    // fim: breadcrumb 12 + "never mind" floor(3 * 10 / 12) = 2 + 4 per message = 18
+    let out = trim_turns(&msgs, 40, opts(Format::Anthropic));
+    assert_eq!(out.report.tokens_after, 18);
+    assert!(out.report.fits);
+    assert_eq!(out.messages.len(), 1);
+    let m = &out.messages[0].msg;
+    assert_eq!(m.content.len(), 2);
+    assert_eq!(m.content[0].text_str(), BREADCRUMB);
+    assert_eq!(m.content[1].text_str(), "never mind");
+    let fates: Vec<&str> = out.report.fates.iter().map(|f| f.rule).collect();
+    assert_eq!(
+        fates,
+        vec!["oldest_turn", "oldest_turn", "breadcrumb_added"]
+    );
+    // one turn kept: the same
+    let out = trim_turn_count(&msgs, 1, opts(Format::Anthropic));
+    assert_eq!(out.messages.len(), 1);
+    assert_eq!(out.messages[0].msg.content[1].text_str(), "never mind");
 }
 
 #[test]
