@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
 from .budget import Budget, resolve_budget
 from .errors import ContextWindowError, InvalidMessageError
@@ -91,6 +92,17 @@ class _Seen:
     """The conversation an :func:`_about` block works on, once loaded."""
 
     conv: Conversation | None = None
+
+
+def _rules_format(args: argparse.Namespace, conv: Conversation) -> str | None:
+    """The ``format=`` to trim ``conv`` with: the file's, or ``None`` (detect) when the
+    user named none and detection on the messages reads them as the file was read. Then
+    a plain chat (user and assistant text only) gets its breadcrumb as a leading text block
+    of the first kept user message, as on the dict path and in ``fit_request``, which read
+    the same bytes without a named shape (DESIGN.md section 5; fresh7 N3)."""
+    if args.format is None and conv.format == "openai" and detect_format(conv.messages) == "openai":
+        return None
+    return conv.format
 
 
 def _tools_tokens(conv: Conversation, profile: str) -> int:
@@ -231,7 +243,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         seen.conv = conv
         res = trim_turns(
-            conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
+            conv.messages,
+            budget,
+            profile=args.profile,
+            breadcrumb=not args.no_breadcrumb,
+            format=_rules_format(args, conv),
         )
     if resolved is not None:
         print(_budget_lines(resolved), file=sys.stderr)
