@@ -126,3 +126,80 @@ def test_cli_fit_from_stdin_equals_fit_request_on_the_corpus(
     out, report = cw.fit_request(body, budget=budget, report=True)
     assert cli == json.loads(out)
     assert code == (0 if report.report.fits else 1)
+
+
+# ----------------------------------------------------------------------------------- N5
+
+SYSTEM_NOT_TEXT = [
+    {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+    {"type": "tool_result", "tool_use_id": "zz", "content": "r"},
+    {"type": "image", "source": {}},
+    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+    {"type": "weird"},
+]
+
+
+@pytest.mark.parametrize("block", SYSTEM_NOT_TEXT, ids=[b["type"] for b in SYSTEM_NOT_TEXT])
+def test_a_system_holds_text_blocks_only_on_the_dict_path(reader: bool, block: dict[str, Any]) -> None:
+    """fresh7 N5: a tool_use in a system was "valid", then repair removed it and rewrote
+    the system; an image with "source": {} counted 1,648 tokens. The Messages API takes
+    a string or text blocks in `system`; the leading system message stands for it."""
+    msgs = [{"role": "system", "content": [{"type": "text", "text": "s"}, block]}, {"role": "user", "content": "a"}]
+    for call in (
+        lambda: cw.count_messages(msgs, format="anthropic"),
+        lambda: cw.validate(msgs, "anthropic", format="anthropic"),
+        lambda: cw.repair_tool_pairs(msgs, format="anthropic"),
+        lambda: cw.trim_turns(msgs, budget=10**6, format="anthropic"),
+        lambda: cw.fit(msgs, 10**6, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == "message 0, field content[1]: must be a text block"
+        assert (err.value.index, err.value.field) == (0, "content[1]")
+    # a text block with extra keys (cache_control) is a text block
+    fine = [{"role": "system", "content": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]}]
+    assert cw.count_messages([*fine, msgs[1]], format="anthropic") > 0
+
+
+@pytest.mark.parametrize("block", SYSTEM_NOT_TEXT, ids=[b["type"] for b in SYSTEM_NOT_TEXT])
+def test_a_top_level_system_holds_text_blocks_only_in_gateway_and_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], block: dict[str, Any]
+) -> None:
+    body = json.dumps(
+        {
+            "model": "claude",
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "s"}, block],
+            "messages": [{"role": "user", "content": "a"}],
+        }
+    ).encode()
+    at = body.index(b"[", body.index(b'"system"'))  # the error points at the system value
+    for call in (
+        lambda: cw.count_request(body),
+        lambda: cw.fit_request(body, budget=10**6),
+        lambda: cw.fit_request(body, budget=10),
+    ):
+        with pytest.raises(cw.InvalidRequestError) as err:
+            call()
+        assert str(err.value) == f"invalid request body at byte {at}: system[1]: must be a text block"
+    f = write(tmp_path, "sys.json", body)
+    for argv in (["count", f], ["validate", f], ["repair", f], ["fit", f, "--budget", "10"], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: system[1]: must be a text block\n"
+
+
+def test_a_system_message_inside_an_anthropic_body_holds_text_blocks_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same rule for a system-role message in `messages` (no top-level system)."""
+    msgs = [
+        {"role": "system", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    body = json.dumps({"model": "claude", "messages": msgs}).encode()
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(body)
+    assert str(err.value) == "message 0, field content[0]: must be a text block"
+    f = write(tmp_path, "m.json", body)
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {f}: message 0, field content[0]: must be a text block\n"

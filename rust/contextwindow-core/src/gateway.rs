@@ -960,6 +960,26 @@ fn anthropic_block<'a>(
     }
 }
 
+/// Why a block of a system message (an Anthropic top-level `system`) other than a text
+/// block is refused (`adapters._SYSTEM_BLOCK`).
+const SYSTEM_BLOCK: &str = "must be a text block";
+
+/// A block of a system message: text blocks only, as the Messages API takes in its
+/// `system` (`adapters._anthropic_system_block`).
+fn anthropic_system_block<'a>(
+    cx: &Ctx<'a>,
+    v: &'a RawValue,
+    index: usize,
+    field: &str,
+    nested: bool,
+) -> Result<Part> {
+    let (_, ty) = typed(cx, v, index, field)?;
+    if ty != "text" {
+        return Err(bad_message(index, field, SYSTEM_BLOCK));
+    }
+    anthropic_block(cx, v, index, field, nested)
+}
+
 /// The `source` of an image or document block (`_source` in the adapters): an object
 /// holding the string fields the Messages API requires for its `type` (`base64`:
 /// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
@@ -1017,7 +1037,12 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
             ))
         }
     };
-    let (parts, ckind) = content(cx, d, index, "content", anthropic_block, false, false)?;
+    let parse: PartFn<'a> = if role == Role::System {
+        anthropic_system_block
+    } else {
+        anthropic_block
+    };
+    let (parts, ckind) = content(cx, d, index, "content", parse, false, false)?;
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
     m.content_kind = Some(ckind.to_owned());
@@ -1312,21 +1337,29 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
         ));
     }
     let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None, None);
-    let (parts, ckind) =
-        content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
-            Error::InvalidMessage { field, reason, .. } => invalid(
-                Some(cx.start_of(s.get())),
-                format!("system{}: {reason}", field.trim_start_matches("content")),
-            ),
-            // a repeated key in a block: named from the system, not message 0
-            Error::InvalidRequest { offset, reason } => {
-                match reason.strip_prefix("message 0, field content") {
-                    Some(rest) => invalid(offset, format!("system{rest}")),
-                    None => invalid(offset, reason),
-                }
+    let (parts, ckind) = content(
+        cx,
+        &mut d,
+        0,
+        "content",
+        anthropic_system_block,
+        false,
+        false,
+    )
+    .map_err(|e| match e {
+        Error::InvalidMessage { field, reason, .. } => invalid(
+            Some(cx.start_of(s.get())),
+            format!("system{}: {reason}", field.trim_start_matches("content")),
+        ),
+        // a repeated key in a block: named from the system, not message 0
+        Error::InvalidRequest { offset, reason } => {
+            match reason.strip_prefix("message 0, field content") {
+                Some(rest) => invalid(offset, format!("system{rest}")),
+                None => invalid(offset, reason),
             }
-            other => other,
-        })?;
+        }
+        other => other,
+    })?;
     let mut m = Message::new(Role::System, parts);
     m.content_kind = Some(ckind.to_owned());
     Ok(m)
@@ -2154,6 +2187,12 @@ mod tests {
             ("5", "system: must be a string or a list of text blocks"),
             ("{}", "system: must be a string or a list of text blocks"),
             ("[5]", "system[0]: must be an object"),
+            // fresh7 N5: text blocks only, whatever the other block holds
+            (
+                r#"[{"type": "text", "text": "s"}, {"type": "tool_use", "id": "t", "input": []}]"#,
+                "system[1]: must be a text block",
+            ),
+            (r#"[{"type": "image", "source": {}}]"#, "system[0]: must be a text block"),
         ] {
             let body = format!(r#"{{"system": {system}, "messages": []}}"#);
             match count_request(body.as_bytes(), "conservative", None) {

@@ -650,6 +650,9 @@ impl Reader {
             _ => return Err(Fallback),
         };
         let (parts, kind) = self.content(f.content.as_ref(), PartShape::Anthropic, false)?;
+        if role == Role::System && parts.iter().any(|p| p.kind != PartKind::Text) {
+            return Err(Fallback); // a system holds text blocks only: the adapters name it
+        }
         let mut m = Message::new(role, parts);
         m.extra = self.rest(&f.dict, &["role", "content"], 2)?;
         m.content_kind = Some(kind.to_owned());
