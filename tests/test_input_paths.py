@@ -203,3 +203,70 @@ def test_a_system_message_inside_an_anthropic_body_holds_text_blocks_only(
     f = write(tmp_path, "m.json", body)
     assert main(["count", f]) == 2
     assert capsys.readouterr().err == f"contextwindow: error: {f}: message 0, field content[0]: must be a text block\n"
+
+
+# ----------------------------------------------------------------------------------- N6
+
+OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
+
+
+def _anthropic_with(key: str, value: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}], key: value},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+
+
+OPENAI_KEYS = [
+    ("function_call", {"name": "g", "arguments": "x" * 4000}),
+    ("tool_calls", [{"id": "c", "type": "custom", "custom": {"name": "p", "input": "x" * 1000}}]),
+    ("tool_calls", []),
+    ("function_call", False),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), OPENAI_KEYS, ids=["function_call", "custom", "empty", "false"])
+def test_openai_call_keys_on_an_anthropic_message_are_refused(
+    reader: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any
+) -> None:
+    """fresh7 N6: the 4,000 characters of a function_call on an Anthropic assistant
+    message went uncounted (count_request 53), and validate said valid."""
+    m = _anthropic_with(key, value)
+    want = f"message 1, field {key}: {OPENAI_CALLS}"
+    for call in (
+        lambda: cw.count_messages(m, format="anthropic"),
+        lambda: cw.validate(m, "anthropic", format="anthropic"),
+        lambda: cw.trim_turns(m, budget=10**6, format="anthropic"),
+        lambda: cw.fit(m, 10**6, format="anthropic"),
+        # detected: the tool_use makes it Anthropic's (a tool_calls key makes it OpenAI's,
+        # whose adapter names the tool_use block instead)
+        lambda: cw.count_messages(m) if key == "function_call" else cw.count_messages(m, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+    body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": m}).encode()
+    for gateway in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            gateway()
+        assert str(err.value) == want
+    f = write(tmp_path, "b.json", body)
+    # a tool_calls key is OpenAI's mark: the CLI says why it read the body as Anthropic's
+    hint = ' (read as an Anthropic body for its top-level "system"; --format openai reads it as OpenAI\'s)'
+    for argv in (["count", f], ["validate", f], ["fit", f, "--budget", "100"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {want}{hint if key == 'tool_calls' else ''}\n"
+
+
+def test_null_openai_call_keys_on_an_anthropic_message_are_fine(reader: bool) -> None:
+    """null is what a model_dump() writes; it carries nothing to count."""
+    m = _anthropic_with("function_call", None)
+    m[1]["tool_calls"] = None
+    plain = _anthropic_with("function_call", None)
+    del plain[1]["function_call"]
+    assert cw.count_messages(m, format="anthropic") == cw.count_messages(plain, format="anthropic")
+    out = cw.trim_turns(m, budget=10**6, format="anthropic").messages
+    assert all(a is b for a, b in zip(out, m, strict=True))
+    body = json.dumps({"model": "claude", "system": "s", "messages": m}).encode()
+    assert cw.fit_request(body, budget=10**6) is body

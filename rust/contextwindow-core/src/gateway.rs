@@ -960,6 +960,11 @@ fn anthropic_block<'a>(
     }
 }
 
+/// Why OpenAI's `tool_calls` / `function_call` (not null) on an Anthropic message are
+/// refused: not read, their payload would go uncounted (`adapters._OPENAI_CALLS`).
+const OPENAI_CALLS: &str =
+    "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks";
+
 /// Why a block of a system message (an Anthropic top-level `system`) other than a text
 /// block is refused (`adapters._SYSTEM_BLOCK`).
 const SYSTEM_BLOCK: &str = "must be a text block";
@@ -1043,6 +1048,11 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
         anthropic_block
     };
     let (parts, ckind) = content(cx, d, index, "content", parse, false, false)?;
+    for key in ["tool_calls", "function_call"] {
+        if d.get(key).is_some_and(|v| kind(v) != Kind::Null) {
+            return Err(bad_message(index, key, OPENAI_CALLS));
+        }
+    }
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
     m.content_kind = Some(ckind.to_owned());
@@ -2012,6 +2022,23 @@ mod tests {
     }
 
     #[test]
+    fn openai_call_keys_on_an_anthropic_message_are_refused() {
+        // fresh7 N6: a function_call on an Anthropic message went uncounted
+        for key in ["function_call", "tool_calls"] {
+            let body = format!(
+                r#"{{"system": "s", "messages": [{{"role": "user", "content": "a"}},
+                {{"role": "assistant", "content": "b", "{key}": {{"name": "g"}}}}]}}"#
+            );
+            assert_eq!(
+                message_error(body.as_bytes()),
+                (1, key.to_owned(), OPENAI_CALLS.to_owned())
+            );
+            let null = body.replace(r#"{"name": "g"}"#, "null");
+            assert!(count_request(null.as_bytes(), "conservative", None).is_ok());
+        }
+    }
+
+    #[test]
     fn a_null_tool_call_type_reads_as_a_function_call() {
         // as a missing type does, and as adapters.py reads it
         let null = br#"{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":null,"function":{"name":"read","arguments":"{}"}}]}]}"#;
@@ -2192,7 +2219,10 @@ mod tests {
                 r#"[{"type": "text", "text": "s"}, {"type": "tool_use", "id": "t", "input": []}]"#,
                 "system[1]: must be a text block",
             ),
-            (r#"[{"type": "image", "source": {}}]"#, "system[0]: must be a text block"),
+            (
+                r#"[{"type": "image", "source": {}}]"#,
+                "system[0]: must be a text block",
+            ),
         ] {
             let body = format!(r#"{{"system": {system}, "messages": []}}"#);
             match count_request(body.as_bytes(), "conservative", None) {
