@@ -270,3 +270,53 @@ def test_null_openai_call_keys_on_an_anthropic_message_are_fine(reader: bool) ->
     assert all(a is b for a, b in zip(out, m, strict=True))
     body = json.dumps({"model": "claude", "system": "s", "messages": m}).encode()
     assert cw.fit_request(body, budget=10**6) is body
+
+
+# ---------------------------------------------------------------------------- N13 first
+
+SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+
+
+def test_a_system_message_next_to_the_top_level_system_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N13 (fresh6 N7): counted 15 and passed through fit_request unchanged; the
+    Messages API refuses it. Named by its index in the body's messages."""
+    msgs = [{"role": "user", "content": "a"}, {"role": "system", "content": "again"}, {"role": "user", "content": "b"}]
+    body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": msgs}).encode()
+    want = f"message 1, field role: {SECOND_SYSTEM}"
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+    f = write(tmp_path, "b.json", body)
+    for argv in (["count", f], ["validate", f], ["repair", f], ["fit", f, "--budget", "100"], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {want}\n"
+    # without the top-level system, a leading system message stands for it: the same rule
+    two = json.dumps({"model": "claude", "messages": [{"role": "system", "content": "s"}, *msgs]}).encode()
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.fit_request(two, budget=10**6, provider="anthropic")
+    assert str(err.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    # one system, either way, is fine
+    assert cw.count_request(json.dumps({"system": "s", "messages": [msgs[0]]}).encode()) > 0
+
+
+def test_a_second_system_message_in_anthropic_dicts_is_refused(reader: bool) -> None:
+    """The dict path: the leading system message stands for the top-level system."""
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+        {"role": "system", "content": "again"},
+    ]
+    for call in (
+        lambda: cw.count_messages(msgs),  # detected Anthropic (the tool_result)
+        lambda: cw.trim_turns(msgs, budget=10**6, format="anthropic"),
+        lambda: cw.validate(msgs, "anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    # in OpenAI shape several system messages are fine
+    plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "system", "content": "b"}]
+    assert cw.count_messages(plain, format="openai") > 0

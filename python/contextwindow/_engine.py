@@ -258,6 +258,19 @@ def _too_deep(messages: list[Any]) -> int | None:
     return None
 
 
+_SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+
+
+def _one_system(canonical: Sequence[Message]) -> None:
+    """Refuse a system message after a leading one in Anthropic dicts: the leading one
+    stands for the top-level ``system``, and the Messages API refuses a system message
+    next to it (the gateway and the CLI refuse the same in a body; fresh7 N13)."""
+    if canonical and canonical[0].role == "system":
+        for i, m in enumerate(canonical[1:], 1):
+            if m.role == "system":
+                raise InvalidMessageError(_SECOND_SYSTEM, index=i, field="role")
+
+
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
@@ -294,6 +307,8 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
             payload = _encode_located(canonical)
     except RecursionError:
         raise InvalidMessageError("is nested too deeply", index=_too_deep(messages)) from None
+    if fmt == "anthropic":
+        _one_system(canonical)
     if format in ("openai", "anthropic"):
         provider: Provider = format  # type: ignore[assignment]
     else:

@@ -960,6 +960,12 @@ fn anthropic_block<'a>(
     }
 }
 
+/// Why a system message in an Anthropic request that has its system already (the
+/// top-level `system`, or on the dict path the leading system message standing for it)
+/// is refused (`_engine._SECOND_SYSTEM`).
+const SECOND_SYSTEM: &str =
+    "an Anthropic request takes one system prompt, its top-level \"system\"; this is a second";
+
 /// Why OpenAI's `tool_calls` / `function_call` (not null) on an Anthropic message are
 /// refused: not read, their payload would go uncounted (`adapters._OPENAI_CALLS`).
 const OPENAI_CALLS: &str =
@@ -1287,6 +1293,18 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             Format::OpenAI => openai_message(&cx, &mut o, i)?,
             Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
         });
+    }
+    if format == Format::Anthropic && canonical.first().is_some_and(|m| m.role == Role::System) {
+        // the Messages API refuses a system message next to its top-level system (which
+        // a leading system message stands for, as on the dict path: _engine._one_system)
+        let second = canonical
+            .iter()
+            .skip(1)
+            .position(|m| m.role == Role::System);
+        if let Some(i) = second {
+            let index = i + 1 - usize::from(system.is_some()); // in the body's messages
+            return Err(bad_message(index, "role", SECOND_SYSTEM));
+        }
     }
     let plain = canonical.iter().all(|m| {
         matches!(m.role, Role::User | Role::Assistant)

@@ -105,6 +105,14 @@ fn read_inner(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
             Shape::Anthropic => r.anthropic_message(f)?,
         });
     }
+    // _engine._one_system: a system message after a leading one (which stands for the
+    // top-level system) is refused by the adapters' path
+    if format == Shape::Anthropic
+        && out.first().is_some_and(|m| m.role == Role::System)
+        && out.iter().skip(1).any(|m| m.role == Role::System)
+    {
+        return Err(Fallback);
+    }
     // _engine.prepare: the format given, else _provider_of: a plain chat (user/assistant
     // text only) takes the Anthropic placement, valid in both shapes, else the detected.
     let plain = || {
