@@ -320,3 +320,50 @@ def test_a_second_system_message_in_anthropic_dicts_is_refused(reader: bool) -> 
     # in OpenAI shape several system messages are fine
     plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "system", "content": "b"}]
     assert cw.count_messages(plain, format="openai") > 0
+
+
+# ----------------------------------------------------------------------------------- N8
+
+BIG = 10**5000
+
+
+def _too_long() -> str:
+    """Python's own words for an int it will not write as text."""
+    try:
+        str(BIG)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError("str(10**5000) is expected to raise")
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        {"role": "user", "content": "a", "x": BIG},
+        {"role": "user", "content": [{"type": "weird", "x": BIG}]},
+        cw.Message(role="user", content=[cw.TextPart(text="a")], extra={"x": [BIG]}),
+    ],
+    ids=["extra-key", "unknown-block", "message-struct"],
+)
+def test_a_huge_int_names_its_message(reader: bool, second: Any) -> None:
+    """fresh7 N8: a raw ValueError from msgspec, not a ContextWindowError, naming nothing."""
+    first: Any = (
+        cw.Message(role="user", content=[cw.TextPart(text="a")])
+        if isinstance(second, cw.Message)
+        else {"role": "user", "content": "a"}
+    )
+    msgs = [first, second]
+    want = f"message 1: holds a value JSON cannot represent ({_too_long()})"
+    budget = cw.resolve_budget(context_window=5000, max_output_tokens=1000)
+    for call in (
+        lambda: cw.count_messages(msgs),
+        lambda: cw.trim_turns(msgs, budget=5),
+        lambda: cw.validate(msgs, "openai"),
+        lambda: cw.fit(msgs, 5),
+        lambda: cw.repair_tool_pairs(msgs),
+        lambda: cw.ContextGuard(budget).check(msgs),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+        assert err.value.index == 1

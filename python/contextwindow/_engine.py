@@ -141,6 +141,9 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
         m = _PATH.search(text)
         index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
         raise InvalidMessageError(text.split(" - at ")[0], index=index, field=field) from None
+    except ValueError as exc:  # an int too long for Python to write as text (10**5000)
+        _encode_located(messages)  # names the message
+        raise InvalidMessageError(str(exc)) from None
     return payload
 
 
@@ -148,14 +151,15 @@ _CANONICAL = msgspec.json.Decoder(list[Message])
 
 
 def _encode_located(messages: Sequence[Message]) -> bytes:
-    """Encode, and on failure name the first message that cannot be encoded."""
+    """Encode, and on failure name the first message that cannot be encoded (a value of a
+    type JSON has not, an int too long for Python to write as text: 10**5000)."""
     try:
         return encode_messages(messages)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
         for i, m in enumerate(messages):
             try:
                 encode_messages([m])
-            except (TypeError, msgspec.EncodeError):
+            except (TypeError, ValueError, msgspec.EncodeError):
                 raise InvalidMessageError(f"holds a value JSON cannot represent ({exc})", index=i) from None
         raise InvalidMessageError(str(exc)) from None
 
