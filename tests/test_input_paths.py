@@ -367,3 +367,68 @@ def test_a_huge_int_names_its_message(reader: bool, second: Any) -> None:
             call()
         assert str(err.value) == want
         assert err.value.index == 1
+
+
+# ----------------------------------------------------------------------------------- N7
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        # the tester's file: 1,000 levels in an extra key of message 1
+        ("body.json", '{"messages":[{"role":"user","content":"a"},{"role":"user","content":"a","x":DEEP}]}'),
+        # brackets inside a string do not count
+        ("list.json", '[{"role":"user","content":"[[[[\\"{{"},{"role":"user","content":"a","x":DEEP}]'),
+        ("lines.jsonl", '{"role":"user","content":"a"}\n{"role":"user","content":"a","x":DEEP}\n'),
+    ],
+)
+def test_nested_too_deeply_names_the_message_in_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: str
+) -> None:
+    """fresh7 N7: the CLI said "input is nested too deeply", naming no message."""
+    f = write(tmp_path, name, data.replace("DEEP", _deep(1000)))
+    for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: is nested too deeply\n"
+    first = write(tmp_path, "first.jsonl", '{"role":"user","content":"a","x":DEEP}\n{"role":"user","content":"b"}\n')
+    Path(first).write_text(Path(first).read_text().replace("DEEP", _deep(1000)))
+    assert main(["count", first]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: is nested too deeply\n"
+    tools = write(
+        tmp_path, "tools.json", '{"messages":[],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", _deep(1000))
+    )
+    assert main(["count", tools]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: is nested too deeply\n"
+
+
+def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
+    """fresh7 N7: "invalid request body at byte 185: recursion limit exceeded" (serde's
+    words, an offset only) for 5,000 levels inside a content block."""
+    deep = _deep(5000)
+    for body in (
+        '{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"weird","x":DEEP}]}]}',
+        '{"system":"s","messages":[{"role":"user","content":"a"},'
+        '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":DEEP}}]}]}',
+    ):
+        for call in (cw.count_request, lambda b: cw.fit_request(b, budget=10)):
+            with pytest.raises(cw.InvalidMessageError) as err:
+                call((body.replace("DEEP", deep)).encode())
+            assert str(err.value) == "message 1: is nested too deeply"
+    # the same value on the dict path: the same words
+    value: list[Any] = []
+    for _ in range(5000):
+        value = [value]
+    call = {"type": "tool_use", "id": "t", "name": "f", "input": {"a": value}}
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": [call]}]
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_messages(msgs)
+    assert str(err.value) == "message 1: is nested too deeply"
+    tool = (
+        '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", deep)
+    ).encode()
+    with pytest.raises(cw.InvalidRequestError, match=r"at byte \d+: tools\[0\]: is nested too deeply$"):
+        cw.count_request(tool)

@@ -244,6 +244,62 @@ def _refuse_repeated_keys(
     raise InvalidRequestError(f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once")
 
 
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
+
+
+def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
+    """Where the JSON (or JSONL) ``text`` nests deepest, found without parsing it (the
+    parsers stop at their recursion limit): how many top-level values the text holds,
+    which one holds the deepest point, the path to it from that value (keys and
+    indices, outermost first), and the keys of the first value when it is an object.
+    Strings are skipped whole, so brackets inside them do not count."""
+    stack: list[list[Any]] = []  # [opening bracket, current key or index, expecting a key]
+    values, deepest, at, path = 0, 0, 0, []
+    top_keys: set[str] = set()
+    for m in _TOKEN.finditer(text):
+        t = m.group()
+        if t in "{[":
+            values += not stack
+            stack.append([t, 0 if t == "[" else None, t == "{"])
+            if len(stack) > deepest:
+                deepest, at, path = len(stack), values - 1, [e[1] for e in stack[:-1]]
+        elif t in "}]":
+            if stack:
+                stack.pop()
+        elif t == ",":
+            if stack and stack[-1][0] == "[":
+                stack[-1][1] += 1
+            elif stack:
+                stack[-1][2] = True
+        elif stack and stack[-1][2]:  # a string where a key is expected: the key
+            try:
+                key = json.loads(t)
+            except ValueError:
+                key = t[1:-1]
+            stack[-1][1:] = [key, False]
+            if len(stack) == 1 and values == 1:
+                top_keys.add(key)
+    return values, at, path, top_keys
+
+
+def _too_deep(text: str, where: str) -> InvalidRequestError:
+    """The error for a ``text`` nested deeper than the parser reads, naming the message
+    that holds the deepest point as the dict path does (``message 1: is nested too
+    deeply``), or the top-level value (``tools[0]``) when no message does."""
+    values, at, path, top_keys = _deepest(text)
+    if values > 1:  # JSONL: one message a line
+        place = f"message {at}"
+    elif path and isinstance(path[0], int):  # a list of messages
+        place = f"message {path[0]}"
+    elif path[:1] == ["messages"] and len(path) > 1 and isinstance(path[1], int):
+        place = f"message {path[1]}"
+    elif "messages" not in top_keys and "role" in top_keys:  # one message
+        place = "message 0"
+    else:
+        place = _field(path[:2]) or "the document"
+    return InvalidRequestError(f"{where}: {place}: is nested too deeply")
+
+
 def _decode(text: str) -> Any:
     """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD.
 
@@ -285,6 +341,8 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
     for n, line in lines:
         try:
             value = _decode(line)
+        except RecursionError:
+            raise InvalidRequestError(f"{where}: message {len(messages)}: is nested too deeply") from None
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
@@ -355,6 +413,8 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         raise InvalidRequestError(f"{where}: the file is empty")
     try:
         doc = _decode(text)
+    except RecursionError:
+        raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
         lines = _jsonl(text, where)
         if lines is None:

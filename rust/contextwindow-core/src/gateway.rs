@@ -390,6 +390,31 @@ fn invalid(offset: Option<usize>, reason: impl Into<String>) -> Error {
     }
 }
 
+/// serde_json's error for a value nested deeper than it reads (128 levels).
+const RECURSION: &str = "recursion limit exceeded";
+
+/// `e`, raised while reading message `index`, named as the dict path names it when it is
+/// serde_json's nesting limit (`message 1: is nested too deeply`, `_engine.prepare`).
+fn nested_in(index: usize, e: Error) -> Error {
+    match e {
+        Error::InvalidRequest { reason, .. } if reason.starts_with(RECURSION) => {
+            bad_message(index, "", "is nested too deeply")
+        }
+        other => other,
+    }
+}
+
+/// `e`, raised while reading the value `place` names (`tools[0]`, `system`), saying so
+/// when it is serde_json's nesting limit; the offset stays.
+fn nested_at(place: &str, e: Error) -> Error {
+    match e {
+        Error::InvalidRequest { offset, reason } if reason.starts_with(RECURSION) => {
+            invalid(offset, format!("{place}: is nested too deeply"))
+        }
+        other => other,
+    }
+}
+
 /// `message 1, field content[0]` (`message 1` for the message itself), as an
 /// `InvalidMessageError` names the place.
 fn place(index: usize, field: &str) -> String {
@@ -1254,7 +1279,8 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
                     ));
                 };
                 anthropic_tools |= o.get("input_schema").is_some();
-                tools.push(cx.compact(tool, || format!("tools[{i}]"))?);
+                let text = cx.compact(tool, || format!("tools[{i}]"));
+                tools.push(text.map_err(|e| nested_at(&format!("tools[{i}]"), e))?);
             }
         }
         Some(t) => {
@@ -1269,7 +1295,8 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         if kind(m) != Kind::Obj {
             return Err(bad_message(i, "", "must be an object"));
         }
-        let Msg(o) = serde_json::from_str(m.get()).map_err(|e| cx.json_err(e, m.get()))?;
+        let Msg(o) =
+            serde_json::from_str(m.get()).map_err(|e| nested_in(i, cx.json_err(e, m.get())))?;
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, &place(i, "")));
         }
@@ -1289,10 +1316,11 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         canonical.push(system_message(&cx, s)?);
     }
     for (i, mut o) in objs.into_iter().enumerate() {
-        canonical.push(match format {
-            Format::OpenAI => openai_message(&cx, &mut o, i)?,
-            Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
-        });
+        let m = match format {
+            Format::OpenAI => openai_message(&cx, &mut o, i),
+            Format::Anthropic => anthropic_message(&cx, &mut o, i),
+        };
+        canonical.push(m.map_err(|e| nested_in(i, e))?);
     }
     if format == Format::Anthropic && canonical.first().is_some_and(|m| m.role == Role::System) {
         // the Messages API refuses a system message next to its top-level system (which
@@ -1379,7 +1407,10 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
             Some(cx.start_of(s.get())),
             format!("system{}: {reason}", field.trim_start_matches("content")),
         ),
-        // a repeated key in a block: named from the system, not message 0
+        // too deep, or a repeated key in a block: named from the system, not message 0
+        Error::InvalidRequest { offset, reason } if reason.starts_with(RECURSION) => {
+            invalid(offset, "system: is nested too deeply")
+        }
         Error::InvalidRequest { offset, reason } => {
             match reason.strip_prefix("message 0, field content") {
                 Some(rest) => invalid(offset, format!("system{rest}")),
