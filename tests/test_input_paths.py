@@ -432,3 +432,71 @@ def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
     ).encode()
     with pytest.raises(cw.InvalidRequestError, match=r"at byte \d+: tools\[0\]: is nested too deeply$"):
         cw.count_request(tool)
+
+
+# ---------------------------------------------------------------------------------- N11
+
+
+def test_the_cli_names_its_own_option_for_an_anthropic_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N11: the CLI told its user to `pass format='anthropic'` (the Python keyword);
+    its option is --format. The gateway says provider="anthropic", the dict path format=."""
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    f = write(tmp_path, "b.json", json.dumps({"model": "m", "messages": msgs}))
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {f}: message 2, field content[0].type:"
+        " 'tool_result' is an Anthropic block; pass --format anthropic\n"
+    )
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_messages(msgs)
+    assert (
+        str(err.value)
+        == "message 2, field content[0].type: 'tool_result' is an Anthropic block; pass format='anthropic'"
+    )
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(json.dumps({"messages": msgs}).encode())
+    assert str(err.value) == (
+        'message 2, field content[0].type: "tool_result" is an Anthropic block; pass provider="anthropic"'
+    )
+
+
+def test_the_gateway_says_why_it_read_an_openai_body_as_anthropic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N11: a stray top-level system in an OpenAI body; the CLI said why it read the
+    body as Anthropic's, the gateway did not."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "r"},
+    ]
+    body = json.dumps({"model": "gpt", "system": "stray", "messages": msgs}).encode()
+    why = 'read as an Anthropic body for its top-level "system"'
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(body)
+    assert str(err.value) == (
+        f"message 1, field content: must be a string or a list of blocks ({why};"
+        ' provider="openai" reads it as OpenAI\'s)'
+    )
+    assert cw.count_request(body, provider="openai") > 0
+    f = write(tmp_path, "b.json", body)
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {f}: message 1, field content: must be a string or a list of blocks ({why};"
+        " --format openai reads it as OpenAI's)\n"
+    )
+    # Anthropic tools are the other body marker
+    tools = json.dumps({"tools": [{"name": "f", "input_schema": {}}], "messages": msgs}).encode()
+    with pytest.raises(cw.InvalidMessageError, match=r'for its tools with "input_schema"; provider="openai"'):
+        cw.count_request(tools)
+    # a real Anthropic body gets no such remark
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(json.dumps({"system": "x", "messages": [{"role": "user", "content": 5}]}).encode())
+    assert str(err.value) == "message 0, field content: must be a string or a list of blocks"

@@ -86,6 +86,10 @@ class Conversation:
         """
         hint = f" (read as an Anthropic body for its {self.detected_from}; --format openai reads it as OpenAI's)"
         hint = hint if self.detected_from else ""
+        # the adapters' advice in the CLI's words: its option is --format
+        exc = InvalidMessageError(
+            exc.reason.replace("pass format='anthropic'", "pass --format anthropic"), index=exc.index, field=exc.field
+        )
         if exc.index is None or not self.system_lifted:
             return f"{exc}{hint}"
         if exc.index == 0:  # the lifted system: its content is the top-level value

@@ -1169,6 +1169,18 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
     })
 }
 
+/// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
+/// `tool_calls`, `tool_call_id`): `io._openai_marked`.
+fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> bool {
+    msgs.iter().any(|m| {
+        let role = m.get("role");
+        cx.str_is(role, "tool")
+            || cx.str_is(role, "developer")
+            || m.get("tool_calls").is_some()
+            || m.get("tool_call_id").is_some()
+    })
+}
+
 /// The body with every escaped lone surrogate (`\ud800` not followed by a low surrogate
 /// escape, or a low one not preceded by a high one) written `\ufffd`: the same length, so
 /// byte offsets do not move. JSON allows these escapes and the Python path reads them as
@@ -1307,6 +1319,20 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         None if top.get("system").is_some() || anthropic_tools => Format::Anthropic,
         None => detect_messages(&cx, &objs)?,
     };
+    // Read as Anthropic's for a body marker while a message has OpenAI's marks: an error
+    // in a message then says why (the CLI says the same, io.Conversation.describe).
+    let hint = if provider.is_none() && format == Format::Anthropic && openai_marked(&cx, &objs) {
+        let why = if top.get("system").is_some() {
+            r#"top-level "system""#
+        } else {
+            r#"tools with "input_schema""#
+        };
+        format!(
+            r#" (read as an Anthropic body for its {why}; provider="openai" reads it as OpenAI's)"#
+        )
+    } else {
+        String::new()
+    };
     let system = match format {
         Format::Anthropic => top.get("system").filter(|s| kind(s) != Kind::Null),
         Format::OpenAI => None,
@@ -1320,7 +1346,18 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             Format::OpenAI => openai_message(&cx, &mut o, i),
             Format::Anthropic => anthropic_message(&cx, &mut o, i),
         };
-        canonical.push(m.map_err(|e| nested_in(i, e))?);
+        canonical.push(m.map_err(|e| match nested_in(i, e) {
+            Error::InvalidMessage {
+                index,
+                field,
+                reason,
+            } if !hint.is_empty() => Error::InvalidMessage {
+                index,
+                field,
+                reason: reason + &hint,
+            },
+            other => other,
+        })?);
     }
     if format == Format::Anthropic && canonical.first().is_some_and(|m| m.role == Role::System) {
         // the Messages API refuses a system message next to its top-level system (which
