@@ -500,3 +500,44 @@ def test_the_gateway_says_why_it_read_an_openai_body_as_anthropic(
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.count_request(json.dumps({"system": "x", "messages": [{"role": "user", "content": 5}]}).encode())
     assert str(err.value) == "message 0, field content: must be a string or a list of blocks"
+
+
+# ----------------------------------------------------------------------------------- N9
+
+
+def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh7 N9: `fit` wrote "\\ufffdx" for "\\ud800x" with no word, even when nothing was
+    trimmed; invalid UTF-8 gets a warning. Column 40: '{"messages":[{"role":"user","content":"'
+    is 39 characters."""
+    f = write(tmp_path, "s.json", '{"messages":[{"role":"user","content":"\\ud800x"}]}')
+    assert main(["fit", f, "--budget", "100"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["messages"][0]["content"] == "\ufffdx"
+    assert err.startswith(
+        f"contextwindow: warning: {f}: lone surrogate escape \\ud800 at line 1, column 40;"
+        " such escapes read as U+FFFD\n"
+    )
+    # a low one alone, on line 2 (column 28: '{"role":"user","content":"x' is 27 characters);
+    # a pair is one code point and an escaped backslash is no escape: no warning for those
+    lines = write(
+        tmp_path,
+        "s.jsonl",
+        '{"role":"user","content":"ok \\ud83d\\ude00 \\\\ud800 fine"}\n{"role":"user","content":"x\\udc00"}\n',
+    )
+    assert main(["count", lines]) == 0
+    assert capsys.readouterr().err == (
+        f"contextwindow: warning: {lines}: lone surrogate escape \\udc00 at line 2, column 28;"
+        " such escapes read as U+FFFD\n"
+    )
+    fine = write(tmp_path, "ok.json", '[{"role":"user","content":"ok \\ud83d\\ude00 \\\\ud800 \\u00e9"}]')
+    assert main(["count", fine]) == 0
+    assert capsys.readouterr().err == ""
+    # a high one followed by another high one (column 28: '[{"role":"user","content":"' is
+    # 27 characters), and one ending a key (column 8: '[{"role' is 7)
+    for data, where in (
+        ('[{"role":"user","content":"\\ud800\\ud800"}]', "\\ud800 at line 1, column 28"),
+        ('[{"role\\udbff":"user"}]', "\\udbff at line 1, column 8"),
+    ):
+        g = write(tmp_path, "h.json", data)
+        main(["count", g])
+        assert f"contextwindow: warning: {g}: lone surrogate escape {where};" in capsys.readouterr().err

@@ -35,12 +35,19 @@ __all__ = ["main"]
 
 def _load(path: str, fmt: str | None) -> Conversation:
     """:func:`load_conversation` (``-`` is standard input), saying on stderr when invalid
-    UTF-8 was replaced with U+FFFD (DESIGN.md section 7: replaced, never a crash; but never
-    silently)."""
+    UTF-8 or an escaped lone surrogate was replaced with U+FFFD (DESIGN.md section 7:
+    replaced, never a crash; but never silently)."""
     conv = load_conversation(path, fmt)
     if conv.bad_utf8_at is not None:
         print(
             f"contextwindow: warning: {conv.path}: invalid UTF-8 at byte {conv.bad_utf8_at}; such bytes read as U+FFFD",
+            file=sys.stderr,
+        )
+    if conv.lone_surrogate_at is not None:
+        line, column, escape = conv.lone_surrogate_at
+        print(
+            f"contextwindow: warning: {conv.path}: lone surrogate escape {escape} at line {line}, column {column};"
+            " such escapes read as U+FFFD",
             file=sys.stderr,
         )
     return conv

@@ -47,6 +47,8 @@ class Conversation:
         document: the whole parsed top-level value, for writing back.
         bad_utf8_at: byte offset of the first invalid UTF-8 byte (such bytes were read as
             U+FFFD), or ``None``.
+        lone_surrogate_at: line, column and text of the first escaped lone surrogate
+            (``\\ud800`` without its pair, read as U+FFFD), or ``None``.
 
     >>> Conversation("c.jsonl", "openai", "jsonl", [], None, []).kind
     'jsonl'
@@ -60,6 +62,8 @@ class Conversation:
     document: Any = None
     bad_utf8_at: int | None = None
     system_lifted: bool = False
+    #: The first escaped lone surrogate (read as U+FFFD): ``(line, column, escape)``.
+    lone_surrogate_at: tuple[int, int, str] | None = None
     #: Why the format was taken as Anthropic's when the caller did not name one (a
     #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
     detected_from: str | None = None
@@ -248,6 +252,41 @@ def _refuse_repeated_keys(
     raise InvalidRequestError(f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once")
 
 
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _lone_surrogate(text: str) -> tuple[int, int, str] | None:
+    """The first escaped lone surrogate in the JSON ``text`` (``\\ud800`` not followed by
+    a low surrogate escape, or a low one not preceded by a high one), which the reader
+    takes as U+FFFD: its line, column and escape; ``None`` when there is none."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+    found = None
+    for string in _STRING.finditer(text):
+        high: re.Match[str] | None = None
+        for e in _ESCAPE.finditer(string.group()):
+            unit = int(e[1], 16) if e[1] else -1
+            if high is not None and e.start() == high.end() and 0xDC00 <= unit <= 0xDFFF:
+                high = None  # a pair: one code point
+                continue
+            if high is not None:
+                break
+            if 0xD800 <= unit <= 0xDBFF:
+                high = e
+            elif 0xDC00 <= unit <= 0xDFFF:
+                high = e
+                break
+        if high is not None:
+            found = string.start() + high.start(), high.group()
+            break
+    if found is None:
+        return None
+    pos, escape = found
+    before = text[:pos]
+    return before.count("\n") + 1, pos - (before.rfind("\n") + 1) + 1, escape
+
+
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 
@@ -406,8 +445,10 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
         text, bad = raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         text, bad = raw.decode("utf-8", errors="replace"), exc.start
-    conv = _parse(text.removeprefix("\ufeff"), where, explicit)
+    text = text.removeprefix("\ufeff")
+    conv = _parse(text, where, explicit)
     conv.bad_utf8_at = bad
+    conv.lone_surrogate_at = _lone_surrogate(text)
     return conv
 
 
