@@ -541,3 +541,23 @@ def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: p
         g = write(tmp_path, "h.json", data)
         main(["count", g])
         assert f"contextwindow: warning: {g}: lone surrogate escape {where};" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- N13 last
+
+
+@pytest.mark.parametrize("budget", ["10", True, None, 1.5, -1, [10]])
+def test_a_bad_budget_is_the_same_error_everywhere(budget: Any) -> None:
+    """fresh7 N13: fit(m, "10") and fit(m, True) raised TypeError, trim_turns and
+    fit_request ValueError. One kind now: ValueError naming the budget."""
+    msgs = [{"role": "user", "content": "a"}]
+    body = json.dumps({"messages": msgs}).encode()
+    for call in (
+        lambda: cw.fit(msgs, budget),
+        lambda: cw.trim_turns(msgs, budget),
+        lambda: cw.fit_request(body, budget=budget),
+        lambda: cw.recover_from_overflow(msgs, budget=budget),
+    ):
+        with pytest.raises(ValueError, match=r"^budget must be a non-negative int") as err:
+            call()
+        assert not isinstance(err.value, TypeError)
