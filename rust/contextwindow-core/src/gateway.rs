@@ -2097,7 +2097,11 @@ mod tests {
     }
 
     fn message_error(body: &[u8]) -> (usize, String, String) {
-        match count_request(body, "conservative", None) {
+        message_error_fim(body)
+    }
+
+    fn message_error_fim(body: &[u8]) -> (usize, String, String) {
+        match count_request(body, "fim", None) {
             Err(Error::InvalidMessage {
                 index,
                 field,
@@ -2115,9 +2119,15 @@ mod tests {
                 r#"{{"system": "s", "messages": [{{"role": "user", "content": "a"}},
                 {{"role": "assistant", "content": "b", "{key}": {{"name": "g"}}}}]}}"#
             );
+            // a tool_calls key is OpenAI's mark: the error says why the body read as Anthropic's
+            let hint = if key == "tool_calls" {
+                r#" (read as an Anthropic body for its top-level "system"; provider="openai" reads it as OpenAI's)"#
+            } else {
+                ""
+            };
             assert_eq!(
                 message_error(body.as_bytes()),
-                (1, key.to_owned(), OPENAI_CALLS.to_owned())
+                (1, key.to_owned(), format!("{OPENAI_CALLS}{hint}"))
             );
             let null = body.replace(r#"{"name": "g"}"#, "null");
             assert!(count_request(null.as_bytes(), "conservative", None).is_ok());
@@ -2529,10 +2539,11 @@ mod tests {
         let body = format!(
             r#"{{"messages": [{{"role": "user", "content": [{{"type": "x", "v": {deep}}}]}}]}}"#
         );
-        assert!(matches!(
-            count_request(body.as_bytes(), "fim", None),
-            Err(Error::InvalidRequest { .. })
-        ));
+        // named as the dict path names it (fresh7 N7)
+        assert_eq!(
+            message_error_fim(body.as_bytes()),
+            (0, String::new(), "is nested too deeply".to_owned())
+        );
         let untouched = format!(r#"{{"v": {deep}, "messages": []}}"#);
         assert_eq!(count_request(untouched.as_bytes(), "fim", None).unwrap(), 0);
     }
