@@ -247,13 +247,16 @@ def test_openai_call_keys_on_an_anthropic_message_are_refused(
             call()
         assert str(err.value) == want
     body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": m}).encode()
+    # a tool_calls key is OpenAI's mark: the gateway and the CLI say why they read the body
+    # as Anthropic's (N11)
+    why = ' (read as an Anthropic body for its top-level "system"; '
     for gateway in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
         with pytest.raises(cw.InvalidMessageError) as err:
             gateway()
-        assert str(err.value) == want
+        hinted = f'{why}provider="openai" reads it as OpenAI\'s)' if key == "tool_calls" else ""
+        assert str(err.value) == want + hinted
     f = write(tmp_path, "b.json", body)
-    # a tool_calls key is OpenAI's mark: the CLI says why it read the body as Anthropic's
-    hint = ' (read as an Anthropic body for its top-level "system"; --format openai reads it as OpenAI\'s)'
+    hint = f"{why}--format openai reads it as OpenAI's)"
     for argv in (["count", f], ["validate", f], ["fit", f, "--budget", "100"]):
         assert main(argv) == 2
         assert capsys.readouterr().err == f"contextwindow: error: {f}: {want}{hint if key == 'tool_calls' else ''}\n"
