@@ -773,8 +773,9 @@ def block_source() -> st.SearchStrategy[dict[str, Any]]:
 
 
 @st.composite
-def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
-    kinds = ["text", "image", "opaque"] + ([] if nested else ["tool_use", "tool_result"])
+def anthropic_block(draw: st.DrawFn, nested: bool = False, system: bool = False) -> dict[str, Any]:
+    # a system holds text blocks only (fresh7 N5)
+    kinds = ["text"] if system else ["text", "image", "opaque"] + ([] if nested else ["tool_use", "tool_result"])
     kind = draw(st.sampled_from(kinds))
     cache = draw(extra_keys(["cache_control", "citations"]))
     if kind == "text":
@@ -803,7 +804,7 @@ def anthropic_block(draw: st.DrawFn, nested: bool = False) -> dict[str, Any]:
 @st.composite
 def anthropic_message(draw: st.DrawFn) -> dict[str, Any]:
     role = draw(st.sampled_from(["user", "assistant", "system"]))
-    content = draw(short | st.lists(anthropic_block(), max_size=4))
+    content = draw(short | st.lists(anthropic_block(system=role == "system"), max_size=4))
     return {"role": role, "content": content, **draw(extra_keys(["x"]))}
 
 

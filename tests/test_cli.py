@@ -166,7 +166,7 @@ def test_accuracy_skips_junk_and_fails_when_nothing_is_left(tmp_path: Path, caps
     # each file left out is named on stderr (N11 from a new user: 26 of 38 went unsaid)
     warnings = err.splitlines()
     assert len(warnings) == 2 and all(w.startswith("contextwindow: warning: skipped ") for w in warnings)
-    assert f"{tmp_path / 'deep.json'}: nested too deeply" in err and f"{tmp_path / 'bad.json'}: " in err
+    assert f"{tmp_path / 'deep.json'}: message 0: is nested too deeply" in err and f"{tmp_path / 'bad.json'}: " in err
 
 
 def test_count_reports_good_files_when_one_is_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

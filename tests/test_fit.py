@@ -529,7 +529,7 @@ def test_bad_options(kwargs: dict[str, Any], exc: type[Exception]) -> None:
 def test_bad_messages_and_recovery_options() -> None:
     with pytest.raises(cw.InvalidMessageError):
         fit([{"role": "user", "content": 3}], 10)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="budget"):  # as trim_turns says it (fresh7 N13)
         recover_from_overflow(conv(), budget="big")
     with pytest.raises(ValueError):
         recover_from_overflow(conv(), -5, budget=10)

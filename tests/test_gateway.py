@@ -492,9 +492,14 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
         + deep
         + b"}}]}",
     ):
-        with pytest.raises(InvalidRequestError, match="recursion limit"):
+        # named as the dict path names it (fresh7 N7), no longer serde's "recursion limit"
+        with pytest.raises(InvalidMessageError, match=r"^message 0: is nested too deeply$"):
             cw.fit_request(b'{"messages": [' + inner + b"]}", budget=100)
-    with pytest.raises(InvalidRequestError, match="recursion limit"):
+    # byte 159: '{"messages": [], "tools": [{"a": ' is 33 bytes, then 126 '[' (the tool's
+    # object and 126 arrays: 127 levels); the next '[', at 33 + 126, would be the 128th
+    with pytest.raises(
+        InvalidRequestError, match=r"^invalid request body at byte 159: tools\[0\]: is nested too deeply$"
+    ):
         cw.count_request(b'{"messages": [], "tools": [{"a": ' + deep + b"}]}")
     with pytest.raises(InvalidMessageError):
         cw.fit_request(b'{"messages": [' + deep + b"]}", budget=100)

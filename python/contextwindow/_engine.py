@@ -141,6 +141,9 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
         m = _PATH.search(text)
         index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
         raise InvalidMessageError(text.split(" - at ")[0], index=index, field=field) from None
+    except ValueError as exc:  # an int too long for Python to write as text (10**5000)
+        _encode_located(messages)  # names the message
+        raise InvalidMessageError(str(exc)) from None
     return payload
 
 
@@ -148,14 +151,15 @@ _CANONICAL = msgspec.json.Decoder(list[Message])
 
 
 def _encode_located(messages: Sequence[Message]) -> bytes:
-    """Encode, and on failure name the first message that cannot be encoded."""
+    """Encode, and on failure name the first message that cannot be encoded (a value of a
+    type JSON has not, an int too long for Python to write as text: 10**5000)."""
     try:
         return encode_messages(messages)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
         for i, m in enumerate(messages):
             try:
                 encode_messages([m])
-            except (TypeError, msgspec.EncodeError):
+            except (TypeError, ValueError, msgspec.EncodeError):
                 raise InvalidMessageError(f"holds a value JSON cannot represent ({exc})", index=i) from None
         raise InvalidMessageError(str(exc)) from None
 
@@ -258,6 +262,19 @@ def _too_deep(messages: list[Any]) -> int | None:
     return None
 
 
+_SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+
+
+def _one_system(canonical: Sequence[Message]) -> None:
+    """Refuse a system message after a leading one in Anthropic dicts: the leading one
+    stands for the top-level ``system``, and the Messages API refuses a system message
+    next to it (the gateway and the CLI refuse the same in a body; fresh7 N13)."""
+    if canonical and canonical[0].role == "system":
+        for i, m in enumerate(canonical[1:], 1):
+            if m.role == "system":
+                raise InvalidMessageError(_SECOND_SYSTEM, index=i, field="role")
+
+
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
@@ -294,6 +311,8 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
             payload = _encode_located(canonical)
     except RecursionError:
         raise InvalidMessageError("is nested too deeply", index=_too_deep(messages)) from None
+    if fmt == "anthropic":
+        _one_system(canonical)
     if format in ("openai", "anthropic"):
         provider: Provider = format  # type: ignore[assignment]
     else:

@@ -48,6 +48,9 @@ ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
 _FUNCTION_CALL = "the deprecated function-calling form is not read; send tool_calls"
 _CUSTOM_TO_ANTHROPIC = "an OpenAI custom tool call has free-text input; an Anthropic tool_use takes an object input"
+# OpenAI's call keys on an Anthropic message: not read, so their payload would go uncounted
+_OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
+_SYSTEM_BLOCK = "must be a text block"  # a system (top-level or message) holds text blocks only
 _CALL_TYPE = 'must be "function" or "custom"'  # the two Chat Completions tool call types
 _ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 _ABSENT: Any = object()  # "leave the key out"
@@ -432,6 +435,15 @@ def _anthropic_nested(b: object, index: int, field: str) -> Any:
     return _anthropic_block(b, index, field, nested=True)
 
 
+def _anthropic_system_block(b: object, index: int, field: str) -> Any:
+    """A block of a system message (a top-level ``system``): the Messages API takes text
+    blocks only there (its ``system`` is a string or a list of text blocks)."""
+    _, btype = _typed(b, index, field)
+    if btype != "text":
+        _fail(_SYSTEM_BLOCK, index, field)
+    return _anthropic_block(b, index, field)
+
+
 def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     """Convert one Anthropic Messages API message to a canonical :class:`Message`.
 
@@ -452,7 +464,12 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             that is not an object, or whose ``type`` is ``base64`` without string
             ``media_type`` and ``data``, ``url`` without a string ``url``, ``file``
             without a string ``file_id``: ``content[0].source.data: must be a string``,
-            also inside a ``tool_result``: ``content[0].content[1].source.data``).
+            also inside a ``tool_result``: ``content[0].content[1].source.data``; a
+            block of a ``system`` message that is not a text block, as the Messages API
+            refuses one in its top-level ``system``: ``content[1]: must be a text
+            block``; OpenAI's ``tool_calls`` or ``function_call`` not null, whose
+            payload would go uncounted: ``tool_calls: OpenAI's tool-calling form is not
+            read in an Anthropic message; send tool_use blocks``).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})
@@ -464,7 +481,11 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     role = _str(d, "role", index, "role")
     if role not in ANTHROPIC_ROLES:
         _fail(f"unknown role {role!r}", index, "role")
-    parts, kind = _content(d, index, "content", _anthropic_block, nullable=False)
+    parse = _anthropic_system_block if role == "system" else _anthropic_block
+    parts, kind = _content(d, index, "content", parse, nullable=False)
+    for key in ("tool_calls", "function_call"):
+        if d.get(key) is not None:  # null, as the OpenAI SDK's model_dump() writes it, is fine
+            _fail(_OPENAI_CALLS, index, key)
     return Message(role=role, content=parts, extra=_rest(d, ("role", "content")), content_kind=kind)  # type: ignore[arg-type]
 
 

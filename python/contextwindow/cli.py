@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
 from .budget import Budget, resolve_budget
 from .errors import ContextWindowError, InvalidMessageError
@@ -34,12 +35,19 @@ __all__ = ["main"]
 
 def _load(path: str, fmt: str | None) -> Conversation:
     """:func:`load_conversation` (``-`` is standard input), saying on stderr when invalid
-    UTF-8 was replaced with U+FFFD (DESIGN.md section 7: replaced, never a crash; but never
-    silently)."""
+    UTF-8 or an escaped lone surrogate was replaced with U+FFFD (DESIGN.md section 7:
+    replaced, never a crash; but never silently)."""
     conv = load_conversation(path, fmt)
     if conv.bad_utf8_at is not None:
         print(
             f"contextwindow: warning: {conv.path}: invalid UTF-8 at byte {conv.bad_utf8_at}; such bytes read as U+FFFD",
+            file=sys.stderr,
+        )
+    if conv.lone_surrogate_at is not None:
+        line, column, escape = conv.lone_surrogate_at
+        print(
+            f"contextwindow: warning: {conv.path}: lone surrogate escape {escape} at line {line}, column {column};"
+            " such escapes read as U+FFFD",
             file=sys.stderr,
         )
     return conv
@@ -91,6 +99,17 @@ class _Seen:
     """The conversation an :func:`_about` block works on, once loaded."""
 
     conv: Conversation | None = None
+
+
+def _rules_format(args: argparse.Namespace, conv: Conversation) -> str | None:
+    """The ``format=`` to trim ``conv`` with: the file's, or ``None`` (detect) when the
+    user named none and detection on the messages reads them as the file was read. Then
+    a plain chat (user and assistant text only) gets its breadcrumb as a leading text block
+    of the first kept user message, as on the dict path and in ``fit_request``, which read
+    the same bytes without a named shape (DESIGN.md section 5; fresh7 N3)."""
+    if args.format is None and conv.format == "openai" and detect_format(conv.messages) == "openai":
+        return None
+    return conv.format
 
 
 def _tools_tokens(conv: Conversation, profile: str) -> int:
@@ -231,7 +250,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         seen.conv = conv
         res = trim_turns(
-            conv.messages, budget, profile=args.profile, breadcrumb=not args.no_breadcrumb, format=conv.format
+            conv.messages,
+            budget,
+            profile=args.profile,
+            breadcrumb=not args.no_breadcrumb,
+            format=_rules_format(args, conv),
         )
     if resolved is not None:
         print(_budget_lines(resolved), file=sys.stderr)

@@ -171,10 +171,14 @@ def _check_budget(budget: Any, name: str = "budget") -> int:
 
 
 def _usable(budget: Any) -> int:
-    """An int budget, or the ``usable`` tokens of a ``contextwindow.budget.Budget``."""
+    """An int budget, or the ``usable`` tokens of a ``contextwindow.budget.Budget``.
+
+    Anything else is a ``ValueError``, a string or a bool as much as a negative number, as
+    in :func:`~contextwindow.trim_turns` and :func:`~contextwindow.fit_request` (fresh7
+    N13: ``fit(m, "10")`` raised ``TypeError`` where they raise ``ValueError``)."""
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, (int, float)):
-        raise TypeError(f"budget must be an int or have an int 'usable', got {type(budget).__name__}")
+        raise ValueError(f"budget must be a non-negative int or have an int 'usable', got {budget!r}")
     return _check_budget(usable)
 
 
@@ -714,10 +718,11 @@ def fit(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: negative budget, unknown profile, a policy value out of range (an
-            index that is not a message, a class outside 0-3, a share outside (0, 1]).
-        TypeError: ``policy`` is not a ``FitPolicy``, or ``budget`` is neither an int nor
-            has ``usable``.
+        ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable`` (a
+            string or a bool too, as in ``trim_turns``), unknown profile, a policy value
+            out of range (an index that is not a message, a class outside 0-3, a share
+            outside (0, 1]).
+        TypeError: ``policy`` is not a ``FitPolicy``.
 
     >>> msgs = [{"role": "system", "content": "s"},
     ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
@@ -810,8 +815,8 @@ def recover_from_overflow(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: negative budget or ``reported_tokens``, unknown profile, bad policy.
-        TypeError: ``budget`` is neither an int nor has ``usable``.
+        ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable``,
+            negative ``reported_tokens``, unknown profile, bad policy.
 
     >>> msgs = [{"role": "user", "content": "a" * 400}, {"role": "assistant", "content": "b" * 400},
     ...         {"role": "user", "content": "go"}]

@@ -146,7 +146,7 @@ def fit_request(
             reads repeats a key (``message 0: the key "role" appears more than once``);
             ``offset`` says where.
         InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``).
-        ValueError: unknown profile or provider, negative budget.
+        ValueError: unknown profile or provider, a budget that is not an int >= 0.
         TypeError: ``body`` is not bytes-like, ``breadcrumb`` is not a bool.
 
     >>> body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'

@@ -47,6 +47,8 @@ class Conversation:
         document: the whole parsed top-level value, for writing back.
         bad_utf8_at: byte offset of the first invalid UTF-8 byte (such bytes were read as
             U+FFFD), or ``None``.
+        lone_surrogate_at: line, column and text of the first escaped lone surrogate
+            (``\\ud800`` without its pair, read as U+FFFD), or ``None``.
 
     >>> Conversation("c.jsonl", "openai", "jsonl", [], None, []).kind
     'jsonl'
@@ -60,6 +62,8 @@ class Conversation:
     document: Any = None
     bad_utf8_at: int | None = None
     system_lifted: bool = False
+    #: The first escaped lone surrogate (read as U+FFFD): ``(line, column, escape)``.
+    lone_surrogate_at: tuple[int, int, str] | None = None
     #: Why the format was taken as Anthropic's when the caller did not name one (a
     #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
     detected_from: str | None = None
@@ -86,6 +90,10 @@ class Conversation:
         """
         hint = f" (read as an Anthropic body for its {self.detected_from}; --format openai reads it as OpenAI's)"
         hint = hint if self.detected_from else ""
+        # the adapters' advice in the CLI's words: its option is --format
+        exc = InvalidMessageError(
+            exc.reason.replace("pass format='anthropic'", "pass --format anthropic"), index=exc.index, field=exc.field
+        )
         if exc.index is None or not self.system_lifted:
             return f"{exc}{hint}"
         if exc.index == 0:  # the lifted system: its content is the top-level value
@@ -244,6 +252,97 @@ def _refuse_repeated_keys(
     raise InvalidRequestError(f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once")
 
 
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _lone_surrogate(text: str) -> tuple[int, int, str] | None:
+    """The first escaped lone surrogate in the JSON ``text`` (``\\ud800`` not followed by
+    a low surrogate escape, or a low one not preceded by a high one), which the reader
+    takes as U+FFFD: its line, column and escape; ``None`` when there is none."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+    found = None
+    for string in _STRING.finditer(text):
+        high: re.Match[str] | None = None
+        for e in _ESCAPE.finditer(string.group()):
+            unit = int(e[1], 16) if e[1] else -1
+            if high is not None and e.start() == high.end() and 0xDC00 <= unit <= 0xDFFF:
+                high = None  # a pair: one code point
+                continue
+            if high is not None:
+                break
+            if 0xD800 <= unit <= 0xDBFF:
+                high = e
+            elif 0xDC00 <= unit <= 0xDFFF:
+                high = e
+                break
+        if high is not None:
+            found = string.start() + high.start(), high.group()
+            break
+    if found is None:
+        return None
+    pos, escape = found
+    before = text[:pos]
+    return before.count("\n") + 1, pos - (before.rfind("\n") + 1) + 1, escape
+
+
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
+
+
+def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
+    """Where the JSON (or JSONL) ``text`` nests deepest, found without parsing it (the
+    parsers stop at their recursion limit): how many top-level values the text holds,
+    which one holds the deepest point, the path to it from that value (keys and
+    indices, outermost first), and the keys of the first value when it is an object.
+    Strings are skipped whole, so brackets inside them do not count."""
+    stack: list[list[Any]] = []  # [opening bracket, current key or index, expecting a key]
+    values, deepest, at, path = 0, 0, 0, []
+    top_keys: set[str] = set()
+    for m in _TOKEN.finditer(text):
+        t = m.group()
+        if t in "{[":
+            values += not stack
+            stack.append([t, 0 if t == "[" else None, t == "{"])
+            if len(stack) > deepest:
+                deepest, at, path = len(stack), values - 1, [e[1] for e in stack[:-1]]
+        elif t in "}]":
+            if stack:
+                stack.pop()
+        elif t == ",":
+            if stack and stack[-1][0] == "[":
+                stack[-1][1] += 1
+            elif stack:
+                stack[-1][2] = True
+        elif stack and stack[-1][2]:  # a string where a key is expected: the key
+            try:
+                key = json.loads(t)
+            except ValueError:
+                key = t[1:-1]
+            stack[-1][1:] = [key, False]
+            if len(stack) == 1 and values == 1:
+                top_keys.add(key)
+    return values, at, path, top_keys
+
+
+def _too_deep(text: str, where: str) -> InvalidRequestError:
+    """The error for a ``text`` nested deeper than the parser reads, naming the message
+    that holds the deepest point as the dict path does (``message 1: is nested too
+    deeply``), or the top-level value (``tools[0]``) when no message does."""
+    values, at, path, top_keys = _deepest(text)
+    if values > 1:  # JSONL: one message a line
+        place = f"message {at}"
+    elif path and isinstance(path[0], int):  # a list of messages
+        place = f"message {path[0]}"
+    elif path[:1] == ["messages"] and len(path) > 1 and isinstance(path[1], int):
+        place = f"message {path[1]}"
+    elif "messages" not in top_keys and "role" in top_keys:  # one message
+        place = "message 0"
+    else:
+        place = _field(path[:2]) or "the document"
+    return InvalidRequestError(f"{where}: {place}: is nested too deeply")
+
+
 def _decode(text: str) -> Any:
     """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD.
 
@@ -285,6 +384,8 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
     for n, line in lines:
         try:
             value = _decode(line)
+        except RecursionError:
+            raise InvalidRequestError(f"{where}: message {len(messages)}: is nested too deeply") from None
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
@@ -344,8 +445,10 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
         text, bad = raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         text, bad = raw.decode("utf-8", errors="replace"), exc.start
-    conv = _parse(text.removeprefix("\ufeff"), where, explicit)
+    text = text.removeprefix("\ufeff")
+    conv = _parse(text, where, explicit)
     conv.bad_utf8_at = bad
+    conv.lone_surrogate_at = _lone_surrogate(text)
     return conv
 
 
@@ -355,6 +458,8 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         raise InvalidRequestError(f"{where}: the file is empty")
     try:
         doc = _decode(text)
+    except RecursionError:
+        raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
         lines = _jsonl(text, where)
         if lines is None:

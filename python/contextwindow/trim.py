@@ -156,7 +156,8 @@ def trim_turns(
         InvalidMessageError: a message is malformed.
         TokenCounterError: the counter or tokenizer raised, or returned something other
             than an ``int >= 0`` (names it and the message index).
-        ValueError: unknown profile, negative budget, more than one cost source, or
+        ValueError: unknown profile, a budget that is not an int >= 0 (a string or a
+            bool too, as in :func:`~contextwindow.fit`), more than one cost source, or
             ``profile`` together with ``token_counter``.
         TypeError: ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
             ``Estimator``, or ``breadcrumb`` not a bool.

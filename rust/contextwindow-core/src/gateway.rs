@@ -390,6 +390,31 @@ fn invalid(offset: Option<usize>, reason: impl Into<String>) -> Error {
     }
 }
 
+/// serde_json's error for a value nested deeper than it reads (128 levels).
+const RECURSION: &str = "recursion limit exceeded";
+
+/// `e`, raised while reading message `index`, named as the dict path names it when it is
+/// serde_json's nesting limit (`message 1: is nested too deeply`, `_engine.prepare`).
+fn nested_in(index: usize, e: Error) -> Error {
+    match e {
+        Error::InvalidRequest { reason, .. } if reason.starts_with(RECURSION) => {
+            bad_message(index, "", "is nested too deeply")
+        }
+        other => other,
+    }
+}
+
+/// `e`, raised while reading the value `place` names (`tools[0]`, `system`), saying so
+/// when it is serde_json's nesting limit; the offset stays.
+fn nested_at(place: &str, e: Error) -> Error {
+    match e {
+        Error::InvalidRequest { offset, reason } if reason.starts_with(RECURSION) => {
+            invalid(offset, format!("{place}: is nested too deeply"))
+        }
+        other => other,
+    }
+}
+
 /// `message 1, field content[0]` (`message 1` for the message itself), as an
 /// `InvalidMessageError` names the place.
 fn place(index: usize, field: &str) -> String {
@@ -960,6 +985,37 @@ fn anthropic_block<'a>(
     }
 }
 
+/// Why a system message in an Anthropic request that has its system already (the
+/// top-level `system`, or on the dict path the leading system message standing for it)
+/// is refused (`_engine._SECOND_SYSTEM`).
+const SECOND_SYSTEM: &str =
+    "an Anthropic request takes one system prompt, its top-level \"system\"; this is a second";
+
+/// Why OpenAI's `tool_calls` / `function_call` (not null) on an Anthropic message are
+/// refused: not read, their payload would go uncounted (`adapters._OPENAI_CALLS`).
+const OPENAI_CALLS: &str =
+    "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks";
+
+/// Why a block of a system message (an Anthropic top-level `system`) other than a text
+/// block is refused (`adapters._SYSTEM_BLOCK`).
+const SYSTEM_BLOCK: &str = "must be a text block";
+
+/// A block of a system message: text blocks only, as the Messages API takes in its
+/// `system` (`adapters._anthropic_system_block`).
+fn anthropic_system_block<'a>(
+    cx: &Ctx<'a>,
+    v: &'a RawValue,
+    index: usize,
+    field: &str,
+    nested: bool,
+) -> Result<Part> {
+    let (_, ty) = typed(cx, v, index, field)?;
+    if ty != "text" {
+        return Err(bad_message(index, field, SYSTEM_BLOCK));
+    }
+    anthropic_block(cx, v, index, field, nested)
+}
+
 /// The `source` of an image or document block (`_source` in the adapters): an object
 /// holding the string fields the Messages API requires for its `type` (`base64`:
 /// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
@@ -1017,7 +1073,17 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
             ))
         }
     };
-    let (parts, ckind) = content(cx, d, index, "content", anthropic_block, false, false)?;
+    let parse: PartFn<'a> = if role == Role::System {
+        anthropic_system_block
+    } else {
+        anthropic_block
+    };
+    let (parts, ckind) = content(cx, d, index, "content", parse, false, false)?;
+    for key in ["tool_calls", "function_call"] {
+        if d.get(key).is_some_and(|v| kind(v) != Kind::Null) {
+            return Err(bad_message(index, key, OPENAI_CALLS));
+        }
+    }
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
     m.content_kind = Some(ckind.to_owned());
@@ -1100,6 +1166,18 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
         Format::Anthropic
     } else {
         Format::OpenAI
+    })
+}
+
+/// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
+/// `tool_calls`, `tool_call_id`): `io._openai_marked`.
+fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> bool {
+    msgs.iter().any(|m| {
+        let role = m.get("role");
+        cx.str_is(role, "tool")
+            || cx.str_is(role, "developer")
+            || m.get("tool_calls").is_some()
+            || m.get("tool_call_id").is_some()
     })
 }
 
@@ -1213,7 +1291,8 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
                     ));
                 };
                 anthropic_tools |= o.get("input_schema").is_some();
-                tools.push(cx.compact(tool, || format!("tools[{i}]"))?);
+                let text = cx.compact(tool, || format!("tools[{i}]"));
+                tools.push(text.map_err(|e| nested_at(&format!("tools[{i}]"), e))?);
             }
         }
         Some(t) => {
@@ -1228,7 +1307,8 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         if kind(m) != Kind::Obj {
             return Err(bad_message(i, "", "must be an object"));
         }
-        let Msg(o) = serde_json::from_str(m.get()).map_err(|e| cx.json_err(e, m.get()))?;
+        let Msg(o) =
+            serde_json::from_str(m.get()).map_err(|e| nested_in(i, cx.json_err(e, m.get())))?;
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, &place(i, "")));
         }
@@ -1239,6 +1319,20 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         None if top.get("system").is_some() || anthropic_tools => Format::Anthropic,
         None => detect_messages(&cx, &objs)?,
     };
+    // Read as Anthropic's for a body marker while a message has OpenAI's marks: an error
+    // in a message then says why (the CLI says the same, io.Conversation.describe).
+    let hint = if provider.is_none() && format == Format::Anthropic && openai_marked(&cx, &objs) {
+        let why = if top.get("system").is_some() {
+            r#"top-level "system""#
+        } else {
+            r#"tools with "input_schema""#
+        };
+        format!(
+            r#" (read as an Anthropic body for its {why}; provider="openai" reads it as OpenAI's)"#
+        )
+    } else {
+        String::new()
+    };
     let system = match format {
         Format::Anthropic => top.get("system").filter(|s| kind(s) != Kind::Null),
         Format::OpenAI => None,
@@ -1248,10 +1342,34 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         canonical.push(system_message(&cx, s)?);
     }
     for (i, mut o) in objs.into_iter().enumerate() {
-        canonical.push(match format {
-            Format::OpenAI => openai_message(&cx, &mut o, i)?,
-            Format::Anthropic => anthropic_message(&cx, &mut o, i)?,
-        });
+        let m = match format {
+            Format::OpenAI => openai_message(&cx, &mut o, i),
+            Format::Anthropic => anthropic_message(&cx, &mut o, i),
+        };
+        canonical.push(m.map_err(|e| match nested_in(i, e) {
+            Error::InvalidMessage {
+                index,
+                field,
+                reason,
+            } if !hint.is_empty() => Error::InvalidMessage {
+                index,
+                field,
+                reason: reason + &hint,
+            },
+            other => other,
+        })?);
+    }
+    if format == Format::Anthropic && canonical.first().is_some_and(|m| m.role == Role::System) {
+        // the Messages API refuses a system message next to its top-level system (which
+        // a leading system message stands for, as on the dict path: _engine._one_system)
+        let second = canonical
+            .iter()
+            .skip(1)
+            .position(|m| m.role == Role::System);
+        if let Some(i) = second {
+            let index = i + 1 - usize::from(system.is_some()); // in the body's messages
+            return Err(bad_message(index, "role", SECOND_SYSTEM));
+        }
     }
     let plain = canonical.iter().all(|m| {
         matches!(m.role, Role::User | Role::Assistant)
@@ -1312,21 +1430,32 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
         ));
     }
     let mut d = Obj(vec![(Cow::Borrowed("content"), s)], None, None);
-    let (parts, ckind) =
-        content(cx, &mut d, 0, "content", anthropic_block, false, false).map_err(|e| match e {
-            Error::InvalidMessage { field, reason, .. } => invalid(
-                Some(cx.start_of(s.get())),
-                format!("system{}: {reason}", field.trim_start_matches("content")),
-            ),
-            // a repeated key in a block: named from the system, not message 0
-            Error::InvalidRequest { offset, reason } => {
-                match reason.strip_prefix("message 0, field content") {
-                    Some(rest) => invalid(offset, format!("system{rest}")),
-                    None => invalid(offset, reason),
-                }
+    let (parts, ckind) = content(
+        cx,
+        &mut d,
+        0,
+        "content",
+        anthropic_system_block,
+        false,
+        false,
+    )
+    .map_err(|e| match e {
+        Error::InvalidMessage { field, reason, .. } => invalid(
+            Some(cx.start_of(s.get())),
+            format!("system{}: {reason}", field.trim_start_matches("content")),
+        ),
+        // too deep, or a repeated key in a block: named from the system, not message 0
+        Error::InvalidRequest { offset, reason } if reason.starts_with(RECURSION) => {
+            invalid(offset, "system: is nested too deeply")
+        }
+        Error::InvalidRequest { offset, reason } => {
+            match reason.strip_prefix("message 0, field content") {
+                Some(rest) => invalid(offset, format!("system{rest}")),
+                None => invalid(offset, reason),
             }
-            other => other,
-        })?;
+        }
+        other => other,
+    })?;
     let mut m = Message::new(Role::System, parts);
     m.content_kind = Some(ckind.to_owned());
     Ok(m)
@@ -1968,13 +2097,40 @@ mod tests {
     }
 
     fn message_error(body: &[u8]) -> (usize, String, String) {
-        match count_request(body, "conservative", None) {
+        message_error_fim(body)
+    }
+
+    fn message_error_fim(body: &[u8]) -> (usize, String, String) {
+        match count_request(body, "fim", None) {
             Err(Error::InvalidMessage {
                 index,
                 field,
                 reason,
             }) => (index, field, reason),
             other => panic!("expected InvalidMessage, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn openai_call_keys_on_an_anthropic_message_are_refused() {
+        // fresh7 N6: a function_call on an Anthropic message went uncounted
+        for key in ["function_call", "tool_calls"] {
+            let body = format!(
+                r#"{{"system": "s", "messages": [{{"role": "user", "content": "a"}},
+                {{"role": "assistant", "content": "b", "{key}": {{"name": "g"}}}}]}}"#
+            );
+            // a tool_calls key is OpenAI's mark: the error says why the body read as Anthropic's
+            let hint = if key == "tool_calls" {
+                r#" (read as an Anthropic body for its top-level "system"; provider="openai" reads it as OpenAI's)"#
+            } else {
+                ""
+            };
+            assert_eq!(
+                message_error(body.as_bytes()),
+                (1, key.to_owned(), format!("{OPENAI_CALLS}{hint}"))
+            );
+            let null = body.replace(r#"{"name": "g"}"#, "null");
+            assert!(count_request(null.as_bytes(), "conservative", None).is_ok());
         }
     }
 
@@ -2154,6 +2310,15 @@ mod tests {
             ("5", "system: must be a string or a list of text blocks"),
             ("{}", "system: must be a string or a list of text blocks"),
             ("[5]", "system[0]: must be an object"),
+            // fresh7 N5: text blocks only, whatever the other block holds
+            (
+                r#"[{"type": "text", "text": "s"}, {"type": "tool_use", "id": "t", "input": []}]"#,
+                "system[1]: must be a text block",
+            ),
+            (
+                r#"[{"type": "image", "source": {}}]"#,
+                "system[0]: must be a text block",
+            ),
         ] {
             let body = format!(r#"{{"system": {system}, "messages": []}}"#);
             match count_request(body.as_bytes(), "conservative", None) {
@@ -2374,10 +2539,11 @@ mod tests {
         let body = format!(
             r#"{{"messages": [{{"role": "user", "content": [{{"type": "x", "v": {deep}}}]}}]}}"#
         );
-        assert!(matches!(
-            count_request(body.as_bytes(), "fim", None),
-            Err(Error::InvalidRequest { .. })
-        ));
+        // named as the dict path names it (fresh7 N7)
+        assert_eq!(
+            message_error_fim(body.as_bytes()),
+            (0, String::new(), "is nested too deeply".to_owned())
+        );
         let untouched = format!(r#"{{"v": {deep}, "messages": []}}"#);
         assert_eq!(count_request(untouched.as_bytes(), "fim", None).unwrap(), 0);
     }

@@ -105,6 +105,14 @@ fn read_inner(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
             Shape::Anthropic => r.anthropic_message(f)?,
         });
     }
+    // _engine._one_system: a system message after a leading one (which stands for the
+    // top-level system) is refused by the adapters' path
+    if format == Shape::Anthropic
+        && out.first().is_some_and(|m| m.role == Role::System)
+        && out.iter().skip(1).any(|m| m.role == Role::System)
+    {
+        return Err(Fallback);
+    }
     // _engine.prepare: the format given, else _provider_of: a plain chat (user/assistant
     // text only) takes the Anthropic placement, valid in both shapes, else the detected.
     let plain = || {
@@ -650,6 +658,12 @@ impl Reader {
             _ => return Err(Fallback),
         };
         let (parts, kind) = self.content(f.content.as_ref(), PartShape::Anthropic, false)?;
+        if f.function_call || f.tool_calls.as_ref().is_some_and(|v| !v.is_none()) {
+            return Err(Fallback); // OpenAI's call keys: the adapters name them
+        }
+        if role == Role::System && parts.iter().any(|p| p.kind != PartKind::Text) {
+            return Err(Fallback); // a system holds text blocks only: the adapters name it
+        }
         let mut m = Message::new(role, parts);
         m.extra = self.rest(&f.dict, &["role", "content"], 2)?;
         m.content_kind = Some(kind.to_owned());

@@ -1,0 +1,566 @@
+"""The same input gives the same output or the same refusal on every path: the dict API
+(Python adapters and the native dict reader), the gateway (``fit_request`` /
+``count_request``) and the CLI. Each test is a tester's finding (fresh7 N3, N5-N13)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import contextwindow as cw
+from contextwindow import _engine
+from contextwindow.cli import main
+
+from shared_data import corpus_files, ids
+
+BREADCRUMB_BLOCK = {"type": "text", "text": cw.BREADCRUMB}
+
+
+class _Stdin:
+    """A stand-in for ``sys.stdin`` whose ``buffer`` holds ``data``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = io.BytesIO(data)
+
+
+def write(tmp_path: Path, name: str, data: str | bytes) -> str:
+    p = tmp_path / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(p)
+
+
+@pytest.fixture(params=[True, False], ids=["native", "adapters"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Run a dict-API test through the native dict reader and through the Python adapters."""
+    monkeypatch.setattr(_engine, "FAST_READER", request.param)
+    return bool(request.param)
+
+
+# ----------------------------------------------------------------------------------- N3
+
+PLAIN = [
+    {"role": "user", "content": "old question " * 50},
+    {"role": "assistant", "content": "old answer " * 50},
+    {"role": "user", "content": "new question"},
+]
+# what fit_request and cw.trim_turns give at budget 40: the old turn dropped, the
+# breadcrumb the leading text block of the kept user message (README, "A plain chat ...")
+PLAIN_FITTED = [{"role": "user", "content": [BREADCRUMB_BLOCK, {"type": "text", "text": "new question"}]}]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "messages_of"),
+    [
+        (
+            "body.json",
+            json.dumps({"model": "claude", "max_tokens": 100, "messages": PLAIN}),
+            lambda out: json.loads(out)["messages"],
+        ),
+        ("list.json", json.dumps(PLAIN), json.loads),
+        ("plain.jsonl", "\n".join(json.dumps(m) for m in PLAIN), lambda out: [json.loads(x) for x in out.splitlines()]),
+    ],
+)
+def test_cli_fit_places_a_plain_chats_breadcrumb_as_the_gateway_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: str, messages_of: Any
+) -> None:
+    """fresh7 N3: `fit` wrote the breadcrumb as a user message of its own ahead of the
+    kept user message (two user messages in a row, Anthropic-invalid), because it passed
+    the detected "openai" on as if the user had named it."""
+    f = write(tmp_path, name, data)
+    assert main(["fit", f, "--budget", "40"]) == 0
+    got = messages_of(capsys.readouterr().out)
+    assert got == PLAIN_FITTED
+    assert got == cw.trim_turns(PLAIN, budget=40).messages
+    if name == "body.json":
+        assert json.loads(cw.fit_request(data.encode(), budget=40))["messages"] == PLAIN_FITTED
+    assert cw.validate(got, "anthropic") == [] and cw.validate(got, "openai") == []
+    # naming the shape keeps its rule, as format="openai" does on the dict path
+    assert main(["fit", f, "--budget", "40", "--format", "openai"]) == 0
+    named = messages_of(capsys.readouterr().out)
+    assert named == cw.trim_turns(PLAIN, budget=40, format="openai").messages
+    assert named == [{"role": "user", "content": cw.BREADCRUMB}, PLAIN[2]]
+
+
+def test_cli_fit_plain_chat_with_text_blocks_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N3's corpus case: Claude text blocks in a body without "system" read as a plain chat."""
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "first " * 40}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "reply " * 40}]},
+        {"role": "user", "content": [{"type": "text", "text": "second"}]},
+    ]
+    body = json.dumps({"model": "m", "messages": msgs}).encode()
+    monkeypatch.setattr("sys.stdin", _Stdin(body))
+    assert main(["fit", "-", "--budget", "30"]) == 0
+    got = json.loads(capsys.readouterr().out)["messages"]
+    assert got == [{"role": "user", "content": [BREADCRUMB_BLOCK, {"type": "text", "text": "second"}]}]
+    assert got == json.loads(cw.fit_request(body, budget=30))["messages"]
+
+
+def _corpus_runs() -> list[tuple[Path, int]]:
+    runs = []
+    for path in corpus_files():
+        total = cw.count_request(path.read_bytes())
+        runs += [(path, b) for b in sorted({total // 2, total // 5, 200})]
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("path", "budget"), _corpus_runs(), ids=[f"{i}-{b}" for (p, b) in _corpus_runs() for i in ids([p])]
+)
+def test_cli_fit_from_stdin_equals_fit_request_on_the_corpus(
+    path: Path, budget: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N3 over the corpus: `contextwindow fit - --budget B < file` writes the document
+    `fit_request(file, budget=B)` returns (the CLI keeps every top-level key too), and
+    exits 1 exactly when the gateway's report says it does not fit."""
+    body = path.read_bytes()
+    monkeypatch.setattr("sys.stdin", _Stdin(body))
+    code = main(["fit", "-", "--budget", str(budget)])
+    cli = json.loads(capsys.readouterr().out)
+    out, report = cw.fit_request(body, budget=budget, report=True)
+    assert cli == json.loads(out)
+    assert code == (0 if report.report.fits else 1)
+
+
+# ----------------------------------------------------------------------------------- N5
+
+SYSTEM_NOT_TEXT = [
+    {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+    {"type": "tool_result", "tool_use_id": "zz", "content": "r"},
+    {"type": "image", "source": {}},
+    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+    {"type": "weird"},
+]
+
+
+@pytest.mark.parametrize("block", SYSTEM_NOT_TEXT, ids=[b["type"] for b in SYSTEM_NOT_TEXT])
+def test_a_system_holds_text_blocks_only_on_the_dict_path(reader: bool, block: dict[str, Any]) -> None:
+    """fresh7 N5: a tool_use in a system was "valid", then repair removed it and rewrote
+    the system; an image with "source": {} counted 1,648 tokens. The Messages API takes
+    a string or text blocks in `system`; the leading system message stands for it."""
+    msgs = [{"role": "system", "content": [{"type": "text", "text": "s"}, block]}, {"role": "user", "content": "a"}]
+    for call in (
+        lambda: cw.count_messages(msgs, format="anthropic"),
+        lambda: cw.validate(msgs, "anthropic", format="anthropic"),
+        lambda: cw.repair_tool_pairs(msgs, format="anthropic"),
+        lambda: cw.trim_turns(msgs, budget=10**6, format="anthropic"),
+        lambda: cw.fit(msgs, 10**6, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == "message 0, field content[1]: must be a text block"
+        assert (err.value.index, err.value.field) == (0, "content[1]")
+    # a text block with extra keys (cache_control) is a text block
+    fine = [{"role": "system", "content": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]}]
+    assert cw.count_messages([*fine, msgs[1]], format="anthropic") > 0
+
+
+@pytest.mark.parametrize("block", SYSTEM_NOT_TEXT, ids=[b["type"] for b in SYSTEM_NOT_TEXT])
+def test_a_top_level_system_holds_text_blocks_only_in_gateway_and_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], block: dict[str, Any]
+) -> None:
+    body = json.dumps(
+        {
+            "model": "claude",
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "s"}, block],
+            "messages": [{"role": "user", "content": "a"}],
+        }
+    ).encode()
+    at = body.index(b"[", body.index(b'"system"'))  # the error points at the system value
+    for call in (
+        lambda: cw.count_request(body),
+        lambda: cw.fit_request(body, budget=10**6),
+        lambda: cw.fit_request(body, budget=10),
+    ):
+        with pytest.raises(cw.InvalidRequestError) as err:
+            call()
+        assert str(err.value) == f"invalid request body at byte {at}: system[1]: must be a text block"
+    f = write(tmp_path, "sys.json", body)
+    for argv in (["count", f], ["validate", f], ["repair", f], ["fit", f, "--budget", "10"], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: system[1]: must be a text block\n"
+
+
+def test_a_system_message_inside_an_anthropic_body_holds_text_blocks_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same rule for a system-role message in `messages` (no top-level system)."""
+    msgs = [
+        {"role": "system", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    body = json.dumps({"model": "claude", "messages": msgs}).encode()
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(body)
+    assert str(err.value) == "message 0, field content[0]: must be a text block"
+    f = write(tmp_path, "m.json", body)
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {f}: message 0, field content[0]: must be a text block\n"
+
+
+# ----------------------------------------------------------------------------------- N6
+
+OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
+
+
+def _anthropic_with(key: str, value: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}], key: value},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+
+
+OPENAI_KEYS = [
+    ("function_call", {"name": "g", "arguments": "x" * 4000}),
+    ("tool_calls", [{"id": "c", "type": "custom", "custom": {"name": "p", "input": "x" * 1000}}]),
+    ("tool_calls", []),
+    ("function_call", False),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), OPENAI_KEYS, ids=["function_call", "custom", "empty", "false"])
+def test_openai_call_keys_on_an_anthropic_message_are_refused(
+    reader: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any
+) -> None:
+    """fresh7 N6: the 4,000 characters of a function_call on an Anthropic assistant
+    message went uncounted (count_request 53), and validate said valid."""
+    m = _anthropic_with(key, value)
+    want = f"message 1, field {key}: {OPENAI_CALLS}"
+    for call in (
+        lambda: cw.count_messages(m, format="anthropic"),
+        lambda: cw.validate(m, "anthropic", format="anthropic"),
+        lambda: cw.trim_turns(m, budget=10**6, format="anthropic"),
+        lambda: cw.fit(m, 10**6, format="anthropic"),
+        # detected: the tool_use makes it Anthropic's (a tool_calls key makes it OpenAI's,
+        # whose adapter names the tool_use block instead)
+        lambda: cw.count_messages(m) if key == "function_call" else cw.count_messages(m, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+    body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": m}).encode()
+    # a tool_calls key is OpenAI's mark: the gateway and the CLI say why they read the body
+    # as Anthropic's (N11)
+    why = ' (read as an Anthropic body for its top-level "system"; '
+    for gateway in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            gateway()
+        hinted = f'{why}provider="openai" reads it as OpenAI\'s)' if key == "tool_calls" else ""
+        assert str(err.value) == want + hinted
+    f = write(tmp_path, "b.json", body)
+    hint = f"{why}--format openai reads it as OpenAI's)"
+    for argv in (["count", f], ["validate", f], ["fit", f, "--budget", "100"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {want}{hint if key == 'tool_calls' else ''}\n"
+
+
+def test_null_openai_call_keys_on_an_anthropic_message_are_fine(reader: bool) -> None:
+    """null is what a model_dump() writes; it carries nothing to count."""
+    m = _anthropic_with("function_call", None)
+    m[1]["tool_calls"] = None
+    plain = _anthropic_with("function_call", None)
+    del plain[1]["function_call"]
+    assert cw.count_messages(m, format="anthropic") == cw.count_messages(plain, format="anthropic")
+    out = cw.trim_turns(m, budget=10**6, format="anthropic").messages
+    assert all(a is b for a, b in zip(out, m, strict=True))
+    body = json.dumps({"model": "claude", "system": "s", "messages": m}).encode()
+    assert cw.fit_request(body, budget=10**6) is body
+
+
+# ---------------------------------------------------------------------------- N13 first
+
+SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+
+
+def test_a_system_message_next_to_the_top_level_system_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N13 (fresh6 N7): counted 15 and passed through fit_request unchanged; the
+    Messages API refuses it. Named by its index in the body's messages."""
+    msgs = [{"role": "user", "content": "a"}, {"role": "system", "content": "again"}, {"role": "user", "content": "b"}]
+    body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": msgs}).encode()
+    want = f"message 1, field role: {SECOND_SYSTEM}"
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+    f = write(tmp_path, "b.json", body)
+    for argv in (["count", f], ["validate", f], ["repair", f], ["fit", f, "--budget", "100"], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {want}\n"
+    # without the top-level system, a leading system message stands for it: the same rule
+    two = json.dumps({"model": "claude", "messages": [{"role": "system", "content": "s"}, *msgs]}).encode()
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.fit_request(two, budget=10**6, provider="anthropic")
+    assert str(err.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    # one system, either way, is fine
+    assert cw.count_request(json.dumps({"system": "s", "messages": [msgs[0]]}).encode()) > 0
+
+
+def test_a_second_system_message_in_anthropic_dicts_is_refused(reader: bool) -> None:
+    """The dict path: the leading system message stands for the top-level system."""
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+        {"role": "system", "content": "again"},
+    ]
+    for call in (
+        lambda: cw.count_messages(msgs),  # detected Anthropic (the tool_result)
+        lambda: cw.trim_turns(msgs, budget=10**6, format="anthropic"),
+        lambda: cw.validate(msgs, "anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    # in OpenAI shape several system messages are fine
+    plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "system", "content": "b"}]
+    assert cw.count_messages(plain, format="openai") > 0
+
+
+# ----------------------------------------------------------------------------------- N8
+
+BIG = 10**5000
+
+
+def _too_long() -> str:
+    """Python's own words for an int it will not write as text."""
+    try:
+        str(BIG)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError("str(10**5000) is expected to raise")
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        {"role": "user", "content": "a", "x": BIG},
+        {"role": "user", "content": [{"type": "weird", "x": BIG}]},
+        cw.Message(role="user", content=[cw.TextPart(text="a")], extra={"x": [BIG]}),
+    ],
+    ids=["extra-key", "unknown-block", "message-struct"],
+)
+def test_a_huge_int_names_its_message(reader: bool, second: Any) -> None:
+    """fresh7 N8: a raw ValueError from msgspec, not a ContextWindowError, naming nothing."""
+    first: Any = (
+        cw.Message(role="user", content=[cw.TextPart(text="a")])
+        if isinstance(second, cw.Message)
+        else {"role": "user", "content": "a"}
+    )
+    msgs = [first, second]
+    want = f"message 1: holds a value JSON cannot represent ({_too_long()})"
+    budget = cw.resolve_budget(context_window=5000, max_output_tokens=1000)
+    for call in (
+        lambda: cw.count_messages(msgs),
+        lambda: cw.trim_turns(msgs, budget=5),
+        lambda: cw.validate(msgs, "openai"),
+        lambda: cw.fit(msgs, 5),
+        lambda: cw.repair_tool_pairs(msgs),
+        lambda: cw.ContextGuard(budget).check(msgs),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+        assert err.value.index == 1
+
+
+# ----------------------------------------------------------------------------------- N7
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        # the tester's file: 1,000 levels in an extra key of message 1
+        ("body.json", '{"messages":[{"role":"user","content":"a"},{"role":"user","content":"a","x":DEEP}]}'),
+        # brackets inside a string do not count
+        ("list.json", '[{"role":"user","content":"[[[[\\"{{"},{"role":"user","content":"a","x":DEEP}]'),
+        ("lines.jsonl", '{"role":"user","content":"a"}\n{"role":"user","content":"a","x":DEEP}\n'),
+    ],
+)
+def test_nested_too_deeply_names_the_message_in_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: str
+) -> None:
+    """fresh7 N7: the CLI said "input is nested too deeply", naming no message."""
+    f = write(tmp_path, name, data.replace("DEEP", _deep(1000)))
+    for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: is nested too deeply\n"
+    first = write(tmp_path, "first.jsonl", '{"role":"user","content":"a","x":DEEP}\n{"role":"user","content":"b"}\n')
+    Path(first).write_text(Path(first).read_text().replace("DEEP", _deep(1000)))
+    assert main(["count", first]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: is nested too deeply\n"
+    tools = write(
+        tmp_path, "tools.json", '{"messages":[],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", _deep(1000))
+    )
+    assert main(["count", tools]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: is nested too deeply\n"
+
+
+def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
+    """fresh7 N7: "invalid request body at byte 185: recursion limit exceeded" (serde's
+    words, an offset only) for 5,000 levels inside a content block."""
+    deep = _deep(5000)
+    for body in (
+        '{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"weird","x":DEEP}]}]}',
+        '{"system":"s","messages":[{"role":"user","content":"a"},'
+        '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":DEEP}}]}]}',
+    ):
+        for call in (cw.count_request, lambda b: cw.fit_request(b, budget=10)):
+            with pytest.raises(cw.InvalidMessageError) as err:
+                call((body.replace("DEEP", deep)).encode())
+            assert str(err.value) == "message 1: is nested too deeply"
+    # the same value on the dict path: the same words
+    value: list[Any] = []
+    for _ in range(5000):
+        value = [value]
+    call = {"type": "tool_use", "id": "t", "name": "f", "input": {"a": value}}
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": [call]}]
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_messages(msgs)
+    assert str(err.value) == "message 1: is nested too deeply"
+    tool = (
+        '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", deep)
+    ).encode()
+    with pytest.raises(cw.InvalidRequestError, match=r"at byte \d+: tools\[0\]: is nested too deeply$"):
+        cw.count_request(tool)
+
+
+# ---------------------------------------------------------------------------------- N11
+
+
+def test_the_cli_names_its_own_option_for_an_anthropic_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N11: the CLI told its user to `pass format='anthropic'` (the Python keyword);
+    its option is --format. The gateway says provider="anthropic", the dict path format=."""
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    f = write(tmp_path, "b.json", json.dumps({"model": "m", "messages": msgs}))
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {f}: message 2, field content[0].type:"
+        " 'tool_result' is an Anthropic block; pass --format anthropic\n"
+    )
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_messages(msgs)
+    assert (
+        str(err.value)
+        == "message 2, field content[0].type: 'tool_result' is an Anthropic block; pass format='anthropic'"
+    )
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(json.dumps({"messages": msgs}).encode())
+    assert str(err.value) == (
+        'message 2, field content[0].type: "tool_result" is an Anthropic block; pass provider="anthropic"'
+    )
+
+
+def test_the_gateway_says_why_it_read_an_openai_body_as_anthropic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh7 N11: a stray top-level system in an OpenAI body; the CLI said why it read the
+    body as Anthropic's, the gateway did not."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "r"},
+    ]
+    body = json.dumps({"model": "gpt", "system": "stray", "messages": msgs}).encode()
+    why = 'read as an Anthropic body for its top-level "system"'
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(body)
+    assert str(err.value) == (
+        f"message 1, field content: must be a string or a list of blocks ({why};"
+        ' provider="openai" reads it as OpenAI\'s)'
+    )
+    assert cw.count_request(body, provider="openai") > 0
+    f = write(tmp_path, "b.json", body)
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {f}: message 1, field content: must be a string or a list of blocks ({why};"
+        " --format openai reads it as OpenAI's)\n"
+    )
+    # Anthropic tools are the other body marker
+    tools = json.dumps({"tools": [{"name": "f", "input_schema": {}}], "messages": msgs}).encode()
+    with pytest.raises(cw.InvalidMessageError, match=r'for its tools with "input_schema"; provider="openai"'):
+        cw.count_request(tools)
+    # a real Anthropic body gets no such remark
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_request(json.dumps({"system": "x", "messages": [{"role": "user", "content": 5}]}).encode())
+    assert str(err.value) == "message 0, field content: must be a string or a list of blocks"
+
+
+# ----------------------------------------------------------------------------------- N9
+
+
+def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh7 N9: `fit` wrote "\\ufffdx" for "\\ud800x" with no word, even when nothing was
+    trimmed; invalid UTF-8 gets a warning. Column 40: '{"messages":[{"role":"user","content":"'
+    is 39 characters."""
+    f = write(tmp_path, "s.json", '{"messages":[{"role":"user","content":"\\ud800x"}]}')
+    assert main(["fit", f, "--budget", "100"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["messages"][0]["content"] == "\ufffdx"
+    assert err.startswith(
+        f"contextwindow: warning: {f}: lone surrogate escape \\ud800 at line 1, column 40;"
+        " such escapes read as U+FFFD\n"
+    )
+    # a low one alone, on line 2 (column 28: '{"role":"user","content":"x' is 27 characters);
+    # a pair is one code point and an escaped backslash is no escape: no warning for those
+    lines = write(
+        tmp_path,
+        "s.jsonl",
+        '{"role":"user","content":"ok \\ud83d\\ude00 \\\\ud800 fine"}\n{"role":"user","content":"x\\udc00"}\n',
+    )
+    assert main(["count", lines]) == 0
+    assert capsys.readouterr().err == (
+        f"contextwindow: warning: {lines}: lone surrogate escape \\udc00 at line 2, column 28;"
+        " such escapes read as U+FFFD\n"
+    )
+    fine = write(tmp_path, "ok.json", '[{"role":"user","content":"ok \\ud83d\\ude00 \\\\ud800 \\u00e9"}]')
+    assert main(["count", fine]) == 0
+    assert capsys.readouterr().err == ""
+    # a high one followed by another high one (column 28: '[{"role":"user","content":"' is
+    # 27 characters), and one ending a key (column 8: '[{"role' is 7)
+    for data, where in (
+        ('[{"role":"user","content":"\\ud800\\ud800"}]', "\\ud800 at line 1, column 28"),
+        ('[{"role\\udbff":"user"}]', "\\udbff at line 1, column 8"),
+    ):
+        g = write(tmp_path, "h.json", data)
+        main(["count", g])
+        assert f"contextwindow: warning: {g}: lone surrogate escape {where};" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- N13 last
+
+
+@pytest.mark.parametrize("budget", ["10", True, None, 1.5, -1, [10]])
+def test_a_bad_budget_is_the_same_error_everywhere(budget: Any) -> None:
+    """fresh7 N13: fit(m, "10") and fit(m, True) raised TypeError, trim_turns and
+    fit_request ValueError. One kind now: ValueError naming the budget."""
+    msgs = [{"role": "user", "content": "a"}]
+    body = json.dumps({"messages": msgs}).encode()
+    for call in (
+        lambda: cw.fit(msgs, budget),
+        lambda: cw.trim_turns(msgs, budget),
+        lambda: cw.fit_request(body, budget=budget),
+        lambda: cw.recover_from_overflow(msgs, budget=budget),
+    ):
+        with pytest.raises(ValueError, match=r"^budget must be a non-negative int") as err:
+            call()
+        assert not isinstance(err.value, TypeError)
