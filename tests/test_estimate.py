@@ -575,3 +575,28 @@ def test_a_message_nested_too_deeply_is_named() -> None:
         with pytest.raises(cw.InvalidMessageError, match=r"^message 1: is nested too deeply$") as err:
             call()
         assert err.value.index == 1
+
+
+REFUSAL = "I cannot help with that request because it asks for private data. " * 40
+
+
+def test_an_openai_refusal_counts_as_the_message_text() -> None:
+    """An assistant message that declined carries its text in ``refusal`` (``content``
+    null); the model reads it back, so it counts as that text would as ``content``. It
+    counted nothing before (2,760 characters: the overhead only)."""
+    declined = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "refusal": REFUSAL}]
+    as_content = [declined[0], {"role": "assistant", "content": REFUSAL}]
+    for profile in ("conservative", "cl100k", "tekken", "fim", "bytes4"):
+        assert cw.count_messages(declined, profile) == cw.count_messages(as_content, profile), profile
+    body = json.dumps({"model": "m", "messages": declined}).encode()
+    assert cw.count_request(body) == cw.count_messages(declined)
+    # exact mode: 12 words x 40 = 480 words of refusal, 1 of "hi", 3 per message (cl100k's
+    # overhead; conservative takes the larger family overhead, 3)
+    words = cw.Estimator(tokenizer=lambda s: len(s.split()))
+    assert words.count_messages(declined) == 480 + 1 + 2 * 3
+    # null, a number or an object is not text: nothing beyond the overhead
+    bare = cw.count_messages([{"role": "assistant", "content": None}])
+    for value in (None, 5, {"text": REFUSAL}):
+        assert cw.count_messages([{"role": "assistant", "content": None, "refusal": value}]) == bare
+    # written back as it came
+    assert cw.trim_turns(declined, budget=10**6).messages[1] is declined[1]

@@ -459,9 +459,17 @@ def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None
 
 
 def message_tokens(m: Message, p: Profile, text: Callable[[str], int] | None = None) -> int:
-    """Overhead + name + every part; ``text`` replaces the profile's text rule when given."""
+    """Overhead + name + refusal + every part; ``text`` replaces the profile's text rule
+    when given. A string ``refusal`` among the message's other keys (an OpenAI assistant
+    message that declined) is text the model reads back; any other value counts nothing."""
     t = text or (lambda s: text_tokens(s, p))
-    return p.message_overhead + t(m.name or "") + sum(part_tokens(q, p, t) for q in m.content)
+    refusal = m.extra.get("refusal") if isinstance(m.extra, dict) else None
+    return (
+        p.message_overhead
+        + t(m.name or "")
+        + t(refusal if isinstance(refusal, str) else "")
+        + sum(part_tokens(q, p, t) for q in m.content)
+    )
 
 
 # --------------------------------------------------------------------------- cost models

@@ -354,12 +354,35 @@ impl Profile {
         }
     }
 
-    /// Tokens of a message: overhead + name + every part.
+    /// Tokens of a message: overhead + name + refusal + every part.
     pub fn message_tokens(&self, m: &Message) -> u64 {
         self.message_overhead
             + self.text_tokens(m.name.as_deref().unwrap_or(""))
+            + m.extra
+                .as_deref()
+                .map_or(0, |e| self.text_tokens(&refusal(e)))
             + m.content.iter().map(|p| self.part_tokens(p)).sum::<u64>()
     }
+}
+
+/// The text of a string `refusal` among a message's other keys (`""` when there is none):
+/// an OpenAI assistant message that declined to answer carries it beside `content`
+/// (`null`), and the model reads it back as the message's text. Looked for only when the
+/// key's name is in the JSON text; any other value of it is not text and counts nothing.
+fn refusal(extra: &serde_json::value::RawValue) -> std::borrow::Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Keys<'a> {
+        #[serde(borrow, default)]
+        refusal: Option<std::borrow::Cow<'a, str>>,
+    }
+    let text = extra.get();
+    if memchr::memmem::find(text.as_bytes(), b"\"refusal\"").is_none() {
+        return "".into();
+    }
+    serde_json::from_str::<Keys<'_>>(text)
+        .ok()
+        .and_then(|k| k.refusal)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
