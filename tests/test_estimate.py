@@ -600,3 +600,11 @@ def test_an_openai_refusal_counts_as_the_message_text() -> None:
         assert cw.count_messages([{"role": "assistant", "content": None, "refusal": value}]) == bare
     # written back as it came
     assert cw.trim_turns(declined, budget=10**6).messages[1] is declined[1]
+    # a lone surrogate counts as U+FFFD here too, in the engine and in _reference
+    lone = {"role": "assistant", "content": None, "refusal": "no \ud800 way " * 20}
+    fffd = {"role": "assistant", "content": "no \ufffd way " * 20}
+    assert cw.count_messages([lone]) == cw.count_messages([fffd])
+    from contextwindow import _reference as ref
+    from contextwindow.adapters import openai_to_message
+
+    assert ref.message_tokens(openai_to_message(lone), ref.PROFILES["conservative"]) == cw.count_messages([fffd])

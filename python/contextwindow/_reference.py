@@ -464,12 +464,11 @@ def message_tokens(m: Message, p: Profile, text: Callable[[str], int] | None = N
     message that declined) is text the model reads back; any other value counts nothing."""
     t = text or (lambda s: text_tokens(s, p))
     refusal = m.extra.get("refusal") if isinstance(m.extra, dict) else None
-    return (
-        p.message_overhead
-        + t(m.name or "")
-        + t(refusal if isinstance(refusal, str) else "")
-        + sum(part_tokens(q, p, t) for q in m.content)
-    )
+    if not isinstance(refusal, str):
+        refusal = ""
+    # extras are kept as given; lone surrogates count as U+FFFD, as in every other text
+    refusal = refusal.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return p.message_overhead + t(m.name or "") + t(refusal) + sum(part_tokens(q, p, t) for q in m.content)
 
 
 # --------------------------------------------------------------------------- cost models
