@@ -600,6 +600,9 @@ def test_an_openai_refusal_counts_as_the_message_text() -> None:
         assert cw.count_messages([{"role": "assistant", "content": None, "refusal": value}]) == bare
     # written back as it came
     assert cw.trim_turns(declined, budget=10**6).messages[1] is declined[1]
+    # token_breakdown shows the refusal as the message's preview
+    largest = cw.token_breakdown(declined).largest[0]
+    assert (largest.index, largest.preview) == (1, REFUSAL[:57] + "...")
     # a lone surrogate counts as U+FFFD here too, in the engine and in _reference
     lone = {"role": "assistant", "content": None, "refusal": "no \ud800 way " * 20}
     fffd = {"role": "assistant", "content": "no \ufffd way " * 20}

@@ -193,7 +193,11 @@ def _text_of(parts: list[Any]) -> str:
 
 
 def _preview(m: Message) -> str:
-    text = " ".join(_text_of(m.content).split())
+    text = _text_of(m.content)
+    refusal = m.extra.get("refusal") if isinstance(m.extra, dict) else None
+    if not text and isinstance(refusal, str):  # an OpenAI assistant message that declined
+        text = refusal
+    text = " ".join(text.split())
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
 
 
