@@ -301,3 +301,14 @@ def test_violation_details_use_the_wire_role_names() -> None:
     details = [v.detail for v in cw.validate(msgs, "anthropic", format="openai")]
     assert any("role tool is not allowed" in d for d in details)
     assert not any("Tool" in d for d in details)
+
+
+def test_violation_text_says_an_assistant_message() -> None:
+    """Found by the fresh-install review (fresh8 N9): "is in a assistant message"."""
+    m = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "stray", "content": "r"}]},
+        {"role": "user", "content": "go"},
+    ]
+    texts = [v.detail for v in cw.validate(m, "anthropic") if v.code == "result_outside_user_message"]
+    assert texts == ['tool_result "stray" is in an assistant message, not a user message']

@@ -25,6 +25,16 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// A role with its indefinite article, as a violation's message says it ("an assistant").
+fn with_article(role: Role) -> String {
+    let name = role.name();
+    if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        format!("an {name}")
+    } else {
+        format!("a {name}")
+    }
+}
+
 fn v(index: usize, code: &'static str, call_id: Option<&str>, detail: String) -> Violation {
     Violation {
         index,
@@ -132,8 +142,8 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_tool_message",
                     Some(id),
                     format!(
-                        "tool result {id:?} is in a {} message, not a tool message",
-                        m.role
+                        "tool result {id:?} is in {} message, not a tool message",
+                        with_article(m.role)
                     ),
                 ));
             }
@@ -194,8 +204,8 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_user_message",
                     Some(id),
                     format!(
-                        "tool_result {id:?} is in a {} message, not a user message",
-                        m.role
+                        "tool_result {id:?} is in {} message, not a user message",
+                        with_article(m.role)
                     ),
                 ));
             }
