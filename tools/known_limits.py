@@ -45,6 +45,16 @@ REGEXES = [
 ]
 
 
+ENGLISH = (
+    "The user asked me to fix the failing test in the tax module. After checking, I found that "
+    "the rounding happened before the multiplication, which caused small differences in the totals. "
+)
+GERMAN = (
+    "Der Benutzer bat darum, den fehlerhaften Test im Steuermodul zu beheben. Nach der Prüfung stellte "
+    "ich fest, dass die Rundung vor der Multiplikation erfolgte, was zu kleinen Abweichungen führte. "
+)
+
+
 def texts() -> list[tuple[str, str]]:
     rnd = random.Random(11)
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -98,6 +108,9 @@ def texts() -> list[tuple[str, str]]:
         ("Greek prose: an encyclopedia paragraph x 8", GREEK_WIKI * 8),
         ("Greek pangrams x 40", GREEK_PANGRAMS * 40),
         ("Russian prose x 10", RUSSIAN * 10),
+        ("Russian prose in capitals x 10", RUSSIAN.upper() * 10),
+        ("English prose in capitals x 10", ENGLISH.upper() * 10),
+        ("German prose in capitals x 10", GERMAN.upper() * 10),
         ("markdown table rules, 200 rows of 6 columns", rules),
         ("200 regexes", regexes),
         ("random ASCII symbols, 50 lines of 120", long_lines),
