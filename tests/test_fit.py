@@ -302,9 +302,13 @@ def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
     msgs = [sys_("s"), u("a" * 40), a("b" * 40), u("q" * 400)]
     r = fit(msgs, 60, FitPolicy(low_water=1.0, pinned=(3,)), profile="fim")
     assert r.report.tokens_after == 125 and not r.report.fits and r.messages[-1] is msgs[3]
+    # unpinned, it is cut, with the breadcrumb left out (it would cost the request 16
+    # tokens, fresh8 N1): 60 - 5 = 55 for the request, text 51 tokens = 207 characters at
+    # most: 173 kept + the 34-character marker "\n[... 227 characters removed ...]\n"
     r = fit(msgs, 60, EXACT, profile="fim")
-    assert r.report.tokens_after == 60 and r.report.fits
-    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 291
+    assert r.report.tokens_after == 60 and r.report.fits and not r.report.breadcrumb
+    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 227
+    assert len(r.messages[1]["content"]) == 207
 
 
 def test_parallel_calls_go_as_one_unit() -> None:
