@@ -731,7 +731,12 @@ def fit(
     oldest first (the current request never is). Where whole turns went, the breadcrumb
     is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
     evictions that leave the conversation no smaller than it was (tiny turns under a
-    breadcrumb that costs more) are undone.
+    breadcrumb that costs more) are undone. The breadcrumb never costs the request: when
+    the result does not fit or cuts something, ``fit`` also runs without it and keeps
+    the run that fits, then cuts fewer characters of the request, then fewer in all
+    (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
+    (``RESULTS_REMOVED``) goes together with the loose message or tool unit on either
+    side of it (alone, either would break the alternation).
     When nothing more can be evicted and it is still over ``budget`` (not the low-water
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
