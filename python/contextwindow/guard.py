@@ -21,7 +21,10 @@ soon as the conversation fits:
    prefix stays byte-stable for the next calls instead of shifting on every call.
    When it does not run, broken tool pairs are still repaired, as ``fit`` and
    ``trim_turns`` repair them (:func:`contextwindow.repair_tool_pairs`; event reason
-   ``tool_pairs``), so every request passes ``validate``.
+   ``tool_pairs``), so every request passes ``validate``. Steps 2 and 3 compare the
+   repaired size with the budget: when the ``[tool result missing]`` stub a repair adds
+   pushes an input over the budget, they run (fresh8 N2: it used to be sent to step 4
+   and raise).
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
