@@ -302,9 +302,13 @@ def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
     msgs = [sys_("s"), u("a" * 40), a("b" * 40), u("q" * 400)]
     r = fit(msgs, 60, FitPolicy(low_water=1.0, pinned=(3,)), profile="fim")
     assert r.report.tokens_after == 125 and not r.report.fits and r.messages[-1] is msgs[3]
+    # unpinned, it is cut, with the breadcrumb left out (it would cost the request 16
+    # tokens, fresh8 N1): 60 - 5 = 55 for the request, text 51 tokens = 207 characters at
+    # most: 173 kept + the 34-character marker "\n[... 227 characters removed ...]\n"
     r = fit(msgs, 60, EXACT, profile="fim")
-    assert r.report.tokens_after == 60 and r.report.fits
-    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 291
+    assert r.report.tokens_after == 60 and r.report.fits and not r.report.breadcrumb
+    assert rules(r)[3] == "request_truncated" and r.report.fates[3].chars_removed == 227
+    assert len(r.messages[1]["content"]) == 207
 
 
 def test_parallel_calls_go_as_one_unit() -> None:
@@ -822,3 +826,113 @@ def test_request_cut_without_the_breadcrumb_when_only_that_fits(fn: Any) -> None
     if fn is cw.trim_turns:  # the gateway runs the same engine
         out = json.loads(cw.fit_request(body, budget=20, profile="fim"))
         assert out["messages"] == r.messages
+
+
+def old_turn_then_request() -> list[dict[str, Any]]:
+    """fresh8 N1 in fim: "s" 4 + 1 = 5; "old question" 4 + 12 // 4 = 7; "old answer"
+    4 + 10 // 4 = 6; the 78-character request 4 + 78 // 4 = 23. Total 41; system +
+    request 28; with the OpenAI breadcrumb message (16) 44, more than the 41 it replaces."""
+    return [
+        sys_("s"),
+        u("old question"),
+        {"role": "assistant", "content": "old answer"},
+        u("Please fix the failing test in tests/test_io.py and explain the cause briefly."),
+    ]
+
+
+@pytest.mark.parametrize("budget", [28, 30, 34, 38, 40])
+def test_breadcrumb_never_costs_the_request(budget: int) -> None:
+    """fresh8 N1 (fit part): at budgets 20-29 fit gave up (41 tokens, nothing removed)
+    and at 30-40 kept the old turn and cut the request, because dropping the old turn (13
+    tokens) to add the breadcrumb (16) gains nothing. Without the breadcrumb [system,
+    request] = 5 + 23 = 28 fits every budget from 28: the request stays whole and the
+    breadcrumb, a courtesy, is left out."""
+    msgs = old_turn_then_request()
+    r = fit(msgs, budget, profile="fim")
+    assert r.messages == [msgs[0], msgs[3]]
+    assert r.messages[1] is msgs[3]
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 28, False)
+    assert [f.rule for f in r.report.fates] == ["preamble", "p1_evicted", "p1_evicted", "current_request"]
+    assert fit(msgs, budget, FitPolicy(breadcrumb=False), profile="fim").messages == r.messages
+
+
+@pytest.mark.parametrize("budget", [20, 25, 27])
+def test_request_cut_only_as_the_last_resort(budget: int) -> None:
+    """fresh8 N1: under 28 (system 5 + request 23) the request alone is over, so it is
+    cut, the old turn gone (it used to return the input unchanged, fits=False)."""
+    msgs = old_turn_then_request()
+    r = fit(msgs, budget, profile="fim")
+    assert r.report.fits and r.report.tokens_after <= budget
+    assert [f.rule for f in r.report.fates] == ["preamble", "p1_evicted", "p1_evicted", "request_truncated"]
+    assert r.messages[0] is msgs[0] and r.messages[1]["content"].startswith("Pl")
+
+
+def test_breadcrumb_fallback_same_on_the_findings_chat() -> None:
+    """fresh8 N1 repro, conservative profile: 39 tokens, system + request alone 27."""
+    req = u("Please fix the failing test in tests/test_io.py and explain the cause briefly.")
+    msgs = [sys_("Be terse."), u("old question"), {"role": "assistant", "content": "old answer"}, req]
+    alone = cw.count_messages([msgs[0], req])
+    assert (cw.count_messages(msgs), alone) == (39, 27)
+    for budget in range(alone, 39):
+        r = fit(msgs, budget)
+        assert r.messages == [msgs[0], req], budget
+        assert (r.report.fits, r.report.tokens_after) == (True, alone)
+
+
+W = "alpha beta gamma delta "
+
+
+def pinned_after_placeholder(first: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """fresh8 N3: an orphan-only user message first (repair keeps it as the
+    RESULTS_REMOVED placeholder so roles alternate), then chatter, a pinned note, an
+    assistant answer and the request."""
+    orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": W * 3}]}
+    return [
+        orphan if first is None else first,
+        {"role": "assistant", "content": [{"type": "text", "text": W * 5}]},
+        {"role": "user", "content": [{"type": "text", "text": "pinned note"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": W * 5}]},
+        {"role": "user", "content": [{"type": "text", "text": "FINAL please summarise the findings about " + W * 8}]},
+    ]
+
+
+@pytest.mark.parametrize("budget", [79, 80, 90, 100])
+def test_placeholder_evicted_with_its_neighbour_before_a_pin(budget: int) -> None:
+    """fresh8 N3: with message 2 pinned, fit never evicted the placeholder (alone it
+    would leave an assistant first) nor the assistant after it (alone it would make two
+    user messages meet): fits=False at 80 with nothing removed, the request cut at 90.
+    The two go together; what is left is messages 2-4, whose cost count_messages gives
+    independently (79), at the low-water target (0.7 x budget < 79) nothing else can go."""
+    msgs = pinned_after_placeholder()
+    rest = cw.count_messages(msgs[2:], format="anthropic")
+    assert rest == 79
+    r = fit(msgs, budget, FitPolicy(pinned=(2,)), format="anthropic")
+    assert (r.report.fits, r.report.tokens_after) == (True, 79)
+    assert all(a is b for a, b in zip(r.messages, msgs[2:], strict=True))
+    assert [f.fate for f in r.report.fates] == ["dropped", "dropped", "kept", "kept", "kept"]
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+def test_placeholder_evicted_then_request_cut_under_the_rest() -> None:
+    """fresh8 N3, budget 78 < 79 (messages 2-4): placeholder and chatter go first, then
+    the request is cut (the last resort); roles still alternate."""
+    msgs = pinned_after_placeholder()
+    r = fit(msgs, 78, FitPolicy(pinned=(2,)), format="anthropic")
+    assert r.report.fits and r.report.tokens_after <= 78
+    assert [f.fate for f in r.report.fates] == ["dropped", "dropped", "kept", "kept", "truncated"]
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+def test_placeholder_mid_turn_evicted_with_a_neighbour() -> None:
+    """The placeholder inside a pinned turn: [pinned user, assistant, orphan-only user,
+    assistant, request]. Neither the assistant before nor the one after can go alone in
+    Anthropic shape; the placeholder goes with one of them, and roles alternate."""
+    msgs = pinned_after_placeholder()
+    msgs = [msgs[2], msgs[1], msgs[0], msgs[3], msgs[4]]
+    # repair alone makes it 120 (the orphan's text becomes the shorter placeholder)
+    full = cw.count_messages(cw.repair_tool_pairs(msgs, format="anthropic").messages, format="anthropic")
+    r = fit(msgs, full - 1, FitPolicy(pinned=(0,)), format="anthropic")
+    assert r.report.fits
+    assert cw.validate(r.messages, "anthropic") == []
+    assert r.report.fates[2].fate == "dropped" and r.report.fates[4].fate == "kept"
+    assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[4]

@@ -675,3 +675,85 @@ def test_bad_policy_index_names_it_without_a_range() -> None:
         ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(pinned=(-1,)))
     with pytest.raises(ValueError, match="priorities key 'a' is not a message index"):
         ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(priorities={"a": 1}))  # type: ignore[dict-item]
+
+
+W = "alpha beta gamma delta "
+
+
+def interrupted_anthropic() -> list[dict[str, Any]]:
+    """fresh8 N2: a call the user interrupted; repair adds a ``[tool result missing]``
+    stub to the next user message (119 -> 125 tokens, conservative)."""
+    return [
+        {"role": "user", "content": [{"type": "text", "text": W * 10}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "edit", "input": {"p": "x"}}]},
+        {"role": "user", "content": [{"type": "text", "text": "stop, do this instead: " + W * 5}]},
+    ]
+
+
+def interrupted_openai() -> list[dict[str, Any]]:
+    """The OpenAI form: tool_calls then a plain user message (repair adds a tool message)."""
+    call_ = {"id": "call_1", "type": "function", "function": {"name": "edit", "arguments": '{"p":"x"}'}}
+    return [
+        {"role": "user", "content": W * 10},
+        {"role": "assistant", "content": None, "tool_calls": [call_]},
+        {"role": "user", "content": "stop, do this instead: " + W * 5},
+    ]
+
+
+@pytest.mark.parametrize(("make", "provider"), [(interrupted_anthropic, "anthropic"), (interrupted_openai, "openai")])
+def test_repair_stub_over_the_budget_is_trimmed_not_raised(make: Any, provider: str) -> None:
+    """fresh8 N2: every budget in [count, count after repair) raised ContextOverflowError
+    (the guard compared the unrepaired size with the budget, then the stub pushed it
+    over). The repaired size is what must fit: the history step runs and the guard's
+    result fits whenever fit's does; from the repaired size up, repair alone is enough."""
+    msgs = make()
+    before = cw.count_messages(msgs)
+    after = cw.count_messages(cw.repair_tool_pairs(msgs).messages)
+    assert before < after  # 119 < 125 (Anthropic), 115 < 124 (OpenAI)
+    for budget in range(before - 2, after + 2):
+        guard = ContextGuard(resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=1))
+        assert guard.budget.usable == budget
+        r = guard.check(copy.deepcopy(msgs))
+        assert r.fits and r.tokens_after <= budget, budget
+        assert r.tokens_after == cw.count_messages(r.messages)
+        assert cw.validate(r.messages, provider) == []
+        assert cw.fit(msgs, budget).report.fits
+        if budget >= after:  # repair alone: the stubbed conversation, nothing evicted
+            assert r.tokens_after == after
+            assert [e.reason for e in r.events] == ["tool_pairs"]
+
+
+def test_guard_with_a_pin_evicts_the_placeholder() -> None:
+    """fresh8 N3 through the guard: the history step's fit evicts the placeholder and the
+    assistant after it (messages 2-4 cost 79) instead of raising at capacity 80."""
+    orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": W * 3}]}
+    msgs = [
+        orphan,
+        {"role": "assistant", "content": [{"type": "text", "text": W * 5}]},
+        {"role": "user", "content": [{"type": "text", "text": "pinned note"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": W * 5}]},
+        {"role": "user", "content": [{"type": "text", "text": "FINAL please summarise the findings about " + W * 8}]},
+    ]
+    guard = ContextGuard(
+        resolve_budget(context_window=90, max_output_tokens=10, floor=1), policy=cw.FitPolicy(pinned=(2,))
+    )
+    r = guard.check(msgs)
+    assert (r.fits, r.tokens_after) == (True, 79)
+    assert all(a is b for a, b in zip(r.messages, msgs[2:], strict=True))
+    assert cw.validate(r.messages, "anthropic") == []
+
+
+def test_guard_drops_the_old_turn_not_the_request() -> None:
+    """fresh8 N1 through the guard: capacity 30 (window 40 - 10), [system, request] 27
+    tokens: the old turn goes, the breadcrumb is left out, the request stays whole."""
+    req = {"role": "user", "content": "Please fix the failing test in tests/test_io.py and explain the cause briefly."}
+    msgs = [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "old question"},
+        {"role": "assistant", "content": "old answer"},
+        req,
+    ]
+    for window in (40, 44, 48):
+        r = ContextGuard(resolve_budget(context_window=window, max_output_tokens=10, floor=1)).check(msgs)
+        assert r.messages == [msgs[0], req] and r.messages[1] is req
+        assert (r.fits, r.tokens_after) == (True, 27)

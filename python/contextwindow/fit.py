@@ -45,7 +45,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from .estimate import resolve_profile
-from .messages import Message
+from .messages import RESULTS_REMOVED, Message
 from .report import TrimResult
 
 __all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
@@ -212,6 +212,11 @@ class _Plan:
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
 
 
+def _is_placeholder(m: Message) -> bool:
+    """A message pair repair emptied and kept to hold ``RESULTS_REMOVED``."""
+    return len(m.content) == 1 and ref.first_text(m) == RESULTS_REMOVED
+
+
 def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
@@ -330,6 +335,17 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
                     cands.append((w, list(seg.units[u]), None))
             else:
                 cands.append((w, [w], None))
+        # the placeholder repair keeps so Anthropic roles alternate (RESULTS_REMOVED) never
+        # opens a turn and cannot go alone, nor can its neighbours: it goes with the unit or
+        # loose message on either side (fresh8 N3: before a pinned message neither could go)
+        for w in range(a, b):
+            if not _is_placeholder(work[w]):
+                continue
+            for n in (w - 1, w + 1):
+                if not a <= n < b or n == head_of[t] or ref.is_breadcrumb(work[n]):
+                    continue
+                items = sorted({w, *(seg.units[unit_of[n]] if n in unit_of else [n])})
+                cands.append((items[0], items, None))
     # oldest first; a whole turn goes after its own tool units, so a turn that must shrink
     # loses its oldest units before its opening user message (as trim_turns does in the
     # newest turn): a long agent turn followed by a short follow-up keeps its task and
@@ -542,6 +558,36 @@ def fit_target(
     >>> fit_target(prep, 10, 7, FitPolicy(), "fim").report.reason is None
     True
     """
+    r = _fit_once(prep, budget, target, policy, profile, reason)
+    if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
+        return r
+    # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
+    # result does not fit, or fits only by cutting, the run without it may fit with less
+    # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
+    # eviction was undone and only cutting the request was left)
+    bare = _fit_once(prep, budget, target, msgspec.structs.replace(policy, breadcrumb=False), profile, reason)
+    if _cut_rank(bare.report) > _cut_rank(r.report):
+        return bare
+    return r
+
+
+def _cut_rank(report: Any) -> tuple[bool, int, int]:
+    """Higher is better: fits, then fewer characters cut from the request, then fewer
+    characters cut in all."""
+    request = sum(f.chars_removed for f in report.fates if f.rule == "request_truncated")
+    total = sum(f.chars_removed for f in report.fates if f.fate == "truncated")
+    return (report.fits, -request, -total)
+
+
+def _fit_once(
+    prep: _engine.Prepared,
+    budget: int,
+    target: int,
+    policy: FitPolicy,
+    profile: str,
+    reason: str,
+) -> TrimResult[Any]:
+    """:func:`fit_target` with the policy's breadcrumb setting as given."""
     msgs = _engine.decoded(prep)
     cost = _NativeCost(prep, msgs, profile)
     plan = _plan(prep, policy, cost, budget)
@@ -685,7 +731,12 @@ def fit(
     oldest first (the current request never is). Where whole turns went, the breadcrumb
     is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
     evictions that leave the conversation no smaller than it was (tiny turns under a
-    breadcrumb that costs more) are undone.
+    breadcrumb that costs more) are undone. The breadcrumb never costs the request: when
+    the result does not fit or cuts something, ``fit`` also runs without it and keeps
+    the run that fits, then cuts fewer characters of the request, then fewer in all
+    (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
+    (``RESULTS_REMOVED``) goes together with the loose message or tool unit on either
+    side of it (alone, either would break the alternation).
     When nothing more can be evicted and it is still over ``budget`` (not the low-water
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must

@@ -21,7 +21,10 @@ soon as the conversation fits:
    prefix stays byte-stable for the next calls instead of shifting on every call.
    When it does not run, broken tool pairs are still repaired, as ``fit`` and
    ``trim_turns`` repair them (:func:`contextwindow.repair_tool_pairs`; event reason
-   ``tool_pairs``), so every request passes ``validate``.
+   ``tool_pairs``), so every request passes ``validate``. Steps 2 and 3 compare the
+   repaired size with the budget: when the ``[tool result missing]`` stub a repair adds
+   pushes an input over the budget, they run (fresh8 N2: it used to be sent to step 4
+   and raise).
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
@@ -663,7 +666,29 @@ class ContextGuard:
                 stats["tool_results_cleared"] += n
             cur, cur_tokens = r.messages, r.report.tokens_after
 
-        if self.budget.trim_enabled and cur_tokens > budget:
+        # broken tool pairs are repaired even under the budget, and the stubs repair adds
+        # can push it over (fresh8 N2): the repaired size is what must fit the budget
+        repaired: dict[int, tuple[Any, Any]] = {}
+
+        def repair_of(msgs: Any) -> Any:
+            """The pair repair of ``msgs`` (a TrimResult), or None when no pair is broken."""
+            hit = repaired.get(id(msgs))
+            if hit is not None and hit[0] is msgs:
+                return hit[1]
+            p = prep if msgs is messages else _engine.prepare(msgs, fmt)
+            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
+            r = None
+            if any(v.code not in _ROLE_ORDER for v in found):
+                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
+            repaired[id(msgs)] = (msgs, r)
+            return r
+
+        def needed(msgs: Any, tokens: int) -> int:
+            """Tokens ``msgs`` costs once its tool pairs are repaired."""
+            r = repair_of(msgs)
+            return tokens if r is None else r.report.tokens_after
+
+        if self.budget.trim_enabled and needed(cur, cur_tokens) > budget:
             target = self._target()
             # 2. clear old output-heavy tool results down to the target
             if hint != "step_dependency":
@@ -695,8 +720,8 @@ class ContextGuard:
                     )
                     stats["tool_results_cleared"] += n
                     cur, cur_tokens = r.messages, r.report.tokens_after
-            # 3. evict history by priority, down to the low-water mark
-            if cur_tokens > budget:
+            # 3. evict history by priority, down to the low-water mark (fit repairs first)
+            if needed(cur, cur_tokens) > budget:
                 policy = self._hint_policy(cur, fmt, hint)
                 r = fit(cur, budget, policy, profile=self.profile, format=fmt)
                 steps.append(GuardStep(step="history", report=r.report))
@@ -715,12 +740,8 @@ class ContextGuard:
         # broken tool pairs are repaired even under the budget (fit does it when it runs),
         # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
         if not any(s.step == "history" for s in steps):
-            p = prep if cur is messages else _engine.prepare(cur, fmt)
-            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
-            broken = any(v.code not in _ROLE_ORDER for v in found)
-            if broken:
-                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
-            if broken and r.report.reason is not None:
+            r = repair_of(cur)
+            if r is not None and r.report.reason is not None:
                 steps.append(GuardStep(step="history", report=r.report))
                 events.append(
                     HistoryTrimmed(
