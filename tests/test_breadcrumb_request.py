@@ -3,7 +3,7 @@
 The breadcrumb is a courtesy: it may cost whole old turns, never anything of the newest
 turn. ``trim_turns`` returns the result with the breadcrumb when it fits and takes no more
 of the newest turn (characters cut, tool-unit messages dropped) than the result without
-it; else the result without it when that fits; else the smaller of the two.
+it; else the result without it when that fits; else (neither fits) the one with it.
 
 Hand-worked values use the ``fim`` profile: text tokens = floor(ASCII / 4) (at least 1),
 plus 4 per message; a tool call costs its name and argument text (``f`` + ``{}`` = 1 + 1).
@@ -174,14 +174,18 @@ def test_a_tool_result_is_not_cut_more_for_the_breadcrumb() -> None:
     assert r.report.fates[4].chars_removed == 70
 
 
-def test_nothing_fits_gives_the_smaller_result() -> None:
+def test_nothing_fits_keeps_the_breadcrumb_variant() -> None:
     """Budget 10: even the request cut to its 33-character marker (4 + 8 = 12) is over, so
     it stays whole. With the breadcrumb nothing is dropped (the old turn's 13 <= the
-    breadcrumb's 16: 36 tokens, what used to come back); without it the old turn goes
-    (23): the smaller result comes back."""
+    breadcrumb's 16: the input, 36 tokens); without it the old turn would go (23, still
+    over). Neither fits: the result with the breadcrumb comes back, as before (the
+    caller decides; ``fit`` relies on it)."""
     m = [*OLD, REQ]
     r = cw.trim_turns(m, 10, profile="fim", format="openai")
-    assert not r.report.fits and r.report.tokens_after == 23 and r.messages == [REQ]
+    assert not r.report.fits and r.report.tokens_after == 36 and r.report.reason is None
+    assert all(x is y for x, y in zip(r.messages, m, strict=True))
+    bare = cw.trim_turns(m, 10, profile="fim", format="openai", breadcrumb=False)
+    assert not bare.report.fits and bare.report.tokens_after == 23
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])

@@ -1393,8 +1393,8 @@ def trim_turns(
     loses no more of the newest turn than the result without it (no more characters cut
     from tool results and the request, no more of the newest turn's messages dropped with
     its tool units); (2) else the result without it, when that fits; (3) else (neither
-    fits) the one with fewer tokens, the breadcrumb's on a tie (fresh8 N1: the request
-    was cut, or nothing done, where leaving the breadcrumb out fit the request whole)."""
+    fits) the result with the breadcrumb, as it always was (fresh8 N1: the request was
+    cut, or nothing done, where leaving the breadcrumb out fit the request whole)."""
     ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
     if not breadcrumb or (report.fits and _newest_turn_loss(report) == (0, 0)):
         return ops, report
@@ -1416,7 +1416,7 @@ def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
         a, b = _newest_turn_loss(with_), _newest_turn_loss(bare)
         if not bare.fits or (a[0] <= b[0] and a[1] <= b[1]):
             return True
-    return not bare.fits and with_.tokens_after <= bare.tokens_after
+    return not bare.fits
 
 
 def _trim_turns_once(

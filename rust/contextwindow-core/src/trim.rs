@@ -579,7 +579,8 @@ impl<'a, 'p> State<'a, 'p> {
 ///    than the result without it: no more characters cut (tool results shrunk plus the
 ///    request truncated) and no more of the newest turn's messages dropped (tool units);
 /// 2. else the result without the breadcrumb, when it fits;
-/// 3. else (neither fits) the one with fewer tokens, the breadcrumb's on a tie.
+/// 3. else (neither fits) the result with the breadcrumb, as it always was: the caller
+///    decides (turns are dropped only when that shrinks the conversation at all).
 ///
 /// So the request is never cut, nor the result left over budget, to make room for the
 /// breadcrumb (found by new users: 49 tokens over a budget of 40 where 35 fit; fresh8 N1:
@@ -626,7 +627,7 @@ fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
             return true;
         }
     }
-    !bare.fits && with.tokens_after <= bare.tokens_after
+    !bare.fits
 }
 
 /// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.
