@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow.cli import main
+from contextwindow.messages import Message
 
 from shared_data import corpus_files, ids, load, need
+from strategies import case
 
 BC = cw.BREADCRUMB
 REQ_TEXT = "Please fix the failing test in tests/test_io.py and explain the cause briefly."
@@ -245,3 +249,26 @@ def test_corpus_breadcrumb_never_costs_the_newest_turn(path: Path) -> None:
             r = cw.trim_turns(msgs, budget, format=fmt).report
             assert r.fits and r.truncated_messages == 0, budget
             assert not any(f.rule == "oldest_tool_unit" for f in r.fates), budget
+
+
+def _loss(rep: cw.FitReport) -> tuple[int, int]:
+    return sum(f.chars_removed for f in rep.fates), sum(f.rule == "oldest_tool_unit" for f in rep.fates)
+
+
+@given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim", "bytes4"]))
+def test_generated_the_rule_holds(c: tuple[str, list[Message]], pct: int, profile: str) -> None:
+    """On generated conversations: the result is one of the two variants, chosen by the
+    rule (the breadcrumb's when it fits and loses no more of the newest turn, then the
+    bare one when it fits, then the breadcrumb's)."""
+    provider, msgs = c
+    budget = cw.count_messages(msgs, profile, format=provider) * pct // 100
+    r = cw.trim_turns(msgs, budget, profile=profile, format=provider).report
+    bare = cw.trim_turns(msgs, budget, profile=profile, format=provider, breadcrumb=False).report
+    if bare.fits and _loss(bare) == (0, 0):
+        assert r.fits and _loss(r) == (0, 0)
+    if r.fits and bare.fits:
+        assert _loss(r)[0] <= _loss(bare)[0] and _loss(r)[1] <= _loss(bare)[1]
+    if bare.fits:
+        assert r.fits
+    if r.breadcrumb is False:
+        assert r == bare or not bare.fits or r.reason is None
