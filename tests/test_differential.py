@@ -155,3 +155,58 @@ def test_anthropic_agent_agrees(msgs: list[Message], pct: int, max_turns: int, p
     assert got == ref.trim_turns(cm, budget, profile, True, "anthropic")
     got = ops(rs.trim_turn_count(payload, max_turns, profile, True, "anthropic"))
     assert got == ref.trim_turn_count(cm, max_turns, profile, True, "anthropic")
+
+
+def _n1_cases() -> list[tuple[str, list[Message]]]:
+    """fresh8 N1: old turns that cost less than the breadcrumb, a huge old answer, tool
+    units and a large tool result in the newest turn (see test_breadcrumb_request.py)."""
+    from contextwindow.adapters import openai_to_message
+
+    req = {"role": "user", "content": "Please fix the failing test in tests/test_io.py and explain the cause briefly."}
+    sys_, old = (
+        {"role": "system", "content": "Be terse."},
+        [
+            {"role": "user", "content": "old question"},
+            {"role": "assistant", "content": "old answer"},
+        ],
+    )
+
+    def call(cid: str) -> dict:
+        fn = {"name": "f", "arguments": "{}"}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function", "function": fn}]}
+
+    def res(cid: str, text: str) -> dict:
+        return {"role": "tool", "tool_call_id": cid, "content": text}
+
+    head = [
+        {"role": "user", "content": "a" * 40},
+        {"role": "assistant", "content": "b" * 40},
+        {"role": "user", "content": "q"},
+    ]
+    dicts = [
+        ("openai", [sys_, *old, req]),
+        ("openai", [*old, req]),
+        ("anthropic", [*old, req]),
+        ("openai", [sys_, old[0], {"role": "assistant", "content": "old answer " * 300}, req]),
+        ("openai", [*head, call("c1"), res("c1", "r" * 40), call("c2"), res("c2", "y" * 40)]),
+        ("openai", [*head, call("c1"), res("c1", "r" * 400), {"role": "assistant", "content": "done"}]),
+        (
+            "openai",
+            [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+        ),
+    ]
+    return [(p, [openai_to_message(d, i) for i, d in enumerate(m)]) for p, m in dicts]
+
+
+def test_breadcrumb_choice_agrees_on_n1_cases() -> None:
+    """Every budget from 0 to 90 (where the variants differ: the newest turns cost 5-50)
+    and around the conversation's size, every profile, with and without the breadcrumb:
+    the engine and the reference pick the same variant, byte for byte."""
+    for provider, msgs in _n1_cases():
+        payload, cm = canon(msgs)
+        for profile in PROFILES:
+            total = sum(ref.message_tokens(m, ref.PROFILES[profile]) for m in cm)
+            for budget in sorted(set(range(0, min(total, 90))) | {total - 1, total}):
+                for breadcrumb in (True, False):
+                    got = ops(rs.trim_turns(payload, budget, profile, breadcrumb, provider))
+                    assert got == ref.trim_turns(cm, budget, profile, breadcrumb, provider), (profile, budget)

@@ -201,11 +201,17 @@ def test_plain_chat_gets_breadcrumb_valid_for_both_providers() -> None:
 
 def test_out_of_reach_budget_never_grows_the_conversation() -> None:
     """Found by the second fresh-install review: 15 -> 17 tokens at budget 5 (the dropped
-    turn cost less than the breadcrumb)."""
+    turn cost less than the breadcrumb). Messages of one letter cost 4 + 1 = 5. At 4
+    nothing fits (the last message alone is 5): with the breadcrumb (16) dropping the old
+    turn (10) would only grow it, so the input comes back. At 5 the last message alone
+    fits without the breadcrumb (fresh8 N1: it used to say fits=False, 15 tokens)."""
     msgs = [u("a"), a("k"), u("x")]
-    r = cw.trim_turns(msgs, 5, profile="fim", format="openai")
+    r = cw.trim_turns(msgs, 4, profile="fim", format="openai")
     assert r.report.fits is False and r.report.tokens_after == 15
     assert all(x is y for x, y in zip(r.messages, msgs, strict=True))
+    r5 = cw.trim_turns(msgs, 5, profile="fim", format="openai")
+    assert (r5.report.fits, r5.report.tokens_after, r5.report.breadcrumb) == (True, 5, False)
+    assert len(r5.messages) == 1 and r5.messages[0] is msgs[2]
 
 
 def test_output_is_built_from_a_snapshot_of_the_input_list() -> None:

@@ -1384,14 +1384,39 @@ def trim_turns(
     provider: str = "openai",
 ) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
     """Same rules as ``contextwindow.trim_turns``, on canonical messages; ``profile`` may
-    be a cost model (message costs from any counter). The breadcrumb is a courtesy: when
-    the result fits only without it, it is left out."""
+    be a cost model (message costs from any counter).
+
+    The breadcrumb is a courtesy: it may cost whole old turns, never anything of the
+    newest turn. With ``breadcrumb`` on, the result with it is worked out first, and the
+    result without it too unless the first fits with nothing taken from the newest turn;
+    the one returned is, in order: (1) the result with the breadcrumb, when it fits and
+    loses no more of the newest turn than the result without it (no more characters cut
+    from tool results and the request, no more of the newest turn's messages dropped with
+    its tool units); (2) else the result without it, when that fits; (3) else (neither
+    fits) the result with the breadcrumb, as it always was (fresh8 N1: the request was
+    cut, or nothing done, where leaving the breadcrumb out fit the request whole)."""
     ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
-    if not report.fits and report.breadcrumb:
-        bare = _trim_turns_once(msgs, budget, profile, False, provider)
-        if bare[1].fits:
-            return bare
-    return ops, report
+    if not breadcrumb or (report.fits and _newest_turn_loss(report) == (0, 0)):
+        return ops, report
+    bare = _trim_turns_once(msgs, budget, profile, False, provider)
+    return (ops, report) if _choose_with_breadcrumb(report, bare[1]) else bare
+
+
+def _newest_turn_loss(report: FitReport) -> tuple[int, int]:
+    """(characters cut from tool results and the request, messages dropped with the
+    newest turn's oldest tool units)."""
+    chars = sum(f.chars_removed for f in report.fates)
+    units = sum(1 for f in report.fates if f.rule == "oldest_tool_unit")
+    return chars, units
+
+
+def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
+    """The rule of ``trim_turns``: whether the result with the breadcrumb wins."""
+    if with_.fits:
+        a, b = _newest_turn_loss(with_), _newest_turn_loss(bare)
+        if not bare.fits or (a[0] <= b[0] and a[1] <= b[1]):
+            return True
+    return not bare.fits
 
 
 def _trim_turns_once(

@@ -127,7 +127,10 @@ def trim_turns(
     put back, newest first; then the largest tool results are cut to head + tail with a
     marker that names the number of characters removed; then the request itself, but
     only when that makes the conversation fit. Turns
-    holding a pinned message are never dropped. If it still does not fit the report says ``fits=False``. Broken
+    holding a pinned message are never dropped. The breadcrumb may cost whole old turns,
+    never anything of the newest turn: it is left out when the result fits only without
+    it, or when with it more of the newest turn would be cut or dropped (characters, tool
+    units) than without it (fresh8 N1). If it still does not fit the report says ``fits=False``. Broken
     tool pairs are repaired first, so the output always passes ``validate``. A plain chat
     (only user and assistant text, valid in both shapes) gets the breadcrumb as a leading
     text block of the first kept user message, which both providers accept.

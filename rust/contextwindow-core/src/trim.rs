@@ -571,25 +571,63 @@ impl<'a, 'p> State<'a, 'p> {
 /// truncates the current request, only when that makes it fit. Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
 ///
-/// The breadcrumb is a courtesy: when the result fits only without it, it is left out
-/// (found by new users: 49 tokens over a budget of 40 where 35 fit, and a request cut
-/// that would have fit skipped because the breadcrumb's cost was counted).
+/// The breadcrumb is a courtesy: it may cost whole old turns, never anything of the
+/// newest turn. With `opts.breadcrumb` on, the result with it is worked out first, and
+/// the result without it too unless the first fits with nothing taken from the newest
+/// turn; the one returned is, in order:
+/// 1. the result with the breadcrumb, when it fits and loses no more of the newest turn
+///    than the result without it: no more characters cut (tool results shrunk plus the
+///    request truncated) and no more of the newest turn's messages dropped (tool units);
+/// 2. else the result without the breadcrumb, when it fits;
+/// 3. else (neither fits) the result with the breadcrumb, as it always was: the caller
+///    decides (turns are dropped only when that shrinks the conversation at all).
+///
+/// So the request is never cut, nor the result left over budget, to make room for the
+/// breadcrumb (found by new users: 49 tokens over a budget of 40 where 35 fit; fresh8 N1:
+/// the breadcrumb cost more than the old turn it replaced, so the old turn stayed and the
+/// request was cut to one letter, or nothing was done, where the request alone fit whole).
 pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
     let out = trim_turns_once(messages, budget, opts);
-    if !out.report.fits && out.report.breadcrumb {
-        let bare = trim_turns_once(
-            messages,
-            budget,
-            TrimOptions {
-                breadcrumb: false,
-                ..opts
-            },
-        );
-        if bare.report.fits {
-            return bare;
+    if !opts.breadcrumb || (out.report.fits && newest_turn_loss(&out.report) == (0, 0)) {
+        return out;
+    }
+    let bare = trim_turns_once(
+        messages,
+        budget,
+        TrimOptions {
+            breadcrumb: false,
+            ..opts
+        },
+    );
+    if choose_with_breadcrumb(&out.report, &bare.report) {
+        out
+    } else {
+        bare
+    }
+}
+
+/// What a trim took from the newest turn: (characters cut from tool results and the
+/// request, messages dropped with its oldest tool units).
+fn newest_turn_loss(r: &Report) -> (u64, u64) {
+    let chars = r.fates.iter().map(|f| f.chars_removed).sum();
+    let units = r
+        .fates
+        .iter()
+        .filter(|f| f.rule == "oldest_tool_unit")
+        .count() as u64;
+    (chars, units)
+}
+
+/// The rule of [`trim_turns`]: whether the result with the breadcrumb (`with`) wins over
+/// the one without it (`bare`).
+fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
+    if with.fits {
+        let (a, b) = (newest_turn_loss(with), newest_turn_loss(bare));
+        if !bare.fits || (a.0 <= b.0 && a.1 <= b.1) {
+            return true;
         }
     }
-    out
+    !bare.fits
 }
 
 /// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.

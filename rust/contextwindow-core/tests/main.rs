@@ -366,6 +366,68 @@ fn trim_table() {
     }
 }
 
+/// fresh8 N1: the breadcrumb may cost whole old turns, never anything of the newest turn
+/// (fim: 4 per message + floor(ASCII / 4); the breadcrumb message is 4 + 12 = 16).
+#[test]
+fn breadcrumb_never_costs_the_newest_turn() {
+    let req = "Please fix the failing test in tests/test_io.py and explain the cause briefly.";
+    // 6 + 7 + 6 + 23 = 42; [system, request] = 29; with the breadcrumb 45 > 42
+    let msgs = vec![sys("Be terse."), u("old question"), a("old answer"), u(req)];
+    for budget in 29..42 {
+        let out = trim_turns(&msgs, budget, opts(Format::OpenAI));
+        assert_eq!(texts(&out), vec!["Be terse.".to_string(), req.into()]);
+        assert_eq!(
+            (
+                out.report.tokens_after,
+                out.report.fits,
+                out.report.breadcrumb
+            ),
+            (29, true, false),
+            "budget {budget}"
+        );
+    }
+    // newest turn q 5, call 6 + result 14, call 6 + result 14 = 45; old turn 28. With
+    // the breadcrumb it needs 61: below, the first tool unit used to go to make room
+    let forty = "a".repeat(40);
+    let msgs = vec![
+        u(&forty),
+        a(&forty),
+        u("q"),
+        call(&["c1"]),
+        res("c1", &forty),
+        call(&["c2"]),
+        res("c2", &forty),
+    ];
+    let out = trim_turns(&msgs, 50, opts(Format::OpenAI));
+    assert_eq!(out.messages.len(), 5);
+    assert_eq!(
+        (
+            out.report.tokens_after,
+            out.report.fits,
+            out.report.breadcrumb
+        ),
+        (45, true, false)
+    );
+    let out = trim_turns(&msgs, 61, opts(Format::OpenAI));
+    assert_eq!(out.messages.len(), 6);
+    assert_eq!(
+        (
+            out.report.tokens_after,
+            out.report.fits,
+            out.report.breadcrumb
+        ),
+        (61, true, true)
+    );
+    // three one-letter messages (5 each), budget 5: the last one alone fits (was 15,
+    // fits=false); at 4 nothing fits and the input comes back
+    let msgs = vec![u("a"), a("b"), u("c")];
+    let out = trim_turns(&msgs, 5, opts(Format::OpenAI));
+    assert_eq!(texts(&out), vec!["c".to_string()]);
+    assert!(out.report.fits);
+    let out = trim_turns(&msgs, 4, opts(Format::OpenAI));
+    assert_eq!((out.report.tokens_after, out.report.fits), (15, false));
+}
+
 #[test]
 fn trim_shrinks_newest_tool_result() {
     let msgs = vec![u("go"), call(&["c1"]), res("c1", &"x".repeat(4000))];
