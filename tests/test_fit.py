@@ -852,7 +852,9 @@ def test_breadcrumb_never_costs_the_request(budget: int) -> None:
     assert r.messages == [msgs[0], msgs[3]]
     assert r.messages[1] is msgs[3]
     assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 28, False)
-    assert [f.rule for f in r.report.fates] == ["preamble", "p1_evicted", "p1_evicted", "current_request"]
+    # fit's own eviction keeps the breadcrumb and cannot fit; its fallback, trim_turns
+    # (which leaves the breadcrumb out when it would cost the request), drops the old turn
+    assert [f.rule for f in r.report.fates] == ["preamble", "oldest_turn", "oldest_turn", "current_request"]
     assert fit(msgs, budget, FitPolicy(breadcrumb=False), profile="fim").messages == r.messages
 
 
@@ -863,7 +865,7 @@ def test_request_cut_only_as_the_last_resort(budget: int) -> None:
     msgs = old_turn_then_request()
     r = fit(msgs, budget, profile="fim")
     assert r.report.fits and r.report.tokens_after <= budget
-    assert [f.rule for f in r.report.fates] == ["preamble", "p1_evicted", "p1_evicted", "request_truncated"]
+    assert [f.rule for f in r.report.fates] == ["preamble", "oldest_turn", "oldest_turn", "request_truncated"]
     assert r.messages[0] is msgs[0] and r.messages[1]["content"].startswith("Pl")
 
 
