@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_trim import a, call, result, u
 
 import contextwindow as cw
 from contextwindow.cli import main
@@ -30,23 +30,6 @@ from strategies import case
 
 BC = cw.BREADCRUMB
 REQ_TEXT = "Please fix the failing test in tests/test_io.py and explain the cause briefly."
-
-
-def u(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def a(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
-
-
-def call(cid: str) -> dict[str, Any]:
-    fn = {"name": "f", "arguments": "{}"}
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function", "function": fn}]}
-
-
-def result(cid: str, text: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": cid, "content": text}
 
 
 SYS = {"role": "system", "content": "Be terse."}  # 9 ASCII: 2 + 4 = 6
