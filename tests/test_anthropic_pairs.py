@@ -447,3 +447,26 @@ def test_fit_guard_prune_validate_whole(msgs: list[Message], pct: int, keep: int
         outs.append(exc.result.messages)  # type: ignore[attr-defined]
     for out in outs:
         assert cw.validate(out, "anthropic") == []
+
+
+def test_the_message_that_received_the_stub_is_reported_repaired() -> None:
+    """fresh8 N8: the user message that got the stub came back rewritten but was reported
+    ``kept``. It is ``repaired`` (``stub_inserted``) now, as the call's message is (the
+    repair change names the call); a message repair changed stays ``repaired`` when
+    trimming keeps its turn (it was reported ``kept_turn``)."""
+    m = [
+        u("q1"),
+        calling(),
+        u([{"type": "text", "text": "interrupt!"}]),
+        a("ok"),
+        u("final"),
+    ]
+    r = cw.repair_tool_pairs(m)
+    assert [r.messages[i] is m[i] for i in range(5)] == [True, True, False, True, True]
+    assert [(f.fate, f.rule) for f in r.report.fates][1:3] == [("repaired", "stub_inserted")] * 2
+    # the oldest turn goes, the call's turn stays: both repaired messages keep their fate
+    big = [u("old question " * 200), a("old answer"), *m]
+    t = cw.trim_turns(big, budget=cw.count_messages(m, format="anthropic") + 40, format="anthropic")
+    assert t.report.fits and t.report.fates[0].fate == "dropped"
+    assert [(f.fate, f.rule) for f in t.report.fates][3:5] == [("repaired", "stub_inserted")] * 2
+    assert t.messages[-4] is m[1] and t.messages[-3] != m[2]

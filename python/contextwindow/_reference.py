@@ -1199,6 +1199,15 @@ class _State:
             self.running += cost - self.costs[h]
         self.work[h] = item
         self.costs[h] = cost
+        # its fate follows: changed while it holds the stubs, the input message again
+        # (kept) when taking them out was all repair changed
+        src = item.src
+        if src is not None:
+            f = self.fates[src]
+            if with_stubs and item.new is not None and f["fate"] == "kept":
+                f.update(fate="repaired", rule="stub_inserted", chars_removed=0)
+            elif not with_stubs and item.new is None and (f["fate"], f["rule"]) == ("repaired", "stub_inserted"):
+                f.update(fate="kept", rule="fits", chars_removed=0)
 
     def set_cost(self, w: int, cost: int) -> None:
         if self.keep[w]:
@@ -1206,8 +1215,9 @@ class _State:
         self.costs[w] = cost
 
     def set_fate(self, w: int, fate: str, rule: str) -> None:
+        """Keeping a message does not hide that repair changed it: ``repaired`` stays."""
         src = self.work[w].src
-        if src is not None:
+        if src is not None and not (fate == "kept" and self.fates[src]["fate"] == "repaired"):
             self.fates[src]["fate"] = fate
             self.fates[src]["rule"] = rule
 
@@ -1275,6 +1285,11 @@ def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool
         w > 0 and st.m(w - 1).role == "assistant" and is_real_user(st.m(w)) and has_results(st.m(w))
         for w in range(len(work))
     ]
+    # a message that received stubs (Anthropic: the user message after the call) was
+    # changed, though the repair change names the call's message (fresh8 N8)
+    for h, it in enumerate(work):
+        if st.stub_head[h] and it.src is not None and it.new is not None and st.fates[it.src]["fate"] == "kept":
+            st.fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
     st.saved = [None] * len(work)
     return st
 

@@ -285,6 +285,15 @@ impl<'a, 'p> State<'a, 'p> {
         let keep = vec![true; work.len()];
         let total = costs.iter().sum();
         let stub_head = stub_heads(&work);
+        // A message that received stubs (Anthropic: the user message after the call) was
+        // changed, though the repair change names the call's message (fresh8 N8).
+        for (h, w) in work.iter().enumerate() {
+            if let (true, Some(i), Cow::Owned(_)) = (stub_head[h], w.src, &w.msg) {
+                if fates[i].fate == "kept" {
+                    fates[i] = fate(i, "repaired", "stub_inserted");
+                }
+            }
+        }
         let saved = (0..work.len()).map(|_| None).collect();
         State {
             opts,
@@ -362,11 +371,27 @@ impl<'a, 'p> State<'a, 'p> {
         if !with {
             self.saved[h] = Some((old, old_cost));
         }
+        // its fate follows: changed while it holds the stubs, the input message again
+        // (kept) when taking them out was all repair changed
+        if let Some(i) = self.work[h].src {
+            let owned = matches!(self.work[h].msg, Cow::Owned(_));
+            let f = &mut self.fates[i];
+            if with && owned && f.fate == "kept" {
+                *f = fate(i, "repaired", "stub_inserted");
+            } else if !with && !owned && f.fate == "repaired" && f.rule == "stub_inserted" {
+                *f = fate(i, "kept", "fits");
+            }
+        }
     }
 
+    /// Set the fate of work item `w`'s input message. Keeping a message does not hide
+    /// that repair changed it: a `repaired` fate stays when the message is kept.
     fn set_fate(&mut self, w: usize, fate_: &'static str, rule: &'static str) {
         if let Some(i) = self.work[w].src {
             let f = &mut self.fates[i];
+            if fate_ == "kept" && f.fate == "repaired" {
+                return;
+            }
             f.fate = fate_;
             f.rule = rule;
         }
