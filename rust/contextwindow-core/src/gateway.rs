@@ -2417,23 +2417,29 @@ mod tests {
             ),
         ];
         for (body, offset, reason) in cases.iter().chain(&more) {
-            let want = Error::InvalidRequest {
-                offset: Some(*offset),
-                reason: (*reason).to_owned(),
-            };
-            let got = count_request(body.as_bytes(), "conservative", None);
-            assert_eq!(
-                format!("{got:?}"),
-                format!("{:?}", Err::<u64, _>(want)),
-                "{body}"
-            );
-            let fit = fit_request(body.as_bytes(), 1, "conservative", None, true);
-            assert_eq!(
-                format!("{:?}", fit.err()),
-                format!("{:?}", got.err()),
-                "{body}"
-            );
+            refused_at(body, *offset, reason, 1);
         }
+    }
+
+    /// `count_request` refuses `body` with `reason` at byte `offset`, and `fit_request` at
+    /// `budget` gives the same error.
+    fn refused_at(body: &str, offset: usize, reason: &str, budget: u64) {
+        let got = count_request(body.as_bytes(), "conservative", None);
+        let want = Error::InvalidRequest {
+            offset: Some(offset),
+            reason: reason.to_owned(),
+        };
+        assert_eq!(
+            format!("{got:?}"),
+            format!("{:?}", Err::<u64, _>(want)),
+            "{body}"
+        );
+        let fit = fit_request(body.as_bytes(), budget, "conservative", None, true);
+        assert_eq!(
+            format!("{:?}", fit.err()),
+            format!("{:?}", got.err()),
+            "{body}"
+        );
     }
 
     #[test]
@@ -2470,22 +2476,7 @@ mod tests {
             ),
         ];
         for (body, offset, reason) in cases {
-            let got = count_request(body.as_bytes(), "conservative", None);
-            let want = Error::InvalidRequest {
-                offset: Some(offset),
-                reason: reason.to_owned(),
-            };
-            assert_eq!(
-                format!("{got:?}"),
-                format!("{:?}", Err::<u64, _>(want)),
-                "{body}"
-            );
-            let fit = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true);
-            assert_eq!(
-                format!("{:?}", fit.err()),
-                format!("{:?}", got.err()),
-                "{body}"
-            );
+            refused_at(body, offset, reason, 1_000_000);
         }
         // the same values without the repeat count
         let ok = schema.replace(r#","parameters":{}"#, "");
