@@ -67,7 +67,9 @@ _PIECES = st.sampled_from(
      "🙂", "\u200d", "\U00020000", "\x00", "ทดสอบ", "_name", "'s", "ab\u0301",
      # a space before these joins them (" 교육", " 수", " 있다", " 東京" are Tekken tokens);
      # box drawing runs are symbol n-grams
-     "교육", "체계", "수", "있다", "東京", "데이터", "─", "──", "───", "╭", "→"]
+     "교육", "체계", "수", "있다", "東京", "데이터", "─", "──", "───", "╭", "→",
+     # capitals: ASCII, 2-byte (Cyrillic, Greek, Latin-1), 3-byte (ẞ, fullwidth), astral
+     "HELLO", "INTERNATIONALIZATION", "ПРИВЕТ", "Ж", "ΑΘΗΝΑ", "Ü", "ẞ", "ＡＢ", "\U0001d400"]  # noqa: RUF001
 )  # fmt: skip
 
 
@@ -86,7 +88,8 @@ def test_scanner_pieces_agree(text: str, profile: str) -> None:
 _ASCII = st.sampled_from(
     ["the", "The", "quick", "I", "a", "camelCase", "HTTPServer", "don't", "e.g.", "abcdefghijklmnopq",
      " ", " ", " ", "  ", "\n", "\n\n", "\n  ", ", ", ". ", ".\n", ": ", " (", ") ", "{\"", "\": ",
-     "->", "==", "---\n", "`", " `", "\n- ", "**", "12", "2024", "3.14", "\t", "\r\n", " \n", "é"]
+     "->", "==", "---\n", "`", " `", "\n- ", "**", "12", "2024", "3.14", "\t", "\r\n", " \n", "é",
+     "HELLO", " WORLD", "THE", "Ü"]
 )  # fmt: skip
 
 

@@ -20,7 +20,9 @@ Writes ``rust/contextwindow-core/data/``:
 Text used (all offline): the corpus files that ``contextwindow.accuracy.is_holdout`` does
 not hold out; Python's standard library (source files, held out by the same rule on
 ``stdlib/<name>``) and its CJK test texts; Faker's lorem text in 30+ locales when Faker is
-installed; and generated text (emoji-laden sentences, base64, hex, UUIDs) from a fixed seed.
+installed; generated text (emoji-laden sentences, base64, hex, UUIDs) from a fixed seed;
+and upper-cased copies of part of the Faker and corpus prose (text in capitals, which
+tokenizers split into more pieces), each held out with the text it copies.
 Weights are a bounded least-squares fit of relative error (corpus segments weigh 3x, since
 agent transcripts are what the library sees); the conservative margin is the smallest that
 keeps at most 3% of fitting segments undercounted by more than 5% by either family.
@@ -185,6 +187,31 @@ def texts(corpus: Path) -> list[tuple[str, str, str]]:
             for i in range(60):
                 out.append(("faker", f"faker/{loc}/{i}", fk.paragraph(nb_sentences=6)))
     out.extend(generated())
+    out.extend(capitals(out))
+    return out
+
+
+# Upper-cased copies of every CAPITALS_FAKER-th Faker paragraph and every
+# CAPITALS_CORPUS-th corpus prose text.
+CAPITALS_FAKER = 4
+CAPITALS_CORPUS = 5
+
+
+def capitals(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Text in capitals (headings, legal text, interface strings), which the other text
+    has little of: upper-cased copies of part of the Faker paragraphs (every script they
+    cover) and of the corpus prose. A copy keeps its source's key, so it falls on the same
+    side of the held-out split; its source is ``capitals``, so the held-out corpus
+    figures stay those of the corpus as it is."""
+    out = []
+    prose = 0
+    for src, key, text in rows:
+        if src == "faker" and int(key.rsplit("/", 1)[1]) % CAPITALS_FAKER == 0:
+            out.append(("capitals", key, text.upper()))
+        elif src == "corpus" and text_class(text) == "prose":
+            prose += 1
+            if prose % CAPITALS_CORPUS == 0:
+                out.append(("capitals", key, text.upper()))
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from . import _image
-from ._marks import ATTACH, CONSONANT, LINKER, PREPEND
+from ._marks import ATTACH, CONSONANT, LINKER, PREPEND, UPPER
 from .messages import (
     BREADCRUMB,
     MISSING_RESULT,
@@ -60,6 +60,7 @@ FEATURES = (
     "unknown_punct_beyond_2", "unknown_space", "unknown_space_beyond_2", "unknown_newlines",
     "unknown_space_switches", "unknown_rare_bigrams", "digits", "digit_groups", "controls",
     "non_ascii_words", "unknown_punct_switches", "unknown_punct_run_tokens",
+    "unknown_upper_beyond_1", "non_ascii_upper_after_upper",
     *(f"ch_{g}" for g in GROUPS),
     *(f"ex_{g}" for g in GROUPS),
 )  # fmt: skip
@@ -180,6 +181,15 @@ def group(cp: int) -> str:
     return "otherl"
 
 
+_UPPER0 = [lo for lo, _ in UPPER]
+
+
+def is_upper(cp: int) -> bool:
+    """Whether a code point is an uppercase letter of the BMP (``_marks.UPPER``)."""
+    k = bisect.bisect_right(_UPPER0, cp) - 1
+    return k >= 0 and cp <= UPPER[k][1]
+
+
 def _akind(x: int) -> str:
     if 0x61 <= x <= 0x7A:
         return "lo"
@@ -215,6 +225,8 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
         if bucket == 4:
             f[_IX["unknown_letters_beyond_14"]] += length - 14
         f[_IX["unknown_rare_bigrams"]] += sum(vocab.is_rare(b[q], b[q + 1]) for q in range(s, e - 1))
+        # words in capitals split into more pieces than their lowercase forms
+        f[_IX["unknown_upper_beyond_1"]] += max(0, sum(kinds[q] == "up" for q in range(s, e)) - 1)
 
     def piece(s: int, e: int, unknown: str) -> None:
         if known(s, e):
@@ -263,6 +275,7 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
     i = 0
     prefix: int | None = None
     na_prev_letter = False
+    na_prev_upper = False
     consumed = 0
     while i < n:
         k = kinds[i]
@@ -270,6 +283,12 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
             size = 2 if b[i] < 0xE0 else 3 if b[i] < 0xF0 else 4
             cp = ord(b[i : i + size].decode())
             g = group(cp)
+            # an uppercase letter right after an uppercase letter (ASCII, or the non-ASCII
+            # code point just read): text in capitals, which tokenizers split finely
+            up = is_upper(cp)
+            if up and i > 0 and (kinds[i - 1] == "up" or (b[i - 1] >= 0x80 and na_prev_upper)):
+                f[_IX["non_ascii_upper_after_upper"]] += 1
+            na_prev_upper = up
             if g in LETTER_GROUPS and not na_prev_letter:
                 f[_IX["non_ascii_words"]] += 1
             na_prev_letter = g in LETTER_GROUPS

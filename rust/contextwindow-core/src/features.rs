@@ -51,7 +51,7 @@ const G_JOINER: u8 = 13;
 const G_ASTRAL: u8 = 14;
 
 /// Number of features.
-pub const N_FEATURES: usize = 23 + 2 * GROUPS.len();
+pub const N_FEATURES: usize = 25 + 2 * GROUPS.len();
 
 /// Feature names, in order: piece features, then `ch_<group>` (code points of the
 /// group that are not part of an n-gram token), then `ex_<group>` (their standalone
@@ -80,6 +80,8 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
     "non_ascii_words",
     "unknown_punct_switches",
     "unknown_punct_run_tokens",
+    "unknown_upper_beyond_1",
+    "non_ascii_upper_after_upper",
     "ch_latin",
     "ch_greek",
     "ch_cyrl",
@@ -131,8 +133,10 @@ const F_CONTROLS: usize = 19;
 const F_NA_WORDS: usize = 20;
 const F_UNKNOWN_PUNCT_SWITCHES: usize = 21;
 const F_UNKNOWN_PUNCT_RUN_TOKENS: usize = 22;
-const F_CH: usize = 23;
-const F_EX: usize = 23 + GROUPS.len();
+const F_UNKNOWN_UPPER_X: usize = 23;
+const F_NA_UPPER_AFTER_UPPER: usize = 24;
+const F_CH: usize = 25;
+const F_EX: usize = 25 + GROUPS.len();
 
 /// Feature counts of one text for one family.
 pub type Features = [u64; N_FEATURES];
@@ -304,7 +308,12 @@ pub fn group(cp: u32) -> u8 {
     }
 }
 
-/// [`group`] of every BMP code point, built once.
+/// Flag of an entry of [`group_table`]: the code point is an uppercase letter
+/// (`crate::marks::UPPER`, Unicode category Lu, from `tools/gen_unicode_tables.py`).
+const UPPER_FLAG: u8 = 0x80;
+
+/// [`group`] of every BMP code point, with [`UPPER_FLAG`] set on uppercase letters,
+/// built once: the scanner reads a code point's group and case in one load.
 fn group_table() -> &'static [u8; 0x10000] {
     static TABLE: std::sync::OnceLock<Box<[u8; 0x10000]>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
@@ -312,16 +321,38 @@ fn group_table() -> &'static [u8; 0x10000] {
         for (cp, g) in t.iter_mut().enumerate() {
             *g = group(cp as u32);
         }
+        for &(lo, hi) in crate::marks::UPPER {
+            for cp in lo..=hi.min(0xFFFF) {
+                t[cp as usize] |= UPPER_FLAG;
+            }
+        }
         t
     })
 }
 
+/// Group and case of a code point: its [`group_table`] entry in the BMP (group bits and
+/// [`UPPER_FLAG`]), its [`group`] elsewhere (no case beyond the BMP).
 #[inline(always)]
 fn group_of(table: &[u8; 0x10000], cp: u32) -> u8 {
     if cp < 0x10000 {
         table[cp as usize]
     } else {
         group(cp)
+    }
+}
+
+/// Whether the code point before the non-ASCII one at `i` is an uppercase letter: an
+/// ASCII capital, or (the byte before is not ASCII) the code point the scanner read last,
+/// whose case is `na_prev_upper`.
+#[inline(always)]
+fn after_upper(b: &[u8], i: usize, na_prev_upper: bool) -> bool {
+    i > 0 && {
+        let p = b[i - 1];
+        if p < 0x80 {
+            p.is_ascii_uppercase()
+        } else {
+            na_prev_upper
+        }
     }
 }
 
@@ -431,6 +462,10 @@ fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_BYTES], seg: &[u
         })
         .count();
     f.add(F_UNKNOWN_RARE_BIGRAMS, rare_pairs as u64);
+    // a segment is its uppercase letters, then its lowercase ones; words in capitals
+    // split into more pieces than their lowercase forms
+    let upper = seg.iter().take_while(|&&c| c < b'a').count();
+    f.add(F_UNKNOWN_UPPER_X, upper.saturating_sub(1) as u64);
 }
 
 /// High bit of every byte of a word.
@@ -740,6 +775,16 @@ impl<S: Sink> At<'_, S> {
     }
 }
 
+/// What the scanner remembers of the non-ASCII code point it read last.
+#[derive(Default)]
+struct NaPrev {
+    /// It was a letter and no ASCII byte came since (the next letter is not a word start).
+    letter: bool,
+    /// It was an uppercase letter; read only when the byte before the next non-ASCII
+    /// code point is not ASCII, i.e. when that code point is the next one ([`after_upper`]).
+    upper: bool,
+}
+
 /// Features of the run of 3-byte characters (U+0800..U+FFFF) that starts at `i`; returns
 /// its end. Each character is decoded once; a CJK, kana, hangul or symbol character followed by
 /// another tries the family's 2-character token (hashed once for all families), then the
@@ -753,7 +798,7 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     b: &[u8],
     i: usize,
     consumed: &mut [usize; K],
-    na_prev_letter: &mut bool,
+    na_prev: &mut NaPrev,
 ) -> usize {
     // counted in a copy the compiler can keep in registers (the caller's is in memory,
     // and each add to it would wait for the last one's store)
@@ -765,7 +810,7 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         b,
         i,
         consumed,
-        na_prev_letter,
+        na_prev,
     );
     *sink = local;
     end
@@ -780,26 +825,37 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     b: &[u8],
     mut i: usize,
     consumed: &mut [usize; K],
-    na_prev_letter: &mut bool,
+    na_prev: &mut NaPrev,
 ) -> usize {
     let n = b.len();
     let mut cp = decode3(b, i);
-    let mut g = groups[cp as usize];
+    let mut entry = groups[cp as usize];
+    let mut prev_upper = after_upper(b, i, na_prev.upper);
     loop {
+        let g = entry & !UPPER_FLAG;
+        let upper = entry & UPPER_FLAG != 0;
+        if upper && prev_upper {
+            for k in 0..K {
+                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
+            }
+        }
+        prev_upper = upper;
+        na_prev.upper = upper;
         let isl = is_letter_group(g);
-        if isl && !*na_prev_letter {
+        if isl && !na_prev.letter {
             for k in 0..K {
                 out.add(k, F_NA_WORDS, 1);
             }
         }
-        *na_prev_letter = isl;
+        na_prev.letter = isl;
         let more = i + 6 <= n && (0xE0..0xF0).contains(&b[i + 3]);
-        let (cp1, g1) = if more {
+        let (cp1, entry1) = if more {
             let c = decode3(b, i + 3);
             (c, groups[c as usize])
         } else {
             (0, G_SYM)
         };
+        let g1 = entry1 & !UPPER_FLAG;
         let pair = more && is_ngram_group(g) && is_ngram_group(g1);
         let h2 = if pair { hash_at(b, i, i + 6) } else { 0 };
         // the 3-character key, worked out once when a family has the pair: None before
@@ -815,7 +871,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                     let at = i + 6;
                     let third = at + 3 <= n
                         && (0xE0..0xF0).contains(&b[at])
-                        && is_ngram_group(groups[decode3(b, at) as usize]);
+                        && is_ngram_group(groups[decode3(b, at) as usize] & !UPPER_FLAG);
                     third.then(|| hash_at(b, i, i + 9))
                 });
                 let m = match tri {
@@ -834,7 +890,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             return i;
         }
         cp = cp1;
-        g = g1;
+        entry = entry1;
     }
 }
 
@@ -849,7 +905,7 @@ fn decode3(b: &[u8], i: usize) -> u32 {
 fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
     i + 3 <= bytes.len()
         && (0xE0..0xF0).contains(&bytes[i])
-        && is_cjkish(group_of(groups, decode(bytes, i).0))
+        && is_cjkish(group_of(groups, decode(bytes, i).0) & !UPPER_FLAG)
 }
 
 /// For each family, how many CJK, kana or hangul characters (1 to 3) after the space at
@@ -924,7 +980,7 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // Byte donated to the next piece as its leading character (a space or a single
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
-    let mut na_prev_letter = false;
+    let mut na_prev = NaPrev::default();
     // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     let mut window = words::Window::for_text(n);
@@ -941,26 +997,26 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         }
         if k == NA {
             if (0xE0..0xF0).contains(&b[i]) {
-                i = three_byte_run(
-                    out,
-                    families,
-                    groups,
-                    b,
-                    i,
-                    &mut consumed,
-                    &mut na_prev_letter,
-                );
+                i = three_byte_run(out, families, groups, b, i, &mut consumed, &mut na_prev);
             } else {
                 // a 2- or 4-byte character: never part of an n-gram
                 let (cp, len) = decode(b, i);
-                let g = group_of(groups, cp);
+                let entry = group_of(groups, cp);
+                let g = entry & !UPPER_FLAG;
+                let upper = entry & UPPER_FLAG != 0;
+                if upper && after_upper(b, i, na_prev.upper) {
+                    for k in 0..K {
+                        out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
+                    }
+                }
+                na_prev.upper = upper;
                 let isl = is_letter_group(g);
-                if isl && !na_prev_letter {
+                if isl && !na_prev.letter {
                     for k in 0..K {
                         out.add(k, F_NA_WORDS, 1);
                     }
                 }
-                na_prev_letter = isl;
+                na_prev.letter = isl;
                 for (k, v) in vocabs.iter().enumerate() {
                     out.add(k, F_CH + g as usize, 1);
                     out.add(k, F_EX + g as usize, v.cost(cp) - 1);
@@ -970,7 +1026,7 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
             prefix = None;
             continue;
         }
-        na_prev_letter = false;
+        na_prev.letter = false;
         let mut j = i + 1;
         match k {
             LO | UP => {
@@ -1154,6 +1210,40 @@ mod tests {
     }
 
     #[test]
+    fn capitals() {
+        let families = [
+            crate::estimate::vocab("cl100k").unwrap(),
+            crate::estimate::vocab("tekken").unwrap(),
+        ];
+        // "INTERNATIONALIZATION" is 20 bytes, too long to look up: an unknown segment
+        // whose 20 capitals are 19 beyond its first; " Internationalization" has 1: 0.
+        for f in scan("INTERNATIONALIZATION Internationalization", &families) {
+            assert_eq!((f[F_UNKNOWN_X], f[F_UNKNOWN_UPPER_X]), (12, 19));
+        }
+        // non-ASCII capitals right after a capital: Р И В Е Т (5; П starts the text, М
+        // follows a space); Ü after the ASCII R (1; ASCII capitals are never counted
+        // here); ẞ (3 bytes) after Ä and Ä after ẞ (2; Ä after a lowercase a is not);
+        // fullwidth Ｂ after Ａ (1); mathematical bold, beyond the BMP (0)
+        for (text, n) in [
+            ("ПРИВЕТ Мир", 5),
+            ("PRÜFUNG ÜBER", 1),
+            ("ÄẞÄ aÄ", 2),
+            ("ＡＢ", 1),
+            ("\u{1D400}\u{1D401}", 0),
+        ] {
+            for f in scan(text, &families) {
+                assert_eq!(f[F_NA_UPPER_AFTER_UPPER], n, "{text:?}");
+            }
+        }
+        // the group table keeps its groups beside the case flag
+        let t = group_table();
+        assert_eq!(t[0x416], G_CYRL | UPPER_FLAG); // Ж
+        assert_eq!(t[0x436], G_CYRL); // ж
+        assert_eq!(t[0x1E9E], G_LATIN | UPPER_FLAG); // ẞ
+        assert_eq!(t[0xFF21], G_CJK | UPPER_FLAG); // Ａ
+    }
+
+    #[test]
     fn key_hash_pads_and_mixes_length() {
         // "a" and "a\0" differ only in length
         assert_ne!(key_hash(b"a"), key_hash(b"a\0"));
@@ -1272,6 +1362,11 @@ mod fast_equals_scalar {
         "\u{20000}",
         "\u{1D400}",
         "\u{FEFF}",
+        "ПРИВЕТ",
+        "ÜBER",
+        "ẞ",
+        "ΑΘΗΝΑ",
+        "ＡＢ",
         " 교육",
         "  오늘날의 교육 체계는",
         " 中文 日本 한",
@@ -1407,7 +1502,7 @@ mod fast_equals_scalar {
             "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}",
             "Hi,  x.append(self)\n\t\t  \r\n你好世界こんにちは한국어🙂\u{200d}🙂 é Привет \
              \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
-             HTTPResponse camelCaseWord !!\n\n's",
+             HTTPResponse camelCaseWord !!\n\n's ПРИВЕТ МИР PRÜFUNG ÄẞÄ ＡＢ ΑΘΗΝΑ",
             "오늘날의 교육 체계는 학생들의  심층\n 작업 능력, 개발을\t완전히 지원하지 못하고 있는 경우가",
             "╭ Warning ──────────────╮\n│   Ignored build scripts   │\n╰────────────────────────╯",
         ] {

@@ -44,6 +44,13 @@ fn ngram_char(bytes: &[u8], i: usize) -> bool {
         && is_ngram_group(group(decode(bytes, i).0))
 }
 
+/// Whether `cp` is an uppercase letter of the BMP: a binary search of the generated
+/// ranges (the fast scanner reads a flag of its group table instead).
+fn is_upper(cp: u32) -> bool {
+    let k = crate::marks::UPPER.partition_point(|&(lo, _)| lo <= cp);
+    cp < 0x10000 && k > 0 && cp <= crate::marks::UPPER[k - 1].1
+}
+
 /// [`super::scan`], the plain way.
 pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
     let mut out = [[0u64; N_FEATURES]; K];
@@ -54,6 +61,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
     // punctuation character before letters, a space before punctuation).
     let mut prefix: Option<usize> = None;
     let mut na_prev_letter = false;
+    let mut na_prev_upper = false;
     // Per family: end of the n-gram (CJK, symbols, or a space and CJK) being consumed.
     let mut consumed = [0usize; K];
     let mut i = 0;
@@ -62,6 +70,16 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
         if k == NA {
             let (cp, len) = decode(b, i);
             let g = group(cp);
+            let upper = is_upper(cp);
+            // the code point before: an ASCII byte, or the non-ASCII code point read last
+            let prev_upper =
+                i > 0 && (b[i - 1].is_ascii_uppercase() || (b[i - 1] >= 0x80 && na_prev_upper));
+            if upper && prev_upper {
+                for f in out.iter_mut() {
+                    f[F_NA_UPPER_AFTER_UPPER] += 1;
+                }
+            }
+            na_prev_upper = upper;
             let isl = is_letter_group(g);
             if isl && !na_prev_letter {
                 for f in out.iter_mut() {
