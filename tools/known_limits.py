@@ -54,6 +54,34 @@ GERMAN = (
     "ich fest, dass die Rundung vor der Multiplikation erfolgte, was zu kleinen Abweichungen führte. "
 )
 
+# The same sentence in more languages, for prose in capitals (the others as above).
+UKRAINIAN = (
+    "Користувач попросив мене виправити тест, що не проходить, у податковому модулі. Після перевірки "
+    "я виявив, що округлення відбувалося до множення, що спричиняло невеликі розбіжності в підсумкових сумах. "
+)
+BULGARIAN = (
+    "Потребителят ме помоли да поправя неуспешния тест в данъчния модул. След проверка установих, "
+    "че закръглянето се извършваше преди умножението, което водеше до малки разлики в общите суми. "
+)
+SERBIAN = (
+    "Корисник ме је замолио да поправим тест који не пролази у пореском модулу. Након провере утврдио "
+    "сам да се заокруживање дешавало пре множења, што је изазивало мале разлике у укупним износима. "
+)
+POLISH = (
+    "Użytkownik poprosił mnie o naprawienie nieudanego testu w module podatkowym. Po sprawdzeniu "
+    "stwierdziłem, że zaokrąglanie odbywało się przed mnożeniem, co powodowało niewielkie różnice w sumach. "
+)
+SPANISH = (
+    "El usuario me pidió que corrigiera la prueba que fallaba en el módulo de impuestos. Tras comprobarlo, "
+    "descubrí que el redondeo se hacía antes de la multiplicación, lo que provocaba pequeñas diferencias "
+    "en los totales. "
+)
+FRENCH = (
+    "L'utilisateur m'a demandé de corriger le test qui échouait dans le module des impôts. Après vérification, "
+    "j'ai constaté que l'arrondi se faisait avant la multiplication, ce qui entraînait de petits écarts "
+    "dans les totaux. "
+)
+
 
 def texts() -> list[tuple[str, str]]:
     rnd = random.Random(11)
@@ -111,6 +139,13 @@ def texts() -> list[tuple[str, str]]:
         ("Russian prose in capitals x 10", RUSSIAN.upper() * 10),
         ("English prose in capitals x 10", ENGLISH.upper() * 10),
         ("German prose in capitals x 10", GERMAN.upper() * 10),
+        ("Ukrainian prose in capitals x 10", UKRAINIAN.upper() * 10),
+        ("Bulgarian prose in capitals x 10", BULGARIAN.upper() * 10),
+        ("Serbian prose in capitals x 10", SERBIAN.upper() * 10),
+        ("Polish prose in capitals x 10", POLISH.upper() * 10),
+        ("Spanish prose in capitals x 10", SPANISH.upper() * 10),
+        ("French prose in capitals x 10", FRENCH.upper() * 10),
+        ("Greek prose in capitals: the agent's summary x 10", GREEK_SUMMARY.upper() * 10),
         ("markdown table rules, 200 rows of 6 columns", rules),
         ("200 regexes", regexes),
         ("random ASCII symbols, 50 lines of 120", long_lines),
