@@ -7,7 +7,7 @@ counts it collects (:func:`count_features`) are weighted into tokens by a profil
 Profiles:
 
 * ``conservative`` (default): the larger of the ``cl100k`` and ``tekken`` estimates times
-  a margin (``data/profiles.json``; 1.05 as fitted), rounded up, with the larger of their overheads. Use it when an
+  a margin (``data/profiles.json``; 1.04 as fitted), rounded up, with the larger of their overheads. Use it when an
   overflow costs more than a little waste: on held-out agent transcripts at most a few
   percent of text segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many
@@ -195,10 +195,13 @@ def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
 
     Returns:
         Feature name to count: ``known`` (pieces that are one token of the family),
-        ``unknown_*`` (pieces that are not, by kind and length), ``digits``,
+        ``unknown_*`` (pieces that are not, by kind and length; ``unknown_upper_beyond_1``:
+        the capitals of unknown letter segments beyond each one's first), ``digits``,
         ``digit_groups``, ``controls``, ``ngrams`` (2-3 character CJK or symbol
         tokens, and CJK tokens that hold the space before them),
-        ``non_ascii_words``, ``ch_<group>`` (code points of a script group) and
+        ``non_ascii_words``, ``non_ascii_upper_after_upper`` (non-ASCII uppercase
+        letters of the BMP right after an uppercase letter: text in capitals, which
+        tokenizers split finely), ``ch_<group>`` (code points of a script group) and
         ``ex_<group>`` (their standalone tokens beyond one each), and ``bytes`` (UTF-8
         length).
 

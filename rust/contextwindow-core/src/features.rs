@@ -9,6 +9,11 @@
 //! Basic Multilingual Plane and the emoji blocks); CJK, kana, hangul and symbols also try
 //! the family's 2- and 3-character tokens, greedily, and a space before CJK, kana or
 //! hangul joins the 1 to 3 characters after it when the family has that token (" 교육").
+//! Text in capitals, which tokenizers split into more pieces than the same words in
+//! lowercase, is seen twice: the capitals of an unknown ASCII letter segment beyond its
+//! first (counted only for unknown segments, off the fast path's common case), and a
+//! non-ASCII uppercase letter right after an uppercase letter (a flag of the group table
+//! the scanner reads anyway, from `crate::marks::UPPER`).
 //! One pass over the bytes, no allocation.
 //!
 //! The vocabulary is a register-blocked Bloom filter (2^20 bits in 64-bit words, 4 bits
@@ -840,7 +845,6 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             }
         }
         prev_upper = upper;
-        na_prev.upper = upper;
         let isl = is_letter_group(g);
         if isl && !na_prev.letter {
             for k in 0..K {
@@ -887,6 +891,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
         }
         i += 3;
         if !more {
+            na_prev.upper = prev_upper;
             return i;
         }
         cp = cp1;
