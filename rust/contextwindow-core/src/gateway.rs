@@ -840,6 +840,15 @@ const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; s
 /// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
 const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
+/// Why a role is refused: `unknown role "wizard"`, the name written as a JSON string
+/// (`adapters._unknown_role` writes it the same way, so the three paths say the same).
+fn unknown_role(name: &str) -> String {
+    format!(
+        "unknown role {}",
+        serde_json::to_string(name).unwrap_or_default()
+    )
+}
+
 fn role_of(name: &str) -> Option<Role> {
     Some(match name {
         "system" => Role::System,
@@ -853,8 +862,8 @@ fn role_of(name: &str) -> Option<Role> {
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_str(d, "role", index, "role")?;
-    let role = role_of(&role_name)
-        .ok_or_else(|| bad_message(index, "role", format!("unknown role {role_name:?}")))?;
+    let role =
+        role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
     // Chat Completions: only an assistant message may omit content or set it null
     let nullable = role == Role::Assistant;
     let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
@@ -1065,13 +1074,7 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
         "system" => Role::System,
         "user" => Role::User,
         "assistant" => Role::Assistant,
-        _ => {
-            return Err(bad_message(
-                index,
-                "role",
-                format!("unknown role {role_name:?}"),
-            ))
-        }
+        _ => return Err(bad_message(index, "role", unknown_role(&role_name))),
     };
     let parse: PartFn<'a> = if role == Role::System {
         anthropic_system_block
@@ -1126,9 +1129,14 @@ pub fn parse_provider(name: Option<&str>) -> Result<Option<Format>> {
 }
 
 /// `detect_format` of the adapters, on raw messages.
-fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
+/// A message that is not an object (`None`) is skipped, as `detect_format` skips it; the
+/// conversion names it, in its turn.
+fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format> {
     let mut anthropic = false;
     for (i, m) in msgs.iter().enumerate() {
+        let Some(m) = m else {
+            continue;
+        };
         let role = m.get("role");
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
@@ -1171,8 +1179,8 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
 
 /// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
 /// `tool_calls`, `tool_call_id`): `io._openai_marked`.
-fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> bool {
-    msgs.iter().any(|m| {
+fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
+    msgs.iter().flatten().any(|m| {
         let role = m.get("role");
         cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
@@ -1302,17 +1310,21 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ))
         }
     }
+    // A message that is not an object is `None` here and refused when the conversion below
+    // comes to it, so an earlier message's field error is named first, as the dict path
+    // (`to_canonical`) and the CLI name the first bad message (fresh8 N7).
     let mut objs = Vec::with_capacity(raw.len());
     for (i, m) in raw.iter().enumerate() {
         if kind(m) != Kind::Obj {
-            return Err(bad_message(i, "", "must be an object"));
+            objs.push(None);
+            continue;
         }
         let Msg(o) =
             serde_json::from_str(m.get()).map_err(|e| nested_in(i, cx.json_err(e, m.get())))?;
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, &place(i, "")));
         }
-        objs.push(o);
+        objs.push(Some(o));
     }
     let format = match provider {
         Some(f) => f,
@@ -1341,10 +1353,11 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     if let Some(s) = system {
         canonical.push(system_message(&cx, s)?);
     }
-    for (i, mut o) in objs.into_iter().enumerate() {
-        let m = match format {
-            Format::OpenAI => openai_message(&cx, &mut o, i),
-            Format::Anthropic => anthropic_message(&cx, &mut o, i),
+    for (i, o) in objs.into_iter().enumerate() {
+        let m = match (o, format) {
+            (None, _) => Err(bad_message(i, "", "must be an object")),
+            (Some(mut o), Format::OpenAI) => openai_message(&cx, &mut o, i),
+            (Some(mut o), Format::Anthropic) => anthropic_message(&cx, &mut o, i),
         };
         canonical.push(m.map_err(|e| match nested_in(i, e) {
             Error::InvalidMessage {
@@ -2109,6 +2122,27 @@ mod tests {
             }) => (index, field, reason),
             other => panic!("expected InvalidMessage, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_first_bad_message_is_named_and_a_role_quoted_as_json() {
+        // fresh8 N7: a later non-object message was named before message 0's field error
+        let body = br#"{"messages": [{"role": "user", "content": 5}, {"role": "user", "content": "a"}, "x"]}"#;
+        let want = (
+            0,
+            "content".to_owned(),
+            "must be a string or a list of blocks".to_owned(),
+        );
+        assert_eq!(message_error(body), want);
+        let body = br#"{"messages": [{"role": "user", "content": "a"}, 7, {"role": "user", "content": 5}]}"#;
+        assert_eq!(
+            message_error(body),
+            (1, String::new(), "must be an object".to_owned())
+        );
+        // the role as a JSON string, as adapters.py writes it (was Rust's Debug form)
+        let body = br#"{"messages": [{"role": "a\"b\n", "content": "a"}]}"#;
+        let want = (0, "role".to_owned(), r#"unknown role "a\"b\n""#.to_owned());
+        assert_eq!(message_error(body), want);
     }
 
     #[test]
