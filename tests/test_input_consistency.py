@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextwindow as cw
+from contextwindow._engine import loads_keeping_numbers
 from contextwindow.cli import main
 from contextwindow.errors import InvalidMessageError
 
@@ -153,3 +154,108 @@ def test_corpus_with_faults_gives_the_same_error_on_every_door(data: st.DataObje
     want = dict_error(messages, provider)
     assert gateway_errors(body, provider) == [want, want]
     assert cli_error(body, provider) == want
+
+
+# ------------------------------------------------------- fresh8 N5: numbers out of range
+
+#: 10**5000 as JSON text: more digits than Python converts by default (4,300) and than a
+#: float holds; msgspec's decoder refuses it ("Integer value out of range").
+BIG = "1" + "0" * 5000
+
+
+def cli_count(body: bytes, profile: str) -> int:
+    """``contextwindow count --json`` on a file holding ``body``: its tokens."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "in.json"
+        f.write_bytes(body)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["count", str(f), "--json", "--profile", profile]) == 0
+    return json.loads(out.getvalue())[0]["tokens"]
+
+
+def tool_use(value: str) -> str:
+    """An Anthropic chat whose tool_use input is ``{"x": <value>}`` (JSON text), answered."""
+    return (
+        '[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t",'
+        '"name":"f","input":{"x":NUM}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",'
+        '"content":"r"}]}]'.replace("NUM", value)
+    )
+
+
+NUMBERS = {
+    # the tester's table: an extra key, a block the model does not hold, a tool_use input
+    "extra key 10**5000": '[{"role":"user","content":"a"},{"role":"assistant","content":"b","x":NUM}]'.replace(
+        "NUM", BIG
+    ),
+    "unknown block 10**5000": '[{"role":"user","content":[{"type":"weird","x":NUM}]}]'.replace("NUM", BIG),
+    "tool_use input 10**5000": tool_use(BIG),
+    "extra key 1e400": '[{"role":"user","content":"a","x":1e400}]',
+    "unknown block -1e400": '[{"role":"user","content":[{"type":"weird","x":-1e400}]}]',
+    "tool_use input 1e400": tool_use("1e400"),
+    # 30 digits: a float rounds it; Python (and so the count) keeps every digit
+    "tool_use input 30 digits": tool_use("123456789012345678901234567890"),
+    "tool schema 1e400": (
+        '{"tools":[{"name":"f","input_schema":{"maximum":1e400}}],"messages":[{"role":"user","content":"a"}]}'
+    ),
+}
+
+
+@pytest.mark.parametrize("profile", ["conservative", "bytes4"])
+@pytest.mark.parametrize("name", list(NUMBERS))
+def test_numbers_out_of_range_are_kept_and_counted_alike(name: str, profile: str) -> None:
+    text = NUMBERS[name]
+    doc = loads_keeping_numbers(text)
+    body = (text if text.startswith("{") else '{"messages":' + text + "}").encode()
+    if isinstance(doc, list):
+        doc = {"messages": doc}
+    # the dict path on what the CLI reads (msgspec.Raw for the numbers msgspec refuses)
+    want = cw.count_messages(doc["messages"], profile, tools=doc.get("tools"))
+    assert cw.count_request(body, profile=profile) == want
+    assert cli_count(body, profile) == want
+    # kept and counted as written: fit_request gives the body back unchanged
+    assert cw.fit_request(body, budget=10**6, profile=profile) == body
+
+
+def test_a_number_out_of_range_costs_what_its_text_costs() -> None:
+    # bytes4: ceil(UTF-8 bytes / 4) + 4 per message, so a value of the same length costs
+    # the same: 1e400 (5 bytes) as 12345; 10**5000 (5,001 bytes) as a string of 4,999
+    # digits in quotes (5,001 bytes)
+    for text, same in ((tool_use("1e400"), tool_use("12345")), (tool_use(BIG), tool_use('"%s"' % ("9" * 4999)))):
+        body, same_body = b'{"messages":%s}' % text.encode(), b'{"messages":%s}' % same.encode()
+        assert cw.count_request(body, profile="bytes4") == cw.count_request(same_body, profile="bytes4")
+        assert cli_count(body, "bytes4") == cli_count(same_body, "bytes4")
+    # 30 digits: the exact integer's text, as the dict path reads it with json.loads (it
+    # was rounded to 1.2345678901234568e29, 21 bytes against 30)
+    body = b'{"messages":%s}' % tool_use("123456789012345678901234567890").encode()
+    assert cw.count_request(body, profile="bytes4") == cw.count_messages(json.loads(body)["messages"], "bytes4")
+
+
+def test_numbers_out_of_range_where_a_message_field_is_read() -> None:
+    # a content that is such a number is named as any number there, on all three doors
+    # (json.loads reads 1e400 as inf on the dict path)
+    msgs = '[{"role":"user","content":"a"},{"role":"user","content":1e400}]'
+    assert dict_error(json.loads(msgs)) == "message 1, field content: must be a string or a list of blocks"
+    body = b'{"messages":%s}' % msgs.encode()
+    assert gateway_errors(body) == ["message 1, field content: must be a string or a list of blocks"] * 2
+    assert cli_error(body) == "message 1, field content: must be a string or a list of blocks"
+    # a later bad message after a huge number is named (msgspec stopped at the number)
+    body = b'{"messages":[{"role":"user","content":"a","x":%s},{"role":1,"content":"b"}]}' % BIG.encode()
+    assert gateway_errors(body) == ["message 1, field role: must be a string"] * 2
+    assert cli_error(body) == "message 1, field role: must be a string"
+    # "messages" itself
+    body = b'{"messages":1e400}'
+    assert gateway_errors(body) == ['invalid request body at byte 12: "messages" is a number, not a list'] * 2
+    assert cli_error(body) == '"messages" is a number, not a list'
+    # a syntax error past such a number: json's words at the right byte, no msgspec
+    # "$[...]" path ('{"messages":[' is 13 bytes, the message 39, then ', ': the ']' is byte 54)
+    body = b'{"messages":[{"role":"user","content":"a","x":1e400}, ]}'
+    assert cli_error(body) == "invalid JSON: line 1, column 55: Expecting value (byte 54)"
+    assert gateway_errors(body) == ["invalid request body at byte 54: trailing comma"] * 2
+
+
+def test_dict_path_refuses_an_int_python_cannot_write_naming_the_message() -> None:
+    # a Python int of 5,001 digits: more than sys.get_int_max_str_digits() (4,300 by
+    # default) lets msgspec write, so JSON text cannot be made of it
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "x": 10**5000}]
+    assert dict_error(msgs).startswith("message 1: holds a value JSON cannot represent (")

@@ -558,18 +558,31 @@ impl<'a> Ctx<'a> {
     /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it), which is
     /// counted: a key repeated in any object inside it is refused (which value would the
     /// provider read?), named with `place` (`tools[0]`, `message 1, field content[0]`)
-    /// and the offset where the parser stood, just past the repeat's value.
+    /// and the offset just past the repeat's value. A number a float cannot hold (`1e400`)
+    /// or an integer beyond 64 bits is kept as written ([`Compact`]).
     fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<String> {
-        let value: Unique = serde_json::from_str(v.get()).map_err(|e| {
-            let repeat = e.classify() == serde_json::error::Category::Data;
-            match self.json_err(e, v.get()) {
-                Error::InvalidRequest { offset, reason } if repeat => {
-                    invalid(offset, format!("{}: {reason}", place()))
-                }
-                other => other,
+        let text = v.get();
+        let base = self.start_of(text);
+        let base = if base <= self.body.len() { base } else { 0 };
+        let mut c = Compact {
+            s: text,
+            i: 0,
+            depth: 0,
+            out: String::with_capacity(text.len()),
+        };
+        match c.value() {
+            Ok(()) => Ok(c.out),
+            Err(Bad::Repeat { key, at }) => {
+                let key = serde_json::to_string(&key).unwrap_or_default();
+                Err(invalid(
+                    Some(base + at),
+                    format!("{}: the key {key} appears more than once", place()),
+                ))
             }
-        })?;
-        serde_json::to_string(&value.0).map_err(|e| invalid(None, e.to_string()))
+            // named by the callers (`nested_in`, `nested_at`), as serde_json's error was
+            Err(Bad::Deep { at }) => Err(invalid(Some(base + at), RECURSION)),
+            Err(Bad::Malformed { at }) => Err(invalid(Some(base + at), "malformed JSON value")),
+        }
     }
 
     fn compact_raw(
@@ -582,68 +595,246 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A JSON value read as `serde_json::Value` reads it, except that an object holding a
-/// key twice is an error (`Value` keeps the last value silently).
-struct Unique(serde_json::Value);
+/// Why [`Compact`] stops: a key repeated in an object (its decoded name; `at`, just past
+/// the repeat's value), nesting deeper than serde_json reads (`at`, the bracket too
+/// many), or text that is not JSON (never, on a `RawValue`'s text).
+enum Bad {
+    Repeat { key: String, at: usize },
+    Deep { at: usize },
+    Malformed { at: usize },
+}
 
-impl<'de> Deserialize<'de> for Unique {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Unique;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
+/// Writes a JSON value's compact text as `serde_json::Value` read and wrote it before
+/// (strings and keys re-escaped the way serde_json and msgspec write them, integers of
+/// 64 bits as integers, other numbers as the nearest float in serde_json's shortest
+/// form), except that:
+///
+/// * an object holding a key twice is an error (`Value` kept the last value silently);
+/// * a number a float cannot hold (`1e400`) and an integer beyond 64 bits
+///   (`123456789012345678901234567890`) are kept as written: the dict path and the CLI
+///   count a Python int by its exact digits and refused neither the way serde_json did
+///   (`number out of range`, or the integer rounded to a float and counted so: fresh8 N5).
+struct Compact<'a> {
+    s: &'a str,
+    i: usize,
+    depth: usize,
+    out: String,
+}
+
+/// serde_json's nesting limit: the 128th open bracket is refused.
+const MAX_NESTING: usize = 128;
+
+impl<'a> Compact<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.as_bytes().get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn malformed(&self) -> Bad {
+        Bad::Malformed { at: self.i }
+    }
+
+    fn value(&mut self) -> std::result::Result<(), Bad> {
+        self.ws();
+        match self.peek() {
+            Some(b'{') => self.object(),
+            Some(b'[') => self.array(),
+            Some(b'"') => {
+                let key = self.string()?;
+                self.write_string(key);
+                Ok(())
             }
-            fn visit_bool<E>(self, v: bool) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Unique, E> {
-                Ok(Unique(serde_json::Value::Null))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Unique, A::Error> {
-                let mut out = Vec::new();
-                while let Some(Unique(x)) = seq.next_element()? {
-                    out.push(x);
-                }
-                Ok(Unique(serde_json::Value::Array(out)))
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Unique, A::Error> {
-                let mut out = serde_json::Map::new();
-                while let Some(Key(k)) = map.next_key()? {
-                    let Unique(x) = map.next_value()?;
-                    if out.contains_key(k.as_ref()) {
-                        let key = serde_json::to_string(k.as_ref()).unwrap_or_default();
-                        return Err(serde::de::Error::custom(format_args!(
-                            "the key {key} appears more than once"
-                        )));
+            Some(b't') => self.literal("true"),
+            Some(b'f') => self.literal("false"),
+            Some(b'n') => self.literal("null"),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(self.malformed()),
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> std::result::Result<(), Bad> {
+        if !self.s[self.i..].starts_with(word) {
+            return Err(self.malformed());
+        }
+        self.i += word.len();
+        self.out.push_str(word);
+        Ok(())
+    }
+
+    fn enter(&mut self) -> std::result::Result<(), Bad> {
+        self.depth += 1;
+        if self.depth >= MAX_NESTING {
+            return Err(Bad::Deep { at: self.i });
+        }
+        self.i += 1;
+        Ok(())
+    }
+
+    fn array(&mut self) -> std::result::Result<(), Bad> {
+        self.enter()?;
+        self.out.push('[');
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.i += 1;
+        } else {
+            loop {
+                self.value()?;
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.out.push(',');
                     }
-                    out.insert(k.into_owned(), x);
+                    Some(b']') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(self.malformed()),
                 }
-                Ok(Unique(serde_json::Value::Object(out)))
             }
         }
-        d.deserialize_any(V)
+        self.out.push(']');
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn object(&mut self) -> std::result::Result<(), Bad> {
+        self.enter()?;
+        self.out.push('{');
+        self.ws();
+        // keys decoded; a scan while there are few, a hash set past KeyLog::SCAN
+        let mut keys: Vec<Cow<'a, str>> = Vec::new();
+        let mut index: Option<HashSet<Cow<'a, str>>> = None;
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+        } else {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return Err(self.malformed());
+                }
+                let key = self.string()?;
+                self.write_string(key.clone());
+                self.ws();
+                if self.peek() != Some(b':') {
+                    return Err(self.malformed());
+                }
+                self.i += 1;
+                self.out.push(':');
+                self.value()?;
+                let seen = match &index {
+                    Some(set) => set.contains(&key),
+                    None => keys.contains(&key),
+                };
+                if seen {
+                    return Err(Bad::Repeat {
+                        key: key.into_owned(),
+                        at: self.i,
+                    });
+                }
+                match &mut index {
+                    Some(set) => {
+                        set.insert(key);
+                    }
+                    None if keys.len() + 1 == KeyLog::SCAN => {
+                        let mut set: HashSet<Cow<'a, str>> = keys.drain(..).collect();
+                        set.insert(key);
+                        index = Some(set);
+                    }
+                    None => keys.push(key),
+                }
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.out.push(',');
+                    }
+                    Some(b'}') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(self.malformed()),
+                }
+            }
+        }
+        self.out.push('}');
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// The string at `self.i` (its opening quote), decoded: borrowed when it holds no
+    /// escape.
+    fn string(&mut self) -> std::result::Result<Cow<'a, str>, Bad> {
+        let start = self.i;
+        let b = self.s.as_bytes();
+        let mut j = start + 1;
+        let mut escaped = false;
+        loop {
+            let Some(at) = b
+                .get(j..)
+                .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+            else {
+                return Err(self.malformed());
+            };
+            j += at;
+            if b[j] == b'"' {
+                break;
+            }
+            escaped = true;
+            j += 2; // the backslash and the byte it escapes (\uXXXX: the rest is hex)
+        }
+        self.i = j + 1;
+        let token = &self.s[start..j + 1];
+        if !escaped {
+            return Ok(Cow::Borrowed(&token[1..token.len() - 1]));
+        }
+        serde_json::from_str::<String>(token)
+            .map(Cow::Owned)
+            .map_err(|_| Bad::Malformed { at: start })
+    }
+
+    fn write_string(&mut self, text: Cow<'_, str>) {
+        let plain = text.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\');
+        if plain {
+            self.out.push('"');
+            self.out.push_str(&text);
+            self.out.push('"');
+        } else if let Ok(t) = serde_json::to_string(text.as_ref()) {
+            self.out.push_str(&t);
+        }
+    }
+
+    fn number(&mut self) -> std::result::Result<(), Bad> {
+        let start = self.i;
+        while let Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+        let token = &self.s[start..self.i];
+        if !token.contains(['.', 'e', 'E']) {
+            if let Ok(n) = token.parse::<i64>() {
+                self.out.push_str(&n.to_string());
+            } else if let Ok(n) = token.parse::<u64>() {
+                self.out.push_str(&n.to_string());
+            } else {
+                // beyond 64 bits: Python keeps every digit, so does the count
+                self.out.push_str(token);
+            }
+            return Ok(());
+        }
+        match serde_json::from_str::<f64>(token) {
+            Ok(f) if f.is_finite() => match serde_json::to_string(&f) {
+                Ok(t) => self.out.push_str(&t),
+                Err(_) => self.out.push_str(token),
+            },
+            // too large for a float (1e400): kept as written
+            _ => self.out.push_str(token),
+        }
+        Ok(())
     }
 }
 
@@ -1254,7 +1445,24 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ),
         ));
     }
-    let top: Top<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+    let top: Top<'_> = match serde_json::from_str(text) {
+        Ok(top) => top,
+        Err(e) if out_of_range(&e) => {
+            // `messages` is a number too large for a float: say what it is, as for any
+            // other number there
+            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+            match top.get("messages") {
+                Some(v) if kind(v) == Kind::Num => {
+                    return Err(invalid(
+                        Some(cx.start_of(v.get())),
+                        "\"messages\" is a number, not a list",
+                    ))
+                }
+                _ => return Err(cx.json_err(e, text)),
+            }
+        }
+        Err(e) => return Err(cx.json_err(e, text)),
+    };
     if let Some(r) = &top.obj.2 {
         // Which one would a provider read? Refuse to guess.
         return Err(cx.repeated(r, ""));
@@ -1320,7 +1528,15 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             continue;
         }
         let Msg(o) =
-            serde_json::from_str(m.get()).map_err(|e| nested_in(i, cx.json_err(e, m.get())))?;
+            match serde_json::from_str(m.get()) {
+                Ok(msg) => msg,
+                // a `content` that is a number too large for a float (`1e400`), which `Msg`
+                // reads as a value: read it raw instead, for the conversion to name it as it
+                // names any number there (fresh8 N5)
+                Err(e) if out_of_range(&e) => Msg(serde_json::from_str(m.get())
+                    .map_err(|e| nested_in(i, cx.json_err(e, m.get())))?),
+                Err(e) => return Err(nested_in(i, cx.json_err(e, m.get()))),
+            };
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, &place(i, "")));
         }
@@ -1403,6 +1619,13 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         canonical,
         tools,
     })
+}
+
+/// Whether serde_json refused a number too large for a float (`1e400`), which it reads
+/// only where a value is decoded (`content`, `messages`): everywhere else numbers are
+/// kept as raw text.
+fn out_of_range(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("number out of range")
 }
 
 /// Offset of the `messages` value (to name where a wrong one is; slow path).
@@ -2122,6 +2345,33 @@ mod tests {
             }) => (index, field, reason),
             other => panic!("expected InvalidMessage, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn numbers_a_float_cannot_hold_are_kept_as_written() {
+        // fresh8 N5: `1e400` and 10**5000 in a counted value were refused (number out of
+        // range) and a 30-digit integer counted as the float serde_json rounds it to; now
+        // each costs what its text costs. bytes4 is ceil(bytes / 4): a value of the same
+        // length costs the same (1e400 as 12345; 30 digits as 28 digits in quotes)
+        let body = |x: &str| {
+            format!(r#"{{"messages":[{{"role":"user","content":[{{"type":"weird","x":{x}}}]}}]}}"#)
+        };
+        let count = |x: &str| count_request(body(x).as_bytes(), "bytes4", None).unwrap();
+        assert_eq!(count("1e400"), count("12345"));
+        assert_eq!(count("-1e400"), count("123456"));
+        let digits = "123456789012345678901234567890";
+        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..28])));
+        let big = format!("1{}", "0".repeat(5000));
+        assert_eq!(count(&big), count(&format!("\"{}\"", &big[..4999])));
+        // -0 is the integer 0 in Python (it was -0.0): one byte less than "-0"
+        assert_eq!(count("-0"), count("7"));
+        // the text kept is the compact text: whitespace goes, strings are re-escaped
+        let raw = RawValue::from_string(r#"{ "a" : [ 1e400 , "\u0041" ] }"#.to_owned()).unwrap();
+        let cx = Ctx { body: raw.get() };
+        assert_eq!(
+            cx.compact(&raw, String::new).unwrap(),
+            r#"{"a":[1e400,"A"]}"#
+        );
     }
 
     #[test]
