@@ -934,7 +934,7 @@ def prune_middle(
     for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
         costs[w] = c
     fates = _fates(len(msgs))
-    ref.repair_fates(fates, repairs, items)
+    ref.repair_fates(fates, repairs, items, msgs)
     repaired_fates = [dict(f) for f in fates]
     seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
@@ -1035,6 +1035,17 @@ def prune_middle(
             # the caller's own message again when that is all repair changed
             m = msgs[src] if src is not None and m.content == msgs[src].content else ref.fix_content_kind(m)
             new[w] = m
+            if (
+                src is not None
+                and m is msgs[src]
+                and (fates[src]["fate"], fates[src]["rule"])
+                == (
+                    "repaired",
+                    "stub_inserted",
+                )
+            ):
+                # the stubs were all repair changed: the input message again (trim's rule)
+                fates[src].update(fate="kept", rule="fits", chars_removed=0)
         blocks = _notice_blocks(m)
         if blocks:
             noticed.add(w)
