@@ -259,3 +259,89 @@ def test_dict_path_refuses_an_int_python_cannot_write_naming_the_message() -> No
     # default) lets msgspec write, so JSON text cannot be made of it
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "x": 10**5000}]
     assert dict_error(msgs).startswith("message 1: holds a value JSON cannot represent (")
+
+
+# ------------------------------------------- option types: fit's convention everywhere
+
+# fit's convention (fresh7 N13: fit(m, "10") is a ValueError, as in trim_turns and
+# fit_request): a number option (a token budget, a count, a share) given anything but a
+# number in range, a string or a bool as much as a negative number, raises ValueError
+# naming the option; an option that is an object or a collection (a policy, a Budget,
+# tool names, pinned indices, subscribers) of the wrong type raises TypeError.
+
+from contextwindow.compact import budget_tool_results, micro_compact, prune_middle  # noqa: E402
+
+BAD_NUMBERS = ["10", True, 1.5, [10], -1]
+TOOL_CHAT = [
+    {"role": "user", "content": "read it"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "r1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": "r1", "content": "x" * 400},
+    {"role": "user", "content": "thanks"},
+]
+
+
+def _guard(**kw: Any) -> Any:
+    return cw.ContextGuard(cw.resolve_budget(8_000, 2_000, env={}), **kw)
+
+
+# (call taking the option's value, option name, values that are fine)
+NUMBER_OPTIONS = [
+    (lambda v: _guard(max_message_chars=v), "max_message_chars", [1, None]),
+    (lambda v: _guard(max_result_share=v), "max_result_share", [0.5, 1]),
+    (lambda v: _guard(max_total_share=v), "max_total_share", [0.75, 1]),
+    (lambda v: _guard(keep_recent_results=v), "keep_recent_results", [0, 6]),
+    (lambda v: _guard(policy=cw.FitPolicy(recent_turns=v)), "recent_turns", [0, 2]),
+    (lambda v: fit_with(cw.FitPolicy(recent_turns=v)), "recent_turns", [0, 2]),
+    (lambda v: budget_tool_results(TOOL_CHAT, v), "context_window", [1, 8_000]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_result_share=v), "max_result_share", [0.5, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_total_share=v), "max_total_share", [0.75, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_message_chars=v), "max_message_chars", [1, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, keep_recent=v), "keep_recent", [0, None]),
+    (lambda v: micro_compact(TOOL_CHAT, v), "keep_recent", [0, 6]),
+    (lambda v: prune_middle(TOOL_CHAT, v), "budget", [0, None, 10**6]),
+    (lambda v: prune_middle(TOOL_CHAT, keep_recent=v), "keep_recent", [0, None]),
+]
+
+
+def fit_with(policy: cw.FitPolicy) -> Any:
+    return cw.fit(TOOL_CHAT, 10**6, policy)
+
+
+@pytest.mark.parametrize("bad", BAD_NUMBERS, ids=repr)
+@pytest.mark.parametrize(
+    ("call", "name", "good"), NUMBER_OPTIONS, ids=[f"{i}-{o[1]}" for i, o in enumerate(NUMBER_OPTIONS)]
+)
+def test_a_bad_number_option_is_a_value_error(call: Any, name: str, good: list[Any], bad: Any) -> None:
+    if name in ("max_result_share", "max_total_share") and bad == 1.5:
+        bad = 2.5  # 1.5 is a float, the right type for a share: out of range either way
+    with pytest.raises(ValueError, match=rf"^{name} must be") as err:
+        call(bad)
+    assert not isinstance(err.value, TypeError)
+    for v in good:
+        call(v)  # accepted
+
+
+OBJECT_OPTIONS = [
+    (lambda: _guard(output_heavy_tools="bash"), "output_heavy_tools"),
+    (lambda: _guard(protected_tools=[1]), "protected_tools"),
+    (lambda: _guard(subscribers=None), "subscribers"),
+    (lambda: _guard(subscribers=[1]), "subscribers"),
+    (lambda: _guard(policy={"low_water": 1}), "policy"),
+    (lambda: cw.ContextGuard(8_000), "budget"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, output_heavy_tools="bash"), "output_heavy_tools"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, protected_tools=[1]), "protected_tools"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, pinned=3), "pinned"),
+    (lambda: micro_compact(TOOL_CHAT, 1, tools="Read"), "tools"),
+    (lambda: micro_compact(TOOL_CHAT, 1, pinned="0"), "pinned"),
+    (lambda: prune_middle(TOOL_CHAT, pinned=3), "pinned"),
+]
+
+
+@pytest.mark.parametrize(("call", "name"), OBJECT_OPTIONS, ids=[o[1] for o in OBJECT_OPTIONS])
+def test_an_object_option_of_the_wrong_type_is_a_type_error(call: Any, name: str) -> None:
+    with pytest.raises(TypeError, match=name):
+        call()
