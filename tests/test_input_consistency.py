@@ -345,3 +345,38 @@ OBJECT_OPTIONS = [
 def test_an_object_option_of_the_wrong_type_is_a_type_error(call: Any, name: str) -> None:
     with pytest.raises(TypeError, match=name):
         call()
+
+
+# ------------------------------------------------------------- a name that is not a string
+
+
+@pytest.mark.parametrize("name", [5, [1], {"a": 1}, True, 1.5])
+def test_a_name_that_is_not_a_string_is_refused_everywhere(name: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenAI's `name` is a string; any other value was read as no name and went on as an
+    # unknown key, silently. Now it is named, after role, content and function_call, as
+    # the adapters check the fields
+    msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "b", "name": name}]
+    want = "message 1, field name: must be a string"
+    assert same_everywhere(msgs) == want
+    assert same_everywhere(msgs, "openai") == want
+    # the Python adapters say the same as the native dict reader (which falls back to them)
+    monkeypatch.setattr(cw._engine, "FAST_READER", False)
+    assert dict_error(msgs) == want
+    # a bad content comes first, as the fields are read in that order
+    msgs[1]["content"] = 5
+    assert same_everywhere(msgs) == "message 1, field content: must be a string or a list of blocks"
+
+
+def test_a_string_or_null_name_is_read() -> None:
+    # the name is counted as a string (fim: 4 per message + ceil(chars / 4) for ASCII:
+    # "a" 1, "bob" 1 -> 4 + 1 + 1 = 6) and null is no name, kept as it is
+    msgs = [{"role": "user", "content": "a", "name": "bob"}]
+    body = json.dumps({"messages": msgs}).encode()
+    assert cw.count_messages(msgs, "fim") == cw.count_request(body, profile="fim") == 6
+    msgs = [{"role": "user", "content": "a", "name": None}]
+    body = json.dumps({"messages": msgs}).encode()
+    assert cw.count_messages(msgs, "fim") == cw.count_request(body, profile="fim") == 5  # 4 + 1
+    assert cw.fit_request(body, budget=100) == body
+    # in Anthropic shape `name` is no field of the Messages API: an unknown key, copied
+    msgs = [{"role": "user", "content": "a", "name": 5}]
+    assert cw.count_messages(msgs, "fim", format="anthropic") == 5

@@ -236,7 +236,8 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             string or a list of blocks``; the Chat Completions API lets only an assistant
             message omit it; a tool call whose ``type`` is neither ``function`` nor
             ``custom``: ``tool_calls[0].type``; a custom call without an object
-            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``).
+            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``;
+            a ``name`` that is neither a string nor null: ``name: must be a string``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -254,7 +255,10 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         # arguments would go uncounted
         _fail(_FUNCTION_CALL, index, "function_call")
     name = d.get("name")
-    name = name if isinstance(name, str) else None
+    if name is not None and not isinstance(name, str):
+        # read as no name, it went on as an unknown key (the API takes a string)
+        _fail("must be a string", index, "name")
+    name = _plain(name) if name is not None else None
     skip = ["role", "content"] + (["name"] if name is not None else [])
     if role == "tool":
         call_id = _str(d, "tool_call_id", index, "tool_call_id")

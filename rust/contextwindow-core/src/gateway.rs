@@ -1066,7 +1066,10 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     }
     let name = match d.get("name") {
         Some(n) if kind(n) == Kind::Str => Some(cx.string(n)?),
-        _ => None,
+        None => None,
+        Some(n) if kind(n) == Kind::Null => None,
+        // the API takes a string; read as no name, it went on as an unknown key
+        Some(_) => return Err(bad_message(index, "name", "must be a string")),
     };
     let mut skip: Vec<&str> = vec!["role", "content"];
     if name.is_some() {
