@@ -380,3 +380,40 @@ def test_a_string_or_null_name_is_read() -> None:
     # in Anthropic shape `name` is no field of the Messages API: an unknown key, copied
     msgs = [{"role": "user", "content": "a", "name": 5}]
     assert cw.count_messages(msgs, "fim", format="anthropic") == 5
+
+
+# ------------------------------------------- a repeated key inside a counted value
+
+
+@pytest.mark.parametrize(
+    ("body", "place"),
+    [
+        (
+            b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f",'
+            b'"input":{"q":{"x":1,"x":2}}}]}]}',
+            'message 0, field content[0].input.q: the key "x"',
+        ),
+        (
+            b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f",'
+            b'"input":{"a":[{"x":1},{"y":1,"y":2}]}}]}]}',
+            'message 0, field content[0].input.a[1]: the key "y"',
+        ),
+        (
+            b'{"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"citations_x",'
+            b'"k":{"z":1,"z":2}}]}]}',
+            'message 1, field content[0].k: the key "z"',
+        ),
+        (
+            b'{"messages":[],"tools":[{"name":"f","input_schema":{"properties":{"a":'
+            b'{"type":"string","type":"number"}}}}]}',
+            'tools[0].input_schema.properties.a: the key "type"',
+        ),
+    ],
+)
+def test_a_repeated_key_in_a_counted_value_is_named_by_its_path_as_the_cli_does(body: bytes, place: str) -> None:
+    # the gateway named the value it counts (content[0].input), the CLI the object that
+    # holds the repeat (content[0].input.q): both name the object now
+    want = f"{place} appears more than once"
+    for err in gateway_errors(body):
+        assert err.split(": ", 1)[1] == want, err
+    assert cli_error(body) == want

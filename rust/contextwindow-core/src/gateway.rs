@@ -569,14 +569,15 @@ impl<'a> Ctx<'a> {
             i: 0,
             depth: 0,
             out: String::with_capacity(text.len()),
+            path: Vec::new(),
         };
         match c.value() {
             Ok(()) => Ok(c.out),
-            Err(Bad::Repeat { key, at }) => {
+            Err(Bad::Repeat { key, at, path }) => {
                 let key = serde_json::to_string(&key).unwrap_or_default();
                 Err(invalid(
                     Some(base + at),
-                    format!("{}: the key {key} appears more than once", place()),
+                    format!("{}{path}: the key {key} appears more than once", place()),
                 ))
             }
             // named by the callers (`nested_in`, `nested_at`), as serde_json's error was
@@ -596,12 +597,21 @@ impl<'a> Ctx<'a> {
 }
 
 /// Why [`Compact`] stops: a key repeated in an object (its decoded name; `at`, just past
-/// the repeat's value), nesting deeper than serde_json reads (`at`, the bracket too
-/// many), or text that is not JSON (never, on a `RawValue`'s text).
+/// the repeat's value; `path`, where the object is in the value: `.q[1]`), nesting
+/// deeper than serde_json reads (`at`, the bracket too many), or text that is not JSON
+/// (never, on a `RawValue`'s text).
 enum Bad {
-    Repeat { key: String, at: usize },
-    Deep { at: usize },
-    Malformed { at: usize },
+    Repeat {
+        key: String,
+        at: usize,
+        path: String,
+    },
+    Deep {
+        at: usize,
+    },
+    Malformed {
+        at: usize,
+    },
 }
 
 /// Writes a JSON value's compact text as `serde_json::Value` read and wrote it before
@@ -619,6 +629,15 @@ struct Compact<'a> {
     i: usize,
     depth: usize,
     out: String,
+    /// Where the writer is: the key or index of each open object or array, to name the
+    /// object that repeats a key (`.q[1]`) as the CLI names it (`io._field`).
+    path: Vec<Step<'a>>,
+}
+
+/// One step of [`Compact::path`].
+enum Step<'a> {
+    Key(Cow<'a, str>),
+    Index(usize),
 }
 
 /// serde_json's nesting limit: the 128th open bracket is refused.
@@ -682,6 +701,7 @@ impl<'a> Compact<'a> {
         if self.peek() == Some(b']') {
             self.i += 1;
         } else {
+            self.path.push(Step::Index(0));
             loop {
                 self.value()?;
                 self.ws();
@@ -689,6 +709,9 @@ impl<'a> Compact<'a> {
                     Some(b',') => {
                         self.i += 1;
                         self.out.push(',');
+                        if let Some(Step::Index(j)) = self.path.last_mut() {
+                            *j += 1;
+                        }
                     }
                     Some(b']') => {
                         self.i += 1;
@@ -697,6 +720,7 @@ impl<'a> Compact<'a> {
                     _ => return Err(self.malformed()),
                 }
             }
+            self.path.pop();
         }
         self.out.push(']');
         self.depth -= 1;
@@ -726,7 +750,9 @@ impl<'a> Compact<'a> {
                 }
                 self.i += 1;
                 self.out.push(':');
+                self.path.push(Step::Key(key.clone()));
                 self.value()?;
+                self.path.pop();
                 let seen = match &index {
                     Some(set) => set.contains(&key),
                     None => keys.contains(&key),
@@ -735,6 +761,7 @@ impl<'a> Compact<'a> {
                     return Err(Bad::Repeat {
                         key: key.into_owned(),
                         at: self.i,
+                        path: self.path_text(),
                     });
                 }
                 match &mut index {
@@ -765,6 +792,21 @@ impl<'a> Compact<'a> {
         self.out.push('}');
         self.depth -= 1;
         Ok(())
+    }
+
+    /// [`Compact::path`] as the CLI writes a field (`io._field`): `.key`, `[index]`.
+    fn path_text(&self) -> String {
+        let mut out = String::new();
+        for step in &self.path {
+            match step {
+                Step::Key(k) => {
+                    out.push('.');
+                    out.push_str(k);
+                }
+                Step::Index(j) => out.push_str(&format!("[{j}]")),
+            }
+        }
+        out
     }
 
     /// The string at `self.i` (its opening quote), decoded: borrowed when it holds no
@@ -2744,22 +2786,22 @@ mod tests {
             (
                 schema,
                 past(schema, r#""parameters":{}"#, 0),
-                r#"tools[0]: the key "parameters" appears more than once"#,
+                r#"tools[0].function: the key "parameters" appears more than once"#,
             ),
             (
                 deep,
                 past(deep, r#""type":"number""#, 0),
-                r#"tools[0]: the key "type" appears more than once"#,
+                r#"tools[0].input_schema.properties.a: the key "type" appears more than once"#,
             ),
             (
                 input,
                 past(input, r#""x":2"#, 0),
-                r#"message 0, field content[0].input: the key "x" appears more than once"#,
+                r#"message 0, field content[0].input.q: the key "x" appears more than once"#,
             ),
             (
                 block,
                 past(block, r#""z":2"#, 0),
-                r#"message 0, field content[0]: the key "z" appears more than once"#,
+                r#"message 0, field content[0].k: the key "z" appears more than once"#,
             ),
         ];
         for (body, offset, reason) in cases {
