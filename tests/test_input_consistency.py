@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ import contextwindow as cw
 from contextwindow._engine import loads_keeping_numbers
 from contextwindow.cli import main
 from contextwindow.errors import InvalidMessageError
+from contextwindow.messages import Message, TextPart, ToolCall
 
 from shared_data import corpus_files, load
 
@@ -417,3 +419,22 @@ def test_a_repeated_key_in_a_counted_value_is_named_by_its_path_as_the_cli_does(
     for err in gateway_errors(body):
         assert err.split(": ", 1)[1] == want, err
     assert cli_error(body) == want
+
+
+def test_message_structs_holding_a_number_kept_as_written() -> None:
+    # what the CLI reads (msgspec.Raw for 1e400) may reach the engine as Message structs
+    # too: checked and counted, not refused by msgspec's decoder ("Number out of range")
+    raw = msgspec.Raw(b"1e400")
+    m = [
+        Message(role="user", content=[TextPart(text="a")], extra={"x": raw}),
+        Message(role="assistant", content=[ToolCall(id="t", name="f", arguments="{}")], extra={"y": [raw]}),
+    ]
+    plain = [msgspec.structs.replace(x, extra={"x": 1}) for x in m]
+    # extra keys are not counted: the same tokens as with an ordinary number there
+    assert cw.count_messages(m) == cw.count_messages(plain)
+    r = cw.trim_turns(m, 10**6)
+    assert r.messages[0] is m[0] and r.messages[1] is m[1]
+    assert cw.fit(m, 10**6).messages[0] is m[0]
+    # a field of the wrong type is still named
+    bad = [msgspec.structs.replace(m[0], name=5)]  # type: ignore[arg-type]
+    assert dict_error(bad) == "message 0, field name: Expected `str | null`, got `int`"
