@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow._engine import loads_keeping_numbers
 from contextwindow.cli import main
+from contextwindow.compact import budget_tool_results, micro_compact, prune_middle
 from contextwindow.errors import InvalidMessageError
 from contextwindow.messages import Message, TextPart, ToolCall
 
@@ -254,6 +255,9 @@ def test_numbers_out_of_range_where_a_message_field_is_read() -> None:
     body = b'{"messages":[{"role":"user","content":"a","x":1e400}, ]}'
     assert cli_error(body) == "invalid JSON: line 1, column 55: Expecting value (byte 54)"
     assert gateway_errors(body) == ["invalid request body at byte 54: trailing comma"] * 2
+    # NaN is no JSON either, after such a number too
+    body = b'{"messages":[{"role":"user","content":"a","x":1e400,"y":NaN}]}'
+    assert cli_error(body) == "invalid JSON: NaN is not JSON"
 
 
 def test_dict_path_refuses_an_int_python_cannot_write_naming_the_message() -> None:
@@ -270,8 +274,6 @@ def test_dict_path_refuses_an_int_python_cannot_write_naming_the_message() -> No
 # number in range, a string or a bool as much as a negative number, raises ValueError
 # naming the option; an option that is an object or a collection (a policy, a Budget,
 # tool names, pinned indices, subscribers) of the wrong type raises TypeError.
-
-from contextwindow.compact import budget_tool_results, micro_compact, prune_middle  # noqa: E402
 
 BAD_NUMBERS = ["10", True, 1.5, [10], -1]
 TOOL_CHAT = [

@@ -376,8 +376,10 @@ def _decode(text: str) -> Any:
             # msgspec stopped at the number, before the real error: report json's, at its byte
             at = len(text[: err.pos].encode())
             raise msgspec.DecodeError(f"{err.msg} (byte {at})") from None
-        except ValueError:
-            raise exc from None
+        except ValueError as err:  # NaN or Infinity (_reject_constant)
+            if not out_of_range:
+                raise exc from None
+            raise msgspec.DecodeError(str(err)) from None
         return _scrub(value) if surrogates else value
 
 
