@@ -17,10 +17,11 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 use crate::estimate::{profile, Profile};
 use crate::model::{Format, Message, Part, PartKind, Role};
@@ -555,35 +556,80 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it), which is
-    /// counted: a key repeated in any object inside it is refused (which value would the
+    /// The compact JSON text of `v` as serde_json writes it (what `msgspec.json.encode`
+    /// writes, but for a float's exponent: `1e+20` against `1e20`), which is counted: a key repeated in any object inside it is refused (which value would the
     /// provider read?), named with `place` (`tools[0]`, `message 1, field content[0]`)
-    /// and the offset just past the repeat's value. A number a float cannot hold (`1e400`)
-    /// or an integer beyond 64 bits is kept as written ([`Compact`]).
+    /// and the path from there to the object that holds it (`.input.q`, `[1]`, as the
+    /// CLI names it), with the offset just past the repeat's value.
+    ///
+    /// serde_json reads the value ([`Unique`]). A number it refuses as out of range (a
+    /// float cannot hold `1e400` or `1` and 5,000 zeros) is not refused here: the value is
+    /// then counted by its text as sent ([`RawValue::get`]), after [`Ctx::check_keys`]
+    /// looked for repeated keys in it (fresh8 N5). An integer beyond 64 bits that a float
+    /// holds (30 digits) is read by serde_json as the nearest float and counted as that
+    /// float's text (`1.2345678901234568e+29`; Python keeps the int's digits), and `-0`
+    /// as `-0.0` (Python: `0`): serde_json's `arbitrary_precision` would keep both as
+    /// written but changes number handling crate-wide.
     fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<String> {
         let text = v.get();
-        let base = self.start_of(text);
-        let base = if base <= self.body.len() { base } else { 0 };
-        let mut c = Compact {
-            s: text,
-            i: 0,
-            depth: 0,
-            out: String::with_capacity(text.len()),
-            path: Vec::new(),
-        };
-        match c.value() {
-            Ok(()) => Ok(c.out),
-            Err(Bad::Repeat { key, at, path }) => {
-                let key = serde_json::to_string(&key).unwrap_or_default();
-                Err(invalid(
-                    Some(base + at),
-                    format!("{}{path}: the key {key} appears more than once", place()),
-                ))
+        let mut de = serde_json::Deserializer::from_str(text);
+        let read = Unique(Path::Root)
+            .deserialize(&mut de)
+            .and_then(|value| de.end().map(|()| value));
+        match read {
+            Ok(value) => serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string())),
+            Err(e) if out_of_range(&e) => {
+                self.check_keys(v, Path::Root, 1, &place())?;
+                Ok(text.to_owned())
             }
-            // named by the callers (`nested_in`, `nested_at`), as serde_json's error was
-            Err(Bad::Deep { at }) => Err(invalid(Some(base + at), RECURSION)),
-            Err(Bad::Malformed { at }) => Err(invalid(Some(base + at), "malformed JSON value")),
+            Err(e) => {
+                // only a repeated key is a data error ([`Unique`]); the reason holds the
+                // path and the key, the place is put in front of it
+                let repeat = e.classify() == serde_json::error::Category::Data;
+                Err(match self.json_err(e, text) {
+                    Error::InvalidRequest { offset, reason } if repeat => {
+                        invalid(offset, format!("{}{reason}", place()))
+                    }
+                    other => other,
+                })
+            }
         }
+    }
+
+    /// The check [`Unique`] makes, on a value serde_json cannot read into a
+    /// `serde_json::Value` because a number in it is out of range: every object and array
+    /// in `v` is read by serde_json into its raw entries ([`Pairs`]), which are checked
+    /// in document order, a key's value before the key itself, as [`Unique`] checks them
+    /// (`depth` counts the brackets open at `v`, up to serde_json's limit of 128).
+    fn check_keys(&self, v: &'a RawValue, path: Path<'_>, depth: usize, place: &str) -> Result<()> {
+        let k = kind(v);
+        if !matches!(k, Kind::Obj | Kind::Arr) {
+            return Ok(());
+        }
+        if depth >= MAX_NESTING {
+            // named by the callers (`nested_in`, `nested_at`), as serde_json's error is
+            return Err(invalid(Some(self.start_of(v.get())), RECURSION));
+        }
+        if k == Kind::Arr {
+            for (i, item) in self.array(v)?.into_iter().enumerate() {
+                self.check_keys(item, Path::Index(&path, i), depth + 1, place)?;
+            }
+            return Ok(());
+        }
+        let Pairs(entries) =
+            serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
+        let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
+        for (key, value) in &entries {
+            self.check_keys(value, Path::Key(&path, key), depth + 1, place)?;
+            if !seen.insert(key) {
+                let end = self.start_of(value.get()) + value.get().len();
+                return Err(invalid(
+                    Some(end),
+                    format!("{place}{}", repeat_reason(&path, key)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn compact_raw(
@@ -596,287 +642,131 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Why [`Compact`] stops: a key repeated in an object (its decoded name; `at`, just past
-/// the repeat's value; `path`, where the object is in the value: `.q[1]`), nesting
-/// deeper than serde_json reads (`at`, the bracket too many), or text that is not JSON
-/// (never, on a `RawValue`'s text).
-enum Bad {
-    Repeat {
-        key: String,
-        at: usize,
-        path: String,
-    },
-    Deep {
-        at: usize,
-    },
-    Malformed {
-        at: usize,
-    },
-}
-
-/// Writes a JSON value's compact text as `serde_json::Value` read and wrote it before
-/// (strings and keys re-escaped the way serde_json and msgspec write them, integers of
-/// 64 bits as integers, other numbers as the nearest float in serde_json's shortest
-/// form), except that:
-///
-/// * an object holding a key twice is an error (`Value` kept the last value silently);
-/// * a number a float cannot hold (`1e400`) and an integer beyond 64 bits
-///   (`123456789012345678901234567890`) are kept as written: the dict path and the CLI
-///   count a Python int by its exact digits and refused neither the way serde_json did
-///   (`number out of range`, or the integer rounded to a float and counted so: fresh8 N5).
-struct Compact<'a> {
-    s: &'a str,
-    i: usize,
-    depth: usize,
-    out: String,
-    /// Where the writer is: the key or index of each open object or array, to name the
-    /// object that repeats a key (`.q[1]`) as the CLI names it (`io._field`).
-    path: Vec<Step<'a>>,
-}
-
-/// One step of [`Compact::path`].
-enum Step<'a> {
-    Key(Cow<'a, str>),
-    Index(usize),
-}
-
 /// serde_json's nesting limit: the 128th open bracket is refused.
 const MAX_NESTING: usize = 128;
 
-impl<'a> Compact<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.s.as_bytes().get(self.i).copied()
-    }
+/// Whether serde_json refused a number as out of range: a float cannot hold it (`1e400`,
+/// an integer of 310 digits or more). It is serde_json's own syntax error, told from a
+/// message a visitor raises (a data error) by its category. serde_json reads a number so
+/// where a value is decoded: a counted value ([`Ctx::compact`]), `content`, `messages`;
+/// everywhere else numbers stay raw text.
+fn out_of_range(e: &serde_json::Error) -> bool {
+    e.classify() == serde_json::error::Category::Syntax
+        && e.to_string().starts_with("number out of range")
+}
 
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.i += 1;
+/// Where [`Unique`] reads in a counted value: the key or index of each object or array
+/// around it, innermost last, kept on the stack (the text is made only for an error).
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    Root,
+    Key(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    /// As the CLI writes a field below another (`io._field`): `.key`, `[index]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Key(up, k) => write!(f, "{up}.{k}"),
+            Path::Index(up, i) => write!(f, "{up}[{i}]"),
         }
     }
+}
 
-    fn malformed(&self) -> Bad {
-        Bad::Malformed { at: self.i }
+/// `.q: the key "x" appears more than once`: the reason for a key repeated in the object
+/// at `path`, to follow the place of the counted value.
+fn repeat_reason(path: &Path<'_>, key: &str) -> String {
+    let key = serde_json::to_string(key).unwrap_or_default();
+    format!("{path}: the key {key} appears more than once")
+}
+
+/// A JSON value read as `serde_json::Value` reads it (a [`DeserializeSeed`] carrying the
+/// path to the value it reads), except that an object holding a key twice is an error
+/// naming the path to that object ([`repeat_reason`]; `Value` keeps the last value
+/// silently).
+struct Unique<'p>(Path<'p>);
+
+impl<'de> DeserializeSeed<'de> for Unique<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(self)
     }
+}
 
-    fn value(&mut self) -> std::result::Result<(), Bad> {
-        self.ws();
-        match self.peek() {
-            Some(b'{') => self.object(),
-            Some(b'[') => self.array(),
-            Some(b'"') => {
-                let key = self.string()?;
-                self.write_string(key);
-                Ok(())
+impl<'de> Visitor<'de> for Unique<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(x) = seq.next_element_seed(Unique(Path::Index(&self.0, out.len())))? {
+            out.push(x);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(Key(k)) = map.next_key()? {
+            let x = map.next_value_seed(Unique(Path::Key(&self.0, &k)))?;
+            if out.contains_key(k.as_ref()) {
+                return Err(serde::de::Error::custom(repeat_reason(&self.0, &k)));
             }
-            Some(b't') => self.literal("true"),
-            Some(b'f') => self.literal("false"),
-            Some(b'n') => self.literal("null"),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            _ => Err(self.malformed()),
+            out.insert(k.into_owned(), x);
         }
+        Ok(Value::Object(out))
     }
+}
 
-    fn literal(&mut self, word: &str) -> std::result::Result<(), Bad> {
-        if !self.s[self.i..].starts_with(word) {
-            return Err(self.malformed());
-        }
-        self.i += word.len();
-        self.out.push_str(word);
-        Ok(())
-    }
+/// An object's entries in order, a repeated key as often as it is written, values raw
+/// ([`Ctx::check_keys`]).
+struct Pairs<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
-    fn enter(&mut self) -> std::result::Result<(), Bad> {
-        self.depth += 1;
-        if self.depth >= MAX_NESTING {
-            return Err(Bad::Deep { at: self.i });
-        }
-        self.i += 1;
-        Ok(())
-    }
-
-    fn array(&mut self) -> std::result::Result<(), Bad> {
-        self.enter()?;
-        self.out.push('[');
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.i += 1;
-        } else {
-            self.path.push(Step::Index(0));
-            loop {
-                self.value()?;
-                self.ws();
-                match self.peek() {
-                    Some(b',') => {
-                        self.i += 1;
-                        self.out.push(',');
-                        if let Some(Step::Index(j)) = self.path.last_mut() {
-                            *j += 1;
-                        }
-                    }
-                    Some(b']') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return Err(self.malformed()),
-                }
+impl<'de> Deserialize<'de> for Pairs<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Pairs<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
             }
-            self.path.pop();
-        }
-        self.out.push(']');
-        self.depth -= 1;
-        Ok(())
-    }
-
-    fn object(&mut self) -> std::result::Result<(), Bad> {
-        self.enter()?;
-        self.out.push('{');
-        self.ws();
-        // keys decoded; a scan while there are few, a hash set past KeyLog::SCAN
-        let mut keys: Vec<Cow<'a, str>> = Vec::new();
-        let mut index: Option<HashSet<Cow<'a, str>>> = None;
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-        } else {
-            loop {
-                self.ws();
-                if self.peek() != Some(b'"') {
-                    return Err(self.malformed());
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Pairs<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some((Key(k), v)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    out.push((k, v));
                 }
-                let key = self.string()?;
-                self.write_string(key.clone());
-                self.ws();
-                if self.peek() != Some(b':') {
-                    return Err(self.malformed());
-                }
-                self.i += 1;
-                self.out.push(':');
-                self.path.push(Step::Key(key.clone()));
-                self.value()?;
-                self.path.pop();
-                let seen = match &index {
-                    Some(set) => set.contains(&key),
-                    None => keys.contains(&key),
-                };
-                if seen {
-                    return Err(Bad::Repeat {
-                        key: key.into_owned(),
-                        at: self.i,
-                        path: self.path_text(),
-                    });
-                }
-                match &mut index {
-                    Some(set) => {
-                        set.insert(key);
-                    }
-                    None if keys.len() + 1 == KeyLog::SCAN => {
-                        let mut set: HashSet<Cow<'a, str>> = keys.drain(..).collect();
-                        set.insert(key);
-                        index = Some(set);
-                    }
-                    None => keys.push(key),
-                }
-                self.ws();
-                match self.peek() {
-                    Some(b',') => {
-                        self.i += 1;
-                        self.out.push(',');
-                    }
-                    Some(b'}') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return Err(self.malformed()),
-                }
+                Ok(Pairs(out))
             }
         }
-        self.out.push('}');
-        self.depth -= 1;
-        Ok(())
-    }
-
-    /// [`Compact::path`] as the CLI writes a field (`io._field`): `.key`, `[index]`.
-    fn path_text(&self) -> String {
-        let mut out = String::new();
-        for step in &self.path {
-            match step {
-                Step::Key(k) => {
-                    out.push('.');
-                    out.push_str(k);
-                }
-                Step::Index(j) => out.push_str(&format!("[{j}]")),
-            }
-        }
-        out
-    }
-
-    /// The string at `self.i` (its opening quote), decoded: borrowed when it holds no
-    /// escape.
-    fn string(&mut self) -> std::result::Result<Cow<'a, str>, Bad> {
-        let start = self.i;
-        let b = self.s.as_bytes();
-        let mut j = start + 1;
-        let mut escaped = false;
-        loop {
-            let Some(at) = b
-                .get(j..)
-                .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
-            else {
-                return Err(self.malformed());
-            };
-            j += at;
-            if b[j] == b'"' {
-                break;
-            }
-            escaped = true;
-            j += 2; // the backslash and the byte it escapes (\uXXXX: the rest is hex)
-        }
-        self.i = j + 1;
-        let token = &self.s[start..j + 1];
-        if !escaped {
-            return Ok(Cow::Borrowed(&token[1..token.len() - 1]));
-        }
-        serde_json::from_str::<String>(token)
-            .map(Cow::Owned)
-            .map_err(|_| Bad::Malformed { at: start })
-    }
-
-    fn write_string(&mut self, text: Cow<'_, str>) {
-        let plain = text.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\');
-        if plain {
-            self.out.push('"');
-            self.out.push_str(&text);
-            self.out.push('"');
-        } else if let Ok(t) = serde_json::to_string(text.as_ref()) {
-            self.out.push_str(&t);
-        }
-    }
-
-    fn number(&mut self) -> std::result::Result<(), Bad> {
-        let start = self.i;
-        while let Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') = self.peek() {
-            self.i += 1;
-        }
-        let token = &self.s[start..self.i];
-        if !token.contains(['.', 'e', 'E']) {
-            if let Ok(n) = token.parse::<i64>() {
-                self.out.push_str(&n.to_string());
-            } else if let Ok(n) = token.parse::<u64>() {
-                self.out.push_str(&n.to_string());
-            } else {
-                // beyond 64 bits: Python keeps every digit, so does the count
-                self.out.push_str(token);
-            }
-            return Ok(());
-        }
-        match serde_json::from_str::<f64>(token) {
-            Ok(f) if f.is_finite() => match serde_json::to_string(&f) {
-                Ok(t) => self.out.push_str(&t),
-                Err(_) => self.out.push_str(token),
-            },
-            // too large for a float (1e400): kept as written
-            _ => self.out.push_str(token),
-        }
-        Ok(())
+        d.deserialize_map(V)
     }
 }
 
@@ -1666,13 +1556,6 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     })
 }
 
-/// Whether serde_json refused a number too large for a float (`1e400`), which it reads
-/// only where a value is decoded (`content`, `messages`): everywhere else numbers are
-/// kept as raw text.
-fn out_of_range(e: &serde_json::Error) -> bool {
-    e.to_string().starts_with("number out of range")
-}
-
 /// Offset of the `messages` value (to name where a wrong one is; slow path).
 fn messages_offset(cx: &Ctx<'_>, text: &str) -> Option<usize> {
     let top: Obj<'_> = serde_json::from_str(text).ok()?;
@@ -2395,28 +2278,94 @@ mod tests {
     #[test]
     fn numbers_a_float_cannot_hold_are_kept_as_written() {
         // fresh8 N5: `1e400` and 10**5000 in a counted value were refused (number out of
-        // range) and a 30-digit integer counted as the float serde_json rounds it to; now
-        // each costs what its text costs. bytes4 is ceil(bytes / 4): a value of the same
-        // length costs the same (1e400 as 12345; 30 digits as 28 digits in quotes)
+        // range); now such a value costs what its text as sent costs. bytes4 is
+        // ceil(bytes / 4) + 4 per message, over the block's text `{"type":"weird","x":X}`
+        // (21 bytes + X): a value of the same length costs the same (1e400 as 12345)
         let body = |x: &str| {
             format!(r#"{{"messages":[{{"role":"user","content":[{{"type":"weird","x":{x}}}]}}]}}"#)
         };
         let count = |x: &str| count_request(body(x).as_bytes(), "bytes4", None).unwrap();
         assert_eq!(count("1e400"), count("12345"));
         assert_eq!(count("-1e400"), count("123456"));
-        let digits = "123456789012345678901234567890";
-        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..28])));
         let big = format!("1{}", "0".repeat(5000));
         assert_eq!(count(&big), count(&format!("\"{}\"", &big[..4999])));
-        // -0 is the integer 0 in Python (it was -0.0): one byte less than "-0"
-        assert_eq!(count("-0"), count("7"));
-        // the text kept is the compact text: whitespace goes, strings are re-escaped
-        let raw = RawValue::from_string(r#"{ "a" : [ 1e400 , "\u0041" ] }"#.to_owned()).unwrap();
+        // 30 digits fit a float: serde_json reads the nearest one and writes it
+        // 1.2345678901234568e+29 (22 bytes; Python's int keeps all 30, so the dict path
+        // counts 21 + 30 = 51 bytes, 13 + 4 = 17, against 21 + 22 = 43 bytes, 11 + 4 = 15)
+        let digits = "123456789012345678901234567890";
+        assert_eq!(count(digits), 15);
+        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..20])));
+        // -0 is read as the float -0.0 and written "-0.0" (Python reads the int 0): 25
+        // bytes, 7 + 4 = 11, as 1234
+        assert_eq!(count("-0"), 11);
+        assert_eq!(count("-0"), count("1234"));
+        // the text kept is the text as sent: whitespace and escapes stay (31 bytes)
+        let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
+        let raw = RawValue::from_string(sent.to_owned()).unwrap();
         let cx = Ctx { body: raw.get() };
-        assert_eq!(
-            cx.compact(&raw, String::new).unwrap(),
-            r#"{"a":[1e400,"A"]}"#
-        );
+        assert_eq!(cx.compact(&raw, String::new).unwrap(), sent);
+        let spaced = |x: &str| {
+            let b = format!(
+                r#"{{"messages":[{{"role":"user","content":[{{ "type":"weird", "x":{x} }}]}}]}}"#
+            );
+            count_request(b.as_bytes(), "bytes4", None).unwrap()
+        };
+        // 24 + 5 bytes: 8 + 4 = 12; with 12345 the three spaces go (21 + 5 = 26: 7 + 4 = 11)
+        assert_eq!(spaced("1e400"), 12);
+        assert_eq!(spaced("12345"), 11);
+    }
+
+    #[test]
+    fn a_value_holding_a_number_out_of_range_is_still_checked() {
+        // serde_json stops at 1e400 before the rest of the value: the raw walk
+        // (Ctx::check_keys) still refuses a later repeated key, named by its path, at the
+        // offset just past the repeat's value, as Unique does without the 1e400
+        let with = |n: &str| {
+            format!(
+                r#"{{"messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"a","name":"f","input":{{"n":{n},"q":[{{"x":1}},{{"x":1,"x":[2]}}]}}}}]}}]}}"#
+            )
+        };
+        for n in ["1e400", "7"] {
+            let body = with(n);
+            let end = body.find(r#""x":[2]"#).unwrap() + r#""x":[2]"#.len();
+            match count_request(body.as_bytes(), "fim", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!(offset, Some(end), "{n}");
+                    assert_eq!(
+                        reason,
+                        r#"message 0, field content[0].input.q[1]: the key "x" appears more than once"#
+                    );
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
+        // nesting past serde_json's limit (128 open brackets) after a 1e400, in a tool
+        // schema: refused as without it
+        for n in ["1e400", "7"] {
+            let deep = format!("{}{}", "[".repeat(130), "]".repeat(130));
+            let body = format!(
+                r#"{{"messages":[],"tools":[{{"name":"f","input_schema":{{"n":{n},"d":{deep}}}}}]}}"#
+            );
+            // the 128th bracket: the tool's object is the 1st, input_schema's the 2nd
+            let at = body.find("[[").unwrap() + 125;
+            match count_request(body.as_bytes(), "fim", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!(reason, "tools[0]: is nested too deeply", "{n}");
+                    assert_eq!(offset, Some(at), "{n}");
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
+        // a key repeated at the top of the value, and one whose value holds the 1e400
+        let body =
+            br#"{"messages":[{"role":"user","content":[{"type":"weird","k":1e400,"k":2}]}]}"#;
+        match count_request(body, "fim", None) {
+            Err(Error::InvalidRequest { reason, .. }) => assert_eq!(
+                reason,
+                r#"message 0, field content[0]: the key "k" appears more than once"#
+            ),
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
     }
 
     #[test]
