@@ -137,9 +137,12 @@ def test_openai_unknown_keys_kept() -> None:
     assert m.extra == {"reasoning_content": "think", "refusal": None, "audio": {"id": "a1"}}
 
 
-def test_openai_non_string_name_goes_to_extra() -> None:
-    m = roundtrip("openai", {"role": "user", "content": "x", "name": 7})
-    assert (m.name, m.extra) == (None, {"name": 7})
+def test_openai_non_string_name_is_refused() -> None:
+    # it went to extra, read as no name; the API takes a string (null is no name)
+    with pytest.raises(InvalidMessageError, match=r"^message 3, field name: must be a string$"):
+        openai_to_message({"role": "user", "content": "x", "name": 7}, 3)
+    m = roundtrip("openai", {"role": "user", "content": "x", "name": None})
+    assert (m.name, m.extra) == (None, {"name": None})
 
 
 def test_openai_tool_message() -> None:
@@ -750,7 +753,9 @@ def openai_call(draw: st.DrawFn) -> dict[str, Any]:
 def openai_message(draw: st.DrawFn) -> dict[str, Any]:
     role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool"]))
     d: dict[str, Any] = {"role": role, **draw(openai_content(role))}
-    d.update(draw(extra_keys(["reasoning_content", "refusal", "audio", "name"])))
+    d.update(draw(extra_keys(["reasoning_content", "refusal", "audio"])))
+    # a name is a string or null (anything else is refused: test_openai_non_string_name_is_refused)
+    d.update(draw(st.sampled_from([{}, {"name": None}]) | st.builds(lambda n: {"name": n}, short)))
     if role == "tool":
         d["tool_call_id"] = draw(short)
     if role == "assistant":

@@ -470,3 +470,43 @@ def test_the_message_that_received_the_stub_is_reported_repaired() -> None:
     assert t.report.fits and t.report.fates[0].fate == "dropped"
     assert [(f.fate, f.rule) for f in t.report.fates][3:5] == [("repaired", "stub_inserted")] * 2
     assert t.messages[-4] is m[1] and t.messages[-3] != m[2]
+
+
+def test_prune_middle_reports_the_stubbed_message_as_trim_does() -> None:
+    """prune_middle has main's trim rule since 9bd3b86: the Anthropic user message that
+    received a repair stub is ``repaired`` (``stub_inserted``) while it holds the stub,
+    and ``kept`` again when pruning takes the stub out with the call's message."""
+    msgs = [
+        u("task"),  # 0: the first request, kept
+        a("a1"),  # 1
+        u("u2"),  # 2
+        a("a3"),  # 3
+        u("u4"),  # 4
+        calling(),  # 5: the call the user interrupted
+        u([{"type": "text", "text": "interrupt!"}]),  # 6: receives the stub
+        a("a7"),  # 7
+        u("final"),  # 8: the current request
+    ]
+    # pinned 6: kept [0, 6, 7, 8] (7 and 8 are recent); 0 and 6 are both user messages,
+    # so the nearest assistant before 6 (the call, 5) is kept for alternation: 6 keeps its
+    # stub, and both 5 and 6 are repaired/stub_inserted (6 was reported kept/pinned)
+    r = prune_middle(msgs, keep_recent=2, pinned=[6], format="anthropic")
+    assert [i for i, f in enumerate(r.report.fates) if f.fate != "dropped"] == [0, 5, 6, 7, 8]
+    assert r.messages[1] is msgs[5] and r.messages[2]["content"][0]["type"] == "tool_result"
+    assert [(f.fate, f.rule) for f in r.report.fates][5:7] == [("repaired", "stub_inserted")] * 2
+    # what repair_tool_pairs and trim_turns report for them
+    assert [(f.fate, f.rule) for f in cw.repair_tool_pairs(msgs).report.fates][5:7] == [
+        ("repaired", "stub_inserted")
+    ] * 2
+    # pinned 3 too: 3 (assistant) is kept before 6 (user), so nothing is kept for
+    # alternation and the call (5) goes; 6 loses the stub, is the caller's object again
+    # and is kept (the notice goes to message 0, before the first removed run)
+    r = prune_middle(msgs, keep_recent=2, pinned=[3, 6], format="anthropic")
+    assert [i for i, f in enumerate(r.report.fates) if f.fate != "dropped"] == [0, 3, 6, 7, 8]
+    assert r.messages[2] is msgs[6]
+    assert (r.report.fates[6].fate, r.report.fates[6].rule) == ("kept", "pinned")
+    assert cw.validate(r.messages, "anthropic") == []
+    # under budget nothing is pruned: the fates are repair's (the stubbed message repaired)
+    r = prune_middle(msgs, budget=10**6, format="anthropic")
+    assert [(f.fate, f.rule) for f in r.report.fates][5:7] == [("repaired", "stub_inserted")] * 2
+    assert r.messages[6] is not msgs[6] and r.messages[5] is msgs[5]

@@ -747,7 +747,7 @@ def test_policy_index_errors_name_the_real_range() -> None:
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     with pytest.raises(ValueError, match=r"priorities key 2 is not a message index \(0\.\.1\)"):
         cw.fit(msgs, 100, cw.FitPolicy(priorities={2: 1}))
-    with pytest.raises(ValueError, match="recent_turns must be >= 0"):
+    with pytest.raises(ValueError, match="recent_turns must be an int >= 0, got -1"):
         cw.fit(msgs, 100, cw.FitPolicy(recent_turns=-1))
 
 

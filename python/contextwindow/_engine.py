@@ -8,6 +8,8 @@ message is converted to the caller's shape.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +56,32 @@ class _Outcome(msgspec.Struct, frozen=True):
 
 
 _OUTCOME = msgspec.json.Decoder(_Outcome)
+
+
+def _keep_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else msgspec.Raw(text.encode())
+
+
+def _keep_int(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        return msgspec.Raw(text.encode())
+
+
+def loads_keeping_numbers(text: str | bytes, **kw: Any) -> Any:
+    """``json.loads``, except that a number a float cannot hold (``1e400``) or an integer
+    with more digits than Python converts (4300 by default) is kept as written, as a
+    ``msgspec.Raw`` (which msgspec writes back byte for byte, so it is counted by its
+    text and never changed), where msgspec's decoder refuses both ("out of range") and
+    ``json.loads`` reads the first as ``inf`` and refuses the second. The gateway keeps
+    the same numbers as written (fresh8 N5). ``kw`` goes to ``json.loads``.
+
+    >>> msgspec.json.encode(loads_keeping_numbers("[1e400, 2.5, 7]"))
+    b'[1e400,2.5,7]'
+    """
+    return json.loads(text, parse_float=_keep_float, parse_int=_keep_int, **kw)
 
 
 def clean_str(s: str) -> str:
@@ -135,7 +163,13 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
     """
     try:
         payload = encode_messages(messages)
-        _CANONICAL.decode(payload)
+        try:
+            _CANONICAL.decode(payload)
+        except msgspec.ValidationError as exc:
+            if "out of range" not in str(exc):
+                raise
+            # a number kept as written (msgspec.Raw(b"1e400")): check the rest
+            msgspec.convert(loads_keeping_numbers(payload), list[Message])
     except (TypeError, msgspec.ValidationError, msgspec.EncodeError) as exc:
         text = str(exc)
         m = _PATH.search(text)
@@ -360,7 +394,10 @@ def _build(
 def decoded(prep: Prepared) -> list[Message]:
     """The canonical messages exactly as the engine reads them (lone surrogates already
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
-    out: list[Message] = _CANONICAL.decode(prep.payload)
+    try:
+        out: list[Message] = _CANONICAL.decode(prep.payload)
+    except msgspec.DecodeError:  # a number msgspec's decoder refuses (1e400), kept as written
+        out = msgspec.convert(loads_keeping_numbers(prep.payload), list[Message])
     scope = _SCOPE.get()
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it

@@ -1270,9 +1270,14 @@ def _with_breadcrumb(m: Message) -> Message:
     return fix_content_kind(msgspec.structs.replace(m, content=[TextPart(text=BREADCRUMB), *m.content]))
 
 
-def repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange], items: list[Item]) -> None:
+def repair_fates(
+    fates: list[dict[str, Any]], repairs: list[PairChange], items: list[Item], msgs: list[Message]
+) -> None:
     """Set the Fate of every message a pair repair changed, as ``trim_turns`` reports it
-    (``items``: the repaired list; a message with orphans is dropped only if gone from it)."""
+    (``items``: the repaired list of ``msgs``; a message with orphans is dropped only if
+    gone from it). A message that received stubs (Anthropic: the user message after the
+    call) is ``repaired`` (``stub_inserted``) too, though the repair change names the
+    call's message (fresh8 N8)."""
     for c in repairs:
         f = fates[c.index]
         if c.kind == "orphan_result_dropped":
@@ -1290,6 +1295,11 @@ def repair_fates(fates: list[dict[str, Any]], repairs: list[PairChange], items: 
     for i, f in enumerate(fates):
         if f["rule"] == "orphan_result" and i not in present:
             f["fate"] = "dropped"  # an OpenAI tool message of orphan results goes whole
+    for w, it in enumerate(items):
+        if it.src is None or it.new is None or fates[it.src]["fate"] != "kept" or w == 0:
+            continue
+        if items[w - 1].msg(msgs).role == "assistant" and is_real_user(it.new) and has_results(it.new):
+            fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
 
 
 def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
@@ -1299,16 +1309,11 @@ def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool
     st.keep = [True] * len(work)
     st.running = sum(st.costs)
     st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
-    repair_fates(st.fates, repairs, work)
+    repair_fates(st.fates, repairs, work, msgs)
     st.stub_head = [
         w > 0 and st.m(w - 1).role == "assistant" and is_real_user(st.m(w)) and has_results(st.m(w))
         for w in range(len(work))
     ]
-    # a message that received stubs (Anthropic: the user message after the call) was
-    # changed, though the repair change names the call's message (fresh8 N8)
-    for h, it in enumerate(work):
-        if st.stub_head[h] and it.src is not None and it.new is not None and st.fates[it.src]["fate"] == "kept":
-            st.fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
     st.saved = [None] * len(work)
     return st
 

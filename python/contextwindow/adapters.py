@@ -11,6 +11,7 @@ and the dotted field; never ``KeyError``, ``TypeError`` or ``AttributeError``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
@@ -76,6 +77,12 @@ def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
     if not isinstance(value, str):
         _fail("is missing" if value is _ABSENT else "must be a string", index, field)
     return _plain(value)
+
+
+def _unknown_role(role: str) -> str:
+    """Why a role is refused: ``unknown role "wizard"``, the name written as a JSON string,
+    as the gateway (``count_request``) writes it, so the three paths say the same (fresh8 N7)."""
+    return f"unknown role {json.dumps(role, ensure_ascii=False)}"
 
 
 def _plain(s: str) -> str:
@@ -229,7 +236,8 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             string or a list of blocks``; the Chat Completions API lets only an assistant
             message omit it; a tool call whose ``type`` is neither ``function`` nor
             ``custom``: ``tool_calls[0].type``; a custom call without an object
-            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``).
+            ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``;
+            a ``name`` that is neither a string nor null: ``name: must be a string``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -239,7 +247,7 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         _fail("must be an object", index, None)
     role = _str(d, "role", index, "role")
     if role not in OPENAI_ROLES:
-        _fail(f"unknown role {role!r}", index, "role")
+        _fail(_unknown_role(role), index, "role")
     # Chat Completions: only an assistant message may omit content or set it null
     parts, kind = _content(d, index, "content", _openai_part, nullable=role == "assistant")
     if d.get("function_call") is not None:
@@ -247,7 +255,10 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         # arguments would go uncounted
         _fail(_FUNCTION_CALL, index, "function_call")
     name = d.get("name")
-    name = name if isinstance(name, str) else None
+    if name is not None and not isinstance(name, str):
+        # read as no name, it went on as an unknown key (the API takes a string)
+        _fail("must be a string", index, "name")
+    name = _plain(name) if name is not None else None
     skip = ["role", "content"] + (["name"] if name is not None else [])
     if role == "tool":
         call_id = _str(d, "tool_call_id", index, "tool_call_id")
@@ -480,7 +491,7 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         _fail("must be an object", index, None)
     role = _str(d, "role", index, "role")
     if role not in ANTHROPIC_ROLES:
-        _fail(f"unknown role {role!r}", index, "role")
+        _fail(_unknown_role(role), index, "role")
     parse = _anthropic_system_block if role == "system" else _anthropic_block
     parts, kind = _content(d, index, "content", parse, nullable=False)
     for key in ("tool_calls", "function_call"):

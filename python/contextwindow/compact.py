@@ -43,7 +43,6 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
-from .budget import _int_arg
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -143,13 +142,28 @@ _NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]"
 # --------------------------------------------------------------------------- options
 
 
+# A number option (a token budget, a count, a share) given anything but a number in
+# range, a string or a bool as much as a negative number, is a ValueError naming it, as
+# fit(m, "10") is (fit.py, fresh7 N13); an option that is an object or a collection of
+# the wrong type is a TypeError.
+
+
+def _count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
+    """A count option (tokens, characters, messages): an int >= ``minimum``, or ``None``
+    when ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        also = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be an int >= {minimum}{also}, got {value!r}")
+    return value
+
+
 def _share(value: Any, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in (0, 1] or None, got {type(value).__name__}")
-    if not 0 < value <= 1:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1] or None, got {value!r}")
     return float(value)
 
 
@@ -182,10 +196,8 @@ def _budget_tokens(budget: Any) -> int | None:
     if budget is None:
         return None
     usable = getattr(budget, "usable", budget)
-    if isinstance(usable, bool) or not isinstance(usable, int):
-        raise TypeError(f"budget must be None, an int or a Budget, got {type(budget).__name__}")
-    if usable < 0:
-        raise ValueError(f"budget must be >= 0, got {usable}")
+    if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
+        raise ValueError(f"budget must be None, a non-negative int or a Budget, got {budget!r}")
     return usable
 
 
@@ -437,10 +449,14 @@ def budget_tool_results(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: unknown profile, ``context_window`` < 1, a share outside (0, 1],
-            ``max_message_chars`` < 1, ``keep_recent`` < 0, a ``pinned`` index that is
-            not a message index.
-        TypeError: an option of the wrong type (e.g. a bare string for a tool list).
+        ValueError: unknown profile, a ``pinned`` index that is not a message index, or
+            a number option that is not a number in range, whatever its type (a string
+            or a bool as much as a negative number, as for ``fit``'s budget):
+            ``context_window`` not an int >= 1, a share not a number in (0, 1] or None,
+            ``max_message_chars`` not an int >= 1 or None, ``keep_recent`` not an int
+            >= 0 or None.
+        TypeError: a collection option of the wrong type (a bare string for a tool list,
+            a tool name that is not a string, ``pinned`` not a collection).
 
     >>> msgs = [{"role": "user", "content": "build it"},
     ...         {"role": "assistant", "content": None, "tool_calls": [{"id": "b1", "type": "function",
@@ -491,14 +507,14 @@ def _budget_tool_results(
 ) -> tuple[TrimResult[Any], _Tally]:
     """:func:`budget_tool_results` and its :class:`_Tally` (for the guard's events)."""
     name = resolve_profile(profile)
-    window = _int_arg("context_window", context_window, minimum=1)
+    window = _count("context_window", context_window, minimum=1)
     assert window is not None
     result_share = _share(max_result_share, "max_result_share")
     total_share = _share(max_total_share, "max_total_share")
     heavy = _names(output_heavy_tools, "output_heavy_tools")
     protected = _names(protected_tools, "protected_tools")
-    cap = _int_arg("max_message_chars", max_message_chars, allow_none=True, minimum=1)
-    recent = _int_arg("keep_recent", keep_recent, allow_none=True, minimum=0)
+    cap = _count("max_message_chars", max_message_chars, allow_none=True, minimum=1)
+    recent = _count("keep_recent", keep_recent, allow_none=True, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
@@ -737,10 +753,11 @@ def micro_compact(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: ``keep_recent`` < 0, unknown profile, or a ``pinned`` index that is
-            not a message index.
-        TypeError: ``keep_recent`` not an int, ``tools`` not a collection of names, or
-            ``pinned`` not a collection of ints.
+        ValueError: ``keep_recent`` not an int >= 0 (a string or a bool as much as a
+            negative number, as for ``fit``'s budget), unknown profile, or a ``pinned``
+            index that is not a message index.
+        TypeError: ``tools`` not a collection of names, or ``pinned`` not a collection
+            of ints.
 
     >>> msgs = [{"role": "user", "content": "read both"},
     ...         {"role": "assistant", "content": None, "tool_calls": [
@@ -752,7 +769,7 @@ def micro_compact(
     ['[tool result cleared: 500 char', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy']
     """
     name = resolve_profile(profile)
-    keep = _int_arg("keep_recent", keep_recent, minimum=0)
+    keep = _count("keep_recent", keep_recent, minimum=0)
     assert keep is not None
     only = None if tools is None else _names(tools, "tools")
     pinned_idx = _pinned_type(pinned)
@@ -901,9 +918,11 @@ def prune_middle(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: negative ``budget`` or ``keep_recent``, unknown profile, a
-            ``pinned`` index that is not a message index.
-        TypeError: ``budget``, ``keep_recent`` or ``pinned`` of the wrong type.
+        ValueError: ``budget`` not None, an int >= 0 or a ``Budget``, ``keep_recent``
+            not an int >= 0 or None (a string or a bool as much as a negative number, as
+            for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
+            message index.
+        TypeError: ``pinned`` not a collection of indices.
 
     A pruning that would not lower the estimate (the notice costing as much as the
     messages it replaces) is not done: the input comes back (pairs repaired).
@@ -917,7 +936,7 @@ def prune_middle(
     name = resolve_profile(profile)
     limit = _budget_tokens(budget)
     if keep_recent is not None:
-        _int_arg("keep_recent", keep_recent, minimum=0)
+        _count("keep_recent", keep_recent, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
@@ -934,7 +953,7 @@ def prune_middle(
     for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
         costs[w] = c
     fates = _fates(len(msgs))
-    ref.repair_fates(fates, repairs, items)
+    ref.repair_fates(fates, repairs, items, msgs)
     repaired_fates = [dict(f) for f in fates]
     seg = _segment(_engine.encode_messages(wm))
     turns_before = len(seg.turns)
@@ -1035,6 +1054,17 @@ def prune_middle(
             # the caller's own message again when that is all repair changed
             m = msgs[src] if src is not None and m.content == msgs[src].content else ref.fix_content_kind(m)
             new[w] = m
+            if (
+                src is not None
+                and m is msgs[src]
+                and (fates[src]["fate"], fates[src]["rule"])
+                == (
+                    "repaired",
+                    "stub_inserted",
+                )
+            ):
+                # the stubs were all repair changed: the input message again (trim's rule)
+                fates[src].update(fate="kept", rule="fits", chars_removed=0)
         blocks = _notice_blocks(m)
         if blocks:
             noticed.add(w)

@@ -131,10 +131,9 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     if not isinstance(policy, FitPolicy):
         raise TypeError(f"policy must be a FitPolicy or None, got {type(policy).__name__}")
     p = policy
-    if not _is_int(p.recent_turns):
-        raise TypeError(f"recent_turns must be an int, got {p.recent_turns!r}")
-    if p.recent_turns < 0:
-        raise ValueError(f"recent_turns must be >= 0, got {p.recent_turns}")
+    if not _is_int(p.recent_turns) or p.recent_turns < 0:
+        # a number option: ValueError for any bad value, as for the budget
+        raise ValueError(f"recent_turns must be an int >= 0, got {p.recent_turns!r}")
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")

@@ -60,8 +60,8 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _engine
-from .budget import Budget, _int_arg, check_capacity, resolve_budget
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _names, _share, prune_middle
+from .budget import Budget, check_capacity, resolve_budget
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
@@ -427,8 +427,13 @@ class ContextGuard:
 
     Raises:
         ValueError: an unknown profile, the budget options are inconsistent (see
-            :func:`~contextwindow.resolve_budget`), a share outside (0, 1],
-            ``max_message_chars`` < 1, or a policy value out of range.
+            :func:`~contextwindow.resolve_budget`, which also says which of
+            ``model``, ``context_window`` and ``max_output_tokens`` is of the wrong
+            type, with a TypeError), a policy value out of range, or a number option
+            that is not a number in range, whatever its type (a string or a bool as much
+            as a negative number, as for ``fit``'s budget): a share not a number in
+            (0, 1], ``max_message_chars`` not an int >= 1 or None,
+            ``keep_recent_results`` not an int >= 0.
         TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy``, a tool
             list is a bare string or holds non-strings, a subscriber is not callable.
 
@@ -477,7 +482,7 @@ class ContextGuard:
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
         # options are checked here, not at the first check() deep inside a step
         policy = _check_policy(policy)
-        _int_arg("max_message_chars", max_message_chars, minimum=1, allow_none=True)
+        _count("max_message_chars", max_message_chars, minimum=1, allow_none=True)
         _share(max_result_share, "max_result_share")
         _share(max_total_share, "max_total_share")
         if isinstance(subscribers, (str, bytes)) or not isinstance(subscribers, Iterable):
@@ -492,8 +497,7 @@ class ContextGuard:
         self.max_message_chars = max_message_chars
         self.max_result_share = max_result_share
         self.max_total_share = max_total_share
-        if isinstance(keep_recent_results, bool) or not isinstance(keep_recent_results, int) or keep_recent_results < 0:
-            raise ValueError(f"keep_recent_results must be an int >= 0, got {keep_recent_results!r}")
+        _count("keep_recent_results", keep_recent_results, minimum=0)
         self.keep_recent_results = keep_recent_results
         self.output_heavy_tools = _names(output_heavy_tools, "output_heavy_tools")
         self.protected_tools = _names(protected_tools, "protected_tools")

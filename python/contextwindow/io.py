@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 
 import msgspec
 
+from ._engine import loads_keeping_numbers
 from .adapters import _scrub, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -135,6 +136,8 @@ def _json_type(value: Any) -> str:
     """JSON's name for a decoded value, as the gateway's errors say it."""
     if value is None:
         return "null"
+    if isinstance(value, msgspec.Raw):  # a number kept as written (loads_keeping_numbers)
+        return "a number"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
@@ -197,7 +200,7 @@ def _repeated_key(text: str) -> tuple[list[str | int], str] | None:
         return out
 
     try:
-        doc = json.loads(text, object_pairs_hook=pairs)
+        doc = loads_keeping_numbers(text, object_pairs_hook=pairs)
     except (ValueError, RecursionError):
         return None
     stack: list[tuple[Any, list[str | int]]] = [(doc, [])]
@@ -351,20 +354,33 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
 
 
 def _decode(text: str) -> Any:
-    """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD.
+    """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD,
+    and a number msgspec refuses as out of range (``1e400``, an integer of 4,300 digits or
+    more) is kept as written, as the gateway keeps it (fresh8 N5).
 
-    Only for those is the standard ``json`` module used, as a fallback.
+    Only for those is the standard ``json`` module used, as a fallback
+    (:func:`~contextwindow._engine.loads_keeping_numbers`).
     """
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
-        if not _SURROGATE_ESCAPE.search(text):
+        surrogates = _SURROGATE_ESCAPE.search(text) is not None
+        out_of_range = "out of range" in str(exc)
+        if not (surrogates or out_of_range):
             raise
         try:
-            value = json.loads(text, parse_constant=_reject_constant)
-        except ValueError:
-            raise exc from None
-        return _scrub(value)
+            value = loads_keeping_numbers(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as err:
+            if not out_of_range:
+                raise exc from None
+            # msgspec stopped at the number, before the real error: report json's, at its byte
+            at = len(text[: err.pos].encode())
+            raise msgspec.DecodeError(f"{err.msg} (byte {at})") from None
+        except ValueError as err:  # NaN or Infinity (_reject_constant)
+            if not out_of_range:
+                raise exc from None
+            raise msgspec.DecodeError(str(err)) from None
+        return _scrub(value) if surrogates else value
 
 
 def _where(text: str, exc: Exception) -> str:

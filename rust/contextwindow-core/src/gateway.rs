@@ -17,10 +17,11 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 use crate::estimate::{profile, Profile};
 use crate::model::{Format, Message, Part, PartKind, Role};
@@ -555,21 +556,80 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The compact JSON text of `v` (what `msgspec.json.encode` writes for it), which is
-    /// counted: a key repeated in any object inside it is refused (which value would the
+    /// The compact JSON text of `v` as serde_json writes it (what `msgspec.json.encode`
+    /// writes, but for a float's exponent: `1e+20` against `1e20`), which is counted: a key repeated in any object inside it is refused (which value would the
     /// provider read?), named with `place` (`tools[0]`, `message 1, field content[0]`)
-    /// and the offset where the parser stood, just past the repeat's value.
+    /// and the path from there to the object that holds it (`.input.q`, `[1]`, as the
+    /// CLI names it), with the offset just past the repeat's value.
+    ///
+    /// serde_json reads the value ([`Unique`]). A number it refuses as out of range (a
+    /// float cannot hold `1e400` or `1` and 5,000 zeros) is not refused here: the value is
+    /// then counted by its text as sent ([`RawValue::get`]), after [`Ctx::check_keys`]
+    /// looked for repeated keys in it (fresh8 N5). An integer beyond 64 bits that a float
+    /// holds (30 digits) is read by serde_json as the nearest float and counted as that
+    /// float's text (`1.2345678901234568e+29`; Python keeps the int's digits), and `-0`
+    /// as `-0.0` (Python: `0`): serde_json's `arbitrary_precision` would keep both as
+    /// written but changes number handling crate-wide.
     fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<String> {
-        let value: Unique = serde_json::from_str(v.get()).map_err(|e| {
-            let repeat = e.classify() == serde_json::error::Category::Data;
-            match self.json_err(e, v.get()) {
-                Error::InvalidRequest { offset, reason } if repeat => {
-                    invalid(offset, format!("{}: {reason}", place()))
-                }
-                other => other,
+        let text = v.get();
+        let mut de = serde_json::Deserializer::from_str(text);
+        let read = Unique(Path::Root)
+            .deserialize(&mut de)
+            .and_then(|value| de.end().map(|()| value));
+        match read {
+            Ok(value) => serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string())),
+            Err(e) if out_of_range(&e) => {
+                self.check_keys(v, Path::Root, 1, &place())?;
+                Ok(text.to_owned())
             }
-        })?;
-        serde_json::to_string(&value.0).map_err(|e| invalid(None, e.to_string()))
+            Err(e) => {
+                // only a repeated key is a data error ([`Unique`]); the reason holds the
+                // path and the key, the place is put in front of it
+                let repeat = e.classify() == serde_json::error::Category::Data;
+                Err(match self.json_err(e, text) {
+                    Error::InvalidRequest { offset, reason } if repeat => {
+                        invalid(offset, format!("{}{reason}", place()))
+                    }
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// The check [`Unique`] makes, on a value serde_json cannot read into a
+    /// `serde_json::Value` because a number in it is out of range: every object and array
+    /// in `v` is read by serde_json into its raw entries ([`Pairs`]), which are checked
+    /// in document order, a key's value before the key itself, as [`Unique`] checks them
+    /// (`depth` counts the brackets open at `v`, up to serde_json's limit of 128).
+    fn check_keys(&self, v: &'a RawValue, path: Path<'_>, depth: usize, place: &str) -> Result<()> {
+        let k = kind(v);
+        if !matches!(k, Kind::Obj | Kind::Arr) {
+            return Ok(());
+        }
+        if depth >= MAX_NESTING {
+            // named by the callers (`nested_in`, `nested_at`), as serde_json's error is
+            return Err(invalid(Some(self.start_of(v.get())), RECURSION));
+        }
+        if k == Kind::Arr {
+            for (i, item) in self.array(v)?.into_iter().enumerate() {
+                self.check_keys(item, Path::Index(&path, i), depth + 1, place)?;
+            }
+            return Ok(());
+        }
+        let Pairs(entries) =
+            serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
+        let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
+        for (key, value) in &entries {
+            self.check_keys(value, Path::Key(&path, key), depth + 1, place)?;
+            if !seen.insert(key) {
+                let end = self.start_of(value.get()) + value.get().len();
+                return Err(invalid(
+                    Some(end),
+                    format!("{place}{}", repeat_reason(&path, key)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn compact_raw(
@@ -582,68 +642,131 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A JSON value read as `serde_json::Value` reads it, except that an object holding a
-/// key twice is an error (`Value` keeps the last value silently).
-struct Unique(serde_json::Value);
+/// serde_json's nesting limit: the 128th open bracket is refused.
+const MAX_NESTING: usize = 128;
 
-impl<'de> Deserialize<'de> for Unique {
+/// Whether serde_json refused a number as out of range: a float cannot hold it (`1e400`,
+/// an integer of 310 digits or more). It is serde_json's own syntax error, told from a
+/// message a visitor raises (a data error) by its category. serde_json reads a number so
+/// where a value is decoded: a counted value ([`Ctx::compact`]), `content`, `messages`;
+/// everywhere else numbers stay raw text.
+fn out_of_range(e: &serde_json::Error) -> bool {
+    e.classify() == serde_json::error::Category::Syntax
+        && e.to_string().starts_with("number out of range")
+}
+
+/// Where [`Unique`] reads in a counted value: the key or index of each object or array
+/// around it, innermost last, kept on the stack (the text is made only for an error).
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    Root,
+    Key(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    /// As the CLI writes a field below another (`io._field`): `.key`, `[index]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Key(up, k) => write!(f, "{up}.{k}"),
+            Path::Index(up, i) => write!(f, "{up}[{i}]"),
+        }
+    }
+}
+
+/// `.q: the key "x" appears more than once`: the reason for a key repeated in the object
+/// at `path`, to follow the place of the counted value.
+fn repeat_reason(path: &Path<'_>, key: &str) -> String {
+    let key = serde_json::to_string(key).unwrap_or_default();
+    format!("{path}: the key {key} appears more than once")
+}
+
+/// A JSON value read as `serde_json::Value` reads it (a [`DeserializeSeed`] carrying the
+/// path to the value it reads), except that an object holding a key twice is an error
+/// naming the path to that object ([`repeat_reason`]; `Value` keeps the last value
+/// silently).
+struct Unique<'p>(Path<'p>);
+
+impl<'de> DeserializeSeed<'de> for Unique<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(x) = seq.next_element_seed(Unique(Path::Index(&self.0, out.len())))? {
+            out.push(x);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(Key(k)) = map.next_key()? {
+            let x = map.next_value_seed(Unique(Path::Key(&self.0, &k)))?;
+            if out.contains_key(k.as_ref()) {
+                return Err(serde::de::Error::custom(repeat_reason(&self.0, &k)));
+            }
+            out.insert(k.into_owned(), x);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// An object's entries in order, a repeated key as often as it is written, values raw
+/// ([`Ctx::check_keys`]).
+struct Pairs<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Pairs<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Unique;
+            type Value = Pairs<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E>(self, v: bool) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Unique, E> {
-                Ok(Unique(v.into()))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Unique, E> {
-                Ok(Unique(serde_json::Value::Null))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Unique, A::Error> {
-                let mut out = Vec::new();
-                while let Some(Unique(x)) = seq.next_element()? {
-                    out.push(x);
-                }
-                Ok(Unique(serde_json::Value::Array(out)))
+                f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Unique, A::Error> {
-                let mut out = serde_json::Map::new();
-                while let Some(Key(k)) = map.next_key()? {
-                    let Unique(x) = map.next_value()?;
-                    if out.contains_key(k.as_ref()) {
-                        let key = serde_json::to_string(k.as_ref()).unwrap_or_default();
-                        return Err(serde::de::Error::custom(format_args!(
-                            "the key {key} appears more than once"
-                        )));
-                    }
-                    out.insert(k.into_owned(), x);
+            ) -> std::result::Result<Pairs<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some((Key(k), v)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    out.push((k, v));
                 }
-                Ok(Unique(serde_json::Value::Object(out)))
+                Ok(Pairs(out))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_map(V)
     }
 }
 
@@ -840,6 +963,15 @@ const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; s
 /// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
 const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
+/// Why a role is refused: `unknown role "wizard"`, the name written as a JSON string
+/// (`adapters._unknown_role` writes it the same way, so the three paths say the same).
+fn unknown_role(name: &str) -> String {
+    format!(
+        "unknown role {}",
+        serde_json::to_string(name).unwrap_or_default()
+    )
+}
+
 fn role_of(name: &str) -> Option<Role> {
     Some(match name {
         "system" => Role::System,
@@ -853,8 +985,8 @@ fn role_of(name: &str) -> Option<Role> {
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_str(d, "role", index, "role")?;
-    let role = role_of(&role_name)
-        .ok_or_else(|| bad_message(index, "role", format!("unknown role {role_name:?}")))?;
+    let role =
+        role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
     // Chat Completions: only an assistant message may omit content or set it null
     let nullable = role == Role::Assistant;
     let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
@@ -866,7 +998,10 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     }
     let name = match d.get("name") {
         Some(n) if kind(n) == Kind::Str => Some(cx.string(n)?),
-        _ => None,
+        None => None,
+        Some(n) if kind(n) == Kind::Null => None,
+        // the API takes a string; read as no name, it went on as an unknown key
+        Some(_) => return Err(bad_message(index, "name", "must be a string")),
     };
     let mut skip: Vec<&str> = vec!["role", "content"];
     if name.is_some() {
@@ -1065,13 +1200,7 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
         "system" => Role::System,
         "user" => Role::User,
         "assistant" => Role::Assistant,
-        _ => {
-            return Err(bad_message(
-                index,
-                "role",
-                format!("unknown role {role_name:?}"),
-            ))
-        }
+        _ => return Err(bad_message(index, "role", unknown_role(&role_name))),
     };
     let parse: PartFn<'a> = if role == Role::System {
         anthropic_system_block
@@ -1126,9 +1255,14 @@ pub fn parse_provider(name: Option<&str>) -> Result<Option<Format>> {
 }
 
 /// `detect_format` of the adapters, on raw messages.
-fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
+/// A message that is not an object (`None`) is skipped, as `detect_format` skips it; the
+/// conversion names it, in its turn.
+fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format> {
     let mut anthropic = false;
     for (i, m) in msgs.iter().enumerate() {
+        let Some(m) = m else {
+            continue;
+        };
         let role = m.get("role");
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
@@ -1171,8 +1305,8 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> Result<Format> {
 
 /// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
 /// `tool_calls`, `tool_call_id`): `io._openai_marked`.
-fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Obj<'a>]) -> bool {
-    msgs.iter().any(|m| {
+fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
+    msgs.iter().flatten().any(|m| {
         let role = m.get("role");
         cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
@@ -1246,7 +1380,24 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ),
         ));
     }
-    let top: Top<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+    let top: Top<'_> = match serde_json::from_str(text) {
+        Ok(top) => top,
+        Err(e) if out_of_range(&e) => {
+            // `messages` is a number too large for a float: say what it is, as for any
+            // other number there
+            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+            match top.get("messages") {
+                Some(v) if kind(v) == Kind::Num => {
+                    return Err(invalid(
+                        Some(cx.start_of(v.get())),
+                        "\"messages\" is a number, not a list",
+                    ))
+                }
+                _ => return Err(cx.json_err(e, text)),
+            }
+        }
+        Err(e) => return Err(cx.json_err(e, text)),
+    };
     if let Some(r) = &top.obj.2 {
         // Which one would a provider read? Refuse to guess.
         return Err(cx.repeated(r, ""));
@@ -1302,17 +1453,29 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ))
         }
     }
+    // A message that is not an object is `None` here and refused when the conversion below
+    // comes to it, so an earlier message's field error is named first, as the dict path
+    // (`to_canonical`) and the CLI name the first bad message (fresh8 N7).
     let mut objs = Vec::with_capacity(raw.len());
     for (i, m) in raw.iter().enumerate() {
         if kind(m) != Kind::Obj {
-            return Err(bad_message(i, "", "must be an object"));
+            objs.push(None);
+            continue;
         }
         let Msg(o) =
-            serde_json::from_str(m.get()).map_err(|e| nested_in(i, cx.json_err(e, m.get())))?;
+            match serde_json::from_str(m.get()) {
+                Ok(msg) => msg,
+                // a `content` that is a number too large for a float (`1e400`), which `Msg`
+                // reads as a value: read it raw instead, for the conversion to name it as it
+                // names any number there (fresh8 N5)
+                Err(e) if out_of_range(&e) => Msg(serde_json::from_str(m.get())
+                    .map_err(|e| nested_in(i, cx.json_err(e, m.get())))?),
+                Err(e) => return Err(nested_in(i, cx.json_err(e, m.get()))),
+            };
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, &place(i, "")));
         }
-        objs.push(o);
+        objs.push(Some(o));
     }
     let format = match provider {
         Some(f) => f,
@@ -1341,10 +1504,11 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     if let Some(s) = system {
         canonical.push(system_message(&cx, s)?);
     }
-    for (i, mut o) in objs.into_iter().enumerate() {
-        let m = match format {
-            Format::OpenAI => openai_message(&cx, &mut o, i),
-            Format::Anthropic => anthropic_message(&cx, &mut o, i),
+    for (i, o) in objs.into_iter().enumerate() {
+        let m = match (o, format) {
+            (None, _) => Err(bad_message(i, "", "must be an object")),
+            (Some(mut o), Format::OpenAI) => openai_message(&cx, &mut o, i),
+            (Some(mut o), Format::Anthropic) => anthropic_message(&cx, &mut o, i),
         };
         canonical.push(m.map_err(|e| match nested_in(i, e) {
             Error::InvalidMessage {
@@ -2112,6 +2276,120 @@ mod tests {
     }
 
     #[test]
+    fn numbers_a_float_cannot_hold_are_kept_as_written() {
+        // fresh8 N5: `1e400` and 10**5000 in a counted value were refused (number out of
+        // range); now such a value costs what its text as sent costs. bytes4 is
+        // ceil(bytes / 4) + 4 per message, over the block's text `{"type":"weird","x":X}`
+        // (21 bytes + X): a value of the same length costs the same (1e400 as 12345)
+        let body = |x: &str| {
+            format!(r#"{{"messages":[{{"role":"user","content":[{{"type":"weird","x":{x}}}]}}]}}"#)
+        };
+        let count = |x: &str| count_request(body(x).as_bytes(), "bytes4", None).unwrap();
+        assert_eq!(count("1e400"), count("12345"));
+        assert_eq!(count("-1e400"), count("123456"));
+        let big = format!("1{}", "0".repeat(5000));
+        assert_eq!(count(&big), count(&format!("\"{}\"", &big[..4999])));
+        // 30 digits fit a float: serde_json reads the nearest one and writes it
+        // 1.2345678901234568e+29 (22 bytes; Python's int keeps all 30, so the dict path
+        // counts 21 + 30 = 51 bytes, 13 + 4 = 17, against 21 + 22 = 43 bytes, 11 + 4 = 15)
+        let digits = "123456789012345678901234567890";
+        assert_eq!(count(digits), 15);
+        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..20])));
+        // -0 is read as the float -0.0 and written "-0.0" (Python reads the int 0): 25
+        // bytes, 7 + 4 = 11, as 1234
+        assert_eq!(count("-0"), 11);
+        assert_eq!(count("-0"), count("1234"));
+        // the text kept is the text as sent: whitespace and escapes stay (31 bytes)
+        let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
+        let raw = RawValue::from_string(sent.to_owned()).unwrap();
+        let cx = Ctx { body: raw.get() };
+        assert_eq!(cx.compact(&raw, String::new).unwrap(), sent);
+        let spaced = |x: &str| {
+            let b = format!(
+                r#"{{"messages":[{{"role":"user","content":[{{ "type":"weird", "x":{x} }}]}}]}}"#
+            );
+            count_request(b.as_bytes(), "bytes4", None).unwrap()
+        };
+        // 24 + 5 bytes: 8 + 4 = 12; with 12345 the three spaces go (21 + 5 = 26: 7 + 4 = 11)
+        assert_eq!(spaced("1e400"), 12);
+        assert_eq!(spaced("12345"), 11);
+    }
+
+    #[test]
+    fn a_value_holding_a_number_out_of_range_is_still_checked() {
+        // serde_json stops at 1e400 before the rest of the value: the raw walk
+        // (Ctx::check_keys) still refuses a later repeated key, named by its path, at the
+        // offset just past the repeat's value, as Unique does without the 1e400
+        let with = |n: &str| {
+            format!(
+                r#"{{"messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"a","name":"f","input":{{"n":{n},"q":[{{"x":1}},{{"x":1,"x":[2]}}]}}}}]}}]}}"#
+            )
+        };
+        for n in ["1e400", "7"] {
+            let body = with(n);
+            let end = body.find(r#""x":[2]"#).unwrap() + r#""x":[2]"#.len();
+            match count_request(body.as_bytes(), "fim", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!(offset, Some(end), "{n}");
+                    assert_eq!(
+                        reason,
+                        r#"message 0, field content[0].input.q[1]: the key "x" appears more than once"#
+                    );
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
+        // nesting past serde_json's limit (128 open brackets) after a 1e400, in a tool
+        // schema: refused as without it
+        for n in ["1e400", "7"] {
+            let deep = format!("{}{}", "[".repeat(130), "]".repeat(130));
+            let body = format!(
+                r#"{{"messages":[],"tools":[{{"name":"f","input_schema":{{"n":{n},"d":{deep}}}}}]}}"#
+            );
+            // the 128th bracket: the tool's object is the 1st, input_schema's the 2nd
+            let at = body.find("[[").unwrap() + 125;
+            match count_request(body.as_bytes(), "fim", None) {
+                Err(Error::InvalidRequest { offset, reason }) => {
+                    assert_eq!(reason, "tools[0]: is nested too deeply", "{n}");
+                    assert_eq!(offset, Some(at), "{n}");
+                }
+                other => panic!("expected InvalidRequest, got {other:?}"),
+            }
+        }
+        // a key repeated at the top of the value, and one whose value holds the 1e400
+        let body =
+            br#"{"messages":[{"role":"user","content":[{"type":"weird","k":1e400,"k":2}]}]}"#;
+        match count_request(body, "fim", None) {
+            Err(Error::InvalidRequest { reason, .. }) => assert_eq!(
+                reason,
+                r#"message 0, field content[0]: the key "k" appears more than once"#
+            ),
+            other => panic!("expected InvalidRequest, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_first_bad_message_is_named_and_a_role_quoted_as_json() {
+        // fresh8 N7: a later non-object message was named before message 0's field error
+        let body = br#"{"messages": [{"role": "user", "content": 5}, {"role": "user", "content": "a"}, "x"]}"#;
+        let want = (
+            0,
+            "content".to_owned(),
+            "must be a string or a list of blocks".to_owned(),
+        );
+        assert_eq!(message_error(body), want);
+        let body = br#"{"messages": [{"role": "user", "content": "a"}, 7, {"role": "user", "content": 5}]}"#;
+        assert_eq!(
+            message_error(body),
+            (1, String::new(), "must be an object".to_owned())
+        );
+        // the role as a JSON string, as adapters.py writes it (was Rust's Debug form)
+        let body = br#"{"messages": [{"role": "a\"b\n", "content": "a"}]}"#;
+        let want = (0, "role".to_owned(), r#"unknown role "a\"b\n""#.to_owned());
+        assert_eq!(message_error(body), want);
+    }
+
+    #[test]
     fn openai_call_keys_on_an_anthropic_message_are_refused() {
         // fresh7 N6: a function_call on an Anthropic message went uncounted
         for key in ["function_call", "tool_calls"] {
@@ -2457,22 +2735,22 @@ mod tests {
             (
                 schema,
                 past(schema, r#""parameters":{}"#, 0),
-                r#"tools[0]: the key "parameters" appears more than once"#,
+                r#"tools[0].function: the key "parameters" appears more than once"#,
             ),
             (
                 deep,
                 past(deep, r#""type":"number""#, 0),
-                r#"tools[0]: the key "type" appears more than once"#,
+                r#"tools[0].input_schema.properties.a: the key "type" appears more than once"#,
             ),
             (
                 input,
                 past(input, r#""x":2"#, 0),
-                r#"message 0, field content[0].input: the key "x" appears more than once"#,
+                r#"message 0, field content[0].input.q: the key "x" appears more than once"#,
             ),
             (
                 block,
                 past(block, r#""z":2"#, 0),
-                r#"message 0, field content[0]: the key "z" appears more than once"#,
+                r#"message 0, field content[0].k: the key "z" appears more than once"#,
             ),
         ];
         for (body, offset, reason) in cases {

@@ -608,6 +608,13 @@ impl Reader {
         // Chat Completions: only an assistant message may omit content or set it null
         let nullable = role == Role::Assistant;
         let (mut parts, kind) = self.content(f.content.as_ref(), PartShape::OpenAI, nullable)?;
+        // a name that is neither a str nor None: the adapters name it
+        if f.name
+            .as_ref()
+            .is_some_and(|n| !n.is_none() && !n.is_instance_of::<PyString>())
+        {
+            return Err(Fallback);
+        }
         let name = opt_str(f.name.as_ref())?.map(|s| self.text(s));
         // Keys the canonical message holds: role, content when present, name when a str.
         let mut present = 1 + f.content.is_some() as usize + name.is_some() as usize;

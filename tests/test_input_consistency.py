@@ -1,0 +1,495 @@
+"""The three doors refuse the same input with the same words.
+
+The dict path (``count_messages`` on Python dicts), the gateway (``count_request`` /
+``fit_request`` on the raw body) and the CLI (``contextwindow count`` on a file) read the
+same messages with the same rules (DESIGN section 1: one engine, many doors). Where a
+message is bad, all three name the first bad message, with the same text (fresh8 N7).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow._engine import loads_keeping_numbers
+from contextwindow.cli import main
+from contextwindow.compact import budget_tool_results, micro_compact, prune_middle
+from contextwindow.errors import InvalidMessageError
+from contextwindow.messages import Message, TextPart, ToolCall
+
+from shared_data import corpus_files, load
+
+
+def dict_error(messages: list[Any], fmt: str | None = None) -> str:
+    """The dict path's error text for ``messages``."""
+    with pytest.raises(InvalidMessageError) as info:
+        cw.count_messages(messages, format=fmt)
+    return str(info.value)
+
+
+def gateway_errors(body: bytes, provider: str | None = None) -> list[str]:
+    """``count_request``'s and ``fit_request``'s error texts for ``body``."""
+    out = []
+    for call in (
+        lambda: cw.count_request(body, provider=provider),
+        lambda: cw.fit_request(body, budget=10**6, provider=provider),
+    ):
+        with pytest.raises(cw.ContextWindowError) as info:
+            call()
+        out.append(str(info.value))
+    return out
+
+
+def cli_error(body: bytes, fmt: str | None = None) -> str:
+    """What ``contextwindow count`` prints for a file holding ``body``, without the
+    ``contextwindow: error: <path>: `` prefix; it must exit 2 with one line."""
+    with tempfile.TemporaryDirectory() as d:
+        f = str(Path(d) / "in.json")
+        Path(f).write_bytes(body)
+        argv = ["count", f] + (["--format", fmt] if fmt else [])
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(argv)
+    text = err.getvalue()
+    assert rc == 2, text
+    prefix = f"contextwindow: error: {f}: "
+    assert text.startswith(prefix) and text.count("\n") == 1, text
+    return text[len(prefix) : -1]
+
+
+def same_everywhere(messages: list[Any], fmt: str | None = None) -> str:
+    """The one error text all three doors give for ``messages`` (in a body of its own)."""
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    want = dict_error(messages, fmt)
+    assert gateway_errors(body, fmt) == [want, want]
+    assert cli_error(body, fmt) == want
+    return want
+
+
+# ------------------------------------------------------------------ fresh8 N7, repros
+
+
+def test_first_bad_message_is_named_not_a_later_non_object() -> None:
+    # message 0 has a bad content, message 2 is not an object: message 0 is named first
+    msgs = [{"role": "user", "content": 5}, {"role": "user", "content": "a"}, "x"]
+    assert same_everywhere(msgs) == "message 0, field content: must be a string or a list of blocks"
+    # the other way round: the non-object is the first bad message
+    msgs = [{"role": "user", "content": "a"}, 7, {"role": "user", "content": 5}]
+    assert same_everywhere(msgs) == "message 1: must be an object"
+    # Anthropic shape (a tool_use block makes it so), a non-object after a bad block
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "s"}]},
+        None,
+    ]
+    assert same_everywhere(msgs) == "message 1, field content[0].input: must be an object"
+
+
+def test_unknown_role_is_quoted_the_same_way() -> None:
+    assert same_everywhere([{"role": "wizard", "content": "a"}]) == 'message 0, field role: unknown role "wizard"'
+    # both shapes, and a name that needs escaping: written as a JSON string on every path
+    assert (
+        same_everywhere([{"role": "it's", "content": "a"}], "anthropic")
+        == 'message 0, field role: unknown role "it\'s"'
+    )
+    assert same_everywhere([{"role": 'a"b\n', "content": "a"}], "openai") == (
+        r'message 0, field role: unknown role "a\"b\n"'
+    )
+    # a non-ASCII name is written as it is (json.dumps(ensure_ascii=False), serde_json)
+    assert same_everywhere([{"role": "мастер", "content": "a"}]) == 'message 0, field role: unknown role "мастер"'
+
+
+# ------------------------------------------- differential: corpus messages, injected faults
+
+FILES = corpus_files()
+
+
+@functools.cache
+def corpus_messages(i: int) -> tuple[str, str]:
+    """File ``i``'s format and its messages as JSON text (decoded afresh per example)."""
+    d = load(FILES[i])
+    return d["format"], json.dumps(d["messages"])
+
+
+FAULTS = ["non_object", "content_number", "unknown_role", "no_role", "role_number"]
+
+
+def inject(messages: list[Any], at: int, fault: str) -> None:
+    """Make message ``at`` bad in one of the ways every door refuses."""
+    m = messages[at]
+    if fault == "non_object" or not isinstance(m, dict):
+        messages[at] = ["x"] if fault == "non_object" else 5
+    elif fault == "content_number":
+        m["content"] = 5
+    elif fault == "unknown_role":
+        m["role"] = "wizard"
+    elif fault == "no_role":
+        m.pop("role", None)
+    else:
+        m["role"] = 3
+
+
+@pytest.mark.skipif(not FILES, reason="corpus not found beside the repo")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_corpus_with_faults_gives_the_same_error_on_every_door(data: st.DataObject) -> None:
+    fmt, text = corpus_messages(data.draw(st.integers(0, len(FILES) - 1), label="file"))
+    messages = json.loads(text)
+    if not messages:
+        return
+    n = data.draw(st.integers(1, 3), label="faults")
+    for _ in range(n):
+        at = data.draw(st.integers(0, len(messages) - 1), label="at")
+        inject(messages, at, data.draw(st.sampled_from(FAULTS), label="fault"))
+    provider = data.draw(st.sampled_from([None, fmt]), label="provider")
+    body = json.dumps({"messages": messages}).encode()
+    want = dict_error(messages, provider)
+    assert gateway_errors(body, provider) == [want, want]
+    assert cli_error(body, provider) == want
+
+
+# ------------------------------------------------------- fresh8 N5: numbers out of range
+
+#: 10**5000 as JSON text: more digits than Python converts by default (4,300) and than a
+#: float holds; msgspec's decoder refuses it ("Integer value out of range").
+BIG = "1" + "0" * 5000
+
+
+def cli_count(body: bytes, profile: str) -> int:
+    """``contextwindow count --json`` on a file holding ``body``: its tokens."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "in.json"
+        f.write_bytes(body)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["count", str(f), "--json", "--profile", profile]) == 0
+    return json.loads(out.getvalue())[0]["tokens"]
+
+
+def tool_use(value: str) -> str:
+    """An Anthropic chat whose tool_use input is ``{"x": <value>}`` (JSON text), answered."""
+    return (
+        '[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t",'
+        '"name":"f","input":{"x":NUM}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",'
+        '"content":"r"}]}]'.replace("NUM", value)
+    )
+
+
+NUMBERS = {
+    # the tester's table: an extra key, a block the model does not hold, a tool_use input
+    "extra key 10**5000": '[{"role":"user","content":"a"},{"role":"assistant","content":"b","x":NUM}]'.replace(
+        "NUM", BIG
+    ),
+    "unknown block 10**5000": '[{"role":"user","content":[{"type":"weird","x":NUM}]}]'.replace("NUM", BIG),
+    "tool_use input 10**5000": tool_use(BIG),
+    "extra key 1e400": '[{"role":"user","content":"a","x":1e400}]',
+    "unknown block -1e400": '[{"role":"user","content":[{"type":"weird","x":-1e400}]}]',
+    "tool_use input 1e400": tool_use("1e400"),
+    "tool schema 1e400": (
+        '{"tools":[{"name":"f","input_schema":{"maximum":1e400}}],"messages":[{"role":"user","content":"a"}]}'
+    ),
+}
+
+
+@pytest.mark.parametrize("profile", ["conservative", "bytes4"])
+@pytest.mark.parametrize("name", list(NUMBERS))
+def test_numbers_out_of_range_are_kept_and_counted_alike(name: str, profile: str) -> None:
+    text = NUMBERS[name]
+    doc = loads_keeping_numbers(text)
+    body = (text if text.startswith("{") else '{"messages":' + text + "}").encode()
+    if isinstance(doc, list):
+        doc = {"messages": doc}
+    # the dict path on what the CLI reads (msgspec.Raw for the numbers msgspec refuses)
+    want = cw.count_messages(doc["messages"], profile, tools=doc.get("tools"))
+    assert cw.count_request(body, profile=profile) == want
+    assert cli_count(body, profile) == want
+    # kept and counted as written: fit_request gives the body back unchanged
+    assert cw.fit_request(body, budget=10**6, profile=profile) == body
+
+
+def test_a_number_out_of_range_costs_what_its_text_costs() -> None:
+    # bytes4: ceil(UTF-8 bytes / 4) + 4 per message, so a value of the same length costs
+    # the same: 1e400 (5 bytes) as 12345; 10**5000 (5,001 bytes) as a string of 4,999
+    # digits in quotes (5,001 bytes)
+    for text, same in ((tool_use("1e400"), tool_use("12345")), (tool_use(BIG), tool_use('"%s"' % ("9" * 4999)))):
+        body, same_body = b'{"messages":%s}' % text.encode(), b'{"messages":%s}' % same.encode()
+        assert cw.count_request(body, profile="bytes4") == cw.count_request(same_body, profile="bytes4")
+        assert cli_count(body, "bytes4") == cli_count(same_body, "bytes4")
+    # the gateway counts such a value by its text as sent, whitespace included; the CLI
+    # and the dict path by the compact text msgspec writes: three spaces more in a
+    # 4-byte-per-token profile can cost a token more
+    spaced = tool_use("1e400").replace('{"x":1e400}', '{ "x": 1e400 }')
+    body = b'{"messages":%s}' % spaced.encode()
+    assert cw.count_request(body, profile="bytes4") == cw.count_request(
+        b'{"messages":%s}' % tool_use('"12345678"').encode(), profile="bytes4"
+    )
+    assert cli_count(body, "bytes4") == cli_count(b'{"messages":%s}' % tool_use("1e400").encode(), "bytes4")
+
+
+def _beyond_64_bits_as_float(text: str) -> Any:
+    """``json.loads`` keeping an integer outside int64/uint64 as the text of the nearest
+    float the way serde_json (the gateway's parser and writer) reads and writes it, which
+    is Python's ``repr`` of the float for these (``1.2345678901234568e+29``); other
+    integers stay ints."""
+
+    def read(s: str) -> Any:
+        n = int(s)
+        return n if -(2**63) <= n < 2**64 else msgspec.Raw(repr(float(n)).encode())
+
+    return json.loads(text, parse_int=read)
+
+
+@pytest.mark.parametrize("profile", ["conservative", "bytes4"])
+@pytest.mark.parametrize(
+    "number", ["123456789012345678901234567890", "-123456789012345678901234567890", "18446744073709551616"]
+)
+def test_integers_beyond_64_bits_are_accepted_everywhere_and_counted_by_each_parser(number: str, profile: str) -> None:
+    # A float holds these, so serde_json does not refuse them: it reads the nearest
+    # float, and the gateway counts that float's text as serde_json writes it
+    # (1.2345678901234568e+29, 22 bytes, against the int's 30 digits; 2**64 is
+    # 1.8446744073709552e+19, 22 bytes against 20). The dict path and the CLI keep
+    # Python's exact int. serde_json's arbitrary_precision feature would keep the digits,
+    # but it changes number handling crate-wide, so the gateway's count may differ from
+    # the dict path's by the difference in length.
+    text = tool_use(number)
+    body = b'{"messages":%s}' % text.encode()
+    exact = cw.count_messages(json.loads(text), profile)
+    rounded = cw.count_messages(_beyond_64_bits_as_float(text), profile)
+    assert cw.count_request(body, profile=profile) == rounded
+    assert cli_count(body, profile) == exact
+    if profile == "bytes4" and number.lstrip("-") == "123456789012345678901234567890":
+        # bytes4 is ceil(bytes / 4) per message: the assistant message's text is 8 bytes
+        # shorter (30 digits against 22 bytes), exactly 2 tokens
+        assert rounded == exact - 2
+    # accepted on every door and, under budget, sent as it came
+    assert cw.fit_request(body, budget=10**6, profile=profile) == body
+
+
+def test_numbers_out_of_range_where_a_message_field_is_read() -> None:
+    # a content that is such a number is named as any number there, on all three doors
+    # (json.loads reads 1e400 as inf on the dict path)
+    msgs = '[{"role":"user","content":"a"},{"role":"user","content":1e400}]'
+    assert dict_error(json.loads(msgs)) == "message 1, field content: must be a string or a list of blocks"
+    body = b'{"messages":%s}' % msgs.encode()
+    assert gateway_errors(body) == ["message 1, field content: must be a string or a list of blocks"] * 2
+    assert cli_error(body) == "message 1, field content: must be a string or a list of blocks"
+    # a later bad message after a huge number is named (msgspec stopped at the number)
+    body = b'{"messages":[{"role":"user","content":"a","x":%s},{"role":1,"content":"b"}]}' % BIG.encode()
+    assert gateway_errors(body) == ["message 1, field role: must be a string"] * 2
+    assert cli_error(body) == "message 1, field role: must be a string"
+    # "messages" itself
+    body = b'{"messages":1e400}'
+    assert gateway_errors(body) == ['invalid request body at byte 12: "messages" is a number, not a list'] * 2
+    assert cli_error(body) == '"messages" is a number, not a list'
+    # a syntax error past such a number: json's words at the right byte, no msgspec
+    # "$[...]" path ('{"messages":[' is 13 bytes, the message 39, then ', ': the ']' is byte 54)
+    body = b'{"messages":[{"role":"user","content":"a","x":1e400}, ]}'
+    assert cli_error(body) == "invalid JSON: line 1, column 55: Expecting value (byte 54)"
+    assert gateway_errors(body) == ["invalid request body at byte 54: trailing comma"] * 2
+    # NaN is no JSON either, after such a number too
+    body = b'{"messages":[{"role":"user","content":"a","x":1e400,"y":NaN}]}'
+    assert cli_error(body) == "invalid JSON: NaN is not JSON"
+
+
+def test_dict_path_refuses_an_int_python_cannot_write_naming_the_message() -> None:
+    # a Python int of 5,001 digits: more than sys.get_int_max_str_digits() (4,300 by
+    # default) lets msgspec write, so JSON text cannot be made of it
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "x": 10**5000}]
+    assert dict_error(msgs).startswith("message 1: holds a value JSON cannot represent (")
+
+
+# ------------------------------------------- option types: fit's convention everywhere
+
+# fit's convention (fresh7 N13: fit(m, "10") is a ValueError, as in trim_turns and
+# fit_request): a number option (a token budget, a count, a share) given anything but a
+# number in range, a string or a bool as much as a negative number, raises ValueError
+# naming the option; an option that is an object or a collection (a policy, a Budget,
+# tool names, pinned indices, subscribers) of the wrong type raises TypeError.
+
+BAD_NUMBERS = ["10", True, 1.5, [10], -1]
+TOOL_CHAT = [
+    {"role": "user", "content": "read it"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "r1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": "r1", "content": "x" * 400},
+    {"role": "user", "content": "thanks"},
+]
+
+
+def _guard(**kw: Any) -> Any:
+    return cw.ContextGuard(cw.resolve_budget(8_000, 2_000, env={}), **kw)
+
+
+# (call taking the option's value, option name, values that are fine)
+NUMBER_OPTIONS = [
+    (lambda v: _guard(max_message_chars=v), "max_message_chars", [1, None]),
+    (lambda v: _guard(max_result_share=v), "max_result_share", [0.5, 1]),
+    (lambda v: _guard(max_total_share=v), "max_total_share", [0.75, 1]),
+    (lambda v: _guard(keep_recent_results=v), "keep_recent_results", [0, 6]),
+    (lambda v: _guard(policy=cw.FitPolicy(recent_turns=v)), "recent_turns", [0, 2]),
+    (lambda v: fit_with(cw.FitPolicy(recent_turns=v)), "recent_turns", [0, 2]),
+    (lambda v: budget_tool_results(TOOL_CHAT, v), "context_window", [1, 8_000]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_result_share=v), "max_result_share", [0.5, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_total_share=v), "max_total_share", [0.75, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, max_message_chars=v), "max_message_chars", [1, None]),
+    (lambda v: budget_tool_results(TOOL_CHAT, 8_000, keep_recent=v), "keep_recent", [0, None]),
+    (lambda v: micro_compact(TOOL_CHAT, v), "keep_recent", [0, 6]),
+    (lambda v: prune_middle(TOOL_CHAT, v), "budget", [0, None, 10**6]),
+    (lambda v: prune_middle(TOOL_CHAT, keep_recent=v), "keep_recent", [0, None]),
+]
+
+
+def fit_with(policy: cw.FitPolicy) -> Any:
+    return cw.fit(TOOL_CHAT, 10**6, policy)
+
+
+@pytest.mark.parametrize("bad", BAD_NUMBERS, ids=repr)
+@pytest.mark.parametrize(
+    ("call", "name", "good"), NUMBER_OPTIONS, ids=[f"{i}-{o[1]}" for i, o in enumerate(NUMBER_OPTIONS)]
+)
+def test_a_bad_number_option_is_a_value_error(call: Any, name: str, good: list[Any], bad: Any) -> None:
+    if name in ("max_result_share", "max_total_share") and bad == 1.5:
+        bad = 2.5  # 1.5 is a float, the right type for a share: out of range either way
+    with pytest.raises(ValueError, match=rf"^{name} must be") as err:
+        call(bad)
+    assert not isinstance(err.value, TypeError)
+    for v in good:
+        call(v)  # accepted
+
+
+OBJECT_OPTIONS = [
+    (lambda: _guard(output_heavy_tools="bash"), "output_heavy_tools"),
+    (lambda: _guard(protected_tools=[1]), "protected_tools"),
+    (lambda: _guard(subscribers=None), "subscribers"),
+    (lambda: _guard(subscribers=[1]), "subscribers"),
+    (lambda: _guard(policy={"low_water": 1}), "policy"),
+    (lambda: cw.ContextGuard(8_000), "budget"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, output_heavy_tools="bash"), "output_heavy_tools"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, protected_tools=[1]), "protected_tools"),
+    (lambda: budget_tool_results(TOOL_CHAT, 8_000, pinned=3), "pinned"),
+    (lambda: micro_compact(TOOL_CHAT, 1, tools="Read"), "tools"),
+    (lambda: micro_compact(TOOL_CHAT, 1, pinned="0"), "pinned"),
+    (lambda: prune_middle(TOOL_CHAT, pinned=3), "pinned"),
+]
+
+
+@pytest.mark.parametrize(("call", "name"), OBJECT_OPTIONS, ids=[o[1] for o in OBJECT_OPTIONS])
+def test_an_object_option_of_the_wrong_type_is_a_type_error(call: Any, name: str) -> None:
+    with pytest.raises(TypeError, match=name):
+        call()
+
+
+# ------------------------------------------------------------- a name that is not a string
+
+
+@pytest.mark.parametrize("name", [5, [1], {"a": 1}, True, 1.5])
+def test_a_name_that_is_not_a_string_is_refused_everywhere(name: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenAI's `name` is a string; any other value was read as no name and went on as an
+    # unknown key, silently. Now it is named, after role, content and function_call, as
+    # the adapters check the fields
+    msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "b", "name": name}]
+    want = "message 1, field name: must be a string"
+    assert same_everywhere(msgs) == want
+    assert same_everywhere(msgs, "openai") == want
+    # the Python adapters say the same as the native dict reader (which falls back to them)
+    monkeypatch.setattr(cw._engine, "FAST_READER", False)
+    assert dict_error(msgs) == want
+    # a bad content comes first, as the fields are read in that order
+    msgs[1]["content"] = 5
+    assert same_everywhere(msgs) == "message 1, field content: must be a string or a list of blocks"
+
+
+def test_a_string_or_null_name_is_read() -> None:
+    # the name is counted as a string (fim: 4 per message + ceil(chars / 4) for ASCII:
+    # "a" 1, "bob" 1 -> 4 + 1 + 1 = 6) and null is no name, kept as it is
+    msgs = [{"role": "user", "content": "a", "name": "bob"}]
+    body = json.dumps({"messages": msgs}).encode()
+    assert cw.count_messages(msgs, "fim") == cw.count_request(body, profile="fim") == 6
+    msgs = [{"role": "user", "content": "a", "name": None}]
+    body = json.dumps({"messages": msgs}).encode()
+    assert cw.count_messages(msgs, "fim") == cw.count_request(body, profile="fim") == 5  # 4 + 1
+    assert cw.fit_request(body, budget=100) == body
+    # in Anthropic shape `name` is no field of the Messages API: an unknown key, copied
+    msgs = [{"role": "user", "content": "a", "name": 5}]
+    assert cw.count_messages(msgs, "fim", format="anthropic") == 5
+
+
+# ------------------------------------------- a repeated key inside a counted value
+
+
+@pytest.mark.parametrize(
+    ("body", "place"),
+    [
+        (
+            b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f",'
+            b'"input":{"q":{"x":1,"x":2}}}]}]}',
+            'message 0, field content[0].input.q: the key "x"',
+        ),
+        (
+            b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f",'
+            b'"input":{"a":[{"x":1},{"y":1,"y":2}]}}]}]}',
+            'message 0, field content[0].input.a[1]: the key "y"',
+        ),
+        (
+            b'{"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"citations_x",'
+            b'"k":{"z":1,"z":2}}]}]}',
+            'message 1, field content[0].k: the key "z"',
+        ),
+        (
+            b'{"messages":[],"tools":[{"name":"f","input_schema":{"properties":{"a":'
+            b'{"type":"string","type":"number"}}}}]}',
+            'tools[0].input_schema.properties.a: the key "type"',
+        ),
+        # serde_json stops at a number out of range before the repeat: still found
+        (
+            b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f",'
+            b'"input":{"n":1e400,"a":[{"x":1},{"y":1,"y":2}]}}]}]}',
+            'message 0, field content[0].input.a[1]: the key "y"',
+        ),
+        (
+            b'{"messages":[],"tools":[{"name":"f","input_schema":{"maximum":1e400,"properties":{"a":'
+            b'{"type":"string","type":"number"}}}}]}',
+            'tools[0].input_schema.properties.a: the key "type"',
+        ),
+    ],
+)
+def test_a_repeated_key_in_a_counted_value_is_named_by_its_path_as_the_cli_does(body: bytes, place: str) -> None:
+    # the gateway named the value it counts (content[0].input), the CLI the object that
+    # holds the repeat (content[0].input.q): both name the object now
+    want = f"{place} appears more than once"
+    for err in gateway_errors(body):
+        assert err.split(": ", 1)[1] == want, err
+    assert cli_error(body) == want
+
+
+def test_message_structs_holding_a_number_kept_as_written() -> None:
+    # what the CLI reads (msgspec.Raw for 1e400) may reach the engine as Message structs
+    # too: checked and counted, not refused by msgspec's decoder ("Number out of range")
+    raw = msgspec.Raw(b"1e400")
+    m = [
+        Message(role="user", content=[TextPart(text="a")], extra={"x": raw}),
+        Message(role="assistant", content=[ToolCall(id="t", name="f", arguments="{}")], extra={"y": [raw]}),
+    ]
+    plain = [msgspec.structs.replace(x, extra={"x": 1}) for x in m]
+    # extra keys are not counted: the same tokens as with an ordinary number there
+    assert cw.count_messages(m) == cw.count_messages(plain)
+    r = cw.trim_turns(m, 10**6)
+    assert r.messages[0] is m[0] and r.messages[1] is m[1]
+    assert cw.fit(m, 10**6).messages[0] is m[0]
+    # a field of the wrong type is still named
+    bad = [msgspec.structs.replace(m[0], name=5)]  # type: ignore[arg-type]
+    assert dict_error(bad) == "message 0, field name: Expected `str | null`, got `int`"
