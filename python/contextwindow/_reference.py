@@ -82,8 +82,8 @@ def key_hash(key: bytes) -> int:
 
 # Families whose filter takes its bit positions from a remixed key hash. The two
 # vocabularies share most short tokens, so with the same positions their filters' set bits
-# coincide and so do their false positives (a punctuation run "known" to both), which
-# `conservative`, the larger of the two, cannot absorb.
+# coincide and so do their false positives (a punctuation run "known" to both): remixed,
+# the two families' filters err independently. (`conservative` has a filter of its own.)
 REMIX = {"cl100k": False, "tekken": True}
 
 
@@ -385,6 +385,9 @@ def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
         name: Vocab(*_native.vocab_data(name), rare, REMIX[name], bytes.fromhex(fam.get("run_chars", "01" * 128)))
         for name, fam in data["families"].items()
     }
+    # the conservative profile's own vocabulary (keys of both families, larger costs)
+    cons = data["conservative"]
+    vocabs["conservative"] = Vocab(*_native.vocab_data("conservative"), rare, False, bytes.fromhex(cons["run_chars"]))
     return data, vocabs
 
 
@@ -396,7 +399,7 @@ class Profile:
     """A profile: its text rule and overheads; see ``contextwindow.estimate``."""
 
     name: str
-    rule: str  # "fim", "bytes4", "fitted" or "max"
+    rule: str  # "fim", "bytes4", "fitted" or "conservative" (its own weights times its margin)
     family: str | None
     message_overhead: int
     tool_call_overhead: int
@@ -416,7 +419,7 @@ def _max_overhead(key: str) -> int:
 PROFILES = {
     "conservative": Profile(
         "conservative",
-        "max",
+        "conservative",
         None,
         _max_overhead("message_overhead"),
         _max_overhead("tool_call_overhead"),
@@ -431,8 +434,9 @@ PROFILES = {
 
 
 def weighted_sum(text: str, family: str) -> int:
-    """Sum of a family's weights times the text's features, in 1/SCALE tokens."""
-    w = _DATA["families"][family]["weights"]
+    """Sum of a vocabulary's weights (a family's, or ``conservative``'s) times the text's
+    features, in 1/SCALE tokens."""
+    w = (_DATA["conservative"] if family == "conservative" else _DATA["families"][family])["weights"]
     return sum(n * wi for n, wi in zip(features(text, VOCABS[family]).values(), w, strict=True))
 
 
@@ -449,7 +453,7 @@ def text_tokens(text: str, p: Profile) -> int:
         s = weighted_sum(text, p.family or "")
         t = (s + SCALE // 2) // SCALE if s > 0 else 0
     else:
-        s = max(weighted_sum(text, fam) for fam in _DATA["families"]) * _DATA["conservative"]["margin_percent"]
+        s = weighted_sum(text, "conservative") * _DATA["conservative"]["margin_percent"]
         t = -(-s // (SCALE * 100)) if s > 0 else 0
     return max(t, 1)
 

@@ -6,10 +6,13 @@ counts it collects (:func:`count_features`) are weighted into tokens by a profil
 
 Profiles:
 
-* ``conservative`` (default): the larger of the ``cl100k`` and ``tekken`` estimates times
-  a margin (``data/profiles.json``; 1.04 as fitted), rounded up, with the larger of their overheads. Use it when an
-  overflow costs more than a little waste: on held-out agent transcripts at most a few
-  percent of text segments are undercounted by more than 5% by either family.
+* ``conservative`` (default): weights fitted to the larger of the ``cl100k`` and ``tekken``
+  real counts, on the features of its own vocabulary (a piece is one token only when it
+  is one in both families; a character costs what the dearer family spends on it), times
+  a margin (``data/profiles.json``; 1.04 as fitted), rounded up, with the larger of their
+  overheads. One scan of the text, as for a fitted profile. Use it when an overflow costs
+  more than a little waste: on held-out agent transcripts at most a few percent of text
+  segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many
   models sharing that vocabulary); 3 tokens per message (OpenAI's chat format).
 * ``tekken``: fitted against Mistral's Tekken tokenizer (mistral-common); per-message,

@@ -17,41 +17,51 @@ fn main() {
     let mut weights = Vec::new();
     let mut overheads = Vec::new();
     let mut runs = Vec::new();
-    for fam in ["cl100k", "tekken"] {
-        let f = &v["families"][fam];
+    // the two families, then the conservative profile's own vocabulary (no overheads:
+    // it takes the larger of the families')
+    for (key, fam) in [
+        ("families", "cl100k"),
+        ("families", "tekken"),
+        ("conservative", ""),
+    ] {
+        let f = if fam.is_empty() {
+            &v[key]
+        } else {
+            &v[key][fam]
+        };
+        let at = if fam.is_empty() {
+            key.to_string()
+        } else {
+            format!("{key}.{fam}")
+        };
         let w: Vec<String> = f["weights"]
             .as_array()
-            .unwrap_or_else(|| panic!("families.{fam}.weights: array"))
+            .unwrap_or_else(|| panic!("{at}.weights: array"))
             .iter()
             .map(|x| x.as_i64().expect("weight: integer").to_string())
             .collect();
-        assert_eq!(
-            w.len(),
-            names.len(),
-            "families.{fam}.weights: one per feature"
-        );
+        assert_eq!(w.len(), names.len(), "{at}.weights: one per feature");
         weights.push(format!("[{}]", w.join(", ")));
-        let o = |k: &str| {
-            f[k].as_u64()
-                .unwrap_or_else(|| panic!("families.{fam}.{k}: non-negative integer"))
-        };
-        overheads.push(format!(
-            "({}, {}, {})",
-            o("message_overhead"),
-            o("tool_call_overhead"),
-            o("tool_overhead")
-        ));
+        if !fam.is_empty() {
+            let o = |k: &str| {
+                f[k].as_u64()
+                    .unwrap_or_else(|| panic!("{at}.{k}: non-negative integer"))
+            };
+            overheads.push(format!(
+                "({}, {}, {})",
+                o("message_overhead"),
+                o("tool_call_overhead"),
+                o("tool_overhead")
+            ));
+        }
         let hex = f["run_chars"]
             .as_str()
-            .unwrap_or_else(|| panic!("families.{fam}.run_chars: hex string"));
-        assert_eq!(hex.len(), 256, "families.{fam}.run_chars: 128 bytes in hex");
+            .unwrap_or_else(|| panic!("{at}.run_chars: hex string"));
+        assert_eq!(hex.len(), 256, "{at}.run_chars: 128 bytes in hex");
         let bytes: Vec<String> = (0..128)
             .map(|i| {
                 let b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("run_chars: hex");
-                assert!(
-                    b >= 1,
-                    "families.{fam}.run_chars: at least 1 character a token"
-                );
+                assert!(b >= 1, "{at}.run_chars: at least 1 character a token");
                 b.to_string()
             })
             .collect();
@@ -74,11 +84,11 @@ fn main() {
     let out = format!(
         "pub const SCALE: i64 = {scale};\n\
          pub const FEATURES: [&str; {n}] = [{names}];\n\
-         pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 2] = [{weights}];\n\
+         pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 3] = [{weights}];\n\
          pub const OVERHEADS: [(u64, u64, u64); 2] = [{overheads}];\n\
          pub const MARGIN_PERCENT: i64 = {margin};\n\
          pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n\
-         pub static RUN_CHARS: [[u8; 128]; 2] = [{runs}];\n",
+         pub static RUN_CHARS: [[u8; 128]; 3] = [{runs}];\n",
         n = names.len(),
         names = names.join(", "),
         weights = weights.join(", "),

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::estimate::{profile, vocab, FAMILY_NAMES};
+use crate::estimate::{profile, vocab, VOCAB_NAMES};
 use crate::features::{scan, FEATURE_NAMES};
 use crate::model::{parse_messages, Format, Message};
 use crate::pairs::{validate, Missing};
@@ -63,7 +63,7 @@ pub fn count_features(text: &str, family: &str) -> Result<Vec<(&'static str, u64
         name: "family".into(),
         reason: format!(
             "unknown family {family:?}; known: {}",
-            FAMILY_NAMES.join(", ")
+            VOCAB_NAMES.join(", ")
         ),
     })?;
     let [f] = scan(text, &[v]);

@@ -4,7 +4,10 @@
 //! weigh the single-pass features of [`crate::features`] with integer weights (units of
 //! 1/[`SCALE`] token) fitted by `tools/fit_profiles.py` against the real tokenizers and
 //! stored in `data/profiles.json`; `build.rs` turns that file into constants at build
-//! time. `conservative` takes the larger of the two fitted estimates plus a margin.
+//! time. `conservative` has a vocabulary of its own (the keys that are tokens in both
+//! families, each character at its larger cost), weights fitted to the larger of the two
+//! families' real counts, and a margin: one scan, where taking the larger of two fitted
+//! estimates took a scan with both vocabularies.
 //! Integer arithmetic throughout, so the Rust engine and the pure-Python reference
 //! (`contextwindow._reference`) agree exactly.
 
@@ -48,8 +51,12 @@ pub const SCALE: i64 = data::SCALE;
 /// The profile data file, as embedded at build time (JSON).
 pub const PROFILE_JSON: &str = include_str!("../data/profiles.json");
 
-/// Tokenizer families with fitted weights, in the order of [`FAMILY_NAMES`].
+/// Tokenizer families with fitted weights and overheads.
 pub const FAMILY_NAMES: [&str; 2] = ["cl100k", "tekken"];
+
+/// The built-in vocabularies: the families', then `conservative`'s (index 2 of the
+/// weight tables).
+pub const VOCAB_NAMES: [&str; 3] = ["cl100k", "tekken", "conservative"];
 
 /// Letter pairs rare inside tokens of both families (`data/profiles.json`).
 pub static RARE_BIGRAMS: [u8; crate::features::RARE_BYTES] = data::RARE_BIGRAMS;
@@ -70,13 +77,24 @@ const TEKKEN_VOCAB: Vocab = Vocab {
     runs: &data::RUN_CHARS[1],
 };
 
-static VOCABS: [Vocab; 2] = [CL100K_VOCAB, TEKKEN_VOCAB];
+/// `conservative`'s: a key is a token when it is one in both families; a character
+/// costs what the dearer family spends on it; a punctuation run merges as in the family
+/// that merges it less (`tools/fit_profiles.py`).
+const CONSERVATIVE_VOCAB: Vocab = Vocab {
+    rare: &RARE_BIGRAMS,
+    bloom: include_bytes!("../data/conservative.bloom"),
+    table: include_bytes!("../data/conservative.cost"),
+    remix: false,
+    runs: &data::RUN_CHARS[2],
+};
 
-/// The built-in families' vocabularies as unit types: the scanner monomorphized for one
-/// of them sees the filter addresses and settings as constants.
+static VOCABS: [Vocab; 3] = [CL100K_VOCAB, TEKKEN_VOCAB, CONSERVATIVE_VOCAB];
+
+/// The built-in vocabularies as unit types: the scanner monomorphized for one of them
+/// sees the filter addresses and settings as constants.
 struct Builtin<const F: usize>;
 
-static ONE: [[Vocab; 1]; 2] = [[CL100K_VOCAB], [TEKKEN_VOCAB]];
+static ONE: [[Vocab; 1]; 3] = [[CL100K_VOCAB], [TEKKEN_VOCAB], [CONSERVATIVE_VOCAB]];
 
 impl<const F: usize> Vocabs<1> for Builtin<F> {
     #[inline(always)]
@@ -85,30 +103,21 @@ impl<const F: usize> Vocabs<1> for Builtin<F> {
     }
 }
 
-/// Both built-in families, in [`FAMILY_NAMES`] order.
-struct BuiltinBoth;
-
-impl Vocabs<2> for BuiltinBoth {
-    #[inline(always)]
-    fn vocabs(&self) -> &[Vocab; 2] {
-        &VOCABS
-    }
-}
-
-/// The vocabulary data of a family by name.
+/// A built-in vocabulary by name ([`VOCAB_NAMES`]).
 pub fn vocab(name: &str) -> Option<Vocab> {
-    FAMILY_NAMES
+    VOCAB_NAMES
         .iter()
         .position(|f| *f == name)
         .map(|i| VOCABS[i])
 }
 
-/// Fitted weights of a family, in 1/SCALE tokens per feature.
+/// Fitted weights of a vocabulary (an index into [`VOCAB_NAMES`]), in 1/SCALE tokens
+/// per feature.
 pub fn weights(family: usize) -> &'static [i64; N_FEATURES] {
     &data::WEIGHTS[family]
 }
 
-/// The fitted sum of one family (`F`, an index into [`FAMILY_NAMES`]), weights read
+/// The fitted sum of one vocabulary (`F`, an index into [`VOCAB_NAMES`]), weights read
 /// from the embedded table at a constant index, so each count the scanner adds is one
 /// multiply-add by a constant.
 #[derive(Clone, Copy)]
@@ -118,17 +127,6 @@ impl<const F: usize> Sink for FamilySum<F> {
     #[inline(always)]
     fn add(&mut self, _: usize, f: usize, n: u64) {
         self.0 += data::WEIGHTS[F][f] * n as i64;
-    }
-}
-
-/// The fitted sums of both families, in [`FAMILY_NAMES`] order.
-#[derive(Clone, Copy)]
-struct BothSums([i64; 2]);
-
-impl Sink for BothSums {
-    #[inline(always)]
-    fn add(&mut self, k: usize, f: usize, n: u64) {
-        self.0[k] += data::WEIGHTS[k][f] * n as i64;
     }
 }
 
@@ -166,8 +164,9 @@ pub enum TextRule {
     Bytes4,
     /// A fitted family's weights: round to nearest, at least 1.
     Fitted { family: usize },
-    /// The larger of the fitted families' sums times `margin_percent` / 100, rounded up.
-    Max { margin_percent: i64 },
+    /// `conservative`'s weights (vocabulary 2 of [`VOCAB_NAMES`]) times
+    /// `margin_percent` / 100, rounded up.
+    Conservative { margin_percent: i64 },
 }
 
 pub use crate::image::ImageModel;
@@ -229,13 +228,13 @@ pub const TEKKEN: Profile = Profile {
     image: ImageModel::Provider,
 };
 
-/// `conservative` (the default): the larger of the `cl100k` and `tekken` estimates
-/// plus a margin (`data/profiles.json`), rounded up, and the larger overheads; set so
-/// that no more than a few percent of held-out text segments are undercounted by more
-/// than 5% by either family.
+/// `conservative` (the default): its own vocabulary and weights, fitted to the larger of
+/// the `cl100k` and `tekken` real counts, plus a margin (`data/profiles.json`), rounded
+/// up, and the larger overheads; set so that no more than a few percent of held-out text
+/// segments are undercounted by more than 5% by either family.
 pub const CONSERVATIVE: Profile = Profile {
     name: "conservative",
-    rule: TextRule::Max {
+    rule: TextRule::Conservative {
         margin_percent: data::MARGIN_PERCENT,
     },
     message_overhead: max(data::OVERHEADS[0].0, data::OVERHEADS[1].0),
@@ -244,7 +243,7 @@ pub const CONSERVATIVE: Profile = Profile {
     image: ImageModel::Provider,
 };
 
-/// Tokens of `conservative`'s larger fitted sum `top` (1/[`SCALE`] tokens) with
+/// Tokens of `conservative`'s fitted sum `top` (1/[`SCALE`] tokens) with
 /// `margin_percent`: `top * margin / (SCALE * 100)` rounded up, 0 when not positive. In
 /// i64, since a 128-bit division is a library call, unless that overflows (past about
 /// 10^16 tokens).
@@ -325,10 +324,10 @@ impl Profile {
                     ((sum + SCALE / 2) / SCALE) as u64
                 }
             }
-            TextRule::Max { margin_percent } => {
-                let mut w = BothSums([0, 0]);
-                scan_into(text, &BuiltinBoth, &mut w);
-                max_tokens(w.0[0].max(w.0[1]), margin_percent)
+            TextRule::Conservative { margin_percent } => {
+                let mut w = FamilySum::<2>(0);
+                scan_into(text, &Builtin::<2>, &mut w);
+                max_tokens(w.0, margin_percent)
             }
         };
         t.max(1)
@@ -425,16 +424,17 @@ mod tests {
             "{\"role\": \"user\", \"content\": \"qzxjvkw 0xDEADBEEF aGVsbG8gd29ybGQ=\"}\t\t\r\n",
         ];
         for t in texts {
-            let [a, b] = scan(t, &VOCABS);
+            // one scan with all three vocabularies counts what three scans count
+            let [a, b, c] = scan(t, &VOCABS);
             let mut one = FamilySum::<0>(0);
-            scan_into(t, &[VOCABS[0]], &mut one);
+            scan_into(t, &Builtin::<0>, &mut one);
             let mut two = FamilySum::<1>(0);
-            scan_into(t, &[VOCABS[1]], &mut two);
-            let mut both = BothSums([0, 0]);
-            scan_into(t, &VOCABS, &mut both);
+            scan_into(t, &Builtin::<1>, &mut two);
+            let mut three = FamilySum::<2>(0);
+            scan_into(t, &Builtin::<2>, &mut three);
             assert_eq!(one.0, dot(&a, 0), "{t:?}");
             assert_eq!(two.0, dot(&b, 1), "{t:?}");
-            assert_eq!(both.0, [dot(&a, 0), dot(&b, 1)], "{t:?}");
+            assert_eq!(three.0, dot(&c, 2), "{t:?}");
         }
     }
 

@@ -172,7 +172,8 @@ pub struct Vocab {
 /// `h` (the plain filter's word comes from bits 50-63, its positions from bits 0-23).
 /// The two vocabularies share most short tokens; with the same positions their filters'
 /// set bits coincide and so do their false positives (a punctuation run "known" to
-/// both), which `conservative`, the larger of the two estimates, cannot absorb.
+/// both): remixed, the two families' filters err independently. (`conservative` has a
+/// filter of its own.)
 #[inline(always)]
 pub fn family_hash(h: u64, remix: bool) -> u64 {
     if remix {
