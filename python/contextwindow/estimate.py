@@ -9,7 +9,7 @@ Profiles:
 * ``conservative`` (default): weights fitted to the larger of the ``cl100k`` and ``tekken``
   real counts, on the features of its own vocabulary (a piece is one token only when it
   is one in both families; a character costs what the dearer family spends on it), times
-  a margin (``data/profiles.json``; 1.04 as fitted), rounded up, with the larger of their
+  a margin (``data/profiles.json``; 1.03 as fitted), rounded up, with the larger of their
   overheads. One scan of the text, as for a fitted profile. Use it when an overflow costs
   more than a little waste: on held-out agent transcripts at most a few percent of text
   segments are undercounted by more than 5% by either family.
