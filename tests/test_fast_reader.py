@@ -533,6 +533,12 @@ def test_reader_handles_typical_chat_itself() -> None:
     msgs[2] = {**msgs[2], "tool_calls": [custom]}
     assert count_dicts(msgs, None, "fim") == [6, 6, 6, 5]
     same_canonical(msgs, None)
+    # found by hypothesis: a null type reads as missing ("function", kept in extra), as the
+    # adapters read it; the reader fell back on it
+    null_type = {"id": "c1", "type": None, "function": {"name": "f", "arguments": "{}"}}
+    msgs[2] = {**msgs[2], "tool_calls": [null_type]}
+    assert count_dicts(msgs, None, "fim") == [6, 6, 6, 5]
+    same_canonical(msgs, None)
 
 
 def test_switch_really_switches(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -539,10 +539,11 @@ impl Reader {
         let tc = item.cast_exact::<PyDict>().map_err(|_| Fallback)?;
         let id = get(tc, intern!(py, "id"))?;
         let id = req_str(&id)?;
-        // a missing type reads as "function"; any other type than these two goes to the
-        // adapters, which name it
+        // a missing or null type reads as "function"; any other type than these two goes
+        // to the adapters, which name it
         let ty = match get(tc, intern!(py, "type"))? {
             None => None,
+            Some(t) if t.is_none() => None,
             Some(t) if t.is_instance_of::<PyString>() => Some(exact_str(&t)?.to_owned()),
             Some(_) => return Err(Fallback),
         };
