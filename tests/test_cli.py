@@ -554,3 +554,52 @@ def test_an_openai_body_read_as_anthropic_says_why(tmp_path: Path, capsys: pytes
     anth = write(tmp_path, "a.json", json.dumps({"system": "x", "messages": [{"role": "user", "content": 5}]}))
     assert main(["count", anth]) == 2
     assert capsys.readouterr().err.endswith(": message 0, field content: must be a string or a list of blocks\n")
+
+
+def _run_closed(args: list[str], *, read_lines: int = 0, close: str = "stdout") -> tuple[int, bytes]:
+    """Run ``python -m contextwindow ARGS`` with its stdout (or stderr) on a real pipe
+    whose reader reads ``read_lines`` lines and then closes it, as ``| head -N`` does
+    (``read_lines=0``: closed before the program starts, so its first write fails).
+    Returns the exit code and what the program wrote on the other stream."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    if not read_lines:
+        os.close(r)
+    target = {"stdout": w} if close == "stdout" else {"stderr": w}
+    other = "stderr" if close == "stdout" else "stdout"
+    proc = subprocess.Popen([sys.executable, "-m", "contextwindow", *args], **target, **{other: subprocess.PIPE})
+    os.close(w)
+    if read_lines:
+        with os.fdopen(r, "rb") as reader:
+            for _ in range(read_lines):
+                reader.readline()
+    out, err = proc.communicate()
+    return proc.returncode, out if close == "stderr" else err
+
+
+def test_closed_pipe_keeps_the_commands_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh9 C1: ``validate bad.json | head -2`` exited 0. The tester's cases: 20,000
+    violations read two lines deep (1, as without the pipe), a missing file with stderr
+    closed (2), ``fit`` that does not fit (1) and one that fits (141 = 128 + SIGPIPE,
+    what a shell reports for ``cat`` in the same pipeline). Nothing is printed about the
+    broken pipe at exit (stdout goes to devnull once its reader has gone)."""
+    body = {
+        "messages": [{"role": "user", "content": "q"}]
+        + [{"role": "tool", "tool_call_id": f"x{i}", "content": "r"} for i in range(20000)]
+    }
+    viol = write(tmp_path, "viol.json", json.dumps(body))
+    assert _run_closed(["validate", viol], read_lines=2) == (1, b"")
+    assert _run_closed(["validate", viol]) == (1, b"")
+    code, _ = _run_closed(["count", str(tmp_path / "nonexistent.json")], close="stderr")
+    assert code == 2
+    out = str(tmp_path / "o.json")
+    assert _run_closed(["fit", str(EXAMPLE), "--budget", "0", "-o", out]) == (1, b"")
+    assert _run_closed(["fit", str(EXAMPLE), "--budget", "2000", "-o", out]) == (141, b"")
+    assert _run_closed(["inspect", str(EXAMPLE)], read_lines=1) == (141, b"")
+    assert _run_closed(["--help"]) == (141, b"")
+    # the same commands with a reader that takes everything: their own codes
+    assert main(["validate", viol]) == 1
+    assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", out]) == 0

@@ -4,12 +4,14 @@
 Runs the same engine as the Python API on conversation files (OpenAI or Anthropic request
 bodies, bare message lists, JSONL, ``../shared/corpus`` files). Bad input gets one line
 naming the file and what is wrong, and exit code 2; ``fit`` exits 1 when the result does
-not fit its budget, ``validate`` when it finds violations.
+not fit its budget, ``validate`` when it finds violations; an output pipe closed early
+keeps those codes and turns 0 into 141 (128 + SIGPIPE).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -484,15 +486,41 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI.
 
+    Output that cannot be written because its pipe closed early (``... | head``) is
+    dropped and the command runs on, so its exit code is still its own; a command that
+    would have exited 0 exits 141 (128 + SIGPIPE, what a shell reports for ``cat`` in the
+    same place), so ``set -o pipefail`` scripts see the output was cut short. The closed
+    stream is pointed at ``os.devnull`` so nothing fails again at exit (Python's
+    ``signal`` docs, "Note on SIGPIPE"; fresh9 C1).
+
     Args:
         argv: arguments without the program name (default: ``sys.argv[1:]``).
 
     Returns:
         The exit code: 0 on success, 1 when ``validate`` finds violations or the result of
-        ``fit`` does not fit its budget, 2 on bad input (including an unknown ``--model``).
+        ``fit`` does not fit its budget, 2 on bad input (including an unknown ``--model``),
+        141 when an output pipe closed early and the command would have returned 0.
 
     >>> main(["--version"])  # doctest: +SKIP
     """
+    pipe = _Pipe()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Guarded(sys.stdout, pipe), _Guarded(sys.stderr, pipe)
+    try:
+        try:
+            status = _run(argv)
+        except SystemExit as exc:  # argparse: --help, --version, usage errors
+            if not isinstance(exc.code, int) or exc.code != 0:
+                raise
+            status = 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        sys.stdout, sys.stderr = saved
+    return 141 if status == 0 and pipe.closed else status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     sub = getattr(args, "parser", parser)  # option errors show the subcommand's usage
@@ -506,11 +534,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.error("--top must be >= 0")
     try:
         return int(args.run(args))
-    except BrokenPipeError:
-        return 0
     except (ContextWindowError, ValueError, OSError, RecursionError) as exc:
         print(f"contextwindow: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+class _Pipe:
+    """Whether an output stream's reader went away (``BrokenPipeError``)."""
+
+    closed = False
+
+
+class _Guarded:
+    """A text stream (or its ``.buffer``) whose writes after the reader closed the pipe
+    go to ``os.devnull`` instead of raising ``BrokenPipeError``; ``pipe.closed`` says
+    it happened."""
+
+    def __init__(self, stream: Any, pipe: _Pipe) -> None:
+        self._stream = stream
+        self._pipe = pipe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    @property
+    def buffer(self) -> _Guarded:
+        return _Guarded(self._stream.buffer, self._pipe)
+
+    def write(self, data: Any) -> int:
+        try:
+            return int(self._stream.write(data))
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        self._pipe.closed = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+            self._stream.flush()  # what the pipe did not take now goes to devnull
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover
