@@ -493,3 +493,54 @@ def test_message_structs_holding_a_number_kept_as_written() -> None:
     # a field of the wrong type is still named
     bad = [msgspec.structs.replace(m[0], name=5)]  # type: ignore[arg-type]
     assert dict_error(bad) == "message 0, field name: Expected `str | null`, got `int`"
+
+
+def test_unknown_role_with_a_lone_surrogate_reads_as_u_fffd() -> None:
+    """fresh9 B1: the dict path quoted a lone surrogate as it was, so ``print(e)`` and
+    logging the error raised UnicodeEncodeError; the gateway and the CLI write U+FFFD
+    (DESIGN.md section 7). Now all three say the same, and the text prints and logs."""
+    import logging
+
+    msgs = [{"role": "us\ud800er", "content": "x"}]
+    want = 'message 0, field role: unknown role "us\ufffder"'
+    assert dict_error(msgs) == want
+    body = json.dumps({"messages": msgs}).encode()  # holds the escape \ud800
+    assert b"\\ud800" in body
+    assert gateway_errors(body) == [want, want]
+    with tempfile.TemporaryDirectory() as d:
+        f = str(Path(d) / "in.json")
+        Path(f).write_bytes(body)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            assert main(["count", f]) == 2
+    # first the warning about the escape, then the error
+    assert err.getvalue().splitlines()[-1] == f"contextwindow: error: {f}: {want}"
+    with pytest.raises(InvalidMessageError) as info:
+        cw.count_messages(msgs)
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print(info.value, file=out)
+    handler = logging.StreamHandler(out)
+    log = logging.getLogger("contextwindow.test_b1")
+    log.addHandler(handler)
+    try:
+        log.error("failed: %s", info.value)
+    finally:
+        log.removeHandler(handler)
+    out.flush()
+    assert out.buffer.getvalue().decode() == f"{want}\nfailed: {want}\n"  # type: ignore[attr-defined]
+
+
+def test_errors_quote_input_with_lone_surrogates_as_u_fffd() -> None:
+    """Every error class that can quote the caller's text (a field path holding a key, a
+    counter's own exception text, a request key) writes a lone surrogate as U+FFFD; a
+    high surrogate followed by a low one is the character they encode."""
+    from contextwindow.errors import InvalidRequestError, TokenCounterError
+
+    e = InvalidMessageError('unknown role "\udfffa"', index=2, field="content[0].input.k\ud800")
+    assert (e.reason, e.field) == ('unknown role "\ufffda"', "content[0].input.k\ufffd")
+    assert str(e) == 'message 2, field content[0].input.k\ufffd: unknown role "\ufffda"'
+    assert str(InvalidRequestError('the key "\ud83d\ude00\ud800" appears more than once', offset=3)) == (
+        'the key "\U0001f600\ufffd" appears more than once'
+    )
+    t = TokenCounterError("raised ValueError: bad \ud800", counter="token_counter f\udc00", index=1)
+    assert str(t) == "token_counter f\ufffd on message 1: raised ValueError: bad \ufffd"

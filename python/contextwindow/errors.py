@@ -20,6 +20,17 @@ class ContextWindowError(Exception):
     """Base class of every error raised by contextwindow on purpose."""
 
 
+def _printable(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a high one followed by a low
+    one is the character they encode), as the gateway and the CLI read them, so an error
+    that quotes the caller's input can be printed and logged (DESIGN.md section 7; fresh9 B1)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class InvalidMessageError(ContextWindowError, ValueError):
     """A message does not have the shape its format requires.
 
@@ -30,11 +41,16 @@ class InvalidMessageError(ContextWindowError, ValueError):
             ``"tool_calls[0].function.arguments"``; ``None`` when the whole message is wrong.
         reason: what is wrong, in words.
 
+    A lone surrogate in ``field`` or ``reason`` (an unknown role quoted as given) is kept
+    as U+FFFD, as the gateway and the CLI read it, so the error prints and logs.
+
     >>> str(InvalidMessageError("must be a string", index=3, field="role"))
     'message 3, field role: must be a string'
     """
 
     def __init__(self, reason: str, *, index: int | None = None, field: str | None = None):
+        field = _printable(field) if isinstance(field, str) else field
+        reason = _printable(reason) if isinstance(reason, str) else reason
         self.index = index
         self.field = field
         self.reason = reason
@@ -61,7 +77,7 @@ class InvalidRequestError(ContextWindowError, ValueError):
 
     def __init__(self, *args: object, offset: int | None = None):
         self.offset = offset
-        super().__init__(*args)
+        super().__init__(*(_printable(a) if isinstance(a, str) else a for a in args))
 
 
 class ContextOverflowError(ContextWindowError):
@@ -105,6 +121,7 @@ class TokenCounterError(ContextWindowError, ValueError):
     """
 
     def __init__(self, reason: str, *, counter: str, index: int | None = None):
+        counter, reason = _printable(counter), _printable(reason)
         self.counter = counter
         self.index = index
         self.reason = reason
