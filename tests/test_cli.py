@@ -603,3 +603,67 @@ def test_closed_pipe_keeps_the_commands_exit_code(tmp_path: Path, capsys: pytest
     # the same commands with a reader that takes everything: their own codes
     assert main(["validate", viol]) == 1
     assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", out]) == 0
+
+
+C3_BODY = {
+    "system": [{"type": "text", "text": "sys"}],
+    "messages": [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "g", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "b", "content": "rb"},
+                {"type": "tool_result", "tool_use_id": "zz", "content": "orphan"},
+            ],
+        },
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ],
+}
+
+
+def test_inspect_numbers_messages_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fresh9 C3: with a top-level Anthropic ``system``, ``inspect`` called the assistant
+    message that ``validate`` and ``repair`` call ``message 1`` row ``2`` and turn 1
+    ``1-4``. The text output now numbers by the file's ``messages`` (the system is
+    ``system``), and a message calling f and g is labelled with both; ``--json`` keeps
+    the engine's numbering (system is entry 0), as the README says."""
+    monkeypatch.setenv("COLUMNS", "120")
+    f = write(tmp_path, "c3.json", json.dumps(C3_BODY))
+    assert main(["validate", f]) == 1
+    assert f"{f}: message 1: unanswered_call" in capsys.readouterr().out
+    assert main(["inspect", f, "--top", "6"]) == 0
+    out = capsys.readouterr().out
+    turns = out[out.index("by turn") : out.index("by tool")]
+    # preamble: the system; turn 1: messages 0-3 of the file; turn 2: message 4
+    rows = [[c.strip() for c in line.split("│")[:2]] for line in turns.splitlines()[3:] if line.strip()]
+    assert rows == [["preamble", "system"], ["1", "0-3"], ["2", "4"]]
+    largest = out[out.index("largest messages") :].split("tool schemas")[0]
+    rows = [line.split("│")[:2] for line in largest.splitlines()[3:] if line.strip()]
+    got = {r[0].strip(): r[1].strip() for r in rows}
+    # every message once, by its index in the file's messages, the system as "system"
+    assert got == {
+        "system": "system",
+        "0": "user",
+        "1": "assistant (f, g)",
+        "2": "user (g, (no matching call))",
+        "3": "assistant",
+        "4": "user",
+    }
+    assert main(["inspect", f, "--json", "--top", "6"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert sorted(m["index"] for m in js["largest"]) == [0, 1, 2, 3, 4, 5]
+    assert [(t["turn"], t["start"], t["end"]) for t in js["by_turn"]] == [(0, 0, 1), (1, 1, 5), (2, 5, 6)]
+    by_index = {m["index"]: m for m in js["largest"]}
+    assert (by_index[2]["tool"], by_index[2]["tools"]) == ("f", ["f", "g"])
+    assert (by_index[3]["tool"], by_index[3]["tools"]) == ("g", ["g", "(no matching call)"])
+    assert (by_index[4]["tool"], by_index[4]["tools"]) == (None, [])

@@ -105,6 +105,8 @@ class MessageTokens(msgspec.Struct, **_OPTS):
         index: position in the conversation.
         turn: its turn number (0: preamble).
         tool: the tool whose call or result it holds (the first one), else ``None``.
+        tools: every tool whose calls or results it holds, each once, in the order of its
+            parts (``[]`` when none); ``tool`` is the first of them.
         preview: the start of its text, whitespace collapsed, at most 60 characters.
 
     >>> MessageTokens(index=8, role="tool", turn=2, tokens=5847, share=0.9, tool="bash", preview="...").index
@@ -118,6 +120,7 @@ class MessageTokens(msgspec.Struct, **_OPTS):
     share: float
     tool: str | None = None
     preview: str = ""
+    tools: list[str] = msgspec.field(default_factory=list)
 
 
 class SchemaTokens(msgspec.Struct, **_OPTS):
@@ -280,7 +283,7 @@ def token_breakdown(
     probe_costs = message_tokens(probes, profile) if probes else []
 
     tool_rows: dict[str, list[int]] = {}  # name -> [calls, results, call_tokens, result_tokens]
-    tool_of_message: dict[int, str] = {}
+    tools_of_message: dict[int, list[str]] = {}
     last_call: dict[str, str] = {}  # call id -> tool name of the nearest preceding call
     for (i, p), cost in zip(where, probe_costs, strict=True):
         part_cost = cost - empty_cost[canonical[i].role]
@@ -295,7 +298,9 @@ def token_breakdown(
             row = tool_rows.setdefault(name, [0, 0, 0, 0])
             row[1] += 1
             row[3] += part_cost
-        tool_of_message.setdefault(i, name)
+        names = tools_of_message.setdefault(i, [])
+        if name not in names:
+            names.append(name)
 
     role_rows: dict[str, list[int]] = {}
     for m, n in zip(canonical, per_message, strict=True):
@@ -347,8 +352,9 @@ def token_breakdown(
                 turn=turn_of[i],
                 tokens=per_message[i],
                 share=share(per_message[i]),
-                tool=tool_of_message.get(i),
+                tool=next(iter(tools_of_message.get(i, ())), None),
                 preview=_preview(canonical[i]),
+                tools=tools_of_message.get(i, []),
             )
             for i in largest
         ],

@@ -287,7 +287,7 @@ def _bar(share: float) -> Any:
     return Bar(size=1.0, begin=0.0, end=max(0.0, min(1.0, share)), width=_BAR_WIDTH)
 
 
-def _render_breakdown(path: str, b: Breakdown) -> None:
+def _render_breakdown(path: str, b: Breakdown, conv: Conversation) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -316,6 +316,10 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
         # names and previews are data, not rich markup: "[budget]" must print as is
         t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
+    def num(i: int) -> str:
+        # the file's numbering, as validate, repair and errors use it (Conversation.label)
+        return conv.label(i).removeprefix("message ")
+
     def pct(x: float) -> str:
         return f"{100 * x:.1f}%"
 
@@ -326,7 +330,7 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
     t = table("by turn", "turn", "messages", "tokens")
     for tr in b.by_turn:
         name = "preamble" if tr.turn == 0 else str(tr.turn)
-        span = str(tr.start) if tr.messages == 1 else f"{tr.start}-{tr.end - 1}"
+        span = num(tr.start) if tr.messages == 1 else f"{num(tr.start)}-{num(tr.end - 1)}"
         row(t, name, span, f"{tr.tokens:,}", pct(tr.share), _bar(tr.share))
     console.print(t)
     if b.by_tool:
@@ -340,7 +344,8 @@ def _render_breakdown(path: str, b: Breakdown) -> None:
     wide = console.width >= 100
     t = table("largest messages", "#", "role", "turn", "tokens", text=wide)
     for m in b.largest:
-        cells = [str(m.index), m.role + (f" ({m.tool})" if m.tool else ""), str(m.turn), f"{m.tokens:,}"]
+        tools = f" ({', '.join(m.tools)})" if m.tools else ""
+        cells = [num(m.index), m.role + tools, str(m.turn), f"{m.tokens:,}"]
         row(t, *cells, pct(m.share), _bar(m.share), *([m.preview] if wide else []))
     console.print(t)
     if b.tool_schemas:
@@ -358,7 +363,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(msgspec.json.encode({"file": conv.path, **msgspec.structs.asdict(b)}).decode())
     else:
         try:
-            _render_breakdown(conv.path, b)
+            _render_breakdown(conv.path, b, conv)
         except ImportError as exc:  # rich is a dependency; a broken install gets one line
             raise ContextWindowError(
                 f"inspect needs the 'rich' package for its tables ({exc}); --json does not"
