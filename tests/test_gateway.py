@@ -605,3 +605,27 @@ def test_escaped_lone_surrogates_count_as_replacement_characters(text: str) -> N
     msgs = json.loads(body)["messages"]
     assert cw.count_request(body) == cw.count_messages(msgs)
     assert cw.fit_request(body, budget=1000) is body
+
+
+@pytest.mark.parametrize("value", ["no", 1, 0, None, [True]])
+def test_bool_flags_refuse_non_bools_with_the_same_words(value: object) -> None:
+    """fresh9 D1: ``fit_request(report="no")`` returned the report tuple (any truthy
+    value did) while ``breadcrumb=`` on the same function refused a non-bool. Every bool
+    flag of the public functions now raises the same TypeError naming it."""
+    body = b'{"messages":[{"role":"user","content":"hi"}]}'
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    got = type(value).__name__
+    for name, call in (
+        ("report", lambda: cw.fit_request(body, budget=100, report=value)),
+        ("breadcrumb", lambda: cw.fit_request(body, budget=100, breadcrumb=value)),
+        ("breadcrumb", lambda: cw.trim_turns(msgs, 1, breadcrumb=value)),
+        ("breadcrumb", lambda: cw.trim_turn_count(msgs, 1, breadcrumb=value)),
+        ("breadcrumb", lambda: cw.fit(msgs, 1, policy=cw.FitPolicy(breadcrumb=value))),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == f"{name} must be a bool, got {got}"
+    # the bools themselves still work
+    assert cw.fit_request(body, budget=100, report=False) is body
+    out, rep = cw.fit_request(body, budget=100, report=True)
+    assert out is body and rep.report.fits

@@ -147,7 +147,7 @@ def fit_request(
             ``offset`` says where.
         InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``).
         ValueError: unknown profile or provider, a budget that is not an int >= 0.
-        TypeError: ``body`` is not bytes-like, ``breadcrumb`` is not a bool.
+        TypeError: ``body`` is not bytes-like, ``breadcrumb`` or ``report`` is not a bool.
 
     >>> body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
     >>> fit_request(body, budget=100) is body   # fits: the same object, no copy
@@ -166,8 +166,9 @@ def fit_request(
     data = _body(body)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(f"budget must be a non-negative int, got {budget!r}")
-    if not isinstance(breadcrumb, bool):
-        raise TypeError(f"breadcrumb must be a bool, got {type(breadcrumb).__name__}")
+    for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
+        if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     out, rep = _engine.native.fit_request(
         data, min(budget, _MAX), resolve_profile(profile), _provider(provider), breadcrumb
     )
