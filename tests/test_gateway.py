@@ -240,10 +240,10 @@ def test_repeated_keys_in_a_message_are_refused_not_read_like_json_loads() -> No
     body = b'{"messages": [{"role": "user", "content": "' + b"a " * 500 + b'", "content": "short", "x": 1, "x": 2},'
     body += b'{"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}'
     for budget in (5, 30, 10**6):
-        with pytest.raises(InvalidRequestError) as info:
+        with pytest.raises(InvalidMessageError) as info:
             cw.fit_request(body, budget=budget)
         assert info.value.offset == body.index(b'"content": "short"')
-        assert 'message 0: the key "content" appears more than once' in str(info.value)
+        assert str(info.value) == 'message 0: the key "content" appears more than once'
     # a repeated key inside a value the gateway does not read is copied as it is
     body = b'{"messages": [{"role": "user", "content": "hi", "x": {"k": 1, "k": 2}}], "m": 1, "m": 2}'
     assert cw.fit_request(body, budget=100) is body
@@ -323,11 +323,46 @@ def test_request_errors_name_the_byte(body: bytes, offset: int, words: str) -> N
     ],
 )
 def test_a_repeated_key_is_refused_with_its_place(body: bytes, offset: int, problem: str) -> None:
+    """In a message it is an InvalidMessageError naming the message, as any other error
+    there (fresh9 B2: it was an InvalidRequestError, which ``except InvalidMessageError``
+    missed), with the offset; outside the messages an InvalidRequestError."""
+    in_message = problem.startswith("message ")
     for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=1)):
-        with pytest.raises(InvalidRequestError) as info:
+        with pytest.raises(InvalidMessageError if in_message else InvalidRequestError) as info:
             call()
-        assert str(info.value) == f"invalid request body at byte {offset}: {problem} appears more than once"
+        if in_message:
+            assert str(info.value) == f"{problem} appears more than once"
+            assert info.value.index == 0
+        else:
+            assert str(info.value) == f"invalid request body at byte {offset}: {problem} appears more than once"
         assert info.value.offset == offset
+
+
+def test_a_repeated_key_in_a_message_is_caught_as_invalid_message_error() -> None:
+    """fresh9 B2, the tester's repro: ``except cw.InvalidMessageError`` catches a key
+    repeated in a message as it catches too deep a value there; index, field, offset set.
+    A lifted Anthropic system block keeps its own place and is not a message."""
+    body = b'{"messages":[{"role":"user","role":"user","content":"q"}]}'
+    try:
+        cw.count_request(body)
+    except cw.InvalidMessageError as e:
+        # {"messages":[ (13) + {"role":"user", (15): the second "role" at 28
+        assert (e.index, e.field, e.offset, e.reason) == (0, None, 28, 'the key "role" appears more than once')
+    else:
+        pytest.fail("not refused")
+    body = b'{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use",'
+    body += b'"id":"a","name":"f","input":{"q":{"x":1,"x":2}}}]}]}'
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.fit_request(body, budget=100)
+    # deep in a counted value the offset is just past the repeat's value (the "2")
+    assert (info.value.index, info.value.field, info.value.offset) == (1, "content[0].input.q", body.index(b"2}") + 1)
+    assert str(info.value) == 'message 1, field content[0].input.q: the key "x" appears more than once'
+    body = b'{"system":[{"type":"text","text":"a","text":"b"}],"messages":[]}'
+    with pytest.raises(InvalidRequestError) as req:
+        cw.count_request(body)
+    at = body.index(b'"text":"b"')
+    assert str(req.value) == f'invalid request body at byte {at}: system[0]: the key "text" appears more than once'
+    assert req.value.offset == at
 
 
 def test_request_errors_without_offset() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import io
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -472,7 +473,9 @@ def test_a_repeated_key_in_a_counted_value_is_named_by_its_path_as_the_cli_does(
     # holds the repeat (content[0].input.q): both name the object now
     want = f"{place} appears more than once"
     for err in gateway_errors(body):
-        assert err.split(": ", 1)[1] == want, err
+        # in a message an InvalidMessageError (fresh9 B2), elsewhere with the byte
+        assert re.sub(r"^invalid request body at byte \d+: ", "", err) == want, err
+        assert err.startswith("invalid request body") == (not place.startswith("message")), err
     assert cli_error(body) == want
 
 

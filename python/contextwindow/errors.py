@@ -40,6 +40,9 @@ class InvalidMessageError(ContextWindowError, ValueError):
         field: dotted path of the offending field inside that message, e.g.
             ``"tool_calls[0].function.arguments"``; ``None`` when the whole message is wrong.
         reason: what is wrong, in words.
+        offset: byte offset in the request body of a key the gateway found repeated in the
+            message (``fit_request``/``count_request``: the second occurrence, or just past
+            the repeat's value deeper down); ``None`` otherwise.
 
     A lone surrogate in ``field`` or ``reason`` (an unknown role quoted as given) is kept
     as U+FFFD, as the gateway and the CLI read it, so the error prints and logs.
@@ -48,12 +51,13 @@ class InvalidMessageError(ContextWindowError, ValueError):
     'message 3, field role: must be a string'
     """
 
-    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None):
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None, offset: int | None = None):
         field = _printable(field) if isinstance(field, str) else field
         reason = _printable(reason) if isinstance(reason, str) else reason
         self.index = index
         self.field = field
         self.reason = reason
+        self.offset = offset
         where = []
         if index is not None:
             where.append(f"message {index}")

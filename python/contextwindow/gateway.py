@@ -143,9 +143,11 @@ def fit_request(
     Raises:
         InvalidRequestError: the body is not UTF-8, not JSON, not an object, has no
             ``messages`` list, a bad ``tools`` or ``system``, or an object the gateway
-            reads repeats a key (``message 0: the key "role" appears more than once``);
-            ``offset`` says where.
-        InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``).
+            reads outside the messages repeats a key (``the key "tools" appears more
+            than once``); ``offset`` says where.
+        InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``),
+            or repeats a key (``message 0: the key "role" appears more than once``, with
+            ``offset``).
         ValueError: unknown profile or provider, a budget that is not an int >= 0.
         TypeError: ``body`` is not bytes-like, ``breadcrumb`` or ``report`` is not a bool.
 
@@ -194,8 +196,8 @@ def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provide
 
     Raises:
         InvalidRequestError: the body is not UTF-8, not JSON, or not a request body
-            (as for :func:`fit_request`, a repeated key included).
-        InvalidMessageError: a message is malformed.
+            (as for :func:`fit_request`).
+        InvalidMessageError: a message is malformed or repeats a key (as for :func:`fit_request`).
         ValueError: unknown profile or provider.
         TypeError: ``body`` is not bytes-like.
 

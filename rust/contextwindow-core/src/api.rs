@@ -100,10 +100,12 @@ fn in_conversation(i: usize, e: crate::Error) -> crate::Error {
             index,
             field,
             reason,
+            offset,
         } => crate::Error::InvalidMessage {
             index,
             field,
             reason: format!("{reason} (conversation {i})"),
+            offset,
         },
         crate::Error::InvalidJson {
             line,

@@ -12,12 +12,14 @@ pub enum Error {
         column: usize,
         reason: String,
     },
-    /// A message is structurally wrong (index and field name it).
+    /// A message is structurally wrong (index and field name it); `offset` is the byte
+    /// offset in a request body (the raw gateway path) when known: a repeated key's.
     #[error("message {index}, field {field}: {reason}")]
     InvalidMessage {
         index: usize,
         field: String,
         reason: String,
+        offset: Option<usize>,
     },
     /// A request body is not UTF-8, not JSON, or not a request (raw gateway path);
     /// `offset` is the byte offset in the body where the problem is, when known.

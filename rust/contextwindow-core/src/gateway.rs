@@ -418,11 +418,49 @@ fn nested_at(place: &str, e: Error) -> Error {
 
 /// `message 1, field content[0]` (`message 1` for the message itself), as an
 /// `InvalidMessageError` names the place.
-fn place(index: usize, field: &str) -> String {
-    if field.is_empty() {
-        format!("message {index}")
-    } else {
-        format!("message {index}, field {field}")
+fn place(index: usize, field: &str) -> Place {
+    Place::Message(index, field.to_owned())
+}
+
+/// Where a value read is, for the error about a key repeated in it: a field of message
+/// `index` (`""`: the message itself), whose error is an `InvalidMessageError` as any
+/// other error in a message (fresh9 B2), or a place outside the messages (`tools[0]`).
+#[derive(Clone)]
+enum Place {
+    Message(usize, String),
+    Other(String),
+}
+
+impl std::fmt::Display for Place {
+    /// `message 0, field content[1]`, `message 0`, `tools[0]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Place::Message(index, field) if field.is_empty() => write!(f, "message {index}"),
+            Place::Message(index, field) => write!(f, "message {index}, field {field}"),
+            Place::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The error for a key repeated below `place`: `path` leads from it to the object that
+/// holds the key (`.q[1]`, `""` for the value itself), `what` says which key; `offset`
+/// is where in the body. In a message: an `InvalidMessage` naming it and the field.
+fn repeat_at(place: Place, path: &str, what: &str, offset: Option<usize>) -> Error {
+    match place {
+        Place::Message(index, field) => Error::InvalidMessage {
+            index,
+            field: format!("{field}{path}").trim_start_matches('.').to_owned(),
+            reason: what.to_owned(),
+            offset,
+        },
+        Place::Other(s) => {
+            let sep = if s.is_empty() && path.is_empty() {
+                ""
+            } else {
+                ": "
+            };
+            invalid(offset, format!("{s}{path}{sep}{what}"))
+        }
     }
 }
 
@@ -431,6 +469,7 @@ fn bad_message(index: usize, field: &str, reason: impl Into<String>) -> Error {
         index,
         field: field.to_owned(),
         reason: reason.into(),
+        offset: None,
     }
 }
 
@@ -482,26 +521,23 @@ impl<'a> Ctx<'a> {
 
     /// `v` as an object (`None` when it is not one); `place` names it in the error
     /// for a repeated key (`message 0, field content[1]`).
-    fn obj(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<Option<Obj<'a>>> {
+    fn obj(&self, v: &'a RawValue, place: impl FnOnce() -> Place) -> Result<Option<Obj<'a>>> {
         if kind(v) != Kind::Obj {
             return Ok(None);
         }
         let o: Obj<'a> = serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))?;
         match &o.2 {
-            Some(r) => Err(self.repeated(r, &place())),
+            Some(r) => Err(self.repeated(r, place())),
             None => Ok(Some(o)),
         }
     }
 
     /// The error for a repeated key: its name, where it is read (`place`, or the top
     /// level when empty) and the byte offset of its second occurrence.
-    fn repeated(&self, r: &Repeat<'_>, place: &str) -> Error {
+    fn repeated(&self, r: &Repeat<'_>, place: Place) -> Error {
         let key = serde_json::to_string(r.key.as_ref()).unwrap_or_default();
-        let sep = if place.is_empty() { "" } else { ": " };
-        invalid(
-            Some(self.key_start(r.value)),
-            format!("{place}{sep}the key {key} appears more than once"),
-        )
+        let what = format!("the key {key} appears more than once");
+        repeat_at(place, "", &what, Some(self.key_start(r.value)))
     }
 
     /// Offset of the opening quote of the key whose value is `v`: back over the `:` and
@@ -570,7 +606,7 @@ impl<'a> Ctx<'a> {
     /// float's text (`1.2345678901234568e+29`; Python keeps the int's digits), and `-0`
     /// as `-0.0` (Python: `0`): serde_json's `arbitrary_precision` would keep both as
     /// written but changes number handling crate-wide.
-    fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> String) -> Result<String> {
+    fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> Place) -> Result<String> {
         let text = v.get();
         let mut de = serde_json::Deserializer::from_str(text);
         let read = Unique(Path::Root)
@@ -579,6 +615,7 @@ impl<'a> Ctx<'a> {
         match read {
             Ok(value) => serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string())),
             Err(e) if out_of_range(&e) => {
+                // a rare path (a number out of range): the place is written out once
                 self.check_keys(v, Path::Root, 1, &place())?;
                 Ok(text.to_owned())
             }
@@ -588,7 +625,13 @@ impl<'a> Ctx<'a> {
                 let repeat = e.classify() == serde_json::error::Category::Data;
                 Err(match self.json_err(e, text) {
                     Error::InvalidRequest { offset, reason } if repeat => {
-                        invalid(offset, format!("{}{reason}", place()))
+                        // `{path}: the key "k" ...` (repeat_reason); the key is written as a
+                        // JSON string, where a quote is escaped, so the last `: the key "`
+                        // is the one repeat_reason wrote, whatever the path's keys hold
+                        match reason.rfind(REPEAT) {
+                            Some(i) => repeat_at(place(), &reason[..i], &reason[i + 2..], offset),
+                            None => invalid(offset, format!("{}{reason}", place())),
+                        }
                     }
                     other => other,
                 })
@@ -601,7 +644,13 @@ impl<'a> Ctx<'a> {
     /// in `v` is read by serde_json into its raw entries ([`Pairs`]), which are checked
     /// in document order, a key's value before the key itself, as [`Unique`] checks them
     /// (`depth` counts the brackets open at `v`, up to serde_json's limit of 128).
-    fn check_keys(&self, v: &'a RawValue, path: Path<'_>, depth: usize, place: &str) -> Result<()> {
+    fn check_keys(
+        &self,
+        v: &'a RawValue,
+        path: Path<'_>,
+        depth: usize,
+        place: &Place,
+    ) -> Result<()> {
         let k = kind(v);
         if !matches!(k, Kind::Obj | Kind::Arr) {
             return Ok(());
@@ -623,20 +672,22 @@ impl<'a> Ctx<'a> {
             self.check_keys(value, Path::Key(&path, key), depth + 1, place)?;
             if !seen.insert(key) {
                 let end = self.start_of(value.get()) + value.get().len();
-                return Err(invalid(
+                let what = format!(
+                    "the key {} appears more than once",
+                    serde_json::to_string(key).unwrap_or_default()
+                );
+                return Err(repeat_at(
+                    place.clone(),
+                    &path.to_string(),
+                    &what,
                     Some(end),
-                    format!("{place}{}", repeat_reason(&path, key)),
                 ));
             }
         }
         Ok(())
     }
 
-    fn compact_raw(
-        &self,
-        v: &'a RawValue,
-        place: impl FnOnce() -> String,
-    ) -> Result<Box<RawValue>> {
+    fn compact_raw(&self, v: &'a RawValue, place: impl FnOnce() -> Place) -> Result<Box<RawValue>> {
         let text = self.compact(v, place)?;
         RawValue::from_string(text).map_err(|e| invalid(None, e.to_string()))
     }
@@ -681,6 +732,9 @@ fn repeat_reason(path: &Path<'_>, key: &str) -> String {
     let key = serde_json::to_string(key).unwrap_or_default();
     format!("{path}: the key {key} appears more than once")
 }
+
+/// What [`repeat_reason`] writes between the path and the key.
+const REPEAT: &str = ": the key \"";
 
 /// A JSON value read as `serde_json::Value` reads it (a [`DeserializeSeed`] carrying the
 /// path to the value it reads), except that an object holding a key twice is an error
@@ -1400,7 +1454,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     };
     if let Some(r) = &top.obj.2 {
         // Which one would a provider read? Refuse to guess.
-        return Err(cx.repeated(r, ""));
+        return Err(cx.repeated(r, Place::Other(String::new())));
     }
     let raw = match top.messages {
         None => {
@@ -1432,7 +1486,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
         Some(t) if kind(t) == Kind::Null => {}
         Some(t) if kind(t) == Kind::Arr => {
             for (i, tool) in cx.array(t)?.into_iter().enumerate() {
-                let Some(o) = cx.obj(tool, || format!("tools[{i}]"))? else {
+                let Some(o) = cx.obj(tool, || Place::Other(format!("tools[{i}]")))? else {
                     return Err(invalid(
                         Some(cx.start_of(tool.get())),
                         format!(
@@ -1442,7 +1496,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
                     ));
                 };
                 anthropic_tools |= o.get("input_schema").is_some();
-                let text = cx.compact(tool, || format!("tools[{i}]"));
+                let text = cx.compact(tool, || Place::Other(format!("tools[{i}]")));
                 tools.push(text.map_err(|e| nested_at(&format!("tools[{i}]"), e))?);
             }
         }
@@ -1473,7 +1527,7 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
                 Err(e) => return Err(nested_in(i, cx.json_err(e, m.get()))),
             };
         if let Some(r) = &o.2 {
-            return Err(cx.repeated(r, &place(i, "")));
+            return Err(cx.repeated(r, place(i, "")));
         }
         objs.push(Some(o));
     }
@@ -1511,14 +1565,17 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             (Some(mut o), Format::Anthropic) => anthropic_message(&cx, &mut o, i),
         };
         canonical.push(m.map_err(|e| match nested_in(i, e) {
+            // a repeated key (the one kind with an offset) is not about the shape read
             Error::InvalidMessage {
                 index,
                 field,
                 reason,
+                offset: None,
             } if !hint.is_empty() => Error::InvalidMessage {
                 index,
                 field,
                 reason: reason + &hint,
+                offset: None,
             },
             other => other,
         })?);
@@ -1604,8 +1661,13 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
         false,
     )
     .map_err(|e| match e {
-        Error::InvalidMessage { field, reason, .. } => invalid(
-            Some(cx.start_of(s.get())),
+        Error::InvalidMessage {
+            field,
+            reason,
+            offset,
+            ..
+        } => invalid(
+            offset.or(Some(cx.start_of(s.get()))),
             format!("system{}: {reason}", field.trim_start_matches("content")),
         ),
         // too deep, or a repeated key in a block: named from the system, not message 0
@@ -2270,6 +2332,7 @@ mod tests {
                 index,
                 field,
                 reason,
+                ..
             }) => (index, field, reason),
             other => panic!("expected InvalidMessage, got {other:?}"),
         }
@@ -2303,7 +2366,10 @@ mod tests {
         let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
         let raw = RawValue::from_string(sent.to_owned()).unwrap();
         let cx = Ctx { body: raw.get() };
-        assert_eq!(cx.compact(&raw, String::new).unwrap(), sent);
+        assert_eq!(
+            cx.compact(&raw, || Place::Other(String::new())).unwrap(),
+            sent
+        );
         let spaced = |x: &str| {
             let b = format!(
                 r#"{{"messages":[{{"role":"user","content":[{{ "type":"weird", "x":{x} }}]}}]}}"#
@@ -2328,16 +2394,17 @@ mod tests {
         for n in ["1e400", "7"] {
             let body = with(n);
             let end = body.find(r#""x":[2]"#).unwrap() + r#""x":[2]"#.len();
-            match count_request(body.as_bytes(), "fim", None) {
-                Err(Error::InvalidRequest { offset, reason }) => {
-                    assert_eq!(offset, Some(end), "{n}");
-                    assert_eq!(
-                        reason,
-                        r#"message 0, field content[0].input.q[1]: the key "x" appears more than once"#
-                    );
-                }
-                other => panic!("expected InvalidRequest, got {other:?}"),
-            }
+            // in a message: an InvalidMessage naming it (fresh9 B2), with the offset
+            assert_eq!(
+                repeat_in_message(&body),
+                (
+                    0,
+                    "content[0].input.q[1]".to_owned(),
+                    r#"the key "x" appears more than once"#.to_owned(),
+                    Some(end)
+                ),
+                "{n}"
+            );
         }
         // nesting past serde_json's limit (128 open brackets) after a 1e400, in a tool
         // schema: refused as without it
@@ -2359,12 +2426,23 @@ mod tests {
         // a key repeated at the top of the value, and one whose value holds the 1e400
         let body =
             br#"{"messages":[{"role":"user","content":[{"type":"weird","k":1e400,"k":2}]}]}"#;
-        match count_request(body, "fim", None) {
-            Err(Error::InvalidRequest { reason, .. }) => assert_eq!(
+        let (index, field, reason, _) = repeat_in_message(std::str::from_utf8(body).unwrap());
+        assert_eq!(
+            (index, field.as_str(), reason.as_str()),
+            (0, "content[0]", r#"the key "k" appears more than once"#)
+        );
+    }
+
+    /// The InvalidMessage that `body` is refused with, as its parts and offset.
+    fn repeat_in_message(body: &str) -> (usize, String, String, Option<usize>) {
+        match count_request(body.as_bytes(), "fim", None) {
+            Err(Error::InvalidMessage {
+                index,
+                field,
                 reason,
-                r#"message 0, field content[0]: the key "k" appears more than once"#
-            ),
-            other => panic!("expected InvalidRequest, got {other:?}"),
+                offset,
+            }) => (index, field, reason, offset),
+            other => panic!("expected InvalidMessage, got {other:?}"),
         }
     }
 
@@ -2703,9 +2781,23 @@ mod tests {
     /// `budget` gives the same error.
     fn refused_at(body: &str, offset: usize, reason: &str, budget: u64) {
         let got = count_request(body.as_bytes(), "conservative", None);
-        let want = Error::InvalidRequest {
-            offset: Some(offset),
-            reason: reason.to_owned(),
+        // in a message: an InvalidMessage naming it and the field, with the offset (fresh9 B2)
+        let want = match reason.strip_prefix("message ") {
+            Some(rest) => {
+                let i = rest.rfind(REPEAT).unwrap();
+                let (head, what) = (&rest[..i], &rest[i + 2..]);
+                let (index, field) = head.split_once(", field ").unwrap_or((head, ""));
+                Error::InvalidMessage {
+                    index: index.parse().unwrap(),
+                    field: field.to_owned(),
+                    reason: what.to_owned(),
+                    offset: Some(offset),
+                }
+            }
+            None => Error::InvalidRequest {
+                offset: Some(offset),
+                reason: reason.to_owned(),
+            },
         };
         assert_eq!(
             format!("{got:?}"),
@@ -2766,16 +2858,15 @@ mod tests {
         // the source is read now (its fields are checked): "url" twice is two images
         let body = r#"{"messages": [{"role": "user", "content": [{"type": "image",
             "source": {"type": "url", "url": "https://a", "url": "https://b"}}]}]}"#;
-        match count_request(body.as_bytes(), "conservative", None) {
-            Err(Error::InvalidRequest { offset, reason }) => {
-                assert_eq!(offset, Some(nth(body, r#""url""#, 2)));
-                assert_eq!(
-                    reason,
-                    r#"message 0, field content[0].source: the key "url" appears more than once"#
-                );
-            }
-            other => panic!("expected InvalidRequest, got {other:?}"),
-        }
+        assert_eq!(
+            repeat_in_message(body),
+            (
+                0,
+                "content[0].source".to_owned(),
+                r#"the key "url" appears more than once"#.to_owned(),
+                Some(nth(body, r#""url""#, 2))
+            )
+        );
     }
 
     #[test]

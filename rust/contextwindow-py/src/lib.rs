@@ -28,11 +28,13 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
             index,
             field,
             reason,
+            offset,
         } => {
             let field = (!field.is_empty()).then_some(field.as_str());
             if let Err(err) = kwargs
                 .set_item("index", *index)
                 .and_then(|()| kwargs.set_item("field", field))
+                .and_then(|()| kwargs.set_item("offset", *offset))
             {
                 return err;
             }
