@@ -266,7 +266,7 @@ def test_history_cap_only_lowers() -> None:
         ({"history_cap": -1}, ValueError),
         ({"compact_ratio": "0.5"}, TypeError),
         ({"compact_ratio": True}, TypeError),
-        ({"model": ""}, TypeError),
+        ({"model": ""}, ValueError),  # the right type, a bad value (fresh9 D3)
         ({"model": 4}, TypeError),
         ({"env": ["LLM_CONTEXT_SIZE"]}, TypeError),
     ],
@@ -469,3 +469,21 @@ def test_every_table_model_resolves_with_defaults(name: str) -> None:
         # keeps 64,000; mistral-small-2501 32,768 reserves 16,384
         half = limits.context_window // 2
         assert b.max_output_tokens == (64_000 if 64_000 <= half else half)
+
+
+def test_an_empty_model_name_is_a_value_error() -> None:
+    """fresh9 D3: ``model=""`` is the right type with a bad value: ValueError, as the
+    README's rule for options says (a window of the wrong type stays a TypeError), and a
+    name that is not a str a TypeError. ContextGuard, which resolves through it, agrees."""
+    import contextwindow as cw
+
+    for model in ("", "   "):
+        with pytest.raises(ValueError) as info:
+            resolve_budget(model=model)
+        assert not isinstance(info.value, TypeError)
+        assert str(info.value) == f"model must be a non-empty str, got {model!r}"
+        with pytest.raises(ValueError, match=r"^model must be a non-empty str"):
+            cw.ContextGuard(model=model)
+    with pytest.raises(TypeError) as err:
+        resolve_budget(model=5)  # type: ignore[arg-type]
+    assert str(err.value) == "model must be a str, got int"

@@ -381,11 +381,11 @@ def test_bad_tool_definitions_name_the_tool() -> None:
         cur["a"] = {}
         cur = cur["a"]
     msgs = [{"role": "user", "content": "x"}]
-    for tools, what in (([deep], "nested too deeply"), ([{"a": 1}, object()], "must be a dict")):
+    for tools, what in (([deep], "is nested too deeply"), ([{"a": 1}, object()], "must be an object")):
         with pytest.raises(cw.InvalidRequestError, match=rf"tools\[\d\]: .*{what}"):
             cw.count_messages(msgs, tools=tools)
     for bad in (None, 1, "tool"):
-        with pytest.raises(cw.InvalidRequestError, match=r"tools\[0\]: a tool definition must be a dict"):
+        with pytest.raises(cw.InvalidRequestError, match=r"tools\[0\]: a tool definition must be an object"):
             cw.count_messages(msgs, tools=[bad])
     with pytest.raises(cw.InvalidRequestError, match=r"tools\[0\]: holds a value JSON cannot represent"):
         cw.count_messages(msgs, tools=[{"f": object()}])

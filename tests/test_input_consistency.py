@@ -547,3 +547,61 @@ def test_errors_quote_input_with_lone_surrogates_as_u_fffd() -> None:
     )
     t = TokenCounterError("raised ValueError: bad \ud800", counter="token_counter f\udc00", index=1)
     assert str(t) == "token_counter f\ufffd on message 1: raised ValueError: bad \ufffd"
+
+
+def test_tool_definition_and_input_errors_read_the_same_on_every_path() -> None:
+    """fresh9 B4 and D4: a tool definition that is not an object was ``must be a dict,
+    got str`` on the dict path (and the CLI) and ``must be an object, got a string`` on
+    the gateway; now JSON's words everywhere. Too deep a tool definition is ``is nested
+    too deeply`` on every path, and an int Python cannot write as text in a ``tool_use``
+    input ``holds a value JSON cannot represent``, as everywhere else on the dict path."""
+    msgs = [{"role": "user", "content": "q"}]
+    for tool, got in (("x", "a string"), (None, "null"), (1, "a number"), (True, "a boolean"), ([], "an array")):
+        want = f"tools[0]: a tool definition must be an object, got {got}"
+        with pytest.raises(cw.InvalidRequestError) as info:
+            cw.count_messages(msgs, tools=[tool])
+        assert str(info.value) == want
+        body = json.dumps({"messages": msgs, "tools": [tool]}).encode()
+        for err in gateway_errors(body):
+            # {"messages": [{"role": "user", "content": "q"}], "tools": [ is 59 bytes
+            assert err == f"invalid request body at byte 59: {want}"
+        with tempfile.TemporaryDirectory() as d:
+            f = Path(d) / "t.json"
+            f.write_bytes(body)
+            err_out = io.StringIO()
+            with contextlib.redirect_stderr(err_out), contextlib.redirect_stdout(io.StringIO()):
+                assert main(["count", str(f)]) == 2
+            assert err_out.getvalue() == f"contextwindow: error: {f}: {want}\n"
+    # a Python value JSON has no name for
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_messages(msgs, tools=[{1, 2}])
+    assert str(info.value) == "tools[0]: a tool definition must be an object, got a Python set"
+    # nesting: 5,000 levels in a tool definition
+    deep: Any = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_messages(msgs, tools=[deep])
+    assert str(info.value) == "tools[0]: is nested too deeply"
+    body = (
+        b'{"messages": [{"role": "user", "content": "q"}], "tools": [' + b'{"a": ' * 5000 + b"{}" + b"}" * 5000 + b"]}"
+    )
+    for err in gateway_errors(body):
+        assert err.endswith(": tools[0]: is nested too deeply"), err
+    # an int of 5,001 digits in a tool_use input
+    big = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"n": 10**5000}}]},
+    ]
+    with pytest.raises(InvalidMessageError) as err:
+        cw.count_messages(big)
+    assert str(err.value).startswith(
+        "message 1, field content[0].input: holds a value JSON cannot represent (Exceeds the limit (4300 digits)"
+    ), str(err.value)
+    # the same message with the int in an extra key: the same words (no field there)
+    extra = [big[0], {"role": "assistant", "content": "a", "x": 10**5000}]
+    with pytest.raises(InvalidMessageError) as err:
+        cw.count_messages(extra)
+    assert str(err.value).startswith("message 1: holds a value JSON cannot represent (Exceeds the limit"), str(
+        err.value
+    )

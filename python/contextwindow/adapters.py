@@ -388,7 +388,8 @@ def _encode_input(value: Any, index: int, field: str) -> str:
         except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
             return msgspec.json.encode(_scrub(value)).decode()
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
-        _fail(f"is not JSON-encodable: {exc}", index, field)
+        # the words of every other place on the dict path (_engine._encode_located; fresh9 D4)
+        _fail(f"holds a value JSON cannot represent ({exc})", index, field)
 
 
 # The string fields the Messages API requires in an image or document ``source``, by its

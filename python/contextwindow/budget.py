@@ -388,8 +388,9 @@ def resolve_budget(
     Raises:
         TypeError: an option has the wrong type (e.g. a str window, a bool ratio).
         ValueError: an option is out of range (window <= 0, negative reserve, margin or
-            cap), an environment variable is not an integer (names the variable), or the
-            output reserve exceeds the window (names both numbers).
+            cap, an empty or blank model name), an environment variable is not an integer
+            (names the variable), or the output reserve exceeds the window (names both
+            numbers).
 
     >>> b = resolve_budget(model="gpt-4o", tool_schema_tokens=500, env={})
     >>> (b.context_window, b.max_output_tokens, b.usable)  # 128,000 - 16,384 - 500
@@ -404,8 +405,10 @@ def resolve_budget(
     cap = _int_arg("history_cap", history_cap, minimum=0, allow_none=True)
     assert tools is not None and margin is not None and floor_ is not None
     ratio = _ratio(compact_ratio)
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise TypeError(f"model must be a non-empty str, got {model!r}")
+    if model is not None and not isinstance(model, str):
+        raise TypeError(f"model must be a str, got {type(model).__name__}")
+    if model is not None and not model.strip():  # the right type, a bad value (fresh9 D3)
+        raise ValueError(f"model must be a non-empty str, got {model!r}")
     environ: Mapping[str, str] = os.environ if env is None else env
     if not isinstance(environ, Mapping):
         raise TypeError(f"env must be a mapping, got {type(environ).__name__}")

@@ -229,6 +229,22 @@ def check_limit(limit: Any) -> int | None:
     return limit
 
 
+def _json_name(value: Any) -> str:
+    """JSON's name for the type of a Python value (``a string``, ``null``), as the
+    gateway names a JSON value's; ``a Python set`` for a type JSON has not."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"a Python {type(value).__name__}"
+
+
 def tool_texts(tools: Any) -> list[str]:
     """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``)."""
     if tools is None:
@@ -238,7 +254,8 @@ def tool_texts(tools: Any) -> list[str]:
     out = []
     for i, t in enumerate(tools):
         if not isinstance(t, Mapping):
-            raise InvalidRequestError(f"tools[{i}]: a tool definition must be a dict, got {type(t).__name__}")
+            # JSON's words, as the gateway and the CLI say it (fresh9 B4)
+            raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {_json_name(t)}")
         try:
             try:
                 out.append(msgspec.json.encode(t).decode())
@@ -247,7 +264,7 @@ def tool_texts(tools: Any) -> list[str]:
                 # they encode), as in message text and in the gateway's JSON escapes
                 out.append(msgspec.json.encode(_engine.clean_value(t)).decode())
         except RecursionError:
-            raise InvalidRequestError(f"tools[{i}]: nested too deeply") from None
+            raise InvalidRequestError(f"tools[{i}]: is nested too deeply") from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             raise InvalidRequestError(f"tools[{i}]: holds a value JSON cannot represent ({exc})") from None
     return out
@@ -308,7 +325,7 @@ def count_messages(
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
-        InvalidRequestError: a tool definition is not a dict, is nested too deeply or holds
+        InvalidRequestError: a tool definition is not a dict (JSON: an object), is nested too deeply or holds
             a value JSON cannot represent (names ``tools[i]``).
         ValueError: unknown profile, ``tools`` is not a list, or ``limit`` is not an
             ``int >= 0``.
