@@ -84,8 +84,23 @@ def loads_keeping_numbers(text: str | bytes, **kw: Any) -> Any:
     return json.loads(text, parse_float=_keep_float, parse_int=_keep_int, **kw)
 
 
+_SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _clean_run(m: re.Match[str]) -> str:
+    run = m.group()
+    if len(run) == 1 or _SURROGATE_PAIR.search(run) is None:
+        return "\ufffd" * len(run)  # all lone: one step, not one error handler call each
+    # a high surrogate followed by a low one is the character they encode
+    return run.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def clean_str(s: str) -> str:
-    """Replace lone surrogates with U+FFFD (one per surrogate); other text unchanged.
+    """Replace lone surrogates with U+FFFD (one per surrogate); a high surrogate followed
+    by a low one is the character they encode; other text unchanged. Linear: a run of
+    lone surrogates is replaced in one step (16 million took 4 s through the UTF-16
+    decoder's ``replace`` handler, once per surrogate; fresh9 D2).
 
     >>> clean_str("ab\\ud83d")
     'ab\\ufffd'
@@ -94,7 +109,7 @@ def clean_str(s: str) -> str:
         s.encode("utf-8")
         return s
     except UnicodeEncodeError:
-        return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return _SURROGATE_RUN.sub(_clean_run, s)
 
 
 def clean_value(value: Any) -> Any:
