@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -335,120 +335,10 @@ def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
     return values, at, path, top_keys
 
 
-_JSON_TOKEN = re.compile(
-    r'[ \t\r\n]*(?:("(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*")'
-    r"|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(?![0-9.eE+-])"
-    r"|(true|false|null)|([{}\[\]:,]))"
-)
-
-
-_RUN = re.compile(r"[ \t\r\n]*(?:(\[[\[ \t\r\n]*)|(\][\] \t\r\n]*))")
-
-
-_CUT_TOKEN = re.compile(
-    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*(?:\\(?:u[0-9a-fA-F]{0,3})?)?'
-    r"|t(?:r(?:u)?)?|f(?:a(?:l(?:s)?)?)?|n(?:u(?:l)?)?"
-)
-
-
-def _syntax_error(text: str) -> msgspec.DecodeError | None:
-    """Why ``text`` is not JSON (or JSONL: values one a line), found without recursion
-    (for text the parser gave up on as too deep), in msgspec's words (``Input data was
-    truncated``, ``JSON is malformed: ... (byte N)``); ``None`` when it is JSON. A
-    truncated file of 50,000 ``[`` is not "nested too deeply" but truncated (fresh9 B3)."""
-    stack: list[str] = []  # open brackets
-    # what may come next: "value", "value]" (a value or a close), "key}" (a key or a
-    # close), "key", ":", "," (a comma or the close of the innermost bracket)
-    expect = "value"
-    pos, end = 0, len(text)
-
-    def bad(what: str, at: int) -> msgspec.DecodeError:
-        return msgspec.DecodeError(f"JSON is malformed: {what} (byte {len(text[:at].encode())})")
-
-    while True:
-        # runs of brackets in one step each: a file of 20 million took minutes a bracket at a time
-        run = _RUN.match(text, pos) if expect in ("value", "value]", ",") else None
-        if run is not None and run[1] is not None and expect != ",":
-            stack.extend("[" * run[1].count("["))
-            expect, pos = "value]", run.end()
-            continue
-        if run is not None and run[2] is not None and expect in (",", "value]"):
-            k = run[2].count("]")
-            if len(stack) >= k and "{" not in stack[-k:]:
-                del stack[-k:]
-                expect, pos = ("," if stack else "done"), run.end()
-                continue
-        m = _JSON_TOKEN.match(text, pos)
-        if m is None:
-            rest = end - len(text[pos:].lstrip(" \t\r\n"))
-            if rest == end:
-                if stack or expect not in (",", "done"):
-                    return msgspec.DecodeError("Input data was truncated")
-                return None
-            if _CUT_TOKEN.fullmatch(text, rest):  # a string or literal the end cut short
-                return msgspec.DecodeError("Input data was truncated")
-            return bad("invalid character", rest)
-        string, _number, _literal, punct = m.groups()
-        at = m.start(m.lastindex or 0)
-        if expect == "done":  # JSONL: another value on a line of its own
-            if "\n" not in text[pos:at]:
-                return bad("trailing characters", at)
-            expect = "value"
-        if punct is None:  # a scalar
-            if expect == "key" or expect == "key}":
-                if string is None:
-                    return bad("object keys must be strings", at)
-                expect = ":"
-            elif expect in ("value", "value]"):
-                expect = "," if stack else "done"
-            else:
-                return bad(f"expected {_EXPECTED[expect](stack)}", at)
-        elif punct in "[{":
-            if expect not in ("value", "value]"):
-                return bad(f"expected {_EXPECTED[expect](stack)}", at)
-            stack.append(punct)
-            expect = "value]" if punct == "[" else "key}"
-        elif not stack and punct in "]}":
-            return bad("invalid character", at)
-        elif punct in "]}":
-            want = "]" if stack[-1] == "[" else "}"
-            if punct != want or expect not in (",", "value]" if want == "]" else "key}"):
-                if expect in ("value", "key"):
-                    return bad(f"trailing comma in {'array' if want == ']' else 'object'}", at)
-                return bad(f"expected {_EXPECTED[expect](stack)}", at)
-            stack.pop()
-            expect = "," if stack else "done"
-        elif punct == ":":
-            if expect != ":":
-                return bad(f"expected {_EXPECTED[expect](stack)}", at)
-            expect = "value"
-        else:  # ","
-            if expect != ",":
-                return bad(f"expected {_EXPECTED[expect](stack)}", at)
-            expect = "value" if stack[-1] == "[" else "key"
-        pos = m.end()
-
-
-_EXPECTED: dict[str, Callable[[list[str]], str]] = {
-    "value": lambda stack: "a value",
-    "value]": lambda stack: "a value or ']'",
-    "key": lambda stack: "a key",
-    "key}": lambda stack: "a key or '}'",
-    ":": lambda stack: "':'",
-    ",": lambda stack: "',' or ']'" if stack[-1] == "[" else "',' or '}'",
-    "done": lambda stack: "the end",
-}
-
-
 def _too_deep(text: str, where: str) -> InvalidRequestError:
     """The error for a ``text`` nested deeper than the parser reads, naming the message
     that holds the deepest point as the dict path does (``message 1: is nested too
-    deeply``), or the top-level value (``tools[0]``) when no message does; or, when the
-    text is not JSON at all (a truncated file of brackets), the invalid JSON error that a
-    shallow text gets (fresh9 B3)."""
-    err = _syntax_error(text)
-    if err is not None:
-        return InvalidRequestError(f"{where}: invalid JSON: {_where(text, err)}")
+    deeply``), or the top-level value (``tools[0]``) when no message does."""
     values, at, path, top_keys = _deepest(text)
     if values > 1:  # JSONL: one message a line
         place = f"message {at}"
@@ -518,9 +408,6 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
         try:
             value = _decode(line)
         except RecursionError:
-            err = _syntax_error(line)
-            if err is not None:
-                raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {err}") from None
             raise InvalidRequestError(f"{where}: message {len(messages)}: is nested too deeply") from None
         except msgspec.MsgspecError as exc:
             if not messages:
