@@ -70,6 +70,32 @@ def _keep_int(text: str) -> Any:
         return msgspec.Raw(text.encode())
 
 
+def json_type_name(value: Any) -> str:
+    """JSON's name for the type of a Python value, as the gateway's errors name a JSON
+    value's (``a string``, ``null``, ``an object``); a number kept as written
+    (``msgspec.Raw``, :func:`loads_keeping_numbers`) is ``a number``; a type JSON has not
+    is ``a Python <type>``.
+
+    >>> json_type_name([1]), json_type_name(None), json_type_name({1, 2})
+    ('an array', 'null', 'a Python set')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, msgspec.Raw):
+        return "a number"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a Python {type(value).__name__}"
+
+
 def loads_keeping_numbers(text: str | bytes, **kw: Any) -> Any:
     """``json.loads``, except that a number a float cannot hold (``1e400``) or an integer
     with more digits than Python converts (4300 by default) is kept as written, as a

@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from ._engine import clean_str
+from ._engine import clean_str, json_type_name
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -229,22 +229,6 @@ def check_limit(limit: Any) -> int | None:
     return limit
 
 
-def _json_name(value: Any) -> str:
-    """JSON's name for the type of a Python value (``a string``, ``null``), as the
-    gateway names a JSON value's; ``a Python set`` for a type JSON has not."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    return f"a Python {type(value).__name__}"
-
-
 def tool_texts(tools: Any) -> list[str]:
     """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``)."""
     if tools is None:
@@ -255,7 +239,7 @@ def tool_texts(tools: Any) -> list[str]:
     for i, t in enumerate(tools):
         if not isinstance(t, Mapping):
             # JSON's words, as the gateway and the CLI say it (fresh9 B4)
-            raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {_json_name(t)}")
+            raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {json_type_name(t)}")
         try:
             try:
                 out.append(msgspec.json.encode(t).decode())

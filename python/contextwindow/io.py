@@ -19,7 +19,7 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from ._engine import loads_keeping_numbers
+from ._engine import json_type_name, loads_keeping_numbers
 from .adapters import _scrub, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -130,23 +130,6 @@ def _openai_marked(messages: list[Any]) -> bool:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _json_type(value: Any) -> str:
-    """JSON's name for a decoded value, as the gateway's errors say it."""
-    if value is None:
-        return "null"
-    if isinstance(value, msgspec.Raw):  # a number kept as written (loads_keeping_numbers)
-        return "a number"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def _entries(value: Any) -> int:
@@ -493,7 +476,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
     if not isinstance(doc, dict):
         raise InvalidRequestError(
-            f"{where}: top-level JSON is {_json_type(doc)}, expected an object with "
+            f"{where}: top-level JSON is {json_type_name(doc)}, expected an object with "
             '"messages", a list of messages or JSONL'
         )
     one_message = "messages" not in doc and isinstance(doc.get("role"), str)
@@ -504,9 +487,9 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         raise InvalidRequestError(f'{where}: the top-level object has no "messages" list')
     messages, tools = doc["messages"], doc.get("tools")
     if not isinstance(messages, list):
-        raise InvalidRequestError(f'{where}: "messages" is {_json_type(messages)}, not a list')
+        raise InvalidRequestError(f'{where}: "messages" is {json_type_name(messages)}, not a list')
     if tools is not None and not isinstance(tools, list):
-        raise InvalidRequestError(f'{where}: "tools" is {_json_type(tools)}, not a list')
+        raise InvalidRequestError(f'{where}: "tools" is {json_type_name(tools)}, not a list')
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
