@@ -408,6 +408,34 @@ def test_nested_too_deeply_names_the_message_in_the_cli(
     assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: is nested too deeply\n"
 
 
+def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh9 B3: a truncated file of 50,000 ``[`` is not JSON at all; the CLI said
+    "message 0: is nested too deeply" (msgspec gives up on depth first), the gateway "EOF
+    while parsing a list". Now serde_json checks the syntax when the parser gives up on
+    depth, and the error is the one a shallow truncated file gets."""
+    cases = [
+        ("cut.json", "[" * 50_000, "invalid JSON: line 1, column 50001: Input data was truncated"),
+        ("bad.json", "[" * 3000 + "x" + "]" * 3000, "invalid JSON: line 1, column 3001: expected value (byte 3000)"),
+        ("deep.json", "[" * 50_000 + "]" * 50_000, "message 0: is nested too deeply"),
+        (
+            "cut.jsonl",
+            '{"role":"user","content":"a"}\n' + "[" * 5000 + "\n",
+            "line 2: invalid JSON: line 1, column 5001: Input data was truncated",
+        ),
+    ]
+    for name, text, said in cases:
+        f = write(tmp_path, name, text)
+        assert main(["count", f]) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n"
+    # a shallow truncated file says the same
+    f = write(tmp_path, "short.json", "[[[")
+    assert main(["count", f]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"contextwindow: error: {f}: invalid JSON: line 1, column 4: Input data was truncated\n"
+    )
+
+
 def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
     """fresh7 N7: "invalid request body at byte 185: recursion limit exceeded" (serde's
     words, an offset only) for 5,000 levels inside a content block."""

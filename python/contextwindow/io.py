@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 
 import msgspec
 
+from . import _native
 from ._engine import json_type_name, loads_keeping_numbers
 from .adapters import _scrub, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
@@ -321,7 +322,12 @@ def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
 def _too_deep(text: str, where: str) -> InvalidRequestError:
     """The error for a ``text`` nested deeper than the parser reads, naming the message
     that holds the deepest point as the dict path does (``message 1: is nested too
-    deeply``), or the top-level value (``tools[0]``) when no message does."""
+    deeply``), or the top-level value (``tools[0]``) when no message does; or, when the
+    text is not JSON at all (a truncated ``[[[[...``), the invalid JSON error a shallow
+    text gets, from serde_json's syntax check (fresh9 B3)."""
+    bad = _syntax_error(text)
+    if bad is not None:
+        return InvalidRequestError(f"{where}: invalid JSON: {bad}")
     values, at, path, top_keys = _deepest(text)
     if values > 1:  # JSONL: one message a line
         place = f"message {at}"
@@ -334,6 +340,19 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
     else:
         place = _field(path[:2]) or "the document"
     return InvalidRequestError(f"{where}: {place}: is nested too deeply")
+
+
+def _syntax_error(text: str) -> str | None:
+    """Why ``text`` is not one JSON value, worded as for a shallow text (``line 1, column
+    50001: Input data was truncated``), or ``None`` when it is JSON; serde_json checks it
+    (``_native.json_syntax_error``), at any depth and without building it."""
+    found = _native.json_syntax_error(text)
+    if found is None:
+        return None
+    offset, reason = found
+    if "EOF while parsing" in reason:  # msgspec's words for the same fault
+        return _where(text, msgspec.DecodeError("Input data was truncated"))
+    return _where(text, msgspec.DecodeError(f"{reason} (byte {offset})")) if offset is not None else reason
 
 
 def _decode(text: str) -> Any:
@@ -391,6 +410,9 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
         try:
             value = _decode(line)
         except RecursionError:
+            bad = _syntax_error(line)
+            if bad is not None:
+                raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
             raise InvalidRequestError(f"{where}: message {len(messages)}: is nested too deeply") from None
         except msgspec.MsgspecError as exc:
             if not messages:

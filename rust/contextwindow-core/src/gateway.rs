@@ -1694,6 +1694,26 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
         .sum()
 }
 
+/// Why `text` is not a sequence of JSON values (one, or one a line as in JSONL):
+/// serde_json reads each as a raw value, which checks the syntax at any depth without
+/// building anything, and its error comes back as the gateway words it (`InvalidRequest`
+/// with the byte offset); `None` when `text` is JSON. The CLI asks this when its own parser
+/// gives up on depth, to tell a value nested too deep from a file that is not JSON at all
+/// (a truncated `[[[[...`: fresh9 B3).
+///
+/// ```
+/// use contextwindow_core::gateway::json_syntax_error;
+/// assert!(json_syntax_error(&"[".repeat(1000)).is_some());
+/// assert!(json_syntax_error(&format!("{}{}\n{{}}", "[".repeat(1000), "]".repeat(1000))).is_none());
+/// ```
+pub fn json_syntax_error(text: &str) -> Option<Error> {
+    let cx = Ctx { body: text };
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<&RawValue>()
+        .find_map(|v| v.err())
+        .map(|e| cx.json_err(e, text))
+}
+
 /// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
 /// definitions (compact JSON text + per-tool overhead), like
 /// `count_messages(messages, tools=tools)` on the parsed body.

@@ -380,6 +380,17 @@ fn count_request(
     run(py, || gateway::count_request(body, profile, provider))
 }
 
+/// `(byte offset, reason)` of why `text` is not one JSON value, `None` when it is (see
+/// `gateway::json_syntax_error`); reads in place, any depth, without the GIL.
+#[pyfunction]
+fn json_syntax_error(py: Python<'_>, text: &str) -> Option<(Option<usize>, String)> {
+    py.detach(|| match gateway::json_syntax_error(text) {
+        Some(Error::InvalidRequest { offset, reason }) => Some((offset, reason)),
+        Some(other) => Some((None, other.to_string())),
+        None => None,
+    })
+}
+
 /// Native engine of contextwindow. Private: use the `contextwindow` package.
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -388,6 +399,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vocab_data, m)?)?;
     m.add_function(wrap_pyfunction!(profile_overheads, m)?)?;
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(json_syntax_error, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_dicts, m)?)?;
