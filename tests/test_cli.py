@@ -667,3 +667,33 @@ def test_inspect_numbers_messages_as_validate_does(
     assert (by_index[2]["tool"], by_index[2]["tools"]) == ("f", ["f", "g"])
     assert (by_index[3]["tool"], by_index[3]["tools"]) == ("g", ["g", "(no matching call)"])
     assert (by_index[4]["tool"], by_index[4]["tools"]) == (None, [])
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
+def test_jsonl_message_may_hold_unicode_line_breaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sep: str
+) -> None:
+    """JSON strings may hold U+2028, U+2029 and U+0085 as they are; the JSONL reader split
+    lines at them (``str.splitlines``) and refused the file as invalid JSON. Lines end at
+    ``\\n`` only; the count is the dict path's."""
+    msgs = [{"role": "user", "content": f"first{sep}second"}, {"role": "assistant", "content": "ok"}]
+    f = tmp_path / "chat.jsonl"
+    f.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in msgs), encoding="utf-8")
+    assert sep in f.read_text(encoding="utf-8")
+    assert main(["count", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{f}: {cw.count_messages(msgs)} tokens, 2 messages")
+
+
+@pytest.mark.parametrize("value", ["1_000", "\u0661\u0662\u0663", " 5", "5 ", "+5"])
+def test_integer_options_take_ascii_digits_only(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """fresh9 C2: ``--budget`` took what ``int()`` takes: ``1_000``, spaces, Arabic-Indic
+    digits (``١٢٣`` ran as 123). A usage error now, as ``1e3`` or ``0x10`` were."""
+    for argv in (
+        ["fit", "examples/agent_session.json", "--budget", value],
+        ["inspect", "examples/agent_session.json", "--top", value],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert f"invalid int value: {value!r} (digits 0-9 only)" in capsys.readouterr().err

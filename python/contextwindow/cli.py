@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -408,6 +409,19 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 _FILE_HELP = "a conversation file (request body, message list, JSONL or corpus file); - reads standard input"
 
 
+def _int(text: str) -> int:
+    """An integer option as written in ASCII: an optional ``-`` and the digits 0-9.
+    ``int()`` also takes ``1_000``, spaces around the number and the digits of other
+    scripts (``١٢٣`` is 123), which a token budget on a command line never means (found
+    by a new user, fresh9 C2)."""
+    if not _INT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (digits 0-9 only)")
+    return int(text)
+
+
+_INT = re.compile(r"-?[0-9]+")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextwindow",
@@ -432,13 +446,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     f.add_argument("file", metavar="FILE", help=_FILE_HELP)
     which = f.add_mutually_exclusive_group(required=True)
-    which.add_argument("--budget", type=int, help="token budget for the whole request (tools included)")
+    which.add_argument("--budget", type=_int, help="token budget for the whole request (tools included)")
     which.add_argument(
         "--model", help="take the budget from this model's context window and output limit (model table)"
     )
-    f.add_argument("--context-window", type=int, help="with --model: the window, in tokens, instead of the table's")
+    f.add_argument("--context-window", type=_int, help="with --model: the window, in tokens, instead of the table's")
     f.add_argument(
-        "--max-output-tokens", type=int, help="with --model: tokens to reserve for the response instead of the table's"
+        "--max-output-tokens", type=_int, help="with --model: tokens to reserve for the response instead of the table's"
     )
     f.add_argument("-o", "--output", help="write the fitted conversation here (default: stdout)")
     f.add_argument("--no-breadcrumb", action="store_true", help="do not insert the breadcrumb")
@@ -447,7 +461,7 @@ def _parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
     i.add_argument("file", metavar="FILE", help=_FILE_HELP)
-    i.add_argument("--top", type=int, default=10, help="how many of the largest messages to list (default 10)")
+    i.add_argument("--top", type=_int, default=10, help="how many of the largest messages to list (default 10)")
     common(i)
     i.set_defaults(run=_cmd_inspect, parser=i)
 

@@ -401,8 +401,12 @@ def _where(text: str, exc: Exception) -> str:
 
 
 def _jsonl(text: str, where: str) -> list[Any] | None:
-    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all."""
-    lines = [(n, s) for n, s in enumerate(text.splitlines(), 1) if s.strip()]
+    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all.
+
+    Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
+    U+0085 and the other Unicode line breaks, which JSON strings may hold as they are, and
+    a message holding one was refused as invalid JSON (found after fresh9 B5)."""
+    lines = [(n, s) for n, s in enumerate(text.split("\n"), 1) if s.strip()]
     if len(lines) < 2:
         return None
     messages = []
