@@ -556,26 +556,30 @@ def test_an_openai_body_read_as_anthropic_says_why(tmp_path: Path, capsys: pytes
     assert capsys.readouterr().err.endswith(": message 0, field content: must be a string or a list of blocks\n")
 
 
-def _run_closed(args: list[str], *, read_lines: int = 0, close: str = "stdout") -> tuple[int, bytes]:
+def _run_closed(
+    args: list[str], *, read_lines: int = 0, read_bytes: int = 0, close: str = "stdout"
+) -> tuple[int, bytes]:
     """Run ``python -m contextwindow ARGS`` with its stdout (or stderr) on a real pipe
-    whose reader reads ``read_lines`` lines and then closes it, as ``| head -N`` does
-    (``read_lines=0``: closed before the program starts, so its first write fails).
-    Returns the exit code and what the program wrote on the other stream."""
+    whose reader reads ``read_lines`` lines (or ``read_bytes`` bytes) and then closes it,
+    as ``| head -N`` (``| head -c N``) does (neither: closed before the program starts, so
+    its first write fails). Returns the exit code and what the program wrote on the other
+    stream."""
     import os
     import subprocess
     import sys
 
     r, w = os.pipe()
-    if not read_lines:
+    if not read_lines and not read_bytes:
         os.close(r)
     target = {"stdout": w} if close == "stdout" else {"stderr": w}
     other = "stderr" if close == "stdout" else "stdout"
     proc = subprocess.Popen([sys.executable, "-m", "contextwindow", *args], **target, **{other: subprocess.PIPE})
     os.close(w)
-    if read_lines:
+    if read_lines or read_bytes:
         with os.fdopen(r, "rb") as reader:
             for _ in range(read_lines):
                 reader.readline()
+            reader.read(read_bytes)
     out, err = proc.communicate()
     return proc.returncode, out if close == "stderr" else err
 
@@ -600,6 +604,11 @@ def test_closed_pipe_keeps_the_commands_exit_code(tmp_path: Path, capsys: pytest
     assert _run_closed(["fit", str(EXAMPLE), "--budget", "2000", "-o", out]) == (141, b"")
     assert _run_closed(["inspect", str(EXAMPLE)], read_lines=1) == (141, b"")
     assert _run_closed(["--help"]) == (141, b"")
+    # fresh10: an output over the pipe's 64 KiB read 10 bytes deep: the buffered write
+    # returned the part the pipe took (65,536 bytes) without raising, and fit exited 0
+    big = write(tmp_path, "big.json", json.dumps({"messages": [{"role": "user", "content": "word " * 40_000}]}))
+    code, err = _run_closed(["fit", big, "--budget", "100000"], read_bytes=10)
+    assert code == 141 and err.endswith(b"unchanged: the conversation already fits\n")
     # the same commands with a reader that takes everything: their own codes
     assert main(["validate", viol]) == 1
     assert main(["fit", str(EXAMPLE), "--budget", "2000", "-o", out]) == 0

@@ -582,7 +582,17 @@ class _Guarded:
 
     def write(self, data: Any) -> int:
         try:
-            return int(self._stream.write(data))
+            n = int(self._stream.write(data))
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                # a buffered write the reader left in the middle returns the part it took
+                # (65,536 of 142,938 bytes) without raising; the next write raises
+                rest = memoryview(data)[n:]
+                while rest:
+                    took = self._stream.write(rest)
+                    if not took:
+                        raise BrokenPipeError
+                    rest = rest[took:]
+            return len(data)
         except BrokenPipeError:
             self._to_devnull()
             return len(data)
