@@ -706,3 +706,14 @@ def test_integer_options_take_ascii_digits_only(capsys: pytest.CaptureFixture[st
             main(argv)
         assert exit_.value.code == 2
         assert f"invalid int value: {value!r} (digits 0-9 only)" in capsys.readouterr().err
+
+
+def test_integer_option_with_too_many_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh10 N8: a 5,000-digit --budget said "invalid _int value: '999...'" (the helper's
+    name and all 5,000 digits): Python reads at most 4,300 digits."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "examples/agent_session.json", "--budget", "9" * 5000])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --budget: invalid int value: 5,000 digits, more than Python reads" in err
+    assert "_int" not in err and "9" * 100 not in err

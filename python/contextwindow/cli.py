@@ -415,8 +415,11 @@ def _int(text: str) -> int:
     scripts (``١٢٣`` is 123), which a token budget on a command line never means (found
     by a new user, fresh9 C2)."""
     if not _INT.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (digits 0-9 only)")
-    return int(text)
+        raise argparse.ArgumentTypeError(f"invalid int value: {text[:40]!r} (digits 0-9 only)")
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise argparse.ArgumentTypeError(f"invalid int value: {len(text):,} digits, more than Python reads") from None
 
 
 _INT = re.compile(r"-?[0-9]+")
