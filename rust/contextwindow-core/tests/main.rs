@@ -398,26 +398,17 @@ fn breadcrumb_never_costs_the_newest_turn() {
         call(&["c2"]),
         res("c2", &forty),
     ];
-    let out = trim_turns(&msgs, 50, opts(Format::OpenAI));
-    assert_eq!(out.messages.len(), 5);
-    assert_eq!(
-        (
-            out.report.tokens_after,
-            out.report.fits,
-            out.report.breadcrumb
-        ),
-        (45, true, false)
-    );
-    let out = trim_turns(&msgs, 61, opts(Format::OpenAI));
-    assert_eq!(out.messages.len(), 6);
-    assert_eq!(
-        (
-            out.report.tokens_after,
-            out.report.fits,
-            out.report.breadcrumb
-        ),
-        (61, true, true)
-    );
+    // (budget, messages kept, tokens after, fits, breadcrumb)
+    for (budget, kept, after, fits, crumb) in [(50, 5, 45, true, false), (61, 6, 61, true, true)] {
+        let out = trim_turns(&msgs, budget, opts(Format::OpenAI));
+        assert_eq!(out.messages.len(), kept, "budget {budget}");
+        let r = &out.report;
+        assert_eq!(
+            (r.tokens_after, r.fits, r.breadcrumb),
+            (after, fits, crumb),
+            "budget {budget}"
+        );
+    }
     // three one-letter messages (5 each), budget 5: the last one alone fits (was 15,
     // fits=false); at 4 nothing fits and the input comes back
     let msgs = vec![u("a"), a("b"), u("c")];
