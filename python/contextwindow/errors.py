@@ -24,11 +24,9 @@ def _printable(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a high one followed by a low
     one is the character they encode), as the gateway and the CLI read them, so an error
     that quotes the caller's input can be printed and logged (DESIGN.md section 7; fresh9 B1)."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    from ._engine import clean_str  # here: _engine imports this module
+
+    return clean_str(text)
 
 
 class InvalidMessageError(ContextWindowError, ValueError):
