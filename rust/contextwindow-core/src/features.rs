@@ -837,6 +837,64 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     let mut cp = decode3(b, i);
     let mut entry = groups[cp as usize];
     let mut prev_upper = after_upper(b, i, na_prev.upper);
+    // While 16 bytes are readable from `i`, the character's next 8 bytes come in one load:
+    // the next character is decoded from it, and the 2- and 3-character keys are hashed
+    // from it in place ([`hash_at`]'s words), with no bounds checks. The rules are the
+    // loop's below, which finishes the run.
+    let mut letter = na_prev.letter;
+    while i + 16 <= n {
+        let w = load8(b, i);
+        let g = entry & !UPPER_FLAG;
+        let upper = entry & UPPER_FLAG != 0;
+        if upper && prev_upper {
+            for k in 0..K {
+                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
+            }
+        }
+        prev_upper = upper;
+        let isl = is_letter_group(g);
+        if isl && !letter {
+            for k in 0..K {
+                out.add(k, F_NA_WORDS, 1);
+            }
+        }
+        letter = isl;
+        let more = (w >> 24) as u8 & 0xF0 == 0xE0;
+        let cp1 = (((w >> 24) as u32 & 0x0F) << 12)
+            | (((w >> 32) as u32 & 0x3F) << 6)
+            | ((w >> 40) as u32 & 0x3F);
+        let entry1 = groups[cp1 as usize];
+        let pair = more && is_ngram_group(g) && is_ngram_group(entry1 & !UPPER_FLAG);
+        for k in 0..K {
+            if i < consumed[k] {
+                continue;
+            }
+            let v = &vocabs[k];
+            if pair && v.contains_hash(mix(w & first_bytes(6), 0, 6)) {
+                let third = (w >> 48) as u8 & 0xF0 == 0xE0
+                    && is_ngram_group(groups[decode3(b, i + 6) as usize] & !UPPER_FLAG);
+                let m = if third && v.contains_hash(mix(w, b[i + 8] as u64, 9)) {
+                    3
+                } else {
+                    2
+                };
+                out.add(k, F_NGRAMS, 1);
+                consumed[k] = i + 3 * m;
+                continue;
+            }
+            out.add(k, F_CH + g as usize, 1);
+            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+        }
+        i += 3;
+        if !more {
+            na_prev.letter = letter;
+            na_prev.upper = prev_upper;
+            return i;
+        }
+        cp = cp1;
+        entry = entry1;
+    }
+    na_prev.letter = letter;
     loop {
         let g = entry & !UPPER_FLAG;
         let upper = entry & UPPER_FLAG != 0;
