@@ -49,7 +49,7 @@ def test_image_tokens_agree(parts: list, profile: str, in_result: bool) -> None:
 
 @given(st.text(), st.sampled_from(PROFILES))
 def test_text_tokens_agree(text: str, profile: str) -> None:
-    from contextwindow._engine import clean_str
+    from contextwindow._jsontext import clean_str
 
     t = clean_str(text)
     assert rs.estimate_text(t, profile) == ref.text_tokens(t, ref.PROFILES[profile])

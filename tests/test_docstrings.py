@@ -28,6 +28,7 @@ MODULES = [
     "contextwindow.trim",
     "contextwindow.turns",
     "contextwindow._engine",
+    "contextwindow._jsontext",
     "contextwindow._image",
     "contextwindow.budget",
     "contextwindow.breakdown",

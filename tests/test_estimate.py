@@ -753,7 +753,7 @@ def test_clean_str_keeps_its_rule_on_runs_of_surrogates(text: str) -> None:
     calls its error handler once per surrogate); runs without a pair are now replaced in
     one step. The rule is the same as the UTF-16 round trip (independent oracle): a lone
     surrogate is U+FFFD, a high one followed by a low one the character they encode."""
-    from contextwindow._engine import clean_str
+    from contextwindow._jsontext import clean_str
 
     want = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     assert clean_str(text) == want
@@ -761,7 +761,7 @@ def test_clean_str_keeps_its_rule_on_runs_of_surrogates(text: str) -> None:
 
 
 def test_clean_str_on_long_runs() -> None:
-    from contextwindow._engine import clean_str
+    from contextwindow._jsontext import clean_str
 
     # 1,000 lone surrogates: 1,000 U+FFFD; a pair inside a run joins, the rest do not
     assert clean_str("a" + "\ud800" * 1000 + "b") == "a" + "\ufffd" * 1000 + "b"

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextwindow as cw
-from contextwindow import _engine
+from contextwindow import _engine, _jsontext
 from contextwindow._native import count_dicts, read_dicts, reencode
 from contextwindow.adapters import from_canonical
 from contextwindow.errors import InvalidMessageError
@@ -295,7 +295,7 @@ def dict_conversation(draw: Any) -> tuple[str, list[dict[str, Any]]]:
     dicts = [draw(odd(d)) for d in dicts]
     dicts = [add_extras(draw, d) for d in dicts]
     if draw(st.booleans()):  # the strategies like lone surrogates; the reader leaves them to Python
-        dicts = _engine.clean_value(dicts)
+        dicts = _jsontext.clean_value(dicts)
     return provider, dicts
 
 

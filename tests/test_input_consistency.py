@@ -605,3 +605,30 @@ def test_tool_definition_and_input_errors_read_the_same_on_every_path() -> None:
     assert str(err.value).startswith("message 1: holds a value JSON cannot represent (Exceeds the limit"), str(
         err.value
     )
+
+
+# ------------------------------------------- one rule for lone surrogates (_jsontext)
+
+
+def test_a_surrogate_pair_held_as_two_code_points_is_its_character_on_every_path() -> None:
+    """Python may hold U+1F600 as two code points, ``"\\ud83d\\ude00"`` (a JSON decoder
+    that keeps lone surrogates, a UTF-16 source); JSON's escape pair reads as the
+    character. The adapters cleaned a tool_use ``input`` one surrogate at a time (two
+    U+FFFD, 5 tokens fewer here than the gateway counted); one function now cleans every
+    value, message text and tool schemas as before."""
+    from contextwindow.adapters import anthropic_to_message, message_to_anthropic
+
+    pair = "\ud83d\ude00"
+    block = {"type": "tool_use", "id": "t", "name": "f", "input": {"q": pair, pair: 1}}
+    m = anthropic_to_message({"role": "assistant", "content": [block]}, 1)
+    assert m.content[0].arguments == '{"q":"\U0001f600","\U0001f600":1}'
+    assert message_to_anthropic(m)["content"][0]["input"] == {"q": "\U0001f600", "\U0001f600": 1}
+    msgs = [{"role": "user", "content": "hi " + pair}, {"role": "assistant", "content": [block]}]
+    tools = [{"name": "f" + pair, "input_schema": {"type": "object"}}]
+    same = json.loads(json.dumps(msgs).replace("\\ud83d\\ude00", "\U0001f600"))
+    same_tools = [{"name": "f\U0001f600", "input_schema": {"type": "object"}}]
+    want = cw.count_messages(same, tools=same_tools, format="anthropic")
+    assert cw.count_messages(msgs, tools=tools, format="anthropic") == want
+    body = json.dumps({"model": "m", "messages": msgs, "tools": tools}).encode()
+    assert b"\\ud83d\\ude00" in body  # the escape pair
+    assert cw.count_request(body) == want

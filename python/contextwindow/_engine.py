@@ -8,8 +8,6 @@ message is converted to the caller's shape.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import _native
+from ._jsontext import clean_value, loads_keeping_numbers
 from .adapters import anthropic_to_message, detect_format, from_canonical, openai_to_message, to_canonical
 from .errors import InvalidMessageError
 from .messages import Message, TextPart, ToolResult
@@ -58,18 +57,6 @@ class _Outcome(msgspec.Struct, frozen=True):
 _OUTCOME = msgspec.json.Decoder(_Outcome)
 
 
-def _keep_float(text: str) -> Any:
-    value = float(text)
-    return value if math.isfinite(value) else msgspec.Raw(text.encode())
-
-
-def _keep_int(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
-        return msgspec.Raw(text.encode())
-
-
 def json_type_name(value: Any) -> str:
     """JSON's name for the type of a Python value, as the gateway's errors name a JSON
     value's (``a string``, ``null``, ``an object``); a number kept as written
@@ -94,64 +81,6 @@ def json_type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return f"a Python {type(value).__name__}"
-
-
-def loads_keeping_numbers(text: str | bytes, **kw: Any) -> Any:
-    """``json.loads``, except that a number a float cannot hold (``1e400``) or an integer
-    with more digits than Python converts (4300 by default) is kept as written, as a
-    ``msgspec.Raw`` (which msgspec writes back byte for byte, so it is counted by its
-    text and never changed), where msgspec's decoder refuses both ("out of range") and
-    ``json.loads`` reads the first as ``inf`` and refuses the second. The gateway keeps
-    the same numbers as written (fresh8 N5). ``kw`` goes to ``json.loads``.
-
-    >>> msgspec.json.encode(loads_keeping_numbers("[1e400, 2.5, 7]"))
-    b'[1e400,2.5,7]'
-    """
-    return json.loads(text, parse_float=_keep_float, parse_int=_keep_int, **kw)
-
-
-_SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
-_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
-
-
-def _clean_run(m: re.Match[str]) -> str:
-    run = m.group()
-    if len(run) == 1 or _SURROGATE_PAIR.search(run) is None:
-        return "\ufffd" * len(run)  # all lone: one step, not one error handler call each
-    # a high surrogate followed by a low one is the character they encode
-    return run.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def clean_str(s: str) -> str:
-    """Replace lone surrogates with U+FFFD (one per surrogate); a high surrogate followed
-    by a low one is the character they encode; other text unchanged. Linear: a run of
-    lone surrogates is replaced in one step (16 million took 4 s through the UTF-16
-    decoder's ``replace`` handler, once per surrogate; fresh9 D2).
-
-    >>> clean_str("ab\\ud83d")
-    'ab\\ufffd'
-    """
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return _SURROGATE_RUN.sub(_clean_run, s)
-
-
-def clean_value(value: Any) -> Any:
-    """:func:`clean_str` on every string of a JSON-like value (dict keys included), as a
-    copy; the value itself is not changed.
-
-    >>> clean_value({"k\\ud800": ["a\\ud83d\\ude00", 1]}) == {"k\\ufffd": ["a\\U0001f600", 1]}
-    True
-    """
-    if isinstance(value, str):
-        return clean_str(value)
-    if isinstance(value, dict):
-        return {clean_str(k) if isinstance(k, str) else k: clean_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean_value(v) for v in value]
-    return value
 
 
 def encode_messages(messages: Sequence[Message]) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
+from ._jsontext import clean_str, clean_value
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -55,7 +56,6 @@ _SYSTEM_BLOCK = "must be a text block"  # a system (top-level or message) holds 
 _CALL_TYPE = 'must be "function" or "custom"'  # the two Chat Completions tool call types
 _ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 _ABSENT: Any = object()  # "leave the key out"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
 
@@ -102,17 +102,6 @@ def _merge(out: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, An
     for k, v in (extra or {}).items():
         out.setdefault(k, v)
     return out
-
-
-def _scrub(value: Any) -> Any:
-    """Replace lone surrogates (invalid in UTF-8) with U+FFFD, recursively."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, Mapping):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
-    return value
 
 
 def _as_dict(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -386,7 +375,7 @@ def _encode_input(value: Any, index: int, field: str) -> str:
         try:
             return msgspec.json.encode(value).decode()
         except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
-            return msgspec.json.encode(_scrub(value)).decode()
+            return msgspec.json.encode(clean_value(value)).decode()
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
         # the words of every other place on the dict path (_engine._encode_located; fresh9 D4)
         _fail(f"holds a value JSON cannot represent ({exc})", index, field)
@@ -524,7 +513,7 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
             try:
                 value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
             except UnicodeEncodeError:  # lone surrogates: U+FFFD, as everywhere else
-                value = msgspec.json.decode(_scrub(p.arguments))
+                value = msgspec.json.decode(clean_str(p.arguments))
         except msgspec.MsgspecError:
             _fail("tool call arguments are not JSON", None, f"content[{j}].arguments")
         if not isinstance(value, dict):  # what anthropic_to_message would refuse as input

@@ -7,6 +7,8 @@ Errors about the caller's input are also ``ValueError`` so that code written for
 
 from __future__ import annotations
 
+from ._jsontext import clean_str
+
 __all__ = [
     "ContextWindowError",
     "InvalidMessageError",
@@ -24,8 +26,6 @@ def _printable(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a high one followed by a low
     one is the character they encode), as the gateway and the CLI read them, so an error
     that quotes the caller's input can be printed and logged (DESIGN.md section 7; fresh9 B1)."""
-    from ._engine import clean_str  # here: _engine imports this module
-
     return clean_str(text)
 
 

@@ -46,7 +46,8 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from ._engine import clean_str, json_type_name
+from ._engine import json_type_name
+from ._jsontext import clean_str, clean_value
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -246,7 +247,7 @@ def tool_texts(tools: Any) -> list[str]:
             except UnicodeEncodeError:
                 # lone surrogates: U+FFFD (a high one followed by a low one: the character
                 # they encode), as in message text and in the gateway's JSON escapes
-                out.append(msgspec.json.encode(_engine.clean_value(t)).decode())
+                out.append(msgspec.json.encode(clean_value(t)).decode())
         except RecursionError:
             raise InvalidRequestError(f"tools[{i}]: is nested too deeply") from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:

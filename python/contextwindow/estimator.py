@@ -21,7 +21,8 @@ from typing import Any
 
 from . import _engine
 from . import _reference as ref
-from ._engine import Prepared, clean_str, encode_messages
+from ._engine import Prepared, encode_messages
+from ._jsontext import clean_str
 from .adapters import from_canonical
 from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError

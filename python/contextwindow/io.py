@@ -20,8 +20,9 @@ from typing import Any, Literal, cast
 import msgspec
 
 from . import _native
-from ._engine import json_type_name, loads_keeping_numbers
-from .adapters import _scrub, anthropic_to_message, detect_format
+from ._engine import json_type_name
+from ._jsontext import clean_value, loads_keeping_numbers
+from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = ["Conversation", "DocumentKind", "FileFormat", "dump_conversation", "load_conversation"]
@@ -382,7 +383,7 @@ def _decode(text: str) -> Any:
             if not out_of_range:
                 raise exc from None
             raise msgspec.DecodeError(str(err)) from None
-        return _scrub(value) if surrogates else value
+        return clean_value(value) if surrogates else value
 
 
 def _where(text: str, exc: Exception) -> str:
@@ -544,7 +545,7 @@ def _encode(value: Any, where: str) -> bytes:
         try:
             return msgspec.json.encode(value)
         except UnicodeEncodeError:  # lone surrogates from Python callers: U+FFFD
-            return msgspec.json.encode(_scrub(value))
+            return msgspec.json.encode(clean_value(value))
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
         raise InvalidRequestError(f"{where}: cannot write JSON: {exc}") from None
 
