@@ -632,3 +632,164 @@ def test_a_surrogate_pair_held_as_two_code_points_is_its_character_on_every_path
     body = json.dumps({"model": "m", "messages": msgs, "tools": tools}).encode()
     assert b"\\ud83d\\ude00" in body  # the escape pair
     assert cw.count_request(body) == want
+
+
+# ------------------------- fresh10 N4: keys that differ only in lone surrogates are one key
+
+HI, LO = "\ud800", "\udbff"  # both read as U+FFFD: the same key once cleaned
+
+
+def _sur(messages: list[Any]) -> list[Any]:
+    """A deep copy (``json.dumps`` writes a lone surrogate as its escape, ``\\ud800``)."""
+    return json.loads(json.dumps(messages))
+
+
+@pytest.mark.parametrize(
+    ("messages", "want"),
+    [
+        # the repro: the message's own keys
+        ([{"role": "user", "content": "x", HI: 1, LO: 2}], 'message 0: the key "\ufffd" appears more than once'),
+        # read before the role, by the gateway as by the dict path
+        ([{"role": "wizard", "content": "x", HI: 1, LO: 2}], 'message 0: the key "\ufffd" appears more than once'),
+        # an earlier message's clash comes before a later message's fault
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "x", HI: 1, LO: 2}]}, {"role": 5}],
+            'message 0, field content[0]: the key "\ufffd" appears more than once',
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}", HI: 1, LO: 2}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c", "content": "r"},
+            ],
+            'message 1, field tool_calls[0].function: the key "\ufffd" appears more than once',
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": {HI: 1, LO: 2}}}],
+                },
+            ],
+            'message 1, field content[0].input.a: the key "\ufffd" appears more than once',
+        ),
+        # a high surrogate followed by a low one is the character they encode (JSON's pair)
+        (
+            [{"role": "user", "content": "x", "\ud83d\ude00": 1, "\U0001f600": 2}],
+            'message 0: the key "\U0001f600" appears more than once',
+        ),
+    ],
+)
+def test_keys_that_differ_only_in_lone_surrogates_are_refused_the_same_everywhere(
+    messages: list[Any], want: str
+) -> None:
+    """fresh10 N4: the dict path kept the later value of the two (``trim_turns`` returned
+    the message with one ``"\\ufffd": 2`` key), the CLI wrote the file back without the
+    other and said "unchanged"; the gateway refused the same bytes. All three refuse it
+    now, in the gateway's words."""
+    assert same_everywhere(messages) == want
+    before = _sur(messages)
+    assert dict_error(messages) == want
+    assert _sur(messages) == before  # nothing the caller passed was changed
+
+
+def test_the_repro_trim_turns_refuses_and_mutates_nothing() -> None:
+    m = {"role": "user", "content": "x " * 3000, HI: 1, LO: 2}
+    before = dict(m)
+    for call in (
+        lambda: cw.trim_turns([m], 100),
+        lambda: cw.trim_turns([m], 10**6),  # unchanged, but counted with one key lost
+        lambda: cw.fit([m], 100),
+        lambda: cw.trim_turn_count([m], 1),
+        lambda: cw.repair_tool_pairs([m]),
+        lambda: cw.validate([m], "openai"),
+        lambda: cw.segment_turns([m]),
+        lambda: prune_middle([m], 100),
+    ):
+        with pytest.raises(InvalidMessageError) as info:
+            call()
+        assert (info.value.index, info.value.field) == (0, None)
+        assert info.value.reason == 'the key "\ufffd" appears more than once'
+    assert m == before and list(m) == ["role", "content", HI, LO]
+
+
+def test_keys_only_copied_are_refused_on_the_dict_path_and_in_the_cli() -> None:
+    """The gateway copies a key it does not read byte for byte (both escapes stay, nothing
+    is lost); the dict path and the CLI read every value into Python, where the two keys
+    are one once cleaned, so they refuse it, naming the object that holds them."""
+    msgs = [{"role": "user", "content": "x", "meta": {"a": [{HI: 1, LO: 2}]}}]
+    want = 'message 0, field meta.a[0]: the key "\ufffd" appears more than once'
+    assert dict_error(msgs) == want
+    body = json.dumps({"model": "m", "messages": msgs}).encode()
+    assert cli_error(body) == want
+    assert cw.fit_request(body, budget=10**6) == body  # the gateway: unchanged, both keys kept
+    # an earlier message's copied key comes before a later message's fault on the dict path
+    assert dict_error([*msgs, {"role": "wizard", "content": "x"}]) == want
+
+
+def test_message_structs_and_tool_definitions_holding_such_keys_are_refused() -> None:
+    from contextwindow.adapters import message_to_anthropic
+    from contextwindow.errors import InvalidRequestError
+
+    m = Message(role="user", content=[TextPart(text="x", extra={HI: 1, LO: 2})])
+    assert dict_error([m]) == 'message 0, field content[0].extra: the key "\ufffd" appears more than once'
+    m = Message(role="user", content=[TextPart(text="x")], extra={"k": {HI: 1, LO: 2}})
+    assert dict_error([m]) == 'message 0, field extra.k: the key "\ufffd" appears more than once'
+    # tool-call arguments held as text with such keys, written as an Anthropic input object
+    call = ToolCall(id="c", name="f", arguments='{"a": {"' + HI + '": 1, "' + LO + '": 2}}')
+    with pytest.raises(InvalidMessageError) as info:
+        message_to_anthropic(Message(role="assistant", content=[call]))
+    assert str(info.value) == 'field content[0].arguments.a: the key "\ufffd" appears more than once'
+    # a tool definition: the gateway's words, after its "invalid request body at byte N: "
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"p": {HI: 1, LO: 2}}}}]
+    want = 'tools[0].function.parameters.p: the key "\ufffd" appears more than once'
+    with pytest.raises(InvalidRequestError) as req:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(req.value) == want
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": tools}).encode()
+    assert [re.sub(r"^invalid request body at byte \d+: ", "", e) for e in gateway_errors(body)] == [want, want]
+    assert cli_error(body) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # the fresh10 repro files: k2.json and k3.json (a top-level key: the CLI writes the
+        # whole file back)
+        (r'{"messages":[{"role":"user","content":"x","\ud800":1,"\udbff":2}]}', 'message 0: the key "\ufffd"'),
+        (r'{"model":"x","\ud800":1,"\udbff":2,"messages":[{"role":"user","content":"x"}]}', 'the key "\ufffd"'),
+        (
+            r'{"messages":[],"tools":[{"name":"f","input_schema":{"\udc00":1,"\udfff":2}}]}',
+            'tools[0].input_schema: the key "\ufffd"',
+        ),
+        # JSONL, a bare list, an Anthropic body whose system is lifted (still message 0)
+        (
+            '{"role":"user","content":"x"}\n{"role":"user","content":"y","\\ud800":1,"\\udbff":2}\n',
+            'message 1: the key "\ufffd"',
+        ),
+        (
+            r'[{"role":"user","content":[{"type":"text","text":"x","\ud800":1,"\udbff":2}]}]',
+            'message 0, field content[0]: the key "\ufffd"',
+        ),
+        (
+            r'{"system":"s","messages":[{"role":"user","content":"x","\ud800":1,"\udbff":2}]}',
+            'message 0: the key "\ufffd"',
+        ),
+    ],
+)
+def test_cli_refuses_keys_that_lone_surrogates_make_one(tmp_path: Path, text: str, want: str) -> None:
+    f = tmp_path / "k.json"
+    f.write_text(text)
+    out = tmp_path / "out.json"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as stdout:
+        assert main(["fit", str(f), "--budget", "100000", "-o", str(out)]) == 2
+    assert err.getvalue() == f"contextwindow: error: {f}: {want} appears more than once\n"
+    assert not out.exists() and stdout.getvalue() == ""

@@ -9,7 +9,7 @@ message is converted to the caller's shape.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import _native
-from ._jsontext import clean_value, loads_keeping_numbers
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers
 from .adapters import anthropic_to_message, detect_format, from_canonical, openai_to_message, to_canonical
 from .errors import InvalidMessageError
 from .messages import Message, TextPart, ToolResult
@@ -83,12 +83,38 @@ def json_type_name(value: Any) -> str:
     return f"a Python {type(value).__name__}"
 
 
-def encode_messages(messages: Sequence[Message]) -> bytes:
-    """Canonical messages as the JSON the engine reads (lone surrogates replaced)."""
+def _encode(messages: Sequence[Message]) -> bytes:
+    """:func:`encode_messages`, raising :class:`KeyClash` (its path starts with the
+    message's index) for two keys that lone surrogates made one."""
     try:
         return _ENCODER.encode(messages)
     except UnicodeEncodeError:
         return _ENCODER.encode(clean_value(msgspec.to_builtins(messages)))
+
+
+def _clash_error(clash: KeyClash, index: int | None = None) -> InvalidMessageError:
+    """``clash`` as the gateway words a repeated key: ``message 0, field content[0]: the
+    key "\ufffd" appears more than once``; without ``index``, the first step of its path
+    is the message's index."""
+    path = clash.path
+    if index is None:
+        index, path = (path[0], path[1:]) if path and isinstance(path[0], int) else (None, path)
+    return InvalidMessageError(clash.reason(), index=index, field=field_path(path) or None)
+
+
+def encode_messages(messages: Sequence[Message]) -> bytes:
+    """Canonical messages as the JSON the engine reads (lone surrogates replaced).
+
+    Raises:
+        InvalidMessageError: two keys of one object differ only in lone surrogates, so
+            they are one key once replaced (``message 0, field extra: the key "\ufffd"
+            appears more than once``, the gateway's words): writing one would drop the
+            other's value.
+    """
+    try:
+        return _encode(messages)
+    except KeyClash as clash:
+        raise _clash_error(clash) from None
 
 
 @dataclass(frozen=True)
@@ -129,10 +155,11 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
     """Encode ``Message`` structs, checking every field's type on the way.
 
     Raises:
-        InvalidMessageError: naming the message index and field that is wrong.
+        InvalidMessageError: naming the message index and field that is wrong (or that
+            holds two keys lone surrogates make one: ``field extra``).
     """
     try:
-        payload = encode_messages(messages)
+        payload = _encode(messages)
         try:
             _CANONICAL.decode(payload)
         except msgspec.ValidationError as exc:
@@ -140,13 +167,18 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
                 raise
             # a number kept as written (msgspec.Raw(b"1e400")): check the rest
             msgspec.convert(loads_keeping_numbers(payload), list[Message])
+    except KeyClash as clash:  # named by the struct's fields: "message 0, field extra"
+        raise _clash_error(clash) from None
     except (TypeError, msgspec.ValidationError, msgspec.EncodeError) as exc:
         text = str(exc)
         m = _PATH.search(text)
         index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
         raise InvalidMessageError(text.split(" - at ")[0], index=index, field=field) from None
     except ValueError as exc:  # an int too long for Python to write as text (10**5000)
-        _encode_located(messages)  # names the message
+        try:
+            _encode_located(messages)  # names the message
+        except KeyClash as clash:
+            raise _clash_error(clash) from None
         raise InvalidMessageError(str(exc)) from None
     return payload
 
@@ -156,13 +188,17 @@ _CANONICAL = msgspec.json.Decoder(list[Message])
 
 def _encode_located(messages: Sequence[Message]) -> bytes:
     """Encode, and on failure name the first message that cannot be encoded (a value of a
-    type JSON has not, an int too long for Python to write as text: 10**5000)."""
+    type JSON has not, an int too long for Python to write as text: 10**5000); a
+    :class:`KeyClash` goes to the caller, who names it in the caller's terms."""
     try:
-        return encode_messages(messages)
+        return _encode(messages)
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
         for i, m in enumerate(messages):
             try:
-                encode_messages([m])
+                _encode([m])
+            except KeyClash as clash:  # found before the value that cannot be encoded
+                clash.path[0] = i
+                raise
             except (TypeError, ValueError, msgspec.EncodeError):
                 raise InvalidMessageError(f"holds a value JSON cannot represent ({exc})", index=i) from None
         raise InvalidMessageError(str(exc)) from None
@@ -279,12 +315,35 @@ def _one_system(canonical: Sequence[Message]) -> None:
                 raise InvalidMessageError(_SECOND_SYSTEM, index=i, field="role")
 
 
+def _first_clash(messages: Sequence[Any], stop: int, top_of: int | None = None) -> InvalidMessageError | None:
+    """The first of ``messages[:stop]`` (provider dicts, as the caller gave them) in which
+    two keys of one object differ only in lone surrogates, named by the path in the
+    caller's dict (``message 0, field content[0].input.a``); then, when ``top_of`` is
+    given, the top-level keys of that message (the gateway reads those before its role).
+    ``None`` when there is none."""
+    for i, d in enumerate(messages[:stop]):
+        try:
+            clean_value(d)
+        except KeyClash as clash:
+            return _clash_error(clash, i)
+        except RecursionError:
+            return None  # named as too deep by the caller
+    if top_of is not None and isinstance(messages[top_of], Mapping):
+        try:
+            clean_value(dict.fromkeys(messages[top_of]))
+        except KeyClash as clash:
+            return _clash_error(clash, top_of)
+    return None
+
+
 def prepare(messages: Any, format: str | None = None) -> Prepared:
     """Check, convert and encode the caller's messages.
 
     Raises:
         InvalidMessageError: ``messages`` is not a list of messages, or one is malformed
-            (the error names the message index and field).
+            (the error names the message index and field), or holds two keys of one
+            object that differ only in lone surrogates (one key once replaced: ``message
+            0: the key "\ufffd" appears more than once``, the gateway's words; fresh10 N4).
         ValueError: ``format`` is not ``"openai"``, ``"anthropic"`` or ``None``.
     """
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
@@ -311,8 +370,21 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
             canonical = list(messages)
             payload = _check_canonical(canonical)
         else:
-            canonical = _to_canonical(messages, fmt)
-            payload = _encode_located(canonical)
+            try:
+                canonical = _to_canonical(messages, fmt)
+            except InvalidMessageError as exc:
+                # two keys that lone surrogates make one, in an earlier message (or at the
+                # top of this one), come first, as the gateway reads the body in order
+                earlier = None if exc.index is None else _first_clash(messages, exc.index, exc.index)
+                if earlier is not None:
+                    raise earlier from None
+                raise
+            try:
+                payload = _encode_located(canonical)
+            except KeyClash as clash:
+                # named where the caller's dict holds it (a message's own keys are
+                # "message 0", not the canonical "extra")
+                raise _first_clash(messages, len(messages)) or _clash_error(clash) from None
     except RecursionError:
         raise InvalidMessageError("is nested too deeply", index=_too_deep(messages)) from None
     if fmt == "anthropic":

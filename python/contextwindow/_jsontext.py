@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-__all__ = ["clean_str", "clean_value", "loads_keeping_numbers"]
+__all__ = ["KeyClash", "clean_str", "clean_value", "field_path", "loads_keeping_numbers"]
 
 _SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
@@ -48,6 +48,36 @@ def clean_str(s: str) -> str:
         return _SURROGATE_RUN.sub(_clean_run, s)
 
 
+class KeyClash(Exception):
+    """Two keys of one object are the same key once :func:`clean_value` cleaned them
+    (``"\\ud800"`` and ``"\\udbff"`` are both ``"\\ufffd"``): keeping one would drop the
+    other's value silently. Private: every caller turns it into its own error, naming
+    where the object is (see :func:`field_path`).
+
+    Attributes:
+        path: keys and indices from the value given to :func:`clean_value` down to the
+            object holding the key, outermost first.
+        key: the key as cleaned.
+
+    >>> KeyClash("\\ufffd", ["a", 0]).path
+    ['a', 0]
+    """
+
+    def __init__(self, key: str, path: list[str | int] | None = None) -> None:
+        super().__init__(key)
+        self.key = key
+        self.path: list[str | int] = path if path is not None else []
+
+    def reason(self) -> str:
+        """The gateway's words for a repeated key: ``the key "\\ufffd" appears more than
+        once`` (``fit_request``/``count_request`` on the same bytes).
+
+        >>> KeyClash("k").reason()
+        'the key "k" appears more than once'
+        """
+        return f"the key {json.dumps(self.key, ensure_ascii=False)} appears more than once"
+
+
 def clean_value(value: Any) -> Any:
     """:func:`clean_str` on every string of a JSON-like value (dict keys included), as a
     copy; the value itself is not changed. Objects are any ``Mapping`` (written back as
@@ -55,6 +85,9 @@ def clean_value(value: Any) -> Any:
     returned as they are.
 
     Raises:
+        KeyClash: two keys of one object clean to the same key; found in document order,
+            an object's values before its keys, as the gateway reads a body (a value that
+            is itself an object is read, and checked, before the key that follows it).
         RecursionError: ``value`` nests deeper than the interpreter's recursion limit.
 
     >>> clean_value({"k\\ud800": ["a\\ud83d\\ude00", 1]}) == {"k\\ufffd": ["a\\U0001f600", 1]}
@@ -63,10 +96,41 @@ def clean_value(value: Any) -> Any:
     if isinstance(value, str):
         return clean_str(value)
     if isinstance(value, Mapping):
-        return {clean_str(k) if isinstance(k, str) else k: clean_value(v) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = clean_str(k) if isinstance(k, str) else k
+            try:
+                cleaned = clean_value(v)
+            except KeyClash as clash:
+                clash.path.insert(0, key)
+                raise
+            if key in out:
+                raise KeyClash(key)
+            out[key] = cleaned
+        return out
     if isinstance(value, (list, tuple)):
-        return [clean_value(v) for v in value]
+        items = []
+        for i, v in enumerate(value):
+            try:
+                items.append(clean_value(v))
+            except KeyClash as clash:
+                clash.path.insert(0, i)
+                raise
+        return items
     return value
+
+
+def field_path(path: Sequence[str | int], base: str = "") -> str:
+    """A path of keys and indices as the adapters and the gateway name a field,
+    ``content[0].input.q``, below ``base`` (a field already named, or ``""``).
+
+    >>> field_path(["content", 0, "input", "q"]), field_path(["q", 1], "content[0].input"), field_path([])
+    ('content[0].input.q', 'content[0].input.q[1]', '')
+    """
+    out = base
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
 
 
 def _keep_float(text: str) -> Any:

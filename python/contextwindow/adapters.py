@@ -18,7 +18,7 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ._jsontext import clean_str, clean_value
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -376,6 +376,8 @@ def _encode_input(value: Any, index: int, field: str) -> str:
             return msgspec.json.encode(value).decode()
         except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
             return msgspec.json.encode(clean_value(value)).decode()
+    except KeyClash as clash:  # two keys lone surrogates make one: the gateway's words
+        _fail(clash.reason(), index, field_path(clash.path, field))
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
         # the words of every other place on the dict path (_engine._encode_located; fresh9 D4)
         _fail(f"holds a value JSON cannot represent ({exc})", index, field)
@@ -470,7 +472,9 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             refuses one in its top-level ``system``: ``content[1]: must be a text
             block``; OpenAI's ``tool_calls`` or ``function_call`` not null, whose
             payload would go uncounted: ``tool_calls: OpenAI's tool-calling form is not
-            read in an Anthropic message; send tool_use blocks``).
+            read in an Anthropic message; send tool_use blocks``; a ``tool_use``
+            ``input`` holding two keys that differ only in lone surrogates, one key once
+            replaced: ``content[0].input: the key "\ufffd" appears more than once``).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})
@@ -514,6 +518,10 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
                 value = msgspec.json.decode(p.arguments) if p.arguments.strip() else {}
             except UnicodeEncodeError:  # lone surrogates: U+FFFD, as everywhere else
                 value = msgspec.json.decode(clean_str(p.arguments))
+                # read again with them kept, to see two keys they make one
+                clean_value(loads_keeping_numbers(p.arguments))
+        except KeyClash as clash:
+            _fail(clash.reason(), None, field_path(clash.path, f"content[{j}].arguments"))
         except msgspec.MsgspecError:
             _fail("tool call arguments are not JSON", None, f"content[{j}].arguments")
         if not isinstance(value, dict):  # what anthropic_to_message would refuse as input
@@ -542,9 +550,11 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
         A new dict; ``ToolCall.arguments`` is decoded back into ``input``.
 
     Raises:
-        InvalidMessageError: tool call arguments that are not a JSON object, an OpenAI
-            custom tool call (its input is free text; a ``tool_use`` takes an object:
-            ``content[0]``), an image without source.
+        InvalidMessageError: tool call arguments that are not a JSON object, or whose
+            object holds two keys that differ only in lone surrogates (one key once
+            replaced: ``content[0].arguments.a: the key "\ufffd" appears more than
+            once``), an OpenAI custom tool call (its input is free text; a ``tool_use``
+            takes an object: ``content[0]``), an image without source.
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]

@@ -47,7 +47,7 @@ import msgspec
 
 from . import _engine
 from ._engine import json_type_name
-from ._jsontext import clean_str, clean_value
+from ._jsontext import KeyClash, clean_str, clean_value, field_path
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -248,6 +248,8 @@ def tool_texts(tools: Any) -> list[str]:
                 # lone surrogates: U+FFFD (a high one followed by a low one: the character
                 # they encode), as in message text and in the gateway's JSON escapes
                 out.append(msgspec.json.encode(clean_value(t)).decode())
+        except KeyClash as clash:  # two keys lone surrogates make one: the gateway's words
+            raise InvalidRequestError(f"{field_path(clash.path, f'tools[{i}]')}: {clash.reason()}") from None
         except RecursionError:
             raise InvalidRequestError(f"tools[{i}]: is nested too deeply") from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:

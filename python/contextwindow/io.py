@@ -21,7 +21,7 @@ import msgspec
 
 from . import _native
 from ._engine import json_type_name
-from ._jsontext import clean_value, loads_keeping_numbers
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -200,32 +200,11 @@ def _repeated_key(text: str) -> tuple[list[str | int], str] | None:
     return None
 
 
-def _field(path: Sequence[str | int]) -> str:
-    """``["content", 0, "text"]`` as ``content[0].text``."""
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
-    return out
-
-
-def _refuse_repeated_keys(
-    text: str, value: Any, where: str, shape: Literal["body", "list", "message"], index: int = 0
-) -> None:
-    """Raise when an object in ``text`` repeats a key. Which value counts? msgspec keeps the
-    last, other parsers the first, and the CLI writes the whole file back: one of the two
-    would vanish silently. The gateway (``fit_request``) refuses the same in what it reads.
-
-    ``shape`` says where the messages are, to name a repeat inside one as the adapters
-    name a field (``message 2, field content[0]``): under ``"messages"`` of a ``body``
-    (request or corpus file), at the top of a ``list``, or ``value`` is ``message``
-    ``index`` itself (a JSONL line).
-    """
-    if not _may_repeat_a_key(text, value):
-        return
-    found = _repeated_key(text)
-    if found is None:
-        return
-    path, key = found
+def _place(path: list[str | int], shape: Literal["body", "list", "message"], index: int) -> str:
+    """Where the object at ``path`` (from the top of the document) is, as the adapters
+    name a field (``message 2, field content[0]: ``), or its path from the top when it is
+    not in a message (``tools[0]: ``; ``""`` for the top-level object); ``shape`` and
+    ``index`` as for :func:`_refuse_repeated_keys`."""
     if shape == "message":
         path = [index, *path]
     elif shape == "body" and path[:1] == ["messages"] and len(path) > 1:
@@ -233,11 +212,47 @@ def _refuse_repeated_keys(
     elif shape == "body":
         path = ["", *path]  # not in a message: named by its path from the top
     if path and isinstance(path[0], int):
-        field = _field(path[1:])
-        place = f"message {path[0]}" + (f", field {field}" if field else "") + ": "
-    else:
-        place = f"{_field(path[1:])}: " if len(path) > 1 else ""
-    raise InvalidRequestError(f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once")
+        field = field_path(path[1:])
+        return f"message {path[0]}" + (f", field {field}" if field else "") + ": "
+    return f"{field_path(path[1:])}: " if len(path) > 1 else ""
+
+
+def _refuse_repeated_keys(
+    text: str,
+    value: Any,
+    where: str,
+    shape: Literal["body", "list", "message"],
+    index: int = 0,
+    *,
+    surrogates: bool = False,
+) -> Any:
+    """Raise when an object in ``text`` repeats a key. Which value counts? msgspec keeps the
+    last, other parsers the first, and the CLI writes the whole file back: one of the two
+    would vanish silently. The gateway (``fit_request``) refuses the same in what it reads.
+    Return ``value``, with its lone surrogates replaced (U+FFFD) when ``surrogates`` says
+    it holds some; two keys of one object that differ only in lone surrogates are the
+    same key then, and refused as a repeated key, as the gateway refuses the same bytes
+    (fresh10 N4: the CLI kept the later value and said "unchanged").
+
+    ``shape`` says where the messages are, to name a repeat inside one as the adapters
+    name a field (``message 2, field content[0]``): under ``"messages"`` of a ``body``
+    (request or corpus file), at the top of a ``list``, or ``value`` is ``message``
+    ``index`` itself (a JSONL line).
+    """
+    if _may_repeat_a_key(text, value):
+        found = _repeated_key(text)
+        if found is not None:
+            path, key = found
+            place = _place(path, shape, index)
+            raise InvalidRequestError(
+                f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once"
+            )
+    if not surrogates:
+        return value
+    try:
+        return clean_value(value)
+    except KeyClash as clash:
+        raise InvalidRequestError(f"{where}: {_place(clash.path, shape, index)}{clash.reason()}") from None
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -339,7 +354,7 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
     elif "messages" not in top_keys and "role" in top_keys:  # one message
         place = "message 0"
     else:
-        place = _field(path[:2]) or "the document"
+        place = field_path(path[:2]) or "the document"
     return InvalidRequestError(f"{where}: {place}: is nested too deeply")
 
 
@@ -356,16 +371,17 @@ def _syntax_error(text: str) -> str | None:
     return _where(text, msgspec.DecodeError(f"{reason} (byte {offset})")) if offset is not None else reason
 
 
-def _decode(text: str) -> Any:
-    """Decode JSON with msgspec; escaped lone surrogates (which msgspec rejects) become U+FFFD,
-    and a number msgspec refuses as out of range (``1e400``, an integer of 4,300 digits or
-    more) is kept as written, as the gateway keeps it (fresh8 N5).
+def _decode(text: str) -> tuple[Any, bool]:
+    """Decode JSON with msgspec, and say whether the value holds lone surrogates: escaped
+    ones (which msgspec rejects) are kept, for :func:`_refuse_repeated_keys` to replace
+    with U+FFFD; a number msgspec refuses as out of range (``1e400``, an integer of 4,300
+    digits or more) is kept as written, as the gateway keeps it (fresh8 N5).
 
     Only for those is the standard ``json`` module used, as a fallback
-    (:func:`~contextwindow._engine.loads_keeping_numbers`).
+    (:func:`~contextwindow._jsontext.loads_keeping_numbers`).
     """
     try:
-        return msgspec.json.decode(text)
+        return msgspec.json.decode(text), False
     except msgspec.DecodeError as exc:
         surrogates = _SURROGATE_ESCAPE.search(text) is not None
         out_of_range = "out of range" in str(exc)
@@ -383,7 +399,7 @@ def _decode(text: str) -> Any:
             if not out_of_range:
                 raise exc from None
             raise msgspec.DecodeError(str(err)) from None
-        return clean_value(value) if surrogates else value
+        return value, surrogates
 
 
 def _where(text: str, exc: Exception) -> str:
@@ -413,7 +429,7 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
     messages = []
     for n, line in lines:
         try:
-            value = _decode(line)
+            value, surrogates = _decode(line)
         except RecursionError:
             bad = _syntax_error(line)
             if bad is not None:
@@ -427,8 +443,7 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
             if not messages:
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
-        _refuse_repeated_keys(line, value, where, "message", len(messages))
-        messages.append(value)
+        messages.append(_refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates))
     return messages
 
 
@@ -454,7 +469,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     Raises:
         InvalidRequestError: the file cannot be read, is not JSON/JSONL, or holds no message
             list, or an Anthropic top-level ``system`` is not a string or a list of text
-            blocks, or an object repeats a key (anywhere: the whole file is written back);
+            blocks, or an object repeats a key (anywhere: the whole file is written back;
+            two keys that differ only in lone surrogates are one key once read);
             the one-line message names the path and, for JSON errors, the position.
 
     >>> import pathlib, tempfile
@@ -490,7 +506,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
     try:
-        doc = _decode(text)
+        doc, surrogates = _decode(text)
     except RecursionError:
         raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
@@ -499,7 +515,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             raise InvalidRequestError(f"{where}: invalid JSON: {_where(text, exc)}") from None
         return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
     if isinstance(doc, list):
-        _refuse_repeated_keys(text, doc, where, "list")
+        doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates)
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
     if not isinstance(doc, dict):
         raise InvalidRequestError(
@@ -507,7 +523,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             '"messages", a list of messages or JSONL'
         )
     one_message = "messages" not in doc and isinstance(doc.get("role"), str)
-    _refuse_repeated_keys(text, doc, where, "message" if one_message else "body")
+    doc = _refuse_repeated_keys(text, doc, where, "message" if one_message else "body", surrogates=surrogates)
     if "messages" not in doc:
         if one_message:  # JSONL holding a single message
             return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
@@ -546,6 +562,9 @@ def _encode(value: Any, where: str) -> bytes:
             return msgspec.json.encode(value)
         except UnicodeEncodeError:  # lone surrogates from Python callers: U+FFFD
             return msgspec.json.encode(clean_value(value))
+    except KeyClash as clash:  # never written with one of the two values dropped
+        place = f"{field_path(clash.path)}: " if clash.path else ""
+        raise InvalidRequestError(f"{where}: cannot write JSON: {place}{clash.reason()}") from None
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
         raise InvalidRequestError(f"{where}: cannot write JSON: {exc}") from None
 

@@ -1,0 +1,92 @@
+"""``contextwindow._jsontext``: the one lone-surrogate cleaning every front uses, and the
+refusal of two keys it makes one (fresh10 N4), against an independent implementation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextwindow._jsontext import KeyClash, clean_value
+
+# high, low, a pair's halves, the pair's character, U+FFFD itself, a plain letter
+PIECES = ["a", "\ud800", "\udbff", "\udc00", "\ud83d", "\ude00", "\U0001f600", "\ufffd"]
+HI, LO, LOW = "\ud800", "\udbff", "\udc00"  # all U+FFFD once cleaned (named: ruff takes them for one key)
+TEXT = st.text(alphabet=st.sampled_from(PIECES), max_size=3)
+VALUES = st.recursive(
+    st.none() | st.integers() | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def utf16_clean(s: str) -> str:
+    """The rule by the UTF-16 codec (slow on long runs, hence clean_str): a high surrogate
+    followed by a low one is their character, every other surrogate U+FFFD."""
+    return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def oracle(value: Any, path: list[Any]) -> tuple[Any, tuple[list[Any], str] | None]:
+    """The cleaned copy, and the first clash in document order (an object's value before
+    its key): ``(path to the object, key)``."""
+    if isinstance(value, str):
+        return utf16_clean(value), None
+    if isinstance(value, list):
+        out = []
+        for i, v in enumerate(value):
+            c, clash = oracle(v, [*path, i])
+            if clash:
+                return None, clash
+            out.append(c)
+        return out, None
+    if isinstance(value, dict):
+        seen: dict[str, Any] = {}
+        for k, v in value.items():
+            key = utf16_clean(k)
+            c, clash = oracle(v, [*path, key])
+            if clash:
+                return None, clash
+            if key in seen:
+                return None, (path, key)
+            seen[key] = c
+        return seen, None
+    return value, None
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES)
+def test_clean_value_agrees_with_the_utf16_codec_and_refuses_merged_keys(value: Any) -> None:
+    before = copy.deepcopy(value)
+    want, clash = oracle(value, [])
+    if clash is None:
+        assert clean_value(value) == want
+    else:
+        with pytest.raises(KeyClash) as info:
+            clean_value(value)
+        assert (info.value.path, info.value.key) == clash
+    assert value == before  # the caller's value is never changed
+
+
+def test_clean_value_by_hand() -> None:
+    # "\ud800" and "\udbff" are both U+FFFD: the second key is refused, the path names the
+    # object that holds it (list index 1, key "k")
+    with pytest.raises(KeyClash) as info:
+        clean_value([{}, {"k": {HI: 1, LO: 2}}])
+    assert (info.value.path, info.value.key, info.value.reason()) == (
+        [1, "k"],
+        "\ufffd",
+        'the key "\ufffd" appears more than once',
+    )
+    # an object's value is read before its key: the inner clash (under "\udc00") comes
+    # first, named under its cleaned key
+    with pytest.raises(KeyClash) as info:
+        clean_value({"\ufffd": 0, LOW: {"x" + HI: 1, "x\ufffd": 2}})
+    assert (info.value.path, info.value.key) == (["\ufffd"], "x\ufffd")
+    # a pair held as two code points is the character: it meets the character's own key
+    with pytest.raises(KeyClash):
+        clean_value({"\U0001f600": 1, "\ud83d\ude00": 2})
+    # tuples are arrays; no clash, no change but the cleaning
+    assert clean_value(({"a\ud800": ("b\ud83d\ude00",)},)) == [{"a\ufffd": ["b\U0001f600"]}]
