@@ -793,3 +793,35 @@ def test_cli_refuses_keys_that_lone_surrogates_make_one(tmp_path: Path, text: st
         assert main(["fit", str(f), "--budget", "100000", "-o", str(out)]) == 2
     assert err.getvalue() == f"contextwindow: error: {f}: {want} appears more than once\n"
     assert not out.exists() and stdout.getvalue() == ""
+
+
+# ------------------------------- fresh9 B5: a quoted role or key is one line, the same everywhere
+
+
+@pytest.mark.parametrize(
+    ("role", "quoted"),
+    [
+        # the B5 body's role: NUL, U+2028, TAB, DEL, U+0085 escaped as JSON escapes them
+        ("\U0001f600\x00\u2028\t\x7f\x85/", '"\U0001f600\\u0000\\u2028\\t\\u007f\\u0085/"'),
+        ("a\u2029b\x9bc", '"a\\u2029b\\u009bc"'),  # U+009B: CSI to some terminals
+        # spaces are characters as any other: the CLI made one space of the three
+        ("a  b\xa0c\u3000d", '"a  b\xa0c\u3000d"'),
+    ],
+)
+def test_a_quoted_role_is_one_line_and_the_same_everywhere(role: str, quoted: str) -> None:
+    want = f"message 0, field role: unknown role {quoted}"
+    assert same_everywhere([{"role": role, "content": "x"}]) == want
+    assert same_everywhere([{"role": role, "content": "x"}], "anthropic") == want
+    assert want.splitlines() == [want]
+
+
+def test_a_quoted_key_is_one_line_and_the_same_everywhere() -> None:
+    # two keys that lone surrogates make one (the dict path can hold no other repeat)
+    msgs = [{"role": "user", "content": "x", "k\u2028\x85" + HI: 1, "k\u2028\x85" + LO: 2}]
+    want = 'message 0: the key "k\\u2028\\u0085\ufffd" appears more than once'
+    assert same_everywhere(msgs) == want
+    # a key repeated as written, in the gateway and the CLI
+    body = '{"messages":[{"role":"user","content":"x","k\u2028\x85":1,"k\u2028\x85":2}]}'.encode()
+    want = 'message 0: the key "k\\u2028\\u0085" appears more than once'
+    assert gateway_errors(body) == [want, want]
+    assert cli_error(body) == want

@@ -4,13 +4,14 @@ refusal of two keys it makes one (fresh10 N4), against an independent implementa
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextwindow._jsontext import KeyClash, clean_value
+from contextwindow._jsontext import KeyClash, clean_value, quote
 
 # high, low, a pair's halves, the pair's character, U+FFFD itself, a plain letter
 PIECES = ["a", "\ud800", "\udbff", "\udc00", "\ud83d", "\ude00", "\U0001f600", "\ufffd"]
@@ -90,3 +91,39 @@ def test_clean_value_by_hand() -> None:
         clean_value({"\U0001f600": 1, "\ud83d\ude00": 2})
     # tuples are arrays; no clash, no change but the cleaning
     assert clean_value(({"a\ud800": ("b\ud83d\ude00",)},)) == [{"a\ufffd": ["b\U0001f600"]}]
+
+
+# ------------------------------------------------------------- quote (fresh9 B5)
+
+SHORT = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def quote_by_hand(s: str) -> str:
+    """JSON's escapes, written out: the short ones, ``\\u00XX`` for the other C0
+    controls, and DEL, C1, U+2028, U+2029 as ``\\uXXXX``; all else as it is."""
+    out = []
+    for c in utf16_clean(s):
+        if c in SHORT:
+            out.append(SHORT[c])
+        elif ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "\u2028\u2029":
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x3000) | st.sampled_from(["\ud800", "\U0001f600", "\u2029"])))
+def test_quote_escapes_what_json_and_terminals_need_and_nothing_else(s: str) -> None:
+    q = quote(s)
+    assert q == quote_by_hand(s)
+    assert q.splitlines() == [q]  # one line, by Python's widest rule
+    assert json.loads(q) == utf16_clean(s)  # still a JSON string, read back as the text
+
+
+def test_quote_by_hand() -> None:
+    # the fresh9 B5 role: NUL, U+2028, TAB, DEL, U+0085 escaped; the emoji and "/" kept
+    assert quote("\U0001f600\x00\u2028\t\x7f\x85/") == '"\U0001f600\\u0000\\u2028\\t\\u007f\\u0085/"'
+    # no-break and ideographic spaces, é, U+FFFD are printable: kept; a lone surrogate is U+FFFD
+    assert quote("é\xa0\u3000\ufffd x\ud800") == '"é\xa0\u3000\ufffd x\ufffd"'
+    assert quote('a"b\\') == '"a\\"b\\\\"'

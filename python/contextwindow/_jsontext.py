@@ -1,8 +1,9 @@
-"""JSON-like values as the engine reads them.
+"""JSON-like values as the engine reads them, and a caller's string as errors quote it.
 
 One place for what every front needs before a value reaches the engine: lone surrogates
 replaced (:func:`clean_str`, :func:`clean_value`; the one copy of that rule), numbers a
-float cannot hold kept as written (:func:`loads_keeping_numbers`). A leaf module (it
+float cannot hold kept as written (:func:`loads_keeping_numbers`), a caller's string
+quoted on one line in an error (:func:`quote`). A leaf module (it
 imports nothing from the package), so the adapters, the engine bridge (which imports the
 adapters), the file reader, the estimator and the errors can all import it.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["KeyClash", "clean_str", "clean_value", "field_path", "loads_keeping_numbers"]
+__all__ = ["KeyClash", "clean_str", "clean_value", "field_path", "loads_keeping_numbers", "quote"]
 
 _SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
@@ -75,7 +76,7 @@ class KeyClash(Exception):
         >>> KeyClash("k").reason()
         'the key "k" appears more than once'
         """
-        return f"the key {json.dumps(self.key, ensure_ascii=False)} appears more than once"
+        return f"the key {quote(self.key)} appears more than once"
 
 
 def clean_value(value: Any) -> Any:
@@ -131,6 +132,31 @@ def field_path(path: Sequence[str | int], base: str = "") -> str:
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
     return out
+
+
+# C0 controls are escaped by json.dumps itself; these are what it writes as they are
+# but a terminal or ``str.splitlines`` takes as control: DEL, the C1 controls (U+0085
+# NEXT LINE among them; U+009B is CSI to some terminals), LINE and PARAGRAPH SEPARATOR.
+_UNPRINTED = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
+def quote(text: str) -> str:
+    """``text`` as a JSON string on one line, to quote a caller's string in an error
+    (``unknown role "wizard"``, ``the key "k" appears more than once``): escaped as JSON
+    escapes it (``"``, ``\\``, every C0 control: ``\\n``, ``\\t``, ``\\u0000``), and DEL,
+    the C1 controls (U+0085 among them), U+2028 and U+2029 as ``\\u007f``, ``\\u0085``,
+    ``\\u2028``; every other character as it is, lone surrogates as U+FFFD. The gateway
+    (Rust ``gateway::quote``) writes the same text, so the dict path, the gateway and the
+    CLI print one line, the same (fresh9 B5).
+
+    >>> print(quote('a"b\\n\\u2028\\x85\\x7fé'))
+    "a\\"b\\n\\u2028\\u0085\\u007fé"
+    """
+    return _UNPRINTED.sub(_escape, json.dumps(clean_str(text), ensure_ascii=False))
 
 
 def _keep_float(text: str) -> Any:

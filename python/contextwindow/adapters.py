@@ -11,14 +11,13 @@ and the dotted field; never ``KeyError``, ``TypeError`` or ``AttributeError``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers, quote
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -80,9 +79,10 @@ def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
 
 
 def _unknown_role(role: str) -> str:
-    """Why a role is refused: ``unknown role "wizard"``, the name written as a JSON string,
-    as the gateway (``count_request``) writes it, so the three paths say the same (fresh8 N7)."""
-    return f"unknown role {json.dumps(role, ensure_ascii=False)}"
+    """Why a role is refused: ``unknown role "wizard"``, the name written as a JSON string
+    on one line (:func:`~contextwindow._jsontext.quote`), as the gateway (``count_request``)
+    writes it, so the three paths say the same (fresh8 N7, fresh9 B5)."""
+    return f"unknown role {quote(role)}"
 
 
 def _plain(s: str) -> str:

@@ -67,12 +67,20 @@ def _shown(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
 
+# what str.splitlines splits at, with the spaces and tabs around it
+_LINE_BREAKS = re.compile("(?:[ \t]*[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029])+[ \t]*")
+
+
 def _one_line(exc: BaseException) -> str:
+    """``exc`` as one line: each line break (any ``str.splitlines`` splits at) and the
+    spaces and tabs around it become one space; every other character is kept, so a
+    role or key the library quotes (``unknown role "a\u3000b"``; its line breaks already
+    escaped, ``\u2028``) reads as on the dict path and the gateway (fresh9 B5)."""
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror or exc}"
     if isinstance(exc, RecursionError):
         return "input is nested too deeply"
-    return " ".join(str(exc).split())
+    return _LINE_BREAKS.sub(" ", str(exc)).strip(" \t")
 
 
 class _Located(ContextWindowError):

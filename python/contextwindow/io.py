@@ -21,7 +21,7 @@ import msgspec
 
 from . import _native
 from ._engine import json_type_name
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -244,9 +244,7 @@ def _refuse_repeated_keys(
         if found is not None:
             path, key = found
             place = _place(path, shape, index)
-            raise InvalidRequestError(
-                f"{where}: {place}the key {json.dumps(key, ensure_ascii=False)} appears more than once"
-            )
+            raise InvalidRequestError(f"{where}: {place}the key {quote(key)} appears more than once")
     if not surrogates:
         return value
     try:

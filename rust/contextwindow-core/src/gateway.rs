@@ -535,8 +535,7 @@ impl<'a> Ctx<'a> {
     /// The error for a repeated key: its name, where it is read (`place`, or the top
     /// level when empty) and the byte offset of its second occurrence.
     fn repeated(&self, r: &Repeat<'_>, place: Place) -> Error {
-        let key = serde_json::to_string(r.key.as_ref()).unwrap_or_default();
-        let what = format!("the key {key} appears more than once");
+        let what = format!("the key {} appears more than once", quote(r.key.as_ref()));
         repeat_at(place, "", &what, Some(self.key_start(r.value)))
     }
 
@@ -672,10 +671,7 @@ impl<'a> Ctx<'a> {
             self.check_keys(value, Path::Key(&path, key), depth + 1, place)?;
             if !seen.insert(key) {
                 let end = self.start_of(value.get()) + value.get().len();
-                let what = format!(
-                    "the key {} appears more than once",
-                    serde_json::to_string(key).unwrap_or_default()
-                );
+                let what = format!("the key {} appears more than once", quote(key));
                 return Err(repeat_at(
                     place.clone(),
                     &path.to_string(),
@@ -729,8 +725,7 @@ impl std::fmt::Display for Path<'_> {
 /// `.q: the key "x" appears more than once`: the reason for a key repeated in the object
 /// at `path`, to follow the place of the counted value.
 fn repeat_reason(path: &Path<'_>, key: &str) -> String {
-    let key = serde_json::to_string(key).unwrap_or_default();
-    format!("{path}: the key {key} appears more than once")
+    format!("{path}: the key {} appears more than once", quote(key))
 }
 
 /// What [`repeat_reason`] writes between the path and the key.
@@ -1017,13 +1012,33 @@ const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; s
 /// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
 const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
-/// Why a role is refused: `unknown role "wizard"`, the name written as a JSON string
+/// Why a role is refused: `unknown role "wizard"`, the name quoted by [`quote`]
 /// (`adapters._unknown_role` writes it the same way, so the three paths say the same).
 fn unknown_role(name: &str) -> String {
-    format!(
-        "unknown role {}",
-        serde_json::to_string(name).unwrap_or_default()
-    )
+    format!("unknown role {}", quote(name))
+}
+
+/// `s` as a JSON string on one line, to quote a caller's string in an error (a role, a
+/// repeated key): escaped as serde_json escapes it (`"`, `\\`, every C0 control: `\n`,
+/// `\t`, `\u0000`), and DEL, the C1 controls (U+0085 NEXT LINE among them; U+009B is CSI
+/// to some terminals), U+2028 and U+2029 as `\u007f`, `\u0085`, `\u2028`, which JSON
+/// may hold as they are but a terminal or Python's `str.splitlines` takes as control;
+/// every other character as it is. `_jsontext.quote` writes the same (fresh9 B5).
+fn quote(s: &str) -> String {
+    let json = serde_json::to_string(s).unwrap_or_default();
+    let unprinted = |c: char| matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}');
+    if !json.contains(unprinted) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 10);
+    for c in json.chars() {
+        if unprinted(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn role_of(name: &str) -> Option<Role> {
@@ -2485,6 +2500,36 @@ mod tests {
         let body = br#"{"messages": [{"role": "a\"b\n", "content": "a"}]}"#;
         let want = (0, "role".to_owned(), r#"unknown role "a\"b\n""#.to_owned());
         assert_eq!(message_error(body), want);
+    }
+
+    #[test]
+    fn a_quoted_role_or_key_is_one_line() {
+        // fresh9 B5: U+2028 and U+0085 (and DEL) were quoted as they are, so the CLI's
+        // one-line error turned them into spaces and the texts differed
+        let body = r#"{"messages":[{"role":"😀\u0000\u2028\t\u007f\u0085/","content":"x"}]}"#;
+        let want = r#"unknown role "😀\u0000\u2028\t\u007f\u0085/""#;
+        assert_eq!(message_error(body.as_bytes()).2, want);
+        // every C0 control as serde_json writes it, DEL and the C1 controls, the two
+        // separators; everything else as it is (é, U+00A0, U+3000, U+FFFD, an emoji)
+        for (s, want) in [
+            ("plain", r#""plain""#),
+            ("\n\r\t\u{8}\u{c}\u{1}\u{1f}", r#""\n\r\t\b\f\u0001\u001f""#),
+            (
+                "\u{7f}\u{80}\u{85}\u{9b}\u{9f}",
+                r#""\u007f\u0080\u0085\u009b\u009f""#,
+            ),
+            ("a\u{2028}b\u{2029}", r#""a\u2028b\u2029""#),
+            (
+                "é\u{a0}\u{3000}\u{fffd}😀\u{a0}",
+                "\"é\u{a0}\u{3000}\u{fffd}😀\u{a0}\"",
+            ),
+        ] {
+            assert_eq!(quote(s), want, "{s:?}");
+        }
+        // a repeated key is quoted the same way
+        let body = r#"{"messages":[{"role":"user","content":"x","k\u2028":1,"k\u2028":2}]}"#;
+        let got = message_error(body.as_bytes()).2;
+        assert_eq!(got, r#"the key "k\u2028" appears more than once"#);
     }
 
     #[test]
