@@ -717,3 +717,44 @@ def test_integer_option_with_too_many_digits(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert "argument --budget: invalid int value: 5,000 digits, more than Python reads" in err
     assert "_int" not in err and "9" * 100 not in err
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json"])
+def test_output_escapes_unicode_line_breaks_so_splitlines_reads_it(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], kind: str
+) -> None:
+    """fresh10 N7: U+0085 (and U+2028, U+2029) went out as they are; ``str.splitlines``
+    splits there, so a JSONL reader using it read one message as two lines. They are
+    written as JSON escapes now, in conversations and in ``--json`` reports; the value
+    read back is the same."""
+    msgs = [
+        {"role": "system", "content": "sys\u2028line"},
+        {"role": "user", "content": "old\x85one " * 400},
+        {"role": "assistant", "content": "a\u2029b"},
+        {"role": "user", "content": "last\x85one"},
+    ]
+    f = tmp_path / f"chat\x85.{kind}"
+    if kind == "jsonl":
+        f.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in msgs), encoding="utf-8")
+    else:
+        f.write_text(json.dumps({"model": "m", "messages": msgs}, ensure_ascii=False), encoding="utf-8")
+    # budget 60: the first turn (400 repeats of "old\x85one ") goes, a breadcrumb message
+    # takes its place; the system prompt and the last turn stay
+    for budget, kept in (("100000", msgs), ("60", [msgs[0], msgs[3]])):
+        assert main(["fit", str(f), "--budget", budget]) == 0
+        out = capsysbinary.readouterr().out.decode()
+        for raw in ("\x85", "\u2028", "\u2029"):
+            assert raw not in out
+        assert "\\u0085" in out and "\\u2028" in out
+        lines = out.splitlines()
+        assert lines == out.split("\n")[:-1]  # the same lines by Python's rule as by JSON Lines'
+        if kind == "jsonl":
+            got = [json.loads(line) for line in lines]
+        else:
+            got = json.loads(out)["messages"]
+        assert [m for m in got if m["content"] != cw.messages.BREADCRUMB] == kept
+        assert len(got) == len(kept) + (budget == "60")
+    # a --json report (its "file" holds U+0085) is one line by splitlines too
+    assert main(["count", str(f), "--json"]) == 0
+    out = capsysbinary.readouterr().out.decode()
+    assert out.splitlines() == [out.rstrip("\n")] and json.loads(out)[0]["file"] == str(f)

@@ -27,7 +27,7 @@ from .breakdown import Breakdown, token_breakdown
 from .budget import Budget, resolve_budget
 from .errors import ContextWindowError, InvalidMessageError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
-from .io import Conversation, dump_conversation, load_conversation
+from .io import Conversation, dump_conversation, escape_line_breaks, load_conversation
 from .pairs import repair_tool_pairs, validate
 from .report import FitReport
 from .trim import trim_turns
@@ -54,6 +54,12 @@ def _load(path: str, fmt: str | None) -> Conversation:
             file=sys.stderr,
         )
     return conv
+
+
+def _print_json(value: Any) -> None:
+    """Print ``value`` as one line of compact JSON, U+0085, U+2028 and U+2029 escaped
+    (:func:`~contextwindow.io.escape_line_breaks`), as the CLI writes conversations."""
+    print(escape_line_breaks(msgspec.json.encode(value)).decode())
 
 
 def _n(count: int, noun: str) -> str:
@@ -191,7 +197,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        print(msgspec.json.encode(rows).decode())
+        _print_json(rows)
     else:
         for r in rows:
             tools_note = f" ({r['tool_tokens']:,} for tool schemas)" if r["tool_tokens"] else ""
@@ -215,7 +221,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
         # one line per file left out, so a mistyped corpus does not quietly shrink the sample
         print(f"contextwindow: warning: skipped {why if why.startswith(path) else f'{path}: {why}'}", file=sys.stderr)
     if args.json:
-        print(msgspec.json.encode([r.to_dict() for r in reports]).decode())
+        _print_json([r.to_dict() for r in reports])
     else:
         print("\n\n".join(r.markdown() for r in reports))
     return 0
@@ -279,7 +285,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         if resolved is not None:
             out["resolved_budget"] = resolved
         out["report"] = report
-        print(msgspec.json.encode(out).decode())
+        _print_json(out)
         return code
     _write(conv, res.messages, args.output)
     text = _summary(conv.path, report, whole, tools, len(conv.messages), len(res.messages))
@@ -369,7 +375,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         conv = seen.conv = _load(args.file, args.format)
         b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
     if args.json:
-        print(msgspec.json.encode({"file": conv.path, **msgspec.structs.asdict(b)}).decode())
+        _print_json({"file": conv.path, **msgspec.structs.asdict(b)})
     else:
         try:
             _render_breakdown(conv.path, b, conv)
@@ -386,7 +392,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         provider = args.provider or conv.format
         found = validate(conv.messages, provider, format=conv.format)
     if args.json:
-        print(msgspec.json.encode(found).decode())
+        _print_json(found)
     elif not found:
         n = len(conv.messages) - conv.system_lifted
         print(f"{conv.path}: valid for {provider} ({_n(n, 'message')}{' and a system' if conv.system_lifted else ''})")
@@ -403,7 +409,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     if args.json:
         if args.output:
             _write(conv, res.messages, args.output)
-        print(msgspec.json.encode(res.report).decode())
+        _print_json(res.report)
         return 0
     _write(conv, res.messages, args.output)
     changes = res.report.repairs

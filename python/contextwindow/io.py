@@ -554,6 +554,26 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
 
 
+# U+0085, U+2028, U+2029 in UTF-8 (each lead byte starts a character, so these bytes
+# are always those characters; msgspec writes non-ASCII only inside strings)
+_LINE_BREAK_BYTES = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def escape_line_breaks(data: bytes) -> bytes:
+    """JSON text (UTF-8) with U+0085, U+2028 and U+2029 written as the escapes ``\\u0085``,
+    ``\\u2028``, ``\\u2029``: JSON strings may hold them as they are (msgspec writes them
+    so), but Python's ``str.splitlines`` splits a line there, so a JSON Lines reader that
+    uses it would read a line in two (fresh10 N7). The same JSON value; every other byte
+    kept. What the CLI writes goes through here.
+
+    >>> escape_line_breaks('["a\\u2028b\\x85"]'.encode())
+    b'["a\\\\u2028b\\\\u0085"]'
+    """
+    for raw, escaped in _LINE_BREAK_BYTES:
+        data = data.replace(raw, escaped)
+    return data
+
+
 def _encode(value: Any, where: str) -> bytes:
     try:
         try:
@@ -574,7 +594,9 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     Anthropic format a leading system-role dict goes back to the top-level ``system``
     verbatim (and ``system`` is removed if that message is gone). JSON is pretty-printed
     with a 2-space indent; JSONL gets one compact message per line. Lone surrogates become
-    U+FFFD, so the output is always valid UTF-8.
+    U+FFFD, so the output is always valid UTF-8; U+0085, U+2028 and U+2029 are written
+    as JSON escapes (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL
+    output line by line.
 
     Args:
         conv: the conversation as loaded.
@@ -592,7 +614,7 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     """
     messages = list(messages)
     if conv.kind == "jsonl":
-        return b"".join(_encode(m, conv.path) + b"\n" for m in messages)
+        return escape_line_breaks(b"".join(_encode(m, conv.path) + b"\n" for m in messages))
     doc: Any = messages
     if conv.kind != "list":
         doc = dict(conv.document)
@@ -604,4 +626,4 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
             elif doc.get("system") is not None:  # it was lifted into messages, then dropped
                 del doc["system"]
         doc["messages"] = messages
-    return msgspec.json.format(_encode(doc, conv.path), indent=2) + b"\n"
+    return escape_line_breaks(msgspec.json.format(_encode(doc, conv.path), indent=2)) + b"\n"
