@@ -825,3 +825,18 @@ def test_a_quoted_key_is_one_line_and_the_same_everywhere() -> None:
     want = 'message 0: the key "k\\u2028\\u0085" appears more than once'
     assert gateway_errors(body) == [want, want]
     assert cli_error(body) == want
+
+
+def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() -> None:
+    # a field path is not quoted: a quote stays as it is, a line break is escaped
+    key = 'a\u2028\n"b\x85'
+    msgs = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {key: {HI: 1, LO: 2}}}],
+        },
+    ]
+    want = 'message 1, field content[0].input.a\\u2028\\n"b\\u0085: the key "\ufffd" appears more than once'
+    assert same_everywhere(msgs) == want
+    assert want.splitlines() == [want]

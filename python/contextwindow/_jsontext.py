@@ -123,14 +123,21 @@ def clean_value(value: Any) -> Any:
 
 def field_path(path: Sequence[str | int], base: str = "") -> str:
     """A path of keys and indices as the adapters and the gateway name a field,
-    ``content[0].input.q``, below ``base`` (a field already named, or ``""``).
+    ``content[0].input.q``, below ``base`` (a field already named, or ``""``). A key is
+    not quoted; the controls :func:`quote` escapes are escaped in it the same way
+    (``a\\u2028b``), so an error naming the path stays on one line, as the gateway
+    writes it (Rust ``escape_controls``).
 
-    >>> field_path(["content", 0, "input", "q"]), field_path(["q", 1], "content[0].input"), field_path([])
-    ('content[0].input.q', 'content[0].input.q[1]', '')
+    >>> field_path(["content", 0, "input", "q"]), field_path(["q\\u2028", 1], "content[0].input")
+    ('content[0].input.q', 'content[0].input.q\\\\u2028[1]')
     """
     out = base
     for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            key = _CONTROL.sub(_escape_control, p) if isinstance(p, str) else str(p)
+            out += f".{key}" if out else key
     return out
 
 
@@ -142,6 +149,14 @@ _UNPRINTED = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 def _escape(m: re.Match[str]) -> str:
     return f"\\u{ord(m.group()):04x}"
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # all that quote() escapes but " and \\
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _escape_control(m: re.Match[str]) -> str:
+    return _SHORT.get(m.group()) or _escape(m)
 
 
 def quote(text: str) -> str:

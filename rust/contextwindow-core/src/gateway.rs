@@ -712,11 +712,12 @@ enum Path<'p> {
 }
 
 impl std::fmt::Display for Path<'_> {
-    /// As the CLI writes a field below another (`io._field`): `.key`, `[index]`.
+    /// As the CLI writes a field below another (`_jsontext.field_path`): `.key` (its
+    /// controls escaped: [`escape_controls`]), `[index]`.
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Path::Root => Ok(()),
-            Path::Key(up, k) => write!(f, "{up}.{k}"),
+            Path::Key(up, k) => write!(f, "{up}.{}", escape_controls(k)),
             Path::Index(up, i) => write!(f, "{up}[{i}]"),
         }
     }
@@ -1026,7 +1027,6 @@ fn unknown_role(name: &str) -> String {
 /// every other character as it is. `_jsontext.quote` writes the same (fresh9 B5).
 fn quote(s: &str) -> String {
     let json = serde_json::to_string(s).unwrap_or_default();
-    let unprinted = |c: char| matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}');
     if !json.contains(unprinted) {
         return json;
     }
@@ -1039,6 +1039,35 @@ fn quote(s: &str) -> String {
         }
     }
     out
+}
+
+/// What JSON may hold as it is but a terminal or `str.splitlines` takes as control: DEL,
+/// the C1 controls, U+2028, U+2029 ([`quote`] escapes them).
+fn unprinted(c: char) -> bool {
+    matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}')
+}
+
+/// A key as a field path names it (`content[0].input.a\u2028b`, not quoted): the
+/// controls [`quote`] escapes, escaped the same way (`\n`, `\u0001`, `\u0085`,
+/// `\u2028`), every other character as it is (`"` and `\\` too), so an error naming the
+/// path stays on one line (`_jsontext.field_path` writes the same).
+fn escape_controls(s: &str) -> Cow<'_, str> {
+    if !s.contains(|c: char| c < ' ' || unprinted(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 10);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c < ' ' || unprinted(c) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn role_of(name: &str) -> Option<Role> {
@@ -2530,6 +2559,15 @@ mod tests {
         let body = r#"{"messages":[{"role":"user","content":"x","k\u2028":1,"k\u2028":2}]}"#;
         let got = message_error(body.as_bytes()).2;
         assert_eq!(got, r#"the key "k\u2028" appears more than once"#);
+        // a key in a field path is not quoted: its controls are escaped all the same
+        let body = r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f",
+            "input":{"a\u2028\n\"b":{"x":1,"x":2}}}]}]}"#;
+        let (index, field, reason) = message_error(body.as_bytes());
+        assert_eq!(index, 0);
+        assert_eq!(field, r#"content[0].input.a\u2028\n"b"#);
+        assert_eq!(reason, r#"the key "x" appears more than once"#);
+        assert_eq!(escape_controls("plain"), Cow::Borrowed("plain"));
+        assert_eq!(escape_controls("\u{1}\u{9b}é\\"), r#"\u0001\u009bé\"#);
     }
 
     #[test]
