@@ -761,3 +761,52 @@ def test_guard_drops_the_old_turn_not_the_request() -> None:
         r = ContextGuard(resolve_budget(context_window=window, max_output_tokens=10, floor=1)).check(msgs)
         assert r.messages == [msgs[0], req] and r.messages[1] is req
         assert (r.fits, r.tokens_after) == (True, 25)
+
+
+def test_guard_never_does_worse_than_fit_on_its_input() -> None:
+    """Hypothesis found (test_invariants) a conversation where the guard's own tool-output
+    step made eviction worse: clearing the tool result that repair moves into a pinned
+    message lowered the pinned messages' total, so fewer were unpinned over their share,
+    and the turn holding it could no longer go. ``fit`` on the input fit the budget; the
+    guard raised ContextOverflowError at 543 tokens. The guard now falls back on ``fit``
+    of its input when eviction after its steps does not fit."""
+    Message, TextPart = cw.Message, cw.TextPart
+
+    def result(text: str) -> cw.ToolResult:
+        return cw.ToolResult(call_id="c1", content=[TextPart(text=text)])
+
+    call = cw.ToolCall(id="c1", name="read_file", arguments="")
+    msgs = [
+        Message(role="user", content=[result("")]),
+        Message(
+            role="assistant",
+            content=[cw.OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""})],
+            pinned=True,
+        ),
+        Message(role="user", content=[TextPart(text="12345678" * 50)], pinned=True),
+        Message(role="assistant", content=[call], pinned=True),
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[result("hello" * 50)]),
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[TextPart(text="ok")], pinned=True),
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[TextPart(text="ok")], pinned=True),
+        Message(role="user", content=[result("hello" * 250)]),
+        Message(role="assistant", content=[call], pinned=True),
+        Message(role="user", content=[result(""), TextPart(text="")]),
+    ]
+    before = copy.deepcopy(msgs)
+    total = cw.count_messages(msgs, format="anthropic")
+    budget = total * 8 // 100
+    fitted = cw.fit(msgs, budget, format="anthropic")
+    assert fitted.report.fits
+    # what the guard's first step leaves does not fit by eviction alone
+    capped = cw.budget_tool_results(msgs, budget + 10, format="anthropic")
+    assert not cw.fit(capped.messages, budget, format="anthropic").report.fits
+    guard = cw.ContextGuard(resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=1))
+    assert guard.budget.usable == budget
+    g = guard.check(msgs, format="anthropic")
+    assert g.fits and g.tokens_after == fitted.report.tokens_after
+    assert g.messages == fitted.messages
+    assert [s.step for s in g.steps] == ["history"] and [type(e).__name__ for e in g.events] == ["HistoryTrimmed"]
+    assert msgs == before

@@ -727,6 +727,7 @@ class ContextGuard:
             # 3. evict history by priority, down to the low-water mark (fit repairs first)
             if needed(cur, cur_tokens) > budget:
                 policy = self._hint_policy(cur, fmt, hint)
+                evicting = cur
                 r = fit(cur, budget, policy, profile=self.profile, format=fmt)
                 steps.append(GuardStep(step="history", report=r.report))
                 if r.report.reason is not None:
@@ -740,6 +741,27 @@ class ContextGuard:
                     )
                     stats["messages_dropped"] += r.report.dropped_messages
                     cur, cur_tokens = r.messages, r.report.tokens_after
+                if not r.report.fits and evicting is not messages:
+                    # the guard never does worse than fit on its own input. The steps above
+                    # can make eviction worse: a tool result cut inside a pinned message
+                    # lowers the pinned messages' total, so fewer are unpinned over their
+                    # share, and a whole turn holding one can no longer go (hypothesis: 543
+                    # tokens over a budget of 81, where fit on the input gives 81). Then
+                    # fit on the input is the result, and the steps above are left out.
+                    r0 = fit(messages, budget, self._hint_policy(messages, fmt, hint), profile=self.profile, format=fmt)
+                    if r0.report.fits:
+                        steps = [GuardStep(step="history", report=r0.report)]
+                        events = [
+                            HistoryTrimmed(
+                                **common("history", r0, before, len(messages)),
+                                dropped_messages=r0.report.dropped_messages,
+                                kept_turns=r0.report.kept_turns,
+                                dropped_turns=r0.report.dropped_turns,
+                            )
+                        ]
+                        stats = dict.fromkeys(stats, 0)
+                        stats["messages_dropped"] = r0.report.dropped_messages
+                        cur, cur_tokens = r0.messages, r0.report.tokens_after
 
         # broken tool pairs are repaired even under the budget (fit does it when it runs),
         # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
