@@ -24,7 +24,10 @@ soon as the conversation fits:
    ``tool_pairs``), so every request passes ``validate``. Steps 2 and 3 compare the
    repaired size with the budget: when the ``[tool result missing]`` stub a repair adds
    pushes an input over the budget, they run (fresh8 N2: it used to be sent to step 4
-   and raise).
+   and raise). The guard never does worse than ``fit`` on its own input: when eviction
+   after steps 1-2 does not fit and ``fit`` of the input does (a result cut inside a
+   pinned message can leave the pinned messages under their share, so the turn holding
+   one cannot go), that is the result, and steps 1-2 are left out of it.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
