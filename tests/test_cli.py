@@ -243,6 +243,9 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("contextwindow: error: unknown model 'acme-llm-9000'") and err.count("\n") == 1
+    # it says the output reserve is needed too (fresh10: "(and --max-output-tokens N)" read
+    # as optional, and any window of 64,000 or less then failed on the default reserve)
+    assert "--context-window N and --max-output-tokens N (without it 64,000 tokens are reserved" in err
     # a declared window makes an unknown model usable: from the option or the environment
     argv = ["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--context-window", "9000"]
     assert main([*argv, "--max-output-tokens", "1000", "--json"]) == 0

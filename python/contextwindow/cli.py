@@ -236,7 +236,8 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
     if not budget.capacity_known:
         raise ValueError(
             f"unknown model {args.model!r}: not in the model table; pass --context-window N"
-            " (and --max-output-tokens N), set LLM_CONTEXT_SIZE, or use --budget N"
+            " and --max-output-tokens N (without it 64,000 tokens are reserved for output, which a window"
+            " of 64,000 or less cannot hold), set LLM_CONTEXT_SIZE, or use --budget N"
         )
     return budget
 
