@@ -981,6 +981,74 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     }
 }
 
+/// Features of the run of 2-byte characters (U+0080..U+07FF: Latin letters with
+/// diacritics, Greek, Cyrillic, Armenian, Hebrew, Arabic ...) that starts at `i`, single
+/// spaces between them included; returns its end. None of them is part of an n-gram:
+/// each counts its group and standalone cost, a letter after no letter a word start, an
+/// uppercase letter after one a capital run, as the main loop counts a 2-byte character;
+/// a space before another 2-byte character is a token of its own there, as here.
+#[inline(never)]
+fn two_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    sink: &mut S,
+    families: &V,
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    mut i: usize,
+    na_prev: &mut NaPrev,
+) -> usize {
+    let vocabs = families.vocabs();
+    // counted in a copy held in registers, as in `three_byte_run`
+    let mut local = *sink;
+    let out = &mut local;
+    let n = b.len();
+    let mut prev_upper = after_upper(b, i, na_prev.upper);
+    let mut letter = na_prev.letter;
+    loop {
+        // valid UTF-8: a 2-byte lead is followed by its continuation byte
+        let cp = ((b[i] as u32 & 0x1F) << 6) | (b[i + 1] as u32 & 0x3F);
+        let entry = groups[cp as usize];
+        let g = entry & !UPPER_FLAG;
+        let upper = entry & UPPER_FLAG != 0;
+        if upper && prev_upper {
+            for k in 0..K {
+                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
+            }
+        }
+        prev_upper = upper;
+        let isl = is_letter_group(g);
+        if isl && !letter {
+            for k in 0..K {
+                out.add(k, F_NA_WORDS, 1);
+            }
+        }
+        letter = isl;
+        for (k, v) in vocabs.iter().enumerate() {
+            out.add(k, F_CH + g as usize, 1);
+            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+        }
+        i += 2;
+        if i < n && (0xC0..0xE0).contains(&b[i]) {
+            continue;
+        }
+        if i + 1 < n && b[i] == b' ' && (0xC0..0xE0).contains(&b[i + 1]) {
+            // the main loop's whitespace arm for one space before a non-ASCII character
+            // that starts no n-gram: a piece of one byte, a token
+            for k in 0..K {
+                out.add(k, F_KNOWN, 1);
+            }
+            letter = false;
+            prev_upper = false;
+            i += 1;
+            continue;
+        }
+        break;
+    }
+    na_prev.letter = letter;
+    na_prev.upper = prev_upper;
+    *sink = local;
+    i
+}
+
 /// The code point of the 3-byte UTF-8 sequence at `i`.
 #[inline(always)]
 fn decode3(b: &[u8], i: usize) -> u32 {
@@ -1085,8 +1153,10 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         if k == NA {
             if (0xE0..0xF0).contains(&b[i]) {
                 i = three_byte_run(out, families, groups, b, i, &mut consumed, &mut na_prev);
+            } else if b[i] < 0xE0 {
+                i = two_byte_run(out, families, groups, b, i, &mut na_prev);
             } else {
-                // a 2- or 4-byte character: never part of an n-gram
+                // a 4-byte character: never part of an n-gram
                 let (cp, len) = decode(b, i);
                 let entry = group_of(groups, cp);
                 let g = entry & !UPPER_FLAG;
@@ -1592,6 +1662,10 @@ mod fast_equals_scalar {
              HTTPResponse camelCaseWord !!\n\n's ПРИВЕТ МИР PRÜFUNG ÄẞÄ ＡＢ ΑΘΗΝΑ",
             "오늘날의 교육 체계는 학생들의  심층\n 작업 능력, 개발을\t완전히 지원하지 못하고 있는 경우가",
             "╭ Warning ──────────────╮\n│   Ignored build scripts   │\n╰────────────────────────╯",
+            // runs of 2-byte characters with single and double spaces, capitals after
+            // capitals, ASCII letters inside words and a 3-byte dash after a space
+            "Москва — столица России. ΑΘΗΝΑ Αθήνα  Ëlan naïve ÉCOLE ÀÉÎ Straße Ĳssel Ամ \
+             שלום עולם مرحبا بالعالم ПРИВЕТ МИР é é",
         ] {
             check_alignments(t);
             check_alignments(&t.repeat(3));
