@@ -199,8 +199,10 @@ impl<'de> Deserialize<'de> for Content<'de> {
     }
 }
 
-/// A message object: like [`Obj`], with `content` decoded in the same pass.
-struct Msg<'a>(Obj<'a>);
+/// A message object: like [`Obj`], with `content` decoded in the same pass; and its first
+/// key when it is borrowed from the body (no escapes), which says where the object starts
+/// ([`inline_spans`]).
+struct Msg<'a>(Obj<'a>, Option<&'a str>);
 
 impl<'de> Deserialize<'de> for Msg<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -216,7 +218,14 @@ impl<'de> Deserialize<'de> for Msg<'de> {
             ) -> std::result::Result<Msg<'de>, A::Error> {
                 let mut log = KeyLog::new();
                 let mut content = None;
+                let mut first = None;
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if first.is_none() {
+                        first = Some(match k {
+                            Cow::Borrowed(b) => Some(b),
+                            Cow::Owned(_) => None,
+                        });
+                    }
                     if k == "content" && content.is_none() {
                         content = Some(map.next_value::<Content<'de>>()?);
                     } else if k == "content" {
@@ -227,39 +236,60 @@ impl<'de> Deserialize<'de> for Msg<'de> {
                         log.push(k, v);
                     }
                 }
-                Ok(Msg(log.obj(content)))
+                Ok(Msg(log.obj(content), first.flatten()))
             }
         }
         d.deserialize_map(V)
     }
 }
 
-/// The request body's top level: `messages` split into raw messages in the same pass,
-/// every other entry raw. Only the keys read here (`messages`, `system`, `tools`) must not
-/// repeat (`obj.2`); the others are copied byte for byte and never looked up.
-struct Top<'a> {
+/// The request body's top level: `messages` read in the same pass as an `M` (its raw
+/// messages, [`Content`], or each message read whole, `Vec<Msg>`), every other entry
+/// raw. Only the keys read here (`messages`, `system`, `tools`) must not repeat
+/// (`obj.2`); the others are copied byte for byte and never looked up.
+struct Top<'a, M> {
     obj: Obj<'a>,
-    messages: Option<Content<'a>>,
+    messages: Option<M>,
+    /// The key that follows the first `messages` (`Some(None)`: none does, the object
+    /// ends there), when it is borrowed from the body: it says where the array ends
+    /// ([`inline_spans`]).
+    after: Option<Option<&'a str>>,
 }
 
-impl<'de> Deserialize<'de> for Top<'de> {
+impl<'de, M: Deserialize<'de>> Deserialize<'de> for Top<'de, M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Top<'de>;
+        struct V<M>(std::marker::PhantomData<M>);
+        impl<'de, M: Deserialize<'de>> Visitor<'de> for V<M> {
+            type Value = Top<'de, M>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Top<'de>, A::Error> {
+            ) -> std::result::Result<Top<'de, M>, A::Error> {
                 let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
                 let mut messages = None;
                 let mut repeat = None;
-                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                let mut after = None;
+                let mut just_read = false;
+                loop {
+                    let Some(Key(k)) = map.next_key::<Key<'de>>()? else {
+                        if just_read {
+                            after = Some(None);
+                        }
+                        break;
+                    };
+                    if just_read {
+                        after = match &k {
+                            Cow::Borrowed(b) => Some(Some(*b)),
+                            Cow::Owned(_) => None,
+                        };
+                        just_read = false;
+                    }
                     if k == "messages" && messages.is_none() {
-                        messages = Some(map.next_value::<Content<'de>>()?);
+                        messages = Some(map.next_value::<M>()?);
+                        just_read = true;
                         continue;
                     }
                     let v: &'de RawValue = map.next_value()?;
@@ -277,10 +307,11 @@ impl<'de> Deserialize<'de> for Top<'de> {
                 Ok(Top {
                     obj: Obj(out, None, repeat),
                     messages,
+                    after,
                 })
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -1281,8 +1312,8 @@ struct Request<'a> {
     format: Format,
     /// Byte range of the `messages` array in the body (`None` when it is empty).
     messages_span: Option<(usize, usize)>,
-    /// Each message of the body's `messages`.
-    raw: Vec<&'a RawValue>,
+    /// The text of each message of the body's `messages` (a slice of the body).
+    raw: Vec<&'a str>,
     /// Anthropic top-level `system`, when not null: canonical message 0.
     system: Option<&'a RawValue>,
     /// Canonical messages (the lifted system first).
@@ -1374,35 +1405,50 @@ fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
 /// byte offsets do not move. JSON allows these escapes and the Python path reads them as
 /// U+FFFD, but they are not Unicode scalar values and serde_json rejects them. Borrowed
 /// when there are none.
+///
+/// Only a `\u` can start one, so the body is searched for that pair of bytes (memchr's
+/// vectorised `memmem`): a body of text with a `\n` on every line is one pass, not a stop
+/// at every backslash. A backslash found so starts an escape when the run of backslashes
+/// right before it is of even length (`\\u` is an escaped backslash, then text), which
+/// is where a walk from one escape to the next lands (the walk it replaced is the oracle
+/// of `surrogate_tests`).
 pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
-    fn unit(b: &[u8], i: usize) -> Option<u16> {
-        if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
-            return None;
-        }
-        let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
-        u16::from_str_radix(hex, 16).ok()
-    }
     let mut out: Option<Vec<u8>> = None;
-    let mut i = 0;
-    // from one backslash to the next (memchr's vectorised search): escapes are rare
-    // next to the text between them
-    while i < body.len() {
-        let Some(at) = memchr::memchr(b'\\', &body[i..]) else {
-            break;
+    for i in memchr::memmem::find_iter(body, b"\\u") {
+        let Some(u @ 0xD800..=0xDFFF) = escaped_unit(body, i) else {
+            continue;
         };
-        i += at;
-        match unit(body, i) {
-            Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
-            Some(0xD800..=0xDFFF) => {
-                out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
-                i += 6;
-            }
-            // any other escape, "\\\\" included, is two bytes (or six for \\uXXXX)
-            Some(_) => i += 6,
-            None => i += 2,
+        if !starts_escape(body, i) {
+            continue;
+        }
+        let paired = if u <= 0xDBFF {
+            // an escape starts right after this one's four hex digits
+            matches!(escaped_unit(body, i + 6), Some(0xDC00..=0xDFFF))
+        } else {
+            i >= 6
+                && matches!(escaped_unit(body, i - 6), Some(0xD800..=0xDBFF))
+                && starts_escape(body, i - 6)
+        };
+        if !paired {
+            out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
         }
     }
     out.map_or(Cow::Borrowed(body), Cow::Owned)
+}
+
+/// The code unit of the `\uXXXX` at `i` (`None` when `b[i..]` is not one).
+fn escaped_unit(b: &[u8], i: usize) -> Option<u16> {
+    if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+        return None;
+    }
+    let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+    u16::from_str_radix(hex, 16).ok()
+}
+
+/// Whether the backslash at `i` starts an escape: an even number of backslashes (pairs,
+/// each an escaped backslash) run up to it.
+fn starts_escape(b: &[u8], i: usize) -> bool {
+    b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0
 }
 
 fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
@@ -1434,51 +1480,18 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ),
         ));
     }
-    let top: Top<'_> = match serde_json::from_str(text) {
-        Ok(top) => top,
-        Err(e) if out_of_range(&e) => {
-            // `messages` is a number too large for a float: say what it is, as for any
-            // other number there
-            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
-            match top.get("messages") {
-                Some(v) if kind(v) == Kind::Num => {
-                    return Err(invalid(
-                        Some(cx.start_of(v.get())),
-                        "\"messages\" is a number, not a list",
-                    ))
-                }
-                _ => return Err(cx.json_err(e, text)),
-            }
-        }
-        Err(e) => return Err(cx.json_err(e, text)),
+    // One pass reads the top level and every message in it ([`read_inline`]); a body it
+    // does not take (an error anywhere, a message that is not an object, a key with
+    // escapes where a message starts or the array ends) is read as before: the top level
+    // with each message raw, then each message, which says what is wrong and where.
+    let (top, raw, pending) = match read_inline(&cx, text) {
+        Some(read) => read,
+        None => read_raw(&cx, text)?,
     };
-    if let Some(r) = &top.obj.2 {
-        // Which one would a provider read? Refuse to guess.
-        return Err(cx.repeated(r, Place::Other(String::new())));
-    }
-    let raw = match top.messages {
-        None => {
-            return Err(invalid(
-                None,
-                "the top-level object has no \"messages\" list",
-            ))
-        }
-        Some(Content::Parts(items)) => items,
-        Some(other) => {
-            let name = match other {
-                Content::Text(_) => "a string",
-                Content::Null => "null",
-                Content::Other(n) => n,
-                Content::Parts(_) => "an array",
-            };
-            return Err(invalid(
-                messages_offset(&cx, text),
-                format!("\"messages\" is {name}, not a list"),
-            ));
-        }
+    let messages_span = match (raw.first(), raw.last()) {
+        (Some(first), Some(last)) => Some(array_span(&cx, first, last)?),
+        _ => None,
     };
-    let messages_span = span_of(&cx, &raw)?;
-    let top = top.obj;
     let mut tools: Vec<String> = Vec::new();
     let mut anthropic_tools = false;
     match top.get("tools") {
@@ -1511,21 +1524,24 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     // comes to it, so an earlier message's field error is named first, as the dict path
     // (`to_canonical`) and the CLI name the first bad message (fresh8 N7).
     let mut objs = Vec::with_capacity(raw.len());
-    for (i, m) in raw.iter().enumerate() {
-        if kind(m) != Kind::Obj {
-            objs.push(None);
-            continue;
-        }
-        let Msg(o) =
-            match serde_json::from_str(m.get()) {
-                Ok(msg) => msg,
+    for (i, (m, o)) in raw.iter().zip(pending).enumerate() {
+        let o = match o {
+            Some(o) => o,
+            None if !m.starts_with('{') => {
+                objs.push(None);
+                continue;
+            }
+            None => match serde_json::from_str(m) {
+                Ok(Msg(o, _)) => o,
                 // a `content` that is a number too large for a float (`1e400`), which `Msg`
                 // reads as a value: read it raw instead, for the conversion to name it as it
                 // names any number there (fresh8 N5)
-                Err(e) if out_of_range(&e) => Msg(serde_json::from_str(m.get())
-                    .map_err(|e| nested_in(i, cx.json_err(e, m.get())))?),
-                Err(e) => return Err(nested_in(i, cx.json_err(e, m.get()))),
-            };
+                Err(e) if out_of_range(&e) => {
+                    serde_json::from_str(m).map_err(|e| nested_in(i, cx.json_err(e, m)))?
+                }
+                Err(e) => return Err(nested_in(i, cx.json_err(e, m))),
+            },
+        };
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, place(i, "")));
         }
@@ -1613,22 +1629,141 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     })
 }
 
+/// What reading the top level gives [`parse`]: the top-level entries, each message's
+/// text (a slice of the body), and each message read already (`None`: not yet).
+type TopRead<'a> = (Obj<'a>, Vec<&'a str>, Vec<Option<Obj<'a>>>);
+
+/// The top level with every message read in the same pass (one scan of the body, where
+/// [`read_raw`] scans each message twice: once to find its end, once to read it), or
+/// `None` when it cannot say everything [`read_raw`] says: the body is read again that
+/// way then (an error anywhere, a message that is not an object or has no keys, a
+/// repeated top-level key, ...). Each message's text is found from the keys that are
+/// borrowed from the body ([`inline_spans`]), so a message is still copied byte for byte.
+///
+/// Reading a message here is reading it on its own ([`read_raw`] and the loop in
+/// [`parse`]): the same visitor ([`Msg`]) on the same bytes, two levels deeper, so it
+/// gives the same object whenever it succeeds.
+fn read_inline<'a>(cx: &Ctx<'a>, text: &'a str) -> Option<TopRead<'a>> {
+    let top: Top<'a, Vec<Msg<'a>>> = serde_json::from_str(text).ok()?;
+    if top.obj.2.is_some() {
+        return None;
+    }
+    let msgs = top.messages?;
+    let raw = inline_spans(cx, &msgs, top.after?)?;
+    let objs = msgs.into_iter().map(|Msg(o, _)| Some(o)).collect();
+    Some((top.obj, raw, objs))
+}
+
+/// The text of each message [`read_inline`] read, from where its first key starts to
+/// where the next message's does (or the array ends, just before `after`, the key that
+/// follows `messages`, or the end of the object). JSON puts nothing but whitespace and
+/// one `{`, `,` or `]` between them, which is checked: `None` when a key is not borrowed
+/// from the body (it holds escapes) or a message has no keys.
+fn inline_spans<'a>(
+    cx: &Ctx<'a>,
+    msgs: &[Msg<'a>],
+    after: Option<&'a str>,
+) -> Option<Vec<&'a str>> {
+    let b = cx.body.as_bytes();
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    // the byte before `at`, past whitespace, when it is `want`: its offset
+    let back = |at: usize, want: u8| -> Option<usize> {
+        let mut i = at;
+        while i > 0 && ws(b[i - 1]) {
+            i -= 1;
+        }
+        (i > 0 && b[i - 1] == want).then(|| i - 1)
+    };
+    let mut starts = Vec::with_capacity(msgs.len());
+    for Msg(_, first) in msgs {
+        // the key's opening quote, then the object's `{`
+        let quote = cx.start_of((*first)?).checked_sub(1)?;
+        starts.push(back(quote, b'{')?);
+    }
+    // the array's `]`: before the next key's quote and its `,`, or before the `}` that
+    // ends the body's object (only whitespace follows it)
+    let close = match after {
+        Some(key) => back(back(cx.start_of(key).checked_sub(1)?, b',')?, b']')?,
+        None => {
+            let end = back(b.len(), b'}')?;
+            back(end, b']')?
+        }
+    };
+    let mut raw = Vec::with_capacity(msgs.len());
+    for (k, &start) in starts.iter().enumerate() {
+        let end = match starts.get(k + 1) {
+            Some(&next) => back(back(next, b',')?, b'}')? + 1,
+            None => back(close, b'}')? + 1,
+        };
+        raw.push(cx.body.get(start..end)?);
+    }
+    Some(raw)
+}
+
+/// The top level read with each message raw (its text found, not read): what
+/// [`read_inline`] reads in one pass, for a body it does not take; says what is wrong
+/// with the top level and where.
+fn read_raw<'a>(cx: &Ctx<'a>, text: &'a str) -> Result<TopRead<'a>> {
+    let top: Top<'_, Content<'_>> = match serde_json::from_str(text) {
+        Ok(top) => top,
+        Err(e) if out_of_range(&e) => {
+            // `messages` is a number too large for a float: say what it is, as for any
+            // other number there
+            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+            match top.get("messages") {
+                Some(v) if kind(v) == Kind::Num => {
+                    return Err(invalid(
+                        Some(cx.start_of(v.get())),
+                        "\"messages\" is a number, not a list",
+                    ))
+                }
+                _ => return Err(cx.json_err(e, text)),
+            }
+        }
+        Err(e) => return Err(cx.json_err(e, text)),
+    };
+    if let Some(r) = &top.obj.2 {
+        // Which one would a provider read? Refuse to guess.
+        return Err(cx.repeated(r, Place::Other(String::new())));
+    }
+    let raw = match top.messages {
+        None => {
+            return Err(invalid(
+                None,
+                "the top-level object has no \"messages\" list",
+            ))
+        }
+        Some(Content::Parts(items)) => items,
+        Some(other) => {
+            let name = match other {
+                Content::Text(_) => "a string",
+                Content::Null => "null",
+                Content::Other(n) => n,
+                Content::Parts(_) => "an array",
+            };
+            return Err(invalid(
+                messages_offset(cx, text),
+                format!("\"messages\" is {name}, not a list"),
+            ));
+        }
+    };
+    let pending = raw.iter().map(|_| None).collect();
+    Ok((top.obj, raw.iter().map(|m| m.get()).collect(), pending))
+}
+
 /// Offset of the `messages` value (to name where a wrong one is; slow path).
 fn messages_offset(cx: &Ctx<'_>, text: &str) -> Option<usize> {
     let top: Obj<'_> = serde_json::from_str(text).ok()?;
     top.get("messages").map(|v| cx.start_of(v.get()))
 }
 
-/// Byte range of the array holding `items` (`[` to `]`), found from its first and last
-/// item: only whitespace separates them from the brackets.
-fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> {
-    let (Some(first), Some(last)) = (items.first(), items.last()) else {
-        return Ok(None);
-    };
+/// Byte range of the array whose first and last items are `first` and `last` (`[` to
+/// `]`): only whitespace separates them from the brackets.
+fn array_span(cx: &Ctx<'_>, first: &str, last: &str) -> Result<(usize, usize)> {
     let b = cx.body.as_bytes();
     let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
-    let mut start = cx.start_of(first.get());
-    let mut end = cx.start_of(last.get()) + last.get().len();
+    let mut start = cx.start_of(first);
+    let mut end = cx.start_of(last) + last.len();
     while start > 0 && ws(b[start - 1]) {
         start -= 1;
     }
@@ -1638,7 +1773,7 @@ fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> 
     if start == 0 || b[start - 1] != b'[' || end >= b.len() || b[end] != b']' {
         return Err(internal("cannot locate the messages array"));
     }
-    Ok(Some((start - 1, end + 1)))
+    Ok((start - 1, end + 1))
 }
 
 /// The leading system message made from an Anthropic top-level `system`.
@@ -1842,7 +1977,7 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
                     .raw
                     .get(i - lift)
                     .ok_or_else(|| internal("message index out of range"))?;
-                arr.push_str(raw.get());
+                arr.push_str(raw);
             }
             _ => {
                 if w.src == Some(0) && lift == 1 {
@@ -2266,6 +2401,118 @@ mod tests {
             Err(Error::InvalidRequest { offset, .. }) => offset,
             other => panic!("expected InvalidRequest, got {other:?}"),
         }
+    }
+
+    /// A read object as text: each entry's key and where its raw value is in the body
+    /// (offset and length), the content held apart, the repeat.
+    fn describe(cx: &Ctx<'_>, o: &Obj<'_>) -> String {
+        let mut s = String::new();
+        for (k, v) in &o.0 {
+            s += &format!("{k:?}@{}+{} ", cx.start_of(v.get()), v.get().len());
+        }
+        s += &match &o.1 {
+            None => "no content".to_owned(),
+            Some(Content::Text(t)) => format!("text {t:?}"),
+            Some(Content::Parts(p)) => {
+                let at: Vec<_> = p
+                    .iter()
+                    .map(|v| (cx.start_of(v.get()), v.get().len()))
+                    .collect();
+                format!("parts {at:?}")
+            }
+            Some(Content::Null) => "null".to_owned(),
+            Some(Content::Other(n)) => (*n).to_owned(),
+        };
+        s + &format!(" repeat {:?}", o.2.as_ref().map(|r| r.key.clone()))
+    }
+
+    /// [`read_inline`] on `body`: `None` when it leaves the body to [`read_raw`], else
+    /// whether it read what `read_raw` and reading each message on its own read (the same
+    /// entries at the same places, the same message texts).
+    fn inline_agrees(body: &str) -> Option<bool> {
+        let cx = Ctx { body };
+        let (top, raw, objs) = read_inline(&cx, body)?;
+        let (top2, raw2, pending) = read_raw(&cx, body).ok()?;
+        assert!(pending.iter().all(Option::is_none));
+        let same_texts =
+            raw.len() == raw2.len() && raw.iter().zip(&raw2).all(|(a, b)| std::ptr::eq(*a, *b));
+        let same_objs = objs.iter().zip(&raw2).all(|(o, m)| {
+            let Ok(Msg(o2, _)) = serde_json::from_str::<Msg<'_>>(m) else {
+                return false;
+            };
+            o.as_ref()
+                .is_some_and(|o| describe(&cx, o) == describe(&cx, &o2))
+        });
+        Some(describe(&cx, &top) == describe(&cx, &top2) && same_texts && same_objs)
+    }
+
+    #[test]
+    fn one_pass_reads_what_two_passes_read() {
+        let m1 = r#"{"role": "user", "content": "a \"b\"\nc"}"#;
+        let m2 = r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#;
+        let m3 = r#"{ "content" : [ {"type": "text", "text": "x"} ] , "role" : "user" , "x": {"y": [1, 2]} }"#;
+        let msgs = [m1, m2, m3].join(" ,\n\t");
+        let taken = [
+            format!(r#"{{"model": "m", "messages": [{msgs}], "tools": []}}"#),
+            format!(r#"{{"messages":[{m1}]}}"#),
+            format!("\n {{ \"messages\" :\r\n[ \n{msgs}\n ]\n }} \n"),
+            format!(r#"{{"a": 1, "messages": [{msgs}]   }}"#),
+            r#"{"messages": [], "b": 2}"#.to_owned(),
+            format!(r#"{{"messages": [{m2}], "t": {{"messages": 1}}, "s": "}}]"}}"#),
+        ];
+        for body in &taken {
+            assert_eq!(inline_agrees(body), Some(true), "{body}");
+        }
+        // left to the two passes: a message whose first key holds an escape, a key after
+        // `messages` that does, a message that is not an object or is empty, a repeated
+        // top-level key, an error
+        let left = [
+            r#"{"messages": [{"\u0072ole": "user", "content": "a"}]}"#.to_owned(),
+            format!(r#"{{"messages": [{m1}], "\u0061": 1}}"#),
+            format!(r#"{{"messages": [{m1}, "x"]}}"#),
+            format!(r#"{{"messages": [{m1}, {{}}]}}"#),
+            format!(r#"{{"messages": [{m1}], "tools": [], "tools": []}}"#),
+            format!(r#"{{"messages": [{m1}] "#),
+            r#"{"messages": "no"}"#.to_owned(),
+        ];
+        for body in &left {
+            assert_eq!(inline_agrees(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn one_pass_reads_the_corpus_as_two_passes_do() {
+        // every JSON file of ../shared/corpus that holds messages, as a request body,
+        // compact and pretty-printed (skipped when the corpus is absent)
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+        let mut stack = vec![root];
+        let mut read = 0;
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let Ok(doc) =
+                    serde_json::from_slice::<Value>(&std::fs::read(&p).unwrap_or_default())
+                else {
+                    continue;
+                };
+                if !doc["messages"].is_array() {
+                    continue;
+                }
+                let body = serde_json::json!({"model": "m", "messages": doc["messages"], "tools": doc["tools"]});
+                for text in [
+                    body.to_string(),
+                    serde_json::to_string_pretty(&body).unwrap_or_default(),
+                ] {
+                    assert_eq!(inline_agrees(&text), Some(true), "{}", p.display());
+                    read += 1;
+                }
+            }
+        }
+        eprintln!("{read} corpus bodies read both ways");
     }
 
     #[test]
@@ -2932,6 +3179,75 @@ mod tests {
 #[cfg(test)]
 mod surrogate_tests {
     use super::replace_lone_surrogates;
+    use std::borrow::Cow;
+
+    /// The walk `replace_lone_surrogates` was before it searched for `\u` only: from one
+    /// backslash to the next, an escape at a time (the oracle of the test below).
+    fn walk(body: &[u8]) -> Cow<'_, [u8]> {
+        fn unit(b: &[u8], i: usize) -> Option<u16> {
+            if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+                return None;
+            }
+            let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+            u16::from_str_radix(hex, 16).ok()
+        }
+        let mut out: Option<Vec<u8>> = None;
+        let mut i = 0;
+        while i < body.len() {
+            let Some(at) = memchr::memchr(b'\\', &body[i..]) else {
+                break;
+            };
+            i += at;
+            match unit(body, i) {
+                Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => {
+                    i += 12
+                }
+                Some(0xD800..=0xDFFF) => {
+                    out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
+                    i += 6;
+                }
+                Some(_) => i += 6,
+                None => i += 2,
+            }
+        }
+        out.map_or(Cow::Borrowed(body), Cow::Owned)
+    }
+
+    #[test]
+    fn the_search_agrees_with_the_walk() {
+        // texts made of the pieces escapes are made of, from a fixed LCG: runs of
+        // backslashes, `u`, surrogate and other hex digits, `+` (which Rust's hex parse
+        // takes as a sign), a two-byte character and plain text
+        let pieces: &[&str] = &[
+            "\\", "\\\\", "u", "d8", "D8", "dc", "DC", "00", "3d", "de", "+", "x", "é", "\"",
+            "\\ud800", "\\udc00", "\\ud83d", "\\ude00", "\\u00e9",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n
+        };
+        let mut changed = 0;
+        for _ in 0..200_000 {
+            let len = 1 + next(12);
+            let text: String = (0..len).map(|_| pieces[next(pieces.len())]).collect();
+            let (got, want) = (
+                replace_lone_surrogates(text.as_bytes()),
+                walk(text.as_bytes()),
+            );
+            assert_eq!(got, want, "{text}");
+            assert_eq!(
+                matches!(got, Cow::Owned(_)),
+                matches!(want, Cow::Owned(_)),
+                "{text}"
+            );
+            changed += usize::from(matches!(want, Cow::Owned(_)));
+        }
+        // the pieces make lone surrogates often, and pairs and escaped backslashes too
+        assert!(changed > 10_000, "{changed}");
+    }
 
     #[test]
     fn lone_surrogate_escapes_become_replacement_characters() {
