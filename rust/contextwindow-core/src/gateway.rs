@@ -595,8 +595,24 @@ impl<'a> Ctx<'a> {
         serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
     }
 
+    /// The JSON string `v` decoded. One without a backslash is its text between the
+    /// quotes: serde_json read it as a raw value, which checked it is a valid string (no
+    /// control character), so there is nothing to decode.
     fn string(&self, v: &'a RawValue) -> Result<String> {
-        serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
+        let t = v.get();
+        if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') && !t.contains('\\') {
+            return Ok(t[1..t.len() - 1].to_owned());
+        }
+        serde_json::from_str(t).map_err(|e| self.json_err(e, t))
+    }
+
+    /// `o`, an object read already (by [`Objects`]), as [`Ctx::obj`] gives it: an error
+    /// when a key repeats in it.
+    fn checked(&self, o: Obj<'a>, place: impl FnOnce() -> Place) -> Result<Obj<'a>> {
+        match &o.2 {
+            Some(r) => Err(self.repeated(r, place())),
+            None => Ok(o),
+        }
     }
 
     /// Whether `v` is the JSON string `s`.
@@ -616,10 +632,21 @@ impl<'a> Ctx<'a> {
 
     /// `d[key]` as a string (`_str` in the adapters).
     fn req_str(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<String> {
+        self.req_str_at(d, key, index, || field.to_owned())
+    }
+
+    /// [`Ctx::req_str`] with the field's name written only for an error.
+    fn req_str_at(
+        &self,
+        d: &Obj<'a>,
+        key: &str,
+        index: usize,
+        field: impl FnOnce() -> String,
+    ) -> Result<String> {
         match d.get(key) {
-            None => Err(bad_message(index, field, "is missing")),
+            None => Err(bad_message(index, &field(), "is missing")),
             Some(v) if kind(v) == Kind::Str => self.string(v),
-            Some(_) => Err(bad_message(index, field, "must be a string")),
+            Some(_) => Err(bad_message(index, &field(), "must be a string")),
         }
     }
 
@@ -855,6 +882,34 @@ impl<'de> Deserialize<'de> for Pairs<'de> {
     }
 }
 
+/// An array whose items are all objects, each read as [`Obj`] reads one (its repeated key
+/// kept, for the reader to refuse in its turn: [`Ctx::checked`]); an item of another
+/// type is an error, and the array is then read item by item from its raw values.
+struct Objects<'a>(Vec<Obj<'a>>);
+
+impl<'de> Deserialize<'de> for Objects<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Objects<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of objects")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Objects<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(o) = seq.next_element::<Obj<'de>>()? {
+                    out.push(o);
+                }
+                Ok(Objects(out))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
 fn part(kind: PartKind) -> Part {
     let mut p = Part::text("");
     p.kind = kind;
@@ -995,11 +1050,24 @@ fn openai_part<'a>(
     }
 }
 
-fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> Result<Part> {
-    let Some(tc) = cx.obj(v, || place(index, field))? else {
-        return Err(bad_message(index, field, "must be an object"));
+/// A tool call of an OpenAI message, as [`openai_message`] has it: its raw value, or read
+/// already with the others ([`Objects`]).
+enum CallIn<'a> {
+    Raw(&'a RawValue),
+    Read(Obj<'a>),
+}
+
+/// Tool call `j` of message `index`; the names of its fields are written only for an error.
+fn openai_call<'a>(cx: &Ctx<'a>, v: CallIn<'a>, index: usize, j: usize) -> Result<Part> {
+    let at = |rest: &str| format!("tool_calls[{j}]{rest}");
+    let tc = match v {
+        CallIn::Raw(v) => cx.obj(v, || place(index, &at("")))?,
+        CallIn::Read(o) => Some(cx.checked(o, || place(index, &at("")))?),
     };
-    let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
+    let Some(tc) = tc else {
+        return Err(bad_message(index, &at(""), "must be an object"));
+    };
+    let id = cx.req_str_at(&tc, "id", index, || at(".id"))?;
     let ty = tc.get("type");
     // a missing or null type is a function call's (adapters.py reads them so)
     let (key, text) = if ty.is_none_or(|t| kind(t) == Kind::Null) || cx.str_is(ty, "function") {
@@ -1008,21 +1076,21 @@ fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> 
         // a free-form call: its input is text, not JSON
         ("custom", "input")
     } else {
-        return Err(bad_message(index, &format!("{field}.type"), CALL_TYPE));
+        return Err(bad_message(index, &at(".type"), CALL_TYPE));
     };
     let body = match tc.get(key) {
-        Some(f) => cx.obj(f, || place(index, &format!("{field}.{key}")))?,
+        Some(f) => cx.obj(f, || place(index, &at(&format!(".{key}"))))?,
         None => None,
     };
     let Some(body) = body else {
         return Err(bad_message(
             index,
-            &format!("{field}.{key}"),
+            &at(&format!(".{key}")),
             format!("must be an object with name and {text}"),
         ));
     };
-    let name = cx.req_str(&body, "name", index, &format!("{field}.{key}.name"))?;
-    let arguments = cx.req_str(&body, text, index, &format!("{field}.{key}.{text}"))?;
+    let name = cx.req_str_at(&body, "name", index, || at(&format!(".{key}.name")))?;
+    let arguments = cx.req_str_at(&body, text, index, || at(&format!(".{key}.{text}")))?;
     let body_extra = body.rest(&["name", text], None);
     let mut out = part(PartKind::ToolCall);
     out.id = Some(id);
@@ -1109,10 +1177,15 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
             match kind(calls) {
                 Kind::Null => {}
                 Kind::Arr => {
-                    let items = cx.array(calls)?;
+                    // every call read in one pass when each is an object ([`Objects`]);
+                    // else each from its raw value, as [`openai_call`] says what is wrong
+                    let items: Vec<CallIn<'a>> = match serde_json::from_str(calls.get()) {
+                        Ok(Objects(objs)) => objs.into_iter().map(CallIn::Read).collect(),
+                        Err(_) => cx.array(calls)?.into_iter().map(CallIn::Raw).collect(),
+                    };
                     if !items.is_empty() {
                         for (j, tc) in items.into_iter().enumerate() {
-                            parts.push(openai_call(cx, tc, index, &format!("tool_calls[{j}]"))?);
+                            parts.push(openai_call(cx, tc, index, j)?);
                         }
                         skip.push("tool_calls");
                     }
@@ -2956,6 +3029,51 @@ mod tests {
     /// Byte offset of the `n`th (0-based) occurrence of `needle` in `body`.
     fn nth(body: &str, needle: &str, n: usize) -> usize {
         body.match_indices(needle).nth(n).map(|(i, _)| i).unwrap()
+    }
+
+    #[test]
+    fn tool_calls_read_in_one_pass_are_refused_in_their_order() {
+        // the calls of a message are read together when each is an object, one by one
+        // from their raw values when one is not: either way the first bad call is named,
+        // a repeated key with the offset of its second occurrence
+        let ok = r#"{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}"#;
+        let twice = r#"{"id": "b", "id": "c", "function": {"name": "f", "arguments": "{}"}}"#;
+        let body = |calls: &[&str]| {
+            format!(
+                r#"{{"messages": [{{"role": "user", "content": "q"}}, {{"role": "assistant", "content": null, "tool_calls": [{}]}}]}}"#,
+                calls.join(", ")
+            )
+        };
+        let repeat = |b: &str| {
+            (
+                1,
+                "tool_calls[1]".to_owned(),
+                r#"the key "id" appears more than once"#.to_owned(),
+                Some(nth(b, r#""id""#, 2)),
+            )
+        };
+        // call 1 repeats "id" (the third "id" of the body: call 0's, then call 1's two)
+        let b = body(&[ok, twice, "7"]);
+        assert_eq!(repeat_in_message(&b), repeat(&b));
+        let b = body(&[ok, twice, ok]);
+        assert_eq!(repeat_in_message(&b), repeat(&b));
+        let b = body(&[ok, "7", twice]);
+        let e = message_error(b.as_bytes());
+        assert_eq!(e, (1, "tool_calls[1]".into(), "must be an object".into()));
+        let b = body(&[ok, r#"{"id": "b", "function": {"name": "f"}}"#, "[1e400]"]);
+        let e = message_error(b.as_bytes());
+        assert_eq!(
+            e,
+            (
+                1,
+                "tool_calls[1].function.arguments".into(),
+                "is missing".into()
+            )
+        );
+        // calls read in one pass are counted: fim, 4 per message (8), "q" 1 (a non-empty
+        // text is at least 1), each call "f" 1 + "{}" 1 and no call overhead (4): 13
+        let one = count_request(body(&[ok, ok]).as_bytes(), "fim", None).unwrap();
+        assert_eq!(one, 13);
     }
 
     #[test]
