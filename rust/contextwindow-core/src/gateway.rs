@@ -599,11 +599,18 @@ impl<'a> Ctx<'a> {
     /// quotes: serde_json read it as a raw value, which checked it is a valid string (no
     /// control character), so there is nothing to decode.
     fn string(&self, v: &'a RawValue) -> Result<String> {
+        self.text(v).map(Cow::into_owned)
+    }
+
+    /// [`Ctx::string`], borrowed from the body when the string holds no escape.
+    fn text(&self, v: &'a RawValue) -> Result<Cow<'a, str>> {
         let t = v.get();
         if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') && !t.contains('\\') {
-            return Ok(t[1..t.len() - 1].to_owned());
+            return Ok(Cow::Borrowed(&t[1..t.len() - 1]));
         }
-        serde_json::from_str(t).map_err(|e| self.json_err(e, t))
+        serde_json::from_str(t)
+            .map(Cow::Owned)
+            .map_err(|e| self.json_err(e, t))
     }
 
     /// `o`, an object read already (by [`Objects`]), as [`Ctx::obj`] gives it: an error
@@ -633,6 +640,15 @@ impl<'a> Ctx<'a> {
     /// `d[key]` as a string (`_str` in the adapters).
     fn req_str(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<String> {
         self.req_str_at(d, key, index, || field.to_owned())
+    }
+
+    /// [`Ctx::req_str`], borrowed from the body when the string holds no escape.
+    fn req_text(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<Cow<'a, str>> {
+        match d.get(key) {
+            None => Err(bad_message(index, field, "is missing")),
+            Some(v) if kind(v) == Kind::Str => self.text(v),
+            Some(_) => Err(bad_message(index, field, "must be a string")),
+        }
     }
 
     /// [`Ctx::req_str`] with the field's name written only for an error.
@@ -1137,7 +1153,7 @@ fn role_of(name: &str) -> Option<Role> {
 }
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
-    let role_name = cx.req_str(d, "role", index, "role")?;
+    let role_name = cx.req_text(d, "role", index, "role")?;
     let role =
         role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
     // Chat Completions: only an assistant message may omit content or set it null
@@ -1156,9 +1172,16 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         // the API takes a string; read as no name, it went on as an unknown key
         Some(_) => return Err(bad_message(index, "name", "must be a string")),
     };
-    let mut skip: Vec<&str> = vec!["role", "content"];
+    // the keys read, left out of `extra`: role, content, then name, tool_call_id and
+    // tool_calls when they are read
+    let mut skip = ["role", "content", "", "", ""];
+    let mut skipped = 2;
+    let mut skip_also = |key| {
+        skip[skipped] = key;
+        skipped += 1;
+    };
     if name.is_some() {
-        skip.push("name");
+        skip_also("name");
     }
     if role == Role::Tool {
         let call_id = cx.req_str(d, "tool_call_id", index, "tool_call_id")?;
@@ -1166,10 +1189,10 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         result.call_id = Some(call_id);
         result.content = Some(parts);
         result.content_kind = Some(ckind.to_owned());
-        skip.push("tool_call_id");
+        skip_also("tool_call_id");
         let mut m = Message::new(Role::Tool, vec![result]);
         m.name = name;
-        m.extra = d.rest(&skip, None);
+        m.extra = d.rest(&skip[..skipped], None);
         return Ok(m);
     }
     if role == Role::Assistant {
@@ -1184,10 +1207,11 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
                         Err(_) => cx.array(calls)?.into_iter().map(CallIn::Raw).collect(),
                     };
                     if !items.is_empty() {
+                        parts.reserve(items.len());
                         for (j, tc) in items.into_iter().enumerate() {
                             parts.push(openai_call(cx, tc, index, j)?);
                         }
-                        skip.push("tool_calls");
+                        skip_also("tool_calls");
                     }
                 }
                 _ => return Err(bad_message(index, "tool_calls", "must be a list or null")),
@@ -1196,7 +1220,7 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     }
     let mut m = Message::new(role, parts);
     m.name = name;
-    m.extra = d.rest(&skip, None);
+    m.extra = d.rest(&skip[..skipped], None);
     m.content_kind = Some(ckind.to_owned());
     Ok(m)
 }
@@ -1353,8 +1377,8 @@ fn checked_source<'a>(
 }
 
 fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
-    let role_name = cx.req_str(d, "role", index, "role")?;
-    let role = match role_name.as_str() {
+    let role_name = cx.req_text(d, "role", index, "role")?;
+    let role = match role_name.as_ref() {
         "system" => Role::System,
         "user" => Role::User,
         "assistant" => Role::Assistant,
