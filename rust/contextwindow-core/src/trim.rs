@@ -523,7 +523,6 @@ impl<'a, 'p> State<'a, 'p> {
         breadcrumb_before: Option<usize>,
     ) -> Outcome<'a> {
         let p = self.opts.profile;
-        let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
         // `costs[w]` is kept equal to the tokens of work item `w` (shrink updates it), so
         // only messages changed here are estimated again.
         let mut tokens_after: u64 = 0;
@@ -534,43 +533,64 @@ impl<'a, 'p> State<'a, 'p> {
             .filter(|(w, k)| **k && w.src.is_none())
             .count() as u64;
         let mut breadcrumb = false;
-        for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
-            if !self.keep[w] {
-                continue;
-            }
-            let mut item = item;
-            let mut cost = self.costs[w];
-            if breadcrumb_before == Some(w) && self.opts.breadcrumb {
-                match self.opts.format {
-                    Format::OpenAI => {
-                        let crumb = Message::new(Role::User, vec![Part::text(BREADCRUMB)]);
-                        tokens_after += p.message_tokens(&crumb);
-                        out.push(Work {
-                            src: None,
-                            msg: Cow::Owned(crumb),
-                        });
-                        inserted += 1;
-                        breadcrumb = true;
-                    }
-                    Format::Anthropic => {
-                        if item.msg.first_text() != Some(BREADCRUMB) {
-                            let m = item.msg.to_mut();
-                            m.content.insert(0, Part::text(BREADCRUMB));
-                            m.fix_content_kind();
-                            cost += p.text_tokens(BREADCRUMB); // additive over parts
+        // where the breadcrumb goes: before a kept item, when there is one
+        let crumb_at =
+            breadcrumb_before.filter(|&w| self.opts.breadcrumb && self.keep.get(w) == Some(&true));
+        let out = if crumb_at.is_none() {
+            // no breadcrumb: the kept items where they are (a conversation that fits keeps
+            // them all, and nothing moves)
+            tokens_after = self
+                .costs
+                .iter()
+                .zip(&self.keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c)
+                .sum();
+            let mut work = std::mem::take(&mut self.work);
+            let mut keep = self.keep.iter();
+            work.retain(|_| keep.next().copied().unwrap_or(false));
+            work
+        } else {
+            let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
+            for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
+                if !self.keep[w] {
+                    continue;
+                }
+                let mut item = item;
+                let mut cost = self.costs[w];
+                if crumb_at == Some(w) {
+                    match self.opts.format {
+                        Format::OpenAI => {
+                            let crumb = Message::new(Role::User, vec![Part::text(BREADCRUMB)]);
+                            tokens_after += p.message_tokens(&crumb);
+                            out.push(Work {
+                                src: None,
+                                msg: Cow::Owned(crumb),
+                            });
+                            inserted += 1;
                             breadcrumb = true;
-                            if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
-                                if f.fate == "kept" {
-                                    f.rule = "breadcrumb_added";
+                        }
+                        Format::Anthropic => {
+                            if item.msg.first_text() != Some(BREADCRUMB) {
+                                let m = item.msg.to_mut();
+                                m.content.insert(0, Part::text(BREADCRUMB));
+                                m.fix_content_kind();
+                                cost += p.text_tokens(BREADCRUMB); // additive over parts
+                                breadcrumb = true;
+                                if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
+                                    if f.fate == "kept" {
+                                        f.rule = "breadcrumb_added";
+                                    }
                                 }
                             }
                         }
                     }
                 }
+                tokens_after += cost;
+                out.push(item);
             }
-            tokens_after += cost;
-            out.push(item);
-        }
+            out
+        };
         let fits = budget.is_none_or(|b| tokens_after <= b);
         let dropped = self.fates.iter().filter(|f| f.fate == "dropped").count() as u64;
         let truncated = self.fates.iter().filter(|f| f.fate == "truncated").count() as u64;
