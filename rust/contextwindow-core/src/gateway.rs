@@ -509,9 +509,26 @@ fn bad_message(index: usize, field: &str, reason: impl Into<String>) -> Error {
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     body: &'a str,
+    /// Read for [`count_request`]: what only writing a message back needs (how its
+    /// content was spelled, `content_kind`) is not kept.
+    count_only: bool,
 }
 
 impl<'a> Ctx<'a> {
+    /// A context for reading `body` (which the fitted body is written from).
+    fn new(body: &'a str) -> Self {
+        Ctx {
+            body,
+            count_only: false,
+        }
+    }
+
+    /// `content_kind` of a message or tool result whose content was spelled `ckind`
+    /// (`None` when only counting: the count does not read it).
+    fn spelled(&self, ckind: &str) -> Option<String> {
+        (!self.count_only).then(|| ckind.to_owned())
+    }
+
     fn start_of(&self, s: &str) -> usize {
         (s.as_ptr() as usize).wrapping_sub(self.body.as_ptr() as usize)
     }
@@ -605,7 +622,11 @@ impl<'a> Ctx<'a> {
     /// [`Ctx::string`], borrowed from the body when the string holds no escape.
     fn text(&self, v: &'a RawValue) -> Result<Cow<'a, str>> {
         let t = v.get();
-        if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') && !t.contains('\\') {
+        if t.len() >= 2
+            && t.starts_with('"')
+            && t.ends_with('"')
+            && memchr::memchr(b'\\', t.as_bytes()).is_none()
+        {
             return Ok(Cow::Borrowed(&t[1..t.len() - 1]));
         }
         serde_json::from_str(t)
@@ -1188,7 +1209,7 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         let mut result = part(PartKind::ToolResult);
         result.call_id = Some(call_id);
         result.content = Some(parts);
-        result.content_kind = Some(ckind.to_owned());
+        result.content_kind = cx.spelled(ckind);
         skip_also("tool_call_id");
         let mut m = Message::new(Role::Tool, vec![result]);
         m.name = name;
@@ -1221,7 +1242,7 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     let mut m = Message::new(role, parts);
     m.name = name;
     m.extra = d.rest(&skip[..skipped], None);
-    m.content_kind = Some(ckind.to_owned());
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1295,7 +1316,7 @@ fn anthropic_block<'a>(
             out.content = Some(parts);
             out.is_error = is_error;
             out.extra = b.rest(skip, None);
-            out.content_kind = Some(ckind.to_owned());
+            out.content_kind = cx.spelled(ckind);
             Ok(out)
         }
         _ => Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?)),
@@ -1397,7 +1418,7 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
     }
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
-    m.content_kind = Some(ckind.to_owned());
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1548,7 +1569,8 @@ fn starts_escape(b: &[u8], i: usize) -> bool {
     b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0
 }
 
-fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
+/// Read a request body; `count_only` for [`count_request`] (see [`Ctx::count_only`]).
+fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Request<'_>> {
     // simdutf8's validator (SIMD, chosen at run time) is several times std's on
     // non-ASCII text; its `compat` flavour reports where the first bad byte is
     let text = simdutf8::compat::from_utf8(body).map_err(|e| {
@@ -1564,7 +1586,10 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             "a UTF-8 byte order mark (U+FEFF) starts the body; a JSON request body must not have one",
         ));
     }
-    let cx = Ctx { body: text };
+    let cx = Ctx {
+        body: text,
+        count_only,
+    };
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('{') && !trimmed.is_empty() {
         // Still report a syntax error first, with its offset.
@@ -1915,7 +1940,7 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
         other => other,
     })?;
     let mut m = Message::new(Role::System, parts);
-    m.content_kind = Some(ckind.to_owned());
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1939,7 +1964,7 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
 /// assert!(json_syntax_error(&format!("{}{}\n{{}}", "[".repeat(1000), "]".repeat(1000))).is_none());
 /// ```
 pub fn json_syntax_error(text: &str) -> Option<Error> {
-    let cx = Ctx { body: text };
+    let cx = Ctx::new(text);
     serde_json::Deserializer::from_str(text)
         .into_iter::<&RawValue>()
         .find_map(|v| v.err())
@@ -1952,7 +1977,7 @@ pub fn json_syntax_error(text: &str) -> Option<Error> {
 pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
     let p = profile(profile_name)?;
     let body = replace_lone_surrogates(body);
-    let req = parse(&body, parse_provider(provider)?)?;
+    let req = parse(&body, parse_provider(provider)?, true)?;
     let msgs: u64 = req.canonical.iter().map(|m| p.message_tokens(m)).sum();
     Ok(msgs + tools_tokens(p, &req.tools))
 }
@@ -2007,7 +2032,7 @@ pub fn fit_request<'b>(
 ) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
     let clean = replace_lone_surrogates(body);
-    let req = parse(&clean, parse_provider(provider)?)?;
+    let req = parse(&clean, parse_provider(provider)?, false)?;
     let tool_tokens = tools_tokens(p, &req.tools);
     let opts = TrimOptions {
         profile: p,
@@ -2527,7 +2552,7 @@ mod tests {
     /// whether it read what `read_raw` and reading each message on its own read (the same
     /// entries at the same places, the same message texts).
     fn inline_agrees(body: &str) -> Option<bool> {
-        let cx = Ctx { body };
+        let cx = Ctx::new(body);
         let (top, raw, objs) = read_inline(&cx, body)?;
         let (top2, raw2, pending) = read_raw(&cx, body).ok()?;
         assert!(pending.iter().all(Option::is_none));
@@ -2729,7 +2754,7 @@ mod tests {
         // the text kept is the text as sent: whitespace and escapes stay (31 bytes)
         let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
         let raw = RawValue::from_string(sent.to_owned()).unwrap();
-        let cx = Ctx { body: raw.get() };
+        let cx = Ctx::new(raw.get());
         assert_eq!(
             cx.compact(&raw, || Place::Other(String::new())).unwrap(),
             sent
