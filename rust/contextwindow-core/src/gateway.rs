@@ -634,7 +634,7 @@ impl<'a> Ctx<'a> {
             .map_err(|e| self.json_err(e, t))
     }
 
-    /// `o`, an object read already (by [`Objects`]), as [`Ctx::obj`] gives it: an error
+    /// `o`, an object read already (by [`Calls`]), as [`Ctx::obj`] gives it: an error
     /// when a key repeats in it.
     fn checked(&self, o: Obj<'a>, place: impl FnOnce() -> Place) -> Result<Obj<'a>> {
         match &o.2 {
@@ -919,31 +919,145 @@ impl<'de> Deserialize<'de> for Pairs<'de> {
     }
 }
 
-/// An array whose items are all objects, each read as [`Obj`] reads one (its repeated key
-/// kept, for the reader to refuse in its turn: [`Ctx::checked`]); an item of another
-/// type is an error, and the array is then read item by item from its raw values.
-struct Objects<'a>(Vec<Obj<'a>>);
+/// The tool calls of an OpenAI message read in one pass, each as [`Call`] reads one; when
+/// one is not read so (see [`Call`]), the array is read again call by call from the raw
+/// values, as [`openai_call`] reads them, which says what is wrong.
+struct Calls<'a>(Vec<Call<'a>>);
 
-impl<'de> Deserialize<'de> for Objects<'de> {
+impl<'de> Deserialize<'de> for Calls<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Objects<'de>;
+            type Value = Calls<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an array of objects")
+                f.write_str("an array of function calls")
             }
             fn visit_seq<A: SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> std::result::Result<Objects<'de>, A::Error> {
+            ) -> std::result::Result<Calls<'de>, A::Error> {
                 let mut out = Vec::new();
-                while let Some(o) = seq.next_element::<Obj<'de>>()? {
-                    out.push(o);
+                while let Some(c) = seq.next_element::<Call<'de>>()? {
+                    out.push(c);
                 }
-                Ok(Objects(out))
+                Ok(Calls(out))
             }
         }
         d.deserialize_seq(V)
+    }
+}
+
+/// A function call read whole: its entries but `function` as [`Obj`] reads them (a
+/// repeated key kept, for [`openai_call`] to refuse in its turn), and its `function`
+/// ([`Function`]). Only a call whose `type` is missing, null or `"function"` and whose
+/// `function` is read so, once, is read here; any other is an error, which sends the
+/// array to the raw read.
+struct Call<'a> {
+    obj: Obj<'a>,
+    function: Function<'a>,
+}
+
+/// The `function` of a [`Call`]: an object holding `name` and `arguments` strings, decoded
+/// in the same pass, and its other entries raw; a repeated key, a missing or non-string
+/// `name` or `arguments`, or a value that is not an object is an error.
+struct Function<'a> {
+    rest: Obj<'a>,
+    name: Cow<'a, str>,
+    arguments: Cow<'a, str>,
+}
+
+/// The error a [`Call`] or [`Function`] raises for a call it leaves to the raw read.
+fn not_read_here<E: serde::de::Error>() -> E {
+    E::custom("left to the raw read")
+}
+
+impl<'de> Deserialize<'de> for Call<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Call<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a function call")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Call<'de>, A::Error> {
+                let mut log = KeyLog::new();
+                let mut function = None;
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "function" {
+                        if function.is_some() {
+                            return Err(not_read_here());
+                        }
+                        function = Some(map.next_value::<Function<'de>>()?);
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        log.push(k, v);
+                    }
+                }
+                let obj = log.obj(None);
+                // a function call's type (`openai_call` reads it the same way)
+                let function_type = match obj.get("type") {
+                    None => true,
+                    Some(t) => match kind(t) {
+                        Kind::Null => true,
+                        Kind::Str => serde_json::from_str::<Key<'_>>(t.get())
+                            .is_ok_and(|Key(t)| t == "function"),
+                        _ => false,
+                    },
+                };
+                match function {
+                    Some(function) if function_type => Ok(Call { obj, function }),
+                    _ => Err(not_read_here()),
+                }
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Function<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Function<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object with name and arguments")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Function<'de>, A::Error> {
+                let mut log = KeyLog::new();
+                let (mut name, mut arguments) = (None, None);
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let slot = match k.as_ref() {
+                        "name" => &mut name,
+                        "arguments" => &mut arguments,
+                        _ => {
+                            let v: &'de RawValue = map.next_value()?;
+                            log.push(k, v);
+                            continue;
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(not_read_here());
+                    }
+                    let Key(text) = map.next_value::<Key<'de>>()?;
+                    *slot = Some(text);
+                }
+                match (name, arguments, log.repeat.is_none()) {
+                    (Some(name), Some(arguments), true) => Ok(Function {
+                        rest: log.obj(None),
+                        name,
+                        arguments,
+                    }),
+                    _ => Err(not_read_here()),
+                }
+            }
+        }
+        d.deserialize_map(V)
     }
 }
 
@@ -1087,20 +1201,41 @@ fn openai_part<'a>(
     }
 }
 
-/// A tool call of an OpenAI message, as [`openai_message`] has it: its raw value, or read
-/// already with the others ([`Objects`]).
-enum CallIn<'a> {
-    Raw(&'a RawValue),
-    Read(Obj<'a>),
+/// The tool calls of an OpenAI message, each from its raw value, or read already with the
+/// others ([`Calls`]), as parts. The names of fields are written only for an error.
+fn openai_calls<'a>(cx: &Ctx<'a>, calls: &'a RawValue, index: usize) -> Result<Vec<Part>> {
+    let place_of = |j: usize| place(index, &format!("tool_calls[{j}]"));
+    match serde_json::from_str(calls.get()) {
+        Ok(Calls(read)) => {
+            let mut parts = Vec::with_capacity(read.len());
+            for (j, Call { obj, function }) in read.into_iter().enumerate() {
+                let tc = cx.checked(obj, || place_of(j))?;
+                parts.push(openai_call(cx, Some(tc), Some(function), index, j)?);
+            }
+            Ok(parts)
+        }
+        Err(_) => {
+            let raw = cx.array(calls)?;
+            let mut parts = Vec::with_capacity(raw.len());
+            for (j, v) in raw.into_iter().enumerate() {
+                let tc = cx.obj(v, || place_of(j))?;
+                parts.push(openai_call(cx, tc, None, index, j)?);
+            }
+            Ok(parts)
+        }
+    }
 }
 
-/// Tool call `j` of message `index`; the names of its fields are written only for an error.
-fn openai_call<'a>(cx: &Ctx<'a>, v: CallIn<'a>, index: usize, j: usize) -> Result<Part> {
+/// Tool call `j` of message `index`: `tc` its object (`None`: it is not one), `read` its
+/// `function` when [`Calls`] read it.
+fn openai_call<'a>(
+    cx: &Ctx<'a>,
+    tc: Option<Obj<'a>>,
+    read: Option<Function<'a>>,
+    index: usize,
+    j: usize,
+) -> Result<Part> {
     let at = |rest: &str| format!("tool_calls[{j}]{rest}");
-    let tc = match v {
-        CallIn::Raw(v) => cx.obj(v, || place(index, &at("")))?,
-        CallIn::Read(o) => Some(cx.checked(o, || place(index, &at("")))?),
-    };
     let Some(tc) = tc else {
         return Err(bad_message(index, &at(""), "must be an object"));
     };
@@ -1115,25 +1250,38 @@ fn openai_call<'a>(cx: &Ctx<'a>, v: CallIn<'a>, index: usize, j: usize) -> Resul
     } else {
         return Err(bad_message(index, &at(".type"), CALL_TYPE));
     };
-    let body = match tc.get(key) {
-        Some(f) => cx.obj(f, || place(index, &at(&format!(".{key}"))))?,
-        None => None,
+    // the call's entries, `function` among them (a call read whole holds it apart)
+    let entries = tc.len() + usize::from(read.is_some());
+    let (name, arguments, body_extra) = match read {
+        // a call read whole is a function call ([`Call`]): `key` is "function"
+        Some(f) if key == "function" => (
+            f.name.into_owned(),
+            f.arguments.into_owned(),
+            f.rest.rest(&[], None),
+        ),
+        Some(_) => return Err(internal("a call read whole is not a function call")),
+        None => {
+            let body = match tc.get(key) {
+                Some(f) => cx.obj(f, || place(index, &at(&format!(".{key}"))))?,
+                None => None,
+            };
+            let Some(body) = body else {
+                return Err(bad_message(
+                    index,
+                    &at(&format!(".{key}")),
+                    format!("must be an object with name and {text}"),
+                ));
+            };
+            let name = cx.req_str_at(&body, "name", index, || at(&format!(".{key}.name")))?;
+            let arguments = cx.req_str_at(&body, text, index, || at(&format!(".{key}.{text}")))?;
+            (name, arguments, body.rest(&["name", text], None))
+        }
     };
-    let Some(body) = body else {
-        return Err(bad_message(
-            index,
-            &at(&format!(".{key}")),
-            format!("must be an object with name and {text}"),
-        ));
-    };
-    let name = cx.req_str_at(&body, "name", index, || at(&format!(".{key}.name")))?;
-    let arguments = cx.req_str_at(&body, text, index, || at(&format!(".{key}.{text}")))?;
-    let body_extra = body.rest(&["name", text], None);
     let mut out = part(PartKind::ToolCall);
     out.id = Some(id);
     out.name = Some(name);
     out.arguments = Some(arguments);
-    if body_extra.is_some() || key != "function" || ty.is_none() || tc.len() != 3 {
+    if body_extra.is_some() || key != "function" || ty.is_none() || entries != 3 {
         // Not the standard function shape: every other key verbatim ({} records a missing
         // "type"; {"type": "custom"} is what writes a custom call back as one).
         let extra = tc.rest(&["id", key], body_extra.as_deref().map(|r| (key, r)));
@@ -1221,17 +1369,12 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
             match kind(calls) {
                 Kind::Null => {}
                 Kind::Arr => {
-                    // every call read in one pass when each is an object ([`Objects`]);
-                    // else each from its raw value, as [`openai_call`] says what is wrong
-                    let items: Vec<CallIn<'a>> = match serde_json::from_str(calls.get()) {
-                        Ok(Objects(objs)) => objs.into_iter().map(CallIn::Read).collect(),
-                        Err(_) => cx.array(calls)?.into_iter().map(CallIn::Raw).collect(),
-                    };
-                    if !items.is_empty() {
-                        parts.reserve(items.len());
-                        for (j, tc) in items.into_iter().enumerate() {
-                            parts.push(openai_call(cx, tc, index, j)?);
-                        }
+                    // every call read in one pass when each is a function call read so
+                    // ([`Calls`]); else each from its raw value, as [`openai_call`] says
+                    // what is wrong
+                    let calls = openai_calls(cx, calls, index)?;
+                    if !calls.is_empty() {
+                        parts.extend(calls);
                         skip_also("tool_calls");
                     }
                 }
@@ -3123,6 +3266,63 @@ mod tests {
         // text is at least 1), each call "f" 1 + "{}" 1 and no call overhead (4): 13
         let one = count_request(body(&[ok, ok]).as_bytes(), "fim", None).unwrap();
         assert_eq!(one, 13);
+    }
+
+    #[test]
+    fn a_call_read_whole_is_the_call_read_from_its_raw_value() {
+        // openai_call on a call read with the others ([`Calls`]) gives the part (or the
+        // error) it gives on the raw value; calls `Calls` does not take are read raw
+        let taken = [
+            r#"{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"p\": 1}"}}"#,
+            r#"{"function": {"arguments": "{}", "name": "f"}, "id": "a"}"#,
+            r#"{"id": "a", "type": null, "function": {"name": "f", "arguments": ""}}"#,
+            r#"{"id": "a", "type": "f\u0075nction", "x": [1, {"y": 2}], "function": {"name": "f\n", "arguments": "{}", "strict": true}}"#,
+            r#"{"id": "a", "\u0066unction": {"n\u0061me": "f", "arguments": "{}"}}"#,
+            r#"{"id": "a", "id": "b", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"type": "function", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"id": 7, "function": {"name": "f", "arguments": "{}"}}"#,
+        ];
+        let left = [
+            r#"{"id": "a", "type": "custom", "custom": {"name": "f", "input": "x"}}"#,
+            r#"{"id": "a", "type": "custom", "function": {"name": "f", "arguments": "x"}, "custom": {"name": "f", "input": "x"}}"#,
+            r#"{"id": "a", "type": "tool", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "arguments": "{}"}, "function": {"name": "g", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "name": "g", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "arguments": "{}", "s": 1, "s": 2}}"#,
+            r#"{"id": "a", "function": {"name": 1, "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f"}}"#,
+            r#"{"id": "a", "function": "f"}"#,
+            r#"{"id": "a"}"#,
+            r#""a call""#,
+        ];
+        let show = |r: Result<Part>| match r {
+            Ok(p) => serde_json::to_string(&p).unwrap_or_default(),
+            Err(e) => format!("{e:?}"),
+        };
+        for text in taken {
+            // both read from one text, so an error's offset is the same too
+            let arr = format!("[{text}]");
+            let cx = Ctx::new(&arr);
+            let raw: &RawValue = serde_json::from_str(&arr[1..arr.len() - 1]).unwrap();
+            let Ok(Calls(mut calls)) = serde_json::from_str::<Calls<'_>>(&arr) else {
+                panic!("not read whole: {text}");
+            };
+            let Call { obj, function } = calls.remove(0);
+            let whole = cx
+                .checked(obj, || place(3, "tool_calls[2]"))
+                .and_then(|tc| openai_call(&cx, Some(tc), Some(function), 3, 2));
+            let alone = cx
+                .obj(raw, || place(3, "tool_calls[2]"))
+                .and_then(|tc| openai_call(&cx, tc, None, 3, 2));
+            let (whole, alone) = (show(whole), show(alone));
+            assert_eq!(whole, alone, "{text}");
+        }
+        for text in left {
+            assert!(
+                serde_json::from_str::<Calls<'_>>(&format!("[{text}]")).is_err(),
+                "{text}"
+            );
+        }
     }
 
     #[test]
