@@ -199,8 +199,10 @@ impl<'de> Deserialize<'de> for Content<'de> {
     }
 }
 
-/// A message object: like [`Obj`], with `content` decoded in the same pass.
-struct Msg<'a>(Obj<'a>);
+/// A message object: like [`Obj`], with `content` decoded in the same pass; and its first
+/// key when it is borrowed from the body (no escapes), which says where the object starts
+/// ([`inline_spans`]).
+struct Msg<'a>(Obj<'a>, Option<&'a str>);
 
 impl<'de> Deserialize<'de> for Msg<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -216,7 +218,14 @@ impl<'de> Deserialize<'de> for Msg<'de> {
             ) -> std::result::Result<Msg<'de>, A::Error> {
                 let mut log = KeyLog::new();
                 let mut content = None;
+                let mut first = None;
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if first.is_none() {
+                        first = Some(match k {
+                            Cow::Borrowed(b) => Some(b),
+                            Cow::Owned(_) => None,
+                        });
+                    }
                     if k == "content" && content.is_none() {
                         content = Some(map.next_value::<Content<'de>>()?);
                     } else if k == "content" {
@@ -227,39 +236,60 @@ impl<'de> Deserialize<'de> for Msg<'de> {
                         log.push(k, v);
                     }
                 }
-                Ok(Msg(log.obj(content)))
+                Ok(Msg(log.obj(content), first.flatten()))
             }
         }
         d.deserialize_map(V)
     }
 }
 
-/// The request body's top level: `messages` split into raw messages in the same pass,
-/// every other entry raw. Only the keys read here (`messages`, `system`, `tools`) must not
-/// repeat (`obj.2`); the others are copied byte for byte and never looked up.
-struct Top<'a> {
+/// The request body's top level: `messages` read in the same pass as an `M` (its raw
+/// messages, [`Content`], or each message read whole, `Vec<Msg>`), every other entry
+/// raw. Only the keys read here (`messages`, `system`, `tools`) must not repeat
+/// (`obj.2`); the others are copied byte for byte and never looked up.
+struct Top<'a, M> {
     obj: Obj<'a>,
-    messages: Option<Content<'a>>,
+    messages: Option<M>,
+    /// The key that follows the first `messages` (`Some(None)`: none does, the object
+    /// ends there), when it is borrowed from the body: it says where the array ends
+    /// ([`inline_spans`]).
+    after: Option<Option<&'a str>>,
 }
 
-impl<'de> Deserialize<'de> for Top<'de> {
+impl<'de, M: Deserialize<'de>> Deserialize<'de> for Top<'de, M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Top<'de>;
+        struct V<M>(std::marker::PhantomData<M>);
+        impl<'de, M: Deserialize<'de>> Visitor<'de> for V<M> {
+            type Value = Top<'de, M>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Top<'de>, A::Error> {
+            ) -> std::result::Result<Top<'de, M>, A::Error> {
                 let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
                 let mut messages = None;
                 let mut repeat = None;
-                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                let mut after = None;
+                let mut just_read = false;
+                loop {
+                    let Some(Key(k)) = map.next_key::<Key<'de>>()? else {
+                        if just_read {
+                            after = Some(None);
+                        }
+                        break;
+                    };
+                    if just_read {
+                        after = match &k {
+                            Cow::Borrowed(b) => Some(Some(*b)),
+                            Cow::Owned(_) => None,
+                        };
+                        just_read = false;
+                    }
                     if k == "messages" && messages.is_none() {
-                        messages = Some(map.next_value::<Content<'de>>()?);
+                        messages = Some(map.next_value::<M>()?);
+                        just_read = true;
                         continue;
                     }
                     let v: &'de RawValue = map.next_value()?;
@@ -277,10 +307,11 @@ impl<'de> Deserialize<'de> for Top<'de> {
                 Ok(Top {
                     obj: Obj(out, None, repeat),
                     messages,
+                    after,
                 })
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -478,9 +509,26 @@ fn bad_message(index: usize, field: &str, reason: impl Into<String>) -> Error {
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     body: &'a str,
+    /// Read for [`count_request`]: what only writing a message back needs (how its
+    /// content was spelled, `content_kind`) is not kept.
+    count_only: bool,
 }
 
 impl<'a> Ctx<'a> {
+    /// A context for reading `body` (which the fitted body is written from).
+    fn new(body: &'a str) -> Self {
+        Ctx {
+            body,
+            count_only: false,
+        }
+    }
+
+    /// `content_kind` of a message or tool result whose content was spelled `ckind`
+    /// (`None` when only counting: the count does not read it).
+    fn spelled(&self, ckind: &str) -> Option<String> {
+        (!self.count_only).then(|| ckind.to_owned())
+    }
+
     fn start_of(&self, s: &str) -> usize {
         (s.as_ptr() as usize).wrapping_sub(self.body.as_ptr() as usize)
     }
@@ -563,8 +611,35 @@ impl<'a> Ctx<'a> {
         serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
     }
 
+    /// The JSON string `v` decoded. One without a backslash is its text between the
+    /// quotes: serde_json read it as a raw value, which checked it is a valid string (no
+    /// control character), so there is nothing to decode.
     fn string(&self, v: &'a RawValue) -> Result<String> {
-        serde_json::from_str(v.get()).map_err(|e| self.json_err(e, v.get()))
+        self.text(v).map(Cow::into_owned)
+    }
+
+    /// [`Ctx::string`], borrowed from the body when the string holds no escape.
+    fn text(&self, v: &'a RawValue) -> Result<Cow<'a, str>> {
+        let t = v.get();
+        if t.len() >= 2
+            && t.starts_with('"')
+            && t.ends_with('"')
+            && memchr::memchr(b'\\', t.as_bytes()).is_none()
+        {
+            return Ok(Cow::Borrowed(&t[1..t.len() - 1]));
+        }
+        serde_json::from_str(t)
+            .map(Cow::Owned)
+            .map_err(|e| self.json_err(e, t))
+    }
+
+    /// `o`, an object read already (by [`Calls`]), as [`Ctx::obj`] gives it: an error
+    /// when a key repeats in it.
+    fn checked(&self, o: Obj<'a>, place: impl FnOnce() -> Place) -> Result<Obj<'a>> {
+        match &o.2 {
+            Some(r) => Err(self.repeated(r, place())),
+            None => Ok(o),
+        }
     }
 
     /// Whether `v` is the JSON string `s`.
@@ -584,10 +659,30 @@ impl<'a> Ctx<'a> {
 
     /// `d[key]` as a string (`_str` in the adapters).
     fn req_str(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<String> {
+        self.req_str_at(d, key, index, || field.to_owned())
+    }
+
+    /// [`Ctx::req_str`], borrowed from the body when the string holds no escape.
+    fn req_text(&self, d: &Obj<'a>, key: &str, index: usize, field: &str) -> Result<Cow<'a, str>> {
         match d.get(key) {
             None => Err(bad_message(index, field, "is missing")),
-            Some(v) if kind(v) == Kind::Str => self.string(v),
+            Some(v) if kind(v) == Kind::Str => self.text(v),
             Some(_) => Err(bad_message(index, field, "must be a string")),
+        }
+    }
+
+    /// [`Ctx::req_str`] with the field's name written only for an error.
+    fn req_str_at(
+        &self,
+        d: &Obj<'a>,
+        key: &str,
+        index: usize,
+        field: impl FnOnce() -> String,
+    ) -> Result<String> {
+        match d.get(key) {
+            None => Err(bad_message(index, &field(), "is missing")),
+            Some(v) if kind(v) == Kind::Str => self.string(v),
+            Some(_) => Err(bad_message(index, &field(), "must be a string")),
         }
     }
 
@@ -820,6 +915,148 @@ impl<'de> Deserialize<'de> for Pairs<'de> {
     }
 }
 
+/// The tool calls of an OpenAI message read in one pass, each as [`Call`] reads one; when
+/// one is not read so (see [`Call`]), the array is read again call by call from the raw
+/// values, as [`openai_call`] reads them, which says what is wrong.
+struct Calls<'a>(Vec<Call<'a>>);
+
+impl<'de> Deserialize<'de> for Calls<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Calls<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of function calls")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Calls<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(c) = seq.next_element::<Call<'de>>()? {
+                    out.push(c);
+                }
+                Ok(Calls(out))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A function call read whole: its entries but `function` as [`Obj`] reads them (a
+/// repeated key kept, for [`openai_call`] to refuse in its turn), and its `function`
+/// ([`Function`]). Only a call whose `type` is missing, null or `"function"` and whose
+/// `function` is read so, once, is read here; any other is an error, which sends the
+/// array to the raw read.
+struct Call<'a> {
+    obj: Obj<'a>,
+    function: Function<'a>,
+}
+
+/// The `function` of a [`Call`]: an object holding `name` and `arguments` strings, decoded
+/// in the same pass, and its other entries raw; a repeated key, a missing or non-string
+/// `name` or `arguments`, or a value that is not an object is an error.
+struct Function<'a> {
+    rest: Obj<'a>,
+    name: Cow<'a, str>,
+    arguments: Cow<'a, str>,
+}
+
+/// The error a [`Call`] or [`Function`] raises for a call it leaves to the raw read.
+fn not_read_here<E: serde::de::Error>() -> E {
+    E::custom("left to the raw read")
+}
+
+impl<'de> Deserialize<'de> for Call<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Call<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a function call")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Call<'de>, A::Error> {
+                let mut log = KeyLog::new();
+                let mut function = None;
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if k == "function" {
+                        if function.is_some() {
+                            return Err(not_read_here());
+                        }
+                        function = Some(map.next_value::<Function<'de>>()?);
+                    } else {
+                        let v: &'de RawValue = map.next_value()?;
+                        log.push(k, v);
+                    }
+                }
+                let obj = log.obj(None);
+                // a function call's type (`openai_call` reads it the same way)
+                let function_type = match obj.get("type") {
+                    None => true,
+                    Some(t) => match kind(t) {
+                        Kind::Null => true,
+                        Kind::Str => serde_json::from_str::<Key<'_>>(t.get())
+                            .is_ok_and(|Key(t)| t == "function"),
+                        _ => false,
+                    },
+                };
+                match function {
+                    Some(function) if function_type => Ok(Call { obj, function }),
+                    _ => Err(not_read_here()),
+                }
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Function<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Function<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object with name and arguments")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Function<'de>, A::Error> {
+                let mut log = KeyLog::new();
+                let (mut name, mut arguments) = (None, None);
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let slot = match k.as_ref() {
+                        "name" => &mut name,
+                        "arguments" => &mut arguments,
+                        _ => {
+                            let v: &'de RawValue = map.next_value()?;
+                            log.push(k, v);
+                            continue;
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(not_read_here());
+                    }
+                    let Key(text) = map.next_value::<Key<'de>>()?;
+                    *slot = Some(text);
+                }
+                match (name, arguments, log.repeat.is_none()) {
+                    (Some(name), Some(arguments), true) => Ok(Function {
+                        rest: log.obj(None),
+                        name,
+                        arguments,
+                    }),
+                    _ => Err(not_read_here()),
+                }
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 fn part(kind: PartKind) -> Part {
     let mut p = Part::text("");
     p.kind = kind;
@@ -960,11 +1197,45 @@ fn openai_part<'a>(
     }
 }
 
-fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> Result<Part> {
-    let Some(tc) = cx.obj(v, || place(index, field))? else {
-        return Err(bad_message(index, field, "must be an object"));
+/// The tool calls of an OpenAI message, each from its raw value, or read already with the
+/// others ([`Calls`]), as parts. The names of fields are written only for an error.
+fn openai_calls<'a>(cx: &Ctx<'a>, calls: &'a RawValue, index: usize) -> Result<Vec<Part>> {
+    let place_of = |j: usize| place(index, &format!("tool_calls[{j}]"));
+    match serde_json::from_str(calls.get()) {
+        Ok(Calls(read)) => {
+            let mut parts = Vec::with_capacity(read.len());
+            for (j, Call { obj, function }) in read.into_iter().enumerate() {
+                let tc = cx.checked(obj, || place_of(j))?;
+                parts.push(openai_call(cx, Some(tc), Some(function), index, j)?);
+            }
+            Ok(parts)
+        }
+        Err(_) => {
+            let raw = cx.array(calls)?;
+            let mut parts = Vec::with_capacity(raw.len());
+            for (j, v) in raw.into_iter().enumerate() {
+                let tc = cx.obj(v, || place_of(j))?;
+                parts.push(openai_call(cx, tc, None, index, j)?);
+            }
+            Ok(parts)
+        }
+    }
+}
+
+/// Tool call `j` of message `index`: `tc` its object (`None`: it is not one), `read` its
+/// `function` when [`Calls`] read it.
+fn openai_call<'a>(
+    cx: &Ctx<'a>,
+    tc: Option<Obj<'a>>,
+    read: Option<Function<'a>>,
+    index: usize,
+    j: usize,
+) -> Result<Part> {
+    let at = |rest: &str| format!("tool_calls[{j}]{rest}");
+    let Some(tc) = tc else {
+        return Err(bad_message(index, &at(""), "must be an object"));
     };
-    let id = cx.req_str(&tc, "id", index, &format!("{field}.id"))?;
+    let id = cx.req_str_at(&tc, "id", index, || at(".id"))?;
     let ty = tc.get("type");
     // a missing or null type is a function call's (adapters.py reads them so)
     let (key, text) = if ty.is_none_or(|t| kind(t) == Kind::Null) || cx.str_is(ty, "function") {
@@ -973,27 +1244,40 @@ fn openai_call<'a>(cx: &Ctx<'a>, v: &'a RawValue, index: usize, field: &str) -> 
         // a free-form call: its input is text, not JSON
         ("custom", "input")
     } else {
-        return Err(bad_message(index, &format!("{field}.type"), CALL_TYPE));
+        return Err(bad_message(index, &at(".type"), CALL_TYPE));
     };
-    let body = match tc.get(key) {
-        Some(f) => cx.obj(f, || place(index, &format!("{field}.{key}")))?,
-        None => None,
+    // the call's entries, `function` among them (a call read whole holds it apart)
+    let entries = tc.len() + usize::from(read.is_some());
+    let (name, arguments, body_extra) = match read {
+        // a call read whole is a function call ([`Call`]): `key` is "function"
+        Some(f) if key == "function" => (
+            f.name.into_owned(),
+            f.arguments.into_owned(),
+            f.rest.rest(&[], None),
+        ),
+        Some(_) => return Err(internal("a call read whole is not a function call")),
+        None => {
+            let body = match tc.get(key) {
+                Some(f) => cx.obj(f, || place(index, &at(&format!(".{key}"))))?,
+                None => None,
+            };
+            let Some(body) = body else {
+                return Err(bad_message(
+                    index,
+                    &at(&format!(".{key}")),
+                    format!("must be an object with name and {text}"),
+                ));
+            };
+            let name = cx.req_str_at(&body, "name", index, || at(&format!(".{key}.name")))?;
+            let arguments = cx.req_str_at(&body, text, index, || at(&format!(".{key}.{text}")))?;
+            (name, arguments, body.rest(&["name", text], None))
+        }
     };
-    let Some(body) = body else {
-        return Err(bad_message(
-            index,
-            &format!("{field}.{key}"),
-            format!("must be an object with name and {text}"),
-        ));
-    };
-    let name = cx.req_str(&body, "name", index, &format!("{field}.{key}.name"))?;
-    let arguments = cx.req_str(&body, text, index, &format!("{field}.{key}.{text}"))?;
-    let body_extra = body.rest(&["name", text], None);
     let mut out = part(PartKind::ToolCall);
     out.id = Some(id);
     out.name = Some(name);
     out.arguments = Some(arguments);
-    if body_extra.is_some() || key != "function" || ty.is_none() || tc.len() != 3 {
+    if body_extra.is_some() || key != "function" || ty.is_none() || entries != 3 {
         // Not the standard function shape: every other key verbatim ({} records a missing
         // "type"; {"type": "custom"} is what writes a custom call back as one).
         let extra = tc.rest(&["id", key], body_extra.as_deref().map(|r| (key, r)));
@@ -1082,7 +1366,7 @@ fn role_of(name: &str) -> Option<Role> {
 }
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
-    let role_name = cx.req_str(d, "role", index, "role")?;
+    let role_name = cx.req_text(d, "role", index, "role")?;
     let role =
         role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
     // Chat Completions: only an assistant message may omit content or set it null
@@ -1101,20 +1385,27 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         // the API takes a string; read as no name, it went on as an unknown key
         Some(_) => return Err(bad_message(index, "name", "must be a string")),
     };
-    let mut skip: Vec<&str> = vec!["role", "content"];
+    // the keys read, left out of `extra`: role, content, then name, tool_call_id and
+    // tool_calls when they are read
+    let mut skip = ["role", "content", "", "", ""];
+    let mut skipped = 2;
+    let mut skip_also = |key| {
+        skip[skipped] = key;
+        skipped += 1;
+    };
     if name.is_some() {
-        skip.push("name");
+        skip_also("name");
     }
     if role == Role::Tool {
         let call_id = cx.req_str(d, "tool_call_id", index, "tool_call_id")?;
         let mut result = part(PartKind::ToolResult);
         result.call_id = Some(call_id);
         result.content = Some(parts);
-        result.content_kind = Some(ckind.to_owned());
-        skip.push("tool_call_id");
+        result.content_kind = cx.spelled(ckind);
+        skip_also("tool_call_id");
         let mut m = Message::new(Role::Tool, vec![result]);
         m.name = name;
-        m.extra = d.rest(&skip, None);
+        m.extra = d.rest(&skip[..skipped], None);
         return Ok(m);
     }
     if role == Role::Assistant {
@@ -1122,12 +1413,13 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
             match kind(calls) {
                 Kind::Null => {}
                 Kind::Arr => {
-                    let items = cx.array(calls)?;
-                    if !items.is_empty() {
-                        for (j, tc) in items.into_iter().enumerate() {
-                            parts.push(openai_call(cx, tc, index, &format!("tool_calls[{j}]"))?);
-                        }
-                        skip.push("tool_calls");
+                    // every call read in one pass when each is a function call read so
+                    // ([`Calls`]); else each from its raw value, as [`openai_call`] says
+                    // what is wrong
+                    let calls = openai_calls(cx, calls, index)?;
+                    if !calls.is_empty() {
+                        parts.extend(calls);
+                        skip_also("tool_calls");
                     }
                 }
                 _ => return Err(bad_message(index, "tool_calls", "must be a list or null")),
@@ -1136,8 +1428,8 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
     }
     let mut m = Message::new(role, parts);
     m.name = name;
-    m.extra = d.rest(&skip, None);
-    m.content_kind = Some(ckind.to_owned());
+    m.extra = d.rest(&skip[..skipped], None);
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1211,7 +1503,7 @@ fn anthropic_block<'a>(
             out.content = Some(parts);
             out.is_error = is_error;
             out.extra = b.rest(skip, None);
-            out.content_kind = Some(ckind.to_owned());
+            out.content_kind = cx.spelled(ckind);
             Ok(out)
         }
         _ => Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?)),
@@ -1293,8 +1585,8 @@ fn checked_source<'a>(
 }
 
 fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
-    let role_name = cx.req_str(d, "role", index, "role")?;
-    let role = match role_name.as_str() {
+    let role_name = cx.req_text(d, "role", index, "role")?;
+    let role = match role_name.as_ref() {
         "system" => Role::System,
         "user" => Role::User,
         "assistant" => Role::Assistant,
@@ -1313,7 +1605,7 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
     }
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
-    m.content_kind = Some(ckind.to_owned());
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1325,8 +1617,8 @@ struct Request<'a> {
     format: Format,
     /// Byte range of the `messages` array in the body (`None` when it is empty).
     messages_span: Option<(usize, usize)>,
-    /// Each message of the body's `messages`.
-    raw: Vec<&'a RawValue>,
+    /// The text of each message of the body's `messages` (a slice of the body).
+    raw: Vec<&'a str>,
     /// Anthropic top-level `system`, when not null: canonical message 0.
     system: Option<&'a RawValue>,
     /// Canonical messages (the lifted system first).
@@ -1418,38 +1710,54 @@ fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
 /// byte offsets do not move. JSON allows these escapes and the Python path reads them as
 /// U+FFFD, but they are not Unicode scalar values and serde_json rejects them. Borrowed
 /// when there are none.
+///
+/// Only a `\u` can start one, so the body is searched for that pair of bytes (memchr's
+/// vectorised `memmem`): a body of text with a `\n` on every line is one pass, not a stop
+/// at every backslash. A backslash found so starts an escape when the run of backslashes
+/// right before it is of even length (`\\u` is an escaped backslash, then text), which
+/// is where a walk from one escape to the next lands (the walk it replaced is the oracle
+/// of `surrogate_tests`).
 pub fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
-    fn unit(b: &[u8], i: usize) -> Option<u16> {
-        if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
-            return None;
-        }
-        let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
-        u16::from_str_radix(hex, 16).ok()
-    }
     let mut out: Option<Vec<u8>> = None;
-    let mut i = 0;
-    // from one backslash to the next (memchr's vectorised search): escapes are rare
-    // next to the text between them
-    while i < body.len() {
-        let Some(at) = memchr::memchr(b'\\', &body[i..]) else {
-            break;
+    for i in memchr::memmem::find_iter(body, b"\\u") {
+        let Some(u @ 0xD800..=0xDFFF) = escaped_unit(body, i) else {
+            continue;
         };
-        i += at;
-        match unit(body, i) {
-            Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
-            Some(0xD800..=0xDFFF) => {
-                out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
-                i += 6;
-            }
-            // any other escape, "\\\\" included, is two bytes (or six for \\uXXXX)
-            Some(_) => i += 6,
-            None => i += 2,
+        if !starts_escape(body, i) {
+            continue;
+        }
+        let paired = if u <= 0xDBFF {
+            // an escape starts right after this one's four hex digits
+            matches!(escaped_unit(body, i + 6), Some(0xDC00..=0xDFFF))
+        } else {
+            i >= 6
+                && matches!(escaped_unit(body, i - 6), Some(0xD800..=0xDBFF))
+                && starts_escape(body, i - 6)
+        };
+        if !paired {
+            out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
         }
     }
     out.map_or(Cow::Borrowed(body), Cow::Owned)
 }
 
-fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
+/// The code unit of the `\uXXXX` at `i` (`None` when `b[i..]` is not one).
+fn escaped_unit(b: &[u8], i: usize) -> Option<u16> {
+    if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+        return None;
+    }
+    let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+    u16::from_str_radix(hex, 16).ok()
+}
+
+/// Whether the backslash at `i` starts an escape: an even number of backslashes (pairs,
+/// each an escaped backslash) run up to it.
+fn starts_escape(b: &[u8], i: usize) -> bool {
+    b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0
+}
+
+/// Read a request body; `count_only` for [`count_request`] (see [`Ctx::count_only`]).
+fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Request<'_>> {
     // simdutf8's validator (SIMD, chosen at run time) is several times std's on
     // non-ASCII text; its `compat` flavour reports where the first bad byte is
     let text = simdutf8::compat::from_utf8(body).map_err(|e| {
@@ -1465,7 +1773,10 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             "a UTF-8 byte order mark (U+FEFF) starts the body; a JSON request body must not have one",
         ));
     }
-    let cx = Ctx { body: text };
+    let cx = Ctx {
+        body: text,
+        count_only,
+    };
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('{') && !trimmed.is_empty() {
         // Still report a syntax error first, with its offset.
@@ -1478,51 +1789,18 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
             ),
         ));
     }
-    let top: Top<'_> = match serde_json::from_str(text) {
-        Ok(top) => top,
-        Err(e) if out_of_range(&e) => {
-            // `messages` is a number too large for a float: say what it is, as for any
-            // other number there
-            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
-            match top.get("messages") {
-                Some(v) if kind(v) == Kind::Num => {
-                    return Err(invalid(
-                        Some(cx.start_of(v.get())),
-                        "\"messages\" is a number, not a list",
-                    ))
-                }
-                _ => return Err(cx.json_err(e, text)),
-            }
-        }
-        Err(e) => return Err(cx.json_err(e, text)),
+    // One pass reads the top level and every message in it ([`read_inline`]); a body it
+    // does not take (an error anywhere, a message that is not an object, a key with
+    // escapes where a message starts or the array ends) is read as before: the top level
+    // with each message raw, then each message, which says what is wrong and where.
+    let (top, raw, pending) = match read_inline(&cx, text) {
+        Some(read) => read,
+        None => read_raw(&cx, text)?,
     };
-    if let Some(r) = &top.obj.2 {
-        // Which one would a provider read? Refuse to guess.
-        return Err(cx.repeated(r, Place::Other(String::new())));
-    }
-    let raw = match top.messages {
-        None => {
-            return Err(invalid(
-                None,
-                "the top-level object has no \"messages\" list",
-            ))
-        }
-        Some(Content::Parts(items)) => items,
-        Some(other) => {
-            let name = match other {
-                Content::Text(_) => "a string",
-                Content::Null => "null",
-                Content::Other(n) => n,
-                Content::Parts(_) => "an array",
-            };
-            return Err(invalid(
-                messages_offset(&cx, text),
-                format!("\"messages\" is {name}, not a list"),
-            ));
-        }
+    let messages_span = match (raw.first(), raw.last()) {
+        (Some(first), Some(last)) => Some(array_span(&cx, first, last)?),
+        _ => None,
     };
-    let messages_span = span_of(&cx, &raw)?;
-    let top = top.obj;
     let mut tools: Vec<String> = Vec::new();
     let mut anthropic_tools = false;
     match top.get("tools") {
@@ -1555,21 +1833,24 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     // comes to it, so an earlier message's field error is named first, as the dict path
     // (`to_canonical`) and the CLI name the first bad message (fresh8 N7).
     let mut objs = Vec::with_capacity(raw.len());
-    for (i, m) in raw.iter().enumerate() {
-        if kind(m) != Kind::Obj {
-            objs.push(None);
-            continue;
-        }
-        let Msg(o) =
-            match serde_json::from_str(m.get()) {
-                Ok(msg) => msg,
+    for (i, (m, o)) in raw.iter().zip(pending).enumerate() {
+        let o = match o {
+            Some(o) => o,
+            None if !m.starts_with('{') => {
+                objs.push(None);
+                continue;
+            }
+            None => match serde_json::from_str(m) {
+                Ok(Msg(o, _)) => o,
                 // a `content` that is a number too large for a float (`1e400`), which `Msg`
                 // reads as a value: read it raw instead, for the conversion to name it as it
                 // names any number there (fresh8 N5)
-                Err(e) if out_of_range(&e) => Msg(serde_json::from_str(m.get())
-                    .map_err(|e| nested_in(i, cx.json_err(e, m.get())))?),
-                Err(e) => return Err(nested_in(i, cx.json_err(e, m.get()))),
-            };
+                Err(e) if out_of_range(&e) => {
+                    serde_json::from_str(m).map_err(|e| nested_in(i, cx.json_err(e, m)))?
+                }
+                Err(e) => return Err(nested_in(i, cx.json_err(e, m))),
+            },
+        };
         if let Some(r) = &o.2 {
             return Err(cx.repeated(r, place(i, "")));
         }
@@ -1657,22 +1938,141 @@ fn parse(body: &[u8], provider: Option<Format>) -> Result<Request<'_>> {
     })
 }
 
+/// What reading the top level gives [`parse`]: the top-level entries, each message's
+/// text (a slice of the body), and each message read already (`None`: not yet).
+type TopRead<'a> = (Obj<'a>, Vec<&'a str>, Vec<Option<Obj<'a>>>);
+
+/// The top level with every message read in the same pass (one scan of the body, where
+/// [`read_raw`] scans each message twice: once to find its end, once to read it), or
+/// `None` when it cannot say everything [`read_raw`] says: the body is read again that
+/// way then (an error anywhere, a message that is not an object or has no keys, a
+/// repeated top-level key, ...). Each message's text is found from the keys that are
+/// borrowed from the body ([`inline_spans`]), so a message is still copied byte for byte.
+///
+/// Reading a message here is reading it on its own ([`read_raw`] and the loop in
+/// [`parse`]): the same visitor ([`Msg`]) on the same bytes, two levels deeper, so it
+/// gives the same object whenever it succeeds.
+fn read_inline<'a>(cx: &Ctx<'a>, text: &'a str) -> Option<TopRead<'a>> {
+    let top: Top<'a, Vec<Msg<'a>>> = serde_json::from_str(text).ok()?;
+    if top.obj.2.is_some() {
+        return None;
+    }
+    let msgs = top.messages?;
+    let raw = inline_spans(cx, &msgs, top.after?)?;
+    let objs = msgs.into_iter().map(|Msg(o, _)| Some(o)).collect();
+    Some((top.obj, raw, objs))
+}
+
+/// The text of each message [`read_inline`] read, from where its first key starts to
+/// where the next message's does (or the array ends, just before `after`, the key that
+/// follows `messages`, or the end of the object). JSON puts nothing but whitespace and
+/// one `{`, `,` or `]` between them, which is checked: `None` when a key is not borrowed
+/// from the body (it holds escapes) or a message has no keys.
+fn inline_spans<'a>(
+    cx: &Ctx<'a>,
+    msgs: &[Msg<'a>],
+    after: Option<&'a str>,
+) -> Option<Vec<&'a str>> {
+    let b = cx.body.as_bytes();
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    // the byte before `at`, past whitespace, when it is `want`: its offset
+    let back = |at: usize, want: u8| -> Option<usize> {
+        let mut i = at;
+        while i > 0 && ws(b[i - 1]) {
+            i -= 1;
+        }
+        (i > 0 && b[i - 1] == want).then(|| i - 1)
+    };
+    let mut starts = Vec::with_capacity(msgs.len());
+    for Msg(_, first) in msgs {
+        // the key's opening quote, then the object's `{`
+        let quote = cx.start_of((*first)?).checked_sub(1)?;
+        starts.push(back(quote, b'{')?);
+    }
+    // the array's `]`: before the next key's quote and its `,`, or before the `}` that
+    // ends the body's object (only whitespace follows it)
+    let close = match after {
+        Some(key) => back(back(cx.start_of(key).checked_sub(1)?, b',')?, b']')?,
+        None => {
+            let end = back(b.len(), b'}')?;
+            back(end, b']')?
+        }
+    };
+    let mut raw = Vec::with_capacity(msgs.len());
+    for (k, &start) in starts.iter().enumerate() {
+        let end = match starts.get(k + 1) {
+            Some(&next) => back(back(next, b',')?, b'}')? + 1,
+            None => back(close, b'}')? + 1,
+        };
+        raw.push(cx.body.get(start..end)?);
+    }
+    Some(raw)
+}
+
+/// The top level read with each message raw (its text found, not read): what
+/// [`read_inline`] reads in one pass, for a body it does not take; says what is wrong
+/// with the top level and where.
+fn read_raw<'a>(cx: &Ctx<'a>, text: &'a str) -> Result<TopRead<'a>> {
+    let top: Top<'_, Content<'_>> = match serde_json::from_str(text) {
+        Ok(top) => top,
+        Err(e) if out_of_range(&e) => {
+            // `messages` is a number too large for a float: say what it is, as for any
+            // other number there
+            let top: Obj<'_> = serde_json::from_str(text).map_err(|e| cx.json_err(e, text))?;
+            match top.get("messages") {
+                Some(v) if kind(v) == Kind::Num => {
+                    return Err(invalid(
+                        Some(cx.start_of(v.get())),
+                        "\"messages\" is a number, not a list",
+                    ))
+                }
+                _ => return Err(cx.json_err(e, text)),
+            }
+        }
+        Err(e) => return Err(cx.json_err(e, text)),
+    };
+    if let Some(r) = &top.obj.2 {
+        // Which one would a provider read? Refuse to guess.
+        return Err(cx.repeated(r, Place::Other(String::new())));
+    }
+    let raw = match top.messages {
+        None => {
+            return Err(invalid(
+                None,
+                "the top-level object has no \"messages\" list",
+            ))
+        }
+        Some(Content::Parts(items)) => items,
+        Some(other) => {
+            let name = match other {
+                Content::Text(_) => "a string",
+                Content::Null => "null",
+                Content::Other(n) => n,
+                Content::Parts(_) => "an array",
+            };
+            return Err(invalid(
+                messages_offset(cx, text),
+                format!("\"messages\" is {name}, not a list"),
+            ));
+        }
+    };
+    let pending = raw.iter().map(|_| None).collect();
+    Ok((top.obj, raw.iter().map(|m| m.get()).collect(), pending))
+}
+
 /// Offset of the `messages` value (to name where a wrong one is; slow path).
 fn messages_offset(cx: &Ctx<'_>, text: &str) -> Option<usize> {
     let top: Obj<'_> = serde_json::from_str(text).ok()?;
     top.get("messages").map(|v| cx.start_of(v.get()))
 }
 
-/// Byte range of the array holding `items` (`[` to `]`), found from its first and last
-/// item: only whitespace separates them from the brackets.
-fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> {
-    let (Some(first), Some(last)) = (items.first(), items.last()) else {
-        return Ok(None);
-    };
+/// Byte range of the array whose first and last items are `first` and `last` (`[` to
+/// `]`): only whitespace separates them from the brackets.
+fn array_span(cx: &Ctx<'_>, first: &str, last: &str) -> Result<(usize, usize)> {
     let b = cx.body.as_bytes();
     let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
-    let mut start = cx.start_of(first.get());
-    let mut end = cx.start_of(last.get()) + last.get().len();
+    let mut start = cx.start_of(first);
+    let mut end = cx.start_of(last) + last.len();
     while start > 0 && ws(b[start - 1]) {
         start -= 1;
     }
@@ -1682,7 +2082,7 @@ fn span_of(cx: &Ctx<'_>, items: &[&RawValue]) -> Result<Option<(usize, usize)>> 
     if start == 0 || b[start - 1] != b'[' || end >= b.len() || b[end] != b']' {
         return Err(internal("cannot locate the messages array"));
     }
-    Ok(Some((start - 1, end + 1)))
+    Ok((start - 1, end + 1))
 }
 
 /// The leading system message made from an Anthropic top-level `system`.
@@ -1727,7 +2127,7 @@ fn system_message<'a>(cx: &Ctx<'a>, s: &'a RawValue) -> Result<Message> {
         other => other,
     })?;
     let mut m = Message::new(Role::System, parts);
-    m.content_kind = Some(ckind.to_owned());
+    m.content_kind = cx.spelled(ckind);
     Ok(m)
 }
 
@@ -1751,7 +2151,7 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
 /// assert!(json_syntax_error(&format!("{}{}\n{{}}", "[".repeat(1000), "]".repeat(1000))).is_none());
 /// ```
 pub fn json_syntax_error(text: &str) -> Option<Error> {
-    let cx = Ctx { body: text };
+    let cx = Ctx::new(text);
     serde_json::Deserializer::from_str(text)
         .into_iter::<&RawValue>()
         .find_map(|v| v.err())
@@ -1764,7 +2164,7 @@ pub fn json_syntax_error(text: &str) -> Option<Error> {
 pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
     let p = profile(profile_name)?;
     let body = replace_lone_surrogates(body);
-    let req = parse(&body, parse_provider(provider)?)?;
+    let req = parse(&body, parse_provider(provider)?, true)?;
     let msgs: u64 = req.canonical.iter().map(|m| p.message_tokens(m)).sum();
     Ok(msgs + tools_tokens(p, &req.tools))
 }
@@ -1819,7 +2219,7 @@ pub fn fit_request<'b>(
 ) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
     let clean = replace_lone_surrogates(body);
-    let req = parse(&clean, parse_provider(provider)?)?;
+    let req = parse(&clean, parse_provider(provider)?, false)?;
     let tool_tokens = tools_tokens(p, &req.tools);
     let opts = TrimOptions {
         profile: p,
@@ -1886,7 +2286,7 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
                     .raw
                     .get(i - lift)
                     .ok_or_else(|| internal("message index out of range"))?;
-                arr.push_str(raw.get());
+                arr.push_str(raw);
             }
             _ => {
                 if w.src == Some(0) && lift == 1 {
@@ -2312,6 +2712,118 @@ mod tests {
         }
     }
 
+    /// A read object as text: each entry's key and where its raw value is in the body
+    /// (offset and length), the content held apart, the repeat.
+    fn describe(cx: &Ctx<'_>, o: &Obj<'_>) -> String {
+        let mut s = String::new();
+        for (k, v) in &o.0 {
+            s += &format!("{k:?}@{}+{} ", cx.start_of(v.get()), v.get().len());
+        }
+        s += &match &o.1 {
+            None => "no content".to_owned(),
+            Some(Content::Text(t)) => format!("text {t:?}"),
+            Some(Content::Parts(p)) => {
+                let at: Vec<_> = p
+                    .iter()
+                    .map(|v| (cx.start_of(v.get()), v.get().len()))
+                    .collect();
+                format!("parts {at:?}")
+            }
+            Some(Content::Null) => "null".to_owned(),
+            Some(Content::Other(n)) => (*n).to_owned(),
+        };
+        s + &format!(" repeat {:?}", o.2.as_ref().map(|r| r.key.clone()))
+    }
+
+    /// [`read_inline`] on `body`: `None` when it leaves the body to [`read_raw`], else
+    /// whether it read what `read_raw` and reading each message on its own read (the same
+    /// entries at the same places, the same message texts).
+    fn inline_agrees(body: &str) -> Option<bool> {
+        let cx = Ctx::new(body);
+        let (top, raw, objs) = read_inline(&cx, body)?;
+        let (top2, raw2, pending) = read_raw(&cx, body).ok()?;
+        assert!(pending.iter().all(Option::is_none));
+        let same_texts =
+            raw.len() == raw2.len() && raw.iter().zip(&raw2).all(|(a, b)| std::ptr::eq(*a, *b));
+        let same_objs = objs.iter().zip(&raw2).all(|(o, m)| {
+            let Ok(Msg(o2, _)) = serde_json::from_str::<Msg<'_>>(m) else {
+                return false;
+            };
+            o.as_ref()
+                .is_some_and(|o| describe(&cx, o) == describe(&cx, &o2))
+        });
+        Some(describe(&cx, &top) == describe(&cx, &top2) && same_texts && same_objs)
+    }
+
+    #[test]
+    fn one_pass_reads_what_two_passes_read() {
+        let m1 = r#"{"role": "user", "content": "a \"b\"\nc"}"#;
+        let m2 = r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#;
+        let m3 = r#"{ "content" : [ {"type": "text", "text": "x"} ] , "role" : "user" , "x": {"y": [1, 2]} }"#;
+        let msgs = [m1, m2, m3].join(" ,\n\t");
+        let taken = [
+            format!(r#"{{"model": "m", "messages": [{msgs}], "tools": []}}"#),
+            format!(r#"{{"messages":[{m1}]}}"#),
+            format!("\n {{ \"messages\" :\r\n[ \n{msgs}\n ]\n }} \n"),
+            format!(r#"{{"a": 1, "messages": [{msgs}]   }}"#),
+            r#"{"messages": [], "b": 2}"#.to_owned(),
+            format!(r#"{{"messages": [{m2}], "t": {{"messages": 1}}, "s": "}}]"}}"#),
+        ];
+        for body in &taken {
+            assert_eq!(inline_agrees(body), Some(true), "{body}");
+        }
+        // left to the two passes: a message whose first key holds an escape, a key after
+        // `messages` that does, a message that is not an object or is empty, a repeated
+        // top-level key, an error
+        let left = [
+            r#"{"messages": [{"\u0072ole": "user", "content": "a"}]}"#.to_owned(),
+            format!(r#"{{"messages": [{m1}], "\u0061": 1}}"#),
+            format!(r#"{{"messages": [{m1}, "x"]}}"#),
+            format!(r#"{{"messages": [{m1}, {{}}]}}"#),
+            format!(r#"{{"messages": [{m1}], "tools": [], "tools": []}}"#),
+            format!(r#"{{"messages": [{m1}] "#),
+            r#"{"messages": "no"}"#.to_owned(),
+        ];
+        for body in &left {
+            assert_eq!(inline_agrees(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn one_pass_reads_the_corpus_as_two_passes_do() {
+        // every JSON file of ../shared/corpus that holds messages, as a request body,
+        // compact and pretty-printed (skipped when the corpus is absent)
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+        let mut stack = vec![root];
+        let mut read = 0;
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let Ok(doc) =
+                    serde_json::from_slice::<Value>(&std::fs::read(&p).unwrap_or_default())
+                else {
+                    continue;
+                };
+                if !doc["messages"].is_array() {
+                    continue;
+                }
+                let body = serde_json::json!({"model": "m", "messages": doc["messages"], "tools": doc["tools"]});
+                for text in [
+                    body.to_string(),
+                    serde_json::to_string_pretty(&body).unwrap_or_default(),
+                ] {
+                    assert_eq!(inline_agrees(&text), Some(true), "{}", p.display());
+                    read += 1;
+                }
+            }
+        }
+        eprintln!("{read} corpus bodies read both ways");
+    }
+
     #[test]
     fn a_byte_order_mark_is_named() {
         let err = count_request(b"\xef\xbb\xbf{\"messages\": []}", "conservative", None);
@@ -2429,7 +2941,7 @@ mod tests {
         // the text kept is the text as sent: whitespace and escapes stay (31 bytes)
         let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
         let raw = RawValue::from_string(sent.to_owned()).unwrap();
-        let cx = Ctx { body: raw.get() };
+        let cx = Ctx::new(raw.get());
         assert_eq!(
             cx.compact(&raw, || Place::Other(String::new())).unwrap(),
             sent
@@ -2795,6 +3307,108 @@ mod tests {
     }
 
     #[test]
+    fn tool_calls_read_in_one_pass_are_refused_in_their_order() {
+        // the calls of a message are read together when each is an object, one by one
+        // from their raw values when one is not: either way the first bad call is named,
+        // a repeated key with the offset of its second occurrence
+        let ok = r#"{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}"#;
+        let twice = r#"{"id": "b", "id": "c", "function": {"name": "f", "arguments": "{}"}}"#;
+        let body = |calls: &[&str]| {
+            format!(
+                r#"{{"messages": [{{"role": "user", "content": "q"}}, {{"role": "assistant", "content": null, "tool_calls": [{}]}}]}}"#,
+                calls.join(", ")
+            )
+        };
+        let repeat = |b: &str| {
+            (
+                1,
+                "tool_calls[1]".to_owned(),
+                r#"the key "id" appears more than once"#.to_owned(),
+                Some(nth(b, r#""id""#, 2)),
+            )
+        };
+        // call 1 repeats "id" (the third "id" of the body: call 0's, then call 1's two)
+        let b = body(&[ok, twice, "7"]);
+        assert_eq!(repeat_in_message(&b), repeat(&b));
+        let b = body(&[ok, twice, ok]);
+        assert_eq!(repeat_in_message(&b), repeat(&b));
+        let b = body(&[ok, "7", twice]);
+        let e = message_error(b.as_bytes());
+        assert_eq!(e, (1, "tool_calls[1]".into(), "must be an object".into()));
+        let b = body(&[ok, r#"{"id": "b", "function": {"name": "f"}}"#, "[1e400]"]);
+        let e = message_error(b.as_bytes());
+        assert_eq!(
+            e,
+            (
+                1,
+                "tool_calls[1].function.arguments".into(),
+                "is missing".into()
+            )
+        );
+        // calls read in one pass are counted: fim, 4 per message (8), "q" 1 (a non-empty
+        // text is at least 1), each call "f" 1 + "{}" 1 and no call overhead (4): 13
+        let one = count_request(body(&[ok, ok]).as_bytes(), "fim", None).unwrap();
+        assert_eq!(one, 13);
+    }
+
+    #[test]
+    fn a_call_read_whole_is_the_call_read_from_its_raw_value() {
+        // openai_call on a call read with the others ([`Calls`]) gives the part (or the
+        // error) it gives on the raw value; calls `Calls` does not take are read raw
+        let taken = [
+            r#"{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"p\": 1}"}}"#,
+            r#"{"function": {"arguments": "{}", "name": "f"}, "id": "a"}"#,
+            r#"{"id": "a", "type": null, "function": {"name": "f", "arguments": ""}}"#,
+            r#"{"id": "a", "type": "f\u0075nction", "x": [1, {"y": 2}], "function": {"name": "f\n", "arguments": "{}", "strict": true}}"#,
+            r#"{"id": "a", "\u0066unction": {"n\u0061me": "f", "arguments": "{}"}}"#,
+            r#"{"id": "a", "id": "b", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"type": "function", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"id": 7, "function": {"name": "f", "arguments": "{}"}}"#,
+        ];
+        let left = [
+            r#"{"id": "a", "type": "custom", "custom": {"name": "f", "input": "x"}}"#,
+            r#"{"id": "a", "type": "custom", "function": {"name": "f", "arguments": "x"}, "custom": {"name": "f", "input": "x"}}"#,
+            r#"{"id": "a", "type": "tool", "function": {"name": "f", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "arguments": "{}"}, "function": {"name": "g", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "name": "g", "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f", "arguments": "{}", "s": 1, "s": 2}}"#,
+            r#"{"id": "a", "function": {"name": 1, "arguments": "{}"}}"#,
+            r#"{"id": "a", "function": {"name": "f"}}"#,
+            r#"{"id": "a", "function": "f"}"#,
+            r#"{"id": "a"}"#,
+            r#""a call""#,
+        ];
+        let show = |r: Result<Part>| match r {
+            Ok(p) => serde_json::to_string(&p).unwrap_or_default(),
+            Err(e) => format!("{e:?}"),
+        };
+        for text in taken {
+            // both read from one text, so an error's offset is the same too
+            let arr = format!("[{text}]");
+            let cx = Ctx::new(&arr);
+            let raw: &RawValue = serde_json::from_str(&arr[1..arr.len() - 1]).unwrap();
+            let Ok(Calls(mut calls)) = serde_json::from_str::<Calls<'_>>(&arr) else {
+                panic!("not read whole: {text}");
+            };
+            let Call { obj, function } = calls.remove(0);
+            let whole = cx
+                .checked(obj, || place(3, "tool_calls[2]"))
+                .and_then(|tc| openai_call(&cx, Some(tc), Some(function), 3, 2));
+            let alone = cx
+                .obj(raw, || place(3, "tool_calls[2]"))
+                .and_then(|tc| openai_call(&cx, tc, None, 3, 2));
+            let (whole, alone) = (show(whole), show(alone));
+            assert_eq!(whole, alone, "{text}");
+        }
+        for text in left {
+            assert!(
+                serde_json::from_str::<Calls<'_>>(&format!("[{text}]")).is_err(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn a_repeated_key_in_an_object_read_is_refused_by_name_and_offset() {
         // the fresh tester's N4: the last "role" was read, a provider keeping the first
         // would see another message
@@ -3015,6 +3629,75 @@ mod tests {
 #[cfg(test)]
 mod surrogate_tests {
     use super::replace_lone_surrogates;
+    use std::borrow::Cow;
+
+    /// The walk `replace_lone_surrogates` was before it searched for `\u` only: from one
+    /// backslash to the next, an escape at a time (the oracle of the test below).
+    fn walk(body: &[u8]) -> Cow<'_, [u8]> {
+        fn unit(b: &[u8], i: usize) -> Option<u16> {
+            if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+                return None;
+            }
+            let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+            u16::from_str_radix(hex, 16).ok()
+        }
+        let mut out: Option<Vec<u8>> = None;
+        let mut i = 0;
+        while i < body.len() {
+            let Some(at) = memchr::memchr(b'\\', &body[i..]) else {
+                break;
+            };
+            i += at;
+            match unit(body, i) {
+                Some(0xD800..=0xDBFF) if matches!(unit(body, i + 6), Some(0xDC00..=0xDFFF)) => {
+                    i += 12
+                }
+                Some(0xD800..=0xDFFF) => {
+                    out.get_or_insert_with(|| body.to_vec())[i..i + 6].copy_from_slice(b"\\ufffd");
+                    i += 6;
+                }
+                Some(_) => i += 6,
+                None => i += 2,
+            }
+        }
+        out.map_or(Cow::Borrowed(body), Cow::Owned)
+    }
+
+    #[test]
+    fn the_search_agrees_with_the_walk() {
+        // texts made of the pieces escapes are made of, from a fixed LCG: runs of
+        // backslashes, `u`, surrogate and other hex digits, `+` (which Rust's hex parse
+        // takes as a sign), a two-byte character and plain text
+        let pieces: &[&str] = &[
+            "\\", "\\\\", "u", "d8", "D8", "dc", "DC", "00", "3d", "de", "+", "x", "é", "\"",
+            "\\ud800", "\\udc00", "\\ud83d", "\\ude00", "\\u00e9",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n
+        };
+        let mut changed = 0;
+        for _ in 0..200_000 {
+            let len = 1 + next(12);
+            let text: String = (0..len).map(|_| pieces[next(pieces.len())]).collect();
+            let (got, want) = (
+                replace_lone_surrogates(text.as_bytes()),
+                walk(text.as_bytes()),
+            );
+            assert_eq!(got, want, "{text}");
+            assert_eq!(
+                matches!(got, Cow::Owned(_)),
+                matches!(want, Cow::Owned(_)),
+                "{text}"
+            );
+            changed += usize::from(matches!(want, Cow::Owned(_)));
+        }
+        // the pieces make lone surrogates often, and pairs and escaped backslashes too
+        assert!(changed > 10_000, "{changed}");
+    }
 
     #[test]
     fn lone_surrogate_escapes_become_replacement_characters() {

@@ -284,13 +284,16 @@ impl Message {
         if self.role != Role::User {
             return false;
         }
-        let rest: Vec<&Part> = self
-            .content
-            .iter()
-            .filter(|p| p.kind != PartKind::ToolResult)
-            .collect();
+        // the parts other than tool results (an iterator: this runs for every message of
+        // every trim, and collecting them cost an allocation each time)
+        let rest = || {
+            self.content
+                .iter()
+                .filter(|p| p.kind != PartKind::ToolResult)
+        };
+        let (rest_first, rest_len) = (rest().next(), rest().take(2).count());
         if self.has_tool_results()
-            && (rest.is_empty()
+            && (rest_first.is_none()
                 || !self
                     .content
                     .iter()
@@ -298,12 +301,11 @@ impl Message {
         {
             return false;
         }
-        let first = rest
-            .first()
+        let first = rest_first
             .filter(|p| p.kind == PartKind::Text)
             .map(|p| p.text_str());
-        let only = |f: fn(&str) -> bool| rest.len() == 1 && first.is_some_and(f);
-        let only_calls = !rest.is_empty() && rest.iter().all(|p| p.kind == PartKind::ToolCall);
+        let only = |f: fn(&str) -> bool| rest_len == 1 && first.is_some_and(f);
+        let only_calls = rest_first.is_some() && rest().all(|p| p.kind == PartKind::ToolCall);
         !only_calls
             && !first.is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
             && !only(|t| t == BREADCRUMB)

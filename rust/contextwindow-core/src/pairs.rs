@@ -352,10 +352,20 @@ pub fn repair(
     format: Format,
     missing: Missing,
 ) -> (Vec<Work<'_>>, Vec<PairChange>) {
-    let res = resolve(messages);
+    repair_resolved(messages, &resolve(messages), format, missing)
+}
+
+/// [`repair`] with the resolution of `messages` computed by the caller (which keeps it:
+/// `trim.rs` segments the repaired list with it when repair left the list as it was).
+pub(crate) fn repair_resolved<'a>(
+    messages: &'a [Message],
+    res: &Resolution,
+    format: Format,
+    missing: Missing,
+) -> (Vec<Work<'a>>, Vec<PairChange>) {
     match format {
-        Format::OpenAI => repair_openai(messages, &res, missing),
-        Format::Anthropic => repair_anthropic(messages, &res, missing),
+        Format::OpenAI => repair_openai(messages, res, missing),
+        Format::Anthropic => repair_anthropic(messages, res, missing),
     }
 }
 

@@ -7,8 +7,8 @@ use serde::Serialize;
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
-use crate::pairs::{part_eq, repair, Missing, PairChange, Work};
-use crate::turns::segment;
+use crate::pairs::{part_eq, repair_resolved, Missing, PairChange, Work};
+use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
 
 /// What happened to one input message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -213,6 +213,9 @@ struct State<'a, 'p> {
     stub_head: Vec<bool>,
     /// For such an item while its caller is dropped: the item with its stubs and its cost.
     saved: Vec<Option<(Work<'a>, u64)>>,
+    /// The resolution of the input's tool results, while it is the work list's too: repair
+    /// left every message in place (taken by the first [`State::segment`]).
+    resolution: Option<Resolution>,
 }
 
 /// Work items whose stubs answer the calls of the item right before them: real user
@@ -235,7 +238,14 @@ impl<'a, 'p> State<'a, 'p> {
         // (borrowed, unchanged) reuses that message's cost.
         let input_costs: Vec<u64> = messages.iter().map(|m| p.message_tokens(m)).collect();
         let tokens_before = input_costs.iter().sum();
-        let (work, repairs) = repair(messages, opts.format, missing);
+        let res = resolve(messages);
+        let (work, repairs) = repair_resolved(messages, &res, opts.format, missing);
+        // repair left the list as it was: each item is the input message at its index
+        let in_place = work.len() == messages.len()
+            && work.iter().enumerate().all(|(i, w)| {
+                w.src == Some(i)
+                    && matches!(&w.msg, Cow::Borrowed(m) if std::ptr::eq(*m, &messages[i]))
+            });
         let costs: Vec<u64> = work
             .iter()
             .map(|w| match (&w.msg, w.src) {
@@ -308,6 +318,17 @@ impl<'a, 'p> State<'a, 'p> {
             repairs,
             stub_head,
             saved,
+            resolution: in_place.then_some(res),
+        }
+    }
+
+    /// The turns and tool units of the work list, as [`segment`] finds them; with the
+    /// input's resolution when it is the work list's (see `resolution`), so the tool
+    /// results are not resolved twice. Called before the work list changes.
+    fn segment(&mut self) -> Segmentation {
+        match self.resolution.take() {
+            Some(res) => segment_resolved(&self.work, &res),
+            None => segment(&self.work),
         }
     }
 
@@ -502,7 +523,6 @@ impl<'a, 'p> State<'a, 'p> {
         breadcrumb_before: Option<usize>,
     ) -> Outcome<'a> {
         let p = self.opts.profile;
-        let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
         // `costs[w]` is kept equal to the tokens of work item `w` (shrink updates it), so
         // only messages changed here are estimated again.
         let mut tokens_after: u64 = 0;
@@ -513,43 +533,64 @@ impl<'a, 'p> State<'a, 'p> {
             .filter(|(w, k)| **k && w.src.is_none())
             .count() as u64;
         let mut breadcrumb = false;
-        for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
-            if !self.keep[w] {
-                continue;
-            }
-            let mut item = item;
-            let mut cost = self.costs[w];
-            if breadcrumb_before == Some(w) && self.opts.breadcrumb {
-                match self.opts.format {
-                    Format::OpenAI => {
-                        let crumb = Message::new(Role::User, vec![Part::text(BREADCRUMB)]);
-                        tokens_after += p.message_tokens(&crumb);
-                        out.push(Work {
-                            src: None,
-                            msg: Cow::Owned(crumb),
-                        });
-                        inserted += 1;
-                        breadcrumb = true;
-                    }
-                    Format::Anthropic => {
-                        if item.msg.first_text() != Some(BREADCRUMB) {
-                            let m = item.msg.to_mut();
-                            m.content.insert(0, Part::text(BREADCRUMB));
-                            m.fix_content_kind();
-                            cost += p.text_tokens(BREADCRUMB); // additive over parts
+        // where the breadcrumb goes: before a kept item, when there is one
+        let crumb_at =
+            breadcrumb_before.filter(|&w| self.opts.breadcrumb && self.keep.get(w) == Some(&true));
+        let out = if crumb_at.is_none() {
+            // no breadcrumb: the kept items where they are (a conversation that fits keeps
+            // them all, and nothing moves)
+            tokens_after = self
+                .costs
+                .iter()
+                .zip(&self.keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c)
+                .sum();
+            let mut work = std::mem::take(&mut self.work);
+            let mut keep = self.keep.iter();
+            work.retain(|_| keep.next().copied().unwrap_or(false));
+            work
+        } else {
+            let mut out: Vec<Work<'a>> = Vec::with_capacity(self.work.len() + 1);
+            for (w, item) in std::mem::take(&mut self.work).into_iter().enumerate() {
+                if !self.keep[w] {
+                    continue;
+                }
+                let mut item = item;
+                let mut cost = self.costs[w];
+                if crumb_at == Some(w) {
+                    match self.opts.format {
+                        Format::OpenAI => {
+                            let crumb = Message::new(Role::User, vec![Part::text(BREADCRUMB)]);
+                            tokens_after += p.message_tokens(&crumb);
+                            out.push(Work {
+                                src: None,
+                                msg: Cow::Owned(crumb),
+                            });
+                            inserted += 1;
                             breadcrumb = true;
-                            if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
-                                if f.fate == "kept" {
-                                    f.rule = "breadcrumb_added";
+                        }
+                        Format::Anthropic => {
+                            if item.msg.first_text() != Some(BREADCRUMB) {
+                                let m = item.msg.to_mut();
+                                m.content.insert(0, Part::text(BREADCRUMB));
+                                m.fix_content_kind();
+                                cost += p.text_tokens(BREADCRUMB); // additive over parts
+                                breadcrumb = true;
+                                if let Some(f) = item.src.map(|i| &mut self.fates[i]) {
+                                    if f.fate == "kept" {
+                                        f.rule = "breadcrumb_added";
+                                    }
                                 }
                             }
                         }
                     }
                 }
+                tokens_after += cost;
+                out.push(item);
             }
-            tokens_after += cost;
-            out.push(item);
-        }
+            out
+        };
         let fits = budget.is_none_or(|b| tokens_after <= b);
         let dropped = self.fates.iter().filter(|f| f.fate == "dropped").count() as u64;
         let truncated = self.fates.iter().filter(|f| f.fate == "truncated").count() as u64;
@@ -658,7 +699,7 @@ fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
 /// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.
 fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
     let mut st = State::new(messages, opts, Missing::Stub);
-    let seg = segment(&st.work);
+    let seg = st.segment();
     let n_turns = seg.turns.len() as u64;
     if st.total() <= budget || seg.turns.is_empty() {
         return st.finish(Some(budget), None, (n_turns, n_turns), None);
@@ -863,7 +904,7 @@ pub fn trim_turn_count<'a>(
     opts: TrimOptions<'_>,
 ) -> Outcome<'a> {
     let mut st = State::new(messages, opts, Missing::Stub);
-    let seg = segment(&st.work);
+    let seg = st.segment();
     let t = seg.turns.len();
     let keep = (max_turns.max(1) as usize).min(t);
     let dropped = t - keep;
@@ -891,7 +932,108 @@ pub fn repair_report<'a>(
     missing: Missing,
     opts: TrimOptions<'_>,
 ) -> Outcome<'a> {
-    let st = State::new(messages, opts, missing);
-    let t = segment(&st.work).turns.len() as u64;
+    let mut st = State::new(messages, opts, missing);
+    let t = st.segment().turns.len() as u64;
     st.finish(None, Some("tool_pairs"), (t, t), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::FIM;
+
+    fn text(role: Role, t: &str) -> Message {
+        Message::new(role, vec![Part::text(t)])
+    }
+
+    fn call(ids: &[&str]) -> Message {
+        let parts = ids
+            .iter()
+            .map(|id| Part {
+                id: Some((*id).into()),
+                name: Some("f".into()),
+                arguments: Some("{}".into()),
+                ..Part::empty(PartKind::ToolCall)
+            })
+            .collect();
+        Message::new(Role::Assistant, parts)
+    }
+
+    fn result(role: Role, id: &str) -> Message {
+        let mut p = Part::missing_result(id);
+        p.content = Some(vec![Part::text("r")]);
+        Message::new(role, vec![p])
+    }
+
+    #[test]
+    fn segmenting_with_the_inputs_resolution_finds_what_resolving_again_finds() {
+        // Every prefix of conversations that repair leaves in place and of ones it
+        // changes (an orphan result, an unanswered call, results apart from their call,
+        // an Anthropic carrier), in both shapes and both ways of repairing: the
+        // segmentation `State::segment` makes is the one `segment` makes of the work
+        // list, and it reuses the resolution exactly when repair left the list in place.
+        use Role::{Assistant as A, System as S, Tool as T, User as U};
+        let conversations = [
+            vec![
+                text(S, "s"),
+                text(U, "q1"),
+                call(&["a", "b"]),
+                result(T, "b"),
+                result(T, "a"),
+                text(A, "x"),
+                text(U, "q2"),
+                call(&["a"]),
+                result(T, "a"),
+                text(U, "q3"),
+            ],
+            vec![
+                text(U, "q1"),
+                result(T, "zz"),
+                call(&["c"]),
+                text(A, "between"),
+                result(T, "c"),
+                text(U, "q2"),
+                call(&["d"]),
+            ],
+            vec![
+                text(U, "q1"),
+                call(&["e"]),
+                result(U, "e"),
+                text(A, "x"),
+                text(U, "q2"),
+                call(&["f"]),
+                text(U, "q3"),
+            ],
+        ];
+        let (mut reused, mut resolved) = (0, 0);
+        for conv in &conversations {
+            for n in 1..=conv.len() {
+                for format in [Format::OpenAI, Format::Anthropic] {
+                    for missing in [Missing::Stub, Missing::Drop] {
+                        let opts = TrimOptions {
+                            profile: &FIM,
+                            breadcrumb: true,
+                            format,
+                        };
+                        let mut st = State::new(&conv[..n], opts, missing);
+                        let in_place = st.work.len() == n
+                            && st.work.iter().enumerate().all(|(i, w)| {
+                                w.src == Some(i)
+                                    && matches!(&w.msg, Cow::Borrowed(m) if std::ptr::eq(*m, &conv[i]))
+                            });
+                        assert_eq!(st.resolution.is_some(), in_place);
+                        let want = segment(&st.work);
+                        assert_eq!(st.segment(), want, "{n} messages, {format:?}");
+                        if in_place {
+                            reused += 1;
+                        } else {
+                            resolved += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // both ways were taken, many times
+        assert!(reused > 20 && resolved > 20, "{reused} {resolved}");
+    }
 }
