@@ -781,6 +781,43 @@ impl<S: Sink> At<'_, S> {
     }
 }
 
+/// What a non-ASCII character whose group table entry is `entry` counts for its word
+/// and its case, for every family: a word start when it is a letter and the character
+/// before was not (`letter`), a capital run when it is an uppercase letter and the one
+/// before was too (`upper`). Both are then set for this character; returns its group.
+#[inline(always)]
+fn word_and_case<S: Sink, const K: usize>(
+    out: &mut S,
+    entry: u8,
+    letter: &mut bool,
+    upper: &mut bool,
+) -> u8 {
+    let g = entry & !UPPER_FLAG;
+    let up = entry & UPPER_FLAG != 0;
+    if up && *upper {
+        for k in 0..K {
+            out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
+        }
+    }
+    *upper = up;
+    let isl = is_letter_group(g);
+    if isl && !*letter {
+        for k in 0..K {
+            out.add(k, F_NA_WORDS, 1);
+        }
+    }
+    *letter = isl;
+    g
+}
+
+/// The non-ASCII code point `cp` of group `g` counted on its own by family `k`
+/// (vocabulary `v`): one character of its group, and its tokens beyond one.
+#[inline(always)]
+fn standalone<S: Sink>(out: &mut S, k: usize, v: &Vocab, g: u8, cp: u32) {
+    out.add(k, F_CH + g as usize, 1);
+    out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+}
+
 /// What the scanner remembers of the non-ASCII code point it read last.
 #[derive(Default)]
 struct NaPrev {
@@ -844,21 +881,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     let mut letter = na_prev.letter;
     while i + 16 <= n {
         let w = load8(b, i);
-        let g = entry & !UPPER_FLAG;
-        let upper = entry & UPPER_FLAG != 0;
-        if upper && prev_upper {
-            for k in 0..K {
-                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
-            }
-        }
-        prev_upper = upper;
-        let isl = is_letter_group(g);
-        if isl && !letter {
-            for k in 0..K {
-                out.add(k, F_NA_WORDS, 1);
-            }
-        }
-        letter = isl;
+        let g = word_and_case::<_, K>(out, entry, &mut letter, &mut prev_upper);
         let more = (w >> 24) as u8 & 0xF0 == 0xE0;
         let cp1 = (((w >> 24) as u32 & 0x0F) << 12)
             | (((w >> 32) as u32 & 0x3F) << 6)
@@ -882,8 +905,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 consumed[k] = i + 3 * m;
                 continue;
             }
-            out.add(k, F_CH + g as usize, 1);
-            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+            standalone(out, k, v, g, cp);
         }
         i += 3;
         if !more {
@@ -919,21 +941,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     }
     na_prev.letter = letter;
     loop {
-        let g = entry & !UPPER_FLAG;
-        let upper = entry & UPPER_FLAG != 0;
-        if upper && prev_upper {
-            for k in 0..K {
-                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
-            }
-        }
-        prev_upper = upper;
-        let isl = is_letter_group(g);
-        if isl && !na_prev.letter {
-            for k in 0..K {
-                out.add(k, F_NA_WORDS, 1);
-            }
-        }
-        na_prev.letter = isl;
+        let g = word_and_case::<_, K>(out, entry, &mut na_prev.letter, &mut prev_upper);
         let more = i + 6 <= n && (0xE0..0xF0).contains(&b[i + 3]);
         let (cp1, entry1) = if more {
             let c = decode3(b, i + 3);
@@ -968,8 +976,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 consumed[k] = i + 3 * m;
                 continue;
             }
-            out.add(k, F_CH + g as usize, 1);
-            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+            standalone(out, k, v, g, cp);
         }
         i += 3;
         if !more {
@@ -1007,24 +1014,9 @@ fn two_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         // valid UTF-8: a 2-byte lead is followed by its continuation byte
         let cp = ((b[i] as u32 & 0x1F) << 6) | (b[i + 1] as u32 & 0x3F);
         let entry = groups[cp as usize];
-        let g = entry & !UPPER_FLAG;
-        let upper = entry & UPPER_FLAG != 0;
-        if upper && prev_upper {
-            for k in 0..K {
-                out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
-            }
-        }
-        prev_upper = upper;
-        let isl = is_letter_group(g);
-        if isl && !letter {
-            for k in 0..K {
-                out.add(k, F_NA_WORDS, 1);
-            }
-        }
-        letter = isl;
+        let g = word_and_case::<_, K>(out, entry, &mut letter, &mut prev_upper);
         for (k, v) in vocabs.iter().enumerate() {
-            out.add(k, F_CH + g as usize, 1);
-            out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+            standalone(out, k, v, g, cp);
         }
         i += 2;
         if i < n && (0xC0..0xE0).contains(&b[i]) {
@@ -1159,24 +1151,11 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
                 // a 4-byte character: never part of an n-gram
                 let (cp, len) = decode(b, i);
                 let entry = group_of(groups, cp);
-                let g = entry & !UPPER_FLAG;
-                let upper = entry & UPPER_FLAG != 0;
-                if upper && after_upper(b, i, na_prev.upper) {
-                    for k in 0..K {
-                        out.add(k, F_NA_UPPER_AFTER_UPPER, 1);
-                    }
-                }
+                let mut upper = after_upper(b, i, na_prev.upper);
+                let g = word_and_case::<_, K>(out, entry, &mut na_prev.letter, &mut upper);
                 na_prev.upper = upper;
-                let isl = is_letter_group(g);
-                if isl && !na_prev.letter {
-                    for k in 0..K {
-                        out.add(k, F_NA_WORDS, 1);
-                    }
-                }
-                na_prev.letter = isl;
                 for (k, v) in vocabs.iter().enumerate() {
-                    out.add(k, F_CH + g as usize, 1);
-                    out.add(k, F_EX + g as usize, v.cost(cp) - 1);
+                    standalone(out, k, v, g, cp);
                 }
                 i += len;
             }
