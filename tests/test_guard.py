@@ -810,3 +810,37 @@ def test_guard_never_does_worse_than_fit_on_its_input() -> None:
     assert g.messages == fitted.messages
     assert [s.step for s in g.steps] == ["history"] and [type(e).__name__ for e in g.events] == ["HistoryTrimmed"]
     assert msgs == before
+
+
+def test_guard_falls_back_on_its_policy_when_a_hints_priorities_reach_a_dead_end() -> None:
+    """fresh11 N1: under ``step_dependency``'s priorities (the image message P3, the tool
+    call P2, the user message that gets its stub P1) fit evicts the image first, and then
+    the call and its stub cannot go without two user messages meeting (Anthropic roles
+    alternate): stuck at 1,024 tokens over 1,000. The default order drops the call and
+    the long user message instead (789 tokens). The guard raised ContextOverflowError;
+    now fit of its input by the guard's own policy is the result."""
+    msgs = [
+        {"role": "user", "content": []},
+        {
+            "role": "assistant",
+            "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}],
+        },
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": "hello" * 800},
+        {"role": "user", "content": []},
+    ]
+    before = copy.deepcopy(msgs)
+    pol = cw.FitPolicy(pinned=(0,))
+    fitted = cw.fit(msgs, 1000, pol, profile="fim", format="anthropic")
+    assert fitted.report.fits and fitted.report.tokens_after == 789
+    stuck = cw.fit(
+        msgs, 1000, cw.FitPolicy(pinned=(0,), priorities={1: 3, 2: 2, 3: 1}), profile="fim", format="anthropic"
+    )
+    assert not stuck.report.fits and stuck.report.tokens_after == 1024
+    guard = cw.ContextGuard(
+        resolve_budget(context_window=1010, max_output_tokens=10, floor=1, env={}), profile="fim", policy=pol
+    )
+    for hint in ("step_dependency", "general"):
+        g = guard.check(msgs, hint=hint, format="anthropic")
+        assert g.fits and g.tokens_after == 789 and g.messages == fitted.messages
+    assert msgs == before

@@ -24,10 +24,12 @@ soon as the conversation fits:
    ``tool_pairs``), so every request passes ``validate``. Steps 2 and 3 compare the
    repaired size with the budget: when the ``[tool result missing]`` stub a repair adds
    pushes an input over the budget, they run (fresh8 N2: it used to be sent to step 4
-   and raise). The guard never does worse than ``fit`` on its own input: when eviction
-   after steps 1-2 does not fit and ``fit`` of the input does (a result cut inside a
-   pinned message can leave the pinned messages under their share, so the turn holding
-   one cannot go), that is the result, and steps 1-2 are left out of it.
+   and raise). The guard never does worse than ``fit`` on its own input with its own
+   policy: when eviction after steps 1-2 does not fit (a result cut inside a pinned
+   message can leave the pinned messages under their share, so the turn holding one
+   cannot go; a hint's priorities can reach a dead end where no unit can go without two
+   Anthropic user messages meeting), ``fit`` of the input is the result, by the hint's
+   priorities when they fit, else by the guard's policy, and steps 1-2 are left out.
 4. ``capacity``: when the result still exceeds the model's capacity (window - reserved
    output), :class:`~contextwindow.ContextOverflowError` is raised before the request is
    sent (second seed). A token budget above the estimate but under the capacity passes:
@@ -744,15 +746,25 @@ class ContextGuard:
                     )
                     stats["messages_dropped"] += r.report.dropped_messages
                     cur, cur_tokens = r.messages, r.report.tokens_after
-                if not r.report.fits and evicting is not messages:
-                    # the guard never does worse than fit on its own input. The steps above
-                    # can make eviction worse: a tool result cut inside a pinned message
-                    # lowers the pinned messages' total, so fewer are unpinned over their
-                    # share, and a whole turn holding one can no longer go (hypothesis: 543
-                    # tokens over a budget of 81, where fit on the input gives 81). Then
-                    # fit on the input is the result, and the steps above are left out.
-                    r0 = fit(messages, budget, self._hint_policy(messages, fmt, hint), profile=self.profile, format=fmt)
-                    if r0.report.fits:
+                if not r.report.fits:
+                    # the guard never does worse than fit on its own input with its own
+                    # policy. The steps above can make eviction worse: a tool result cut
+                    # inside a pinned message lowers the pinned messages' total, so fewer
+                    # are unpinned over their share, and a whole turn holding one can no
+                    # longer go (hypothesis: 543 tokens over a budget of 81, where fit on
+                    # the input gives 81). So can a hint's priorities: evicting by them can
+                    # reach a dead end the default order avoids (an Anthropic conversation
+                    # whose remaining units cannot go without two user messages meeting;
+                    # fresh11 N1: 1,024 tokens over 1,000, where fit gives 789). Then fit of
+                    # the input is the result, by the hint's priorities when they fit, else
+                    # by the guard's policy, and the steps above are left out.
+                    tries = [] if evicting is messages else [self._hint_policy(messages, fmt, hint)]
+                    if policy is not self.policy:
+                        tries.append(self.policy)
+                    for p in tries:
+                        r0 = fit(messages, budget, p, profile=self.profile, format=fmt)
+                        if not r0.report.fits:
+                            continue
                         steps = [GuardStep(step="history", report=r0.report)]
                         events = [
                             HistoryTrimmed(
@@ -765,6 +777,7 @@ class ContextGuard:
                         stats = dict.fromkeys(stats, 0)
                         stats["messages_dropped"] = r0.report.dropped_messages
                         cur, cur_tokens = r0.messages, r0.report.tokens_after
+                        break
 
         # broken tool pairs are repaired even under the budget (fit does it when it runs),
         # as trim_turns and fit do: every output passes validate (DESIGN.md section 8)
