@@ -761,3 +761,17 @@ def test_output_escapes_unicode_line_breaks_so_splitlines_reads_it(
     assert main(["count", str(f), "--json"]) == 0
     out = capsysbinary.readouterr().out.decode()
     assert out.splitlines() == [out.rstrip("\n")] and json.loads(out)[0]["file"] == str(f)
+
+
+@pytest.mark.parametrize("command", [["count"], ["validate"], ["repair"], ["inspect"], ["fit", "--budget", "100"]])
+def test_a_tool_definition_that_is_not_an_object_is_refused_by_every_command(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh11 N2: count, fit and inspect refused ``"tools": ["x"]``; validate said "valid
+    for openai" and repair wrote it back. The README says such a tool definition is
+    refused on all three paths (dict, gateway, CLI)."""
+    f = tmp_path / "t.json"
+    f.write_text('{"messages": [{"role": "user", "content": "q"}], "tools": [{"type": "function"}, "x"]}')
+    assert main([command[0], str(f), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contextwindow: error: {f}: tools[1]: a tool definition must be an object, got a string\n"

@@ -531,6 +531,13 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
         raise InvalidRequestError(f'{where}: "messages" is {json_type_name(messages)}, not a list')
     if tools is not None and not isinstance(tools, list):
         raise InvalidRequestError(f'{where}: "tools" is {json_type_name(tools)}, not a list')
+    for i, t in enumerate(tools or ()):
+        # every command refuses it, as count and fit do (validate and repair, which do
+        # not count the tools, used to pass such a file; fresh11 N2)
+        if not isinstance(t, Mapping):
+            raise InvalidRequestError(
+                f"{where}: tools[{i}]: a tool definition must be an object, got {json_type_name(t)}"
+            )
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
