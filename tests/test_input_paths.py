@@ -482,13 +482,13 @@ def test_the_cli_names_its_own_option_for_an_anthropic_block(
     assert main(["count", f]) == 2
     assert capsys.readouterr().err == (
         f"contextwindow: error: {f}: message 2, field content[0].type:"
-        " 'tool_result' is an Anthropic block; pass --format anthropic\n"
+        ' "tool_result" is an Anthropic block; pass --format anthropic\n'
     )
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.count_messages(msgs)
     assert (
         str(err.value)
-        == "message 2, field content[0].type: 'tool_result' is an Anthropic block; pass format='anthropic'"
+        == "message 2, field content[0].type: \"tool_result\" is an Anthropic block; pass format='anthropic'"
     )
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.count_request(json.dumps({"messages": msgs}).encode())

@@ -173,7 +173,7 @@ def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart |
         return ImagePart(source=url, detail=detail, extra=extra or None)
     if ptype in ("tool_use", "tool_result"):
         # Kept as an opaque block it would never be paired: the caller meant Anthropic.
-        _fail(f"{ptype!r} is an Anthropic block; pass format='anthropic'", index, f"{field}.type")
+        _fail(f"{quote(ptype)} is an Anthropic block; pass format='anthropic'", index, f"{field}.type")
     return OpaquePart(type=ptype, raw=_as_dict(p))
 
 
