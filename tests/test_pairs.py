@@ -191,7 +191,7 @@ def test_results_in_the_wrong_message_are_moved_to_their_call() -> None:
 def test_anthropic_blocks_under_format_openai_are_refused() -> None:
     msgs = [u("go"), use("t1"), carrier("t1")]
     with pytest.raises(
-        cw.InvalidMessageError, match=r"message 1, field content\[0\]\.type: "tool_use" is an Anthropic"
+        cw.InvalidMessageError, match=r'message 1, field content\[0\]\.type: "tool_use" is an Anthropic'
     ):
         cw.trim_turns(msgs, 60, format="openai")
 
