@@ -253,7 +253,13 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert (rb["context_window"], rb["max_output_tokens"], rb["capacity"]) == (9_000, 1_000, 8_000)
     # without an output limit, a declared window takes the first seed's 64,000 reserve
     assert main(argv) == 2
-    assert "max_output_tokens=64,000 is larger than the context window 9,000" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "max_output_tokens=64,000 is larger than the context window 9,000" in err
+    # and names the option that sets it (fresh11 N3: it named only the Python parameter)
+    assert err.endswith(
+        "; --max-output-tokens N sets the reserve (without it: the model's output limit,"
+        " LLM_MAX_OUTPUT_TOKENS, or 64,000)\n"
+    )
     monkeypatch.setenv("LLM_CONTEXT_SIZE", "100000")
     monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "4000")
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--json"]) == 0

@@ -233,6 +233,14 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
         budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
     except TypeError as exc:  # e.g. --model "": an option error like the others (exit 2)
         raise ValueError(str(exc)) from None
+    except ValueError as exc:
+        if args.max_output_tokens is not None or "is larger than the context window" not in str(exc):
+            raise
+        # the reserve the command line did not give: say which option sets it (fresh11 N3)
+        raise ValueError(
+            f"{exc}; --max-output-tokens N sets the reserve (without it: the model's output limit,"
+            " LLM_MAX_OUTPUT_TOKENS, or 64,000)"
+        ) from None
     if not budget.capacity_known:
         raise ValueError(
             f"unknown model {args.model!r}: not in the model table; pass --context-window N"
