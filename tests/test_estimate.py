@@ -668,6 +668,10 @@ def test_count_many_refuses_a_single_string_or_dict_by_name() -> None:
     for bad in ("abc", b"abc", {"role": "user", "content": "hi"}):
         with pytest.raises(TypeError, match="conversations must be a list of message lists"):
             cw.count_many(bad)  # type: ignore[arg-type]
+    # fresh11 N5: not iterable at all was Python's "'int' object is not iterable"
+    for bad in (5, None):
+        with pytest.raises(TypeError, match=f"message lists, got {type(bad).__name__}$"):
+            cw.count_many(bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("call", ["check", "recover", "hint_priorities"])

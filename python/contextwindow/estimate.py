@@ -162,14 +162,14 @@ def count_many(
         InvalidMessageError: a message is malformed (names the conversation, the message
             index and the field; ``.index`` and ``.field`` are set as for
             :func:`count_messages`, ``.conversation`` is the conversation's position).
-        TypeError: ``conversations`` is a single ``str``, bytes or a mapping.
+        TypeError: ``conversations`` is a single ``str``, bytes, a mapping or not iterable.
         ValueError: unknown profile.
 
     >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim")
     [6, 0]
     """
     profile = resolve_profile(profile)
-    if isinstance(conversations, (str, bytes, bytearray, Mapping)):
+    if isinstance(conversations, (str, bytes, bytearray, Mapping)) or not isinstance(conversations, Iterable):
         raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
     convs = list(conversations)
     totals: list[int | None] = [None] * len(convs)
