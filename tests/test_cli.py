@@ -781,3 +781,31 @@ def test_a_tool_definition_that_is_not_an_object_is_refused_by_every_command(
     assert main([command[0], str(f), *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err == f"contextwindow: error: {f}: tools[1]: a tool definition must be an object, got a string\n"
+
+
+def test_tool_names_and_call_ids_reach_the_terminal_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh11 N2: a tool name or call id holding an escape sequence (``\\x1b[31m`` turned
+    the terminal red) or U+2028 was printed as it was by ``inspect`` and ``repair``, and
+    ``validate`` wrote Rust's ``\\u{1b}``. All three escape it as errors quote strings."""
+    call = {"id": "c\x1b[31mX", "type": "function", "function": {"name": "ls\x1b[31m\u2028", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "user", "content": "next"},
+    ]
+    f = tmp_path / "esc.json"
+    f.write_text(json.dumps({"messages": msgs}))
+    assert main(["inspect", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "assistant (ls\\u001b[31m\\u2028)" in out and "\x1b" not in out and "\u2028" not in out
+    assert main(["validate", str(f)]) == 1
+    assert capsys.readouterr().out == (
+        f'{f}: message 1: unanswered_call: tool call "c\\u001b[31mX" has no result before the next non-tool message\n'
+    )
+    assert main(["repair", str(f), "-o", str(tmp_path / "o.json")]) == 0
+    assert capsys.readouterr().out == f"{f}: 1 change(s) to tool pairs\n  message 1: stub_inserted (c\\u001b[31mX)\n"
+    # the Python API's detail says the same
+    assert (
+        cw.validate(msgs, "openai")[0].detail
+        == 'tool call "c\\u001b[31mX" has no result before the next non-tool message'
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["KeyClash", "clean_str", "clean_value", "field_path", "loads_keeping_numbers", "quote"]
+__all__ = ["KeyClash", "clean_str", "clean_value", "escape_controls", "field_path", "loads_keeping_numbers", "quote"]
 
 _SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
@@ -136,7 +136,7 @@ def field_path(path: Sequence[str | int], base: str = "") -> str:
         if isinstance(p, int):
             out += f"[{p}]"
         else:
-            key = _CONTROL.sub(_escape_control, p) if isinstance(p, str) else str(p)
+            key = escape_controls(p) if isinstance(p, str) else str(p)
             out += f".{key}" if out else key
     return out
 
@@ -157,6 +157,19 @@ _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 
 def _escape_control(m: re.Match[str]) -> str:
     return _SHORT.get(m.group()) or _escape(m)
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with the characters :func:`quote` escapes but ``"`` and ``\\`` escaped the
+    same way (C0 and C1 controls, DEL, U+2028, U+2029: ``\\n``, ``\\u001b``,
+    ``\\u0085``), for a caller's string printed bare: a field path's key, a tool name or
+    call id in the CLI's tables, so an escape sequence in one never reaches the terminal
+    (fresh11 N2). Rust ``gateway::escape_controls`` writes the same.
+
+    >>> print(escape_controls("ls\\x1b[31m\\u2028x"))
+    ls\\u001b[31m\\u2028x
+    """
+    return _CONTROL.sub(_escape_control, text)
 
 
 def quote(text: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from ._jsontext import escape_controls
 from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
 from .budget import Budget, resolve_budget
@@ -337,8 +338,10 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation) -> None:
         return t
 
     def row(t: Table, *cells: Any) -> None:
-        # names and previews are data, not rich markup: "[budget]" must print as is
-        t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+        # names and previews are data, not rich markup: "[budget]" must print as is, and
+        # a control character in a tool name or a text never reaches the terminal as it
+        # is (fresh11 N2: "\x1b[31m" in a tool name turned it red)
+        t.add_row(*(Text(escape_controls(c)) if isinstance(c, str) else c for c in cells))
 
     def num(i: int) -> str:
         # the file's numbering, as validate, repair and errors use it (Conversation.label)
@@ -423,7 +426,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     _write(conv, res.messages, args.output)
     changes = res.report.repairs
     lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
-        f"  {conv.label(c.index)}: {c.kind}" + (f" ({c.call_id})" if c.call_id else "") for c in changes
+        f"  {conv.label(c.index)}: {c.kind}" + (f" ({escape_controls(c.call_id)})" if c.call_id else "")
+        for c in changes
     ]
     print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)
     return 0

@@ -49,3 +49,33 @@ impl From<serde_json::Error> for Error {
 
 /// Result alias of the core crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `s` as a JSON string on one line, to quote a caller's string in an error (a role, a
+/// repeated key): escaped as serde_json escapes it (`"`, `\\`, every C0 control: `\n`,
+/// `\t`, `\u0000`), and DEL, the C1 controls (U+0085 NEXT LINE among them; U+009B is CSI
+/// to some terminals), U+2028 and U+2029 as `\u007f`, `\u0085`, `\u2028`, which JSON
+/// may hold as they are but a terminal or Python's `str.splitlines` takes as control;
+/// every other character as it is. `_jsontext.quote` writes the same (fresh9 B5); so do
+/// `validate`'s details, which the CLI prints (fresh11 N2: a tool call id holding an
+/// escape sequence reached the terminal as it was).
+pub(crate) fn quote(s: &str) -> String {
+    let json = serde_json::to_string(s).unwrap_or_default();
+    if !json.contains(unprinted) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 10);
+    for c in json.chars() {
+        if unprinted(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What JSON may hold as it is but a terminal or `str.splitlines` takes as control: DEL,
+/// the C1 controls, U+2028, U+2029 ([`quote`] escapes them).
+pub(crate) fn unprinted(c: char) -> bool {
+    matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}')
+}

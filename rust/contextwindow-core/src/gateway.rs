@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::error::{quote, unprinted};
 use crate::estimate::{profile, Profile};
 use crate::model::{Format, Message, Part, PartKind, Role};
 use crate::trim::{trim_turns, Report, TrimOptions};
@@ -1301,34 +1302,6 @@ const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 /// (`adapters._unknown_role` writes it the same way, so the three paths say the same).
 fn unknown_role(name: &str) -> String {
     format!("unknown role {}", quote(name))
-}
-
-/// `s` as a JSON string on one line, to quote a caller's string in an error (a role, a
-/// repeated key): escaped as serde_json escapes it (`"`, `\\`, every C0 control: `\n`,
-/// `\t`, `\u0000`), and DEL, the C1 controls (U+0085 NEXT LINE among them; U+009B is CSI
-/// to some terminals), U+2028 and U+2029 as `\u007f`, `\u0085`, `\u2028`, which JSON
-/// may hold as they are but a terminal or Python's `str.splitlines` takes as control;
-/// every other character as it is. `_jsontext.quote` writes the same (fresh9 B5).
-fn quote(s: &str) -> String {
-    let json = serde_json::to_string(s).unwrap_or_default();
-    if !json.contains(unprinted) {
-        return json;
-    }
-    let mut out = String::with_capacity(json.len() + 10);
-    for c in json.chars() {
-        if unprinted(c) {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// What JSON may hold as it is but a terminal or `str.splitlines` takes as control: DEL,
-/// the C1 controls, U+2028, U+2029 ([`quote`] escapes them).
-fn unprinted(c: char) -> bool {
-    matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}')
 }
 
 /// A key as a field path names it (`content[0].input.a\u2028b`, not quoted): the

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
+use crate::error::quote;
 use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
 use crate::turns::{resolve, Resolution};
 
@@ -91,10 +92,10 @@ fn check_calls<'m>(
     let mut seen: HashSet<&str> = HashSet::new();
     for id in call_ids(m) {
         if !seen.insert(id) {
-            let detail = format!("tool call id {id:?} is used twice in one message");
+            let detail = format!("tool call id {} is used twice in one message", quote(id));
             out.push(v(i, "duplicate_call", Some(id), detail));
         } else if !answered.contains(id) {
-            let detail = format!("tool call {id:?} has no result {place}");
+            let detail = format!("tool call {} has no result {place}", quote(id));
             out.push(v(i, "unanswered_call", Some(id), detail));
         }
     }
@@ -122,14 +123,17 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                         i,
                         "duplicate_result",
                         Some(id),
-                        format!("a second result for tool call {id:?}"),
+                        format!("a second result for tool call {}", quote(id)),
                     ));
                 } else if !ok {
                     out.push(v(
                         i,
                         "orphan_result",
                         Some(id),
-                        format!("tool result {id:?} does not answer a call of the preceding assistant message"),
+                        format!(
+                            "tool result {} does not answer a call of the preceding assistant message",
+                            quote(id)
+                        ),
                     ));
                 }
             }
@@ -142,7 +146,8 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_tool_message",
                     Some(id),
                     format!(
-                        "tool result {id:?} is in {} message, not a tool message",
+                        "tool result {} is in {} message, not a tool message",
+                        quote(id),
                         with_article(m.role)
                     ),
                 ));
@@ -204,7 +209,8 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                     "result_outside_user_message",
                     Some(id),
                     format!(
-                        "tool_result {id:?} is in {} message, not a user message",
+                        "tool_result {} is in {} message, not a user message",
+                        quote(id),
                         with_article(m.role)
                     ),
                 ));
@@ -222,7 +228,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                         i,
                         "duplicate_result",
                         Some(id),
-                        format!("a second tool_result for {id:?}"),
+                        format!("a second tool_result for {}", quote(id)),
                     ));
                 } else if !calls.contains(&id) {
                     out.push(v(
@@ -230,7 +236,8 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                         "orphan_result",
                         Some(id),
                         format!(
-                            "tool_result {id:?} does not answer a tool_use of the previous message"
+                            "tool_result {} does not answer a tool_use of the previous message",
+                            quote(id)
                         ),
                     ));
                 }
@@ -282,7 +289,7 @@ impl Missing {
             "drop" => Ok(Missing::Drop),
             other => Err(crate::Error::InvalidArgument {
                 name: "missing".into(),
-                reason: format!("expected \"stub\" or \"drop\", got {other:?}"),
+                reason: format!("expected \"stub\" or \"drop\", got {}", quote(other)),
             }),
         }
     }
