@@ -644,6 +644,15 @@ class ContextGuard:
                 messages_after=len(r.messages),
             )
 
+        def trimmed(r: Any, tokens_before: int, n_before: int) -> HistoryTrimmed:
+            """The event of a history step (eviction or repair) that changed something."""
+            return HistoryTrimmed(
+                **common("history", r, tokens_before, n_before),
+                dropped_messages=r.report.dropped_messages,
+                kept_turns=r.report.kept_turns,
+                dropped_turns=r.report.dropped_turns,
+            )
+
         # 1. tool output, before every call
         r, tally = _budget_tool_results(
             cur,
@@ -736,14 +745,7 @@ class ContextGuard:
                 r = fit(cur, budget, policy, profile=self.profile, format=fmt)
                 steps.append(GuardStep(step="history", report=r.report))
                 if r.report.reason is not None:
-                    events.append(
-                        HistoryTrimmed(
-                            **common("history", r, cur_tokens, len(cur)),
-                            dropped_messages=r.report.dropped_messages,
-                            kept_turns=r.report.kept_turns,
-                            dropped_turns=r.report.dropped_turns,
-                        )
-                    )
+                    events.append(trimmed(r, cur_tokens, len(cur)))
                     stats["messages_dropped"] += r.report.dropped_messages
                     cur, cur_tokens = r.messages, r.report.tokens_after
                 if not r.report.fits:
@@ -766,14 +768,7 @@ class ContextGuard:
                         if not r0.report.fits:
                             continue
                         steps = [GuardStep(step="history", report=r0.report)]
-                        events = [
-                            HistoryTrimmed(
-                                **common("history", r0, before, len(messages)),
-                                dropped_messages=r0.report.dropped_messages,
-                                kept_turns=r0.report.kept_turns,
-                                dropped_turns=r0.report.dropped_turns,
-                            )
-                        ]
+                        events = [trimmed(r0, before, len(messages))]
                         stats = dict.fromkeys(stats, 0)
                         stats["messages_dropped"] = r0.report.dropped_messages
                         cur, cur_tokens = r0.messages, r0.report.tokens_after
@@ -785,14 +780,7 @@ class ContextGuard:
             r = repair_of(cur)
             if r is not None and r.report.reason is not None:
                 steps.append(GuardStep(step="history", report=r.report))
-                events.append(
-                    HistoryTrimmed(
-                        **common("history", r, cur_tokens, len(cur)),
-                        dropped_messages=r.report.dropped_messages,
-                        kept_turns=r.report.kept_turns,
-                        dropped_turns=r.report.dropped_turns,
-                    )
-                )
+                events.append(trimmed(r, cur_tokens, len(cur)))
                 stats["messages_dropped"] += r.report.dropped_messages
                 cur, cur_tokens = r.messages, r.report.tokens_after
 
