@@ -65,6 +65,7 @@ const CL100K_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/cl100k.bloom"),
     table: include_bytes!("../data/cl100k.cost"),
+    cjk_blocks: true,
     remix: false,
     runs: &data::RUN_CHARS[0],
 };
@@ -73,6 +74,7 @@ const TEKKEN_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/tekken.bloom"),
     table: include_bytes!("../data/tekken.cost"),
+    cjk_blocks: false,
     remix: true,
     runs: &data::RUN_CHARS[1],
 };
@@ -84,6 +86,7 @@ const CONSERVATIVE_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/conservative.bloom"),
     table: include_bytes!("../data/conservative.cost"),
+    cjk_blocks: true,
     remix: false,
     runs: &data::RUN_CHARS[2],
 };

@@ -98,7 +98,7 @@ impl Simd {
     /// [`Simd::detect`], worked out once per process (one load after that), or in tests
     /// the level [`FORCE`] sets for this thread.
     #[inline]
-    fn for_scan() -> Simd {
+    pub(super) fn for_scan() -> Simd {
         #[cfg(test)]
         if let Some(simd) = FORCE.with(|f| f.get()) {
             return simd;

@@ -1,0 +1,246 @@
+//! Runs of CJK, kana and symbol characters eight at a time, for one vocabulary (AVX2).
+//!
+//! In a block of eight 3-byte characters the vector lanes decode the code points, read
+//! their group and standalone cost (table gathers), and hash each character's 2-character
+//! key and probe the vocabulary's Bloom filter: the same 6-byte key, the same hash
+//! ([`mix`]'s 128-bit product, built from four 32-bit products) and the same filter word
+//! and bits as the scalar loop. Only the characters whose pair tests positive take the
+//! scalar path (the greedy 2- or 3-character n-gram). The counts are the scalar loop's
+//! ([`super::three_byte_run`]), checked at every alignment by `fast_equals_scalar`.
+//!
+//! A block qualifies when its eight characters and the one after it are 3-byte
+//! characters, and the eight are CJK, kana or symbols (no hangul, which counts word
+//! starts, and no uppercase letter): the word and case counts of such a block are none.
+
+use super::{decode3, is_ngram_group, load8, mix, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG};
+use super::{G_CJK, G_KANA, G_SYM};
+
+#[cfg(test)]
+thread_local! {
+    /// Blocks counted on this thread (the tests check that they ran).
+    pub(super) static BLOCKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes a block needs readable from its first character: its 24, the next character,
+/// and the 16-byte key loads of an n-gram that starts at its last character.
+pub(super) const BLOCK_NEED: usize = 48;
+
+/// Count the qualifying blocks of the run from `i` (a 3-byte character) into `out`, as
+/// the scalar loop would. Returns `out`, where the first block that does not qualify (or
+/// the text's last [`BLOCK_NEED`] bytes) starts (`i` itself when none does), and the end
+/// of the n-gram being consumed (`cons` on entry). The sink goes in and out by value, so
+/// that the caller's stays in registers.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn blocks<S: Sink>(
+    mut out: S,
+    v: &Vocab,
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    mut i: usize,
+    cons: usize,
+) -> (S, usize, usize) {
+    use std::arch::x86_64::*;
+    let n = b.len();
+    let mut ngrams = 0u64;
+    let mut c = cons;
+    // each 16-byte half holds 4 characters (bytes 0-11 and 12-23 of the block): byte
+    // 3j, 3j+1, 3j+2 of a half into the low three bytes of dword j
+    let shuffle = _mm256_setr_epi8(
+        0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, 0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8,
+        -1, 9, 10, 11, -1,
+    );
+    let next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7);
+    let low32 = _mm256_set1_epi64x(0xFFFF_FFFF);
+    let mut entries = [0u32; 8];
+    let mut extras = [0u32; 8];
+    while i + BLOCK_NEED <= n {
+        // the character after the block: a 3-byte one, so that the scalar loop can go on
+        // from the block's end
+        let b8 = b[i + 24];
+        if b8 & 0xF0 != 0xE0 {
+            break;
+        }
+        // SAFETY: i + 48 <= n, so bytes i..i + 28 are readable; no alignment needed.
+        let (lo, hi) = unsafe {
+            (
+                _mm_loadu_si128(b.as_ptr().add(i).cast()),
+                _mm_loadu_si128(b.as_ptr().add(i + 12).cast()),
+            )
+        };
+        // 8 x (byte 0 | byte 1 << 8 | byte 2 << 16)
+        let y = _mm256_shuffle_epi8(_mm256_set_m128i(hi, lo), shuffle);
+        let leads = _mm256_cmpeq_epi32(
+            _mm256_and_si256(y, _mm256_set1_epi32(0xF0)),
+            _mm256_set1_epi32(0xE0),
+        );
+        if _mm256_movemask_epi8(leads) != -1 {
+            break;
+        }
+        let cp = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_slli_epi32(_mm256_and_si256(y, _mm256_set1_epi32(0x0F)), 12),
+                _mm256_slli_epi32(
+                    _mm256_and_si256(_mm256_srli_epi32(y, 8), _mm256_set1_epi32(0x3F)),
+                    6,
+                ),
+            ),
+            _mm256_and_si256(_mm256_srli_epi32(y, 16), _mm256_set1_epi32(0x3F)),
+        );
+        // group entries: byte cp & 3 of the table's dword cp >> 2 (in bounds: cp < 2^16)
+        // SAFETY: every dword index is below 2^14, inside the 2^16-byte table.
+        let gw = unsafe {
+            _mm256_i32gather_epi32::<4>(groups.as_ptr().cast(), _mm256_srli_epi32(cp, 2))
+        };
+        let entry = _mm256_and_si256(
+            _mm256_srlv_epi32(
+                gw,
+                _mm256_slli_epi32(_mm256_and_si256(cp, _mm256_set1_epi32(3)), 3),
+            ),
+            _mm256_set1_epi32(0xFF),
+        );
+        let is = |g: u8| _mm256_cmpeq_epi32(entry, _mm256_set1_epi32(g as i32));
+        let ok = _mm256_or_si256(_mm256_or_si256(is(G_CJK), is(G_KANA)), is(G_SYM));
+        if _mm256_movemask_epi8(ok) != -1 {
+            break;
+        }
+        // the last character's pair: the next one must be of an n-gram group too
+        let cp8 = decode3(b, i + 24);
+        let pair7 = is_ngram_group(groups[cp8 as usize] & !UPPER_FLAG);
+        let y8 = b8 as u32 | (b[i + 25] as u32) << 8 | (b[i + 26] as u32) << 16;
+        let ynext = _mm256_blend_epi32::<0x80>(
+            _mm256_permutevar8x32_epi32(y, next),
+            _mm256_set1_epi32(y8 as i32),
+        );
+        // 2-character keys, 6 bytes each, in 64-bit lanes
+        let key = |first: __m128i, second: __m128i| {
+            _mm256_or_si256(
+                _mm256_cvtepu32_epi64(first),
+                _mm256_slli_epi64(_mm256_cvtepu32_epi64(second), 24),
+            )
+        };
+        let k0 = key(_mm256_castsi256_si128(y), _mm256_castsi256_si128(ynext));
+        let k1 = key(
+            _mm256_extracti128_si256::<1>(y),
+            _mm256_extracti128_si256::<1>(ynext),
+        );
+        // SAFETY: AVX2 (this function's target feature).
+        let hits = unsafe { probe(v, k0, low32) | probe(v, k1, low32) << 4 };
+        let mut cand = if pair7 { hits } else { hits & 0x7F };
+        // standalone costs: bits 2(cp & 15) of the cost table's dword cp >> 4
+        // SAFETY: dword indices are below 2^12: bytes below 16,384 of the 17,088.
+        let tw = unsafe {
+            _mm256_i32gather_epi32::<4>(v.table.as_ptr().cast(), _mm256_srli_epi32(cp, 4))
+        };
+        let extra = _mm256_and_si256(
+            _mm256_srlv_epi32(
+                tw,
+                _mm256_slli_epi32(_mm256_and_si256(cp, _mm256_set1_epi32(15)), 1),
+            ),
+            _mm256_set1_epi32(3),
+        );
+        // characters inside an n-gram: those an earlier one consumes, then greedily
+        // each positive pair from a character not consumed yet
+        let mut inside = 0u32;
+        if c > i {
+            let k = (c - i).div_ceil(3);
+            inside = if k >= 8 { 0xFF } else { (1 << k) - 1 };
+        }
+        cand &= !inside;
+        while cand != 0 {
+            let j = cand.trailing_zeros();
+            let p = i + 3 * j as usize;
+            let m = ngram_chars(v, groups, b, p);
+            ngrams += 1;
+            c = p + 3 * m;
+            let end = j + m as u32;
+            inside |= ((1u32 << end) - 1) & !((1u32 << j) - 1);
+            cand &= !((1u32 << end) - 1);
+        }
+        // SAFETY: each array holds 8 dwords; no alignment needed.
+        unsafe {
+            _mm256_storeu_si256(entries.as_mut_ptr().cast(), entry);
+            _mm256_storeu_si256(extras.as_mut_ptr().cast(), extra);
+        }
+        for j in 0..8 {
+            if inside >> j & 1 == 0 {
+                out.add(0, F_CH + entries[j] as usize, 1);
+                out.add(0, F_EX + entries[j] as usize, extras[j] as u64);
+            }
+        }
+        i += 24;
+        #[cfg(test)]
+        BLOCKS.with(|b| b.set(b.get() + 1));
+    }
+    out.add(0, F_NGRAMS, ngrams);
+    (out, i, c)
+}
+
+/// Which of four 6-byte keys (64-bit lanes) test positive in `v`'s Bloom filter, as
+/// bits 0-3: [`mix`] (`lo` the key, `hi` 0, length 6) as four 32-bit products,
+/// [`super::family_hash`], then [`Vocab`]'s word and four bits.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn probe(
+    v: &Vocab,
+    key: std::arch::x86_64::__m256i,
+    low32: std::arch::x86_64::__m256i,
+) -> u32 {
+    use std::arch::x86_64::*;
+    const C: u64 = 0x9E37_79B9_7F4A_7C15;
+    const M: u64 = 0xD6E8_FEB8_6659_FD93 ^ 6;
+    let x = _mm256_xor_si256(key, _mm256_set1_epi64x(C as i64));
+    let xh = _mm256_srli_epi64(x, 32);
+    let ml = _mm256_set1_epi64x((M & 0xFFFF_FFFF) as i64);
+    let mh = _mm256_set1_epi64x((M >> 32) as i64);
+    let p0 = _mm256_mul_epu32(x, ml);
+    let p1 = _mm256_mul_epu32(x, mh);
+    let p2 = _mm256_mul_epu32(xh, ml);
+    let p3 = _mm256_mul_epu32(xh, mh);
+    let lo = _mm256_add_epi64(p0, _mm256_slli_epi64(_mm256_add_epi64(p1, p2), 32));
+    let mid = _mm256_add_epi64(
+        _mm256_add_epi64(_mm256_srli_epi64(p0, 32), _mm256_and_si256(p1, low32)),
+        _mm256_and_si256(p2, low32),
+    );
+    let hi = _mm256_add_epi64(
+        _mm256_add_epi64(p3, _mm256_srli_epi64(p1, 32)),
+        _mm256_add_epi64(_mm256_srli_epi64(p2, 32), _mm256_srli_epi64(mid, 32)),
+    );
+    let mut h = _mm256_xor_si256(lo, hi);
+    if v.remix {
+        h = _mm256_or_si256(_mm256_slli_epi64(h, 26), _mm256_srli_epi64(h, 38));
+    }
+    // SAFETY: word indices are h >> 50 < 2^14, inside the 2^17-byte filter.
+    let word =
+        unsafe { _mm256_i64gather_epi64::<8>(v.bloom.as_ptr().cast(), _mm256_srli_epi64(h, 50)) };
+    let six = _mm256_set1_epi64x(63);
+    let one = _mm256_set1_epi64x(1);
+    let bit = |s: __m256i| _mm256_sllv_epi64(one, _mm256_and_si256(s, six));
+    let m = _mm256_or_si256(
+        _mm256_or_si256(bit(h), bit(_mm256_srli_epi64(h, 6))),
+        _mm256_or_si256(bit(_mm256_srli_epi64(h, 12)), bit(_mm256_srli_epi64(h, 18))),
+    );
+    let hit = _mm256_cmpeq_epi64(_mm256_and_si256(word, m), m);
+    _mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u32
+}
+
+/// Characters (2 or 3) of the n-gram at `p`, whose first two characters are a token of
+/// `v`: 3 when the third is of an n-gram group too and the three are a token, as the
+/// scalar loop decides. 16 bytes are readable from `p`.
+#[inline(always)]
+fn ngram_chars(v: &Vocab, groups: &[u8; 0x10000], b: &[u8], p: usize) -> usize {
+    let w = load8(b, p);
+    let third = (w >> 48) as u8 & 0xF0 == 0xE0
+        && is_ngram_group(groups[decode3(b, p + 6) as usize] & !UPPER_FLAG);
+    if third && v.contains_hash(mix(w, b[p + 8] as u64, 9)) {
+        3
+    } else {
+        2
+    }
+}
