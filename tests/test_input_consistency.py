@@ -258,6 +258,61 @@ def test_message_structs_name_the_first_bad_message() -> None:
     assert dict_error(msgs) == 'message 1, field role: unknown role "wizard"'
 
 
+# ------------------------------------ fresh11 N6: an echoed string is bounded, everywhere
+
+
+def test_a_long_unknown_role_is_cut_the_same_way_on_every_path() -> None:
+    """fresh11 N6: a 10 KB role gave a 10 KB one-line error. The first 100 characters
+    are quoted, then how many were left out (10,000 - 100 = 9,900)."""
+    want = 'message 0, field role: unknown role "' + "w" * 100 + '"... (9,900 more characters)'
+    assert same_everywhere([{"role": "w" * 10_000, "content": "a"}]) == want
+    assert same_everywhere([{"role": "w" * 10_000, "content": "a"}], "anthropic") == want
+    assert dict_error([Message(role="w" * 10_000, content=[])]) == want  # type: ignore[arg-type]
+    # 101 characters, not bytes: a surrogate pair (as JSON escapes it) is one
+    want = 'message 0, field role: unknown role "' + "é" * 99 + '\U0001f600"... (1 more character)'
+    assert same_everywhere([{"role": "é" * 99 + "\ud83d\ude00x", "content": "a"}]) == want
+    # and a lone surrogate one U+FFFD (the CLI warns about it first: dict path and gateway)
+    msgs = [{"role": "é" * 99 + "\ud83d\ude00\ud800", "content": "a"}]
+    assert dict_error(msgs) == want
+    assert gateway_errors(json.dumps({"messages": msgs}).encode()) == [want, want]
+
+
+def test_a_long_repeated_key_and_a_long_key_in_a_path_are_cut_on_every_path() -> None:
+    # a message's own key, 300 characters and a lone surrogate: 301 - 100 = 201 left out
+    msgs = [{"role": "user", "content": "x", "K" * 300 + HI: 1, "K" * 300 + LO: 2}]
+    want = 'message 0: the key "' + "K" * 100 + '"... (201 more characters) appears more than once'
+    assert same_everywhere(_sur(msgs)) == want
+    # a key on the way to the repeat (a tool_use input), named in the field path
+    call = {"type": "tool_use", "id": "t", "name": "f", "input": {"L" * 250: {"x" + HI: 1, "x" + LO: 2}}}
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]}]
+    want = (
+        "message 1, field content[0].input."
+        + "L" * 100
+        + '... (150 more characters): the key "x\ufffd" appears more than once'
+    )
+    assert same_everywhere(_sur(msgs)) == want
+
+
+def test_a_long_call_id_is_cut_in_validate_details_and_the_cli() -> None:
+    # validate's details quote ids with the same quote (Rust error::quote)
+    call = {"id": "c" * 250, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    want = 'tool call "' + "c" * 100 + '"... (150 more characters) has no result before the next non-tool message'
+    assert [v.detail for v in cw.validate(msgs, "openai")] == [want]
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "in.json"
+        f.write_text(json.dumps({"messages": msgs}))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["validate", str(f)]) == 1
+    assert out.getvalue() == f"{f}: message 1: unanswered_call: {want}\n"
+
+
+def test_a_long_corpus_format_is_cut_in_the_cli() -> None:
+    body = json.dumps({"format": "z" * 500, "messages": [{"role": "user", "content": "a"}]}).encode()
+    assert cli_error(body) == 'unknown corpus format "' + "z" * 100 + '"... (400 more characters)'
+
+
 # ------------------------------------------- differential: corpus messages, injected faults
 
 FILES = corpus_files()

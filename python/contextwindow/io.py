@@ -541,7 +541,9 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
-            raise InvalidRequestError(f"{where}: unknown corpus format {doc['format']!r}")
+            # quoted as every echoed string, so it is cut too (fresh11 N6)
+            named = quote(doc["format"]) if isinstance(doc["format"], str) else json_type_name(doc["format"])
+            raise InvalidRequestError(f"{where}: unknown corpus format {named}")
         kind: DocumentKind = "corpus"
         fmt: FileFormat = explicit or doc["format"]
     else:
