@@ -49,8 +49,16 @@ def _load(path: str, fmt: str | None) -> Conversation:
         )
     if conv.lone_surrogate_at is not None:
         line, column, escape = conv.lone_surrogate_at
+        found = conv.lone_surrogates
+        count = found.count if found is not None else 1
+        # how many, and the first few fields holding one (it named only the first)
+        fields = list(found.fields) if found is not None else []
+        if found is not None and found.more_fields:
+            fields.append(f"and {_n(found.more_fields, 'more field')}")
+        places = f" ({'; '.join(fields)})" if fields else ""
+        what = f"{count:,} lone surrogate escapes, the first" if count > 1 else "lone surrogate escape"
         print(
-            f"contextwindow: warning: {conv.path}: lone surrogate escape {escape} at line {line}, column {column};"
+            f"contextwindow: warning: {conv.path}: {what} {escape} at line {line}, column {column}{places};"
             " such escapes read as U+FFFD",
             file=sys.stderr,
         )
