@@ -1003,7 +1003,7 @@ def test_lone_surrogates_become_replacement(tmp_path: Path) -> None:
         ('{"model": "gpt-4o"}', 'no "messages" list'),
         ('{"messages": {"role": "user"}}', '"messages" is an object, not a list'),
         ('{"messages": [], "tools": {}}', '"tools" is an object, not a list'),
-        ('{"format": "gemini", "messages": []}', "unknown corpus format 'gemini'"),
+        ('{"format": "gemini", "messages": []}', 'unknown corpus format "gemini"'),
         ("", "the file is empty"),
     ],
 )

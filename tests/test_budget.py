@@ -144,8 +144,19 @@ def test_reserve_larger_than_window_is_a_configuration_error() -> None:
         resolve_budget(8_000, 9_000, env={})
     with pytest.raises(ValueError, match="LLM_MAX_OUTPUT_TOKENS"):
         resolve_budget(env={"LLM_CONTEXT_SIZE": "1000", "LLM_MAX_OUTPUT_TOKENS": "2000"})
-    # equal is allowed: capacity 0, usable 0 (the floor cannot lift it)
-    assert resolve_budget(8_000, 8_000, env={}).usable == 0
+    # equal is refused too (fresh11 N4: the CLI ran with capacity 0, then "DOES NOT FIT"):
+    # no token is left for the input
+    with pytest.raises(ValueError) as info:
+        resolve_budget(8_000, 8_000, env={})
+    assert str(info.value) == (
+        "output reserve max_output_tokens=8,000 is as large as the context window 8,000 (no token left for"
+        " the input): set a smaller max_output_tokens (or LLM_MAX_OUTPUT_TOKENS) or the real window"
+    )
+    with pytest.raises(ValueError, match=r"max_output_tokens=64,000 is as large as the context window 64,000"):
+        resolve_budget(64_000, env={})  # the 64,000 default reserve
+    # one token of capacity is the least: 8,000 - 7,999 = 1; usable 1 (the floor cannot lift it)
+    b = resolve_budget(8_000, 7_999, env={})
+    assert (b.capacity, b.usable) == (1, 1)
 
 
 # --- second seed: max_context_tokens, compact_ratio, caps, fallback ------------------------
@@ -297,7 +308,8 @@ def test_usable_never_exceeds_capacity_and_is_never_negative(
     ratio: float | None,
     cap: int | None,
 ) -> None:
-    output = int(window * output_share)
+    # a reserve as large as the window is refused (see the configuration error test)
+    output = min(int(window * output_share), window - 1)
     b = resolve_budget(
         window,
         output,
@@ -421,6 +433,13 @@ def test_check_capacity_with_a_bare_window() -> None:
     assert (info.value.tokens, info.value.capacity, info.value.over) == (8_193, 8_192, 1)
     with pytest.raises(ValueError, match="larger than the context window"):
         check_capacity(1, 100, max_output_tokens=200)
+    # the same rule as resolve_budget's: a reserve as large as the window leaves no room
+    with pytest.raises(ValueError) as info:
+        check_capacity(0, 100, max_output_tokens=100)
+    assert str(info.value) == (
+        "output reserve max_output_tokens=100 is as large as the context window 100 (no token left for the input)"
+    )
+    assert check_capacity(1, 100, max_output_tokens=99) == 0  # 100 - 99 - 1
     with pytest.raises(ValueError):
         check_capacity(-1, 100)
     with pytest.raises(TypeError):

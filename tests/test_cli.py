@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,51 @@ def test_fit_model_overrides_and_json(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 @pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize(
+    ("options", "want"),
+    [
+        # fresh11 N4: 64,000 and 64,001 ran with capacity 0 and 1 and ended "DOES NOT FIT"
+        (
+            ["--context-window", "64000"],
+            "the output reserve, the 64,000-token default ('nope-1' is not in the model table; no"
+            " --max-output-tokens or LLM_MAX_OUTPUT_TOKENS is set), is as large as the context window"
+            " 64,000 (no token left for the input): pass --max-output-tokens N, below the window",
+        ),
+        (
+            ["--context-window", "8000", "--max-output-tokens", "8000"],
+            "the output reserve, --max-output-tokens 8,000, is as large as the context window 8,000 (no"
+            " token left for the input): pass --max-output-tokens N, below the window",
+        ),
+        (
+            ["--context-window", "8000", "--max-output-tokens", "9000"],
+            "the output reserve, --max-output-tokens 9,000, is larger than the context window 8,000:"
+            " pass --max-output-tokens N, below the window",
+        ),
+    ],
+)
+def test_fit_model_reserve_that_leaves_no_input_is_refused(
+    options: list[str], want: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", str(EXAMPLE), "--model", "nope-1", *options]) == 2
+    assert capsys.readouterr().err == f"contextwindow: error: {want}\n"
+
+
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_reserve_from_the_environment_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "9000")
+    assert main(["fit", str(EXAMPLE), "--model", "nope-1", "--context-window", "9000"]) == 2
+    assert capsys.readouterr().err == (
+        "contextwindow: error: the output reserve, LLM_MAX_OUTPUT_TOKENS (9,000 tokens), is as large as the"
+        " context window 9,000 (no token left for the input): pass --max-output-tokens N, below the window\n"
+    )
+    # a window that leaves one token runs (the budget lines say capacity 1)
+    assert main(["fit", str(EXAMPLE), "--model", "nope-1", "--context-window", "9001", "-o", os.devnull]) == 1
+    assert "= capacity 1;" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_llm_env")
 def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000"]) == 2
     err = capsys.readouterr().err
@@ -251,22 +297,25 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert main([*argv, "--max-output-tokens", "1000", "--json"]) == 0
     rb = json.loads(capsys.readouterr().out)["resolved_budget"]
     assert (rb["context_window"], rb["max_output_tokens"], rb["capacity"]) == (9_000, 1_000, 8_000)
-    # without an output limit, a declared window takes the first seed's 64,000 reserve
+    # without an output limit, a declared window takes the first seed's 64,000 reserve; the
+    # error names the option that sets it and says where the reserve came from (fresh11
+    # N3, N4: it named only the Python parameter, not the unknown model)
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "max_output_tokens=64,000 is larger than the context window 9,000" in err
-    # and names the option that sets it (fresh11 N3: it named only the Python parameter)
-    assert err.endswith(
-        "; --max-output-tokens N sets the reserve (without it: the model's output limit,"
-        " LLM_MAX_OUTPUT_TOKENS, or 64,000)\n"
+    assert capsys.readouterr().err == (
+        "contextwindow: error: the output reserve, the 64,000-token default ('acme-llm-9000' is not in the"
+        " model table; no --max-output-tokens or LLM_MAX_OUTPUT_TOKENS is set), is larger than the context"
+        " window 9,000: pass --max-output-tokens N, below the window\n"
     )
     monkeypatch.setenv("LLM_CONTEXT_SIZE", "100000")
     monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "4000")
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["budget"] == 96_000  # 100,000 - 4,000
-    # a reserve larger than the window: one line, exit 2
+    # a reserve larger than the window: one line, exit 2, the reserve's source named
     assert main(["fit", str(EXAMPLE), "--model", "gpt-4o", "--context-window", "1000"]) == 2
-    assert "max_output_tokens=16,384 is larger than the context window 1,000" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "contextwindow: error: the output reserve, gpt-4o's output limit in the model table (16,384 tokens),"
+        " is larger than the context window 1,000: pass --max-output-tokens N, below the window\n"
+    )
     for argv in (
         ["fit", str(EXAMPLE), "--model", "gpt-4o", "--budget", "10"],
         ["fit", str(EXAMPLE)],

@@ -917,6 +917,20 @@ def test_budget_tool_results_pinned_indices_for_dict_input() -> None:
         budget_tool_results(msgs, 2000, pinned="2")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("call", [micro_compact, prune_middle, lambda m, **kw: budget_tool_results(m, 2000, **kw)])
+def test_pinned_item_of_the_wrong_type_is_a_type_error(call: Any) -> None:
+    # README, Errors (fresh11 N6): an item of the wrong type in a collection option is a
+    # TypeError, as in FitPolicy; an int out of range stays a ValueError
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    for bad, name in (("0", "str"), (None, "NoneType"), (True, "bool"), (1.0, "float"), ([0], "list")):
+        with pytest.raises(TypeError) as info:
+            call(msgs, pinned=[bad])
+        assert str(info.value) == f"pinned must hold message indices (int), got {name}"
+    with pytest.raises(ValueError) as info:
+        call(msgs, pinned=[0, 2])
+    assert str(info.value) == "pinned index 2 is not a message index (0..1)"
+
+
 def test_keep_recent_protects_newest_results_instead_of_the_current_turn() -> None:
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "do the task"}]
     for i in range(10):

@@ -751,6 +751,59 @@ def test_policy_index_errors_name_the_real_range() -> None:
         cw.fit(msgs, 100, cw.FitPolicy(recent_turns=-1))
 
 
+@pytest.mark.parametrize(
+    ("policy", "error", "text"),
+    [
+        # README, Errors: a collection of the wrong type (pinned indices, ...) is a
+        # TypeError, and so is an item of the wrong type in it (fresh11 N6: a str key in
+        # priorities was a ValueError while pinned="0" was a TypeError) ...
+        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple of ints, got str"),
+        (cw.FitPolicy(pinned=("0",)), TypeError, "pinned must hold message indices (int), got str"),
+        (cw.FitPolicy(pinned=(True,)), TypeError, "pinned must hold message indices (int), got bool"),
+        (cw.FitPolicy(pinned=(1.0,)), TypeError, "pinned must hold message indices (int), got float"),
+        (cw.FitPolicy(priorities=[(0, 1)]), TypeError, "priorities must be a mapping {index: class}"),
+        (cw.FitPolicy(priorities={"0": 1}), TypeError, "priorities keys must be message indices (int), got str"),
+        (cw.FitPolicy(priorities={None: 1}), TypeError, "priorities keys must be message indices (int), got NoneType"),
+        (cw.FitPolicy(priorities={0: "1"}), TypeError, "priorities values must be classes (int 0-3), got str"),
+        (cw.FitPolicy(priorities={0: 1.0}), TypeError, "priorities values must be classes (int 0-3), got float"),
+        (cw.FitPolicy(eviction_order=3), TypeError, "eviction_order must be a tuple of ints, got int"),
+        (cw.FitPolicy(eviction_order=("3",)), TypeError, "eviction_order must hold classes (int), got str"),
+        (cw.FitPolicy(breadcrumb="no"), TypeError, "breadcrumb must be a bool, got str"),
+        # ... an int out of range is a ValueError
+        (cw.FitPolicy(pinned=(2,)), ValueError, "pinned index 2 is not a message index (0..1)"),
+        (cw.FitPolicy(pinned=(-1,)), ValueError, "pinned index -1 is not a message index (0..1)"),
+        (cw.FitPolicy(priorities={2: 1}), ValueError, "priorities key 2 is not a message index (0..1)"),
+        (cw.FitPolicy(priorities={0: 4}), ValueError, "priorities[0] must be a class 0-3, got 4"),
+        (
+            cw.FitPolicy(eviction_order=(0,)),
+            ValueError,
+            "eviction_order must hold distinct classes among 1, 2, 3, got (0,)",
+        ),
+        (
+            cw.FitPolicy(eviction_order=(3, 3)),
+            ValueError,
+            "eviction_order must hold distinct classes among 1, 2, 3, got (3, 3)",
+        ),
+        # a number option stays a ValueError whatever its type (README, Errors)
+        (cw.FitPolicy(recent_turns="2"), ValueError, "recent_turns must be an int >= 0, got '2'"),
+        (cw.FitPolicy(low_water="0.5"), ValueError, "low_water must be a number in (0, 1], got '0.5'"),
+        (cw.FitPolicy(chatter_tokens=True), ValueError, "chatter_tokens must be a non-negative int, got True"),
+    ],
+)
+def test_policy_option_errors_follow_the_readme_rule(policy: cw.FitPolicy, error: type, text: str) -> None:
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(error) as info:
+        cw.fit(msgs, 100, policy)
+    assert type(info.value) is error and str(info.value) == text
+    # the guard checks its policy when it is made, before it knows the messages: the
+    # same error, without the range (an index past the end is found at check() then)
+    if text.endswith(" (0..1)") and "-1" not in text:
+        return
+    with pytest.raises(error) as info:
+        cw.ContextGuard(context_window=8_000, max_output_tokens=2_000, policy=policy)
+    assert type(info.value) is error and str(info.value) == text.removesuffix(" (0..1)")
+
+
 def test_long_agent_turn_then_follow_up_loses_old_units_not_the_task() -> None:
     """Found by a new user: a 30-call agent turn followed by a short follow-up went whole
     (both turns are P1), leaving the system prompt, a breadcrumb and the follow-up. A turn's

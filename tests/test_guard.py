@@ -673,7 +673,10 @@ def test_bad_policy_index_names_it_without_a_range() -> None:
     # found by a new user: the guard checks its policy before it knows the messages
     with pytest.raises(ValueError, match=r"pinned index -1 is not a message index$"):
         ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(pinned=(-1,)))
-    with pytest.raises(ValueError, match="priorities key 'a' is not a message index"):
+    with pytest.raises(ValueError, match=r"priorities key -2 is not a message index$"):
+        ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(priorities={-2: 1}))
+    # a key of the wrong type is a TypeError (README: a collection of the wrong type)
+    with pytest.raises(TypeError, match=r"^priorities keys must be message indices \(int\), got str$"):
         ContextGuard(resolve_budget(8_000, 2_000, env={}), policy=cw.FitPolicy(priorities={"a": 1}))  # type: ignore[dict-item]
 
 

@@ -111,6 +111,208 @@ def test_unknown_role_is_quoted_the_same_way() -> None:
     assert same_everywhere([{"role": "мастер", "content": "a"}]) == 'message 0, field role: unknown role "мастер"'
 
 
+# ------------------------------------------------ fresh11 N6: Message structs, dict words
+
+
+def _struct_error(call: Any, messages: list[Any]) -> str:
+    """The error text of ``call(messages)``, without the ``conversation 0: `` that
+    ``count_many`` puts first."""
+    with pytest.raises(InvalidMessageError) as info:
+        call(messages)
+    return str(info.value).removeprefix("conversation 0: ")
+
+
+#: every public entry point that takes a list of messages (structs included)
+_ENTRY_POINTS = [
+    cw.count_messages,
+    lambda m: cw.count_many([m]),
+    lambda m: cw.trim_turns(m, 10**6),
+    lambda m: cw.trim_turn_count(m, 5),
+    lambda m: cw.fit(m, 10**6),
+    cw.segment_turns,
+    cw.repair_tool_pairs,
+    lambda m: cw.validate(m, "openai"),
+    cw.token_breakdown,
+    lambda m: cw.Estimator().count_messages(m),
+    lambda m: cw.ContextGuard(context_window=8000, max_output_tokens=2000).check(m),
+    micro_compact,
+    lambda m: prune_middle(m, keep_recent=1),
+    lambda m: budget_tool_results(m, 10**6),
+    lambda m: cw.recover_from_overflow(m, budget=10**6),
+]
+
+
+@pytest.mark.parametrize(
+    ("struct", "as_dict", "want"),
+    [
+        # the README's words, which dicts get: a role name quoted as a JSON string
+        (
+            Message(role="wizard", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": "wizard", "content": "x"},
+            'message 0, field role: unknown role "wizard"',
+        ),
+        (
+            Message(role='a"b\n', content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": 'a"b\n', "content": "x"},
+            r'message 0, field role: unknown role "a\"b\n"',
+        ),
+        (
+            Message(role="us\ud800er", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": "us\ud800er", "content": "x"},
+            'message 0, field role: unknown role "us\ufffder"',
+        ),
+        (
+            Message(role=3, content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": 3, "content": "x"},
+            "message 0, field role: must be a string",
+        ),
+        (
+            Message(role="user", name=5, content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": "user", "name": 5, "content": "x"},
+            "message 0, field name: must be a string",
+        ),
+        (
+            Message(role="user", content=[TextPart(text=3)]),  # type: ignore[arg-type]
+            {"role": "user", "content": [{"type": "text", "text": 3}]},
+            "message 0, field content[0].text: must be a string",
+        ),
+        (
+            Message(role="assistant", content=[ToolCall(id="t", name=None, arguments="{}")]),  # type: ignore[arg-type]
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": None, "input": {}}]},
+            "message 0, field content[0].name: must be a string",
+        ),
+    ],
+)
+def test_message_structs_are_refused_in_the_words_dicts_get(struct: Message, as_dict: Any, want: str) -> None:
+    """fresh11 N6: a struct with a bad role got msgspec's ``Invalid enum value 'wizard'``,
+    a dict the README's ``unknown role "wizard"``; now both, on every entry point."""
+    assert dict_error([as_dict]) == want
+    for call in _ENTRY_POINTS:
+        assert _struct_error(call, [struct]) == want
+
+
+@pytest.mark.parametrize(
+    ("struct", "want"),
+    [
+        # what only a struct can get wrong, in the adapters' style ("must be ...")
+        (
+            Message(role="user", content="hi"),  # type: ignore[arg-type]
+            "message 0, field content: must be a list of parts",
+        ),
+        (
+            Message(role="user", content=["hi"]),  # type: ignore[list-item]
+            "message 0, field content[0]: must be a TextPart, ImagePart, ToolCall, ToolResult or OpaquePart",
+        ),
+        (
+            Message(role="user", content=[{"type": "text", "text": "hi"}]),  # type: ignore[list-item]
+            "message 0, field content[0]: must be a TextPart, ImagePart, ToolCall, ToolResult or OpaquePart",
+        ),
+        (
+            Message(role="tool", content=[cw.ToolResult(call_id="t", content="r")]),  # type: ignore[arg-type]
+            "message 0, field content[0].content: must be a list of parts",
+        ),
+        (
+            Message(role="tool", content=[cw.ToolResult(call_id="t", content=[5])]),  # type: ignore[list-item]
+            "message 0, field content[0].content[0]: must be a TextPart, ImagePart or OpaquePart",
+        ),
+        (
+            Message(role="tool", content=[cw.ToolResult(call_id=7, content=[])]),  # type: ignore[arg-type]
+            "message 0, field content[0].call_id: must be a string",
+        ),
+        (
+            Message(role="user", pinned="yes", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            "message 0, field pinned: must be a bool",
+        ),
+        (
+            Message(role="user", priority=7, content=[TextPart(text="x")]),
+            "message 0, field priority: must be an int 0-3",
+        ),
+        (
+            Message(role="user", priority="1", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            "message 0, field priority: must be an int 0-3",
+        ),
+        (
+            Message(role="user", content=[cw.ImagePart(width=-1)]),
+            "message 0, field content[0].width: must be an int >= 0",
+        ),
+        (
+            Message(role="user", content=[TextPart(text="x")], content_kind="str"),  # type: ignore[arg-type]
+            'message 0, field content_kind: must be "text", "parts", "null" or "absent"',
+        ),
+        (
+            Message(role="user", content=[TextPart(text="x")], extra=[1]),  # type: ignore[arg-type]
+            "message 0, field extra: must be a dict",
+        ),
+    ],
+)
+def test_message_struct_fields_of_the_wrong_type_are_named_in_words(struct: Message, want: str) -> None:
+    for call in _ENTRY_POINTS:
+        assert _struct_error(call, [struct]) == want
+
+
+def test_message_structs_name_the_first_bad_message() -> None:
+    ok = Message(role="user", content=[TextPart(text="x")])
+    msgs = [ok, Message(role="user", content="x"), Message(role="wizard", content=[])]  # type: ignore[arg-type]
+    assert dict_error(msgs) == "message 1, field content: must be a list of parts"
+    msgs = [ok, Message(role="wizard", content=[]), Message(role="user", content="x")]  # type: ignore[arg-type]
+    assert dict_error(msgs) == 'message 1, field role: unknown role "wizard"'
+
+
+# ------------------------------------ fresh11 N6: an echoed string is bounded, everywhere
+
+
+def test_a_long_unknown_role_is_cut_the_same_way_on_every_path() -> None:
+    """fresh11 N6: a 10 KB role gave a 10 KB one-line error. The first 100 characters
+    are quoted, then how many were left out (10,000 - 100 = 9,900)."""
+    want = 'message 0, field role: unknown role "' + "w" * 100 + '"... (9,900 more characters)'
+    assert same_everywhere([{"role": "w" * 10_000, "content": "a"}]) == want
+    assert same_everywhere([{"role": "w" * 10_000, "content": "a"}], "anthropic") == want
+    assert dict_error([Message(role="w" * 10_000, content=[])]) == want  # type: ignore[arg-type]
+    # 101 characters, not bytes: a surrogate pair (as JSON escapes it) is one
+    want = 'message 0, field role: unknown role "' + "é" * 99 + '\U0001f600"... (1 more character)'
+    assert same_everywhere([{"role": "é" * 99 + "\ud83d\ude00x", "content": "a"}]) == want
+    # and a lone surrogate one U+FFFD (the CLI warns about it first: dict path and gateway)
+    msgs = [{"role": "é" * 99 + "\ud83d\ude00\ud800", "content": "a"}]
+    assert dict_error(msgs) == want
+    assert gateway_errors(json.dumps({"messages": msgs}).encode()) == [want, want]
+
+
+def test_a_long_repeated_key_and_a_long_key_in_a_path_are_cut_on_every_path() -> None:
+    # a message's own key, 300 characters and a lone surrogate: 301 - 100 = 201 left out
+    msgs = [{"role": "user", "content": "x", "K" * 300 + HI: 1, "K" * 300 + LO: 2}]
+    want = 'message 0: the key "' + "K" * 100 + '"... (201 more characters) appears more than once'
+    assert same_everywhere(_sur(msgs)) == want
+    # a key on the way to the repeat (a tool_use input), named in the field path
+    call = {"type": "tool_use", "id": "t", "name": "f", "input": {"L" * 250: {"x" + HI: 1, "x" + LO: 2}}}
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]}]
+    want = (
+        "message 1, field content[0].input."
+        + "L" * 100
+        + '... (150 more characters): the key "x\ufffd" appears more than once'
+    )
+    assert same_everywhere(_sur(msgs)) == want
+
+
+def test_a_long_call_id_is_cut_in_validate_details_and_the_cli() -> None:
+    # validate's details quote ids with the same quote (Rust error::quote)
+    call = {"id": "c" * 250, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    want = 'tool call "' + "c" * 100 + '"... (150 more characters) has no result before the next non-tool message'
+    assert [v.detail for v in cw.validate(msgs, "openai")] == [want]
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "in.json"
+        f.write_text(json.dumps({"messages": msgs}))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["validate", str(f)]) == 1
+    assert out.getvalue() == f"{f}: message 1: unanswered_call: {want}\n"
+
+
+def test_a_long_corpus_format_is_cut_in_the_cli() -> None:
+    body = json.dumps({"format": "z" * 500, "messages": [{"role": "user", "content": "a"}]}).encode()
+    assert cli_error(body) == 'unknown corpus format "' + "z" * 100 + '"... (400 more characters)'
+
+
 # ------------------------------------------- differential: corpus messages, injected faults
 
 FILES = corpus_files()
@@ -495,7 +697,7 @@ def test_message_structs_holding_a_number_kept_as_written() -> None:
     assert cw.fit(m, 10**6).messages[0] is m[0]
     # a field of the wrong type is still named
     bad = [msgspec.structs.replace(m[0], name=5)]  # type: ignore[arg-type]
-    assert dict_error(bad) == "message 0, field name: Expected `str | null`, got `int`"
+    assert dict_error(bad) == "message 0, field name: must be a string"
 
 
 def test_unknown_role_with_a_lone_surrogate_reads_as_u_fffd() -> None:

@@ -545,8 +545,8 @@ def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: p
     out, err = capsys.readouterr()
     assert json.loads(out)["messages"][0]["content"] == "\ufffdx"
     assert err.startswith(
-        f"contextwindow: warning: {f}: lone surrogate escape \\ud800 at line 1, column 40;"
-        " such escapes read as U+FFFD\n"
+        f"contextwindow: warning: {f}: lone surrogate escape \\ud800 at line 1, column 40 (message 0, field"
+        " content); such escapes read as U+FFFD\n"
     )
     # a low one alone, on line 2 (column 28: '{"role":"user","content":"x' is 27 characters);
     # a pair is one code point and an escaped backslash is no escape: no warning for those
@@ -557,8 +557,8 @@ def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: p
     )
     assert main(["count", lines]) == 0
     assert capsys.readouterr().err == (
-        f"contextwindow: warning: {lines}: lone surrogate escape \\udc00 at line 2, column 28;"
-        " such escapes read as U+FFFD\n"
+        f"contextwindow: warning: {lines}: lone surrogate escape \\udc00 at line 2, column 28 (message 1,"
+        " field content); such escapes read as U+FFFD\n"
     )
     fine = write(tmp_path, "ok.json", '[{"role":"user","content":"ok \\ud83d\\ude00 \\\\ud800 \\u00e9"}]')
     assert main(["count", fine]) == 0
@@ -566,12 +566,58 @@ def test_the_cli_warns_about_an_escaped_lone_surrogate(tmp_path: Path, capsys: p
     # a high one followed by another high one (column 28: '[{"role":"user","content":"' is
     # 27 characters), and one ending a key (column 8: '[{"role' is 7)
     for data, where in (
-        ('[{"role":"user","content":"\\ud800\\ud800"}]', "\\ud800 at line 1, column 28"),
-        ('[{"role\\udbff":"user"}]', "\\udbff at line 1, column 8"),
+        (
+            '[{"role":"user","content":"\\ud800\\ud800"}]',
+            "2 lone surrogate escapes, the first \\ud800 at line 1, column 28 (message 0, field content)",
+        ),
+        ('[{"role\\udbff":"user"}]', "lone surrogate escape \\udbff at line 1, column 8 (message 0, field role\ufffd)"),
     ):
         g = write(tmp_path, "h.json", data)
         main(["count", g])
-        assert f"contextwindow: warning: {g}: lone surrogate escape {where};" in capsys.readouterr().err
+        assert f"contextwindow: warning: {g}: {where}; such escapes read as U+FFFD\n" in capsys.readouterr().err
+
+
+def test_the_lone_surrogate_warning_counts_them_and_names_the_first_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It named only the first escape: now how many there are and the first three fields
+    that hold one (message index and field, as errors name them), then how many more."""
+    call = {"id": "c\ud800", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "messages": [
+            {"role": "system", "content": "s\ud800"},  # 1
+            {"role": "user", "content": "a\ud800b\udc00"},  # 2 in one field
+            {"role": "assistant", "content": None, "tool_calls": [call]},  # 1
+            {"role": "tool", "tool_call_id": "c\ud800", "content": "r"},  # 1
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d\udfff"}}],  # 1
+    }
+    text = json.dumps(body)  # writes each lone surrogate as its escape
+    f = write(tmp_path, "many.json", text)
+    # '{"messages": [{"role": "system", "content": "s' is 46 characters: the first at column 47
+    assert text.index("\\ud800") == 46
+    assert main(["count", f]) == 0
+    assert capsys.readouterr().err == (
+        f"contextwindow: warning: {f}: 6 lone surrogate escapes, the first \\ud800 at line 1, column 47 (message 0,"
+        " field content; message 1, field content; message 2, field tool_calls[0].id; and 2 more fields);"
+        " such escapes read as U+FFFD\n"
+    )
+    # JSONL: one a line, each line a message; a lifted Anthropic system is "system"
+    lines = "\n".join(json.dumps({"role": "user", "content": f"x{i}\ud800"}) for i in range(5)) + "\n"
+    g = write(tmp_path, "many.jsonl", lines)
+    assert main(["count", g]) == 0
+    # '{"role": "user", "content": "x0' is 31 characters: column 32
+    assert capsys.readouterr().err.startswith(
+        f"contextwindow: warning: {g}: 5 lone surrogate escapes, the first \\ud800 at line 1, column 32 (message 0,"
+        " field content; message 1, field content; message 2, field content; and 2 more fields);"
+    )
+    h = write(tmp_path, "a.json", json.dumps({"system": "s\udc00", "messages": [{"role": "user", "content": "q"}]}))
+    assert main(["count", h]) == 0
+    # '{"system": "s' is 13 characters: column 14
+    assert capsys.readouterr().err == (
+        f"contextwindow: warning: {h}: lone surrogate escape \\udc00 at line 1, column 14 (system);"
+        " such escapes read as U+FFFD\n"
+    )
 
 
 # --------------------------------------------------------------------------- N13 last

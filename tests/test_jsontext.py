@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextwindow._jsontext import KeyClash, clean_value, quote
+from contextwindow._jsontext import KeyClash, clean_value, field_path, quote
 
 # high, low, a pair's halves, the pair's character, U+FFFD itself, a plain letter
 PIECES = ["a", "\ud800", "\udbff", "\udc00", "\ud83d", "\ude00", "\U0001f600", "\ufffd"]
@@ -100,25 +100,40 @@ SHORT = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": 
 
 def quote_by_hand(s: str) -> str:
     """JSON's escapes, written out: the short ones, ``\\u00XX`` for the other C0
-    controls, and DEL, C1, U+2028, U+2029 as ``\\uXXXX``; all else as it is."""
+    controls, and DEL, C1, U+2028, U+2029 as ``\\uXXXX``; all else as it is. Only the
+    first 100 characters (of the cleaned text) are written, then how many were left out
+    (fresh11 N6)."""
+    text = utf16_clean(s)
+    left_out = len(text) - 100
+    marker = "" if left_out <= 0 else f"... ({left_out:,} more character{'s' if left_out > 1 else ''})"
     out = []
-    for c in utf16_clean(s):
+    for c in text[:100]:
         if c in SHORT:
             out.append(SHORT[c])
         elif ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "\u2028\u2029":
             out.append(f"\\u{ord(c):04x}")
         else:
             out.append(c)
-    return '"' + "".join(out) + '"'
+    return '"' + "".join(out) + '"' + marker
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(max_codepoint=0x3000) | st.sampled_from(["\ud800", "\U0001f600", "\u2029"])))
+@given(
+    st.text(
+        alphabet=st.characters(max_codepoint=0x3000) | st.sampled_from(["\ud800", "\U0001f600", "\u2029"]),
+        max_size=300,
+    )
+)
 def test_quote_escapes_what_json_and_terminals_need_and_nothing_else(s: str) -> None:
     q = quote(s)
     assert q == quote_by_hand(s)
     assert q.splitlines() == [q]  # one line, by Python's widest rule
-    assert json.loads(q) == utf16_clean(s)  # still a JSON string, read back as the text
+    if len(utf16_clean(s)) <= 100:
+        assert json.loads(q) == utf16_clean(s)  # still a JSON string, read back as the text
+    else:  # the first 100 characters as a JSON string, then the marker
+        head, marker = q.rsplit('"... (', 1)
+        assert json.loads(head + '"') == utf16_clean(s)[:100]
+        assert marker == f"{len(utf16_clean(s)) - 100:,} more character{'s' if len(utf16_clean(s)) > 101 else ''})"
 
 
 def test_quote_by_hand() -> None:
@@ -127,3 +142,19 @@ def test_quote_by_hand() -> None:
     # no-break and ideographic spaces, é, U+FFFD are printable: kept; a lone surrogate is U+FFFD
     assert quote("é\xa0\u3000\ufffd x\ud800") == '"é\xa0\u3000\ufffd x\ufffd"'
     assert quote('a"b\\') == '"a\\"b\\\\"'
+
+
+def test_quote_and_field_path_bound_a_long_string() -> None:
+    """fresh11 N6: a 10 KB role gave a 10 KB one-line error. A quoted string or a key in
+    a field path keeps its first 100 characters, then says how many were left out; Rust
+    ``error::quote`` and the gateway's paths write the same."""
+    assert quote("w" * 100) == '"' + "w" * 100 + '"'
+    assert quote("w" * 101) == '"' + "w" * 100 + '"... (1 more character)'
+    assert quote("w" * 10_000) == '"' + "w" * 100 + '"... (9,900 more characters)'
+    # characters of the text as read: a surrogate pair is one, a lone surrogate one U+FFFD
+    assert quote("é" * 99 + "\ud83d\ude00" + "\ud800" * 3) == '"' + "é" * 99 + '\U0001f600"... (3 more characters)'
+    # escapes are written for the characters kept, and do not count: 102 newlines
+    assert quote("\n" * 102) == '"' + "\\n" * 100 + '"... (2 more characters)'
+    # a key in a field path, not quoted: the same bound and marker
+    assert field_path(["content", 0, "k" * 150, "q"]) == "content[0]." + "k" * 100 + "... (50 more characters).q"
+    assert field_path(["\u2028" * 101]) == "\\u2028" * 100 + "... (1 more character)"

@@ -13,15 +13,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from . import _native
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers
-from .adapters import anthropic_to_message, detect_format, from_canonical, openai_to_message, to_canonical
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote
+from .adapters import (
+    _unknown_role,
+    anthropic_to_message,
+    detect_format,
+    from_canonical,
+    openai_to_message,
+    to_canonical,
+)
 from .errors import InvalidMessageError
-from .messages import Message, TextPart, ToolResult
+from .messages import ContentKind, Message, TextPart, ToolResult
 from .report import FitReport, TrimResult
 
 Provider = Literal["openai", "anthropic"]
@@ -173,7 +180,10 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
         text = str(exc)
         m = _PATH.search(text)
         index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
-        raise InvalidMessageError(text.split(" - at ")[0], index=index, field=field) from None
+        reason = text.split(" - at ")[0]
+        if isinstance(exc, msgspec.ValidationError) and index is not None and field is not None:
+            field, reason = _struct_reason(messages[index], field, reason)
+        raise InvalidMessageError(reason, index=index, field=field) from None
     except ValueError as exc:  # an int too long for Python to write as text (10**5000)
         try:
             _encode_located(messages)  # names the message
@@ -184,6 +194,58 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
 
 
 _CANONICAL = msgspec.json.Decoder(list[Message])
+
+# msgspec's words for a value of the wrong type or out of range: "Expected `str | null`,
+# got `int`", "Expected `int` >= 0"
+_EXPECTED = re.compile(r"Expected `([^`]*)`(?:, got `[^`]*`)?(?: ([<>]=?) (-?\d+))?$")
+_MISSING = re.compile(r"Object missing required field `([^`]*)`$")
+_TYPE_WORDS = {"str": "a string", "int": "an int", "bool": "a bool", "float": "a number", "object": "a dict"}
+_PARTS = "must be a TextPart, ImagePart, ToolCall, ToolResult or OpaquePart"
+_RESULT_PARTS = "must be a TextPart, ImagePart or OpaquePart"
+_PART_ITEM = re.compile(r"(?:^|\.)content\[\d+\]$")
+
+
+def _struct_reason(message: Any, field: str, reason: str) -> tuple[str, str]:
+    """The field and reason of an error msgspec found in a ``Message`` struct (``field``
+    from its path, ``reason`` its words), in the adapters' words (fresh11 N6: a struct got
+    ``Invalid enum value 'wizard'`` where a dict gets ``unknown role "wizard"``).
+
+    A role is checked by the adapters' rule itself; a value of the wrong type is ``must
+    be a string`` (``a list of parts`` for a content, a part class for a content item);
+    ``None`` is never named, as the dict path does not name ``null`` for ``name``. Words
+    msgspec uses that are not mapped here are kept as they are.
+    """
+    if field == "role":
+        role = getattr(message, "role", None)
+        return field, _unknown_role(role) if isinstance(role, str) else "must be a string"
+    if field.endswith(".kind"):  # a dict with a "kind" no part has: not a part
+        field = field[: -len(".kind")]
+        reason = "Expected `object`"
+    nested = field.count("content[") > 1  # inside a ToolResult's content
+    if _PART_ITEM.search(field) and (reason.startswith("Expected `object`") or reason.startswith("Invalid value")):
+        return field, _RESULT_PARTS if nested else _PARTS
+    missing = _MISSING.match(reason)
+    if missing is not None:
+        if missing.group(1) == "kind" and _PART_ITEM.search(field):
+            return field, _RESULT_PARTS if nested else _PARTS
+        return f"{field}.{missing.group(1)}", "is missing"
+    last = field.rsplit(".", 1)[-1]
+    if last == "priority":
+        return field, "must be an int 0-3"
+    if last == "content_kind":
+        kinds = [quote(k) for k in get_args(ContentKind)]
+        return field, f"must be {', '.join(kinds[:-1])} or {kinds[-1]}"
+    expected = _EXPECTED.match(reason)
+    if expected is None:
+        return field, reason
+    names, op, bound = expected.groups()
+    if op is not None:
+        return field, f"must be an int {op} {bound}"
+    kinds = [k for k in names.split(" | ") if k != "null"]
+    if kinds == ["array"]:
+        return field, "must be a list of parts" if last == "content" else "must be a list"
+    words = [_TYPE_WORDS.get(k, k) for k in kinds]
+    return field, "must be " + " or ".join(words)
 
 
 def _encode_located(messages: Sequence[Message]) -> bytes:

@@ -18,7 +18,16 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["KeyClash", "clean_str", "clean_value", "escape_controls", "field_path", "loads_keeping_numbers", "quote"]
+__all__ = [
+    "QUOTE_CHARS",
+    "KeyClash",
+    "clean_str",
+    "clean_value",
+    "escape_controls",
+    "field_path",
+    "loads_keeping_numbers",
+    "quote",
+]
 
 _SURROGATE_RUN = re.compile("[\ud800-\udfff]+")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
@@ -121,12 +130,29 @@ def clean_value(value: Any) -> Any:
     return value
 
 
+#: How many characters of a caller's string an error quotes (:func:`quote`) or names in a
+#: field path (:func:`field_path`); the rest is counted, not written (fresh11 N6: a 10 KB
+#: role gave a 10 KB one-line error). Rust ``error::QUOTE_CHARS`` is the same.
+QUOTE_CHARS = 100
+
+
+def _bounded(text: str) -> tuple[str, str]:
+    """The first :data:`QUOTE_CHARS` characters (code points) of ``text``, and the
+    marker that says how many were left out (``... (9,900 more characters)``; ``""``
+    when none was). Rust ``error::bounded`` cuts the same."""
+    left_out = len(text) - QUOTE_CHARS
+    if left_out <= 0:
+        return text, ""
+    return text[:QUOTE_CHARS], f"... ({left_out:,} more character{'s' if left_out > 1 else ''})"
+
+
 def field_path(path: Sequence[str | int], base: str = "") -> str:
     """A path of keys and indices as the adapters and the gateway name a field,
     ``content[0].input.q``, below ``base`` (a field already named, or ``""``). A key is
     not quoted; the controls :func:`quote` escapes are escaped in it the same way
     (``a\\u2028b``), so an error naming the path stays on one line, as the gateway
-    writes it (Rust ``escape_controls``).
+    writes it (Rust ``escape_controls``); a key longer than :data:`QUOTE_CHARS`
+    characters is cut as :func:`quote` cuts a string (``kkk... (50 more characters)``).
 
     >>> field_path(["content", 0, "input", "q"]), field_path(["q\\u2028", 1], "content[0].input")
     ('content[0].input.q', 'content[0].input.q\\\\u2028[1]')
@@ -136,7 +162,11 @@ def field_path(path: Sequence[str | int], base: str = "") -> str:
         if isinstance(p, int):
             out += f"[{p}]"
         else:
-            key = escape_controls(p) if isinstance(p, str) else str(p)
+            if isinstance(p, str):
+                head, marker = _bounded(clean_str(p))
+                key = escape_controls(head) + marker
+            else:
+                key = str(p)
             out += f".{key}" if out else key
     return out
 
@@ -178,13 +208,16 @@ def quote(text: str) -> str:
     escapes it (``"``, ``\\``, every C0 control: ``\\n``, ``\\t``, ``\\u0000``), and DEL,
     the C1 controls (U+0085 among them), U+2028 and U+2029 as ``\\u007f``, ``\\u0085``,
     ``\\u2028``; every other character as it is, lone surrogates as U+FFFD. The gateway
-    (Rust ``gateway::quote``) writes the same text, so the dict path, the gateway and the
-    CLI print one line, the same (fresh9 B5).
+    (Rust ``error::quote``) writes the same text, so the dict path, the gateway and the
+    CLI print one line, the same (fresh9 B5). Only the first :data:`QUOTE_CHARS` (100)
+    characters are written, then how many were left out, after the closing quote:
+    ``"www..."... (9,900 more characters)`` (fresh11 N6).
 
     >>> print(quote('a"b\\n\\u2028\\x85\\x7fé'))
     "a\\"b\\n\\u2028\\u0085\\u007fé"
     """
-    return _UNPRINTED.sub(_escape, json.dumps(clean_str(text), ensure_ascii=False))
+    head, marker = _bounded(clean_str(text))
+    return _UNPRINTED.sub(_escape, json.dumps(head, ensure_ascii=False)) + marker
 
 
 def _keep_float(text: str) -> Any:

@@ -286,6 +286,39 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     rules: list[str] = []
 
 
+class ReserveError(ValueError):
+    """The output reserve leaves no token of the context window for the input: it is as
+    large as the window or larger (DESIGN.md section 6: a configuration error; a reserve
+    equal to the window, capacity 0, can hold no request either: fresh11 N4).
+
+    Not exported: the CLI reads ``source`` to name its own option for the reserve.
+
+    Attributes:
+        reserve: the output reserve in tokens.
+        window: the context window in tokens.
+        source: where the reserve came from: ``"argument"`` (``max_output_tokens=``),
+            ``"model"`` (the model table), ``"env"`` (``LLM_MAX_OUTPUT_TOKENS``) or
+            ``"default"`` (the first seed's 64,000).
+
+    >>> str(ReserveError(8_000, 8_000, "argument"))
+    'output reserve max_output_tokens=8,000 is as large as the context window 8,000 (no token left for the input)'
+    """
+
+    def __init__(self, reserve: int, window: int, source: str, hint: str = "") -> None:
+        self.reserve = reserve
+        self.window = window
+        self.source = source
+        super().__init__(f"output reserve max_output_tokens={reserve:,} {_too_large(reserve, window)}{hint}")
+
+
+def _too_large(reserve: int, window: int) -> str:
+    """``is larger than the context window 8,000``, or for a reserve equal to the window
+    ``is as large as the context window 8,000 (no token left for the input)``."""
+    if reserve > window:
+        return f"is larger than the context window {window:,}"
+    return f"is as large as the context window {window:,} (no token left for the input)"
+
+
 def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
@@ -348,7 +381,8 @@ def resolve_budget(
        ``LLM_MAX_OUTPUT_TOKENS``; the first seed's 64,000 when the window is declared or
        the 128,000 default; 0 when the window is the 32,000 fallback or
        ``max_context_tokens`` (the second seed's budgets are for the history itself and
-       reserve no output). ``capacity = window - output``.
+       reserve no output). ``capacity = window - output``, at least 1: a reserve as
+       large as the window or larger is refused (fresh11 N4).
     3. Target: ``max_context_tokens == 0`` disables proactive trimming (target =
        capacity). A ``compact_ratio`` in (0, 1] gives ``floor(window * ratio)``, capped from
        above by a positive ``max_context_tokens``; a ratio outside (0, 1] (or NaN) counts
@@ -389,8 +423,9 @@ def resolve_budget(
         TypeError: an option has the wrong type (e.g. a str window, a bool ratio).
         ValueError: an option is out of range (window <= 0, negative reserve, margin or
             cap, an empty or blank model name), an environment variable is not an integer
-            (names the variable), or the output reserve exceeds the window (names both
-            numbers).
+            (names the variable), or the output reserve is as large as the window or
+            larger, leaving no token for the input (names both numbers; a
+            ``ReserveError``, which also says where the reserve came from).
 
     >>> b = resolve_budget(model="gpt-4o", tool_schema_tokens=500, env={})
     >>> (b.context_window, b.max_output_tokens, b.usable)  # 128,000 - 16,384 - 500
@@ -444,29 +479,28 @@ def resolve_budget(
 
     # 2. output reserve
     if output_arg is not None:
-        output = output_arg
+        output, source = output_arg, "argument"
         rules.append(f"output_argument: max_output_tokens={output}")
     elif limits is not None and limits.max_output_tokens is not None:
-        output = limits.max_output_tokens
+        output, source = limits.max_output_tokens, "model"
         rules.append(f"output_from_model: max_output_tokens={output} ({model})")
     elif (env_output := _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)) is not None:
-        output = env_output
+        output, source = env_output, "env"
         rules.append(f"output_from_env: max_output_tokens={output} ({ENV_MAX_OUTPUT_TOKENS})")
     elif limits is not None and DEFAULT_MAX_OUTPUT_TOKENS > window // 2:
         # a table model that publishes no output limit and whose window the first seed's
         # 64,000 would swallow (gpt-4: 8,192 for prompt and output together): half of it
-        output = window // 2
+        output, source = window // 2, "model"
         rules.append(f"output_half_window: max_output_tokens={output} ({model} publishes no output limit)")
     elif declared or default_pair:
-        output = DEFAULT_MAX_OUTPUT_TOKENS
+        output, source = DEFAULT_MAX_OUTPUT_TOKENS, "default"
         rules.append(f"output_default_64000: max_output_tokens={output}")
     else:
-        output = 0
+        output, source = 0, "default"
         rules.append("output_none_reserved: max_output_tokens=0 (the budget stands for the history itself)")
-    if output > window:
-        raise ValueError(
-            f"output reserve max_output_tokens={output:,} is larger than the context window"
-            f" {window:,}: set a smaller max_output_tokens (or {ENV_MAX_OUTPUT_TOKENS}) or the real window"
+    if output >= window:  # at least one token of the window for the input (fresh11 N4)
+        raise ReserveError(
+            output, window, source, f": set a smaller max_output_tokens (or {ENV_MAX_OUTPUT_TOKENS}) or the real window"
         )
     capacity = window - output
 
@@ -557,7 +591,9 @@ def check_capacity(
     Raises:
         ContextOverflowError: the request exceeds the capacity; ``.tokens``,
             ``.capacity`` and ``.over`` hold the numbers.
-        TypeError / ValueError: a number has the wrong type or is negative.
+        TypeError / ValueError: a number has the wrong type or is negative, or (for a
+            bare window) ``max_output_tokens`` is as large as the window or larger, as in
+            :func:`resolve_budget`.
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616
@@ -572,10 +608,8 @@ def check_capacity(
         window = _int_arg("budget", budget, minimum=1)  # type: ignore[assignment]
         output = _int_arg("max_output_tokens", max_output_tokens, minimum=0)  # type: ignore[assignment]
         assert window is not None and output is not None
-        if output > window:
-            raise ValueError(
-                f"output reserve max_output_tokens={output:,} is larger than the context window {window:,}"
-            )
+        if output >= window:  # resolve_budget's rule
+            raise ReserveError(output, window, "argument")
         capacity = window - output
         tools = 0 if tool_schema_tokens is None else tool_schema_tokens
     _int_arg("tool_schema_tokens", tools, minimum=0)

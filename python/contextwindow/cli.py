@@ -25,7 +25,7 @@ from . import __version__
 from ._jsontext import escape_controls
 from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
-from .budget import Budget, resolve_budget
+from .budget import ENV_MAX_OUTPUT_TOKENS, Budget, ReserveError, _too_large, model_limits, resolve_budget
 from .errors import ContextWindowError, InvalidMessageError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .io import Conversation, dump_conversation, escape_line_breaks, load_conversation
@@ -49,8 +49,16 @@ def _load(path: str, fmt: str | None) -> Conversation:
         )
     if conv.lone_surrogate_at is not None:
         line, column, escape = conv.lone_surrogate_at
+        found = conv.lone_surrogates
+        count = found.count if found is not None else 1
+        # how many, and the first few fields holding one (it named only the first)
+        fields = list(found.fields) if found is not None else []
+        if found is not None and found.more_fields:
+            fields.append(f"and {_n(found.more_fields, 'more field')}")
+        places = f" ({'; '.join(fields)})" if fields else ""
+        what = f"{count:,} lone surrogate escapes, the first" if count > 1 else "lone surrogate escape"
         print(
-            f"contextwindow: warning: {conv.path}: lone surrogate escape {escape} at line {line}, column {column};"
+            f"contextwindow: warning: {conv.path}: {what} {escape} at line {line}, column {column}{places};"
             " such escapes read as U+FFFD",
             file=sys.stderr,
         )
@@ -234,14 +242,10 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
         budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
     except TypeError as exc:  # e.g. --model "": an option error like the others (exit 2)
         raise ValueError(str(exc)) from None
-    except ValueError as exc:
-        if args.max_output_tokens is not None or "is larger than the context window" not in str(exc):
-            raise
-        # the reserve the command line did not give: say which option sets it (fresh11 N3)
-        raise ValueError(
-            f"{exc}; --max-output-tokens N sets the reserve (without it: the model's output limit,"
-            " LLM_MAX_OUTPUT_TOKENS, or 64,000)"
-        ) from None
+    except ReserveError as exc:
+        # in the command line's words: where the reserve came from, the option that sets
+        # it (fresh11 N3, N4: the Python parameter was named, not the unknown model)
+        raise ValueError(_reserve_error(exc, args.model)) from None
     if not budget.capacity_known:
         raise ValueError(
             f"unknown model {args.model!r}: not in the model table; pass --context-window N"
@@ -249,6 +253,25 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
             " of 64,000 or less cannot hold), set LLM_CONTEXT_SIZE, or use --budget N"
         )
     return budget
+
+
+def _reserve_error(exc: ReserveError, model: str) -> str:
+    """``resolve_budget``'s :class:`~contextwindow.budget.ReserveError` for ``fit --model``:
+    ``the output reserve, the 64,000-token default (...), is as large as the context window
+    64,000 (no token left for the input): pass --max-output-tokens N, below the window``."""
+    if exc.source == "argument":
+        source = f"--max-output-tokens {exc.reserve:,}"
+    elif exc.source == "model":
+        source = f"{model}'s output limit in the model table ({exc.reserve:,} tokens)"
+    elif exc.source == "env":
+        source = f"{ENV_MAX_OUTPUT_TOKENS} ({exc.reserve:,} tokens)"
+    else:
+        unknown = f"{model!r} is not in the model table; " if model_limits(model) is None else ""
+        source = (
+            f"the {exc.reserve:,}-token default ({unknown}no --max-output-tokens or {ENV_MAX_OUTPUT_TOKENS} is set)"
+        )
+    too_large = _too_large(exc.reserve, exc.window)
+    return f"the output reserve, {source}, {too_large}: pass --max-output-tokens N, below the window"
 
 
 def _budget_lines(b: Budget) -> str:

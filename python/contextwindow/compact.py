@@ -178,15 +178,23 @@ def _names(tools: Any, name: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _pinned_type(pinned: Any) -> set[Any]:
+def _pinned_type(pinned: Any) -> set[int]:
+    """``pinned`` as a set, checked for type: a collection of the wrong type, or an item
+    of the wrong type in it, is a TypeError (README, Errors; fresh11 N6), as in
+    :class:`~contextwindow.fit.FitPolicy`; the range is checked by :func:`_pinned_range`."""
     if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
         raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
-    return set(pinned)
-
-
-def _pinned_range(pinned: set[Any], n: int) -> set[int]:
+    out = set()
     for i in pinned:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
+        out.add(i)
+    return out
+
+
+def _pinned_range(pinned: set[int], n: int) -> set[int]:
+    for i in sorted(pinned):
+        if not 0 <= i < n:
             raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
     return pinned
 
@@ -456,7 +464,7 @@ def budget_tool_results(
             ``max_message_chars`` not an int >= 1 or None, ``keep_recent`` not an int
             >= 0 or None.
         TypeError: a collection option of the wrong type (a bare string for a tool list,
-            a tool name that is not a string, ``pinned`` not a collection).
+            a tool name that is not a string, ``pinned`` not a collection of ints).
 
     >>> msgs = [{"role": "user", "content": "build it"},
     ...         {"role": "assistant", "content": None, "tool_calls": [{"id": "b1", "type": "function",
@@ -757,7 +765,7 @@ def micro_compact(
             negative number, as for ``fit``'s budget), unknown profile, or a ``pinned``
             index that is not a message index.
         TypeError: ``tools`` not a collection of names, or ``pinned`` not a collection
-            of ints.
+            of ints (or holding something else than an int).
 
     >>> msgs = [{"role": "user", "content": "read both"},
     ...         {"role": "assistant", "content": None, "tool_calls": [
@@ -922,7 +930,7 @@ def prune_middle(
             not an int >= 0 or None (a string or a bool as much as a negative number, as
             for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
             message index.
-        TypeError: ``pinned`` not a collection of indices.
+        TypeError: ``pinned`` not a collection of indices (ints).
 
     A pruning that would not lower the estimate (the notice costing as much as the
     messages it replaces) is not done: the input comes back (pairs repaired).

@@ -67,7 +67,9 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         eviction_order: the classes to evict, in order; default ``(3, 2, 1)``. Classes
             left out are never evicted. Only 1, 2 and 3, each at most once.
         pinned: input indices to treat as pinned (for dict input, which has no
-            ``pinned`` field); added to ``Message.pinned``.
+            ``pinned`` field); added to ``Message.pinned``. A tuple of ints: another
+            type, or an item that is not an int, is a ``TypeError``; an index outside
+            the messages a ``ValueError`` (README, Errors).
         priorities: ``{input index: class 0-3}`` overrides, winning over
             ``Message.priority`` and over the derived class. The preamble, the current
             request and the open tool calls are always P0; a pinned message stays P0
@@ -138,7 +140,12 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
     order = tuple(p.eviction_order)
-    if any(not _is_int(c) or c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
+    # README, Errors: a collection of the wrong type, or an item of the wrong type in it,
+    # is a TypeError; an int out of range a ValueError (fresh11 N6)
+    for c in order:
+        if not _is_int(c):
+            raise TypeError(f"eviction_order must hold classes (int), got {type(c).__name__}")
+    if any(c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
         raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {order!r}")
     for name in ("pinned_share", "low_water"):
         v = getattr(p, name)
@@ -148,17 +155,22 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         raise ValueError(f"chatter_tokens must be a non-negative int, got {p.chatter_tokens!r}")
     if not isinstance(p.breadcrumb, bool):
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
+    where = f" (0..{n - 1})" if n is not None else ""
     for i in p.pinned:
-        if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            where = f" (0..{n - 1})" if n is not None else ""
+        if not _is_int(i):
+            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
+        if i < 0 or (n is not None and i >= n):
             raise ValueError(f"pinned index {i!r} is not a message index{where}")
     if not isinstance(p.priorities, Mapping):
         raise TypeError("priorities must be a mapping {index: class}")
     for i, c in p.priorities.items():
-        if not _is_int(i) or i < 0 or (n is not None and i >= n):
-            where = f" (0..{n - 1})" if n is not None else ""
+        if not _is_int(i):
+            raise TypeError(f"priorities keys must be message indices (int), got {type(i).__name__}")
+        if i < 0 or (n is not None and i >= n):
             raise ValueError(f"priorities key {i!r} is not a message index{where}")
-        if not _is_int(c) or c not in (0, 1, 2, 3):
+        if not _is_int(c):
+            raise TypeError(f"priorities values must be classes (int 0-3), got {type(c).__name__}")
+        if c not in (0, 1, 2, 3):
             raise ValueError(f"priorities[{i}] must be a class 0-3, got {c!r}")
     return p
 
@@ -772,7 +784,9 @@ def fit(
             string or a bool too, as in ``trim_turns``), unknown profile, a policy value
             out of range (an index that is not a message, a class outside 0-3, a share
             outside (0, 1]).
-        TypeError: ``policy`` is not a ``FitPolicy``.
+        TypeError: ``policy`` is not a ``FitPolicy``, or one of its collections (``pinned``,
+            ``priorities``, ``eviction_order``) is of the wrong type or holds an item of
+            the wrong type (``priorities={"0": 1}``); ``breadcrumb`` is not a bool.
 
     >>> msgs = [{"role": "system", "content": "s"},
     ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
@@ -810,7 +824,8 @@ def priorities(
     Raises:
         InvalidMessageError: a message is malformed.
         ValueError: unknown profile or a policy value out of range.
-        TypeError: ``policy`` is not a ``FitPolicy``.
+        TypeError: ``policy`` is not a ``FitPolicy``, or a policy collection or an item in
+            it is of the wrong type.
 
     >>> priorities([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
     ...             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "b"}],
@@ -866,7 +881,9 @@ def recover_from_overflow(
     Raises:
         InvalidMessageError: a message is malformed.
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable``,
-            negative ``reported_tokens``, unknown profile, bad policy.
+            negative ``reported_tokens``, unknown profile, a policy value out of range.
+        TypeError: ``policy`` is not a ``FitPolicy``, or a policy collection or an item in
+            it is of the wrong type.
 
     >>> msgs = [{"role": "user", "content": "a" * 400}, {"role": "assistant", "content": "b" * 400},
     ...         {"role": "user", "content": "go"}]

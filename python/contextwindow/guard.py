@@ -439,8 +439,10 @@ class ContextGuard:
             as a negative number, as for ``fit``'s budget): a share not a number in
             (0, 1], ``max_message_chars`` not an int >= 1 or None,
             ``keep_recent_results`` not an int >= 0.
-        TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy``, a tool
-            list is a bare string or holds non-strings, a subscriber is not callable.
+        TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy`` (or one
+            of its collections, or an item in one, of the wrong type:
+            ``FitPolicy(priorities={"0": 1})``), a tool list is a bare string or holds
+            non-strings, a subscriber is not callable.
 
     Thread safety: one guard may serve several threads; stats and subscribers are
     guarded by a lock, and each call works on its own inputs.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -25,7 +25,7 @@ from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers,
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
-__all__ = ["Conversation", "DocumentKind", "FileFormat", "dump_conversation", "load_conversation"]
+__all__ = ["Conversation", "DocumentKind", "FileFormat", "LoneSurrogates", "dump_conversation", "load_conversation"]
 
 FileFormat = Literal["openai", "anthropic"]
 DocumentKind = Literal["openai_body", "anthropic_body", "list", "jsonl", "corpus"]
@@ -52,6 +52,8 @@ class Conversation:
             U+FFFD), or ``None``.
         lone_surrogate_at: line, column and text of the first escaped lone surrogate
             (``\\ud800`` without its pair, read as U+FFFD), or ``None``.
+        lone_surrogates: how many escaped lone surrogates the file holds, and where, as
+            :class:`LoneSurrogates`.
 
     >>> Conversation("c.jsonl", "openai", "jsonl", [], None, []).kind
     'jsonl'
@@ -67,6 +69,8 @@ class Conversation:
     system_lifted: bool = False
     #: The first escaped lone surrogate (read as U+FFFD): ``(line, column, escape)``.
     lone_surrogate_at: tuple[int, int, str] | None = None
+    #: How many escaped lone surrogates, and the fields that hold them.
+    lone_surrogates: LoneSurrogates | None = None
     #: Why the format was taken as Anthropic's when the caller did not name one (a
     #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
     detected_from: str | None = None
@@ -225,6 +229,7 @@ def _refuse_repeated_keys(
     index: int = 0,
     *,
     surrogates: bool = False,
+    lone: LoneSurrogates | None = None,
 ) -> Any:
     """Raise when an object in ``text`` repeats a key. Which value counts? msgspec keeps the
     last, other parsers the first, and the CLI writes the whole file back: one of the two
@@ -237,7 +242,8 @@ def _refuse_repeated_keys(
     ``shape`` says where the messages are, to name a repeat inside one as the adapters
     name a field (``message 2, field content[0]``): under ``"messages"`` of a ``body``
     (request or corpus file), at the top of a ``list``, or ``value`` is ``message``
-    ``index`` itself (a JSONL line).
+    ``index`` itself (a JSONL line). The lone surrogates ``value`` holds are added to
+    ``lone`` (:class:`LoneSurrogates`), naming their fields the same way.
     """
     if _may_repeat_a_key(text, value):
         found = _repeated_key(text)
@@ -247,6 +253,8 @@ def _refuse_repeated_keys(
             raise InvalidRequestError(f"{where}: {place}the key {quote(key)} appears more than once")
     if not surrogates:
         return value
+    if lone is not None:  # counted, and their fields named, before U+FFFD replaces them
+        lone.add(value, lambda path: _place(path, shape, index).removesuffix(": "))
     try:
         return clean_value(value)
     except KeyClash as clash:
@@ -255,6 +263,79 @@ def _refuse_repeated_keys(
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+class LoneSurrogates:
+    """The escaped lone surrogates of a file (``\\ud800`` without its pair, read as
+    U+FFFD; DESIGN.md section 7): how many, and the fields holding them, in document
+    order, named as errors name a field (``message 2, field content[0].text``,
+    ``tools[0].function.description``, ``system``). A decoded string holds one
+    surrogate code point per lone escape (a pair decodes to its character), so they are
+    counted in the values before U+FFFD replaces them.
+
+    Attributes:
+        count: escaped lone surrogates seen.
+        fields: the first :attr:`SHOWN` fields holding one.
+        more_fields: how many other fields hold one (a key and its value are one field).
+
+    >>> found = LoneSurrogates()
+    >>> found.add({"content": "a\\ud800\\udc00", "name": "b"}, lambda path: f"field {path[0]}")
+    >>> found.count, found.fields, found.more_fields
+    (2, ['field content'], 0)
+    """
+
+    #: how many fields the CLI's warning names
+    SHOWN = 3
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.fields: list[str] = []
+        self.more_fields = 0
+        self._named: set[str] = set()  # a key and its value holding one are one field
+
+    def add(self, value: Any, name: Callable[[list[str | int]], str]) -> None:
+        """Count the lone surrogates in every string and key of ``value`` (not yet
+        cleaned); ``name(path)`` names the field at ``path`` (keys and indices from the
+        top of ``value``) for the first :attr:`SHOWN`."""
+        stack: list[tuple[list[str | int], Any]] = [([], value)]
+        while stack:  # depth first, in document order (a key before its value)
+            path, v = stack.pop()
+            if isinstance(v, str):
+                self._string(v, path, name)
+            elif isinstance(v, Mapping):
+                for k, item in reversed(list(v.items())):
+                    stack.append(([*path, k], item))
+                    if isinstance(k, str):
+                        stack.append(([*path, k], _Key(k)))
+            elif isinstance(v, list):
+                stack.extend(([*path, i], item) for i, item in reversed(list(enumerate(v))))
+            elif isinstance(v, _Key):
+                self._string(v.key, path, name)
+
+    def _string(self, text: str, path: list[str | int], name: Callable[[list[str | int]], str]) -> None:
+        n = len(_LONE.findall(text)) if _LONE.search(text) else 0
+        if not n:
+            return
+        self.count += n
+        field = name(path)
+        if field in self._named:
+            return
+        self._named.add(field)
+        if len(self.fields) < self.SHOWN:
+            self.fields.append(field)
+        else:
+            self.more_fields += 1
+
+
+class _Key:
+    """A key of an object, in :meth:`LoneSurrogates.add`'s stack (a key holding a lone
+    surrogate names the field it is the key of)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
 
 
 def _lone_surrogate(text: str) -> tuple[int, int, str] | None:
@@ -415,7 +496,7 @@ def _where(text: str, exc: Exception) -> str:
     return f"line {line}, column {column}: {exc}"
 
 
-def _jsonl(text: str, where: str) -> list[Any] | None:
+def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[Any] | None:
     """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all.
 
     Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
@@ -441,7 +522,9 @@ def _jsonl(text: str, where: str) -> list[Any] | None:
             if not messages:
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
-        messages.append(_refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates))
+        messages.append(
+            _refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates, lone=found)
+        )
     return messages
 
 
@@ -493,14 +576,17 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     except UnicodeDecodeError as exc:
         text, bad = raw.decode("utf-8", errors="replace"), exc.start
     text = text.removeprefix("\ufeff")
-    conv = _parse(text, where, explicit)
+    found = LoneSurrogates()
+    conv = _parse(text, where, explicit, found)
     conv.bad_utf8_at = bad
     conv.lone_surrogate_at = _lone_surrogate(text)
+    conv.lone_surrogates = found if found.count else None
     return conv
 
 
-def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
-    """The document in ``text`` (BOM removed), named ``where`` in errors."""
+def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrogates | None = None) -> Conversation:
+    """The document in ``text`` (BOM removed), named ``where`` in errors; the lone
+    surrogates it holds are added to ``found``."""
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
     try:
@@ -508,12 +594,12 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     except RecursionError:
         raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
-        lines = _jsonl(text, where)
+        lines = _jsonl(text, where, found)
         if lines is None:
             raise InvalidRequestError(f"{where}: invalid JSON: {_where(text, exc)}") from None
         return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
     if isinstance(doc, list):
-        doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates)
+        doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates, lone=found)
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
     if not isinstance(doc, dict):
         raise InvalidRequestError(
@@ -521,7 +607,8 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
             '"messages", a list of messages or JSONL'
         )
     one_message = "messages" not in doc and isinstance(doc.get("role"), str)
-    doc = _refuse_repeated_keys(text, doc, where, "message" if one_message else "body", surrogates=surrogates)
+    shape: Literal["message", "body"] = "message" if one_message else "body"
+    doc = _refuse_repeated_keys(text, doc, where, shape, surrogates=surrogates, lone=found)
     if "messages" not in doc:
         if one_message:  # JSONL holding a single message
             return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
@@ -541,7 +628,9 @@ def _parse(text: str, where: str, explicit: FileFormat | None) -> Conversation:
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
-            raise InvalidRequestError(f"{where}: unknown corpus format {doc['format']!r}")
+            # quoted as every echoed string, so it is cut too (fresh11 N6)
+            named = quote(doc["format"]) if isinstance(doc["format"], str) else json_type_name(doc["format"])
+            raise InvalidRequestError(f"{where}: unknown corpus format {named}")
         kind: DocumentKind = "corpus"
         fmt: FileFormat = explicit or doc["format"]
     else:

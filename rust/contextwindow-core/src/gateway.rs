@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::error::{quote, unprinted};
+use crate::error::{bounded, quote, unprinted};
 use crate::estimate::{profile, Profile};
 use crate::model::{Format, Message, Part, PartKind, Role};
 use crate::trim::{trim_turns, Report, TrimOptions};
@@ -809,11 +809,16 @@ enum Path<'p> {
 
 impl std::fmt::Display for Path<'_> {
     /// As the CLI writes a field below another (`_jsontext.field_path`): `.key` (its
-    /// controls escaped: [`escape_controls`]), `[index]`.
+    /// controls escaped: [`escape_controls`]; cut after
+    /// [`crate::error::QUOTE_CHARS`] characters, as [`quote`] cuts), `[index]`.
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Path::Root => Ok(()),
-            Path::Key(up, k) => write!(f, "{up}.{}", escape_controls(k)),
+            Path::Key(up, k) => {
+                // a long key is cut as `quote` cuts a string (fresh11 N6)
+                let (head, marker) = bounded(k);
+                write!(f, "{up}.{}{marker}", escape_controls(head))
+            }
             Path::Index(up, i) => write!(f, "{up}[{i}]"),
         }
     }
@@ -3053,6 +3058,36 @@ mod tests {
         assert_eq!(reason, r#"the key "x" appears more than once"#);
         assert_eq!(escape_controls("plain"), Cow::Borrowed("plain"));
         assert_eq!(escape_controls("\u{1}\u{9b}é\\"), r#"\u0001\u009bé\"#);
+        // fresh11 N6: a long key in the path and a long repeated key are cut after
+        // QUOTE_CHARS characters, with how many were left out, as _jsontext cuts them
+        let long = "L".repeat(crate::error::QUOTE_CHARS + 150);
+        let key = "K".repeat(crate::error::QUOTE_CHARS + 201);
+        let body = format!(
+            r#"{{"messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"t","name":"f",
+            "input":{{"{long}":{{"{key}":1,"{key}":2}}}}}}]}}]}}"#
+        );
+        let (index, field, reason) = message_error(body.as_bytes());
+        assert_eq!(index, 0);
+        let head = "L".repeat(100);
+        assert_eq!(
+            field,
+            format!("content[0].input.{head}... (150 more characters)")
+        );
+        let head = "K".repeat(100);
+        assert_eq!(
+            reason,
+            format!(r#"the key "{head}"... (201 more characters) appears more than once"#)
+        );
+        let body = format!(r#"{{"messages":[{{"role":"{long}","content":"x"}}]}}"#);
+        let (_, field, reason) = message_error(body.as_bytes());
+        assert_eq!(field, "role");
+        assert_eq!(
+            reason,
+            format!(
+                r#"unknown role "{}"... (150 more characters)"#,
+                "L".repeat(100)
+            )
+        );
     }
 
     #[test]
