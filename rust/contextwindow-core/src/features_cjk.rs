@@ -3,7 +3,7 @@
 //! In a block of eight 3-byte characters the vector lanes decode the code points, read
 //! their group and standalone cost (table gathers), and hash each character's 2-character
 //! key and probe the vocabulary's Bloom filter: the same 6-byte key, the same hash
-//! ([`mix`]'s 128-bit product, built from four 32-bit products) and the same filter word
+//! ([`super::mix`]'s 128-bit product, built from four 32-bit products) and the same filter word
 //! and bits as the scalar loop. Only the characters whose pair tests positive take the
 //! scalar path (the greedy 2- or 3-character n-gram). The counts are the scalar loop's
 //! ([`super::three_byte_run`]), checked at every alignment by `fast_equals_scalar`.
@@ -11,6 +11,9 @@
 //! A block qualifies when its eight characters and the one after it are 3-byte
 //! characters, and the eight are CJK, kana or symbols (no hangul, which counts word
 //! starts, and no uppercase letter): the word and case counts of such a block are none.
+//! The characters read alone are summed by group in vector lanes and added to the sink
+//! once per run. A block with [`DENSE`] n-grams or more (a rule of box drawing) ends the
+//! blocks: the scalar loop, which skips what an n-gram consumes, is faster there.
 
 use super::{decode3, is_ngram_group, load8, mix, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG};
 use super::{G_CJK, G_KANA, G_SYM};
@@ -20,6 +23,13 @@ thread_local! {
     /// Blocks counted on this thread (the tests check that they ran).
     pub(super) static BLOCKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
+
+/// N-grams in a block from which the rest of the run goes to the scalar loop.
+const DENSE: u64 = 3;
+
+/// Bytes of blocks per call at most, so that the 32-bit lane sums (at most 4 a block)
+/// cannot overflow.
+const MAX_RUN: usize = 24 << 24;
 
 /// Bytes a block needs readable from its first character: its 24, the next character,
 /// and the 16-byte key loads of an n-gram that starts at its last character.
@@ -45,6 +55,7 @@ pub(super) unsafe fn blocks<S: Sink>(
 ) -> (S, usize, usize) {
     use std::arch::x86_64::*;
     let n = b.len();
+    let start = i;
     let mut ngrams = 0u64;
     let mut c = cons;
     // each 16-byte half holds 4 characters (bytes 0-11 and 12-23 of the block): byte
@@ -54,10 +65,10 @@ pub(super) unsafe fn blocks<S: Sink>(
         -1, 9, 10, 11, -1,
     );
     let next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7);
-    let low32 = _mm256_set1_epi64x(0xFFFF_FFFF);
-    let mut entries = [0u32; 8];
-    let mut extras = [0u32; 8];
-    while i + BLOCK_NEED <= n {
+    // per group (CJK, kana, symbols): characters read alone, and their tokens beyond
+    // one, summed lane by lane
+    let mut sums = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 3];
+    while i + BLOCK_NEED <= n && i - start < MAX_RUN {
         // the character after the block: a 3-byte one, so that the scalar loop can go on
         // from the block's end
         let b8 = b[i + 24];
@@ -107,7 +118,8 @@ pub(super) unsafe fn blocks<S: Sink>(
         if _mm256_movemask_epi8(ok) != -1 {
             break;
         }
-        // the last character's pair: the next one must be of an n-gram group too
+        // the character after the block (a 3-byte one, checked above): the last
+        // character's pair needs it of an n-gram group
         let cp8 = decode3(b, i + 24);
         let pair7 = is_ngram_group(groups[cp8 as usize] & !UPPER_FLAG);
         let y8 = b8 as u32 | (b[i + 25] as u32) << 8 | (b[i + 26] as u32) << 16;
@@ -115,21 +127,24 @@ pub(super) unsafe fn blocks<S: Sink>(
             _mm256_permutevar8x32_epi32(y, next),
             _mm256_set1_epi32(y8 as i32),
         );
-        // 2-character keys, 6 bytes each, in 64-bit lanes
-        let key = |first: __m128i, second: __m128i| {
+        // the 6-byte keys of characters j, j+1, four 64-bit lanes per half
+        let pairs = [
             _mm256_or_si256(
-                _mm256_cvtepu32_epi64(first),
-                _mm256_slli_epi64(_mm256_cvtepu32_epi64(second), 24),
-            )
-        };
-        let k0 = key(_mm256_castsi256_si128(y), _mm256_castsi256_si128(ynext));
-        let k1 = key(
-            _mm256_extracti128_si256::<1>(y),
-            _mm256_extracti128_si256::<1>(ynext),
-        );
+                _mm256_cvtepu32_epi64(_mm256_castsi256_si128(y)),
+                _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(ynext)), 24),
+            ),
+            _mm256_or_si256(
+                _mm256_cvtepu32_epi64(_mm256_extracti128_si256::<1>(y)),
+                _mm256_slli_epi64(
+                    _mm256_cvtepu32_epi64(_mm256_extracti128_si256::<1>(ynext)),
+                    24,
+                ),
+            ),
+        ];
+        let m6 = _mm256_set1_epi64x((M6 & 0xFFFF_FFFF) as i64);
         // SAFETY: AVX2 (this function's target feature).
-        let hits = unsafe { probe(v, k0, low32) | probe(v, k1, low32) << 4 };
-        let mut cand = if pair7 { hits } else { hits & 0x7F };
+        let hits = unsafe { probe(v, pairs[0], m6) | probe(v, pairs[1], m6) << 4 };
+        let cand = if pair7 { hits } else { hits & 0x7F };
         // standalone costs: bits 2(cp & 15) of the cost table's dword cp >> 4
         // SAFETY: dword indices are below 2^12: bytes below 16,384 of the 17,088.
         let tw = unsafe {
@@ -142,63 +157,104 @@ pub(super) unsafe fn blocks<S: Sink>(
             ),
             _mm256_set1_epi32(3),
         );
-        // characters inside an n-gram: those an earlier one consumes, then greedily
-        // each positive pair from a character not consumed yet
+        // characters inside an n-gram: those an earlier one consumes, then greedily each
+        // character not consumed yet whose pair tests positive starts one of 2 or 3
+        // characters (3 when its 3-character key does too)
         let mut inside = 0u32;
         if c > i {
             let k = (c - i).div_ceil(3);
             inside = if k >= 8 { 0xFF } else { (1 << k) - 1 };
         }
-        cand &= !inside;
+        let mut cand = cand & !inside;
+        let mut taken = 0u64;
         while cand != 0 {
             let j = cand.trailing_zeros();
             let p = i + 3 * j as usize;
             let m = ngram_chars(v, groups, b, p);
-            ngrams += 1;
+            taken += 1;
             c = p + 3 * m;
             let end = j + m as u32;
             inside |= ((1u32 << end) - 1) & !((1u32 << j) - 1);
             cand &= !((1u32 << end) - 1);
         }
-        // SAFETY: each array holds 8 dwords; no alignment needed.
-        unsafe {
-            _mm256_storeu_si256(entries.as_mut_ptr().cast(), entry);
-            _mm256_storeu_si256(extras.as_mut_ptr().cast(), extra);
-        }
-        for j in 0..8 {
-            if inside >> j & 1 == 0 {
-                out.add(0, F_CH + entries[j] as usize, 1);
-                out.add(0, F_EX + entries[j] as usize, extras[j] as u64);
-            }
+        ngrams += taken;
+        let alone = !inside & 0xFF;
+        // the characters read alone, by group: one more character, and its tokens
+        // beyond one, in each lane of the group's sums
+        let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        let alone = _mm256_cmpeq_epi32(
+            _mm256_and_si256(_mm256_set1_epi32(alone as i32), lanes),
+            lanes,
+        );
+        for (g, (n, x)) in [G_CJK, G_KANA, G_SYM].into_iter().zip(sums.iter_mut()) {
+            let m = _mm256_and_si256(is(g), alone);
+            *n = _mm256_sub_epi32(*n, m);
+            *x = _mm256_add_epi32(*x, _mm256_and_si256(extra, m));
         }
         i += 24;
         #[cfg(test)]
         BLOCKS.with(|b| b.set(b.get() + 1));
+        if taken >= DENSE {
+            break;
+        }
     }
     out.add(0, F_NGRAMS, ngrams);
+    if i > start {
+        let totals = lane_sums(sums);
+        for (k, g) in [G_CJK, G_KANA, G_SYM].into_iter().enumerate() {
+            out.add(0, F_CH + g as usize, totals[2 * k] as u64);
+            out.add(0, F_EX + g as usize, totals[2 * k + 1] as u64);
+        }
+    }
     (out, i, c)
 }
 
-/// Which of four 6-byte keys (64-bit lanes) test positive in `v`'s Bloom filter, as
-/// bits 0-3: [`mix`] (`lo` the key, `hi` 0, length 6) as four 32-bit products,
-/// [`super::family_hash`], then [`Vocab`]'s word and four bits.
+/// The sums of the eight 32-bit lanes of each of six vectors (three pairs), in order:
+/// horizontal adds, then the two 128-bit halves added.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn probe(
-    v: &Vocab,
-    key: std::arch::x86_64::__m256i,
-    low32: std::arch::x86_64::__m256i,
-) -> u32 {
+fn lane_sums(v: [(std::arch::x86_64::__m256i, std::arch::x86_64::__m256i); 3]) -> [u32; 8] {
+    use std::arch::x86_64::*;
+    let [(a, b), (c, d), (e, f)] = v;
+    let abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    let ef = _mm256_hadd_epi32(_mm256_hadd_epi32(e, f), _mm256_setzero_si256());
+    let lo = _mm_add_epi32(
+        _mm256_castsi256_si128(abcd),
+        _mm256_extracti128_si256::<1>(abcd),
+    );
+    let hi = _mm_add_epi32(
+        _mm256_castsi256_si128(ef),
+        _mm256_extracti128_si256::<1>(ef),
+    );
+    let mut out = [0u32; 8];
+    // SAFETY: `out` holds 8 dwords; no alignment needed.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_set_m128i(hi, lo)) };
+    out
+}
+
+/// [`super::mix`]'s multiplier for a key of 6 bytes (`hi` 0).
+const M6: u64 = 0xD6E8_FEB8_6659_FD93 ^ 6;
+
+/// Which of four keys (64-bit lanes: `lo` of [`super::mix`]) test positive in `v`'s Bloom
+/// filter, as bits 0-3. `ml` holds the low halves of each lane's multiplier (`hi ^
+/// 0xD6E8_FEB8_6659_FD93 ^ len`), whose high half is the constant's for keys of 6 and 9
+/// bytes alike. The 128-bit product is built from four 32-bit ones; then
+/// [`super::family_hash`], and [`Vocab`]'s word and four bits.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_64::__m256i) -> u32 {
     use std::arch::x86_64::*;
     const C: u64 = 0x9E37_79B9_7F4A_7C15;
-    const M: u64 = 0xD6E8_FEB8_6659_FD93 ^ 6;
+    let low32 = _mm256_set1_epi64x(0xFFFF_FFFF);
     let x = _mm256_xor_si256(key, _mm256_set1_epi64x(C as i64));
     let xh = _mm256_srli_epi64(x, 32);
-    let ml = _mm256_set1_epi64x((M & 0xFFFF_FFFF) as i64);
-    let mh = _mm256_set1_epi64x((M >> 32) as i64);
+    let mh = _mm256_set1_epi64x((M6 >> 32) as i64);
     let p0 = _mm256_mul_epu32(x, ml);
     let p1 = _mm256_mul_epu32(x, mh);
     let p2 = _mm256_mul_epu32(xh, ml);
