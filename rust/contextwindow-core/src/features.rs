@@ -853,13 +853,14 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // and each add to it would wait for the last one's store)
     let mut local = *sink;
     // one family on a CPU with AVX2: a run that opens with CJK, kana or symbols goes
-    // eight characters at a time as far as its blocks qualify ([`cjk::blocks`]); the
-    // loop below takes the rest
+    // eight characters at a time as far as they go on ([`cjk::blocks`]); the loop below
+    // takes the rest
     #[cfg(target_arch = "x86_64")]
     if K == 1
         && families.vocabs()[0].cjk_blocks
         && i + cjk::BLOCK_NEED <= b.len()
         && matches!(groups[decode3(b, i) as usize], G_CJK | G_KANA | G_SYM)
+        && cjk::worth_blocks(b, i)
         && words::Simd::for_scan() == words::Simd::Avx2
     {
         // SAFETY: `Simd::for_scan` found AVX2 on this CPU.
@@ -872,6 +873,12 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
             i = j;
             na_prev.letter = false;
             na_prev.upper = false;
+            if b[i] & 0xF0 != 0xE0 {
+                // the run ends here (the main loop reads on, a space between 3-byte
+                // characters included)
+                *sink = local;
+                return i;
+            }
         }
     }
     let end = three_byte_run_in(
@@ -1709,6 +1716,9 @@ mod fast_equals_scalar {
             // 成功 is a token and "成功१" tests positive (a false positive), but १ is
             // no n-gram character: no 3-character n-gram across the block's end
             "中中中中中中成功१中文文本中文文本中文文本中文文本中文文本中文文本中文文本",
+            // "一 .e" tests positive too: a run that ends inside a block has no pair
+            // across its end
+            "中中中中中一 .e中文文本中文文本中文文本中文文本中文文本中文文本中文文本",
         ];
         let breaks = ["", "한", "Ḁ", " ", "7", "x", "。"];
         let shifts = [
