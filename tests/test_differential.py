@@ -102,6 +102,32 @@ def test_ascii_fast_path_agrees(text: str, profile: str) -> None:
         assert got == ref.features(text, ref.VOCABS[family])
 
 
+# Long runs of CJK, kana and symbols, which the engine counts eight characters at a time
+# on CPUs with AVX2 (features_cjk.rs, cl100k and conservative): 2- and 3-character
+# tokens of both families (用户, 数据, 请输入, します ...), plain characters, full-width
+# punctuation, and what ends a run or a block: hangul, an uppercase letter (Ḁ), a space,
+# digits, ASCII, a 2-byte letter, emoji, a Devanagari letter (a 3-byte character of no
+# n-gram group), box drawing.
+_CJK = st.sampled_from(
+    ["用户", "数据", "时间", "成功", "请输入", "用户名", "字符串", "します", "ました", "です", "この",
+     "你", "好", "世", "界", "中", "文", "の", "は", "を", "日本語", "漢字", "。", "、", "「", "」", "！",  # noqa: RUF001
+     "（", "・", "…", "→", "★"]  # noqa: RUF001
+)  # fmt: skip
+_BREAK = st.sampled_from(["한", "국어", "Ḁ", " ", "  ", "7", "2024", "x", "\n", "é", "🙂", "ख", "─", "──"])
+
+
+@given(
+    st.lists(st.one_of(st.lists(_CJK, min_size=1, max_size=40).map("".join), _BREAK), max_size=12).map("".join),
+    st.sampled_from(PROFILES),
+)
+def test_cjk_runs_agree(text: str, profile: str) -> None:
+    assert rs.estimate_text(text, profile) == ref.text_tokens(text, ref.PROFILES[profile])
+    for family in ("cl100k", "tekken", "conservative"):
+        got = dict(rs.count_features(text, family))
+        got.pop("bytes")
+        assert got == ref.features(text, ref.VOCABS[family])
+
+
 @given(case())
 def test_segment_agrees(c: tuple[str, list[Message]]) -> None:
     _, msgs = c
