@@ -16,6 +16,9 @@
 //! once per run. A block with [`DENSE`] positive pairs or more (a rule of box drawing)
 //! is left to the scalar loop, which skips what an n-gram consumes.
 
+// the blocks are x86-64 only; elsewhere the scalar loop counts every run
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
+
 use super::{decode3, is_ngram_group, load8, mix, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG};
 use super::{G_CJK, G_KANA, G_SYM};
 
