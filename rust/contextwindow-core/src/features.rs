@@ -1087,7 +1087,7 @@ fn decode3(b: &[u8], i: usize) -> u32 {
 fn cjk_char(groups: &[u8; 0x10000], bytes: &[u8], i: usize) -> bool {
     i + 3 <= bytes.len()
         && (0xE0..0xF0).contains(&bytes[i])
-        && is_cjkish(group_of(groups, decode(bytes, i).0) & !UPPER_FLAG)
+        && is_cjkish(groups[decode3(bytes, i) as usize] & !UPPER_FLAG)
 }
 
 /// For each family, how many CJK, kana or hangul characters (1 to 3) after the space at
