@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _native
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote, shown
 from .adapters import (
     _unknown_role,
     anthropic_to_message,
@@ -411,7 +411,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
-        raise ValueError(f"format must be 'openai', 'anthropic' or None, got {format!r}")
+        raise ValueError(f"format must be 'openai', 'anthropic' or None, got {shown(format)}")
     messages = list(messages)  # a snapshot: indices stay right if another thread edits the list
     if format == "canonical" and not all(isinstance(m, Message) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, Message))

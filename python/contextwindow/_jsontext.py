@@ -20,7 +20,9 @@ import msgspec
 
 __all__ = [
     "QUOTE_CHARS",
+    "shown",
     "KeyClash",
+    "bare",
     "clean_str",
     "clean_value",
     "escape_controls",
@@ -144,6 +146,35 @@ def _bounded(text: str) -> tuple[str, str]:
     if left_out <= 0:
         return text, ""
     return text[:QUOTE_CHARS], f"... ({left_out:,} more character{'s' if left_out > 1 else ''})"
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error that names an option the caller passed (a profile, a
+    format, a model), with a string longer than :data:`QUOTE_CHARS` characters cut as
+    :func:`quote` cuts one, and any other repr cut the same (fresh12 N1: ``profile=`` of
+    10 KB gave a 10 KB error). ``repr`` escapes controls and bidi marks.
+
+    >>> shown("nope"), shown("z" * 103)[-28:], shown(5)
+    ("'nope'", "zzzz'... (3 more characters)", '5')
+    """
+    if isinstance(value, str):
+        head, marker = _bounded(value)
+        return repr(head) + marker
+    head, marker = _bounded(repr(value))
+    return head + marker
+
+
+def bare(text: str) -> str:
+    """A caller's string printed bare (a tool name or call id in the CLI's tables and
+    repair lines): :func:`escape_controls`, cut after :data:`QUOTE_CHARS` characters as
+    :func:`quote` cuts a string (fresh12 N2: ``repair`` printed a 300-character id whole
+    where ``validate`` cut it).
+
+    >>> bare("call\\x1b[0m"), bare("i" * 102)[-26:]
+    ('call\\\\u001b[0m', 'iii... (2 more characters)')
+    """
+    head, marker = _bounded(text)
+    return escape_controls(head) + marker
 
 
 def field_path(path: Sequence[str | int], base: str = "") -> str:

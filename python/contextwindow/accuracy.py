@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._jsontext import shown
 from ._reference import group
 from .adapters import to_canonical
 from .estimate import PROFILES, estimate_tokens
@@ -93,7 +94,7 @@ def reference_counter(name: str) -> Callable[[str], int]:
         path = Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
         tok = Tekkenizer.from_file(str(path))
         return lambda s: len(tok.encode(s, bos=False, eos=False))
-    raise ValueError(f"unknown reference {name!r}; known: {', '.join(REFERENCES)}")
+    raise ValueError(f"unknown reference {shown(name)}; known: {', '.join(REFERENCES)}")
 
 
 def is_holdout(key: str) -> bool:
@@ -309,10 +310,10 @@ def measure(
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory")
     if split not in ("all", "holdout", "fit"):
-        raise ValueError(f"unknown split {split!r}; known: all, holdout, fit")
+        raise ValueError(f"unknown split {shown(split)}; known: all, holdout, fit")
     for p in profiles:
         if p not in PROFILES:
-            raise ValueError(f"unknown profile {p!r}; known: {', '.join(PROFILES)}")
+            raise ValueError(f"unknown profile {shown(p)}; known: {', '.join(PROFILES)}")
     count = reference_counter(reference) if isinstance(reference, str) else reference
     name = reference if isinstance(reference, str) else getattr(reference, "__name__", "custom")
     segs = {p: {c: ClassStats() for c in CLASSES} for p in profiles}

@@ -17,7 +17,7 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers, quote
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers, quote, shown
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -644,7 +644,7 @@ def to_canonical(messages: Sequence[Any], format: Format | None = None) -> list[
         return [openai_to_message(d, i) for i, d in enumerate(messages)]
     if fmt == "anthropic":
         return [anthropic_to_message(d, i) for i, d in enumerate(messages)]
-    raise ValueError(f"unknown format {format!r}: expected openai, anthropic or canonical")
+    raise ValueError(f"unknown format {shown(format)}: expected openai, anthropic or canonical")
 
 
 def from_canonical(m: Message, format: Format) -> Any:
@@ -670,4 +670,4 @@ def from_canonical(m: Message, format: Format) -> Any:
         return message_to_openai(m)
     if format == "anthropic":
         return message_to_anthropic(m)
-    raise ValueError(f"unknown format {format!r}: expected openai, anthropic or canonical")
+    raise ValueError(f"unknown format {shown(format)}: expected openai, anthropic or canonical")

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from ._jsontext import shown
 from .errors import ContextOverflowError
 
 __all__ = [
@@ -188,14 +189,14 @@ def _limits_of(name: str, value: Any) -> ModelLimits:
         try:
             limits = msgspec.convert(value, ModelLimits)
         except msgspec.ValidationError as exc:
-            raise TypeError(f"models[{name!r}]: {exc}") from None
+            raise TypeError(f"models[{shown(name)}]: {exc}") from None
     else:
-        raise TypeError(f"models[{name!r}] must be a ModelLimits or a mapping, got {type(value).__name__}")
+        raise TypeError(f"models[{shown(name)}] must be a ModelLimits or a mapping, got {type(value).__name__}")
     w, o = limits.context_window, limits.max_output_tokens
     if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
-        raise ValueError(f"models[{name!r}].context_window must be a positive int, got {w!r}")
+        raise ValueError(f"models[{shown(name)}].context_window must be a positive int, got {shown(w)}")
     if o is not None and (isinstance(o, bool) or not isinstance(o, int) or o < 0):
-        raise ValueError(f"models[{name!r}].max_output_tokens must be None or an int >= 0, got {o!r}")
+        raise ValueError(f"models[{shown(name)}].max_output_tokens must be None or an int >= 0, got {shown(o)}")
     return limits
 
 
@@ -338,9 +339,9 @@ def _env_int(env: Mapping[str, str], var: str, *, minimum: int) -> int | None:
     try:
         value = int(str(raw).strip())  # Python's int syntax: "128000", "128_000"
     except ValueError:
-        raise ValueError(f"environment variable {var} must be an integer number of tokens, got {raw!r}") from None
+        raise ValueError(f"environment variable {var} must be an integer number of tokens, got {shown(raw)}") from None
     if value < minimum:
-        raise ValueError(f"environment variable {var} must be >= {minimum}, got {raw!r}")
+        raise ValueError(f"environment variable {var} must be >= {minimum}, got {shown(raw)}")
     return value
 
 
@@ -443,7 +444,7 @@ def resolve_budget(
     if model is not None and not isinstance(model, str):
         raise TypeError(f"model must be a str, got {type(model).__name__}")
     if model is not None and not model.strip():  # the right type, a bad value (fresh9 D3)
-        raise ValueError(f"model must be a non-empty str, got {model!r}")
+        raise ValueError(f"model must be a non-empty str, got {shown(model)}")
     environ: Mapping[str, str] = os.environ if env is None else env
     if not isinstance(environ, Mapping):
         raise TypeError(f"env must be a mapping, got {type(environ).__name__}")
@@ -451,7 +452,7 @@ def resolve_budget(
 
     limits = model_limits(model, models) if model is not None else None
     if model is not None and limits is None:
-        rules.append(f"model_unknown: {model!r} is not in the model table")
+        rules.append(f"model_unknown: {shown(model)} is not in the model table")
     # 1. window
     declared = True
     default_pair = False
@@ -513,10 +514,10 @@ def resolve_budget(
             rules.append("compact_ratio_ignored: proactive trimming is disabled")
     else:
         if compact_ratio is not None and ratio is None:
-            rules.append(f"compact_ratio_ignored: {compact_ratio!r} is outside (0, 1]")
+            rules.append(f"compact_ratio_ignored: {shown(compact_ratio)} is outside (0, 1]")
         if ratio is not None:
             target = math.floor(Decimal(window) * Decimal(repr(ratio)))
-            rules.append(f"target_compact_ratio: target={target} (floor({window} * {ratio!r}))")
+            rules.append(f"target_compact_ratio: target={target} (floor({window} * {shown(ratio)}))")
             if mct is not None and mct < target:
                 target = mct
                 rules.append(f"target_capped_by_max_context_tokens: target={target}")

@@ -26,6 +26,8 @@ import operator
 import threading
 from typing import Any
 
+from ._jsontext import shown
+
 __all__ = ["Calibrator"]
 
 
@@ -46,7 +48,7 @@ def _finite(value: Any, name: str) -> float:
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     x = float(value)
     if not math.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {shown(value)}")
     return x
 
 

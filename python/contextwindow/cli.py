@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
-from ._jsontext import escape_controls
+from ._jsontext import bare, shown
 from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
 from .budget import ENV_MAX_OUTPUT_TOKENS, Budget, ReserveError, _too_large, model_limits, resolve_budget
@@ -248,7 +248,7 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
         raise ValueError(_reserve_error(exc, args.model)) from None
     if not budget.capacity_known:
         raise ValueError(
-            f"unknown model {args.model!r}: not in the model table; pass --context-window N"
+            f"unknown model {shown(args.model)}: not in the model table; pass --context-window N"
             " and --max-output-tokens N (without it 64,000 tokens are reserved for output, which a window"
             " of 64,000 or less cannot hold), set LLM_CONTEXT_SIZE, or use --budget N"
         )
@@ -266,7 +266,7 @@ def _reserve_error(exc: ReserveError, model: str) -> str:
     elif exc.source == "env":
         source = f"{ENV_MAX_OUTPUT_TOKENS} ({exc.reserve:,} tokens)"
     else:
-        unknown = f"{model!r} is not in the model table; " if model_limits(model) is None else ""
+        unknown = f"{shown(model)} is not in the model table; " if model_limits(model) is None else ""
         source = (
             f"the {exc.reserve:,}-token default ({unknown}no --max-output-tokens or {ENV_MAX_OUTPUT_TOKENS} is set)"
         )
@@ -364,7 +364,7 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation) -> None:
         # names and previews are data, not rich markup: "[budget]" must print as is, and
         # a control character in a tool name or a text never reaches the terminal as it
         # is (fresh11 N2: "\x1b[31m" in a tool name turned it red)
-        t.add_row(*(Text(escape_controls(c)) if isinstance(c, str) else c for c in cells))
+        t.add_row(*(Text(bare(c)) if isinstance(c, str) else c for c in cells))
 
     def num(i: int) -> str:
         # the file's numbering, as validate, repair and errors use it (Conversation.label)
@@ -449,7 +449,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     _write(conv, res.messages, args.output)
     changes = res.report.repairs
     lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
-        f"  {conv.label(c.index)}: {c.kind}" + (f" ({escape_controls(c.call_id)})" if c.call_id else "")
+        f"  {conv.label(c.index)}: {c.kind}" + (f" ({bare(c.call_id)})" if c.call_id else "")
         for c in changes
     ]
     print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)

@@ -43,6 +43,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
+from ._jsontext import shown
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -155,7 +156,7 @@ def _count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> 
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         also = " or None" if allow_none else ""
-        raise ValueError(f"{name} must be an int >= {minimum}{also}, got {value!r}")
+        raise ValueError(f"{name} must be an int >= {minimum}{also}, got {shown(value)}")
     return value
 
 
@@ -163,7 +164,7 @@ def _share(value: Any, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1] or None, got {value!r}")
+        raise ValueError(f"{name} must be a number in (0, 1] or None, got {shown(value)}")
     return float(value)
 
 
@@ -195,7 +196,7 @@ def _pinned_type(pinned: Any) -> set[int]:
 def _pinned_range(pinned: set[int], n: int) -> set[int]:
     for i in sorted(pinned):
         if not 0 <= i < n:
-            raise ValueError(f"pinned index {i!r} is not a message index (0..{n - 1})")
+            raise ValueError(f"pinned index {shown(i)} is not a message index (0..{n - 1})")
     return pinned
 
 
@@ -205,7 +206,7 @@ def _budget_tokens(budget: Any) -> int | None:
         return None
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
-        raise ValueError(f"budget must be None, a non-negative int or a Budget, got {budget!r}")
+        raise ValueError(f"budget must be None, a non-negative int or a Budget, got {shown(budget)}")
     return usable
 
 

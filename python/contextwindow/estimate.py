@@ -47,7 +47,7 @@ import msgspec
 
 from . import _engine
 from ._engine import json_type_name
-from ._jsontext import KeyClash, clean_str, clean_value, field_path
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, shown
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -75,7 +75,7 @@ def resolve_profile(profile: object) -> str:
     if profile is None:
         return DEFAULT_PROFILE
     if not isinstance(profile, str) or profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
     return profile
 
 
@@ -219,14 +219,14 @@ def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+        raise ValueError(f"unknown family {shown(family)}; known: {', '.join(FAMILIES)}")
     return dict(_engine.native.count_features(clean_str(text), family))
 
 
 def check_limit(limit: Any) -> int | None:
     """``limit`` as given (``None`` or an ``int >= 0``); ``ValueError`` otherwise."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
+        raise ValueError(f"limit must be None or a non-negative int, got {shown(limit)}")
     return limit
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from . import _engine
 from . import _reference as ref
 from ._engine import Prepared, encode_messages
-from ._jsontext import clean_str
+from ._jsontext import clean_str, shown
 from .adapters import from_canonical
 from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
@@ -161,7 +161,7 @@ class Estimator:
         if calibrator is not None and not isinstance(calibrator, Calibrator):
             raise TypeError(f"calibrator must be a Calibrator, got {type(calibrator).__name__}")
         if tokenizer is not None and profile not in ref.PROFILES:
-            raise ValueError(f"profile {profile!r} has no pure-Python rules to pair with a tokenizer")
+            raise ValueError(f"profile {shown(profile)} has no pure-Python rules to pair with a tokenizer")
         self._profile = profile
         self._tokenizer = tokenizer
         self._calibrator = calibrator

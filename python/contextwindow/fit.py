@@ -44,6 +44,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
+from ._jsontext import shown
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message
 from .report import TrimResult
@@ -135,7 +136,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     p = policy
     if not _is_int(p.recent_turns) or p.recent_turns < 0:
         # a number option: ValueError for any bad value, as for the budget
-        raise ValueError(f"recent_turns must be an int >= 0, got {p.recent_turns!r}")
+        raise ValueError(f"recent_turns must be an int >= 0, got {shown(p.recent_turns)}")
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
@@ -146,13 +147,13 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         if not _is_int(c):
             raise TypeError(f"eviction_order must hold classes (int), got {type(c).__name__}")
     if any(c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
-        raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {order!r}")
+        raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {shown(order)}")
     for name in ("pinned_share", "low_water"):
         v = getattr(p, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            raise ValueError(f"{name} must be a number in (0, 1], got {v!r}")
+            raise ValueError(f"{name} must be a number in (0, 1], got {shown(v)}")
     if not _is_int(p.chatter_tokens) or p.chatter_tokens < 0:
-        raise ValueError(f"chatter_tokens must be a non-negative int, got {p.chatter_tokens!r}")
+        raise ValueError(f"chatter_tokens must be a non-negative int, got {shown(p.chatter_tokens)}")
     if not isinstance(p.breadcrumb, bool):
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     where = f" (0..{n - 1})" if n is not None else ""
@@ -160,24 +161,24 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         if not _is_int(i):
             raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
         if i < 0 or (n is not None and i >= n):
-            raise ValueError(f"pinned index {i!r} is not a message index{where}")
+            raise ValueError(f"pinned index {shown(i)} is not a message index{where}")
     if not isinstance(p.priorities, Mapping):
         raise TypeError("priorities must be a mapping {index: class}")
     for i, c in p.priorities.items():
         if not _is_int(i):
             raise TypeError(f"priorities keys must be message indices (int), got {type(i).__name__}")
         if i < 0 or (n is not None and i >= n):
-            raise ValueError(f"priorities key {i!r} is not a message index{where}")
+            raise ValueError(f"priorities key {shown(i)} is not a message index{where}")
         if not _is_int(c):
             raise TypeError(f"priorities values must be classes (int 0-3), got {type(c).__name__}")
         if c not in (0, 1, 2, 3):
-            raise ValueError(f"priorities[{i}] must be a class 0-3, got {c!r}")
+            raise ValueError(f"priorities[{i}] must be a class 0-3, got {shown(c)}")
     return p
 
 
 def _check_budget(budget: Any, name: str = "budget") -> int:
     if not _is_int(budget) or budget < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {budget!r}")
+        raise ValueError(f"{name} must be a non-negative int, got {shown(budget)}")
     return min(budget, _MAX)
 
 
@@ -189,7 +190,7 @@ def _usable(budget: Any) -> int:
     N13: ``fit(m, "10")`` raised ``TypeError`` where they raise ``ValueError``)."""
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, (int, float)):
-        raise ValueError(f"budget must be a non-negative int or have an int 'usable', got {budget!r}")
+        raise ValueError(f"budget must be a non-negative int or have an int 'usable', got {shown(budget)}")
     return _check_budget(usable)
 
 

@@ -40,6 +40,7 @@ from typing import Literal, overload
 import msgspec
 
 from . import _engine
+from ._jsontext import shown
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
 
@@ -84,7 +85,7 @@ def _body(body: object) -> bytes:
 
 def _provider(provider: object) -> str | None:
     if provider not in (None, "openai", "anthropic"):
-        raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {provider!r}")
+        raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {shown(provider)}")
     return provider  # type: ignore[return-value]
 
 
@@ -167,7 +168,7 @@ def fit_request(
     """
     data = _body(body)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise ValueError(f"budget must be a non-negative int, got {budget!r}")
+        raise ValueError(f"budget must be a non-negative int, got {shown(budget)}")
     for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")

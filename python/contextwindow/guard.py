@@ -65,6 +65,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _engine
+from ._jsontext import shown
 from .budget import Budget, check_capacity, resolve_budget
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
@@ -330,7 +331,7 @@ def _hint(hint: object) -> str:
     if hint is None:
         return "general"
     if not isinstance(hint, str) or hint not in HINTS:
-        raise ValueError(f"unknown hint {hint!r}; known: {', '.join(HINTS)}")
+        raise ValueError(f"unknown hint {shown(hint)}; known: {', '.join(HINTS)}")
     return hint
 
 
@@ -475,7 +476,7 @@ class ContextGuard:
             if model is not None and not budget.capacity_known:
                 # as the CLI's --model: a guessed window could be larger than the real one
                 raise ValueError(
-                    f"unknown model {model!r}: not in the model table; pass context_window= (and"
+                    f"unknown model {shown(model)}: not in the model table; pass context_window= (and"
                     " max_output_tokens=), models= to resolve_budget, or a Budget"
                 )
         elif not isinstance(budget, Budget):
@@ -484,7 +485,7 @@ class ContextGuard:
             raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
         profile = DEFAULT_PROFILE if profile is None else profile
         if profile not in PROFILES:
-            raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+            raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
         if policy is not None and not isinstance(policy, FitPolicy):
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
         # options are checked here, not at the first check() deep inside a step
@@ -560,7 +561,7 @@ class ContextGuard:
         """
         for name, v in (("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+                raise ValueError(f"{name} must be a non-negative int, got {shown(v)}")
         with self._lock:
             s = self._stats
             self._stats = msgspec.structs.replace(

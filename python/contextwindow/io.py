@@ -21,7 +21,7 @@ import msgspec
 
 from . import _native
 from ._engine import json_type_name
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote
+from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote, shown
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -564,7 +564,7 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     stdin = str(path) == "-"
     where = "<stdin>" if stdin else str(path)
     if format not in (None, "openai", "anthropic"):
-        raise InvalidRequestError(f"{where}: unknown format {format!r}: expected openai or anthropic")
+        raise InvalidRequestError(f"{where}: unknown format {shown(format)}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)
     try:
         raw = sys.stdin.buffer.read() if stdin else Path(path).read_bytes()

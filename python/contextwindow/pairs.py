@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import _engine
+from ._jsontext import shown
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import TrimResult, Violation
 
@@ -59,7 +60,7 @@ def repair_tool_pairs(
     (['user'], 'orphan_result_dropped')
     """
     if missing not in ("stub", "drop"):
-        raise ValueError(f"missing must be 'stub' or 'drop', got {missing!r}")
+        raise ValueError(f"missing must be 'stub' or 'drop', got {shown(missing)}")
     prep = _engine.prepare(messages, format)
     out = _engine.native.repair_tool_pairs(prep.payload, prep.provider, missing, resolve_profile(profile))
     return _engine.apply(prep, out)
@@ -89,6 +90,6 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     'orphan_result'
     """
     if provider not in ("openai", "anthropic"):
-        raise ValueError(f"provider must be 'openai' or 'anthropic', got {provider!r}")
+        raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
     prep = _engine.prepare(messages, format)
     return _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))

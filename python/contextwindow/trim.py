@@ -27,6 +27,7 @@ from typing import Any
 
 from . import _engine
 from . import _reference as ref
+from ._jsontext import shown
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .estimator import Estimator, counter_cost
 from .report import TrimResult
@@ -41,7 +42,7 @@ TokenCounter = Callable[[list[Any]], int]
 
 def _check_n(n: Any, name: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+        raise ValueError(f"{name} must be a non-negative int, got {shown(n)}")
     return min(n, _MAX)
 
 
@@ -67,13 +68,13 @@ def _costs(
         if not isinstance(estimator, Estimator):
             raise TypeError(f"estimator must be an Estimator, got {type(estimator).__name__}")
         if profile is not None and profile != estimator.profile:
-            raise ValueError(f"profile {profile!r} differs from the estimator's {estimator.profile!r}")
+            raise ValueError(f"profile {shown(profile)} differs from the estimator's {shown(estimator.profile)}")
         if estimator.tokenizer is None and estimator.calibrator is None:
             return estimator.profile, None, None
         return estimator.profile, estimator, None
     profile = DEFAULT_PROFILE if profile is None else profile
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
     return profile, None, None
 
 
