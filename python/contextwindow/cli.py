@@ -449,8 +449,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     _write(conv, res.messages, args.output)
     changes = res.report.repairs
     lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
-        f"  {conv.label(c.index)}: {c.kind}" + (f" ({bare(c.call_id)})" if c.call_id else "")
-        for c in changes
+        f"  {conv.label(c.index)}: {c.kind}" + (f" ({bare(c.call_id)})" if c.call_id else "") for c in changes
     ]
     print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)
     return 0
