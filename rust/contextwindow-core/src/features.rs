@@ -853,26 +853,14 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // and each add to it would wait for the last one's store)
     let mut local = *sink;
     // one family on a CPU with AVX2: a run that opens with CJK, kana or symbols goes
-    // eight characters at a time as far as they go on ([`cjk::blocks`]); the loop below
+    // eight characters at a time as far as they go on ([`cjk_start`]); the loop below
     // takes the rest
     #[cfg(target_arch = "x86_64")]
-    if K == 1
-        && families.vocabs()[0].cjk_blocks
-        && i + cjk::BLOCK_NEED <= b.len()
-        && matches!(groups[decode3(b, i) as usize], G_CJK | G_KANA | G_SYM)
-        && cjk::worth_blocks(b, i)
-        && words::Simd::for_scan() == words::Simd::Avx2
-    {
-        // SAFETY: `Simd::for_scan` found AVX2 on this CPU.
-        let (counted, j, c) =
-            unsafe { cjk::blocks(local, &families.vocabs()[0], groups, b, i, consumed[0]) };
+    if K == 1 && families.vocabs()[0].cjk_blocks {
+        let (counted, j) = cjk_start(local, families.vocabs(), groups, b, i, consumed, na_prev);
         local = counted;
-        consumed[0] = c;
         if j > i {
-            // the blocks' characters are neither letters nor uppercase
             i = j;
-            na_prev.letter = false;
-            na_prev.upper = false;
             if b[i] & 0xF0 != 0xE0 {
                 // the run ends here (the main loop reads on, a space between 3-byte
                 // characters included)
@@ -892,6 +880,41 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     );
     *sink = local;
     end
+}
+
+/// The start of [`three_byte_run`] for one family on a CPU with AVX2: the run at `i`
+/// block by block ([`cjk::blocks`]) when it opens with CJK, kana or symbols and looks
+/// worth it ([`cjk::worth_blocks`]). Returns the sink and where the blocks stopped (`i`
+/// when they took nothing). Out of line, so that the scalar loop after it is compiled as
+/// it was without it (Korean, which never takes the blocks, measured 5% slower inline).
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn cjk_start<S: Sink + Copy, const K: usize>(
+    local: S,
+    vocabs: &[Vocab; K],
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    i: usize,
+    consumed: &mut [usize; K],
+    na_prev: &mut NaPrev,
+) -> (S, usize) {
+    if K != 1
+        || i + cjk::BLOCK_NEED > b.len()
+        || !matches!(groups[decode3(b, i) as usize], G_CJK | G_KANA | G_SYM)
+        || !cjk::worth_blocks(b, i)
+        || words::Simd::for_scan() != words::Simd::Avx2
+    {
+        return (local, i);
+    }
+    // SAFETY: `Simd::for_scan` found AVX2 on this CPU.
+    let (counted, j, c) = unsafe { cjk::blocks(local, &vocabs[0], groups, b, i, consumed[0]) };
+    consumed[0] = c;
+    if j > i {
+        // the blocks' characters are neither letters nor uppercase
+        na_prev.letter = false;
+        na_prev.upper = false;
+    }
+    (counted, j)
 }
 
 /// [`three_byte_run`] into `out`.
