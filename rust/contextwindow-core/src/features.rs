@@ -952,13 +952,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             }
             let v = &vocabs[k];
             if pair && v.contains_hash(mix(w & first_bytes(6), 0, 6)) {
-                let third = (w >> 48) as u8 & 0xF0 == 0xE0
-                    && is_ngram_group(groups[decode3(b, i + 6) as usize] & !UPPER_FLAG);
-                let m = if third && v.contains_hash(mix(w, b[i + 8] as u64, 9)) {
-                    3
-                } else {
-                    2
-                };
+                let m = ngram_chars(v, groups, b, i, w);
                 out.add(k, F_NGRAMS, 1);
                 consumed[k] = i + 3 * m;
                 continue;
@@ -1097,6 +1091,20 @@ fn two_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     na_prev.upper = prev_upper;
     *sink = local;
     i
+}
+
+/// Characters (2 or 3) of the n-gram at `i`, whose first two characters are a token of
+/// `v`: 3 when the third is a 3-byte character of an n-gram group and the three are a
+/// token too. `w` holds the 8 bytes from `i`, and 16 are readable from `i`.
+#[inline(always)]
+fn ngram_chars(v: &Vocab, groups: &[u8; 0x10000], b: &[u8], i: usize, w: u64) -> usize {
+    let third = (w >> 48) as u8 & 0xF0 == 0xE0
+        && is_ngram_group(groups[decode3(b, i + 6) as usize] & !UPPER_FLAG);
+    if third && v.contains_hash(mix(w, b[i + 8] as u64, 9)) {
+        3
+    } else {
+        2
+    }
 }
 
 /// The code point of the 3-byte UTF-8 sequence at `i`.

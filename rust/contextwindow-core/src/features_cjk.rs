@@ -19,7 +19,9 @@
 // the blocks are x86-64 only; elsewhere the scalar loop counts every run
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
-use super::{decode3, is_ngram_group, load8, mix, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG};
+use super::{
+    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG,
+};
 use super::{G_CJK, G_KANA, G_SYM};
 
 #[cfg(test)]
@@ -194,7 +196,7 @@ pub(super) unsafe fn blocks<S: Sink>(
         while cand != 0 {
             let j = cand.trailing_zeros();
             let p = i + 3 * j as usize;
-            let m = ngram_chars(v, groups, b, p);
+            let m = ngram_chars(v, groups, b, p, load8(b, p));
             taken += 1;
             c = p + 3 * m;
             let end = j + m as u32;
@@ -308,19 +310,4 @@ unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_6
     );
     let hit = _mm256_cmpeq_epi64(_mm256_and_si256(word, m), m);
     _mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u32
-}
-
-/// Characters (2 or 3) of the n-gram at `p`, whose first two characters are a token of
-/// `v`: 3 when the third is of an n-gram group too and the three are a token, as the
-/// scalar loop decides. 16 bytes are readable from `p`.
-#[inline(always)]
-fn ngram_chars(v: &Vocab, groups: &[u8; 0x10000], b: &[u8], p: usize) -> usize {
-    let w = load8(b, p);
-    let third = (w >> 48) as u8 & 0xF0 == 0xE0
-        && is_ngram_group(groups[decode3(b, p + 6) as usize] & !UPPER_FLAG);
-    if third && v.contains_hash(mix(w, b[p + 8] as u64, 9)) {
-        3
-    } else {
-        2
-    }
 }
