@@ -857,7 +857,15 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // takes the rest
     #[cfg(target_arch = "x86_64")]
     if K == 1 && families.vocabs()[0].cjk_blocks {
-        let (counted, j) = cjk_start(local, families.vocabs(), groups, b, i, consumed, na_prev);
+        let (counted, j) = cjk_start(
+            local,
+            &families.vocabs()[0],
+            groups,
+            b,
+            i,
+            &mut consumed[0],
+            na_prev,
+        );
         local = counted;
         if j > i {
             i = j;
@@ -882,24 +890,23 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     end
 }
 
-/// The start of [`three_byte_run`] for one family on a CPU with AVX2: the run at `i`
-/// block by block ([`cjk::blocks`]) when it opens with CJK, kana or symbols and looks
+/// The start of [`three_byte_run`] for one family (`v`, whose n-gram end is `consumed`)
+/// on a CPU with AVX2: the run at `i` block by block ([`cjk::blocks`]) when it opens with CJK, kana or symbols and looks
 /// worth it ([`cjk::worth_blocks`]). Returns the sink and where the blocks stopped (`i`
 /// when they took nothing). Out of line, so that the scalar loop after it is compiled as
 /// it was without it (Korean, which never takes the blocks, measured 5% slower inline).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-fn cjk_start<S: Sink + Copy, const K: usize>(
+fn cjk_start<S: Sink + Copy>(
     local: S,
-    vocabs: &[Vocab; K],
+    v: &Vocab,
     groups: &[u8; 0x10000],
     b: &[u8],
     i: usize,
-    consumed: &mut [usize; K],
+    consumed: &mut usize,
     na_prev: &mut NaPrev,
 ) -> (S, usize) {
-    if K != 1
-        || i + cjk::BLOCK_NEED > b.len()
+    if i + cjk::BLOCK_NEED > b.len()
         || !matches!(groups[decode3(b, i) as usize], G_CJK | G_KANA | G_SYM)
         || !cjk::worth_blocks(b, i)
         || words::Simd::for_scan() != words::Simd::Avx2
@@ -907,8 +914,8 @@ fn cjk_start<S: Sink + Copy, const K: usize>(
         return (local, i);
     }
     // SAFETY: `Simd::for_scan` found AVX2 on this CPU.
-    let (counted, j, c) = unsafe { cjk::blocks(local, &vocabs[0], groups, b, i, consumed[0]) };
-    consumed[0] = c;
+    let (counted, j, c) = unsafe { cjk::blocks(local, v, groups, b, i, *consumed) };
+    *consumed = c;
     if j > i {
         // the blocks' characters are neither letters nor uppercase
         na_prev.letter = false;
