@@ -1207,7 +1207,7 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
-        if n >= words::WINDOW && prefix.is_none() && k <= PU && k != TB {
+        if n >= words::MIN_TAIL && prefix.is_none() && k <= PU && k != TB {
             // nothing pending: ASCII text from here is read 64 bytes at a time when it can be
             let r = words::ascii_run(out, families, b, i, &mut window);
             if r > i {
