@@ -330,6 +330,56 @@ def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -
     return value
 
 
+def checked_budget(budget: Budget) -> Budget:
+    """Refuse a hand-built :class:`Budget` that :func:`resolve_budget` could never return.
+
+    Every public entry that takes a ``Budget`` (``ContextGuard``, ``fit``,
+    ``recover_from_overflow``, ``prune_middle``, ``check_capacity``) calls this one check
+    (fresh12 O6: ``Budget(context_window=100, max_output_tokens=100, capacity=0, ...)``
+    was accepted where ``resolve_budget`` refuses the same reserve). The rules are the
+    documented relations of the fields: every number an int >= 0 (the window >= 1); a
+    reserve smaller than the window (DESIGN.md section 6); ``capacity ==
+    context_window - max_output_tokens``; ``target <= capacity``; ``usable <=
+    capacity - tool_schema_tokens`` (at least 0).
+
+    Args:
+        budget: the :class:`Budget` to check.
+
+    Returns:
+        ``budget`` itself.
+
+    Raises:
+        TypeError: a number field is not an int (``Budget.usable must be an int, got str``).
+        ValueError: a number is out of range or the fields disagree (naming the field
+            and both numbers); a ``ReserveError`` for a reserve as large as the window
+            or larger, worded as :func:`check_capacity`'s.
+
+    >>> checked_budget(resolve_budget(context_window=1000, max_output_tokens=200, env={})).capacity
+    800
+    """
+    for name in ("context_window", "max_output_tokens", "tool_schema_tokens", "safety_margin", "capacity", "target"):
+        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=1 if name == "context_window" else 0)
+    for name in ("usable", "floor"):
+        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=0)
+    window, output = budget.context_window, budget.max_output_tokens
+    if output >= window:  # resolve_budget's rule, in check_capacity's words
+        raise ReserveError(output, window, "argument")
+    if budget.capacity != window - output:
+        raise ValueError(
+            f"Budget.capacity must be context_window - max_output_tokens = {window:,} - {output:,}"
+            f" = {window - output:,}, got {budget.capacity:,}"
+        )
+    if budget.target > budget.capacity:
+        raise ValueError(f"Budget.target {budget.target:,} is larger than its capacity {budget.capacity:,}")
+    room = max(0, budget.capacity - budget.tool_schema_tokens)
+    if budget.usable > room:
+        raise ValueError(
+            f"Budget.usable {budget.usable:,} is larger than capacity - tool_schema_tokens"
+            f" = {budget.capacity:,} - {budget.tool_schema_tokens:,} = {room:,}"
+        )
+    return budget
+
+
 def _env_int(env: Mapping[str, str], var: str, *, minimum: int) -> int | None:
     """An integer environment variable; unset or blank -> None; anything else that is not
     an integer >= ``minimum`` raises ValueError naming the variable."""
@@ -602,6 +652,7 @@ def check_capacity(
     n = _int_arg("tokens", tokens, minimum=0)
     assert n is not None
     if isinstance(budget, Budget):
+        checked_budget(budget)
         capacity = budget.capacity
         tools = budget.tool_schema_tokens if tool_schema_tokens is None else tool_schema_tokens
         window, output = budget.context_window, budget.max_output_tokens

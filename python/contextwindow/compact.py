@@ -44,6 +44,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._jsontext import shown
+from .budget import Budget, checked_budget
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -204,6 +205,8 @@ def _budget_tokens(budget: Any) -> int | None:
     """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
     if budget is None:
         return None
+    if isinstance(budget, Budget):
+        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
         raise ValueError(f"budget must be None, a non-negative int or a Budget, got {shown(budget)}")
