@@ -95,15 +95,38 @@ def test_blank_environment_counts_as_unset() -> None:
     assert resolve_budget(env={"LLM_CONTEXT_SIZE": "100_000", "LLM_MAX_OUTPUT_TOKENS": "36_000"}).usable == 64_000
 
 
-def test_environment_is_read_only_when_it_decides() -> None:
-    bad = {"LLM_CONTEXT_SIZE": "lots", "LLM_MAX_OUTPUT_TOKENS": "some"}
-    # arguments decide both numbers: the bad variables are never read. 10,000 - 1,000
-    assert resolve_budget(10_000, 1_000, env=bad).usable == 9_000
+def test_environment_sets_a_number_only_when_it_decides() -> None:
+    env = {"LLM_CONTEXT_SIZE": "50000", "LLM_MAX_OUTPUT_TOKENS": "1000"}
+    # arguments decide both numbers: 10,000 - 1,000
+    assert resolve_budget(10_000, 1_000, env=env).usable == 9_000
     # the model table decides both: 128,000 - 16,384 = 111,616
-    assert resolve_budget(model="gpt-4o", env=bad).usable == 111_616
-    # the model decides the window only (no published output): the output variable is read
-    with pytest.raises(ValueError, match="LLM_MAX_OUTPUT_TOKENS"):
-        resolve_budget(model="mistral-large", env=bad)
+    assert resolve_budget(model="gpt-4o", env=env).usable == 111_616
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {"model": "gpt-4o"}),  # the table decides the reserve (16,384)
+        ((), {"model": "nope-1"}),  # unknown model: the variable would decide it
+        ((10_000, 1_000), {}),  # arguments decide both numbers
+        ((), {"model": "mistral-large"}),  # the table decides the window only
+        ((), {}),  # nothing else decides: the variable does
+    ],
+)
+def test_a_malformed_output_variable_is_the_same_error_whatever_decides(args: tuple, kwargs: dict) -> None:
+    # fresh12 O3: with a known model LLM_MAX_OUTPUT_TOKENS=abc was silently ignored, with
+    # an unknown one it was an error; the environment is the user's explicit setting
+    want = "environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens, got 'abc'"
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_MAX_OUTPUT_TOKENS": "abc"}, **kwargs)
+    assert str(got.value) == want
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_MAX_OUTPUT_TOKENS": "-1"}, **kwargs)
+    assert str(got.value) == "environment variable LLM_MAX_OUTPUT_TOKENS must be >= 0, got '-1'"
+    # the window's variable too: LLM_CONTEXT_SIZE=128k
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_CONTEXT_SIZE": "128k"}, **kwargs)
+    assert str(got.value) == "environment variable LLM_CONTEXT_SIZE must be an integer number of tokens, got '128k'"
 
 
 def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:

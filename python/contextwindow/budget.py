@@ -464,8 +464,10 @@ def resolve_budget(
         history_cap: a history-pruning cap in tokens; only a positive value, and only lowers.
         env: environment to read ``LLM_CONTEXT_SIZE`` / ``LLM_MAX_OUTPUT_TOKENS`` from
             (default ``os.environ``; pass ``{}`` to ignore the environment). A variable
-            is read only when no argument or model entry decides its number; blank
-            counts as unset; ``128_000`` is allowed, ``128,000`` and ``128k`` are not.
+            sets its number only when no argument or model entry decides it, but a set
+            variable that is not an integer in range is an error either way (fresh12
+            O3); blank counts as unset; ``128_000`` is allowed, ``128,000`` and ``128k``
+            are not.
 
     Returns:
         A :class:`Budget` whose ``rules`` name the rule behind each number.
@@ -473,8 +475,9 @@ def resolve_budget(
     Raises:
         TypeError: an option has the wrong type (e.g. a str window, a bool ratio).
         ValueError: an option is out of range (window <= 0, negative reserve, margin or
-            cap, an empty or blank model name), an environment variable is not an integer
-            (names the variable), or the output reserve is as large as the window or
+            cap, an empty or blank model name), a set environment variable is not an
+            integer in range, even one an argument or the model table overrides (names
+            the variable), or the output reserve is as large as the window or
             larger, leaving no token for the input (names both numbers; a
             ``ReserveError``, which also says where the reserve came from).
 
@@ -499,6 +502,11 @@ def resolve_budget(
     if not isinstance(environ, Mapping):
         raise TypeError(f"env must be a mapping, got {type(environ).__name__}")
     rules: list[str] = []
+    # both variables are checked whether or not they decide a number: a malformed value is
+    # the user's explicit setting gone wrong, an error with or without a table model
+    # (fresh12 O3); the precedence below is unchanged
+    env_window = _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)
+    env_output = _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)
 
     limits = model_limits(model, models) if model is not None else None
     if model is not None and limits is None:
@@ -512,7 +520,7 @@ def resolve_budget(
     elif limits is not None:
         window = limits.context_window
         rules.append(f"window_from_model: context_window={window} ({model})")
-    elif (env_window := _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)) is not None:
+    elif env_window is not None:
         window = env_window
         rules.append(f"window_from_env: context_window={window} ({ENV_CONTEXT_SIZE})")
     else:
@@ -535,7 +543,7 @@ def resolve_budget(
     elif limits is not None and limits.max_output_tokens is not None:
         output, source = limits.max_output_tokens, "model"
         rules.append(f"output_from_model: max_output_tokens={output} ({model})")
-    elif (env_output := _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)) is not None:
+    elif env_output is not None:
         output, source = env_output, "env"
         rules.append(f"output_from_env: max_output_tokens={output} ({ENV_MAX_OUTPUT_TOKENS})")
     elif limits is not None and DEFAULT_MAX_OUTPUT_TOKENS > window // 2:
