@@ -757,7 +757,8 @@ def fit(
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
     (never an open one but the newest), cuts oversized tool results to head + tail with a
-    marker, then cuts the request only if that makes it fit (never a pinned request). If
+    marker, then the assistant text after the request the same way, then cuts the
+    request only if that makes it fit (never a pinned request). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
     are all there. Deterministic: the same input gives the same output.
 
@@ -768,7 +769,8 @@ def fit(
     pinned message demoted by the share rule, kept or dropped: see ``fate``), or a repair
     rule (``orphan_result``, ``result_moved``, ...; repair runs first),
     ``breadcrumb_added``, or one of ``trim_turns``' (``oldest_turn``,
-    ``oldest_tool_unit``, ``tool_result_shrunk``, ``request_truncated``) when the
+    ``oldest_tool_unit``, ``tool_result_shrunk``, ``reply_shrunk``,
+    ``request_truncated``) when the
     delegated step changed it.
 
     Args:
