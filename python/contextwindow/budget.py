@@ -652,7 +652,8 @@ def check_capacity(
             ``.capacity`` and ``.over`` hold the numbers.
         TypeError / ValueError: a number has the wrong type or is negative, or (for a
             bare window) ``max_output_tokens`` is as large as the window or larger, as in
-            :func:`resolve_budget`.
+            :func:`resolve_budget`; a :class:`Budget` that :func:`checked_budget` refuses
+            (fields that disagree, a reserve as large as the window).
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616

@@ -933,7 +933,11 @@ def prune_middle(
         ValueError: ``budget`` not None, an int >= 0 or a ``Budget``, ``keep_recent``
             not an int >= 0 or None (a string or a bool as much as a negative number, as
             for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
-            message index.
+            message index. A hand-built ``Budget`` that
+            :func:`~contextwindow.resolve_budget` could never return (fields that
+            disagree; a reserve as large as the window, a ``ReserveError``; a non-int
+            field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``pinned`` not a collection of indices (ints).
 
     A pruning that would not lower the estimate (the notice costing as much as the

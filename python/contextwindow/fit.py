@@ -789,7 +789,11 @@ def fit(
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable`` (a
             string or a bool too, as in ``trim_turns``), unknown profile, a policy value
             out of range (an index that is not a message, a class outside 0-3, a share
-            outside (0, 1]).
+            outside (0, 1]). A hand-built ``Budget`` that
+            :func:`~contextwindow.resolve_budget` could never return (fields that
+            disagree; a reserve as large as the window, a ``ReserveError``; a non-int
+            field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or one of its collections (``pinned``,
             ``priorities``, ``eviction_order``) is of the wrong type or holds an item of
             the wrong type (``priorities={"0": 1}``); ``breadcrumb`` is not a bool.
@@ -888,6 +892,10 @@ def recover_from_overflow(
         InvalidMessageError: a message is malformed.
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable``,
             negative ``reported_tokens``, unknown profile, a policy value out of range.
+            A hand-built ``Budget`` that :func:`~contextwindow.resolve_budget` could
+            never return (fields that disagree; a reserve as large as the window, a
+            ``ReserveError``; a non-int field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or a policy collection or an item in
             it is of the wrong type.
 

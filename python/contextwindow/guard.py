@@ -432,7 +432,10 @@ class ContextGuard:
         subscribers: callables receiving each event (see :meth:`subscribe`).
 
     Raises:
-        ValueError: an unknown profile, the budget options are inconsistent (see
+        ValueError: a hand-built ``budget`` that ``resolve_budget`` could never return
+            (``contextwindow.budget.checked_budget``: fields that disagree, a reserve as
+            large as the window, a ``ReserveError``; a non-int field is a TypeError), an
+            unknown profile, the budget options are inconsistent (see
             :func:`~contextwindow.resolve_budget`, which also says which of
             ``model``, ``context_window`` and ``max_output_tokens`` is of the wrong
             type, with a TypeError), a policy value out of range, or a number option

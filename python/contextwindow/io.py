@@ -622,8 +622,8 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
         # every command refuses it, as count and fit do (validate and repair, which do
         # not count the tools, used to pass such a file; fresh11 N2)
         # and a function that is not an object, a name that is not a string (fresh12 O4)
-        if (shape := tool_definition_error(i, t)) is not None:
-            raise InvalidRequestError(f"{where}: {shape}")
+        if (wrong := tool_definition_error(i, t)) is not None:
+            raise InvalidRequestError(f"{where}: {wrong}")
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):
