@@ -1363,9 +1363,9 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     """Cut text part ``(part, inner)`` of work item ``w`` so the total fits, if it helps.
 
     Never a cut whose marker costs as many tokens as the text it removes, or more
-    (fresh12 O1). With ``settle`` (tool results, the reply after the request) the cut
-    searched for is the largest that fits and is worth its marker; without it (the
-    request) the largest cut that fits is made only if it is worth its marker."""
+    (fresh12 O1). The cut is the largest that fits; with ``settle`` (tool results, the
+    reply after the request), when that one is not worth its marker, the largest smaller
+    one that fits and is; without it (the request) the text then stays whole."""
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -1381,7 +1381,9 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
         span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
         return st.cost.message_tokens(_with_text(m, part, inner, marker(tail - head))) < span
 
-    lo = largest_fitting(len(text), lambda k: fits(k) and (not settle or worth(k)))
+    lo = largest_fitting(len(text), fits)
+    if settle and lo > 0 and not worth(lo):
+        lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
     new_text, removed = shrink_text(text, lo)
     if removed == 0:
         return

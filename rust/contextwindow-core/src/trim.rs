@@ -186,6 +186,24 @@ fn cut_points(chars: &[char], keep: usize) -> (usize, usize) {
     (head, tail_start)
 }
 
+/// The largest `k` in `[0, n - 1]` with `ok(k)`, by binary search; 0 when `ok(0)` is
+/// false (a text is then cut to its marker alone). `_reference.largest_fitting`.
+fn largest_fitting(n: usize, ok: impl Fn(usize) -> bool) -> usize {
+    let mut lo = 0usize;
+    if ok(0) {
+        let mut hi = n.saturating_sub(1);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if ok(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+    }
+    lo
+}
+
 fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
     let (head, tail_start) = cut_points(chars, keep);
     if head == tail_start {
@@ -475,11 +493,11 @@ impl<'a, 'p> State<'a, 'p> {
     /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
     ///
     /// Never a cut whose marker costs as many tokens as the text it removes, or more
-    /// (fresh12 O1). With `settle` (tool results, the reply after the request) the cut
-    /// searched for is the largest that fits and is worth its marker, so such a text is
-    /// cut a little further rather than left whole for the request to pay for; without it
-    /// (the request) the largest cut that fits is made only if it is worth its marker,
-    /// else the text stays whole and the report says whether the conversation fits.
+    /// (fresh12 O1). The cut is the largest that fits; with `settle` (tool results, the
+    /// reply after the request), when that one is not worth its marker, the largest
+    /// smaller one that fits and is, so such a text is cut a little further rather than
+    /// left whole for the request to pay for; without it (the request) the text then
+    /// stays whole and the report says whether the conversation fits.
     fn shrink(
         &mut self,
         w: usize,
@@ -509,18 +527,10 @@ impl<'a, 'p> State<'a, 'p> {
             let span: String = chars[head..tail_start].iter().collect();
             p.text_tokens(&marker(tail_start - head)) < p.text_tokens(&span)
         };
-        let wanted = |k: usize| fits(k) && (!settle || worth(k));
-        let mut lo = 0usize;
-        if wanted(0) {
-            let mut hi = chars.len().saturating_sub(1);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if wanted(mid) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
+        let mut lo = largest_fitting(chars.len(), fits);
+        // the span is counted again only here and, rarely, in a second search below it
+        if settle && lo > 0 && !worth(lo) {
+            lo = largest_fitting(lo, |k| fits(k) && worth(k));
         }
         let (new_text, removed) = shrink_chars(&chars, lo);
         let new_tokens = p.text_tokens(&new_text);
