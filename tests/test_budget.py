@@ -13,7 +13,9 @@ from contextwindow.budget import (
     MODELS,
     Budget,
     ModelLimits,
+    ReserveError,
     check_capacity,
+    checked_budget,
     model_limits,
     resolve_budget,
 )
@@ -93,15 +95,38 @@ def test_blank_environment_counts_as_unset() -> None:
     assert resolve_budget(env={"LLM_CONTEXT_SIZE": "100_000", "LLM_MAX_OUTPUT_TOKENS": "36_000"}).usable == 64_000
 
 
-def test_environment_is_read_only_when_it_decides() -> None:
-    bad = {"LLM_CONTEXT_SIZE": "lots", "LLM_MAX_OUTPUT_TOKENS": "some"}
-    # arguments decide both numbers: the bad variables are never read. 10,000 - 1,000
-    assert resolve_budget(10_000, 1_000, env=bad).usable == 9_000
+def test_environment_sets_a_number_only_when_it_decides() -> None:
+    env = {"LLM_CONTEXT_SIZE": "50000", "LLM_MAX_OUTPUT_TOKENS": "1000"}
+    # arguments decide both numbers: 10,000 - 1,000
+    assert resolve_budget(10_000, 1_000, env=env).usable == 9_000
     # the model table decides both: 128,000 - 16,384 = 111,616
-    assert resolve_budget(model="gpt-4o", env=bad).usable == 111_616
-    # the model decides the window only (no published output): the output variable is read
-    with pytest.raises(ValueError, match="LLM_MAX_OUTPUT_TOKENS"):
-        resolve_budget(model="mistral-large", env=bad)
+    assert resolve_budget(model="gpt-4o", env=env).usable == 111_616
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {"model": "gpt-4o"}),  # the table decides the reserve (16,384)
+        ((), {"model": "nope-1"}),  # unknown model: the variable would decide it
+        ((10_000, 1_000), {}),  # arguments decide both numbers
+        ((), {"model": "mistral-large"}),  # the table decides the window only
+        ((), {}),  # nothing else decides: the variable does
+    ],
+)
+def test_a_malformed_output_variable_is_the_same_error_whatever_decides(args: tuple, kwargs: dict) -> None:
+    # fresh12 O3: with a known model LLM_MAX_OUTPUT_TOKENS=abc was silently ignored, with
+    # an unknown one it was an error; the environment is the user's explicit setting
+    want = "environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens, got 'abc'"
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_MAX_OUTPUT_TOKENS": "abc"}, **kwargs)
+    assert str(got.value) == want
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_MAX_OUTPUT_TOKENS": "-1"}, **kwargs)
+    assert str(got.value) == "environment variable LLM_MAX_OUTPUT_TOKENS must be >= 0, got '-1'"
+    # the window's variable too: LLM_CONTEXT_SIZE=128k
+    with pytest.raises(ValueError) as got:
+        resolve_budget(*args, env={"LLM_CONTEXT_SIZE": "128k"}, **kwargs)
+    assert str(got.value) == "environment variable LLM_CONTEXT_SIZE must be an integer number of tokens, got '128k'"
 
 
 def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -506,3 +531,91 @@ def test_an_empty_model_name_is_a_value_error() -> None:
     with pytest.raises(TypeError) as err:
         resolve_budget(model=5)  # type: ignore[arg-type]
     assert str(err.value) == "model must be a str, got int"
+
+
+# --- a hand-built Budget: every entry that takes one refuses what resolve_budget refuses ----
+
+
+def _hand_budget(**over: object) -> Budget:
+    # a consistent one: 1,000 - 200 = capacity 800; usable 700 <= 800 - 50 tool tokens
+    fields: dict[str, object] = dict(
+        context_window=1_000,
+        max_output_tokens=200,
+        tool_schema_tokens=50,
+        safety_margin=0,
+        capacity=800,
+        target=750,
+        usable=700,
+        floor=0,
+        trim_enabled=True,
+        capacity_known=True,
+    )
+    fields.update(over)
+    return Budget(**fields)  # type: ignore[arg-type]
+
+
+def _budget_entries(b: Budget) -> dict[str, object]:
+    import contextwindow as cw
+
+    msgs = [{"role": "user", "content": "hi"}]
+    return {
+        "ContextGuard": lambda: cw.ContextGuard(b),
+        "fit": lambda: cw.fit(msgs, b),
+        "recover_from_overflow": lambda: cw.recover_from_overflow(msgs, 5, budget=b),
+        "prune_middle": lambda: cw.prune_middle(msgs, b),
+        "check_capacity": lambda: check_capacity(1, b),
+    }
+
+
+@pytest.mark.parametrize("entry", ["ContextGuard", "fit", "recover_from_overflow", "prune_middle", "check_capacity"])
+def test_a_hand_built_budget_with_no_capacity_is_refused_everywhere(entry: str) -> None:
+    # fresh12 O6: window 100, reserve 100, capacity 0 was accepted by ContextGuard and fit
+    b = _hand_budget(context_window=100, max_output_tokens=100, tool_schema_tokens=0, capacity=0, target=0, usable=0)
+    want = "output reserve max_output_tokens=100 is as large as the context window 100 (no token left for the input)"
+    with pytest.raises(ReserveError) as got:
+        _budget_entries(b)[entry]()  # type: ignore[operator]
+    assert str(got.value) == want
+    # the same wording check_capacity gives for the same reserve on a bare window
+    with pytest.raises(ReserveError) as bare:
+        check_capacity(1, 100, max_output_tokens=100)
+    assert str(bare.value) == want
+    # and resolve_budget refuses the same reserve, with its hint after the same words
+    with pytest.raises(ReserveError) as resolved:
+        resolve_budget(100, 100, env={})
+    assert str(resolved.value).startswith(want + ": set a smaller max_output_tokens")
+    # a reserve larger than the window: 150 > 100
+    b = _hand_budget(context_window=100, max_output_tokens=150, tool_schema_tokens=0, capacity=0, target=0, usable=0)
+    with pytest.raises(
+        ReserveError, match=r"^output reserve max_output_tokens=150 is larger than the context window 100$"
+    ):
+        _budget_entries(b)[entry]()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("entry", ["ContextGuard", "fit", "recover_from_overflow", "prune_middle", "check_capacity"])
+def test_a_hand_built_budget_whose_fields_disagree_is_refused(entry: str) -> None:
+    _budget_entries(_hand_budget())[entry]()  # type: ignore[operator]  # the consistent one is fine
+    cases = [
+        # the docstring's relation: capacity = context_window - max_output_tokens = 1,000 - 200 = 800
+        (
+            {"capacity": 900},
+            ValueError,
+            "Budget.capacity must be context_window - max_output_tokens = 1,000 - 200 = 800, got 900",
+        ),
+        ({"target": 801}, ValueError, "Budget.target 801 is larger than its capacity 800"),
+        # usable <= capacity - tool_schema_tokens = 800 - 50 = 750
+        (
+            {"usable": 751},
+            ValueError,
+            "Budget.usable 751 is larger than capacity - tool_schema_tokens = 800 - 50 = 750",
+        ),
+        ({"usable": -1}, ValueError, "Budget.usable must be >= 0, got -1"),
+        ({"context_window": 0}, ValueError, "Budget.context_window must be >= 1, got 0"),
+        ({"usable": "700"}, TypeError, "Budget.usable must be an int, got str"),
+        ({"capacity": True}, TypeError, "Budget.capacity must be an int, got bool"),
+    ]
+    for over, kind, text in cases:
+        with pytest.raises(kind) as got:
+            _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]
+        assert str(got.value) == text, over
+    # a duck-typed budget (any object with an int `usable`) is not a Budget and keeps working
+    assert checked_budget(_hand_budget()).capacity == 800

@@ -285,6 +285,21 @@ def test_fit_model_reserve_from_the_environment_is_named(
 
 
 @pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize("model", ["gpt-4o", "nope-1"])
+def test_fit_model_malformed_output_variable_is_an_error_for_any_model(
+    model: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # fresh12 O3: gpt-4o's table reserve used to hide LLM_MAX_OUTPUT_TOKENS=abc (rc 0)
+    # while nope-1 gave this error (rc 2); now both give it
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "abc")
+    assert main(["fit", str(EXAMPLE), "--model", model, "-o", os.devnull]) == 2
+    assert capsys.readouterr().err == (
+        "contextwindow: error: environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens,"
+        " got 'abc'\n"
+    )
+
+
+@pytest.mark.usefixtures("no_llm_env")
 def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000"]) == 2
     err = capsys.readouterr().err

@@ -1042,3 +1042,61 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
     want = 'message 1, field content[0].input.a\\u2028\\n"b\\u0085: the key "\ufffd" appears more than once'
     assert same_everywhere(msgs) == want
     assert want.splitlines() == [want]
+
+
+@pytest.mark.parametrize(
+    ("tools", "want", "offset"),
+    [
+        # {"messages": [{"role": "user", "content": "q"}], "tools": [ is 59 bytes; then
+        # {"type": "function", "function":  is 33 more: the 5 starts at byte 92
+        ([{"type": "function", "function": 5}], "tools[0].function: must be an object, got a number", 92),
+        ([{"type": "function", "function": None}], "tools[0].function: must be an object, got null", 92),
+        # 92 + len('{"name": ') = 92 + 9 = 101
+        (
+            [{"type": "function", "function": {"name": 7, "parameters": {}}}],
+            "tools[0].function.name: must be a string, got a number",
+            101,
+        ),
+        # Anthropic: 59 + len('{"name": ') = 68
+        ([{"name": ["f"], "input_schema": {}}], "tools[0].name: must be a string, got an array", 68),
+        # the second tool: 59 + len('{"name": "f"}, {"name": ') = 59 + 13 + 2 + 9 = 83
+        ([{"name": "f"}, {"name": False}], "tools[1].name: must be a string, got a boolean", 83),
+    ],
+)
+def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(
+    tools: list[Any], want: str, offset: int
+) -> None:
+    """fresh12 O4: ``tools: [{"type": "function", "function": 5}]`` was counted (23
+    tokens) by the CLI, ``count_messages(tools=)`` and ``count_request`` alike."""
+    msgs = [{"role": "user", "content": "q"}]
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_messages(msgs, tools=tools)
+    assert str(info.value) == want
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.token_breakdown(msgs, tools=tools)
+    assert str(info.value) == want
+    body = json.dumps({"messages": msgs, "tools": tools}).encode()
+    for err in gateway_errors(body):
+        assert err == f"invalid request body at byte {offset}: {want}"
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "t.json"
+        f.write_bytes(body)
+        for command in (["count"], ["fit", "--budget", "100"], ["validate"]):
+            err_out = io.StringIO()
+            with contextlib.redirect_stderr(err_out), contextlib.redirect_stdout(io.StringIO()):
+                assert main([command[0], str(f), *command[1:]]) == 2
+            assert err_out.getvalue() == f"contextwindow: error: {f}: {want}\n"
+
+
+def test_tools_of_every_documented_shape_are_still_counted() -> None:
+    """The shape check refuses only wrong types: OpenAI function tools, Anthropic client
+    tools and Anthropic server tools (no input_schema) count as their JSON text."""
+    msgs = [{"role": "user", "content": "q"}]
+    tools = [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+        {"name": "g", "description": "d", "input_schema": {"type": "object"}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+    ]
+    n = cw.count_messages(msgs, tools=tools)
+    assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())
+    assert n > cw.count_messages(msgs)

@@ -7,12 +7,19 @@ plus 4 per message. ``"a" * 40`` is 10 tokens, so such a message costs 14; the b
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages, native
+from contextwindow.cli import main
 from contextwindow.messages import RESULTS_REMOVED, Message, TextPart, ToolCall, ToolResult
+
+from shared_data import CORPUS
 
 BC = cw.BREADCRUMB
 
@@ -243,3 +250,127 @@ def test_output_is_built_from_a_snapshot_of_the_input_list() -> None:
     ]
     r = cw.trim_turns(Shifting(msgs), budget=30)
     assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[-1]
+
+
+# --- fresh12 O1: the reply after the request is cut before the request ----------------------
+# fim: floor(ASCII / 4) tokens per text + 4 per message; a marker for a 3-digit count is 34
+# characters (8 tokens), for a 2-digit count 33 (8 tokens).
+
+
+def _engines_agree(msgs: list[dict[str, Any]], budget: int) -> cw.TrimResult[Any]:
+    """trim_turns, checked against _reference.trim_turns and the gateway's fit_request."""
+    r = cw.trim_turns(msgs, budget, profile="fim")
+    canonical = cw.adapters.to_canonical(msgs, "openai")
+    ops, report = ref.trim_turns(canonical, budget, "fim", True, "openai")
+    assert report == r.report
+    # an op is (source index, new message), the message None when unchanged
+    assert [canonical[i] if m is None else m for i, m in ops] == cw.adapters.to_canonical(r.messages, "openai")
+    body = json.dumps({"messages": msgs}).encode()
+    out, rr = cw.fit_request(body, budget=budget, profile="fim", provider="openai", report=True)
+    assert json.loads(out)["messages"] == r.messages and rr.report == r.report
+    return r
+
+
+def test_the_reply_after_the_request_is_cut_before_the_request() -> None:
+    q = "q" * 400
+    msgs = [{"role": "system", "content": "s" * 400}, u(q), a("a" * 400)]  # 104 + 104 + 104 = 312
+    r = _engines_agree(msgs, 250)
+    # the reply's others: 312 - 100 = 212; 212 + floor((k + 34) / 4) <= 250 -> k = 121:
+    # head ceil(121 / 2) = 61, tail 60, 400 - 121 = 279 removed; 212 + floor(155 / 4) = 250
+    assert r.messages[2]["content"] == "a" * 61 + "\n[... 279 characters removed ...]\n" + "a" * 60
+    assert r.messages[1] is msgs[1] and r.messages[0] is msgs[0]
+    assert (r.report.tokens_after, r.report.fits) == (250, True)
+    f = r.report.fates[2]
+    assert (f.fate, f.rule, f.chars_removed) == ("truncated", "reply_shrunk", 279)
+    # a pinned reply is not cut (dicts have no pinned field: Message structs): the request
+    # is, by the same numbers
+    pinned = [
+        *cw.adapters.to_canonical(msgs[:2], "openai"),
+        Message(role="assistant", content=[TextPart(text="a" * 400)], pinned=True),
+    ]
+    r = cw.trim_turns(pinned, 250, profile="fim")
+    assert r.messages[1].content[0].text == "q" * 61 + "\n[... 279 characters removed ...]\n" + "q" * 60
+    assert r.messages[2] is pinned[2] and r.report.fates[1].rule == "request_truncated"
+    # an assistant message before the request (it opens the first turn) is not the answer
+    # to it: the request is cut, by the same numbers
+    before = [msgs[0], a("a" * 400), u(q)]
+    r = _engines_agree(before, 250)
+    assert r.messages[2]["content"] == "q" * 61 + "\n[... 279 characters removed ...]\n" + "q" * 60
+    assert r.messages[1] is before[1]
+
+
+def test_a_reply_too_small_to_make_it_fit_is_cut_to_its_marker_then_the_request() -> None:
+    msgs = [{"role": "system", "content": "s" * 400}, u("q" * 400), a("a" * 40)]  # 104 + 104 + 14 = 222
+    r = _engines_agree(msgs, 150)
+    # the reply: 212 + 8 = 220 > 150 even cut to its marker (33 characters, 8 tokens < 10):
+    # cut to it. The request: others 220 - 100 = 120; 120 + floor((k + 34) / 4) <= 150 ->
+    # k = 89: head 45, tail 44, 311 removed; 120 + floor(123 / 4) = 150
+    assert r.messages[2]["content"] == "\n[... 40 characters removed ...]\n"
+    assert r.messages[1]["content"] == "q" * 45 + "\n[... 311 characters removed ...]\n" + "q" * 44
+    assert (r.report.tokens_after, r.report.fits) == (150, True)
+    assert [(f.rule, f.chars_removed) for f in r.report.fates] == [
+        ("preamble", 0),
+        ("request_truncated", 311),
+        ("reply_shrunk", 40),
+    ]
+
+
+def test_a_request_cut_not_worth_its_marker_is_not_made() -> None:
+    msgs = [{"role": "system", "content": "s" * 400}, u("q" * 100)]  # 104 + 29 = 133
+    # budget 132: others 108; 108 + floor((k + 33) / 4) <= 132 -> k = 66 keeps 33 + 33 and
+    # removes 34 characters, floor(34 / 4) = 8 tokens, for a marker of 33 characters, 8
+    # tokens: as many as it removes, so the request stays whole and the report says so
+    r = _engines_agree(msgs, 132)
+    assert all(x is y for x, y in zip(r.messages, msgs, strict=True)) and len(r.messages) == 2
+    assert (r.report.tokens_after, r.report.fits) == (133, False)
+    # budget 131: k + 33 <= 95 -> k = 62 removes 38 characters, 9 tokens > 8: made
+    r = _engines_agree(msgs, 131)
+    assert r.messages[1]["content"] == "q" * 31 + "\n[... 38 characters removed ...]\n" + "q" * 31
+    assert (r.report.tokens_after, r.report.fits) == (131, True)
+
+
+def test_a_tool_result_is_cut_further_rather_than_not_worth_its_marker() -> None:
+    msgs = [u("go"), call("c1"), result("c1", "x" * 100)]  # 5 + 6 + 29 = 40
+    r = _engines_agree(msgs, 39)
+    # others 15; 15 + floor((k + 33) / 4) <= 39 -> k <= 66, but k = 66 removes 34 (8
+    # tokens) and k = 65 removes 35 (8 tokens) for a marker of 8: k = 64 removes 36 (9
+    # tokens); 15 + floor(97 / 4) = 39
+    assert r.messages[2]["content"] == "x" * 32 + "\n[... 36 characters removed ...]\n" + "x" * 32
+    assert (r.report.tokens_after, r.report.fits) == (39, True)
+    assert r.report.fates[2].rule == "tool_result_shrunk"
+
+
+def test_cli_repro_keeps_the_korean_request_whole(tmp_path: Path) -> None:
+    """fresh12 O1: ``contextwindow fit --budget 1263 .../id07_Reasoning.json`` cut the
+    75-character Korean question to ``자\\n[... 44 characters removed ...]\\n`` and kept the
+    1,398-character answer after it whole."""
+    path = CORPUS / "logickor_claude35_ko" / "id07_Reasoning.json"
+    if not path.is_file():
+        pytest.skip("../shared/corpus is absent")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    question, answer = (m["content"][0]["text"] for m in doc["messages"][2:])
+    out = tmp_path / "out.json"
+    assert main(["fit", "--budget", "1263", str(path), "-o", str(out), "--json"]) == 0
+    kept = json.loads(out.read_text(encoding="utf-8"))["messages"]
+    # the old turn goes; the request stays whole; the answer is head + marker + tail
+    assert [m["role"] for m in kept] == ["user", "assistant"]
+    assert kept[0]["content"] == [{"type": "text", "text": question}]
+    text = kept[1]["content"][0]["text"]
+    head, rest = text.split("\n[... ", 1)
+    removed, tail = rest.split(" characters removed ...]\n", 1)
+    assert answer.startswith(head) and answer.endswith(tail) and head and tail
+    assert len(head) + int(removed) + len(tail) == len(answer)
+    r = cw.trim_turns(doc["messages"], 1263, format="anthropic")
+    assert r.messages == kept and r.report.fits and r.report.tokens_after <= 1263
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("dropped", "oldest_turn"),
+        ("dropped", "oldest_turn"),
+        ("kept", "kept_turn"),
+        ("truncated", "reply_shrunk"),
+    ]
+    assert cw.count_messages(kept, format="anthropic") == r.report.tokens_after
+    # tight: the cut that keeps one character more does not fit
+    k = len(head) + len(tail)
+    assert ref.shrink_text(answer, k)[0] == text
+    longer = [kept[0], {"role": "assistant", "content": [{"type": "text", "text": ref.shrink_text(answer, k + 1)[0]}]}]
+    assert cw.count_messages(longer, format="anthropic") > 1263

@@ -90,6 +90,31 @@ def json_type_name(value: Any) -> str:
     return f"a Python {type(value).__name__}"
 
 
+def tool_definition_error(i: int, tool: Any) -> str | None:
+    """What is wrong with the shape of the request's tool definition ``tools[i]``, in the
+    gateway's words (``gateway.rs``, ``tool_shape``), or ``None``.
+
+    A definition is an object; an OpenAI one's ``function`` (when present) is an object
+    whose ``name`` (when present) is a string; an Anthropic one's ``name`` (when present) is
+    a string. Other keys are counted as they are (fresh12 O4: ``{"function": 5}`` used
+    to be counted, never refused).
+
+    >>> tool_definition_error(0, {"type": "function", "function": 5})
+    'tools[0].function: must be an object, got a number'
+    """
+    if not isinstance(tool, Mapping):
+        return f"tools[{i}]: a tool definition must be an object, got {json_type_name(tool)}"
+    if "function" in tool:
+        function = tool["function"]
+        if not isinstance(function, Mapping):
+            return f"tools[{i}].function: must be an object, got {json_type_name(function)}"
+        if "name" in function and not isinstance(function["name"], str):
+            return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
+    if "name" in tool and not isinstance(tool["name"], str):
+        return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"
+    return None
+
+
 def _encode(messages: Sequence[Message]) -> bytes:
     """:func:`encode_messages`, raising :class:`KeyClash` (its path starts with the
     message's index) for two keys that lone surrogates made one."""

@@ -1123,17 +1123,26 @@ def _bad_cut(s: str, p: int) -> bool:
     return False
 
 
-def shrink_text(s: str, keep: int) -> tuple[str, int]:
-    """Keep about ``keep`` characters: first half + marker + last half."""
+def cut_points(s: str, keep: int) -> tuple[int, int]:
+    """Where :func:`shrink_text` cuts to keep about ``keep`` characters: the end of the
+    head and the start of the tail (equal, nothing removed, when ``keep >= len(s)``)."""
     n = len(s)
     if keep >= n:
-        return s, 0
+        return n, n
     head = (keep + 1) // 2
     while head > 0 and _bad_cut(s, head):
         head -= 1
     tail = n - keep // 2
     while tail < n and _bad_cut(s, tail):
         tail += 1
+    return head, tail
+
+
+def shrink_text(s: str, keep: int) -> tuple[str, int]:
+    """Keep about ``keep`` characters: first half + marker + last half."""
+    head, tail = cut_points(s, keep)
+    if head == tail:
+        return s, 0
     removed = tail - head
     return s[:head] + marker(removed) + s[tail:], removed
 
@@ -1350,7 +1359,13 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
-def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str) -> None:
+def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, settle: bool) -> None:
+    """Cut text part ``(part, inner)`` of work item ``w`` so the total fits, if it helps.
+
+    Never a cut whose marker costs as many tokens as the text it removes, or more
+    (fresh12 O1). The cut is the largest that fits; with ``settle`` (tool results, the
+    reply after the request), when that one is not worth its marker, the largest smaller
+    one that fits and is; without it (the request) the text then stays whole."""
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -1361,13 +1376,20 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     def fits(k: int) -> bool:
         return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k)[0])) <= budget
 
+    def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
+        head, tail = cut_points(text, k)
+        span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
+        return st.cost.message_tokens(_with_text(m, part, inner, marker(tail - head))) < span
+
     lo = largest_fitting(len(text), fits)
+    if settle and lo > 0 and not worth(lo):
+        lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
     new_text, removed = shrink_text(text, lo)
     if removed == 0:
         return
     new_m = _with_text(m, part, inner, new_text)
     new_cost = st.cost.message_tokens(new_m)
-    if new_cost >= old:
+    if new_cost >= old or not worth(lo):
         return
     st.work[w] = Item(st.work[w].src, new_m)
     st.set_cost(w, new_cost)
@@ -1565,7 +1587,22 @@ def _trim_turns_once(
         for _, w, p, q in sorted(cands):
             if not over():
                 break
-            _shrink(st, w, p, q, inner_budget, "tool_result_shrunk")
+            _shrink(st, w, p, q, inner_budget, "tool_result_shrunk", True)
+    # a finished transcript: the newest turn's assistant text after the current request
+    # (the answer to it) is cut as tool results are, largest first, before the request is
+    if over() and req is not None and la <= req < lb:
+        cands3 = []
+        for w in range(req + 1, lb):
+            m = st.m(w)
+            if not st.keep[w] or m.pinned or m.role != "assistant":
+                continue
+            for p, part in enumerate(m.content):
+                if isinstance(part, TextPart) and part.text:
+                    cands3.append((-len(part.text), w, p))
+        for _, w, p in sorted(cands3):
+            if not over():
+                break
+            _shrink(st, w, p, None, inner_budget, "reply_shrunk", True)
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
         w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
@@ -1578,7 +1615,7 @@ def _trim_turns_once(
         for _, p in sorted(cands2):
             if not over():
                 break
-            _shrink(st, w, p, None, inner_budget, "request_truncated")
+            _shrink(st, w, p, None, inner_budget, "request_truncated", False)
     return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
 
 

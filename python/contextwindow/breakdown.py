@@ -250,8 +250,10 @@ def token_breakdown(
     canonical = prep.canonical
     per_message = message_tokens(canonical, profile)
     seg = segment_turns(canonical)
-    schema_rows = [(_schema_name(t, i), count_messages([], profile, tools=[t])) for i, t in enumerate(tools or [])]
+    # the whole list first: a bad definition is named by its own index (tools[3]), not as
+    # the tools[0] of a one-item list
     schema_total = count_messages([], profile, tools=tools) if tools else 0
+    schema_rows = [(_schema_name(t, i), count_messages([], profile, tools=[t])) for i, t in enumerate(tools or [])]
     msg_total = sum(per_message)
     total = msg_total + schema_total
 

@@ -330,6 +330,56 @@ def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -
     return value
 
 
+def checked_budget(budget: Budget) -> Budget:
+    """Refuse a hand-built :class:`Budget` that :func:`resolve_budget` could never return.
+
+    Every public entry that takes a ``Budget`` (``ContextGuard``, ``fit``,
+    ``recover_from_overflow``, ``prune_middle``, ``check_capacity``) calls this one check
+    (fresh12 O6: ``Budget(context_window=100, max_output_tokens=100, capacity=0, ...)``
+    was accepted where ``resolve_budget`` refuses the same reserve). The rules are the
+    documented relations of the fields: every number an int >= 0 (the window >= 1); a
+    reserve smaller than the window (DESIGN.md section 6); ``capacity ==
+    context_window - max_output_tokens``; ``target <= capacity``; ``usable <=
+    capacity - tool_schema_tokens`` (at least 0).
+
+    Args:
+        budget: the :class:`Budget` to check.
+
+    Returns:
+        ``budget`` itself.
+
+    Raises:
+        TypeError: a number field is not an int (``Budget.usable must be an int, got str``).
+        ValueError: a number is out of range or the fields disagree (naming the field
+            and both numbers); a ``ReserveError`` for a reserve as large as the window
+            or larger, worded as :func:`check_capacity`'s.
+
+    >>> checked_budget(resolve_budget(context_window=1000, max_output_tokens=200, env={})).capacity
+    800
+    """
+    for name in ("context_window", "max_output_tokens", "tool_schema_tokens", "safety_margin", "capacity", "target"):
+        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=1 if name == "context_window" else 0)
+    for name in ("usable", "floor"):
+        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=0)
+    window, output = budget.context_window, budget.max_output_tokens
+    if output >= window:  # resolve_budget's rule, in check_capacity's words
+        raise ReserveError(output, window, "argument")
+    if budget.capacity != window - output:
+        raise ValueError(
+            f"Budget.capacity must be context_window - max_output_tokens = {window:,} - {output:,}"
+            f" = {window - output:,}, got {budget.capacity:,}"
+        )
+    if budget.target > budget.capacity:
+        raise ValueError(f"Budget.target {budget.target:,} is larger than its capacity {budget.capacity:,}")
+    room = max(0, budget.capacity - budget.tool_schema_tokens)
+    if budget.usable > room:
+        raise ValueError(
+            f"Budget.usable {budget.usable:,} is larger than capacity - tool_schema_tokens"
+            f" = {budget.capacity:,} - {budget.tool_schema_tokens:,} = {room:,}"
+        )
+    return budget
+
+
 def _env_int(env: Mapping[str, str], var: str, *, minimum: int) -> int | None:
     """An integer environment variable; unset or blank -> None; anything else that is not
     an integer >= ``minimum`` raises ValueError naming the variable."""
@@ -414,8 +464,10 @@ def resolve_budget(
         history_cap: a history-pruning cap in tokens; only a positive value, and only lowers.
         env: environment to read ``LLM_CONTEXT_SIZE`` / ``LLM_MAX_OUTPUT_TOKENS`` from
             (default ``os.environ``; pass ``{}`` to ignore the environment). A variable
-            is read only when no argument or model entry decides its number; blank
-            counts as unset; ``128_000`` is allowed, ``128,000`` and ``128k`` are not.
+            sets its number only when no argument or model entry decides it, but a set
+            variable that is not an integer in range is an error either way (fresh12
+            O3); blank counts as unset; ``128_000`` is allowed, ``128,000`` and ``128k``
+            are not.
 
     Returns:
         A :class:`Budget` whose ``rules`` name the rule behind each number.
@@ -423,8 +475,9 @@ def resolve_budget(
     Raises:
         TypeError: an option has the wrong type (e.g. a str window, a bool ratio).
         ValueError: an option is out of range (window <= 0, negative reserve, margin or
-            cap, an empty or blank model name), an environment variable is not an integer
-            (names the variable), or the output reserve is as large as the window or
+            cap, an empty or blank model name), a set environment variable is not an
+            integer in range, even one an argument or the model table overrides (names
+            the variable), or the output reserve is as large as the window or
             larger, leaving no token for the input (names both numbers; a
             ``ReserveError``, which also says where the reserve came from).
 
@@ -449,6 +502,11 @@ def resolve_budget(
     if not isinstance(environ, Mapping):
         raise TypeError(f"env must be a mapping, got {type(environ).__name__}")
     rules: list[str] = []
+    # both variables are checked whether or not they decide a number: a malformed value is
+    # the user's explicit setting gone wrong, an error with or without a table model
+    # (fresh12 O3); the precedence below is unchanged
+    env_window = _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)
+    env_output = _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)
 
     limits = model_limits(model, models) if model is not None else None
     if model is not None and limits is None:
@@ -462,7 +520,7 @@ def resolve_budget(
     elif limits is not None:
         window = limits.context_window
         rules.append(f"window_from_model: context_window={window} ({model})")
-    elif (env_window := _env_int(environ, ENV_CONTEXT_SIZE, minimum=1)) is not None:
+    elif env_window is not None:
         window = env_window
         rules.append(f"window_from_env: context_window={window} ({ENV_CONTEXT_SIZE})")
     else:
@@ -485,7 +543,7 @@ def resolve_budget(
     elif limits is not None and limits.max_output_tokens is not None:
         output, source = limits.max_output_tokens, "model"
         rules.append(f"output_from_model: max_output_tokens={output} ({model})")
-    elif (env_output := _env_int(environ, ENV_MAX_OUTPUT_TOKENS, minimum=0)) is not None:
+    elif env_output is not None:
         output, source = env_output, "env"
         rules.append(f"output_from_env: max_output_tokens={output} ({ENV_MAX_OUTPUT_TOKENS})")
     elif limits is not None and DEFAULT_MAX_OUTPUT_TOKENS > window // 2:
@@ -594,7 +652,8 @@ def check_capacity(
             ``.capacity`` and ``.over`` hold the numbers.
         TypeError / ValueError: a number has the wrong type or is negative, or (for a
             bare window) ``max_output_tokens`` is as large as the window or larger, as in
-            :func:`resolve_budget`.
+            :func:`resolve_budget`; a :class:`Budget` that :func:`checked_budget` refuses
+            (fields that disagree, a reserve as large as the window).
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616
@@ -602,6 +661,7 @@ def check_capacity(
     n = _int_arg("tokens", tokens, minimum=0)
     assert n is not None
     if isinstance(budget, Budget):
+        checked_budget(budget)
         capacity = budget.capacity
         tools = budget.tool_schema_tokens if tool_schema_tokens is None else tool_schema_tokens
         window, output = budget.context_window, budget.max_output_tokens

@@ -44,6 +44,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._jsontext import shown
+from .budget import Budget, checked_budget
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -204,6 +205,8 @@ def _budget_tokens(budget: Any) -> int | None:
     """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
     if budget is None:
         return None
+    if isinstance(budget, Budget):
+        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
         raise ValueError(f"budget must be None, a non-negative int or a Budget, got {shown(budget)}")
@@ -930,7 +933,11 @@ def prune_middle(
         ValueError: ``budget`` not None, an int >= 0 or a ``Budget``, ``keep_recent``
             not an int >= 0 or None (a string or a bool as much as a negative number, as
             for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
-            message index.
+            message index. A hand-built ``Budget`` that
+            :func:`~contextwindow.resolve_budget` could never return (fields that
+            disagree; a reserve as large as the window, a ``ReserveError``; a non-int
+            field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``pinned`` not a collection of indices (ints).
 
     A pruning that would not lower the estimate (the notice costing as much as the

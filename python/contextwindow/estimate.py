@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from ._engine import json_type_name
+from ._engine import json_type_name, tool_definition_error
 from ._jsontext import KeyClash, clean_str, clean_value, field_path, shown
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -231,7 +231,9 @@ def check_limit(limit: Any) -> int | None:
 
 
 def tool_texts(tools: Any) -> list[str]:
-    """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``)."""
+    """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``);
+    ``InvalidRequestError`` for a definition that is not an object or whose ``function`` /
+    ``name`` has the wrong type (:func:`~contextwindow._engine.tool_definition_error`)."""
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -254,6 +256,9 @@ def tool_texts(tools: Any) -> list[str]:
             raise InvalidRequestError(f"tools[{i}]: is nested too deeply") from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             raise InvalidRequestError(f"tools[{i}]: holds a value JSON cannot represent ({exc})") from None
+        # then its shape, after its JSON text as the gateway (fresh12 O4)
+        if (shape := tool_definition_error(i, t)) is not None:
+            raise InvalidRequestError(shape)
     return out
 
 

@@ -45,6 +45,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._jsontext import shown
+from .budget import Budget, checked_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message
 from .report import TrimResult
@@ -188,6 +189,8 @@ def _usable(budget: Any) -> int:
     Anything else is a ``ValueError``, a string or a bool as much as a negative number, as
     in :func:`~contextwindow.trim_turns` and :func:`~contextwindow.fit_request` (fresh7
     N13: ``fit(m, "10")`` raised ``TypeError`` where they raise ``ValueError``)."""
+    if isinstance(budget, Budget):
+        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
     usable = getattr(budget, "usable", budget)
     if isinstance(usable, bool) or not isinstance(usable, (int, float)):
         raise ValueError(f"budget must be a non-negative int or have an int 'usable', got {shown(budget)}")
@@ -754,7 +757,8 @@ def fit(
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
     (never an open one but the newest), cuts oversized tool results to head + tail with a
-    marker, then cuts the request only if that makes it fit (never a pinned request). If
+    marker, then the assistant text after the request the same way, then cuts the
+    request only if that makes it fit (never a pinned request). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
     are all there. Deterministic: the same input gives the same output.
 
@@ -765,7 +769,8 @@ def fit(
     pinned message demoted by the share rule, kept or dropped: see ``fate``), or a repair
     rule (``orphan_result``, ``result_moved``, ...; repair runs first),
     ``breadcrumb_added``, or one of ``trim_turns``' (``oldest_turn``,
-    ``oldest_tool_unit``, ``tool_result_shrunk``, ``request_truncated``) when the
+    ``oldest_tool_unit``, ``tool_result_shrunk``, ``reply_shrunk``,
+    ``request_truncated``) when the
     delegated step changed it.
 
     Args:
@@ -784,7 +789,11 @@ def fit(
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable`` (a
             string or a bool too, as in ``trim_turns``), unknown profile, a policy value
             out of range (an index that is not a message, a class outside 0-3, a share
-            outside (0, 1]).
+            outside (0, 1]). A hand-built ``Budget`` that
+            :func:`~contextwindow.resolve_budget` could never return (fields that
+            disagree; a reserve as large as the window, a ``ReserveError``; a non-int
+            field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or one of its collections (``pinned``,
             ``priorities``, ``eviction_order``) is of the wrong type or holds an item of
             the wrong type (``priorities={"0": 1}``); ``breadcrumb`` is not a bool.
@@ -883,6 +892,10 @@ def recover_from_overflow(
         InvalidMessageError: a message is malformed.
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable``,
             negative ``reported_tokens``, unknown profile, a policy value out of range.
+            A hand-built ``Budget`` that :func:`~contextwindow.resolve_budget` could
+            never return (fields that disagree; a reserve as large as the window, a
+            ``ReserveError``; a non-int field is a ``TypeError``): see
+            ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or a policy collection or an item in
             it is of the wrong type.
 

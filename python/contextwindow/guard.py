@@ -66,7 +66,7 @@ import msgspec
 
 from . import _engine
 from ._jsontext import shown
-from .budget import Budget, check_capacity, resolve_budget
+from .budget import Budget, check_capacity, checked_budget, resolve_budget
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
@@ -432,7 +432,10 @@ class ContextGuard:
         subscribers: callables receiving each event (see :meth:`subscribe`).
 
     Raises:
-        ValueError: an unknown profile, the budget options are inconsistent (see
+        ValueError: a hand-built ``budget`` that ``resolve_budget`` could never return
+            (``contextwindow.budget.checked_budget``: fields that disagree, a reserve as
+            large as the window, a ``ReserveError``; a non-int field is a TypeError), an
+            unknown profile, the budget options are inconsistent (see
             :func:`~contextwindow.resolve_budget`, which also says which of
             ``model``, ``context_window`` and ``max_output_tokens`` is of the wrong
             type, with a TypeError), a policy value out of range, or a number option
@@ -483,6 +486,8 @@ class ContextGuard:
             raise TypeError(f"budget must be a Budget from resolve_budget, got {type(budget).__name__}")
         elif (model, context_window, max_output_tokens) != (None, None, None):
             raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
+        else:
+            checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
         profile = DEFAULT_PROFILE if profile is None else profile
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")

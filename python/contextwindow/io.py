@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 import msgspec
 
 from . import _native
-from ._engine import json_type_name
+from ._engine import json_type_name, tool_definition_error
 from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote, shown
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
@@ -621,10 +621,9 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     for i, t in enumerate(tools or ()):
         # every command refuses it, as count and fit do (validate and repair, which do
         # not count the tools, used to pass such a file; fresh11 N2)
-        if not isinstance(t, Mapping):
-            raise InvalidRequestError(
-                f"{where}: tools[{i}]: a tool definition must be an object, got {json_type_name(t)}"
-            )
+        # and a function that is not an object, a name that is not a string (fresh12 O4)
+        if (wrong := tool_definition_error(i, t)) is not None:
+            raise InvalidRequestError(f"{where}: {wrong}")
     detected_from: str | None = None
     if "format" in doc:
         if doc["format"] not in ("openai", "anthropic"):

@@ -25,6 +25,7 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
             * ``trim_turns`` / ``trim_turn_count``: ``fits``, ``preamble``, ``kept_turn``,
               ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
+              ``reply_shrunk`` (assistant text after the current request),
               ``request_truncated``, ``turn_limit``, ``breadcrumb_added`` (Anthropic
               shape: the breadcrumb became this message's leading text block).
             * pair repair: ``orphan_result`` (fate ``repaired`` when the message stays,

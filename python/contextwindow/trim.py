@@ -126,8 +126,12 @@ def trim_turns(
     budget, its oldest complete tool units are dropped until it fits (never the newest
     unit, never a unit holding a pinned message), and dropped units that still fit are
     put back, newest first; then the largest tool results are cut to head + tail with a
-    marker that names the number of characters removed; then the request itself, but
-    only when that makes the conversation fit. Turns
+    marker that names the number of characters removed; then, the same way, the
+    assistant text after the request (a finished transcript: the answer to it; fate
+    rule ``reply_shrunk``); then the request itself, but only when that makes the
+    conversation fit. No cut is made whose marker costs as many tokens as the text it
+    removes, or more (fresh12 O1): a tool result or a reply is cut a little further,
+    the request is left whole. Turns
     holding a pinned message are never dropped. The breadcrumb may cost whole old turns,
     never anything of the newest turn: it is left out when the result fits only without
     it, or when with it more of the newest turn would be cut or dropped (characters, tool

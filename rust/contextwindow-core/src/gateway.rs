@@ -405,6 +405,35 @@ fn kind(v: &RawValue) -> Kind {
     }
 }
 
+/// The shape of the request's tool definition `tools[i]` (an object already): an OpenAI
+/// one's `function`, when present, is an object whose `name`, when present, is a string;
+/// an Anthropic one's `name`, when present, is a string. The dict path says the same
+/// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted.
+fn tool_shape(cx: &Ctx<'_>, i: usize, o: &Obj<'_>) -> Result<()> {
+    let wrong = |v: &RawValue, field: &str, want: &str| {
+        invalid(
+            Some(cx.start_of(v.get())),
+            format!("tools[{i}].{field}: must be {want}, got {}", type_name(v)),
+        )
+    };
+    if let Some(f) = o.get("function") {
+        let Some(fo) = cx.obj(f, || Place::Other(format!("tools[{i}].function")))? else {
+            return Err(wrong(f, "function", "an object"));
+        };
+        if let Some(name) = fo.get("name") {
+            if kind(name) != Kind::Str {
+                return Err(wrong(name, "function.name", "a string"));
+            }
+        }
+    }
+    if let Some(name) = o.get("name") {
+        if kind(name) != Kind::Str {
+            return Err(wrong(name, "name", "a string"));
+        }
+    }
+    Ok(())
+}
+
 fn type_name(v: &RawValue) -> &'static str {
     match kind(v) {
         Kind::Str => "a string",
@@ -1798,6 +1827,8 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
                 anthropic_tools |= o.get("input_schema").is_some();
                 let text = cx.compact(tool, || Place::Other(format!("tools[{i}]")));
                 tools.push(text.map_err(|e| nested_at(&format!("tools[{i}]"), e))?);
+                // then its shape, after its JSON text, as the dict path (fresh12 O4)
+                tool_shape(&cx, i, &o)?;
             }
         }
         Some(t) => {
@@ -3201,6 +3232,54 @@ mod tests {
         let ok = br#"{"messages": [{"role": "assistant", "content": [
             {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]}"#;
         assert!(count_request(ok, "conservative", None).is_ok());
+    }
+
+    #[test]
+    fn tool_function_and_name_must_have_their_types() {
+        // fresh12 O4: {"function": 5} was counted (23 tokens) instead of refused
+        let head = r#"{"messages": [{"role": "user", "content": "q"}], "tools": ["#;
+        assert_eq!(head.len(), 59);
+        let cases = [
+            // 59 + len(`{"type": "function", "function": `) = 59 + 33 = 92
+            (
+                r#"{"type": "function", "function": 5}"#,
+                92,
+                "tools[0].function: must be an object, got a number",
+            ),
+            (
+                r#"{"type": "function", "function": "f"}"#,
+                92,
+                "tools[0].function: must be an object, got a string",
+            ),
+            // 92 + len(`{"name": `) = 92 + 9 = 101
+            (
+                r#"{"type": "function", "function": {"name": null}}"#,
+                101,
+                "tools[0].function.name: must be a string, got null",
+            ),
+            // 59 + 9 = 68
+            (
+                r#"{"name": {}, "input_schema": {}}"#,
+                68,
+                "tools[0].name: must be a string, got an object",
+            ),
+            // 59 + len(`{"name": "f"}, {"name": `) = 59 + 13 + 2 + 9 = 83
+            (
+                r#"{"name": "f"}, {"name": 1}"#,
+                83,
+                "tools[1].name: must be a string, got a number",
+            ),
+        ];
+        for (tools, offset, reason) in cases {
+            refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
+        }
+        // the documented shapes still count: OpenAI function, Anthropic client and server tools
+        let ok = format!(
+            "{head}{}]}}",
+            r#"{"type": "function", "function": {"name": "f", "parameters": {}}},
+            {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"}"#
+        );
+        assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub struct Fate {
     /// `kept`, `dropped`, `truncated` or `repaired`.
     pub fate: &'static str,
     /// The rule that decided it (`fits`, `preamble`, `kept_turn`, `oldest_turn`,
-    /// `oldest_tool_unit`, `tool_result_shrunk`, `request_truncated`, `turn_limit`,
+    /// `oldest_tool_unit`, `tool_result_shrunk`, `reply_shrunk`, `request_truncated`, `turn_limit`,
     /// `orphan_result`, `emptied_by_repair`, `result_moved`, `stub_inserted`,
     /// `call_removed`, `results_reordered`, `placeholder_inserted`, `breadcrumb_added`).
     pub rule: &'static str,
@@ -168,10 +168,12 @@ pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
     shrink_chars(&chars, keep)
 }
 
-fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
+/// Where [`shrink_chars`] cuts to keep about `keep` of `chars`: the end of the head and
+/// the start of the tail (equal, nothing removed, when `keep >= chars.len()`).
+fn cut_points(chars: &[char], keep: usize) -> (usize, usize) {
     let n = chars.len();
     if keep >= n {
-        return (chars.iter().collect(), 0);
+        return (n, n);
     }
     let mut head = keep.div_ceil(2);
     while head > 0 && bad_cut(chars, head) {
@@ -180,6 +182,32 @@ fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
     let mut tail_start = n - keep / 2;
     while tail_start < n && bad_cut(chars, tail_start) {
         tail_start += 1;
+    }
+    (head, tail_start)
+}
+
+/// The largest `k` in `[0, n - 1]` with `ok(k)`, by binary search; 0 when `ok(0)` is
+/// false (a text is then cut to its marker alone). `_reference.largest_fitting`.
+fn largest_fitting(n: usize, ok: impl Fn(usize) -> bool) -> usize {
+    let mut lo = 0usize;
+    if ok(0) {
+        let mut hi = n.saturating_sub(1);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if ok(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+    }
+    lo
+}
+
+fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
+    let (head, tail_start) = cut_points(chars, keep);
+    if head == tail_start {
+        return (chars.iter().collect(), 0);
     }
     let removed = tail_start - head;
     let mut out: String = chars[..head].iter().collect();
@@ -463,6 +491,13 @@ impl<'a, 'p> State<'a, 'p> {
     }
 
     /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
+    ///
+    /// Never a cut whose marker costs as many tokens as the text it removes, or more
+    /// (fresh12 O1). The cut is the largest that fits; with `settle` (tool results, the
+    /// reply after the request), when that one is not worth its marker, the largest
+    /// smaller one that fits and is, so such a text is cut a little further rather than
+    /// left whole for the request to pay for; without it (the request) the text then
+    /// stays whole and the report says whether the conversation fits.
     fn shrink(
         &mut self,
         w: usize,
@@ -470,6 +505,7 @@ impl<'a, 'p> State<'a, 'p> {
         inner: Option<usize>,
         budget: u64,
         rule: &'static str,
+        settle: bool,
     ) {
         let p = self.opts.profile;
         let text = {
@@ -485,21 +521,20 @@ impl<'a, 'p> State<'a, 'p> {
         let old = p.text_tokens(&text);
         let others = self.total() - old;
         let fits = |k: usize| others + p.text_tokens(&shrink_chars(&chars, k).0) <= budget;
-        let mut lo = 0usize;
-        if fits(0) {
-            let mut hi = chars.len().saturating_sub(1);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if fits(mid) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
+        // the marker costs fewer tokens than the characters it stands for
+        let worth = |k: usize| {
+            let (head, tail_start) = cut_points(&chars, k);
+            let span: String = chars[head..tail_start].iter().collect();
+            p.text_tokens(&marker(tail_start - head)) < p.text_tokens(&span)
+        };
+        let mut lo = largest_fitting(chars.len(), fits);
+        // the span is counted again only here and, rarely, in a second search below it
+        if settle && lo > 0 && !worth(lo) {
+            lo = largest_fitting(lo, |k| fits(k) && worth(k));
         }
         let (new_text, removed) = shrink_chars(&chars, lo);
         let new_tokens = p.text_tokens(&new_text);
-        if removed == 0 || new_tokens >= old {
+        if removed == 0 || new_tokens >= old || !worth(lo) {
             return;
         }
         let m = self.work[w].msg.to_mut();
@@ -636,8 +671,12 @@ impl<'a, 'p> State<'a, 'p> {
 /// after the preamble unless a pinned turn precedes it). When the newest turn alone is
 /// over budget: drops its oldest complete tool units (never the newest one, never one
 /// holding a pinned message) until it fits, then puts back, newest first, dropped units
-/// that still fit; then shrinks the largest tool results (head + tail + marker); then
-/// truncates the current request, only when that makes it fit. Broken tool pairs
+/// that still fit; then shrinks the largest tool results (head + tail + marker); then,
+/// the same way, the assistant text after the current request (a finished transcript:
+/// the answer to it; rule `reply_shrunk`); then truncates the current request, only when
+/// that makes it fit. No cut is made whose marker costs as many tokens as the text it
+/// removes, or more (tool results and replies are cut further, the request is left
+/// whole: fresh12 O1). Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
 ///
 /// The breadcrumb is a courtesy: it may cost whole old turns, never anything of the
@@ -855,7 +894,41 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                 Some(q),
                 budget - bc_cost.min(budget),
                 "tool_result_shrunk",
+                true,
             );
+        }
+    }
+    // A finished transcript: the newest turn's assistant text after the current request
+    // (the answer to it) is cut as tool results are, largest first, before the request
+    // itself is (fresh12 O1: the question was cut to one letter while the 1,398-character
+    // answer after it stayed whole).
+    if over(&st) {
+        if let Some(r) = request.filter(|&w| last.contains(&w)) {
+            let mut cands: Vec<(usize, usize, usize)> = Vec::new(); // (len, w, part)
+            for w in (r + 1..last.end).filter(|&w| {
+                let m = &st.work[w].msg;
+                st.keep[w] && !m.pinned && m.role == Role::Assistant
+            }) {
+                for (p, part) in st.work[w].msg.content.iter().enumerate() {
+                    if part.kind == PartKind::Text && !part.text_str().is_empty() {
+                        cands.push((part.text_str().chars().count(), w, p));
+                    }
+                }
+            }
+            cands.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+            for (_, w, p) in cands {
+                if !over(&st) {
+                    break;
+                }
+                st.shrink(
+                    w,
+                    p,
+                    None,
+                    budget - bc_cost.min(budget),
+                    "reply_shrunk",
+                    true,
+                );
+            }
         }
     }
     if over(&st) {
@@ -892,6 +965,7 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                     None,
                     budget - bc_cost.min(budget),
                     "request_truncated",
+                    false,
                 );
             }
         }

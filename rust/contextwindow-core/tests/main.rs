@@ -433,6 +433,64 @@ fn trim_shrinks_newest_tool_result() {
     assert_eq!(out.report.fates[2].chars_removed, 3692);
 }
 
+/// fresh12 O1: in a finished transcript the answer after the current request is cut
+/// before the request; a cut not worth its marker is not made.
+#[test]
+fn trim_cuts_the_reply_after_the_request_before_the_request() {
+    let q = "q".repeat(400);
+    let rules = |out: &contextwindow_core::trim::Outcome<'_>| -> Vec<(&str, &str, u64)> {
+        let f = &out.report.fates;
+        f.iter()
+            .map(|f| (f.fate, f.rule, f.chars_removed))
+            .collect()
+    };
+    // system 4 + 100, request 4 + 100, reply 4 + 100 = 312 > 250: the reply's others are
+    // 212, so 212 + floor((k + 34) / 4) <= 250 -> k = 121: head 61, tail 60, 279 removed
+    let msgs = vec![sys(&"s".repeat(400)), u(&q), a(&"a".repeat(400))];
+    let out = trim_turns(&msgs, 250, opts(Format::OpenAI));
+    let reply = format!(
+        "{}\n[... 279 characters removed ...]\n{}",
+        "a".repeat(61),
+        "a".repeat(60)
+    );
+    assert_eq!(texts(&out)[1..], [q.clone(), reply]);
+    assert_eq!((out.report.tokens_after, out.report.fits), (250, true));
+    assert_eq!(rules(&out)[2], ("truncated", "reply_shrunk", 279));
+    // a reply of 4 + 10 cannot make 222 fit 150: cut to its marker (33 characters, 8
+    // tokens < 10), 220; then the request: others 120, 120 + floor((k + 34) / 4) <= 150
+    // -> k = 89: head 45, tail 44, 311 removed
+    let msgs = vec![sys(&"s".repeat(400)), u(&q), a(&"a".repeat(40))];
+    let out = trim_turns(&msgs, 150, opts(Format::OpenAI));
+    let request = format!(
+        "{}\n[... 311 characters removed ...]\n{}",
+        "q".repeat(45),
+        "q".repeat(44)
+    );
+    assert_eq!(
+        texts(&out)[1..],
+        [request, "\n[... 40 characters removed ...]\n".to_owned()]
+    );
+    assert_eq!((out.report.tokens_after, out.report.fits), (150, true));
+    // a request of 4 + 25 under a system of 104 is 133, 1 over 132: the largest cut that
+    // fits, k + 33 <= 99 -> k = 66, removes 34 characters (8 tokens) for a marker of 33
+    // (8 tokens): not made, the result does not fit
+    let msgs = vec![sys(&"s".repeat(400)), u(&"q".repeat(100))];
+    let out = trim_turns(&msgs, 132, opts(Format::OpenAI));
+    assert_eq!(texts(&out)[1], "q".repeat(100));
+    assert_eq!((out.report.tokens_after, out.report.fits), (133, false));
+    // a tool result in the same place is cut further: k = 65 removes 35 (8 tokens), k =
+    // 64 removes 36 (9 tokens > 8): 15 + floor((64 + 33) / 4) = 39
+    let msgs = vec![u("go"), call(&["c1"]), res("c1", &"x".repeat(100))];
+    let out = trim_turns(&msgs, 39, opts(Format::OpenAI));
+    let want = format!(
+        "{}\n[... 36 characters removed ...]\n{}",
+        "x".repeat(32),
+        "x".repeat(32)
+    );
+    assert_eq!(out.messages[2].msg.content[0].inner()[0].text_str(), want);
+    assert_eq!((out.report.tokens_after, out.report.fits), (39, true));
+}
+
 #[test]
 fn trim_turn_count_keeps_at_least_one() {
     let msgs = vec![u("1"), a("x"), u("2"), a("y"), u("3")];
