@@ -411,23 +411,35 @@ pub(super) fn ascii_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let end = if s.wrapping_sub(window.base) >= REUSE && s + WINDOW > b.len() {
         tail_run(out, families, b, s, window)
     } else {
-        match window.simd {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Simd::detect` found AVX2, BMI1, BMI2, LZCNT and POPCNT.
-            Simd::Avx2 => unsafe { region_v3(out, families, b, s, window) },
-            _ => region_v1(out, families, b, s, window),
-        }
+        region_at(out, families, b, s, window)
     };
     #[cfg(test)]
     TAKEN.with(|t| t.set(t.get() + end - s));
     end
 }
 
+/// [`region_pieces`] compiled for the instructions `window.simd` names.
+#[inline(always)]
+fn region_at<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    out: &mut S,
+    families: &V,
+    b: &[u8],
+    s: usize,
+    window: &mut Window,
+) -> usize {
+    match window.simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Simd::detect` found AVX2, BMI1, BMI2, LZCNT and POPCNT.
+        Simd::Avx2 => unsafe { region_v3(out, families, b, s, window) },
+        _ => region_v1(out, families, b, s, window),
+    }
+}
+
 /// The fast path over the text's last bytes (fewer than [`WINDOW`] from `s`), tried once
-/// per text unless the last try missed: they are copied into a window padded with bytes that are not ASCII, whose
-/// region then ends at the last piece boundary before the text's last piece (the
-/// padding ends it as any non-ASCII byte would), and the byte-by-byte loop reads on from
-/// there.
+/// per text unless the last try missed: they are copied into a window padded with bytes
+/// that are not ASCII, whose region then ends at the last piece boundary before the
+/// text's last piece (the padding ends it as any non-ASCII byte would), and the
+/// byte-by-byte loop reads on from there.
 #[inline(never)]
 fn tail_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     out: &mut S,
@@ -453,12 +465,7 @@ fn tail_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         skip_until: 0,
         skip: WINDOW,
     };
-    s + match last.simd {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Simd::detect` found AVX2, BMI1, BMI2, LZCNT and POPCNT.
-        Simd::Avx2 => unsafe { region_v3(out, families, &padded, 0, &mut last) },
-        _ => region_v1(out, families, &padded, 0, &mut last),
-    }
+    s + region_at(out, families, &padded, 0, &mut last)
 }
 
 /// [`region_pieces`] for any CPU. Not inlined: called about once per window, it keeps
