@@ -15,6 +15,7 @@
 //! the profile's per-tool overhead.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashSet;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -716,8 +717,10 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The compact JSON text of `v` as serde_json writes it (what `msgspec.json.encode`
-    /// writes, but for a float's exponent: `1e+20` against `1e20`), which is counted: a key repeated in any object inside it is refused (which value would the
+    /// The compact JSON text of `v` as `msgspec.json.encode` writes it on the dict path
+    /// (serde_json's writer with numbers laid out as msgspec lays them out:
+    /// [`MsgspecNumbers`], and `-0` read as the int 0: [`int_zeros`]; fresh10 F-num),
+    /// which is counted: a key repeated in any object inside it is refused (which value would the
     /// provider read?), named with `place` (`tools[0]`, `message 1, field content[0]`)
     /// and the path from there to the object that holds it (`.input.q`, `[1]`, as the
     /// CLI names it), with the offset just past the repeat's value.
@@ -727,17 +730,24 @@ impl<'a> Ctx<'a> {
     /// then counted by its text as sent ([`RawValue::get`]), after [`Ctx::check_keys`]
     /// looked for repeated keys in it (fresh8 N5). An integer beyond 64 bits that a float
     /// holds (30 digits) is read by serde_json as the nearest float and counted as that
-    /// float's text (`1.2345678901234568e+29`; Python keeps the int's digits), and `-0`
-    /// as `-0.0` (Python: `0`): serde_json's `arbitrary_precision` would keep both as
-    /// written but changes number handling crate-wide.
+    /// float's text (`1.2345678901234568e29`; Python keeps the int's digits):
+    /// serde_json's `arbitrary_precision` would keep the digits but changes number
+    /// handling crate-wide.
     fn compact(&self, v: &'a RawValue, place: impl FnOnce() -> Place) -> Result<String> {
         let text = v.get();
         let mut de = serde_json::Deserializer::from_str(text);
-        let read = Unique(Path::Root)
+        let neg_zero = Cell::new(false);
+        let read = Unique(Path::Root, &neg_zero)
             .deserialize(&mut de)
             .and_then(|value| de.end().map(|()| value));
         match read {
-            Ok(value) => serde_json::to_string(&value).map_err(|e| invalid(None, e.to_string())),
+            Ok(mut value) => {
+                if neg_zero.get() {
+                    // rare: a -0.0 was read; which of them were written `-0`?
+                    int_zeros(&mut value, v).map_err(|e| self.json_err(e, text))?;
+                }
+                msgspec_text(&value)
+            }
             Err(e) if out_of_range(&e) => {
                 // a rare path (a number out of range): the place is written out once
                 self.check_keys(v, Path::Root, 1, &place())?;
@@ -814,6 +824,76 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The compact JSON text of `value` with its numbers written as `msgspec.json.encode`
+/// writes them ([`MsgspecNumbers`]).
+fn msgspec_text(value: &Value) -> Result<String> {
+    let mut out = Vec::with_capacity(128);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, MsgspecNumbers);
+    value
+        .serialize(&mut ser)
+        .map_err(|e| invalid(None, e.to_string()))?;
+    String::from_utf8(out).map_err(|e| invalid(None, e.to_string()))
+}
+
+/// serde_json's compact writer, but a float laid out as `msgspec.json.encode` (the dict
+/// path's writer) lays it out. Both write the shortest digits that read back as the same
+/// float, fixed for a decimal exponent in -5..=15 (`100000.0`, `0.00001`) and in
+/// exponent form outside it, where serde_json writes a `+` msgspec leaves out
+/// (`1e+16` against `1e16`, `1.5e+300` against `1.5e300`; a negative exponent is
+/// `1e-7` in both, no exponent is zero-padded). Integers are written alike by both.
+struct MsgspecNumbers;
+
+impl serde_json::ser::Formatter for MsgspecNumbers {
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, w: &mut W, v: f64) -> std::io::Result<()> {
+        // serde_json's own digits and layout into a buffer (at most 24 bytes:
+        // `-1.2345678901234567e-308`), then everything but an exponent's `+`
+        let mut buf = [0u8; 32];
+        let mut cur = std::io::Cursor::new(&mut buf[..]);
+        serde_json::ser::Formatter::write_f64(&mut serde_json::ser::CompactFormatter, &mut cur, v)?;
+        let n = usize::try_from(cur.position()).unwrap_or(buf.len());
+        let s = &buf[..n];
+        match memchr::memchr(b'+', s) {
+            Some(i) => {
+                w.write_all(&s[..i])?;
+                w.write_all(&s[i + 1..])
+            }
+            None => w.write_all(s),
+        }
+    }
+}
+
+/// Where `value` (read from `raw` by [`Unique`]) holds a -0.0 that was written `-0`, the
+/// int 0: serde_json reads `-0` as the float -0.0 (written `-0.0`), Python's `json.loads`
+/// as the int 0 (written `0`); `-0.0` and `-0e0` are the float -0.0 in both. Only values
+/// whose text holds `-0` are looked into; each is read again into its raw entries, as
+/// [`Ctx::check_keys`] reads them (an object's entries come in the order of `value`'s,
+/// which keeps the order read: serde_json's `preserve_order`, and no key is repeated).
+fn int_zeros(value: &mut Value, raw: &RawValue) -> serde_json::Result<()> {
+    let text = raw.get();
+    if memchr::memmem::find(text.as_bytes(), b"-0").is_none() {
+        return Ok(());
+    }
+    match value {
+        Value::Number(n) if text == "-0" && n.as_f64() == Some(0.0) => {
+            *value = Value::from(0u64);
+        }
+        Value::Array(items) => {
+            let raws: Vec<&RawValue> = serde_json::from_str(text)?;
+            for (x, r) in items.iter_mut().zip(raws) {
+                int_zeros(x, r)?;
+            }
+        }
+        Value::Object(map) => {
+            let Pairs(entries) = serde_json::from_str(text)?;
+            for (x, (_, r)) in map.values_mut().zip(entries) {
+                int_zeros(x, r)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// serde_json's nesting limit: the 128th open bracket is refused.
 const MAX_NESTING: usize = 128;
 
@@ -865,8 +945,8 @@ const REPEAT: &str = ": the key \"";
 /// A JSON value read as `serde_json::Value` reads it (a [`DeserializeSeed`] carrying the
 /// path to the value it reads), except that an object holding a key twice is an error
 /// naming the path to that object ([`repeat_reason`]; `Value` keeps the last value
-/// silently).
-struct Unique<'p>(Path<'p>);
+/// silently). It sets its flag when it reads a float -0.0 (`-0`, `-0.0`: [`int_zeros`]).
+struct Unique<'p>(Path<'p>, &'p Cell<bool>);
 
 impl<'de> DeserializeSeed<'de> for Unique<'_> {
     type Value = serde_json::Value;
@@ -892,6 +972,9 @@ impl<'de> Visitor<'de> for Unique<'_> {
         Ok(v.into())
     }
     fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+        if v == 0.0 && v.is_sign_negative() {
+            self.1.set(true);
+        }
         Ok(v.into())
     }
     fn visit_str<E>(self, v: &str) -> std::result::Result<Value, E> {
@@ -905,7 +988,9 @@ impl<'de> Visitor<'de> for Unique<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
         let mut out = Vec::new();
-        while let Some(x) = seq.next_element_seed(Unique(Path::Index(&self.0, out.len())))? {
+        while let Some(x) =
+            seq.next_element_seed(Unique(Path::Index(&self.0, out.len()), self.1))?
+        {
             out.push(x);
         }
         Ok(Value::Array(out))
@@ -913,7 +998,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
         while let Some(Key(k)) = map.next_key()? {
-            let x = map.next_value_seed(Unique(Path::Key(&self.0, &k)))?;
+            let x = map.next_value_seed(Unique(Path::Key(&self.0, &k), self.1))?;
             if out.contains_key(k.as_ref()) {
                 return Err(serde::de::Error::custom(repeat_reason(&self.0, &k)));
             }
@@ -2924,6 +3009,76 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_counted_as_msgspec_writes_them() {
+        // fresh10 F-num: (as sent, as counted), each checked by hand against
+        // `msgspec.json.encode(json.loads(sent))`: shortest digits, fixed for a decimal
+        // exponent in -5..=15 (`.0` on a whole number), else `d.ddde[-]N`, no `+`, no
+        // padding; `-0` is Python's int 0; ints within 64 bits keep their digits
+        let cases = [
+            ("-0", "0"),
+            ("0", "0"),
+            ("0.0", "0.0"),
+            ("-0.0", "-0.0"),
+            ("-0e0", "-0.0"),
+            ("-0.0E-3", "-0.0"),
+            ("1e5", "100000.0"),
+            ("1E5", "100000.0"),
+            ("1.0", "1.0"),
+            ("-1.50", "-1.5"),
+            ("1.5e300", "1.5e300"),
+            ("1.5E+300", "1.5e300"),
+            ("1.7976931348623157e308", "1.7976931348623157e308"),
+            ("-1.7976931348623157e+308", "-1.7976931348623157e308"),
+            ("5e-324", "5e-324"),
+            ("2.5e-310", "2.5e-310"),
+            ("1e-7", "1e-7"),
+            ("-1e-07", "-1e-7"),
+            ("1.5e-6", "1.5e-6"),
+            ("0.00001", "0.00001"),
+            ("1.5e-5", "0.000015"),
+            ("0.0001", "0.0001"),
+            ("1e15", "1000000000000000.0"),
+            ("1e16", "1e16"),
+            // halfway between two floats, read to the even one as Python reads it (serde_json
+            // reads ...566 without its `float_roundtrip` feature)
+            ("12345678901234567.0", "1.2345678901234568e16"),
+            ("1e22", "1e22"),
+            ("123456789012345678", "123456789012345678"),
+            ("-123456789012345678", "-123456789012345678"),
+            ("9223372036854775807", "9223372036854775807"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("18446744073709551615", "18446744073709551615"),
+            // beyond 64 bits: the nearest float (Python keeps the 30 digits; README)
+            ("123456789012345678901234567890", "1.2345678901234568e29"),
+        ];
+        for (sent, counted) in cases {
+            // alone, in an array, in an object, nested, next to a string "-0" and a key
+            // "-0" (both kept as they are)
+            let raw = format!(r#"{{"a":{sent},"b":[{sent},{{"-0":[{sent}],"s":"-0"}}]}}"#);
+            let want =
+                format!(r#"{{"a":{counted},"b":[{counted},{{"-0":[{counted}],"s":"-0"}}]}}"#);
+            let raw = RawValue::from_string(raw).unwrap();
+            let cx = Ctx::new(raw.get());
+            let got = cx.compact(&raw, || Place::Other(String::new())).unwrap();
+            assert_eq!(got, want, "{sent}");
+            // the writer alone, on the value serde_json reads
+            let v: Value = serde_json::from_str(sent).unwrap();
+            if sent != "-0" {
+                assert_eq!(msgspec_text(&v).unwrap(), counted, "{sent}");
+            }
+        }
+        // serde_json's reading of -0 (why int_zeros is needed): the float -0.0
+        let v: Value = serde_json::from_str("-0").unwrap();
+        assert_eq!(msgspec_text(&v).unwrap(), "-0.0");
+        // -0 and -0.0 side by side, each as Python reads it; spaces go as for any value
+        let raw = RawValue::from_string(r#"[ -0 , -0.0, [-0], {"k": -0e0, "j" : -0} ]"#.into());
+        let raw = raw.unwrap();
+        let cx = Ctx::new(raw.get());
+        let got = cx.compact(&raw, || Place::Other(String::new())).unwrap();
+        assert_eq!(got, r#"[0,-0.0,[0],{"k":-0.0,"j":0}]"#);
+    }
+
+    #[test]
     fn numbers_a_float_cannot_hold_are_kept_as_written() {
         // fresh8 N5: `1e400` and 10**5000 in a counted value were refused (number out of
         // range); now such a value costs what its text as sent costs. bytes4 is
@@ -2937,16 +3092,18 @@ mod tests {
         assert_eq!(count("-1e400"), count("123456"));
         let big = format!("1{}", "0".repeat(5000));
         assert_eq!(count(&big), count(&format!("\"{}\"", &big[..4999])));
-        // 30 digits fit a float: serde_json reads the nearest one and writes it
-        // 1.2345678901234568e+29 (22 bytes; Python's int keeps all 30, so the dict path
-        // counts 21 + 30 = 51 bytes, 13 + 4 = 17, against 21 + 22 = 43 bytes, 11 + 4 = 15)
+        // 30 digits fit a float: serde_json reads the nearest one, counted as msgspec
+        // writes it, 1.2345678901234568e29 (21 bytes; Python's int keeps all 30, so the
+        // dict path counts 21 + 30 = 51 bytes, 13 + 4 = 17, against 21 + 21 = 42 bytes,
+        // 11 + 4 = 15), as a string of 19 digits in quotes
         let digits = "123456789012345678901234567890";
         assert_eq!(count(digits), 15);
-        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..20])));
-        // -0 is read as the float -0.0 and written "-0.0" (Python reads the int 0): 25
-        // bytes, 7 + 4 = 11, as 1234
-        assert_eq!(count("-0"), 11);
-        assert_eq!(count("-0"), count("1234"));
+        assert_eq!(count(digits), count(&format!("\"{}\"", &digits[..19])));
+        // -0 is read as the float -0.0 but counted as the int 0, as Python reads it
+        // (fresh10 F-num): 22 bytes, 6 + 4 = 10, as 1 (-0.0 would be 25 bytes, 7 + 4)
+        assert_eq!(count("-0"), 10);
+        assert_eq!(count("-0"), count("1"));
+        assert_eq!(count("-0.0"), 11);
         // the text kept is the text as sent: whitespace and escapes stay (31 bytes)
         let sent = r#"{ "a" : [ 1e400 , "\u0041" ] }"#;
         let raw = RawValue::from_string(sent.to_owned()).unwrap();
