@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextwindow as cw
@@ -327,6 +328,34 @@ def test_a_request_cut_not_worth_its_marker_is_not_made() -> None:
     r = _engines_agree(msgs, 131)
     assert r.messages[1]["content"] == "q" * 31 + "\n[... 38 characters removed ...]\n" + "q" * 31
     assert (r.report.tokens_after, r.report.fits) == (131, True)
+
+
+def test_request_cuts_that_do_not_make_it_fit_are_undone() -> None:
+    # hypothesis (test_fit_invariants, CI at 775dec1): the saving the request step counts
+    # on (every part cut to its marker) assumed each part can be cut, but a part whose
+    # cut is not worth its marker is not; the larger part was cut and the conversation
+    # stayed over budget (28 > 27), a request cut for nothing. Now the request is put
+    # back whole when its cuts do not make it fit.
+    text = (
+        "hellohello worldThe quick brown fox\u0c95\u0cf3\uff76\uff9e\u0e01\u0e33\u1100\u1161\u11a8\u0600\u0661a\u200cb"
+    )
+    msgs = [
+        Message(role="system", content=[TextPart(text="")]),
+        Message(role="user", content=[TextPart(text=text), TextPart(text=ref.BREADCRUMB)]),
+    ]
+    assert cw.count_messages(msgs, "fim", format="openai") == 37
+    for r in (
+        cw.trim_turns(msgs, 27, profile="fim", format="openai"),
+        cw.fit(msgs, 27, profile="fim", format="openai"),
+    ):
+        assert all(x is y for x, y in zip(r.messages, msgs, strict=True)) and len(r.messages) == 2
+        assert (r.report.tokens_after, r.report.fits) == (37, False)
+        assert all(f.fate == "kept" for f in r.report.fates)
+    ops, report = ref.trim_turns(msgs, 27, "fim", True, "openai")
+    assert report == cw.trim_turns(msgs, 27, profile="fim", format="openai").report
+    assert all(m is None for _, m in ops)
+    body = msgspec.json.encode({"messages": [cw.adapters.message_to_openai(m) for m in msgs]})
+    assert cw.fit_request(body, budget=27, profile="fim", provider="openai") == body
 
 
 def test_a_tool_result_is_cut_further_rather_than_not_worth_its_marker() -> None:

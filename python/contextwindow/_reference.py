@@ -1612,10 +1612,20 @@ def _trim_turns_once(
             saving += max(0, st.costs[w] - st.cost.message_tokens(_with_text(st.m(w), i, None, marker(-n))))
         if st.total() + bc_cost > budget + saving:
             cands2 = []
+        # the request as it was, put back when its cuts do not make it fit: a part whose
+        # marker would cost as much as its text is never cut, so the saving above can be
+        # more than the cuts give
+        src = st.work[w].src
+        whole = (st.work[w], st.costs[w], dict(st.fates[src]) if src is not None else None)
         for _, p in sorted(cands2):
             if not over():
                 break
             _shrink(st, w, p, None, inner_budget, "request_truncated", False)
+        if over():
+            st.work[w] = whole[0]
+            st.set_cost(w, whole[1])
+            if src is not None and whole[2] is not None:
+                st.fates[src] = whole[2]
     return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
 
 

@@ -955,6 +955,15 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
             if st.total() + bc_cost > budget + saving {
                 cands.clear();
             }
+            // the request as it was, put back when its cuts do not make it fit: a part
+            // whose marker would cost as much as its text is never cut, so the saving
+            // above can be more than the cuts give
+            let whole = (
+                st.work[w].msg.clone(),
+                st.costs[w],
+                st.total,
+                st.work[w].src.map(|i| st.fates[i].clone()),
+            );
             for (_, p) in cands {
                 if !over(&st) {
                     break;
@@ -967,6 +976,15 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                     "request_truncated",
                     false,
                 );
+            }
+            if over(&st) {
+                let (msg, cost, total, fate) = whole;
+                st.work[w].msg = msg;
+                st.costs[w] = cost;
+                st.total = total;
+                if let (Some(i), Some(f)) = (st.work[w].src, fate) {
+                    st.fates[i] = f;
+                }
             }
         }
     }
