@@ -520,13 +520,59 @@ def _build(
     return TrimResult(messages=out, report=report)
 
 
+@dataclass(frozen=True)
+class Read:
+    """What :func:`read` returns: the prepared input, its canonical messages as the engine
+    reads them (:func:`decoded`), and each one's tokens when the dict reader counted them."""
+
+    prep: Prepared
+    messages: list[Message]
+    costs: list[int] | None
+
+
+def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
+    """:func:`prepare` then :func:`decoded`, through the native dict reader when it takes
+    the input (one walk in Rust instead of the Python adapters, then one decode), and
+    with ``profile`` each message's tokens from the same reader.
+
+    The reader builds the canonical messages with the adapters' rules and declines what
+    it does not take (``None``: malformed input, lone surrogates, anything but plain
+    dicts, lists and strs), which then goes through :func:`prepare`, so errors are
+    unchanged. Its JSON decodes to the messages :func:`decoded` gives for the same input.
+
+    Raises:
+        InvalidMessageError: as :func:`prepare`.
+        ValueError: as :func:`prepare`.
+    """
+    if fast_reader(messages, format):
+        snapshot = messages.copy()  # indices stay right if another thread edits the list
+        got = native.read_dicts(snapshot, format)
+        if got is not None:
+            fmt, provider, text = got
+            payload = text.encode()
+            msgs = _decode_payload(payload)
+            costs = None
+            if profile is not None:
+                counted = native.count_dicts(snapshot, fmt, profile)
+                costs = None if counted is None else [int(n) for n in counted]
+            prep = Prepared(snapshot, fmt, provider, msgs, payload)  # type: ignore[arg-type]
+            return Read(prep, msgs, costs)
+    prep = prepare(messages, format)
+    return Read(prep, decoded(prep), None)
+
+
+def _decode_payload(payload: bytes) -> list[Message]:
+    try:
+        out: list[Message] = _CANONICAL.decode(payload)
+    except msgspec.DecodeError:  # a number msgspec's decoder refuses (1e400), kept as written
+        out = msgspec.convert(loads_keeping_numbers(payload), list[Message])
+    return out
+
+
 def decoded(prep: Prepared) -> list[Message]:
     """The canonical messages exactly as the engine reads them (lone surrogates already
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
-    try:
-        out: list[Message] = _CANONICAL.decode(prep.payload)
-    except msgspec.DecodeError:  # a number msgspec's decoder refuses (1e400), kept as written
-        out = msgspec.convert(loads_keeping_numbers(prep.payload), list[Message])
+    out = _decode_payload(prep.payload)
     scope = _SCOPE.get()
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it

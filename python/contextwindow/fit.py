@@ -200,10 +200,13 @@ def _usable(budget: Any) -> int:
 class _NativeCost:
     """Message costs from the Rust estimator; the input's costs are counted in one call."""
 
-    def __init__(self, prep: _engine.Prepared, msgs: list[Message], profile: str) -> None:
+    def __init__(
+        self, prep: _engine.Prepared, msgs: list[Message], profile: str, counts: list[int] | None = None
+    ) -> None:
         self.profile = profile
-        # `msgs` are decoded from the payload (so it is their encoding too)
-        counts = _engine.message_costs(msgs, profile, prep.payload)
+        if counts is None:
+            # `msgs` are decoded from the payload (so it is their encoding too)
+            counts = _engine.message_costs(msgs, profile, prep.payload)
         self._known = {id(m): c for m, c in zip(msgs, counts, strict=True)}
         self.msgs = msgs  # keeps the ids above alive; planning uses these very objects
 
@@ -237,8 +240,9 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
     st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub")
-    work = [st.m(w) for w in range(len(st.work))]
-    seg = ref.segment(work)
+    work = [it.msg(msgs) for it in st.work]
+    real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
+    seg = ref.segment(work, real)
     nw = len(work)
     turn_of = [-1] * nw
     for t, (a, b) in enumerate(seg.turns):
@@ -253,7 +257,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     recent = max(1, pol.recent_turns)
     # the user message that opens each turn (the first real one; a breadcrumb or, in the
     # first turn, other messages may come before it)
-    head_of = [next((w for w in range(a, b) if ref.is_real_user(work[w])), None) for a, b in seg.turns]
+    head_of = [next((w for w in range(a, b) if real[w]), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
 
     def src(w: int) -> int | None:
@@ -522,13 +526,18 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     start = tokens()
     evicted: list[int] = []
 
+    # the classes of each candidate's items: one without class c cannot go in c's pass
+    # (its live items are among them), so it is skipped before anything is computed
+    classes = [{cls[w] for w in items} for _, items, _ in plan.cands]
     allowed: set[int] = set()
     for c in pol.eviction_order:
         allowed.add(c)
         changed = True
         while changed and over():
             changed = False
-            for _, items, turn in plan.cands:
+            for (_, items, turn), has in zip(plan.cands, classes):
+                if c not in has:
+                    continue
                 if not over():
                     break
                 live = [w for w in items if st.keep[w]]
@@ -564,23 +573,30 @@ def fit_target(
     policy: FitPolicy,
     profile: str,
     reason: str = REASON_FIT,
+    read: _engine.Read | None = None,
 ) -> TrimResult[Any]:
     """:func:`fit` on prepared input, evicting down to ``target`` once over ``budget``.
 
     For :mod:`contextwindow` internals (the guard, :func:`recover_from_overflow`).
+    ``read``: ``prep``'s decoded messages (and costs) from :func:`_engine.read`, when at
+    hand.
 
     >>> prep = _engine.prepare([{"role": "user", "content": "hi"}])
     >>> fit_target(prep, 10, 7, FitPolicy(), "fim").report.reason is None
     True
     """
-    r = _fit_once(prep, budget, target, policy, profile, reason)
+    if read is None:
+        read = _engine.Read(prep, _engine.decoded(prep), None)
+    # decoded and counted once for both runs below
+    cost = _NativeCost(prep, read.messages, profile, read.costs)
+    r = _fit_once(prep, cost, budget, target, policy, reason)
     if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
         return r
     # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
     # result does not fit, or fits only by cutting, the run without it may fit with less
     # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
     # eviction was undone and only cutting the request was left)
-    bare = _fit_once(prep, budget, target, msgspec.structs.replace(policy, breadcrumb=False), profile, reason)
+    bare = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason)
     if _cut_rank(bare.report) > _cut_rank(r.report):
         return bare
     return r
@@ -596,15 +612,13 @@ def _cut_rank(report: Any) -> tuple[bool, int, int]:
 
 def _fit_once(
     prep: _engine.Prepared,
+    cost: _NativeCost,
     budget: int,
     target: int,
     policy: FitPolicy,
-    profile: str,
     reason: str,
 ) -> TrimResult[Any]:
     """:func:`fit_target` with the policy's breadcrumb setting as given."""
-    msgs = _engine.decoded(prep)
-    cost = _NativeCost(prep, msgs, profile)
     plan = _plan(prep, policy, cost, budget)
     st, seg = plan.st, plan.seg
     nt = len(seg.turns)
@@ -660,8 +674,8 @@ def _shrink_newest_turn(
     fit. What ``fit`` must keep is passed to it as pinned: pinned messages, class-0
     overrides, classes the policy never evicts and the open tool calls but the newest
     unit (whose results may be cut, never dropped)."""
-    msgs = _engine.decoded(prep)
     st, seg = plan.st, plan.seg
+    msgs = st.msgs  # the decoded input the plan was made for
     order = set(policy.eviction_order)
     newest_unit: set[int] = set()
     if seg.turns:
@@ -809,9 +823,9 @@ def fit(
     """
     name = resolve_profile(profile)
     budget = _usable(budget)
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    return fit_target(prep, budget, int(budget * pol.low_water), pol, name)
+    read = _engine.read(messages, format, name)
+    pol = _check_policy(policy, len(read.messages))
+    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
 
 
 def priorities(
@@ -843,10 +857,11 @@ def priorities(
     [0, 2, 3, 0]
     """
     name = resolve_profile(profile)
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    plan = _plan(prep, pol, _NativeCost(prep, _engine.decoded(prep), name), None)
-    out = [3] * len(prep.canonical)
+    read = _engine.read(messages, format, name)
+    prep = read.prep
+    pol = _check_policy(policy, len(read.messages))
+    plan = _plan(prep, pol, _NativeCost(prep, read.messages, name, read.costs), None)
+    out = [3] * len(read.messages)
     for w, it in enumerate(plan.st.work):
         if it.src is not None:
             out[it.src] = plan.cls[w]
@@ -909,13 +924,16 @@ def recover_from_overflow(
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    current = sum(int(c) for c in _engine.native.count_messages(prep.payload, name))
+    read = _engine.read(messages, format, name)
+    prep = read.prep
+    pol = _check_policy(policy, len(read.messages))
+    if read.costs is None:
+        read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
+    current = sum(read.costs)  # type: ignore[arg-type]
     if reported_tokens is not None and reported_tokens > usable:
         target = current * usable // reported_tokens
     else:
         target = current * 2 // 3
-    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW)
+    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)
