@@ -544,6 +544,13 @@ def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
         InvalidMessageError: as :func:`prepare`.
         ValueError: as :func:`prepare`.
     """
+    scope = _SCOPE.get()
+    if scope is not None and scope.messages:
+        # the scope remembers conversions, decodings and costs of what an earlier step
+        # read: cheaper than reading again
+        prep = prepare(messages, format)
+        msgs = decoded(prep)
+        return Read(prep, msgs, None if profile is None else message_costs(msgs, profile, prep.payload))
     if fast_reader(messages, format):
         snapshot = messages.copy()  # indices stay right if another thread edits the list
         got = native.read_dicts(snapshot, format)
@@ -556,6 +563,16 @@ def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
                 counted = native.count_dicts(snapshot, fmt, profile)
                 costs = None if counted is None else [int(n) for n in counted]
             prep = Prepared(snapshot, fmt, provider, msgs, payload)  # type: ignore[arg-type]
+            if scope is not None and len(msgs) == len(snapshot):
+                # what prepare, decoded and message_costs would remember: each dict's
+                # canonical message (decoded from the reader's JSON, which is what
+                # decoded() gives for the adapters' one), decoded as itself, and its cost
+                for d, m in zip(snapshot, msgs, strict=True):
+                    scope.messages[(id(d), fmt)] = (d, m)
+                    scope.decoded[id(m)] = (m, m)
+                if costs is not None:
+                    for m, c in zip(msgs, costs, strict=True):
+                        scope.costs[(id(m), profile)] = (m, c)
             return Read(prep, msgs, costs)
     prep = prepare(messages, format)
     return Read(prep, decoded(prep), None)
@@ -572,8 +589,14 @@ def _decode_payload(payload: bytes) -> list[Message]:
 def decoded(prep: Prepared) -> list[Message]:
     """The canonical messages exactly as the engine reads them (lone surrogates already
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
-    out = _decode_payload(prep.payload)
     scope = _SCOPE.get()
+    if scope is not None:
+        # every message decoded already in this scope: those very objects, no decoding
+        memo = scope.decoded
+        known = [_recall(memo, id(m), m) for m in prep.canonical]
+        if all(m is not None for m in known):
+            return known  # type: ignore[return-value]
+    out = _decode_payload(prep.payload)
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it
         memo = scope.decoded

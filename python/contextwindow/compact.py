@@ -528,14 +528,14 @@ def _budget_tool_results(
     cap = _count("max_message_chars", max_message_chars, allow_none=True, minimum=1)
     recent = _count("keep_recent", keep_recent, allow_none=True, minimum=0)
     pinned_idx = _pinned_type(pinned)
-    prep = _engine.prepare(messages, format)
-    msgs = _engine.decoded(prep)
+    read = _engine.read(messages, format, name)  # prepared, decoded and counted at once
+    prep, msgs = read.prep, read.messages
     _pinned_range(pinned_idx, len(msgs))
     threshold = int(total_share * window) if total_share is not None else None
     report_budget = threshold if threshold is not None else window
 
     work = list(msgs)
-    costs = _costs(work, name)
+    costs = list(read.costs) if read.costs is not None else _costs(work, name)
     tokens_before = sum(costs)
     fates = _fates(len(msgs))
     # characters removed per (message, part, inner) slot, so a cut then a clearing count once
