@@ -399,6 +399,9 @@ class _Nav:
         self.dropped_turns: set[int] = set()
         self.first_dropped: int | None = None
         self.crumbs = [w for w in range(n) if ref.is_breadcrumb(st.m(w))]
+        # bc_at's answer and how many turns were dropped when it was found
+        self._at: int | None = None
+        self._at_dropped = -1
 
     def _find(self, w: int, step: list[int], end: int, live: Callable[[int], bool]) -> int:
         root = w
@@ -440,10 +443,13 @@ class _Nav:
         """:func:`_bc_at` for the current state."""
         if self.first_dropped is None:
             return None
+        if not self.crumbs and self._at_dropped == len(self.dropped_turns):
+            return self._at  # no turn dropped since: the same place (no breadcrumb to look back for)
         t = self.next_kept_turn(self.first_dropped + 1)
-        if t is None:
+        at = None if t is None else self.plan.seg.turns[t][0]
+        self._at, self._at_dropped = at, len(self.dropped_turns)
+        if at is None:
             return None
-        at = self.plan.seg.turns[t][0]
         if self.crumbs:
             prev = self.prev_kept(at - 1)
             if prev is not None and ref.is_breadcrumb(self.plan.st.m(prev)):
@@ -493,6 +499,58 @@ class _Nav:
         return True
 
 
+class _BreadcrumbCosts:
+    """Counts ahead what the breadcrumb costs at the start of the next turns, in one
+    native call, for :meth:`_reference._State.bc_cost` (Anthropic shape).
+
+    There the breadcrumb is a text block of the first kept turn's first message, so its
+    cost depends on that message; as ``_evict`` drops turn after turn it moves to the
+    next turn's message, and counting each one alone (a native call per evicted turn) was
+    most of ``fit``'s time on long plain chats. Filling ``bc_cost``'s memo with the very
+    values it computes (``max(0, tokens(with breadcrumb) - tokens(message))``, by the
+    message's identity) changes no result. The batch doubles, so a fit that drops few
+    turns counts few."""
+
+    def __init__(self, plan: _Plan) -> None:
+        st = plan.st
+        self.st = st
+        self.on = st.breadcrumb and st.provider == "anthropic"
+        self.turn_at = {a: t for t, (a, _) in enumerate(plan.seg.turns)} if self.on else {}
+        self.starts = [a for a, _ in plan.seg.turns]
+        self.batch = 8
+
+    def ensure(self, w: int) -> None:
+        """Make sure the memo holds the cost at item ``w`` (and at the next turns' starts)."""
+        st = self.st
+        if not self.on or st.has_bc(w):
+            return
+        m = st.m(w)
+        hit = st._bc_memo.get(id(m))
+        if hit is not None and hit[0] is m:
+            return
+        t = self.turn_at.get(w)
+        todo = [w] if t is None else self.starts[t : t + self.batch]
+        self.batch = min(2 * self.batch, 1024)
+        msgs: list[Message] = []
+        for v in todo:
+            if st.has_bc(v):
+                continue
+            mv = st.m(v)
+            hit = st._bc_memo.get(id(mv))
+            if hit is None or hit[0] is not mv:
+                msgs.append(mv)
+        if not msgs:
+            return
+        cost = st.cost
+        profile = getattr(cost, "profile", None)
+        if profile is None:  # not the native cost model: bc_cost counts as it always did
+            return
+        led = [ref._with_breadcrumb(mv) for mv in msgs]
+        counts = _engine.native.count_messages(_engine.encode_messages(led), profile)
+        for mv, n in zip(msgs, counts, strict=True):
+            st._bc_memo[id(mv)] = (mv, max(0, int(n) - cost.message_tokens(mv)))
+
+
 def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
     """Where the breadcrumb goes: the first kept turn after the first evicted turn
     (``trim_turns``' placement), unless a breadcrumb message already precedes it."""
@@ -515,10 +573,19 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     returns the whole turns evicted."""
     st, seg, cls = plan.st, plan.seg, plan.cls
     nav = _Nav(plan)
+    prefetch = _BreadcrumbCosts(plan)
+
+    last: list[Any] = [None, None, 0]  # bc_cost's answer for (item index, item)
 
     def tokens() -> int:
         bc = nav.bc_at()
-        return st.total() + (st.bc_cost(bc) if bc is not None else 0)
+        if bc is None:
+            return st.total()
+        item = st.work[bc]
+        if last[0] != bc or last[1] is not item:  # a pure function of the item there
+            prefetch.ensure(bc)
+            last[:] = [bc, item, st.bc_cost(bc)]
+        return st.total() + last[2]
 
     def over() -> bool:
         return tokens() > target
@@ -526,18 +593,20 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     start = tokens()
     evicted: list[int] = []
 
-    # the classes of each candidate's items: one without class c cannot go in c's pass
-    # (its live items are among them), so it is skipped before anything is computed
-    classes = [{cls[w] for w in items} for _, items, _ in plan.cands]
+    # the candidates holding an item of each class, in order: one without class c cannot
+    # go in c's pass (its live items are among its items), so the pass never looks at it
+    having: dict[int, list[tuple[int, list[int], int | None]]] = {c: [] for c in pol.eviction_order}
+    for cand in plan.cands:
+        for c in {cls[w] for w in cand[1]}:
+            if c in having:
+                having[c].append(cand)
     allowed: set[int] = set()
     for c in pol.eviction_order:
         allowed.add(c)
         changed = True
         while changed and over():
             changed = False
-            for (_, items, turn), has in zip(plan.cands, classes):
-                if c not in has:
-                    continue
+            for _, items, turn in having[c]:
                 if not over():
                     break
                 live = [w for w in items if st.keep[w]]
@@ -643,14 +712,17 @@ def _fit_once(
             st.set_fate(w, "kept", "kept")
     bc = _bc_at(plan, dropped_turns)
     turns = (nt, nt - len(dropped_turns))
-    fates = [dict(f) for f in st.fates]  # _finish marks the message given the breadcrumb
+    # _finish marks the message given the breadcrumb (its rule): kept to undo below
+    given = st.work[bc].src if bc is not None else None
+    given_fate = dict(st.fates[given]) if given is not None else None
     ops, report = ref._finish(st, budget, reason, turns, bc)
     if not report.fits:
         ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
     if not report.fits and bc is not None:
         # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is
         # left out, as trim_turns does (found by a new user: 49 tokens over 40, 35 without)
-        st.fates = fates
+        if given is not None:
+            st.fates[given] = given_fate  # type: ignore[assignment]
         ops0, report0 = ref._finish(st, budget, reason, turns, None)
         if not report0.fits:
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
