@@ -691,12 +691,18 @@ def tool_units(
     return sorted(groups.values(), key=lambda u: u[0])
 
 
-def segment(msgs: list[Message], real_user: list[bool] | None = None) -> Segmentation:
-    """Preamble, turns, tool units and current request of ``msgs``; ``real_user``:
-    :func:`is_real_user` of each message, when the caller has it already."""
+def segment(
+    msgs: list[Message],
+    real_user: list[bool] | None = None,
+    results: list[list[tuple[int, int] | None]] | None = None,
+) -> Segmentation:
+    """Preamble, turns, tool units and current request of ``msgs``; ``real_user``
+    (:func:`is_real_user` of each message) and ``results`` (:func:`resolve`'s first
+    answer for ``msgs``), when the caller has them already."""
     n = len(msgs)
     pre = next((i for i, m in enumerate(msgs) if not is_preamble_role(m)), n)
-    results, _ = resolve(msgs)
+    if results is None:
+        results, _ = resolve(msgs)
     flags = [is_real_user(m) for m in msgs] if real_user is None else real_user
     units = tool_units(msgs, results, flags)
     real = [i for i in range(pre, n) if flags[i]]
@@ -912,10 +918,15 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
     return []
 
 
-def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[list[Item], list[PairChange]]:
+Resolved = tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]
+
+
+def repair(
+    msgs: list[Message], provider: str, missing: str = "stub", resolved: Resolved | None = None
+) -> tuple[list[Item], list[PairChange]]:
     """Drop orphan results, move separated results next to their call, stub or drop
-    unanswered calls."""
-    results, answered_by = resolve(msgs)
+    unanswered calls. ``resolved``: :func:`resolve` of ``msgs``, when the caller has it."""
+    results, answered_by = resolve(msgs) if resolved is None else resolved
     n = len(msgs)
     out: list[Item] = []
     changes: list[PairChange] = []
@@ -1328,8 +1339,15 @@ def repair_fates(
             fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
 
 
-def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
-    work, repairs = repair(msgs, provider, missing)
+def _state(
+    msgs: list[Message],
+    cost: CostModel,
+    provider: str,
+    breadcrumb: bool,
+    missing: str,
+    resolved: Resolved | None = None,
+) -> _State:
+    work, repairs = repair(msgs, provider, missing, resolved)
     st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
     st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
     st.keep = [True] * len(work)

@@ -228,6 +228,7 @@ class _Plan:
     unpinned: set[int]  # work items unpinned by pinned_share
     turn_of: list[int]  # turn index per work item (-1 for the preamble)
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
+    crumbs: list[int]  # work items that are our breadcrumb
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -239,10 +240,14 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
-    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub")
+    resolved = ref.resolve(msgs)
+    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", resolved)
     work = [it.msg(msgs) for it in st.work]
     real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
-    seg = ref.segment(work, real)
+    # when repair changed nothing, the working list is the input: its calls and results
+    # were resolved already
+    same = len(work) == len(msgs) and all(it.new is None and it.src == w for w, it in enumerate(st.work))
+    seg = ref.segment(work, real, resolved[0] if same else None)
     nw = len(work)
     turn_of = [-1] * nw
     for t, (a, b) in enumerate(seg.turns):
@@ -259,9 +264,13 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # first turn, other messages may come before it)
     head_of = [next((w for w in range(a, b) if real[w]), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
+    srcs = [it.src for it in st.work]
+    # our own breadcrumb and repair's placeholder: single-part messages only
+    crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
+    placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]
 
     def src(w: int) -> int | None:
-        return st.work[w].src
+        return srcs[w]
 
     # open tool calls: units of the newest turn with a stubbed (synthetic) result, and the
     # newest unit when the conversation ends inside it
@@ -302,18 +311,20 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     cls = [0] * nw
     why0 = [""] * nw
     pinned_items: list[int] = []
+    priorities = pol.priorities
     for w in range(nw):
-        s = src(w)
+        s = srcs[w]
         if w < seg.preamble_end:
             why0[w] = "preamble"
             continue
         if w == req_like:
             why0[w] = "current_request"
             continue
-        if w in unit_of and unit_of[w] in open_units:
+        if open_units and w in unit_of and unit_of[w] in open_units:
             why0[w] = "open_tool_call"
             continue
-        own = override(w)
+        # override(w), inline
+        own = None if s is None else priorities[s] if s in priorities else msgs[s].priority
         if s is not None and (msgs[s].pinned or s in pinned_idx):
             why0[w] = "pinned"
             pinned_items.append(w)
@@ -345,7 +356,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
             cands.append((a, list(range(a, b)), t))
         seen: set[int] = set()
         for w in range(a, b):
-            if w == head_of[t] or ref.is_breadcrumb(work[w]):
+            if w == head_of[t] or crumb[w]:
                 continue  # these go only with their whole turn
             if w in unit_of:
                 u = unit_of[w]
@@ -358,10 +369,10 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         # opens a turn and cannot go alone, nor can its neighbours: it goes with the unit or
         # loose message on either side (fresh8 N3: before a pinned message neither could go)
         for w in range(a, b):
-            if not _is_placeholder(work[w]):
+            if not placeholder[w]:
                 continue
             for n in (w - 1, w + 1):
-                if not a <= n < b or n == head_of[t] or ref.is_breadcrumb(work[n]):
+                if not a <= n < b or n == head_of[t] or crumb[n]:
                     continue
                 items = sorted({w, *(seg.units[unit_of[n]] if n in unit_of else [n])})
                 cands.append((items[0], items, None))
@@ -379,7 +390,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         return (max(c[0], last_unit[c[2]]), 1) if c[2] is not None else (c[0], 0)
 
     cands.sort(key=order)
-    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands)
+    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]])
 
 
 class _Nav:
@@ -398,7 +409,7 @@ class _Nav:
         self.turn_right = list(range(1, len(plan.seg.turns) + 1))
         self.dropped_turns: set[int] = set()
         self.first_dropped: int | None = None
-        self.crumbs = [w for w in range(n) if ref.is_breadcrumb(st.m(w))]
+        self.crumbs = plan.crumbs
         # bc_at's answer and how many turns were dropped when it was found
         self._at: int | None = None
         self._at_dropped = -1
