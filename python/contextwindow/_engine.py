@@ -338,8 +338,10 @@ def _to_canonical(messages: list[Any], fmt: str) -> list[Message]:
     convert = openai_to_message if fmt == "openai" else anthropic_to_message
     out = []
     for i, d in enumerate(messages):
-        m = _recall(memo, (id(d), fmt), d)
-        if m is None:
+        hit = memo.get((id(d), fmt))  # _recall, inline: once per message of every step
+        if hit is not None and hit[0] is d:
+            m = hit[1]
+        else:
             m = convert(d, i)
             memo[(id(d), fmt)] = (d, m)
         out.append(m)
@@ -360,11 +362,11 @@ def message_costs(msgs: Sequence[Message], profile: str, payload: bytes | None =
     out = [0] * len(msgs)
     miss = []
     for i, m in enumerate(msgs):
-        n = _recall(memo, (id(m), profile), m)
-        if n is None:
+        hit = memo.get((id(m), profile))  # _recall, inline
+        if hit is None or hit[0] is not m:
             miss.append(i)
         else:
-            out[i] = n
+            out[i] = hit[1]
     if miss:
         if len(miss) == len(msgs) and payload is not None:
             body = payload
@@ -593,9 +595,14 @@ def decoded(prep: Prepared) -> list[Message]:
     if scope is not None:
         # every message decoded already in this scope: those very objects, no decoding
         memo = scope.decoded
-        known = [_recall(memo, id(m), m) for m in prep.canonical]
-        if all(m is not None for m in known):
-            return known  # type: ignore[return-value]
+        known = []
+        for m in prep.canonical:
+            hit = memo.get(id(m))  # _recall, inline
+            if hit is None or hit[0] is not m:
+                break
+            known.append(hit[1])
+        else:
+            return known
     out = _decode_payload(prep.payload)
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it

@@ -532,12 +532,12 @@ class _BreadcrumbCosts:
 
     def ensure(self, w: int) -> None:
         """Make sure the memo holds the cost at item ``w`` (and at the next turns' starts)."""
-        st = self.st
-        if not self.on or st.has_bc(w):
+        if not self.on:
             return
+        st = self.st
         m = st.m(w)
         hit = st._bc_memo.get(id(m))
-        if hit is not None and hit[0] is m:
+        if (hit is not None and hit[0] is m) or st.has_bc(w):
             return
         t = self.turn_at.get(w)
         todo = [w] if t is None else self.starts[t : t + self.batch]
