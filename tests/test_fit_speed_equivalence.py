@@ -268,3 +268,13 @@ def test_generated_fit_and_guard_equal_with_and_without_shortcuts(
         if budget:
             slow.append(outcome(lambda: guard.check(msgs, format=fmt), msgs))
     assert fast == slow
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.case())
+def test_text_chars_is_the_sum_over_text_slots(c: tuple[str, list[cw.Message]]) -> None:
+    # compact._text_chars walks the parts once instead of building the slot list
+    from contextwindow.compact import _slot_text, _text_chars, _text_slots
+
+    for m in c[1]:
+        assert _text_chars(m) == sum(len(_slot_text(m, s)) for s in _text_slots(m))

@@ -593,16 +593,27 @@ def decoded(prep: Prepared) -> list[Message]:
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
     scope = _SCOPE.get()
     if scope is not None:
-        # every message decoded already in this scope: those very objects, no decoding
+        # messages decoded already in this scope: those very objects; only the others are
+        # encoded and decoded (a step's output is mostly its input's messages)
         memo = scope.decoded
-        known = []
-        for m in prep.canonical:
+        known: list[Message | None] = []
+        unknown: list[int] = []
+        for i, m in enumerate(prep.canonical):
             hit = memo.get(id(m))  # _recall, inline
-            if hit is None or hit[0] is not m:
-                break
-            known.append(hit[1])
-        else:
-            return known
+            if hit is not None and hit[0] is m:
+                known.append(hit[1])
+            else:
+                known.append(None)
+                unknown.append(i)
+        if not unknown:
+            return known  # type: ignore[return-value]
+        if len(unknown) < len(known):
+            fresh = _decode_payload(encode_messages([prep.canonical[i] for i in unknown]))
+            if len(fresh) == len(unknown):
+                for i, d in zip(unknown, fresh, strict=True):
+                    memo[id(prep.canonical[i])] = (prep.canonical[i], d)
+                    known[i] = d
+                return known  # type: ignore[return-value]
     out = _decode_payload(prep.payload)
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it
