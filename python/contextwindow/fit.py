@@ -613,6 +613,8 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
         for c in {cls[w] for w in cand[1]}:
             if c in having:
                 having[c].append(cand)
+    keep, stub_head = st.keep, st.stub_head  # lists updated in place by set_keep
+    anthropic = provider == "anthropic"  # alternates() only checks that shape
     allowed: set[int] = set()
     for c in pol.eviction_order:
         allowed.add(c)
@@ -620,6 +622,23 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
         while changed and over():
             changed = False
             for _, items, turn in having[c]:
+                if len(items) == 1:
+                    # one message (most candidates): the checks below, for one item
+                    w = items[0]
+                    if not keep[w] or cls[w] != c:
+                        continue  # gone already, or not of this pass's class
+                    if not over():
+                        break
+                    if anthropic and not nav.alternates({w}, provider, seg.preamble_end):
+                        continue
+                    if stub_head[w] and keep[w - 1]:
+                        continue
+                    st.set_keep(w, False)
+                    evicted.append(w)
+                    if turn is not None:
+                        nav.drop_turn(turn)
+                    changed = True
+                    continue
                 if not over():
                     break
                 live = [w for w in items if st.keep[w]]
