@@ -278,3 +278,19 @@ def test_text_chars_is_the_sum_over_text_slots(c: tuple[str, list[cw.Message]]) 
 
     for m in c[1]:
         assert _text_chars(m) == sum(len(_slot_text(m, s)) for s in _text_slots(m))
+
+
+def test_prepare_in_a_scope_reuses_a_list_only_while_it_holds_the_same_objects() -> None:
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with _engine.reuse_conversions():
+        first = _engine.prepare(msgs)
+        assert _engine.prepare(msgs) is first  # the same list, the same dicts
+        assert _engine.prepare(msgs, "openai") is not first  # another format: prepared anew
+        msgs.append({"role": "user", "content": "c"})  # the list changed: prepared anew
+        longer = _engine.prepare(msgs)
+        assert longer is not first and len(longer.original) == 3
+        msgs[2] = {"role": "user", "content": "d"}  # same length, another object
+        replaced = _engine.prepare(msgs)
+        assert replaced is not longer and replaced.canonical[2].content[0].text == "d"  # type: ignore[union-attr]
+        assert replaced.canonical[0] is first.canonical[0]  # dicts still converted once
+    assert _engine.prepare(msgs) is not replaced  # nothing is remembered after the scope

@@ -302,6 +302,8 @@ class _Scope:
         self.decoded: dict[Any, tuple[Any, Any]] = {}
         # (id(message), profile) -> (the message, its tokens)
         self.costs: dict[Any, tuple[Any, Any]] = {}
+        # (id(list), format) -> (the list, what prepare made of it)
+        self.prepared: dict[Any, tuple[Any, Any]] = {}
 
 
 def _recall(memo: dict[Any, tuple[Any, Any]], key: Any, obj: Any) -> Any:
@@ -439,7 +441,28 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {shown(format)}")
+    given = messages
     messages = list(messages)  # a snapshot: indices stay right if another thread edits the list
+    scope = _SCOPE.get()
+    if scope is not None:
+        # the same list, holding the same objects, prepared already in this scope (the
+        # guard's steps prepare the list the step before returned more than once)
+        hit = scope.prepared.get((id(given), format))
+        if (
+            hit is not None
+            and hit[0] is given
+            and len(hit[1].original) == len(messages)
+            and all(a is b for a, b in zip(hit[1].original, messages, strict=True))
+        ):
+            return hit[1]  # type: ignore[no-any-return]
+    prep = _prepare(messages, format)
+    if scope is not None:
+        scope.prepared[(id(given), format)] = (given, prep)
+    return prep
+
+
+def _prepare(messages: list[Any], format: str | None) -> Prepared:
+    """:func:`prepare` on a snapshot of the caller's list, ``format`` checked."""
     if format == "canonical" and not all(isinstance(m, Message) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
         raise InvalidMessageError(
