@@ -732,7 +732,7 @@ def test_nav_lookups_match_a_scan(initial: list[bool], evictions: list[int]) -> 
     n = len(initial)
     keep = list(initial)
     state = SimpleNamespace(keep=keep, work=[None] * n, m=lambda w: cw.Message(role="user", content=[]))
-    nav = _Nav(SimpleNamespace(st=state, seg=SimpleNamespace(turns=[]), cls=[]))  # type: ignore[arg-type]
+    nav = _Nav(SimpleNamespace(st=state, seg=SimpleNamespace(turns=[]), cls=[], crumbs=[]))  # type: ignore[arg-type]
     for e in [*evictions, None]:
         for w in range(-1, n + 1):
             before = [v for v in range(min(w, n - 1), -1, -1) if keep[v]]

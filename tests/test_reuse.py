@@ -44,13 +44,21 @@ def agent(turns: int) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def counting_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Messages counted per call of the Rust estimator's ``count_messages``."""
+    """Messages counted per call of the Rust estimator: ``count_messages`` (canonical
+    JSON) and ``count_dicts`` (the dict reader, which counts the input of ``fit``)."""
     calls: list[int] = []
     real = _engine.native.count_messages
+    real_dicts = _engine.native.count_dicts
 
     def spy(payload: bytes, profile: str) -> Any:
         out = real(payload, profile)
         calls.append(len(out))
+        return out
+
+    def spy_dicts(messages: Any, format: str | None, profile: str) -> Any:
+        out = real_dicts(messages, format, profile)
+        if out is not None:
+            calls.append(len(out))
         return out
 
     class Native:
@@ -58,15 +66,18 @@ def counting_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
             return getattr(real_native, name)
 
         count_messages = staticmethod(spy)
+        count_dicts = staticmethod(spy_dicts)
 
     real_native = _engine.native
     monkeypatch.setattr(_engine, "native", Native())
     yield calls
 
 
-def test_fit_counts_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fast", [True, False])
+def test_fit_counts_each_message_once(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     msgs = agent(30)  # 121 messages
     total = cw.count_messages(msgs, "fim")
+    monkeypatch.setattr(_engine, "FAST_READER", fast)  # the dict reader, or the adapters
     with counting_native(monkeypatch) as calls:
         r = cw.fit(msgs, total // 2, profile="fim")
     assert r.report.dropped_messages > 0
@@ -77,26 +88,50 @@ def test_fit_counts_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sum(calls) - calls[0] <= 3, calls
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("hint", ["general", "step_dependency"])
-def test_guard_check_converts_each_dict_once(hint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_guard_check_converts_each_dict_once(hint: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     msgs = agent(30)
     total = cw.count_messages(msgs, "fim")
     seen: Counter[int] = Counter()
     real = _engine.openai_to_message
+    reads: list[int] = []
+    real_read = _engine.native.read_dicts
 
     def spy(d: Any, index: int = 0) -> Any:
         seen[id(d)] += 1
         return real(d, index)
 
+    def spy_read(messages: Any, format: str | None) -> Any:
+        reads.append(len(messages))
+        return real_read(messages, format)
+
+    class Native:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_native, name)
+
+        read_dicts = staticmethod(spy_read)
+
+    real_native = _engine.native
+    monkeypatch.setattr(_engine, "native", Native())
     monkeypatch.setattr(_engine, "openai_to_message", spy)
+    monkeypatch.setattr(_engine, "FAST_READER", fast)
     g = cw.ContextGuard(resolve_budget(total, total // 2), profile="fim")
     r = g.check(msgs, hint=hint)
     # general: tool output, then old results cleared; step_dependency: tool output, then
     # history (each step prepares the list it gets)
     second = "history" if hint == "step_dependency" else "tool_results"
     assert r.changed and [s.step for s in r.steps] == ["tool_output", second]
-    assert seen, "the guard did not convert through the spied adapter"
-    assert max(seen.values()) == 1, f"{sum(v > 1 for v in seen.values())} dicts converted more than once"
+    if fast:
+        # the input is read once, in Rust; the adapters convert only dicts a step made
+        # (a cleared result), each once
+        assert reads == [len(msgs)]
+        assert all(id(d) not in seen for d in msgs)
+        assert not seen or max(seen.values()) == 1
+    else:
+        assert reads == []
+        assert seen, "the guard did not convert through the spied adapter"
+        assert max(seen.values()) == 1, f"{sum(v > 1 for v in seen.values())} dicts converted more than once"
 
 
 def test_nothing_is_remembered_between_calls() -> None:

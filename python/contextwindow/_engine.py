@@ -302,6 +302,8 @@ class _Scope:
         self.decoded: dict[Any, tuple[Any, Any]] = {}
         # (id(message), profile) -> (the message, its tokens)
         self.costs: dict[Any, tuple[Any, Any]] = {}
+        # (id(list), format) -> (the list, what prepare made of it)
+        self.prepared: dict[Any, tuple[Any, Any]] = {}
 
 
 def _recall(memo: dict[Any, tuple[Any, Any]], key: Any, obj: Any) -> Any:
@@ -338,8 +340,10 @@ def _to_canonical(messages: list[Any], fmt: str) -> list[Message]:
     convert = openai_to_message if fmt == "openai" else anthropic_to_message
     out = []
     for i, d in enumerate(messages):
-        m = _recall(memo, (id(d), fmt), d)
-        if m is None:
+        hit = memo.get((id(d), fmt))  # _recall, inline: once per message of every step
+        if hit is not None and hit[0] is d:
+            m = hit[1]
+        else:
             m = convert(d, i)
             memo[(id(d), fmt)] = (d, m)
         out.append(m)
@@ -360,11 +364,11 @@ def message_costs(msgs: Sequence[Message], profile: str, payload: bytes | None =
     out = [0] * len(msgs)
     miss = []
     for i, m in enumerate(msgs):
-        n = _recall(memo, (id(m), profile), m)
-        if n is None:
+        hit = memo.get((id(m), profile))  # _recall, inline
+        if hit is None or hit[0] is not m:
             miss.append(i)
         else:
-            out[i] = n
+            out[i] = hit[1]
     if miss:
         if len(miss) == len(msgs) and payload is not None:
             body = payload
@@ -437,7 +441,28 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {shown(format)}")
+    given = messages
     messages = list(messages)  # a snapshot: indices stay right if another thread edits the list
+    scope = _SCOPE.get()
+    if scope is not None:
+        # the same list, holding the same objects, prepared already in this scope (the
+        # guard's steps prepare the list the step before returned more than once)
+        hit = scope.prepared.get((id(given), format))
+        if (
+            hit is not None
+            and hit[0] is given
+            and len(hit[1].original) == len(messages)
+            and all(a is b for a, b in zip(hit[1].original, messages, strict=True))
+        ):
+            return hit[1]  # type: ignore[no-any-return]
+    prep = _prepare(messages, format)
+    if scope is not None:
+        scope.prepared[(id(given), format)] = (given, prep)
+    return prep
+
+
+def _prepare(messages: list[Any], format: str | None) -> Prepared:
+    """:func:`prepare` on a snapshot of the caller's list, ``format`` checked."""
     if format == "canonical" and not all(isinstance(m, Message) for m in messages):
         bad = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
         raise InvalidMessageError(
@@ -520,14 +545,99 @@ def _build(
     return TrimResult(messages=out, report=report)
 
 
+@dataclass(frozen=True)
+class Read:
+    """What :func:`read` returns: the prepared input, its canonical messages as the engine
+    reads them (:func:`decoded`), and each one's tokens when the dict reader counted them."""
+
+    prep: Prepared
+    messages: list[Message]
+    costs: list[int] | None
+
+
+def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
+    """:func:`prepare` then :func:`decoded`, through the native dict reader when it takes
+    the input (one walk in Rust instead of the Python adapters, then one decode), and
+    with ``profile`` each message's tokens from the same reader.
+
+    The reader builds the canonical messages with the adapters' rules and declines what
+    it does not take (``None``: malformed input, lone surrogates, anything but plain
+    dicts, lists and strs), which then goes through :func:`prepare`, so errors are
+    unchanged. Its JSON decodes to the messages :func:`decoded` gives for the same input.
+
+    Raises:
+        InvalidMessageError: as :func:`prepare`.
+        ValueError: as :func:`prepare`.
+    """
+    scope = _SCOPE.get()
+    if scope is not None and scope.messages:
+        # the scope remembers conversions, decodings and costs of what an earlier step
+        # read: cheaper than reading again
+        prep = prepare(messages, format)
+        msgs = decoded(prep)
+        return Read(prep, msgs, None if profile is None else message_costs(msgs, profile, prep.payload))
+    if fast_reader(messages, format):
+        snapshot = messages.copy()  # indices stay right if another thread edits the list
+        got = native.read_dicts(snapshot, format)
+        if got is not None:
+            fmt, provider, text = got
+            payload = text.encode()
+            msgs = _decode_payload(payload)
+            costs = None
+            if profile is not None:
+                counted = native.count_dicts(snapshot, fmt, profile)
+                costs = None if counted is None else [int(n) for n in counted]
+            prep = Prepared(snapshot, fmt, provider, msgs, payload)  # type: ignore[arg-type]
+            if scope is not None and len(msgs) == len(snapshot):
+                # what prepare, decoded and message_costs would remember: each dict's
+                # canonical message (decoded from the reader's JSON, which is what
+                # decoded() gives for the adapters' one), decoded as itself, and its cost
+                for d, m in zip(snapshot, msgs, strict=True):
+                    scope.messages[(id(d), fmt)] = (d, m)
+                    scope.decoded[id(m)] = (m, m)
+                if costs is not None:
+                    for m, c in zip(msgs, costs, strict=True):
+                        scope.costs[(id(m), profile)] = (m, c)
+            return Read(prep, msgs, costs)
+    prep = prepare(messages, format)
+    return Read(prep, decoded(prep), None)
+
+
+def _decode_payload(payload: bytes) -> list[Message]:
+    try:
+        out: list[Message] = _CANONICAL.decode(payload)
+    except msgspec.DecodeError:  # a number msgspec's decoder refuses (1e400), kept as written
+        out = msgspec.convert(loads_keeping_numbers(payload), list[Message])
+    return out
+
+
 def decoded(prep: Prepared) -> list[Message]:
     """The canonical messages exactly as the engine reads them (lone surrogates already
     U+FFFD), for the pure-Python engine; index ``i`` is the caller's message ``i``."""
-    try:
-        out: list[Message] = _CANONICAL.decode(prep.payload)
-    except msgspec.DecodeError:  # a number msgspec's decoder refuses (1e400), kept as written
-        out = msgspec.convert(loads_keeping_numbers(prep.payload), list[Message])
     scope = _SCOPE.get()
+    if scope is not None:
+        # messages decoded already in this scope: those very objects; only the others are
+        # encoded and decoded (a step's output is mostly its input's messages)
+        memo = scope.decoded
+        known: list[Message | None] = []
+        unknown: list[int] = []
+        for i, m in enumerate(prep.canonical):
+            hit = memo.get(id(m))  # _recall, inline
+            if hit is not None and hit[0] is m:
+                known.append(hit[1])
+            else:
+                known.append(None)
+                unknown.append(i)
+        if not unknown:
+            return known  # type: ignore[return-value]
+        if len(unknown) < len(known):
+            fresh = _decode_payload(encode_messages([prep.canonical[i] for i in unknown]))
+            if len(fresh) == len(unknown):
+                for i, d in zip(unknown, fresh, strict=True):
+                    memo[id(prep.canonical[i])] = (prep.canonical[i], d)
+                    known[i] = d
+                return known  # type: ignore[return-value]
+    out = _decode_payload(prep.payload)
     if scope is not None and len(out) == len(prep.canonical):
         # the same object for the same canonical message, so message_costs knows it
         memo = scope.decoded

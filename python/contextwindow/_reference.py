@@ -612,8 +612,12 @@ def is_real_user(m: Message) -> bool:
     put the stub of a call the user interrupted into the user's next message (Anthropic)."""
     if m.role != "user":
         return False
-    rest = [q for q in m.content if not isinstance(q, ToolResult)]
-    if has_results(m) and (not rest or not all(is_missing_result(q) for q in m.content if isinstance(q, ToolResult))):
+    content = m.content
+    rest = [q for q in content if not isinstance(q, ToolResult)]
+    # len(rest) < len(content): has_results(m)
+    if len(rest) < len(content) and (
+        not rest or not all(is_missing_result(q) for q in content if isinstance(q, ToolResult))
+    ):
         return False
     ft = rest[0].text if rest and isinstance(rest[0], TextPart) else None
     only = len(rest) == 1 and ft is not None
@@ -657,7 +661,11 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
     return results, answered_by
 
 
-def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]]) -> list[list[int]]:
+def tool_units(
+    msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None = None
+) -> list[list[int]]:
+    """Tool units (see DESIGN.md section 4); ``real``: :func:`is_real_user` of each message,
+    when the caller has it already."""
     parent = list(range(len(msgs)))
 
     def find(x: int) -> int:
@@ -665,9 +673,11 @@ def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]])
             x = parent[x]
         return x
 
-    in_unit = [has_calls(m) and m.role == "assistant" for m in msgs]
+    if real is None:
+        real = [is_real_user(m) for m in msgs]
+    in_unit = [m.role == "assistant" and has_calls(m) for m in msgs]
     for i, row in enumerate(results):
-        if is_real_user(msgs[i]):
+        if real[i]:
             continue  # its results are stubs; the message opens a turn
         for c in row:
             if c is not None:
@@ -681,12 +691,21 @@ def tool_units(msgs: list[Message], results: list[list[tuple[int, int] | None]])
     return sorted(groups.values(), key=lambda u: u[0])
 
 
-def segment(msgs: list[Message]) -> Segmentation:
+def segment(
+    msgs: list[Message],
+    real_user: list[bool] | None = None,
+    results: list[list[tuple[int, int] | None]] | None = None,
+) -> Segmentation:
+    """Preamble, turns, tool units and current request of ``msgs``; ``real_user``
+    (:func:`is_real_user` of each message) and ``results`` (:func:`resolve`'s first
+    answer for ``msgs``), when the caller has them already."""
     n = len(msgs)
     pre = next((i for i, m in enumerate(msgs) if not is_preamble_role(m)), n)
-    results, _ = resolve(msgs)
-    units = tool_units(msgs, results)
-    real = [i for i in range(pre, n) if is_real_user(msgs[i])]
+    if results is None:
+        results, _ = resolve(msgs)
+    flags = [is_real_user(m) for m in msgs] if real_user is None else real_user
+    units = tool_units(msgs, results, flags)
+    real = [i for i in range(pre, n) if flags[i]]
     boundary = set(real[1:])
     for u in units:
         boundary -= set(range(u[0] + 1, u[-1] + 1))
@@ -899,10 +918,15 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
     return []
 
 
-def repair(msgs: list[Message], provider: str, missing: str = "stub") -> tuple[list[Item], list[PairChange]]:
+Resolved = tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]
+
+
+def repair(
+    msgs: list[Message], provider: str, missing: str = "stub", resolved: Resolved | None = None
+) -> tuple[list[Item], list[PairChange]]:
     """Drop orphan results, move separated results next to their call, stub or drop
-    unanswered calls."""
-    results, answered_by = resolve(msgs)
+    unanswered calls. ``resolved``: :func:`resolve` of ``msgs``, when the caller has it."""
+    results, answered_by = resolve(msgs) if resolved is None else resolved
     n = len(msgs)
     out: list[Item] = []
     changes: list[PairChange] = []
@@ -1315,17 +1339,24 @@ def repair_fates(
             fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
 
 
-def _state(msgs: list[Message], cost: CostModel, provider: str, breadcrumb: bool, missing: str) -> _State:
-    work, repairs = repair(msgs, provider, missing)
+def _state(
+    msgs: list[Message],
+    cost: CostModel,
+    provider: str,
+    breadcrumb: bool,
+    missing: str,
+    resolved: Resolved | None = None,
+) -> _State:
+    work, repairs = repair(msgs, provider, missing, resolved)
     st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
     st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
     st.keep = [True] * len(work)
     st.running = sum(st.costs)
     st.fates = [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(len(msgs))]
     repair_fates(st.fates, repairs, work, msgs)
+    ms = [it.msg(msgs) for it in work]
     st.stub_head = [
-        w > 0 and st.m(w - 1).role == "assistant" and is_real_user(st.m(w)) and has_results(st.m(w))
-        for w in range(len(work))
+        w > 0 and ms[w - 1].role == "assistant" and is_real_user(ms[w]) and has_results(ms[w]) for w in range(len(work))
     ]
     st.saved = [None] * len(work)
     return st

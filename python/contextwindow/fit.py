@@ -30,8 +30,10 @@ Costs are the Rust estimator's (``contextwindow.estimate.message_tokens``), addi
 messages. Pair repair runs first (the same rules as ``repair_tool_pairs``; repair,
 segmentation and breadcrumb placement use ``_reference``, which the differential tests
 hold equal to the Rust engine), and eviction only ever removes whole units, so every
-output passes ``validate``. The eviction loop is pure Python: about 0.1-0.2 s for 2,000
-messages (``trim_turns``, all Rust, takes about 0.03 s on the same input).
+output passes ``validate``. Dict input is read, counted and decoded once, in Rust (the
+native dict reader); planning and eviction are pure Python, linear in the messages: about
+6-8x ``trim_turns`` (all Rust) on the 1,000-message agent conversation of
+``benches/conftest.py``.
 """
 
 from __future__ import annotations
@@ -200,10 +202,13 @@ def _usable(budget: Any) -> int:
 class _NativeCost:
     """Message costs from the Rust estimator; the input's costs are counted in one call."""
 
-    def __init__(self, prep: _engine.Prepared, msgs: list[Message], profile: str) -> None:
+    def __init__(
+        self, prep: _engine.Prepared, msgs: list[Message], profile: str, counts: list[int] | None = None
+    ) -> None:
         self.profile = profile
-        # `msgs` are decoded from the payload (so it is their encoding too)
-        counts = _engine.message_costs(msgs, profile, prep.payload)
+        if counts is None:
+            # `msgs` are decoded from the payload (so it is their encoding too)
+            counts = _engine.message_costs(msgs, profile, prep.payload)
         self._known = {id(m): c for m, c in zip(msgs, counts, strict=True)}
         self.msgs = msgs  # keeps the ids above alive; planning uses these very objects
 
@@ -225,6 +230,7 @@ class _Plan:
     unpinned: set[int]  # work items unpinned by pinned_share
     turn_of: list[int]  # turn index per work item (-1 for the preamble)
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
+    crumbs: list[int]  # work items that are our breadcrumb
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -236,9 +242,14 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
-    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub")
-    work = [st.m(w) for w in range(len(st.work))]
-    seg = ref.segment(work)
+    resolved = ref.resolve(msgs)
+    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", resolved)
+    work = [it.msg(msgs) for it in st.work]
+    real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
+    # when repair changed nothing, the working list is the input: its calls and results
+    # were resolved already
+    same = len(work) == len(msgs) and all(it.new is None and it.src == w for w, it in enumerate(st.work))
+    seg = ref.segment(work, real, resolved[0] if same else None)
     nw = len(work)
     turn_of = [-1] * nw
     for t, (a, b) in enumerate(seg.turns):
@@ -253,11 +264,15 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     recent = max(1, pol.recent_turns)
     # the user message that opens each turn (the first real one; a breadcrumb or, in the
     # first turn, other messages may come before it)
-    head_of = [next((w for w in range(a, b) if ref.is_real_user(work[w])), None) for a, b in seg.turns]
+    head_of = [next((w for w in range(a, b) if real[w]), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
+    srcs = [it.src for it in st.work]
+    # our own breadcrumb and repair's placeholder: single-part messages only
+    crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
+    placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]
 
     def src(w: int) -> int | None:
-        return st.work[w].src
+        return srcs[w]
 
     # open tool calls: units of the newest turn with a stubbed (synthetic) result, and the
     # newest unit when the conversation ends inside it
@@ -298,18 +313,20 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     cls = [0] * nw
     why0 = [""] * nw
     pinned_items: list[int] = []
+    priorities = pol.priorities
     for w in range(nw):
-        s = src(w)
+        s = srcs[w]
         if w < seg.preamble_end:
             why0[w] = "preamble"
             continue
         if w == req_like:
             why0[w] = "current_request"
             continue
-        if w in unit_of and unit_of[w] in open_units:
+        if open_units and w in unit_of and unit_of[w] in open_units:
             why0[w] = "open_tool_call"
             continue
-        own = override(w)
+        # override(w), inline
+        own = None if s is None else priorities[s] if s in priorities else msgs[s].priority
         if s is not None and (msgs[s].pinned or s in pinned_idx):
             why0[w] = "pinned"
             pinned_items.append(w)
@@ -341,7 +358,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
             cands.append((a, list(range(a, b)), t))
         seen: set[int] = set()
         for w in range(a, b):
-            if w == head_of[t] or ref.is_breadcrumb(work[w]):
+            if w == head_of[t] or crumb[w]:
                 continue  # these go only with their whole turn
             if w in unit_of:
                 u = unit_of[w]
@@ -354,10 +371,10 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         # opens a turn and cannot go alone, nor can its neighbours: it goes with the unit or
         # loose message on either side (fresh8 N3: before a pinned message neither could go)
         for w in range(a, b):
-            if not _is_placeholder(work[w]):
+            if not placeholder[w]:
                 continue
             for n in (w - 1, w + 1):
-                if not a <= n < b or n == head_of[t] or ref.is_breadcrumb(work[n]):
+                if not a <= n < b or n == head_of[t] or crumb[n]:
                     continue
                 items = sorted({w, *(seg.units[unit_of[n]] if n in unit_of else [n])})
                 cands.append((items[0], items, None))
@@ -375,7 +392,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         return (max(c[0], last_unit[c[2]]), 1) if c[2] is not None else (c[0], 0)
 
     cands.sort(key=order)
-    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands)
+    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]])
 
 
 class _Nav:
@@ -394,7 +411,10 @@ class _Nav:
         self.turn_right = list(range(1, len(plan.seg.turns) + 1))
         self.dropped_turns: set[int] = set()
         self.first_dropped: int | None = None
-        self.crumbs = [w for w in range(n) if ref.is_breadcrumb(st.m(w))]
+        self.crumbs = plan.crumbs
+        # bc_at's answer and how many turns were dropped when it was found
+        self._at: int | None = None
+        self._at_dropped = -1
 
     def _find(self, w: int, step: list[int], end: int, live: Callable[[int], bool]) -> int:
         root = w
@@ -436,10 +456,13 @@ class _Nav:
         """:func:`_bc_at` for the current state."""
         if self.first_dropped is None:
             return None
+        if not self.crumbs and self._at_dropped == len(self.dropped_turns):
+            return self._at  # no turn dropped since: the same place (no breadcrumb to look back for)
         t = self.next_kept_turn(self.first_dropped + 1)
-        if t is None:
+        at = None if t is None else self.plan.seg.turns[t][0]
+        self._at, self._at_dropped = at, len(self.dropped_turns)
+        if at is None:
             return None
-        at = self.plan.seg.turns[t][0]
         if self.crumbs:
             prev = self.prev_kept(at - 1)
             if prev is not None and ref.is_breadcrumb(self.plan.st.m(prev)):
@@ -489,6 +512,58 @@ class _Nav:
         return True
 
 
+class _BreadcrumbCosts:
+    """Counts ahead what the breadcrumb costs at the start of the next turns, in one
+    native call, for :meth:`_reference._State.bc_cost` (Anthropic shape).
+
+    There the breadcrumb is a text block of the first kept turn's first message, so its
+    cost depends on that message; as ``_evict`` drops turn after turn it moves to the
+    next turn's message, and counting each one alone (a native call per evicted turn) was
+    most of ``fit``'s time on long plain chats. Filling ``bc_cost``'s memo with the very
+    values it computes (``max(0, tokens(with breadcrumb) - tokens(message))``, by the
+    message's identity) changes no result. The batch doubles, so a fit that drops few
+    turns counts few."""
+
+    def __init__(self, plan: _Plan) -> None:
+        st = plan.st
+        self.st = st
+        self.on = st.breadcrumb and st.provider == "anthropic"
+        self.turn_at = {a: t for t, (a, _) in enumerate(plan.seg.turns)} if self.on else {}
+        self.starts = [a for a, _ in plan.seg.turns]
+        self.batch = 8
+
+    def ensure(self, w: int) -> None:
+        """Make sure the memo holds the cost at item ``w`` (and at the next turns' starts)."""
+        if not self.on:
+            return
+        st = self.st
+        m = st.m(w)
+        hit = st._bc_memo.get(id(m))
+        if (hit is not None and hit[0] is m) or st.has_bc(w):
+            return
+        t = self.turn_at.get(w)
+        todo = [w] if t is None else self.starts[t : t + self.batch]
+        self.batch = min(2 * self.batch, 1024)
+        msgs: list[Message] = []
+        for v in todo:
+            if st.has_bc(v):
+                continue
+            mv = st.m(v)
+            hit = st._bc_memo.get(id(mv))
+            if hit is None or hit[0] is not mv:
+                msgs.append(mv)
+        if not msgs:
+            return
+        cost = st.cost
+        profile = getattr(cost, "profile", None)
+        if profile is None:  # not the native cost model: bc_cost counts as it always did
+            return
+        led = [ref._with_breadcrumb(mv) for mv in msgs]
+        counts = _engine.native.count_messages(_engine.encode_messages(led), profile)
+        for mv, n in zip(msgs, counts, strict=True):
+            st._bc_memo[id(mv)] = (mv, max(0, int(n) - cost.message_tokens(mv)))
+
+
 def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
     """Where the breadcrumb goes: the first kept turn after the first evicted turn
     (``trim_turns``' placement), unless a breadcrumb message already precedes it."""
@@ -511,10 +586,19 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     returns the whole turns evicted."""
     st, seg, cls = plan.st, plan.seg, plan.cls
     nav = _Nav(plan)
+    prefetch = _BreadcrumbCosts(plan)
+
+    last: list[Any] = [None, None, 0]  # bc_cost's answer for (item index, item)
 
     def tokens() -> int:
         bc = nav.bc_at()
-        return st.total() + (st.bc_cost(bc) if bc is not None else 0)
+        if bc is None:
+            return st.total()
+        item = st.work[bc]
+        if last[0] != bc or last[1] is not item:  # a pure function of the item there
+            prefetch.ensure(bc)
+            last[:] = [bc, item, st.bc_cost(bc)]
+        return st.total() + last[2]
 
     def over() -> bool:
         return tokens() > target
@@ -522,13 +606,39 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     start = tokens()
     evicted: list[int] = []
 
+    # the candidates holding an item of each class, in order: one without class c cannot
+    # go in c's pass (its live items are among its items), so the pass never looks at it
+    having: dict[int, list[tuple[int, list[int], int | None]]] = {c: [] for c in pol.eviction_order}
+    for cand in plan.cands:
+        for c in {cls[w] for w in cand[1]}:
+            if c in having:
+                having[c].append(cand)
+    keep, stub_head = st.keep, st.stub_head  # lists updated in place by set_keep
+    anthropic = provider == "anthropic"  # alternates() only checks that shape
     allowed: set[int] = set()
     for c in pol.eviction_order:
         allowed.add(c)
         changed = True
         while changed and over():
             changed = False
-            for _, items, turn in plan.cands:
+            for _, items, turn in having[c]:
+                if len(items) == 1:
+                    # one message (most candidates): the checks below, for one item
+                    w = items[0]
+                    if not keep[w] or cls[w] != c:
+                        continue  # gone already, or not of this pass's class
+                    if not over():
+                        break
+                    if anthropic and not nav.alternates({w}, provider, seg.preamble_end):
+                        continue
+                    if stub_head[w] and keep[w - 1]:
+                        continue
+                    st.set_keep(w, False)
+                    evicted.append(w)
+                    if turn is not None:
+                        nav.drop_turn(turn)
+                    changed = True
+                    continue
                 if not over():
                     break
                 live = [w for w in items if st.keep[w]]
@@ -564,23 +674,30 @@ def fit_target(
     policy: FitPolicy,
     profile: str,
     reason: str = REASON_FIT,
+    read: _engine.Read | None = None,
 ) -> TrimResult[Any]:
     """:func:`fit` on prepared input, evicting down to ``target`` once over ``budget``.
 
     For :mod:`contextwindow` internals (the guard, :func:`recover_from_overflow`).
+    ``read``: ``prep``'s decoded messages (and costs) from :func:`_engine.read`, when at
+    hand.
 
     >>> prep = _engine.prepare([{"role": "user", "content": "hi"}])
     >>> fit_target(prep, 10, 7, FitPolicy(), "fim").report.reason is None
     True
     """
-    r = _fit_once(prep, budget, target, policy, profile, reason)
+    if read is None:
+        read = _engine.Read(prep, _engine.decoded(prep), None)
+    # decoded and counted once for both runs below
+    cost = _NativeCost(prep, read.messages, profile, read.costs)
+    r = _fit_once(prep, cost, budget, target, policy, reason)
     if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
         return r
     # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
     # result does not fit, or fits only by cutting, the run without it may fit with less
     # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
     # eviction was undone and only cutting the request was left)
-    bare = _fit_once(prep, budget, target, msgspec.structs.replace(policy, breadcrumb=False), profile, reason)
+    bare = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason)
     if _cut_rank(bare.report) > _cut_rank(r.report):
         return bare
     return r
@@ -596,15 +713,13 @@ def _cut_rank(report: Any) -> tuple[bool, int, int]:
 
 def _fit_once(
     prep: _engine.Prepared,
+    cost: _NativeCost,
     budget: int,
     target: int,
     policy: FitPolicy,
-    profile: str,
     reason: str,
 ) -> TrimResult[Any]:
     """:func:`fit_target` with the policy's breadcrumb setting as given."""
-    msgs = _engine.decoded(prep)
-    cost = _NativeCost(prep, msgs, profile)
     plan = _plan(prep, policy, cost, budget)
     st, seg = plan.st, plan.seg
     nt = len(seg.turns)
@@ -629,14 +744,17 @@ def _fit_once(
             st.set_fate(w, "kept", "kept")
     bc = _bc_at(plan, dropped_turns)
     turns = (nt, nt - len(dropped_turns))
-    fates = [dict(f) for f in st.fates]  # _finish marks the message given the breadcrumb
+    # _finish marks the message given the breadcrumb (its rule): kept to undo below
+    given = st.work[bc].src if bc is not None else None
+    given_fate = dict(st.fates[given]) if given is not None else None
     ops, report = ref._finish(st, budget, reason, turns, bc)
     if not report.fits:
         ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
     if not report.fits and bc is not None:
         # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is
         # left out, as trim_turns does (found by a new user: 49 tokens over 40, 35 without)
-        st.fates = fates
+        if given is not None:
+            st.fates[given] = given_fate  # type: ignore[assignment]
         ops0, report0 = ref._finish(st, budget, reason, turns, None)
         if not report0.fits:
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
@@ -660,8 +778,8 @@ def _shrink_newest_turn(
     fit. What ``fit`` must keep is passed to it as pinned: pinned messages, class-0
     overrides, classes the policy never evicts and the open tool calls but the newest
     unit (whose results may be cut, never dropped)."""
-    msgs = _engine.decoded(prep)
     st, seg = plan.st, plan.seg
+    msgs = st.msgs  # the decoded input the plan was made for
     order = set(policy.eviction_order)
     newest_unit: set[int] = set()
     if seg.turns:
@@ -809,9 +927,9 @@ def fit(
     """
     name = resolve_profile(profile)
     budget = _usable(budget)
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    return fit_target(prep, budget, int(budget * pol.low_water), pol, name)
+    read = _engine.read(messages, format, name)
+    pol = _check_policy(policy, len(read.messages))
+    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
 
 
 def priorities(
@@ -843,10 +961,11 @@ def priorities(
     [0, 2, 3, 0]
     """
     name = resolve_profile(profile)
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    plan = _plan(prep, pol, _NativeCost(prep, _engine.decoded(prep), name), None)
-    out = [3] * len(prep.canonical)
+    read = _engine.read(messages, format, name)
+    prep = read.prep
+    pol = _check_policy(policy, len(read.messages))
+    plan = _plan(prep, pol, _NativeCost(prep, read.messages, name, read.costs), None)
+    out = [3] * len(read.messages)
     for w, it in enumerate(plan.st.work):
         if it.src is not None:
             out[it.src] = plan.cls[w]
@@ -909,13 +1028,16 @@ def recover_from_overflow(
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
-    prep = _engine.prepare(messages, format)
-    pol = _check_policy(policy, len(prep.canonical))
-    current = sum(int(c) for c in _engine.native.count_messages(prep.payload, name))
+    read = _engine.read(messages, format, name)
+    prep = read.prep
+    pol = _check_policy(policy, len(read.messages))
+    if read.costs is None:
+        read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
+    current = sum(read.costs)  # type: ignore[arg-type]
     if reported_tokens is not None and reported_tokens > usable:
         target = current * usable // reported_tokens
     else:
         target = current * 2 // 3
-    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW)
+    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)

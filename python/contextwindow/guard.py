@@ -632,7 +632,9 @@ class ContextGuard:
             return self._check(messages, hint, format)
 
     def _check(self, messages: Any, hint: str, format: str | None) -> GuardResult:
-        prep = _engine.prepare(messages, format)
+        # checks the input; through the dict reader, each dict's conversion, decoding and
+        # cost are remembered for the steps below (reuse_conversions)
+        prep = _engine.read(messages, format, self.profile).prep
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         window = self.budget.context_window
         budget = self.budget.usable

@@ -1,0 +1,296 @@
+"""The shortcuts that make ``fit`` and ``ContextGuard.check`` faster change how often work
+is done, never what comes out.
+
+Each shortcut is checked against the path it replaces, on the corpus (skipped when
+../shared/corpus is absent), on hypothesis conversations and on hand-made inputs:
+
+* ``_engine.read``: the dict reader's canonical messages and costs are those of
+  ``prepare`` + ``decoded`` + ``message_costs`` (and ``fit``/``guard.check`` give the same
+  results with the reader off); what it leaves in a ``reuse_conversions`` scope is what
+  ``prepare`` would have left there.
+* ``_engine.decoded`` in a scope that knows every message returns those very objects.
+* ``_reference.segment``, ``repair`` and ``_state`` given what the caller computed already
+  (``is_real_user`` flags, ``resolve``'s answer) answer as without it.
+* ``fit._BreadcrumbCosts`` fills ``bc_cost``'s memo with the values ``bc_cost`` computes,
+  in few native calls: ``fit`` gives the same result with it turned off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _engine
+from contextwindow import _reference as ref
+from contextwindow.adapters import from_canonical
+from contextwindow.budget import resolve_budget
+from contextwindow.fit import FitPolicy, _BreadcrumbCosts, fit, priorities, recover_from_overflow
+
+import strategies as strat
+from shared_data import corpus_files, ids, load, need
+
+FILES = corpus_files()
+PCTS = [0, 5, 20, 50, 70, 100, 150]
+
+
+def plain(result: Any) -> bytes:
+    """A result as JSON, key order kept (``msgspec.to_builtins`` then the stdlib, which
+    writes lone surrogates as escapes)."""
+    import json
+
+    return json.dumps(msgspec.to_builtins(result), ensure_ascii=True).encode()
+
+
+def identity(inp: list[Any], out: list[Any]) -> list[int]:
+    """For each output message, the index of the input object it is, else -1."""
+    pos = {id(m): i for i, m in enumerate(inp)}
+    return [pos.get(id(m), -1) for m in out]
+
+
+@contextlib.contextmanager
+def reader(on: bool) -> Iterator[None]:
+    saved = _engine.FAST_READER
+    _engine.FAST_READER = on
+    try:
+        yield
+    finally:
+        _engine.FAST_READER = saved
+
+
+def outcome(fn: Any, msgs: list[Any]) -> Any:
+    try:
+        r = fn()
+    except cw.ContextOverflowError as exc:
+        r = exc.result  # type: ignore[attr-defined]
+    except (ValueError, TypeError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", plain(r), identity(msgs, r.messages))
+
+
+def runs(msgs: list[Any], fmt: str | None, total: int) -> list[Any]:
+    """fit, priorities, recover_from_overflow and guard.check at several budgets."""
+    out: list[Any] = []
+    for pct in PCTS:
+        budget = total * pct // 100
+        out.append(outcome(lambda b=budget: fit(msgs, b, format=fmt), msgs))
+        out.append(outcome(lambda b=budget: fit(msgs, b, FitPolicy(low_water=1.0), format=fmt), msgs))
+        if budget > 0:
+            guard = cw.ContextGuard(resolve_budget(2 * budget, budget, floor=0, env={}))
+            out.append(outcome(lambda g=guard: g.check(msgs, format=fmt), msgs))
+    out.append(outcome(lambda: recover_from_overflow(msgs, budget=max(total, 1), format=fmt), msgs))
+    try:
+        out.append(priorities(msgs, format=fmt))
+    except (ValueError, TypeError) as exc:
+        out.append(("error", type(exc).__name__, str(exc)))
+    return out
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_reader_gives_what_the_adapters_give(path: Path) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    for f in (None, fmt):
+        got = _engine.read(msgs, f, "conservative")
+        with reader(False):
+            slow = _engine.read(msgs, f, "conservative")
+        assert slow.costs is None  # the adapters' path counts nothing itself
+        prep = _engine.prepare(msgs, f)
+        assert (got.prep.format, got.prep.provider) == (prep.format, prep.provider)
+        assert msgspec.json.encode(got.messages) == msgspec.json.encode(_engine.decoded(prep))
+        assert got.costs == _engine.message_costs(_engine.decoded(prep), "conservative")
+        assert got.prep.original == msgs and got.prep.original is not msgs  # a snapshot
+        assert got.prep.canonical is got.messages
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_fit_and_guard_equal_with_and_without_the_reader(path: Path) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    total = cw.count_messages(msgs, format=fmt)
+    fast = runs(msgs, fmt, total)
+    with reader(False):
+        slow = runs(msgs, fmt, total)
+    assert fast == slow
+
+
+def test_reader_declines_and_the_adapters_raise_as_before() -> None:
+    bad = [{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}]
+    with pytest.raises(cw.InvalidMessageError) as fast:
+        _engine.read(bad, None, "fim")
+    with reader(False), pytest.raises(cw.InvalidMessageError) as slow:
+        _engine.read(bad, None, "fim")
+    assert (str(fast.value), fast.value.index) == (str(slow.value), slow.value.index) == (str(fast.value), 1)
+    # Message structs and tuples are not for the dict reader: the adapters' path, no costs
+    structs = [cw.Message(role="user", content=[cw.TextPart(text="hi")])]
+    assert _engine.read(structs, None, "fim").costs is None
+    assert _engine.read(tuple(structs), None, "fim").messages == structs
+
+
+def test_read_in_a_scope_leaves_what_prepare_would() -> None:
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"p": 1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "data"},
+    ]
+    with _engine.reuse_conversions():
+        got = _engine.read(msgs, None, "fim")
+        assert got.costs == [int(n) for n in _engine.native.count_dicts(msgs, "openai", "fim")]
+        # prepare now finds every dict's canonical message: the reader's decoded ones
+        again = _engine.prepare(list(msgs))
+        assert all(a is b for a, b in zip(again.canonical, got.messages, strict=True))
+        assert again.payload == _engine.prepare(msgs, None).payload
+        # decoded() gives those objects back without decoding; costs are remembered
+        assert all(a is b for a, b in zip(_engine.decoded(again), got.messages, strict=True))
+        assert _engine.message_costs(got.messages, "fim") == got.costs
+        # a second read in the scope goes through prepare and its memo: the same objects
+        second = _engine.read(list(msgs), None, "fim")
+        assert all(a is b for a, b in zip(second.messages, got.messages, strict=True))
+        assert second.costs == got.costs
+    with reader(False), _engine.reuse_conversions():
+        slow = _engine.prepare(msgs)
+        assert msgspec.json.encode(slow.canonical) == msgspec.json.encode(got.messages)
+    # outside the scope nothing is remembered
+    assert _engine.read(msgs, None, "fim").messages[1] is not got.messages[1]
+
+
+def test_decoded_in_a_scope_decodes_only_what_it_does_not_know() -> None:
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with _engine.reuse_conversions():
+        first = _engine.decoded(_engine.prepare(msgs))
+        again = _engine.decoded(_engine.prepare(msgs))
+        assert all(a is b for a, b in zip(first, again, strict=True))
+        longer = [*msgs, {"role": "user", "content": "c"}]
+        more = _engine.decoded(_engine.prepare(longer))
+        assert more[0] is first[0] and more[1] is first[1]
+    assert msgspec.json.encode(more) == msgspec.json.encode(_engine.decoded(_engine.prepare(longer)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.case())
+def test_segment_and_repair_given_what_the_caller_has(c: tuple[str, list[cw.Message]]) -> None:
+    provider, given = c
+    msgs = _engine.decoded(_engine.prepare(given))  # as fit plans them (lone surrogates replaced)
+    resolved = ref.resolve(msgs)
+    flags = [ref.is_real_user(m) for m in msgs]
+    assert ref.segment(msgs, flags, resolved[0]) == ref.segment(msgs)
+    assert ref.segment(msgs, flags) == ref.segment(msgs)
+    assert ref.tool_units(msgs, resolved[0], flags) == ref.tool_units(msgs, resolved[0])
+    work, changes = ref.repair(msgs, provider, "stub", resolved)
+    assert (work, changes) == ref.repair(msgs, provider, "stub")
+    cost = ref.cost_model("fim")
+    a = ref._state(msgs, cost, provider, True, "stub", resolved)
+    b = ref._state(msgs, cost, provider, True, "stub")
+    assert (a.work, a.costs, a.fates, a.stub_head) == (b.work, b.costs, b.fates, b.stub_head)
+
+
+def plain_chat(turns: int) -> list[dict[str, Any]]:
+    """A plain chat (Anthropic placement of the breadcrumb: a text block of the first
+    kept user message), each user message a different length."""
+    out: list[dict[str, Any]] = []
+    for t in range(turns):
+        out.append({"role": "user", "content": f"question {t} " + "x" * (t % 7) * 9})
+        out.append({"role": "assistant", "content": f"answer {t} " + "y" * (t % 5) * 13})
+    return out
+
+
+@pytest.mark.parametrize("turns", [3, 40, 300])
+@pytest.mark.parametrize("pct", [1, 10, 40, 80])
+def test_breadcrumb_costs_counted_ahead_change_nothing(turns: int, pct: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    msgs = plain_chat(turns)
+    total = cw.count_messages(msgs, "fim")
+    budget = total * pct // 100
+    calls: list[int] = []
+    real = _engine.native.count_messages
+
+    class Native:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_native, name)
+
+        @staticmethod
+        def count_messages(payload: bytes, profile: str) -> Any:
+            out = real(payload, profile)
+            calls.append(len(out))
+            return out
+
+    real_native = _engine.native
+    monkeypatch.setattr(_engine, "native", Native())
+    fast = fit(msgs, budget, profile="fim")
+    ahead = len(calls)
+    monkeypatch.setattr(_BreadcrumbCosts, "ensure", lambda self, w: None)
+    calls.clear()
+    slow = fit(msgs, budget, profile="fim")
+    assert plain(fast) == plain(slow)
+    assert identity(msgs, fast.messages) == identity(msgs, slow.messages)
+    if fast.report.dropped_turns > 8:
+        # one native call per batch of turns (8, 16, 32, ...), not one per dropped turn
+        assert ahead < len(calls) and ahead <= 2 + fast.report.dropped_turns.bit_length(), (ahead, len(calls))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.anthropic_agent(), st.sampled_from([5, 25, 50, 75, 100]), st.booleans())
+def test_generated_fit_and_guard_equal_with_and_without_shortcuts(
+    msgs: list[cw.Message], pct: int, as_dicts: bool
+) -> None:
+    fmt = None
+    if as_dicts:
+        try:
+            msgs = [from_canonical(m, "anthropic") for m in msgs]  # type: ignore[misc]
+            fmt = "anthropic"
+        except cw.InvalidMessageError:
+            pass
+    try:
+        total = cw.count_messages(msgs, format=fmt)
+    except cw.InvalidMessageError:
+        return
+    budget = total * pct // 100
+    fast = [outcome(lambda: fit(msgs, budget, format=fmt), msgs)]
+    if budget:
+        guard = cw.ContextGuard(resolve_budget(2 * budget, budget, floor=0, env={}))
+        fast.append(outcome(lambda: guard.check(msgs, format=fmt), msgs))
+    with reader(False), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_BreadcrumbCosts, "ensure", lambda self, w: None)
+        slow = [outcome(lambda: fit(msgs, budget, format=fmt), msgs)]
+        if budget:
+            slow.append(outcome(lambda: guard.check(msgs, format=fmt), msgs))
+    assert fast == slow
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.case())
+def test_text_chars_is_the_sum_over_text_slots(c: tuple[str, list[cw.Message]]) -> None:
+    # compact._text_chars walks the parts once instead of building the slot list
+    from contextwindow.compact import _slot_text, _text_chars, _text_slots
+
+    for m in c[1]:
+        assert _text_chars(m) == sum(len(_slot_text(m, s)) for s in _text_slots(m))
+
+
+def test_prepare_in_a_scope_reuses_a_list_only_while_it_holds_the_same_objects() -> None:
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with _engine.reuse_conversions():
+        first = _engine.prepare(msgs)
+        assert _engine.prepare(msgs) is first  # the same list, the same dicts
+        assert _engine.prepare(msgs, "openai") is not first  # another format: prepared anew
+        msgs.append({"role": "user", "content": "c"})  # the list changed: prepared anew
+        longer = _engine.prepare(msgs)
+        assert longer is not first and len(longer.original) == 3
+        msgs[2] = {"role": "user", "content": "d"}  # same length, another object
+        replaced = _engine.prepare(msgs)
+        assert replaced is not longer and replaced.canonical[2].content[0].text == "d"  # type: ignore[union-attr]
+        assert replaced.canonical[0] is first.canonical[0]  # dicts still converted once
+    assert _engine.prepare(msgs) is not replaced  # nothing is remembered after the scope
