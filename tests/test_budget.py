@@ -467,12 +467,39 @@ def test_check_capacity_with_a_bare_window() -> None:
     assert check_capacity(1, 100, max_output_tokens=99) == 0  # 100 - 99 - 1
     with pytest.raises(ValueError):
         check_capacity(-1, 100)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError):
         check_capacity(1.5, 100)  # type: ignore[arg-type]
     # an explicit tool count replaces the budget's
     b = resolve_budget(10_000, 0, tool_schema_tokens=5_000, env={})
     assert check_capacity(1_000, b, tool_schema_tokens=0) == 9_000
     assert check_capacity(1_000, b) == 4_000
+
+
+def test_check_capacity_number_options_follow_the_readme_rule() -> None:
+    """fresh13 N2: a number option that is not an int in range is a ValueError naming it,
+    a string, a bool or a float as much as a negative number (fit and trim_turns say the
+    same); with a Budget a bad ``max_output_tokens`` is refused too, not ignored."""
+    b = resolve_budget(context_window=1_000, max_output_tokens=200, env={})
+    cases = [
+        (lambda: check_capacity(10, "100"), "budget must be a Budget or an int >= 1, got '100'"),
+        (lambda: check_capacity(10, True), "budget must be a Budget or an int >= 1, got True"),
+        (lambda: check_capacity(10, 0), "budget must be a Budget or an int >= 1, got 0"),
+        (lambda: check_capacity("10", 100), "tokens must be an int >= 0, got '10'"),
+        (lambda: check_capacity(-1, 100), "tokens must be an int >= 0, got -1"),
+        (lambda: check_capacity(1.5, 100), "tokens must be an int >= 0, got 1.5"),
+        (lambda: check_capacity(10, 100, max_output_tokens=False), "max_output_tokens must be an int >= 0, got False"),
+        (lambda: check_capacity(10, 100, tool_schema_tokens="5"), "tool_schema_tokens must be an int >= 0, got '5'"),
+        (lambda: check_capacity(10, b, max_output_tokens="x"), "max_output_tokens must be an int >= 0, got 'x'"),
+        (lambda: check_capacity(10, b, max_output_tokens=-1), "max_output_tokens must be an int >= 0, got -1"),
+        (lambda: check_capacity(10, b, tool_schema_tokens=2.0), "tool_schema_tokens must be an int >= 0, got 2.0"),
+    ]
+    for call, text in cases:
+        with pytest.raises(ValueError) as got:
+            call()  # type: ignore[no-untyped-call]
+        assert not isinstance(got.value, TypeError)
+        assert str(got.value) == text
+    # a valid reserve next to a Budget is still the Budget's to decide (documented: ignored)
+    assert check_capacity(10, b, max_output_tokens=5_000) == check_capacity(10, b) == 790
 
 
 def test_budget_serializes() -> None:

@@ -330,6 +330,15 @@ def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -
     return value
 
 
+def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int") -> int:
+    """``value`` as given when it is an int >= ``minimum``; anything else is a ``ValueError``
+    naming the option, a string, a bool or a float as much as a number out of range (the
+    README's rule for number options, which fit and trim_turns follow)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}")
+    return value
+
+
 def checked_budget(budget: Budget) -> Budget:
     """Refuse a hand-built :class:`Budget` that :func:`resolve_budget` could never return.
 
@@ -650,30 +659,36 @@ def check_capacity(
     Raises:
         ContextOverflowError: the request exceeds the capacity; ``.tokens``,
             ``.capacity`` and ``.over`` hold the numbers.
-        TypeError / ValueError: a number has the wrong type or is negative, or (for a
-            bare window) ``max_output_tokens`` is as large as the window or larger, as in
-            :func:`resolve_budget`; a :class:`Budget` that :func:`checked_budget` refuses
-            (fields that disagree, a reserve as large as the window).
+        ValueError: ``tokens``, ``budget``, ``max_output_tokens`` or
+            ``tool_schema_tokens`` is not an int in range (a string, a bool or a float
+            as much as a negative number; ``max_output_tokens`` is checked next to a
+            :class:`Budget` too), or (for a bare window) ``max_output_tokens`` is as
+            large as the window or larger, as in :func:`resolve_budget`.
+        TypeError / ValueError: a :class:`Budget` that :func:`checked_budget` refuses
+            (a field of the wrong type, fields that disagree, a reserve as large as the
+            window).
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616
     """
-    n = _int_arg("tokens", tokens, minimum=0)
-    assert n is not None
+    n = _number_option("tokens", tokens, minimum=0)
     if isinstance(budget, Budget):
         checked_budget(budget)
+        # documented as ignored next to a Budget, but not when it is no reserve at all
+        _number_option("max_output_tokens", max_output_tokens, minimum=0)
         capacity = budget.capacity
-        tools = budget.tool_schema_tokens if tool_schema_tokens is None else tool_schema_tokens
         window, output = budget.context_window, budget.max_output_tokens
+        default_tools = budget.tool_schema_tokens
     else:
-        window = _int_arg("budget", budget, minimum=1)  # type: ignore[assignment]
-        output = _int_arg("max_output_tokens", max_output_tokens, minimum=0)  # type: ignore[assignment]
-        assert window is not None and output is not None
+        window = _number_option("budget", budget, minimum=1, what="a Budget or an int")
+        output = _number_option("max_output_tokens", max_output_tokens, minimum=0)
         if output >= window:  # resolve_budget's rule
             raise ReserveError(output, window, "argument")
         capacity = window - output
-        tools = 0 if tool_schema_tokens is None else tool_schema_tokens
-    _int_arg("tool_schema_tokens", tools, minimum=0)
+        default_tools = 0
+    tools = default_tools
+    if tool_schema_tokens is not None:
+        tools = _number_option("tool_schema_tokens", tool_schema_tokens, minimum=0)
     total = n + tools
     if total > capacity:
         raise ContextOverflowError(
