@@ -646,3 +646,28 @@ def test_a_hand_built_budget_whose_fields_disagree_is_refused(entry: str) -> Non
         assert str(got.value) == text, over
     # a duck-typed budget (any object with an int `usable`) is not a Budget and keeps working
     assert checked_budget(_hand_budget()).capacity == 800
+
+
+@pytest.mark.parametrize("entry", ["ContextGuard", "fit", "recover_from_overflow", "prune_middle", "check_capacity"])
+def test_a_hand_built_budgets_flags_and_names_are_type_checked(entry: str) -> None:
+    """fresh13 N1: ``trim_enabled="no"`` switched trimming on (a non-empty string is
+    true); the flags, ``model`` and ``rules`` were not checked at all. Every entry refuses
+    them, as a flag that is not a bool is refused elsewhere (``breadcrumb="no"``)."""
+    cases = [
+        ({"trim_enabled": "no"}, "Budget.trim_enabled must be a bool, got str"),
+        ({"trim_enabled": 0}, "Budget.trim_enabled must be a bool, got int"),
+        ({"trim_enabled": None}, "Budget.trim_enabled must be a bool, got NoneType"),
+        ({"capacity_known": None}, "Budget.capacity_known must be a bool, got NoneType"),
+        ({"capacity_known": "false"}, "Budget.capacity_known must be a bool, got str"),
+        ({"model": 5}, "Budget.model must be a str or None, got int"),
+        ({"rules": "x"}, "Budget.rules must be a list of str, got str"),
+        ({"rules": None}, "Budget.rules must be a list of str, got NoneType"),
+        ({"rules": ["ok", 2]}, "Budget.rules[1] must be a str, got int"),
+    ]
+    for over, text in cases:
+        with pytest.raises(TypeError) as got:
+            _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]
+        assert str(got.value) == text, over
+    # the right types pass: no model, a model name, rules as resolve_budget writes them
+    for over in ({"trim_enabled": False}, {"model": "gpt-4o"}, {"rules": ["a: b"]}, {"capacity_known": False}):
+        _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]

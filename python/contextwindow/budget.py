@@ -346,10 +346,12 @@ def checked_budget(budget: Budget) -> Budget:
     ``recover_from_overflow``, ``prune_middle``, ``check_capacity``) calls this one check
     (fresh12 O6: ``Budget(context_window=100, max_output_tokens=100, capacity=0, ...)``
     was accepted where ``resolve_budget`` refuses the same reserve). The rules are the
-    documented relations of the fields: every number an int >= 0 (the window >= 1); a
-    reserve smaller than the window (DESIGN.md section 6); ``capacity ==
-    context_window - max_output_tokens``; ``target <= capacity``; ``usable <=
-    capacity - tool_schema_tokens`` (at least 0).
+    documented relations of the fields: every number an int >= 0 (the window >= 1); the
+    flags ``trim_enabled`` and ``capacity_known`` bools (fresh13 N1: ``"no"`` switched
+    trimming on), ``model`` a str or ``None``, ``rules`` a list of str; a reserve
+    smaller than the window (DESIGN.md section 6); ``capacity == context_window -
+    max_output_tokens``; ``target <= capacity``; ``usable <= capacity -
+    tool_schema_tokens`` (at least 0).
 
     Args:
         budget: the :class:`Budget` to check.
@@ -358,7 +360,9 @@ def checked_budget(budget: Budget) -> Budget:
         ``budget`` itself.
 
     Raises:
-        TypeError: a number field is not an int (``Budget.usable must be an int, got str``).
+        TypeError: a number field is not an int (``Budget.usable must be an int, got str``),
+            a flag not a bool (``Budget.trim_enabled must be a bool, got str``), ``model``
+            not a str or ``None``, ``rules`` not a list of str.
         ValueError: a number is out of range or the fields disagree (naming the field
             and both numbers); a ``ReserveError`` for a reserve as large as the window
             or larger, worded as :func:`check_capacity`'s.
@@ -370,6 +374,17 @@ def checked_budget(budget: Budget) -> Budget:
         _int_arg(f"Budget.{name}", getattr(budget, name), minimum=1 if name == "context_window" else 0)
     for name in ("usable", "floor"):
         _int_arg(f"Budget.{name}", getattr(budget, name), minimum=0)
+    for name in ("trim_enabled", "capacity_known"):  # "no" is true: it would switch trimming on
+        flag = getattr(budget, name)
+        if not isinstance(flag, bool):
+            raise TypeError(f"Budget.{name} must be a bool, got {type(flag).__name__}")
+    if budget.model is not None and not isinstance(budget.model, str):
+        raise TypeError(f"Budget.model must be a str or None, got {type(budget.model).__name__}")
+    if not isinstance(budget.rules, (list, tuple)):
+        raise TypeError(f"Budget.rules must be a list of str, got {type(budget.rules).__name__}")
+    for i, rule in enumerate(budget.rules):
+        if not isinstance(rule, str):
+            raise TypeError(f"Budget.rules[{i}] must be a str, got {type(rule).__name__}")
     window, output = budget.context_window, budget.max_output_tokens
     if output >= window:  # resolve_budget's rule, in check_capacity's words
         raise ReserveError(output, window, "argument")
