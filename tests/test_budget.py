@@ -502,6 +502,58 @@ def test_check_capacity_number_options_follow_the_readme_rule() -> None:
     assert check_capacity(10, b, max_output_tokens=5_000) == check_capacity(10, b) == 790
 
 
+def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
+    """fresh13 N3: an object with a ``usable`` attribute (the documented "object with an
+    int ``usable``") was read by fit (clamped), prune_middle (not clamped, and its error
+    text named only a Budget) and recover_from_overflow, each with other words for a bad
+    ``usable``. The token-budget entries now read it alike: ``usable`` an int >= 0, above
+    2**63 - 1 read as no limit (as an int budget is, trim_turns and fit alike); the
+    entries that need the whole Budget (ContextGuard, check_capacity) refuse it, saying so."""
+    import types
+
+    import contextwindow as cw
+
+    msgs = [{"role": "user", "content": "hi"}]
+    token_entries = {
+        "fit": lambda b: cw.fit(msgs, b).report.budget,
+        "prune_middle": lambda b: cw.prune_middle(msgs, b).report.budget,
+        # its report's budget is the target: the usable budget shows in the ratio's target
+        "recover_from_overflow": lambda b: cw.recover_from_overflow(long, 2**64, budget=b).target,
+    }
+    long = [{"role": "user", "content": "hi " * 5_000}]
+    # 4,902 tokens; a budget of 50 under the reported count: 4,902 x 50 // 2**64 = 0; no limit:
+    # the reported count (read as 2**63 - 1 too) is not over it, the two-thirds rule: 3,268
+    assert token_entries["recover_from_overflow"](50) == 0
+    assert token_entries["recover_from_overflow"](10**30) == 3_268
+    huge = types.SimpleNamespace(usable=10**30, context_window=0, capacity=-3)
+    for name, call in token_entries.items():
+        if name != "recover_from_overflow":
+            assert call(types.SimpleNamespace(usable=50)) == call(50) == 50, name
+            assert call(huge) == call(10**30) == 2**63 - 1, name
+        assert call(types.SimpleNamespace(usable=50)) == call(50), name
+        assert call(huge) == call(10**30) == call(2**63 - 1), name
+        for bad, shown in (("5", "'5'"), (-1, "-1"), (1.5, "1.5"), (True, "True"), (None, "None")):
+            with pytest.raises(ValueError) as got:
+                call(types.SimpleNamespace(usable=bad))
+            assert not isinstance(got.value, TypeError)
+            assert str(got.value) == f"budget.usable must be a non-negative int, got {shown}", (name, bad)
+    # the text of a budget that is neither: prune_middle's names None too, and what it takes
+    with pytest.raises(ValueError) as got:
+        cw.fit(msgs, "5")
+    assert str(got.value) == "budget must be a non-negative int or have an int 'usable', got '5'"
+    with pytest.raises(ValueError) as got:
+        cw.prune_middle(msgs, "5")
+    assert str(got.value) == "budget must be None, a non-negative int or have an int 'usable', got '5'"
+    want = (
+        "budget must be a Budget from resolve_budget, got SimpleNamespace (an object with 'usable' is"
+        " a token budget for fit, recover_from_overflow and prune_middle; this needs the window and reserve too)"
+    )
+    for call in (lambda: cw.ContextGuard(huge), lambda: check_capacity(1, huge)):
+        with pytest.raises(TypeError) as got:
+            call()  # type: ignore[no-untyped-call]
+        assert str(got.value) == want
+
+
 def test_budget_serializes() -> None:
     import msgspec
 

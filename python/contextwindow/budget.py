@@ -339,6 +339,64 @@ def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int")
     return value
 
 
+#: The largest token budget the engine counts to (u64 arithmetic); a larger one means no limit.
+_NO_LIMIT = 2**63 - 1
+
+
+def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
+    """The token budget for the messages that ``fit``, ``recover_from_overflow`` and
+    ``prune_middle`` take: an int >= 0, a :class:`Budget` (checked by
+    :func:`checked_budget`, its ``usable`` read), or any other object with an int
+    ``usable`` >= 0. One reading for the three (fresh13 N3: each checked an object's
+    ``usable`` in other words, and only ``fit`` read one above 2**63 - 1 as no limit).
+
+    Args:
+        budget: the budget as the caller gave it.
+        allow_none: ``None`` is allowed (``prune_middle``: prune unconditionally).
+
+    Returns:
+        The budget in tokens, at most 2**63 - 1 (a larger one means no limit, as
+        ``trim_turns`` reads it); ``None`` for ``None`` when allowed.
+
+    Raises:
+        ValueError: ``budget`` is neither an int >= 0 nor has a ``usable`` (a string, a
+            bool or a float as much as a negative number), or its ``usable`` is not an
+            int >= 0 (``budget.usable must be a non-negative int, got '5'``).
+        TypeError: a :class:`Budget` with a field of the wrong type (see
+            :func:`checked_budget`, which also raises its ``ValueError``).
+
+    >>> token_budget(resolve_budget(context_window=1000, max_output_tokens=200, env={}, floor=0))
+    800
+    """
+    if budget is None and allow_none:
+        return None
+    if isinstance(budget, Budget):
+        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
+        return min(budget.usable, _NO_LIMIT)
+    if hasattr(budget, "usable"):
+        usable = budget.usable
+        if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
+            raise ValueError(f"budget.usable must be a non-negative int, got {shown(usable)}")
+        return min(usable, _NO_LIMIT)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        what = "None, a non-negative int" if allow_none else "a non-negative int"
+        raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}")
+    return min(budget, _NO_LIMIT)
+
+
+def whole_budget_error(budget: object) -> TypeError:
+    """The ``TypeError`` of an entry that needs the whole :class:`Budget` (``ContextGuard``,
+    ``check_capacity``: the window and the reserve, not only ``usable``) for ``budget``,
+    naming the entries that take an object with a ``usable`` when it has one."""
+    text = f"budget must be a Budget from resolve_budget, got {type(budget).__name__}"
+    if hasattr(budget, "usable"):
+        text += (
+            " (an object with 'usable' is a token budget for fit, recover_from_overflow and prune_middle;"
+            " this needs the window and reserve too)"
+        )
+    return TypeError(text)
+
+
 def checked_budget(budget: Budget) -> Budget:
     """Refuse a hand-built :class:`Budget` that :func:`resolve_budget` could never return.
 
@@ -682,6 +740,8 @@ def check_capacity(
         TypeError / ValueError: a :class:`Budget` that :func:`checked_budget` refuses
             (a field of the wrong type, fields that disagree, a reserve as large as the
             window).
+        TypeError: ``budget`` is another object with a ``usable`` (a token budget for
+            ``fit``; the capacity needs the window and the reserve).
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616
@@ -694,6 +754,8 @@ def check_capacity(
         capacity = budget.capacity
         window, output = budget.context_window, budget.max_output_tokens
         default_tools = budget.tool_schema_tokens
+    elif hasattr(budget, "usable"):
+        raise whole_budget_error(budget)
     else:
         window = _number_option("budget", budget, minimum=1, what="a Budget or an int")
         output = _number_option("max_output_tokens", max_output_tokens, minimum=0)
