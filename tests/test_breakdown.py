@@ -171,3 +171,21 @@ def test_tool_schemas_are_named_for_every_tool_shape() -> None:
     ]
     b = cw.token_breakdown([{"role": "user", "content": "hi"}], tools=tools, profile="fim")
     assert [s.tool for s in b.tool_schemas] == ["bash", "apply_patch", "search", "tools[3]"]
+
+
+def test_a_bad_tool_definition_is_named_before_a_bad_message() -> None:
+    """fresh13 N5: token_breakdown named the message error first where count_messages,
+    count_request, fit_request and the CLI (inspect included) name the tool error first."""
+    msgs = [{"role": "wizard", "content": "x"}]
+    tools = [{"type": "function", "function": 5}]
+    want = "tools[0].function: must be an object, got a number"
+    with pytest.raises(cw.InvalidRequestError) as counted:
+        cw.count_messages(msgs, tools=tools)
+    assert str(counted.value) == want
+    with pytest.raises(cw.InvalidRequestError) as got:
+        token_breakdown(msgs, tools=tools)
+    assert str(got.value) == want
+    # with good tools, the message is named as before
+    with pytest.raises(InvalidMessageError) as bad_message:
+        token_breakdown(msgs, tools=[{"type": "function", "function": {"name": "f"}}])
+    assert str(bad_message.value) == 'message 0, field role: unknown role "wizard"'

@@ -467,12 +467,91 @@ def test_check_capacity_with_a_bare_window() -> None:
     assert check_capacity(1, 100, max_output_tokens=99) == 0  # 100 - 99 - 1
     with pytest.raises(ValueError):
         check_capacity(-1, 100)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError):
         check_capacity(1.5, 100)  # type: ignore[arg-type]
     # an explicit tool count replaces the budget's
     b = resolve_budget(10_000, 0, tool_schema_tokens=5_000, env={})
     assert check_capacity(1_000, b, tool_schema_tokens=0) == 9_000
     assert check_capacity(1_000, b) == 4_000
+
+
+def test_check_capacity_number_options_follow_the_readme_rule() -> None:
+    """fresh13 N2: a number option that is not an int in range is a ValueError naming it,
+    a string, a bool or a float as much as a negative number (fit and trim_turns say the
+    same); with a Budget a bad ``max_output_tokens`` is refused too, not ignored."""
+    b = resolve_budget(context_window=1_000, max_output_tokens=200, env={})
+    cases = [
+        (lambda: check_capacity(10, "100"), "budget must be a Budget or an int >= 1, got '100'"),
+        (lambda: check_capacity(10, True), "budget must be a Budget or an int >= 1, got True"),
+        (lambda: check_capacity(10, 0), "budget must be a Budget or an int >= 1, got 0"),
+        (lambda: check_capacity("10", 100), "tokens must be an int >= 0, got '10'"),
+        (lambda: check_capacity(-1, 100), "tokens must be an int >= 0, got -1"),
+        (lambda: check_capacity(1.5, 100), "tokens must be an int >= 0, got 1.5"),
+        (lambda: check_capacity(10, 100, max_output_tokens=False), "max_output_tokens must be an int >= 0, got False"),
+        (lambda: check_capacity(10, 100, tool_schema_tokens="5"), "tool_schema_tokens must be an int >= 0, got '5'"),
+        (lambda: check_capacity(10, b, max_output_tokens="x"), "max_output_tokens must be an int >= 0, got 'x'"),
+        (lambda: check_capacity(10, b, max_output_tokens=-1), "max_output_tokens must be an int >= 0, got -1"),
+        (lambda: check_capacity(10, b, tool_schema_tokens=2.0), "tool_schema_tokens must be an int >= 0, got 2.0"),
+    ]
+    for call, text in cases:
+        with pytest.raises(ValueError) as got:
+            call()  # type: ignore[no-untyped-call]
+        assert not isinstance(got.value, TypeError)
+        assert str(got.value) == text
+    # a valid reserve next to a Budget is still the Budget's to decide (documented: ignored)
+    assert check_capacity(10, b, max_output_tokens=5_000) == check_capacity(10, b) == 790
+
+
+def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
+    """fresh13 N3: an object with a ``usable`` attribute (the documented "object with an
+    int ``usable``") was read by fit (clamped), prune_middle (not clamped, and its error
+    text named only a Budget) and recover_from_overflow, each with other words for a bad
+    ``usable``. The token-budget entries now read it alike: ``usable`` an int >= 0, above
+    2**63 - 1 read as no limit (as an int budget is, trim_turns and fit alike); the
+    entries that need the whole Budget (ContextGuard, check_capacity) refuse it, saying so."""
+    import types
+
+    import contextwindow as cw
+
+    msgs = [{"role": "user", "content": "hi"}]
+    token_entries = {
+        "fit": lambda b: cw.fit(msgs, b).report.budget,
+        "prune_middle": lambda b: cw.prune_middle(msgs, b).report.budget,
+        # its report's budget is the target: the usable budget shows in the ratio's target
+        "recover_from_overflow": lambda b: cw.recover_from_overflow(long, 2**64, budget=b).target,
+    }
+    long = [{"role": "user", "content": "hi " * 5_000}]
+    # 4,902 tokens; a budget of 50 under the reported count: 4,902 x 50 // 2**64 = 0; no limit:
+    # the reported count (read as 2**63 - 1 too) is not over it, the two-thirds rule: 3,268
+    assert token_entries["recover_from_overflow"](50) == 0
+    assert token_entries["recover_from_overflow"](10**30) == 3_268
+    huge = types.SimpleNamespace(usable=10**30, context_window=0, capacity=-3)
+    for name, call in token_entries.items():
+        if name != "recover_from_overflow":
+            assert call(types.SimpleNamespace(usable=50)) == call(50) == 50, name
+            assert call(huge) == call(10**30) == 2**63 - 1, name
+        assert call(types.SimpleNamespace(usable=50)) == call(50), name
+        assert call(huge) == call(10**30) == call(2**63 - 1), name
+        for bad, shown in (("5", "'5'"), (-1, "-1"), (1.5, "1.5"), (True, "True"), (None, "None")):
+            with pytest.raises(ValueError) as got:
+                call(types.SimpleNamespace(usable=bad))
+            assert not isinstance(got.value, TypeError)
+            assert str(got.value) == f"budget.usable must be a non-negative int, got {shown}", (name, bad)
+    # the text of a budget that is neither: prune_middle's names None too, and what it takes
+    with pytest.raises(ValueError) as got:
+        cw.fit(msgs, "5")
+    assert str(got.value) == "budget must be a non-negative int or have an int 'usable', got '5'"
+    with pytest.raises(ValueError) as got:
+        cw.prune_middle(msgs, "5")
+    assert str(got.value) == "budget must be None, a non-negative int or have an int 'usable', got '5'"
+    want = (
+        "budget must be a Budget from resolve_budget, got SimpleNamespace (an object with 'usable' is"
+        " a token budget for fit, recover_from_overflow and prune_middle; this needs the window and reserve too)"
+    )
+    for call in (lambda: cw.ContextGuard(huge), lambda: check_capacity(1, huge)):
+        with pytest.raises(TypeError) as got:
+            call()  # type: ignore[no-untyped-call]
+        assert str(got.value) == want
 
 
 def test_budget_serializes() -> None:
@@ -619,3 +698,28 @@ def test_a_hand_built_budget_whose_fields_disagree_is_refused(entry: str) -> Non
         assert str(got.value) == text, over
     # a duck-typed budget (any object with an int `usable`) is not a Budget and keeps working
     assert checked_budget(_hand_budget()).capacity == 800
+
+
+@pytest.mark.parametrize("entry", ["ContextGuard", "fit", "recover_from_overflow", "prune_middle", "check_capacity"])
+def test_a_hand_built_budgets_flags_and_names_are_type_checked(entry: str) -> None:
+    """fresh13 N1: ``trim_enabled="no"`` switched trimming on (a non-empty string is
+    true); the flags, ``model`` and ``rules`` were not checked at all. Every entry refuses
+    them, as a flag that is not a bool is refused elsewhere (``breadcrumb="no"``)."""
+    cases = [
+        ({"trim_enabled": "no"}, "Budget.trim_enabled must be a bool, got str"),
+        ({"trim_enabled": 0}, "Budget.trim_enabled must be a bool, got int"),
+        ({"trim_enabled": None}, "Budget.trim_enabled must be a bool, got NoneType"),
+        ({"capacity_known": None}, "Budget.capacity_known must be a bool, got NoneType"),
+        ({"capacity_known": "false"}, "Budget.capacity_known must be a bool, got str"),
+        ({"model": 5}, "Budget.model must be a str or None, got int"),
+        ({"rules": "x"}, "Budget.rules must be a list of str, got str"),
+        ({"rules": None}, "Budget.rules must be a list of str, got NoneType"),
+        ({"rules": ["ok", 2]}, "Budget.rules[1] must be a str, got int"),
+    ]
+    for over, text in cases:
+        with pytest.raises(TypeError) as got:
+            _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]
+        assert str(got.value) == text, over
+    # the right types pass: no model, a model name, rules as resolve_budget writes them
+    for over in ({"trim_enabled": False}, {"model": "gpt-4o"}, {"rules": ["a: b"]}, {"capacity_known": False}):
+        _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]

@@ -126,6 +126,34 @@ def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert "No such file or directory" in err and err.count("\n") == 1
 
 
+def test_an_empty_file_name_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh13 N6: ``-o ''`` gave the raw ``[Errno 21] Is a directory: ''`` and an empty
+    input path ``: cannot read: Is a directory`` (read as the current directory)."""
+    want = "contextwindow: error: '': no file name\n"
+    for argv in (
+        ["fit", str(EXAMPLE), "--budget", "500", "-o", ""],
+        ["repair", str(EXAMPLE), "-o", ""],
+        ["count", ""],
+        ["count", str(EXAMPLE), ""],
+        ["fit", "", "--budget", "10"],
+        ["inspect", ""],
+        ["validate", ""],
+        ["repair", ""],
+        # a DIR too: '' was searched as the current directory
+        ["accuracy", "", "--reference", "cl100k"],
+    ):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert err == want, argv
+        assert out == "" or argv[:2] == ["count", str(EXAMPLE)], argv
+    # the Python entry says the same
+    from contextwindow.io import load_conversation
+
+    with pytest.raises(cw.InvalidRequestError) as got:
+        load_conversation("")
+    assert str(got.value) == "'': no file name"
+
+
 def test_accuracy_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("tiktoken")
     from contextwindow.accuracy import reference_counter

@@ -246,6 +246,25 @@ def test_errors_and_lone_surrogate() -> None:
         cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(width=-5)])])
 
 
+def test_count_features_takes_the_default_profiles_vocabulary() -> None:
+    # fresh13 N4: the public function refused "conservative" (the default profile's own
+    # vocabulary, which the engine scans) and None, which every other function reads as
+    # the default profile
+    text = "x.append(self)\n    parseHTTPResponse abcdefghijklmnop"
+    want = dict(native.count_features(text, "conservative"))
+    assert cw.count_features(text, "conservative") == want
+    assert cw.count_features(text, None) == want
+    # its own vocabulary: a piece cl100k holds whole, which conservative does not count as one
+    assert cw.count_features(text, "conservative")["known_bare"] == 0
+    assert cw.count_features(text, "cl100k")["known_bare"] == 1
+    with pytest.raises(ValueError) as e:
+        cw.count_features("x", "fim")
+    assert str(e.value) == "unknown family 'fim'; known: cl100k, tekken, conservative"
+    with pytest.raises(ValueError) as e:
+        cw.count_features("x", 5)  # type: ignore[arg-type]
+    assert str(e.value) == "unknown family 5; known: cl100k, tekken, conservative"
+
+
 def test_lone_surrogates_in_tool_definitions_count_as_in_the_gateway() -> None:
     # the fresh tester's N-a: count_messages(tools=...) refused a lone surrogate that
     # message text and count_request (JSON escapes) read as U+FFFD

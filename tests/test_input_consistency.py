@@ -553,6 +553,22 @@ NUMBER_OPTIONS = [
     (lambda v: micro_compact(TOOL_CHAT, v), "keep_recent", [0, 6]),
     (lambda v: prune_middle(TOOL_CHAT, v), "budget", [0, None, 10**6]),
     (lambda v: prune_middle(TOOL_CHAT, keep_recent=v), "keep_recent", [0, None]),
+    # fresh13 N2: check_capacity raised TypeError for a string, bool or float
+    (lambda v: cw.check_capacity(v, 8_000), "tokens", [0, 100]),
+    (lambda v: cw.check_capacity(1, v), "budget", [2, 8_000]),
+    (lambda v: cw.check_capacity(1, 8_000, max_output_tokens=v), "max_output_tokens", [0, 100]),
+    (lambda v: cw.check_capacity(1, 8_000, tool_schema_tokens=v), "tool_schema_tokens", [0, None]),
+    # with a Budget the reserve is the Budget's, but a bad one is still refused
+    (
+        lambda v: cw.check_capacity(1, cw.resolve_budget(8_000, 2_000, env={}), max_output_tokens=v),
+        "max_output_tokens",
+        [0, 100],
+    ),
+    (
+        lambda v: cw.check_capacity(1, cw.resolve_budget(8_000, 2_000, env={}), tool_schema_tokens=v),
+        "tool_schema_tokens",
+        [0, None],
+    ),
 ]
 
 

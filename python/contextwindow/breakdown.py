@@ -246,14 +246,15 @@ def token_breakdown(
     if top < 0:
         raise ValueError(f"top must be >= 0, got {top}")
     profile = resolve_profile(profile)
-    prep = _engine.prepare(messages, format)
-    canonical = prep.canonical
-    per_message = message_tokens(canonical, profile)
-    seg = segment_turns(canonical)
+    # the tools before the messages, as count_messages and the CLI's inspect (fresh13 N5);
     # the whole list first: a bad definition is named by its own index (tools[3]), not as
     # the tools[0] of a one-item list
     schema_total = count_messages([], profile, tools=tools) if tools else 0
     schema_rows = [(_schema_name(t, i), count_messages([], profile, tools=[t])) for i, t in enumerate(tools or [])]
+    prep = _engine.prepare(messages, format)
+    canonical = prep.canonical
+    per_message = message_tokens(canonical, profile)
+    seg = segment_turns(canonical)
     msg_total = sum(per_message)
     total = msg_total + schema_total
 

@@ -330,6 +330,73 @@ def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -
     return value
 
 
+def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int") -> int:
+    """``value`` as given when it is an int >= ``minimum``; anything else is a ``ValueError``
+    naming the option, a string, a bool or a float as much as a number out of range (the
+    README's rule for number options, which fit and trim_turns follow)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}")
+    return value
+
+
+#: The largest token budget the engine counts to (u64 arithmetic); a larger one means no limit.
+_NO_LIMIT = 2**63 - 1
+
+
+def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
+    """The token budget for the messages that ``fit``, ``recover_from_overflow`` and
+    ``prune_middle`` take: an int >= 0, a :class:`Budget` (checked by
+    :func:`checked_budget`, its ``usable`` read), or any other object with an int
+    ``usable`` >= 0. One reading for the three (fresh13 N3: each checked an object's
+    ``usable`` in other words, and only ``fit`` read one above 2**63 - 1 as no limit).
+
+    Args:
+        budget: the budget as the caller gave it.
+        allow_none: ``None`` is allowed (``prune_middle``: prune unconditionally).
+
+    Returns:
+        The budget in tokens, at most 2**63 - 1 (a larger one means no limit, as
+        ``trim_turns`` reads it); ``None`` for ``None`` when allowed.
+
+    Raises:
+        ValueError: ``budget`` is neither an int >= 0 nor has a ``usable`` (a string, a
+            bool or a float as much as a negative number), or its ``usable`` is not an
+            int >= 0 (``budget.usable must be a non-negative int, got '5'``).
+        TypeError: a :class:`Budget` with a field of the wrong type (see
+            :func:`checked_budget`, which also raises its ``ValueError``).
+
+    >>> token_budget(resolve_budget(context_window=1000, max_output_tokens=200, env={}, floor=0))
+    800
+    """
+    if budget is None and allow_none:
+        return None
+    if isinstance(budget, Budget):
+        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
+        return min(budget.usable, _NO_LIMIT)
+    if hasattr(budget, "usable"):
+        usable = budget.usable
+        if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
+            raise ValueError(f"budget.usable must be a non-negative int, got {shown(usable)}")
+        return min(usable, _NO_LIMIT)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        what = "None, a non-negative int" if allow_none else "a non-negative int"
+        raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}")
+    return min(budget, _NO_LIMIT)
+
+
+def whole_budget_error(budget: object) -> TypeError:
+    """The ``TypeError`` of an entry that needs the whole :class:`Budget` (``ContextGuard``,
+    ``check_capacity``: the window and the reserve, not only ``usable``) for ``budget``,
+    naming the entries that take an object with a ``usable`` when it has one."""
+    text = f"budget must be a Budget from resolve_budget, got {type(budget).__name__}"
+    if hasattr(budget, "usable"):
+        text += (
+            " (an object with 'usable' is a token budget for fit, recover_from_overflow and prune_middle;"
+            " this needs the window and reserve too)"
+        )
+    return TypeError(text)
+
+
 def checked_budget(budget: Budget) -> Budget:
     """Refuse a hand-built :class:`Budget` that :func:`resolve_budget` could never return.
 
@@ -337,10 +404,12 @@ def checked_budget(budget: Budget) -> Budget:
     ``recover_from_overflow``, ``prune_middle``, ``check_capacity``) calls this one check
     (fresh12 O6: ``Budget(context_window=100, max_output_tokens=100, capacity=0, ...)``
     was accepted where ``resolve_budget`` refuses the same reserve). The rules are the
-    documented relations of the fields: every number an int >= 0 (the window >= 1); a
-    reserve smaller than the window (DESIGN.md section 6); ``capacity ==
-    context_window - max_output_tokens``; ``target <= capacity``; ``usable <=
-    capacity - tool_schema_tokens`` (at least 0).
+    documented relations of the fields: every number an int >= 0 (the window >= 1); the
+    flags ``trim_enabled`` and ``capacity_known`` bools (fresh13 N1: ``"no"`` switched
+    trimming on), ``model`` a str or ``None``, ``rules`` a list of str; a reserve
+    smaller than the window (DESIGN.md section 6); ``capacity == context_window -
+    max_output_tokens``; ``target <= capacity``; ``usable <= capacity -
+    tool_schema_tokens`` (at least 0).
 
     Args:
         budget: the :class:`Budget` to check.
@@ -349,7 +418,9 @@ def checked_budget(budget: Budget) -> Budget:
         ``budget`` itself.
 
     Raises:
-        TypeError: a number field is not an int (``Budget.usable must be an int, got str``).
+        TypeError: a number field is not an int (``Budget.usable must be an int, got str``),
+            a flag not a bool (``Budget.trim_enabled must be a bool, got str``), ``model``
+            not a str or ``None``, ``rules`` not a list of str.
         ValueError: a number is out of range or the fields disagree (naming the field
             and both numbers); a ``ReserveError`` for a reserve as large as the window
             or larger, worded as :func:`check_capacity`'s.
@@ -361,6 +432,17 @@ def checked_budget(budget: Budget) -> Budget:
         _int_arg(f"Budget.{name}", getattr(budget, name), minimum=1 if name == "context_window" else 0)
     for name in ("usable", "floor"):
         _int_arg(f"Budget.{name}", getattr(budget, name), minimum=0)
+    for name in ("trim_enabled", "capacity_known"):  # "no" is true: it would switch trimming on
+        flag = getattr(budget, name)
+        if not isinstance(flag, bool):
+            raise TypeError(f"Budget.{name} must be a bool, got {type(flag).__name__}")
+    if budget.model is not None and not isinstance(budget.model, str):
+        raise TypeError(f"Budget.model must be a str or None, got {type(budget.model).__name__}")
+    if not isinstance(budget.rules, (list, tuple)):
+        raise TypeError(f"Budget.rules must be a list of str, got {type(budget.rules).__name__}")
+    for i, rule in enumerate(budget.rules):
+        if not isinstance(rule, str):
+            raise TypeError(f"Budget.rules[{i}] must be a str, got {type(rule).__name__}")
     window, output = budget.context_window, budget.max_output_tokens
     if output >= window:  # resolve_budget's rule, in check_capacity's words
         raise ReserveError(output, window, "argument")
@@ -650,30 +732,40 @@ def check_capacity(
     Raises:
         ContextOverflowError: the request exceeds the capacity; ``.tokens``,
             ``.capacity`` and ``.over`` hold the numbers.
-        TypeError / ValueError: a number has the wrong type or is negative, or (for a
-            bare window) ``max_output_tokens`` is as large as the window or larger, as in
-            :func:`resolve_budget`; a :class:`Budget` that :func:`checked_budget` refuses
-            (fields that disagree, a reserve as large as the window).
+        ValueError: ``tokens``, ``budget``, ``max_output_tokens`` or
+            ``tool_schema_tokens`` is not an int in range (a string, a bool or a float
+            as much as a negative number; ``max_output_tokens`` is checked next to a
+            :class:`Budget` too), or (for a bare window) ``max_output_tokens`` is as
+            large as the window or larger, as in :func:`resolve_budget`.
+        TypeError / ValueError: a :class:`Budget` that :func:`checked_budget` refuses
+            (a field of the wrong type, fields that disagree, a reserve as large as the
+            window).
+        TypeError: ``budget`` is another object with a ``usable`` (a token budget for
+            ``fit``; the capacity needs the window and the reserve).
 
     >>> check_capacity(100_000, resolve_budget(model="gpt-4o", env={}))  # 128,000 - 16,384 - 100,000
     11616
     """
-    n = _int_arg("tokens", tokens, minimum=0)
-    assert n is not None
+    n = _number_option("tokens", tokens, minimum=0)
     if isinstance(budget, Budget):
         checked_budget(budget)
+        # documented as ignored next to a Budget, but not when it is no reserve at all
+        _number_option("max_output_tokens", max_output_tokens, minimum=0)
         capacity = budget.capacity
-        tools = budget.tool_schema_tokens if tool_schema_tokens is None else tool_schema_tokens
         window, output = budget.context_window, budget.max_output_tokens
+        default_tools = budget.tool_schema_tokens
+    elif hasattr(budget, "usable"):
+        raise whole_budget_error(budget)
     else:
-        window = _int_arg("budget", budget, minimum=1)  # type: ignore[assignment]
-        output = _int_arg("max_output_tokens", max_output_tokens, minimum=0)  # type: ignore[assignment]
-        assert window is not None and output is not None
+        window = _number_option("budget", budget, minimum=1, what="a Budget or an int")
+        output = _number_option("max_output_tokens", max_output_tokens, minimum=0)
         if output >= window:  # resolve_budget's rule
             raise ReserveError(output, window, "argument")
         capacity = window - output
-        tools = 0 if tool_schema_tokens is None else tool_schema_tokens
-    _int_arg("tool_schema_tokens", tools, minimum=0)
+        default_tools = 0
+    tools = default_tools
+    if tool_schema_tokens is not None:
+        tools = _number_option("tool_schema_tokens", tool_schema_tokens, minimum=0)
     total = n + tools
     if total > capacity:
         raise ContextOverflowError(

@@ -604,6 +604,10 @@ def _run(argv: Sequence[str] | None) -> int:
     if getattr(args, "top", 0) < 0:
         sub.error("--top must be >= 0")
     try:
+        if getattr(args, "output", None) == "" or getattr(args, "dir", None) == "":
+            # checked before any work: writing to '' raised "[Errno 21] Is a directory: ''",
+            # and accuracy searched '' as the current directory
+            raise _Located("'': no file name")
         return int(args.run(args))
     except (ContextWindowError, ValueError, OSError, RecursionError) as exc:
         print(f"contextwindow: error: {_one_line(exc)}", file=sys.stderr)

@@ -44,7 +44,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._jsontext import shown
-from .budget import Budget, checked_budget
+from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
@@ -202,15 +202,9 @@ def _pinned_range(pinned: set[int], n: int) -> set[int]:
 
 
 def _budget_tokens(budget: Any) -> int | None:
-    """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``)."""
-    if budget is None:
-        return None
-    if isinstance(budget, Budget):
-        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
-    usable = getattr(budget, "usable", budget)
-    if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
-        raise ValueError(f"budget must be None, a non-negative int or a Budget, got {shown(budget)}")
-    return usable
+    """``None``, an ``int >= 0``, or a ``Budget`` (anything with an int ``usable``), read
+    as ``fit`` reads it (:func:`~contextwindow.budget.token_budget`)."""
+    return token_budget(budget, allow_none=True)
 
 
 # --------------------------------------------------------------------------- costs and text
@@ -928,9 +922,9 @@ def prune_middle(
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
-        budget: ``None`` to prune unconditionally, or a token budget (an int, or a
-            ``Budget`` whose ``usable`` is read): when the input fits, it comes back
-            unchanged.
+        budget: ``None`` to prune unconditionally, or a token budget (an int, or an
+            object with an int ``usable``, a ``Budget``, whose ``usable`` is read; above
+            2**63 - 1: no limit): when the input fits, it comes back unchanged.
         keep_recent: how many of the newest messages to keep (>= 0); ``None`` for
             ``min(6, total // 3)``.
         pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
@@ -947,7 +941,8 @@ def prune_middle(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: ``budget`` not None, an int >= 0 or a ``Budget``, ``keep_recent``
+        ValueError: ``budget`` not None, an int >= 0 or an object with an int >= 0 in
+            ``usable``, ``keep_recent``
             not an int >= 0 or None (a string or a bool as much as a negative number, as
             for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
             message index. A hand-built ``Budget`` that

@@ -63,10 +63,12 @@ __all__ = [
 
 #: Names of the built-in profiles.
 PROFILES: tuple[str, ...] = tuple(_engine.native.PROFILES)
-#: Tokenizer families with fitted weights (the ``family`` of :func:`count_features`).
+#: Tokenizer families with fitted weights (a ``family`` of :func:`count_features`).
 FAMILIES: tuple[str, ...] = tuple(_engine.native.FAMILIES)
 #: The profile used when none is named.
 DEFAULT_PROFILE = "conservative"
+#: The vocabularies :func:`count_features` scans: the families', then the default profile's own.
+_VOCABULARIES: tuple[str, ...] = (*FAMILIES, DEFAULT_PROFILE)
 
 
 def resolve_profile(profile: object) -> str:
@@ -190,12 +192,14 @@ def count_many(
     return [int(n) if n is not None else int(next(slow)) for n in totals]
 
 
-def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
+def count_features(text: str, family: str | None = "cl100k") -> dict[str, int]:
     """Count the single-pass features of a text for one tokenizer family.
 
     Args:
         text: any string; lone surrogates count as U+FFFD.
-        family: ``"cl100k"`` or ``"tekken"`` (whose vocabulary the pieces are looked up in).
+        family: whose vocabulary the pieces are looked up in: ``"cl100k"``, ``"tekken"``
+            (:data:`FAMILIES`) or ``"conservative"``, the default profile's own vocabulary
+            (``None``: ``"conservative"``, as for the other functions).
 
     Returns:
         Feature name to count: ``known`` (pieces that are one token of the family),
@@ -218,8 +222,10 @@ def count_features(text: str, family: str = "cl100k") -> dict[str, int]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {shown(family)}; known: {', '.join(FAMILIES)}")
+    if family is None:
+        family = DEFAULT_PROFILE
+    if not isinstance(family, str) or family not in _VOCABULARIES:
+        raise ValueError(f"unknown family {shown(family)}; known: {', '.join(_VOCABULARIES)}")
     return dict(_engine.native.count_features(clean_str(text), family))
 
 

@@ -47,7 +47,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._jsontext import shown
-from .budget import Budget, checked_budget
+from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message
 from .report import TrimResult
@@ -191,12 +191,9 @@ def _usable(budget: Any) -> int:
     Anything else is a ``ValueError``, a string or a bool as much as a negative number, as
     in :func:`~contextwindow.trim_turns` and :func:`~contextwindow.fit_request` (fresh7
     N13: ``fit(m, "10")`` raised ``TypeError`` where they raise ``ValueError``)."""
-    if isinstance(budget, Budget):
-        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
-    usable = getattr(budget, "usable", budget)
-    if isinstance(usable, bool) or not isinstance(usable, (int, float)):
-        raise ValueError(f"budget must be a non-negative int or have an int 'usable', got {shown(budget)}")
-    return _check_budget(usable)
+    usable = token_budget(budget)  # one reading with prune_middle (fresh13 N3)
+    assert usable is not None
+    return usable
 
 
 class _NativeCost:

@@ -66,7 +66,7 @@ import msgspec
 
 from . import _engine
 from ._jsontext import shown
-from .budget import Budget, check_capacity, checked_budget, resolve_budget
+from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
@@ -443,7 +443,9 @@ class ContextGuard:
             as a negative number, as for ``fit``'s budget): a share not a number in
             (0, 1], ``max_message_chars`` not an int >= 1 or None,
             ``keep_recent_results`` not an int >= 0.
-        TypeError: ``budget`` is not a ``Budget``, ``policy`` not a ``FitPolicy`` (or one
+        TypeError: ``budget`` is not a ``Budget`` (an object with only a ``usable`` is
+            a token budget for ``fit``; the guard needs the window and reserve too),
+            ``policy`` not a ``FitPolicy`` (or one
             of its collections, or an item in one, of the wrong type:
             ``FitPolicy(priorities={"0": 1})``), a tool list is a bare string or holds
             non-strings, a subscriber is not callable.
@@ -483,7 +485,7 @@ class ContextGuard:
                     " max_output_tokens=), models= to resolve_budget, or a Budget"
                 )
         elif not isinstance(budget, Budget):
-            raise TypeError(f"budget must be a Budget from resolve_budget, got {type(budget).__name__}")
+            raise whole_budget_error(budget)
         elif (model, context_window, max_output_tokens) != (None, None, None):
             raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
         else:

@@ -548,7 +548,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
         The parsed :class:`Conversation`.
 
     Raises:
-        InvalidRequestError: the file cannot be read, is not JSON/JSONL, or holds no message
+        InvalidRequestError: the path is empty (``'': no file name``), the file cannot be
+            read, is not JSON/JSONL, or holds no message
             list, or an Anthropic top-level ``system`` is not a string or a list of text
             blocks, or an object repeats a key (anywhere: the whole file is written back;
             two keys that differ only in lone surrogates are one key once read);
@@ -566,6 +567,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     if format not in (None, "openai", "anthropic"):
         raise InvalidRequestError(f"{where}: unknown format {shown(format)}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)
+    if str(path) == "":  # Path("") is the current directory: "cannot read: Is a directory"
+        raise InvalidRequestError("'': no file name")
     try:
         raw = sys.stdin.buffer.read() if stdin else Path(path).read_bytes()
     except OSError as exc:
