@@ -11,20 +11,16 @@ shortest round-trip digits, fixed for a decimal exponent -5..15 (``100000.0``,
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import tempfile
-from pathlib import Path
 
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_input_consistency import cli_count
 
 import contextwindow as cw
-from contextwindow.cli import main
 
 #: JSON number text -> what msgspec.json.encode writes for json.loads of it, by hand:
 #: ``-0`` is an int (0); ``1e5`` a float whose decimal exponent (5) is in -5..15, so fixed
@@ -117,17 +113,6 @@ def dict_count(body: bytes, profile: str) -> int:
     """``count_messages`` on the parsed body, its tools included."""
     doc = json.loads(body)
     return cw.count_messages(doc["messages"], profile, tools=doc.get("tools"))
-
-
-def cli_count(body: bytes, profile: str) -> int:
-    """``contextwindow count --json`` on a file holding ``body``: its tokens."""
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "in.json"
-        f.write_bytes(body)
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            assert main(["count", str(f), "--json", "--profile", profile]) == 0
-    return json.loads(out.getvalue())[0]["tokens"]
 
 
 @pytest.mark.parametrize("num", list(WRITTEN))
