@@ -942,7 +942,9 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                 .map(|(i, p)| (p.text_str().chars().count(), i))
                 .collect();
             cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            // Cut the request only when that can make the conversation fit.
+            // A shortcut: no cut is tried when even every part cut to its marker would
+            // leave the conversation over budget (the restore below keeps the rule when
+            // the cuts give less than this).
             let p = st.opts.profile;
             let content = &st.work[w].msg.content;
             let saving: u64 = cands
