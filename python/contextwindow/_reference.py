@@ -1637,7 +1637,8 @@ def _trim_turns_once(
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
         w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
-        # cut the request only when that can make the conversation fit
+        # a shortcut: no cut is tried when even every part cut to its marker would leave
+        # the conversation over budget (the restore below keeps the rule otherwise)
         saving = 0
         for n, i in cands2:  # each text cut down to its marker alone
             saving += max(0, st.costs[w] - st.cost.message_tokens(_with_text(st.m(w), i, None, marker(-n))))
