@@ -193,9 +193,9 @@ def _limits_of(name: str, value: Any) -> ModelLimits:
     else:
         raise TypeError(f"models[{shown(name)}] must be a ModelLimits or a mapping, got {type(value).__name__}")
     w, o = limits.context_window, limits.max_output_tokens
-    if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+    if not _is_count(w, 1):
         raise ValueError(f"models[{shown(name)}].context_window must be a positive int, got {shown(w)}")
-    if o is not None and (isinstance(o, bool) or not isinstance(o, int) or o < 0):
+    if o is not None and not _is_count(o):
         raise ValueError(f"models[{shown(name)}].max_output_tokens must be None or an int >= 0, got {shown(o)}")
     return limits
 
@@ -320,6 +320,11 @@ def _too_large(reserve: int, window: int) -> str:
     return f"is as large as the context window {window:,} (no token left for the input)"
 
 
+def _is_count(value: Any, minimum: int = 0) -> bool:
+    """Whether ``value`` is an int (a bool is not one) >= ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
@@ -334,7 +339,7 @@ def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int")
     """``value`` as given when it is an int >= ``minimum``; anything else is a ``ValueError``
     naming the option, a string, a bool or a float as much as a number out of range (the
     README's rule for number options, which fit and trim_turns follow)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not _is_count(value, minimum):
         raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}")
     return value
 
@@ -375,10 +380,10 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
         return min(budget.usable, _NO_LIMIT)
     if hasattr(budget, "usable"):
         usable = budget.usable
-        if isinstance(usable, bool) or not isinstance(usable, int) or usable < 0:
+        if not _is_count(usable):
             raise ValueError(f"budget.usable must be a non-negative int, got {shown(usable)}")
         return min(usable, _NO_LIMIT)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+    if not _is_count(budget):
         what = "None, a non-negative int" if allow_none else "a non-negative int"
         raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}")
     return min(budget, _NO_LIMIT)
