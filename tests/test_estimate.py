@@ -44,7 +44,7 @@ def test_features_by_hand() -> None:
     # lower-to-upper switch inside: one unknown 12-letter segment, whose 5 capitals HTTPR
     # are 4 beyond its first) | " abcdefghijklmnop" (17 bytes, too long to look up; the
     # bare 16 letters are one cl100k token: known_bare).
-    f = cw.count_features("x.append(self)\n    parseHTTPResponse abcdefghijklmnop")
+    f = cw.count_features("x.append(self)\n    parseHTTPResponse abcdefghijklmnop", "cl100k")
     assert {k: v for k, v in f.items() if v} == {
         "known": 6,
         "known_bare": 1,
@@ -77,9 +77,9 @@ def test_capitals_features_by_hand() -> None:
     for text, n in cases.items():
         for family in ("cl100k", "tekken"):
             assert cw.count_features(text, family)["non_ascii_upper_after_upper"] == n, text
-    assert cw.count_features("PRÜFUNG ÜBER")["unknown_upper_beyond_1"] == 3
+    assert cw.count_features("PRÜFUNG ÜBER", "cl100k")["unknown_upper_beyond_1"] == 3
     # Lowercase text has neither.
-    f = cw.count_features("привет мир, prüfung über internationalization")
+    f = cw.count_features("привет мир, prüfung über internationalization", "cl100k")
     assert (f["unknown_upper_beyond_1"], f["non_ascii_upper_after_upper"]) == (0, 0)
 
 
@@ -254,6 +254,9 @@ def test_count_features_takes_the_default_profiles_vocabulary() -> None:
     want = dict(native.count_features(text, "conservative"))
     assert cw.count_features(text, "conservative") == want
     assert cw.count_features(text, None) == want
+    # and so does the call without a family (it read cl100k's before; the default is
+    # the same for every function now)
+    assert cw.count_features(text) == want
     # its own vocabulary: a piece cl100k holds whole, which conservative does not count as one
     assert cw.count_features(text, "conservative")["known_bare"] == 0
     assert cw.count_features(text, "cl100k")["known_bare"] == 1

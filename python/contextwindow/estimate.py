@@ -192,14 +192,14 @@ def count_many(
     return [int(n) if n is not None else int(next(slow)) for n in totals]
 
 
-def count_features(text: str, family: str | None = "cl100k") -> dict[str, int]:
+def count_features(text: str, family: str | None = None) -> dict[str, int]:
     """Count the single-pass features of a text for one tokenizer family.
 
     Args:
         text: any string; lone surrogates count as U+FFFD.
         family: whose vocabulary the pieces are looked up in: ``"cl100k"``, ``"tekken"``
             (:data:`FAMILIES`) or ``"conservative"``, the default profile's own vocabulary
-            (``None``: ``"conservative"``, as for the other functions).
+            (``None``, the default: ``"conservative"``, as for the other functions).
 
     Returns:
         Feature name to count: ``known`` (pieces that are one token of the family),
