@@ -115,10 +115,35 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: CPU flags the estimator's 32-byte paths need (``Simd::detect`` in features_words.rs);
+#: without them it runs its SSE2 paths, and the same code measures differently.
+AVX2_FLAGS = frozenset({"avx2", "bmi1", "bmi2", "abm", "popcnt"})  # abm: LZCNT
+
+
+def cpu_label(cpu: dict[str, Any]) -> str:
+    """The CPU as pytest-benchmark's ``machine_info["cpu"]`` (py-cpuinfo) describes it: its
+    name, family and model (a virtual machine often hides the name's model number) and
+    which of the estimator's instruction sets it runs.
+
+    >>> flags = ["avx2", "bmi1", "bmi2", "abm", "popcnt"]
+    >>> cpu_label({"brand_raw": "AMD EPYC", "family": 26, "model": 2, "flags": flags})
+    'AMD EPYC, family 26 model 2, estimator on AVX2'
+    >>> cpu_label({"brand_raw": "Some CPU", "flags": ["sse2"]})
+    'Some CPU, estimator on SSE2'
+    """
+    parts = [cpu.get("brand_raw") or platform.processor() or "unknown CPU"]
+    if cpu.get("family") is not None and cpu.get("model") is not None:
+        parts.append(f"family {cpu['family']} model {cpu['model']}")
+    flags = set(cpu.get("flags") or ())
+    if flags:
+        parts.append("estimator on " + ("AVX2" if AVX2_FLAGS <= flags else "SSE2"))
+    return ", ".join(parts)
+
+
 def machine(data: dict[str, Any], load: tuple[float, float, float] | None) -> str:
     info = data.get("machine_info", {})
     commit = data.get("commit_info", {}).get("id", "")[:10]
-    cpu = info.get("cpu", {}).get("brand_raw") or platform.processor() or "unknown CPU"
+    cpu = cpu_label(info.get("cpu", {}))
     return (
         f"{os.cpu_count()} cores ({cpu}), Python {info.get('python_version', platform.python_version())}, "
         f"{info.get('system', platform.system())}; commit {commit or 'unknown'}; "
