@@ -854,41 +854,70 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let mut local = *sink;
     // one family on a CPU with AVX2: a run that opens with CJK, kana or symbols goes
     // eight characters at a time as far as they go on ([`cjk_start`]); the loop below
-    // takes the rest
+    // takes the rest, and hands back every [`RETRY`] characters, at one of those, for
+    // the blocks to try again: a run they declined at its start (a repeated character
+    // there, as in 谢谢) or that they left (a character of another group) is not left
+    // to the scalar loop to its end
     #[cfg(target_arch = "x86_64")]
-    if K == 1 && families.vocabs()[0].cjk_blocks {
-        let (counted, j) = cjk_start(
-            local,
-            &families.vocabs()[0],
+    let blocky =
+        K == 1 && families.vocabs()[0].cjk_blocks && words::Simd::for_scan() == words::Simd::Avx2;
+    #[cfg(not(target_arch = "x86_64"))]
+    let blocky = false;
+    // characters the scalar loop counts before the next try: [`RETRY`] after a try that
+    // took something, doubling after each that did not (box drawing, declined every time)
+    let mut wait = RETRY;
+    loop {
+        #[cfg(target_arch = "x86_64")]
+        if blocky {
+            let (counted, j) = cjk_start(
+                local,
+                &families.vocabs()[0],
+                groups,
+                b,
+                i,
+                &mut consumed[0],
+                na_prev,
+            );
+            local = counted;
+            if j > i {
+                i = j;
+                wait = RETRY;
+                if b[i] & 0xF0 != 0xE0 {
+                    // the run ends here (the main loop reads on, a space between 3-byte
+                    // characters included)
+                    *sink = local;
+                    return i;
+                }
+            } else {
+                wait = (2 * wait).min(MAX_RETRY);
+            }
+        }
+        let (end, more) = three_byte_run_in(
+            &mut local,
+            families.vocabs(),
             groups,
             b,
             i,
-            &mut consumed[0],
+            consumed,
             na_prev,
+            if blocky { wait } else { 0 },
         );
-        local = counted;
-        if j > i {
-            i = j;
-            if b[i] & 0xF0 != 0xE0 {
-                // the run ends here (the main loop reads on, a space between 3-byte
-                // characters included)
-                *sink = local;
-                return i;
-            }
+        if !more {
+            *sink = local;
+            return end;
         }
+        i = end;
     }
-    let end = three_byte_run_in(
-        &mut local,
-        families.vocabs(),
-        groups,
-        b,
-        i,
-        consumed,
-        na_prev,
-    );
-    *sink = local;
-    end
 }
+
+/// Characters the scalar loop of [`three_byte_run`] counts before the blocks try again (at
+/// a CJK, kana or symbol character), after a try that took something. A try that
+/// declines costs about as much as a character or two, so the wait doubles after each,
+/// up to [`MAX_RETRY`].
+const RETRY: u32 = 16;
+
+/// The longest wait between tries, in characters.
+const MAX_RETRY: u32 = 1024;
 
 /// The start of [`three_byte_run`] for one family (`v`, whose n-gram end is `consumed`)
 /// on a CPU with AVX2: the run at `i` block by block ([`cjk::blocks`]) when it opens with CJK, kana or symbols and looks
@@ -924,8 +953,12 @@ fn cjk_start<S: Sink + Copy>(
     (counted, j)
 }
 
-/// [`three_byte_run`] into `out`.
+/// [`three_byte_run`] into `out`: the run's end, and `false`; or, with `retry` above 0,
+/// where it stopped for the blocks to try again (`retry` characters in or more, at a
+/// CJK, kana or symbol character, with `na_prev` saved for the character before it), and
+/// `true`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn three_byte_run_in<S: Sink, const K: usize>(
     out: &mut S,
     vocabs: &[Vocab; K],
@@ -934,7 +967,8 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     mut i: usize,
     consumed: &mut [usize; K],
     na_prev: &mut NaPrev,
-) -> usize {
+    retry: u32,
+) -> (usize, bool) {
     let n = b.len();
     let mut cp = decode3(b, i);
     let mut entry = groups[cp as usize];
@@ -944,6 +978,8 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     // from it in place ([`hash_at`]'s words), with no bounds checks. The rules are the
     // loop's below, which finishes the run.
     let mut letter = na_prev.letter;
+    // characters left before the next stop for the blocks (none when `retry` is 0)
+    let mut left = if retry == 0 { u32::MAX } else { retry };
     while i + 16 <= n {
         let w = load8(b, i);
         let g = word_and_case::<_, K>(out, entry, &mut letter, &mut prev_upper);
@@ -993,10 +1029,21 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             }
             na_prev.letter = letter;
             na_prev.upper = prev_upper;
-            return i;
+            return (i, false);
         }
         cp = cp1;
         entry = entry1;
+        left -= 1;
+        if left == 0 {
+            if matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM) {
+                // the character before `i` is a 3-byte one: `after_upper` reads its case
+                na_prev.letter = letter;
+                na_prev.upper = prev_upper;
+                return (i, true);
+            }
+            // hangul, say: look again a wait later
+            left = retry;
+        }
     }
     na_prev.letter = letter;
     loop {
@@ -1040,7 +1087,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
         i += 3;
         if !more {
             na_prev.upper = prev_upper;
-            return i;
+            return (i, false);
         }
         cp = cp1;
         entry = entry1;
@@ -1796,6 +1843,55 @@ mod fast_equals_scalar {
                 cjk::BLOCKS.with(|b| b.get()) > before + 1000,
                 "the blocks ran"
             );
+        }
+    }
+
+    /// The blocks take a run they declined at its start, or left at a character of
+    /// another group, once the scalar loop hands it back ([`RETRY`] characters later):
+    /// the same counts, and about as many blocks as the run without the opening.
+    #[test]
+    fn blocks_try_again_inside_a_run() {
+        let cons = vocab("conservative").unwrap();
+        let long = "你好世界这是一个测试用的中文文本没有任何已知的词只是普通的汉字而已".repeat(4);
+        let blocks = |text: &str| {
+            words::FORCE.with(|f| f.set(Some(words::Simd::Avx2)));
+            let before = cjk::BLOCKS.with(|b| b.get());
+            let got = scan(text, &[cons]);
+            words::FORCE.with(|f| f.set(None));
+            assert_eq!(got, scalar::scan_scalar(text, &[cons]), "{text:?}");
+            cjk::BLOCKS.with(|b| b.get()) - before
+        };
+        // openings the blocks decline (a repeated character, box drawing) and breaks they
+        // stop at (hangul, a fullwidth capital after one, a Latin capital of 3 bytes)
+        let cases = [
+            format!("谢谢{long}"),
+            format!("────{long}"),
+            format!("{long}한{long}"),
+            format!("{long}ＡＢ{long}"),
+            format!("{long}Ḁ{long}"),
+            format!("{long}한국어{long}ＡＢＣ{long}"),
+        ];
+        for text in &cases {
+            check(text);
+            for shift in ["中", "中中", "ＡＢ", "한"] {
+                check(&format!("{shift}{text}"));
+            }
+        }
+        if words::Simd::available().contains(&words::Simd::Avx2) {
+            // 132 characters a `long`: 16 blocks on their own, the last 48 bytes scalar
+            let alone = blocks(&long);
+            assert!(alone >= 12, "{alone}");
+            for text in &cases[..2] {
+                // 16 characters scalar, then the blocks: 11 and 12 blocks where the run
+                // alone takes 15 (none before the scalar loop handed runs back)
+                let n = blocks(text);
+                assert!(n + 4 >= alone, "{n} vs {alone}: {text:?}");
+            }
+            for text in &cases[2..5] {
+                // both halves, less the characters scalar after the break (30 each)
+                let n = blocks(text);
+                assert!(n + 4 >= 2 * alone, "{n} vs {alone}: {text:?}");
+            }
         }
     }
 
