@@ -3,7 +3,8 @@
 The breadcrumb is a courtesy: it may cost whole old turns, never anything of the newest
 turn. ``trim_turns`` returns the result with the breadcrumb when it fits and takes no more
 of the newest turn (characters cut, tool-unit messages dropped) than the result without
-it; else the result without it when that fits; else (neither fits) the one with it.
+it; else the result without it when that fits; else (neither fits) the smaller of the two
+(the one with it on a tie).
 
 Hand-worked values use the ``fim`` profile: text tokens = floor(ASCII / 4) (at least 1),
 plus 4 per message; a tool call costs its name and argument text (``f`` + ``{}`` = 1 + 1).
@@ -163,18 +164,46 @@ def test_a_tool_result_is_not_cut_more_for_the_breadcrumb() -> None:
     assert r.report.fates[4].chars_removed == 70
 
 
-def test_nothing_fits_keeps_the_breadcrumb_variant() -> None:
+def test_nothing_fits_gives_the_smaller_variant() -> None:
     """Budget 10: even the request cut to its 33-character marker (4 + 8 = 12) is over, so
     it stays whole. With the breadcrumb nothing is dropped (the old turn's 13 <= the
-    breadcrumb's 16: the input, 36 tokens); without it the old turn would go (23, still
-    over). Neither fits: the result with the breadcrumb comes back, as before (the
-    caller decides; ``fit`` relies on it)."""
+    breadcrumb's 16: the input, 36 tokens); without it the old turn goes (23, still
+    over). Neither fits: the smaller comes back, the one without the breadcrumb. It was
+    the one with it, the input whole, while budget 29 gave 29 tokens: a larger budget
+    kept fewer tokens (fresh14 #7)."""
     m = [*OLD, REQ]
     r = cw.trim_turns(m, 10, profile="fim", format="openai")
-    assert not r.report.fits and r.report.tokens_after == 36 and r.report.reason is None
-    assert all(x is y for x, y in zip(r.messages, m, strict=True))
+    assert not r.report.fits and r.report.tokens_after == 23 and r.report.reason == "token_budget"
+    assert r.messages == [REQ] and r.messages[0] is REQ and not r.report.breadcrumb
+    assert [f.rule for f in r.report.fates] == ["oldest_turn", "oldest_turn", "kept_turn"]
     bare = cw.trim_turns(m, 10, profile="fim", format="openai", breadcrumb=False)
-    assert not bare.report.fits and bare.report.tokens_after == 23
+    assert bare.report == r.report
+
+
+def test_nothing_fits_never_keeps_more_than_a_larger_budget() -> None:
+    """The fresh tester's case (conservative): costs 4, 5, 4, 6. Below 10 nothing fits;
+    with the breadcrumb (about 13 tokens) dropping the old turn (9) would grow the
+    conversation, so that variant is the input (19). The result is [system, request]
+    (10) at every budget from 0 to 18, the input from 19 on; before, budgets 0-9 gave the
+    input whole and 10-18 two messages."""
+    m = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hello there"},
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "q2"},
+    ]
+    assert cw.message_tokens(m) == [4, 5, 4, 6]
+    body = json.dumps({"messages": m}).encode()
+    kept = []
+    for budget in range(0, 26):
+        r = cw.trim_turns(m, budget)
+        want = m if budget >= 19 else [m[0], m[3]]
+        assert r.messages == want, budget
+        assert r.report.fits == (budget >= 10)
+        out, rep = cw.fit_request(body, budget=budget, report=True)
+        assert json.loads(out)["messages"] == want and rep.report.tokens_after == r.report.tokens_after
+        kept.append(r.report.tokens_after)
+    assert kept == [10] * 19 + [19] * 7
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])

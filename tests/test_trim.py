@@ -211,12 +211,14 @@ def test_out_of_reach_budget_never_grows_the_conversation() -> None:
     """Found by the second fresh-install review: 15 -> 17 tokens at budget 5 (the dropped
     turn cost less than the breadcrumb). Messages of one letter cost 4 + 1 = 5. At 4
     nothing fits (the last message alone is 5): with the breadcrumb (16) dropping the old
-    turn (10) would only grow it, so the input comes back. At 5 the last message alone
-    fits without the breadcrumb (fresh8 N1: it used to say fits=False, 15 tokens)."""
+    turn (10) would only grow it, so that result is the input (15); without it, the last
+    message alone (5). Neither fits: the smaller comes back (it was the input, 15 tokens,
+    where budget 5 keeps 5: fresh14 #7). At 5 the last message alone fits without the
+    breadcrumb (fresh8 N1: it used to say fits=False, 15 tokens)."""
     msgs = [u("a"), a("k"), u("x")]
     r = cw.trim_turns(msgs, 4, profile="fim", format="openai")
-    assert r.report.fits is False and r.report.tokens_after == 15
-    assert all(x is y for x, y in zip(r.messages, msgs, strict=True))
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (False, 5, False)
+    assert len(r.messages) == 1 and r.messages[0] is msgs[2]
     r5 = cw.trim_turns(msgs, 5, profile="fim", format="openai")
     assert (r5.report.fits, r5.report.tokens_after, r5.report.breadcrumb) == (True, 5, False)
     assert len(r5.messages) == 1 and r5.messages[0] is msgs[2]

@@ -1489,8 +1489,10 @@ def trim_turns(
     loses no more of the newest turn than the result without it (no more characters cut
     from tool results and the request, no more of the newest turn's messages dropped with
     its tool units); (2) else the result without it, when that fits; (3) else (neither
-    fits) the result with the breadcrumb, as it always was (fresh8 N1: the request was
-    cut, or nothing done, where leaving the breadcrumb out fit the request whole)."""
+    fits) the smaller of the two, the one with the breadcrumb on a tie (fresh8 N1: the
+    request was cut, or nothing done, where leaving the breadcrumb out fit the request
+    whole; fresh14 #7: with the breadcrumb always, the input came back whole at one budget
+    and two messages at the next)."""
     ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
     if not breadcrumb or (report.fits and _newest_turn_loss(report) == (0, 0)):
         return ops, report
@@ -1512,7 +1514,7 @@ def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
         a, b = _newest_turn_loss(with_), _newest_turn_loss(bare)
         if not bare.fits or (a[0] <= b[0] and a[1] <= b[1]):
             return True
-    return not bare.fits
+    return not bare.fits and with_.tokens_after <= bare.tokens_after
 
 
 def _trim_turns_once(

@@ -687,8 +687,11 @@ impl<'a, 'p> State<'a, 'p> {
 ///    than the result without it: no more characters cut (tool results shrunk plus the
 ///    request truncated) and no more of the newest turn's messages dropped (tool units);
 /// 2. else the result without the breadcrumb, when it fits;
-/// 3. else (neither fits) the result with the breadcrumb, as it always was: the caller
-///    decides (turns are dropped only when that shrinks the conversation at all).
+/// 3. else (neither fits) the smaller of the two, the one with the breadcrumb on a tie:
+///    the caller decides. (It was the one with the breadcrumb, which drops turns only
+///    when that shrinks the conversation at all: where the breadcrumb cost more than the
+///    old turns, the input came back whole at one budget and two messages at the next,
+///    so a larger budget kept fewer tokens: fresh14 #7.)
 ///
 /// So the request is never cut, nor the result left over budget, to make room for the
 /// breadcrumb (found by new users: 49 tokens over a budget of 40 where 35 fit; fresh8 N1:
@@ -735,7 +738,7 @@ fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
             return true;
         }
     }
-    !bare.fits
+    !bare.fits && with.tokens_after <= bare.tokens_after
 }
 
 /// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.
