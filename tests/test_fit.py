@@ -213,8 +213,10 @@ def test_p1_last_and_never_the_current_request() -> None:
     assert kept(r, msgs) == [0, 9] and r.report.fits and r.report.tokens_after == 20
     r = fit(msgs, 17, EXACT, profile="fim")
     # nothing evictable is left and even the request cut to its marker (4 + 8) leaves
-    # 6 + 12 = 18 > 17: says so, never empty, keeps the breadcrumb
-    assert kept(r, msgs) == [0, "BC", 9] and r.report.fits is False and r.report.tokens_after == 36
+    # 6 + 12 = 18 > 17: says so, never empty, and of the two results that do not fit
+    # gives the smaller, without the breadcrumb: 20 (it kept the breadcrumb, 36, where
+    # budget 20 keeps 20: fresh14 #7)
+    assert kept(r, msgs) == [0, 9] and r.report.fits is False and r.report.tokens_after == 20
 
 
 def test_eviction_order() -> None:
@@ -281,8 +283,11 @@ def test_pinned_kept_and_unpinned_over_share() -> None:
 def test_current_request_is_never_unpinned_or_evicted() -> None:
     msgs = [u("a" * 40), a("b" * 40), u("q" * 400)]  # 14 + 14 + 104 = 132
     r = fit(msgs, 50, FitPolicy(low_water=1.0, pinned=(2,), recent_turns=1), profile="fim")
-    assert r.messages[-1]["content"][-1]["text"] == "q" * 400
-    assert rules(r)[2] == "breadcrumb_added" and r.report.fates[2].fate == "kept" and not r.report.fits
+    # 104 alone is over 50, pinned: the turn before goes, and of the results that do not
+    # fit the smaller comes back, without the breadcrumb (104 < 120)
+    assert r.messages == [msgs[2]] and r.messages[0] is msgs[2]
+    assert rules(r)[2] == "current_request" and r.report.fates[2].fate == "kept" and not r.report.fits
+    assert r.report.tokens_after == 104 and not r.report.breadcrumb
 
 
 def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
@@ -298,10 +303,12 @@ def test_still_over_budget_shrinks_inside_the_newest_turn() -> None:
     assert len(r.messages[3]["content"]) == 323 and "[... 3712 characters removed ...]" in r.messages[3]["content"]
     assert all(r.messages[i] is msgs[i] for i in range(3))
     # the request itself is cut last, only when that makes it fit, and never when pinned:
-    # 5 + 14 + 14 + 104 = 137; P1 turn goes: 5 + 16 + 104 = 125 > 60
+    # 5 + 14 + 14 + 104 = 137; P1 turn goes: 5 + 16 + 104 = 125 > 60 with the
+    # breadcrumb, 5 + 104 = 109 without it: neither fits, the smaller comes back
     msgs = [sys_("s"), u("a" * 40), a("b" * 40), u("q" * 400)]
     r = fit(msgs, 60, FitPolicy(low_water=1.0, pinned=(3,)), profile="fim")
-    assert r.report.tokens_after == 125 and not r.report.fits and r.messages[-1] is msgs[3]
+    assert r.report.tokens_after == 109 and not r.report.fits and r.messages[-1] is msgs[3]
+    assert not r.report.breadcrumb and len(r.messages) == 2
     # unpinned, it is cut, with the breadcrumb left out (it would cost the request 16
     # tokens, fresh8 N1): 60 - 5 = 55 for the request, text 51 tokens = 207 characters at
     # most: 173 kept + the 34-character marker "\n[... 227 characters removed ...]\n"
@@ -998,3 +1005,21 @@ def test_placeholder_mid_turn_evicted_with_a_neighbour() -> None:
     assert cw.validate(r.messages, "anthropic") == []
     assert r.report.fates[2].fate == "dropped" and r.report.fates[4].fate == "kept"
     assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[4]
+
+
+def test_nothing_fits_gives_the_smaller_breadcrumb_variant() -> None:
+    """fresh14 #7 (conservative): system 4, an old turn of 30 "hello there" and 30 "hi"
+    (15 tokens with its breadcrumb in its place), request 6. Below 10 nothing fits; fit
+    returned the variant with the breadcrumb (25 tokens) where budget 12 keeps 10. Now the
+    smaller, [system, request], as trim_turns does."""
+    m = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hello there " * 30},
+        {"role": "assistant", "content": "hi " * 30},
+        {"role": "user", "content": "q2"},
+    ]
+    kept = [fit(m, b).report.tokens_after for b in range(30)]
+    assert kept == [10] * 25 + [25] * 5
+    r = fit(m, 9)
+    assert not r.report.fits and r.messages == [m[0], m[3]] and not r.report.breadcrumb
+    assert [cw.trim_turns(m, b).report.tokens_after for b in range(30)] == kept

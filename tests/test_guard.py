@@ -384,9 +384,10 @@ def test_tool_results_step_clears_to_the_target_exactly() -> None:
 def test_target_zero_still_runs_every_step() -> None:
     # budget 1 token (max_context_tokens=1, floor 0): the low-water target is
     # int(1 * 0.7) = 0. Costs (fim): 14 + 6 + 104 + 14 + 14 = 152; the bash result
-    # clears to 4 + 52 // 4 = 17: 65; the history step keeps only the request (14) and
-    # the breadcrumb (4 + 50 // 4 = 16): 30, over the budget but under the capacity
-    # 1,000, so no ContextOverflowError (it used to raise ValueError on a 0 share).
+    # clears to 4 + 52 // 4 = 17: 65; the history step keeps only the request (14), not
+    # the breadcrumb (4 + 50 // 4 = 16: neither result fits, the smaller comes back,
+    # fresh14 #7; it kept it, 30), over the budget but under the capacity 1,000, so no
+    # ContextOverflowError (it used to raise ValueError on a 0 share).
     msgs = [
         {"role": "user", "content": "u" * 40},
         call(1, "bash"),
@@ -397,8 +398,8 @@ def test_target_zero_still_runs_every_step() -> None:
     b = resolve_budget(1_000, 0, max_context_tokens=1, floor=0, env={})
     r = ContextGuard(b, profile="fim", keep_recent_results=0).check(msgs)
     assert [type(e).__name__ for e in r.events] == ["ToolResultsCleared", "HistoryTrimmed"]
-    assert [e.tokens_after for e in r.events] == [65, 30]
-    assert [m["content"] for m in r.messages] == [cw.BREADCRUMB, "w" * 40]
+    assert [e.tokens_after for e in r.events] == [65, 14]
+    assert [m["content"] for m in r.messages] == ["w" * 40]
     assert not r.fits
 
 

@@ -749,13 +749,15 @@ def _fit_once(
         ops, report = _shrink_newest_turn(prep, plan, policy, ops, report, budget, reason)
     if not report.fits and bc is not None:
         # the breadcrumb is a courtesy: when it alone keeps the result over budget, it is
-        # left out, as trim_turns does (found by a new user: 49 tokens over 40, 35 without)
+        # left out, as trim_turns does (found by a new user: 49 tokens over 40, 35 without);
+        # and when neither fits, the smaller comes back, as in trim_turns (fresh14 #7: 25
+        # tokens at budget 9, 10 at budget 12)
         if given is not None:
             st.fates[given] = given_fate  # type: ignore[assignment]
         ops0, report0 = ref._finish(st, budget, reason, turns, None)
         if not report0.fits:
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
-        if report0.fits:
+        if report0.fits or report0.tokens_after < report.tokens_after:
             ops, report = ops0, report0
     return _engine.apply_ops(prep, ops, report)
 
