@@ -614,8 +614,8 @@ class ContextGuard:
             format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
         Returns:
-            A :class:`GuardResult`; ``messages`` is the input itself when nothing had to
-            change.
+            A :class:`GuardResult`; ``messages`` is a new list of the input's own message
+            objects, in order, when nothing had to change.
 
         Raises:
             ValueError: an unknown hint.
