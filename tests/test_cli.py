@@ -901,3 +901,104 @@ def test_tool_names_and_call_ids_reach_the_terminal_escaped(tmp_path: Path, caps
         cw.validate(msgs, "openai")[0].detail
         == 'tool call "c\\u001b[31mX" has no result before the next non-tool message'
     )
+
+
+# fresh14 finding 5: the CLI moved an Anthropic system message out of "messages" into a
+# top-level "system" (even when nothing was trimmed); fit_request keeps it where it was.
+_SYS_CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}
+_SYS_RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "res"}]}
+_SYS_TOOL_CHAT = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": [{"type": "text", "text": "old question here ok"}]},
+    _SYS_CALL,
+    _SYS_RESULT,
+    {"role": "user", "content": "new"},
+]
+_SYS_PLAIN = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "a"},
+    {"role": "assistant", "content": "b"},
+    {"role": "user", "content": "c"},
+]
+_SYS_BODIES: dict[str, tuple[dict[str, Any], int, list[str]]] = {
+    # the tester's reproducers: trimmed, and unchanged with --format anthropic
+    "tool_body_trimmed": ({"model": "m", "messages": _SYS_TOOL_CHAT, "max_tokens": 5}, 15, []),
+    "plain_body_unchanged": ({"messages": _SYS_PLAIN}, 1000, ["--format", "anthropic"]),
+    "plain_body_trimmed": ({"messages": _SYS_PLAIN}, 10, ["--format", "anthropic"]),
+    "tool_body_unchanged": ({"model": "m", "messages": _SYS_TOOL_CHAT, "max_tokens": 5}, 1000, []),
+    "corpus_file": ({"format": "anthropic", "messages": _SYS_TOOL_CHAT}, 15, []),
+    "corpus_file_unchanged": ({"format": "anthropic", "messages": _SYS_TOOL_CHAT}, 1000, []),
+    "system_null": ({"system": None, "messages": _SYS_TOOL_CHAT}, 15, ["--format", "anthropic"]),
+    # a top-level system stays top-level
+    "top_level_trimmed": ({"model": "m", "system": "S", "messages": _SYS_TOOL_CHAT[1:]}, 15, []),
+    "top_level_blocks": ({"system": [{"type": "text", "text": "S"}], "messages": _SYS_TOOL_CHAT[1:]}, 15, []),
+    "top_level_unchanged": ({"model": "m", "system": "S", "messages": _SYS_TOOL_CHAT[1:]}, 1000, []),
+}
+
+
+@pytest.mark.parametrize("name", list(_SYS_BODIES))
+def test_fit_keeps_an_anthropic_system_where_the_file_had_it(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`contextwindow fit` writes the document `fit_request` returns on the same bytes: a
+    system message inside `messages` stays there, a top-level `system` stays top-level."""
+    doc, budget, extra = _SYS_BODIES[name]
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "body.json", body)
+    code = main(["fit", f, "--budget", str(budget), *extra])
+    cli = json.loads(capsys.readouterr().out)
+    out, rep = cw.fit_request(body, budget=budget, provider="anthropic", report=True)
+    assert cli == json.loads(out)
+    assert code == (0 if rep.report.fits else 1)
+    assert ("system" in cli) == ("system" in doc)
+    if "system" in doc:
+        assert cli["system"] == doc["system"]
+    else:
+        assert cli["messages"][0] == {"role": "system", "content": "S"}
+
+
+def test_fit_keeps_the_system_message_in_the_testers_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first reproducer, checked by hand: budget 15 keeps the system (3 + 1 tokens)
+    and the request "new" (3 + 1); the old tool turn goes. No top-level "system"."""
+    f = write(tmp_path, "c4.json", json.dumps(_SYS_BODIES["tool_body_trimmed"][0]))
+    assert main(["fit", f, "--budget", "15"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "model": "m",
+        "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "new"}],
+        "max_tokens": 5,
+    }
+
+
+@pytest.mark.parametrize("kind", ["list", "jsonl"])
+def test_fit_keeps_the_system_message_of_a_list_or_jsonl_read_as_anthropic(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = json.dumps(_SYS_TOOL_CHAT) if kind == "list" else "\n".join(json.dumps(m) for m in _SYS_TOOL_CHAT)
+    f = write(tmp_path, f"c.{kind}", text)
+    assert main(["fit", f, "--budget", "15", "--format", "anthropic"]) == 0
+    out = capsys.readouterr().out
+    got = json.loads(out) if kind == "list" else [json.loads(line) for line in out.splitlines()]
+    body = json.dumps({"messages": _SYS_TOOL_CHAT}).encode()
+    assert got == json.loads(cw.fit_request(body, budget=15, provider="anthropic"))["messages"]
+    assert got[0] == {"role": "system", "content": "S"}
+
+
+@pytest.mark.parametrize("top_level", [False, True])
+def test_repair_keeps_an_anthropic_system_where_the_file_had_it(
+    top_level: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repair` writes through the same code as `fit`: a stub answers the open call and
+    the system prompt stays where it was."""
+    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}, _SYS_CALL]
+    doc: dict[str, Any] = {"model": "m", "messages": chat}
+    if top_level:
+        doc = {"model": "m", "system": "S", "messages": chat[1:]}
+    f = write(tmp_path, "c.json", json.dumps(doc))
+    assert main(["repair", f]) == 0
+    got = json.loads(capsys.readouterr().out)
+    fixed = cw.repair_tool_pairs(chat, format="anthropic").messages
+    if top_level:
+        assert got == {"model": "m", "system": "S", "messages": fixed[1:]}
+    else:
+        assert got == {"model": "m", "messages": fixed}
+    assert len(fixed) == 4 and fixed[0] == chat[0]

@@ -9,6 +9,7 @@ per-message arithmetic against ``message_tokens`` first, so a changed profile fa
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,118 @@ def test_message_char_cap_spares_pinned_and_preamble() -> None:
     assert budget_tool_results(msgs, 10**9, max_message_chars=None).report.reason is None
 
 
+# fresh14 finding 2: the cap cut tool results head-only, so the error at the end of a long
+# build log was lost even when the conversation fitted easily; with a small window rule 2
+# then cut the cut text (two markers, the end of the head kept as its "tail").
+BUILD_LOG = (
+    "".join(f"build step {i}: ok\n" for i in range(4000)) + "ERROR: linker failed: undefined reference to `foo'\n"
+)
+ERROR_LINE = "ERROR: linker failed: undefined reference to `foo'\n"
+_CUTS = r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]|\[Truncated: \d+ characters removed\]"
+
+
+def build_chat(log: str = BUILD_LOG) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "why does the build fail?"},
+        oa_call("c1", "bash"),
+        oa_result("c1", log),
+        {"role": "user", "content": "now"},
+    ]
+
+
+def test_the_character_cap_keeps_a_tool_results_head_and_tail() -> None:
+    """The tester's log: lines "build step i: ok\n" of 17 (i < 10), 18, 19 and 20
+    (i >= 1000) characters, 78,941 in all with the 51-character ERROR line. Allowed 50,000
+    with the marker; the widest marker for this text ("[... 78941 characters (4002 lines)
+    removed ...]", 47) and a line break each side leave keep = 49,951: head up to 24,976,
+    the last line start before it 18,890 + 304 x 20 = 24,970; tail up to 24,975, the first
+    line start after that 51 + 1,246 x 20 = 24,971 from the end. Removed 78,941 - 49,941 =
+    29,000 characters, lines 1,304 to 2,753 (1,450)."""
+    assert len(BUILD_LOG) == 78_941 and len(ERROR_LINE) == 51
+    msgs = build_chat()
+    r = budget_tool_results(msgs, 200_000)
+    out = r.messages[3]["content"]
+    marker = "[... 29000 characters (1450 lines) removed ...]"
+    assert out == BUILD_LOG[:24_970] + marker + "\n" + BUILD_LOG[-24_971:]
+    assert len(out) == 49_989 and out.endswith(ERROR_LINE) and len(re.findall(_CUTS, out)) == 1
+    assert r.report.reason == "message_char_cap"
+    assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="message_char_cap", chars_removed=29_000)
+    again = budget_tool_results(r.messages, 200_000)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+    # Anthropic tool_result blocks get the same cut
+    an = [
+        {"role": "user", "content": "why does the build fail?"},
+        {"role": "assistant", "content": [an_use("t1", "bash")]},
+        {"role": "user", "content": [an_result("t1", BUILD_LOG)]},
+        {"role": "assistant", "content": "reading it"},
+        {"role": "user", "content": "now"},
+    ]
+    ra = budget_tool_results(an, 200_000, format="anthropic")
+    assert ra.messages[2]["content"] == [an_result("t1", out)]
+
+
+def test_the_cap_and_the_share_rule_make_one_cut_of_a_tool_result() -> None:
+    """Window 10,000: rule 1 cuts the log head + tail to 49,989 characters, then rule 2
+    cuts it to its 5,000-token share from the input's text (not from rule 1's output):
+    one marker, the real tail; the same text as with the cap off."""
+    msgs = build_chat()
+    r = budget_tool_results(msgs, 10_000)
+    out = r.messages[3]["content"]
+    [marker] = re.findall(_CUTS, out)
+    head, tail = out.split(marker)
+    assert BUILD_LOG.startswith(head) and BUILD_LOG.endswith(tail.removeprefix("\n"))
+    assert tail.endswith(ERROR_LINE) and head.endswith("\n") and tail.startswith("\nbuild step ")
+    removed = len(BUILD_LOG) - len(head) - len(tail) + 1
+    assert (
+        marker
+        == f"[... {removed} characters ({BUILD_LOG[len(head) : len(head) + removed].count(chr(10))} lines) removed ...]"
+    )
+    assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="tool_result_cut", chars_removed=removed)
+    assert cw.message_tokens([r.messages[3]])[0] <= 5_000
+    assert out == budget_tool_results(msgs, 10_000, max_message_chars=None).messages[3]["content"]
+    assert budget_tool_results(r.messages, 10_000).report.reason is None
+
+
+@pytest.mark.parametrize("lines", [True, False], ids=["lines", "one_line"])
+def test_a_2mb_tool_result_never_escapes_the_cap(lines: bool) -> None:
+    """DESIGN.md, faults we never ship: a 2 MB tool result that escapes truncation. Cut
+    head + tail under the 50,000-character cap, with or without line breaks (without
+    them, on grapheme boundaries: the widest marker "[... 2000000 characters (1 lines)
+    removed ...]" is 46 characters, with a break each side 48, so keep = 49,952: 24,976
+    each side, 1,950,048 removed, 24,976 + 1 + 46 + 1 + 24,976 = 50,000)."""
+    log = "compiling unit ... ok\n" * 90_909 + "ERROR: link failed" if lines else "y" * 2_000_000
+    assert len(log) >= 2_000_000
+    r = budget_tool_results(build_chat(log), 128_000)
+    out = r.messages[3]["content"]
+    assert len(out) <= 50_000 and len(re.findall(_CUTS, out)) == 1
+    assert r.report.fates[3].rule == "message_char_cap"
+    if lines:
+        assert out.endswith("\nERROR: link failed") and out.startswith("compiling unit ... ok\n")
+    else:
+        marker = "[... 1950048 characters (1 lines) removed ...]"
+        assert out == "y" * 24_976 + "\n" + marker + "\n" + "y" * 24_976 and len(out) == 50_000
+
+
+def test_the_cap_cuts_text_head_only_and_tool_results_head_and_tail() -> None:
+    """Other messages keep the head-only cut with "[Truncated: N characters removed]"."""
+    text = "line\n" * 300  # 1,500 characters
+    msgs = [
+        {"role": "user", "content": "go"},
+        oa_call("c1", "bash"),
+        oa_result("c1", text),
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "now"},
+    ]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=1000)
+    # assistant: 1000 - 36 = 964 kept, 536 removed (as test_message_char_cap_one_text)
+    assert r.messages[3]["content"] == text[:964] + "\n[Truncated: 536 characters removed]"
+    # tool: widest marker "[... 1500 characters (301 lines) removed ...]" (45) + 2: keep
+    # 953; head up to 477 -> 475 (95 lines), tail up to 476 -> 475; 550 characters (110
+    # lines) go: 475 + 44 + 1 + 475 = 995 (a wider keep keeps no more lines)
+    assert r.messages[2]["content"] == text[:475] + "[... 550 characters (110 lines) removed ...]\n" + text[-475:]
+
+
 def test_giant_tool_result_case() -> None:
     path = CASES / "giant-tool-result.json"
     if not path.exists():
@@ -346,8 +459,17 @@ def test_giant_tool_result_case() -> None:
     r = budget_tool_results(msgs, 128_000)
     assert msgspec.json.encode(msgs) == before
     out = r.messages
-    # the 2 MB result is cut to 50,000 characters by the first seed's cap, marker included
-    assert len(out[3]["content"]) == 50_000 and out[3]["content"].endswith(" characters removed]")
+    # the 2 MB result (95,000 lines of 22 characters, then "ERROR: link failed") is cut
+    # under the first seed's 50,000-character cap, marker included, keeping head and tail
+    # at line starts (fresh14 finding 2: the cap kept the head only and lost the ERROR
+    # line): 1,135 lines of head (24,970 characters), 1,134 lines and the ERROR line of
+    # tail (24,966), 2,090,018 - 49,936 = 2,040,082 characters (92,731 lines) removed
+    text = out[3]["content"]
+    marker = "[... 2040082 characters (92731 lines) removed ...]"
+    assert len(text) == 24_970 + len(marker) + 1 + 24_966 == 49_987
+    assert text == msgs[3]["content"][:24_970] + marker + "\n" + msgs[3]["content"][-24_966:]
+    assert text.endswith("\nERROR: link failed") and text.count(" removed ...]") == 1
+    assert r.report.fates[3].chars_removed == 2_040_082
     assert r.report.fates[3].rule == "message_char_cap" and r.report.reason == "message_char_cap"
     assert [m is n for m, n in zip(out, msgs, strict=True)] == [True, True, True, False, True, True]
     assert cw.validate(out, "openai") == []

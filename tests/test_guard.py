@@ -212,7 +212,9 @@ def test_recover_trims_to_two_thirds_then_stops() -> None:
 
 def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
     # bash's result is 60,000 characters (4 + 15,000 tokens): 16,105 in all.
-    # Step 1: the character cap cuts it to 50,000 (4 + 12,500): 13,605; 12,504 is under
+    # Step 1: the character cap cuts it to 50,000 (4 + 12,500): 13,605, keeping its head
+    # and tail (24,977 "y" each side of "[... 10046 characters (1 lines) removed ...]",
+    # 44 characters, with a line break on each side); 12,504 is under
     # half the 26,000 window and 13,605 under 75% of it, so nothing else in step 1.
     # Budget 26,000 - 13,000 = 13,000 < 13,605: step 2 clears down to 0.7 * 13,000 =
     # 9,100: read_file's result (1,004 -> 18, "[tool result cleared: 4000 characters of
@@ -231,7 +233,7 @@ def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
         "tool_output",
         16105,
         13605,
-        10038,
+        10046,
     )
     assert (second.step, second.tokens_before, second.tokens_after, second.results) == ("tool_results", 13605, 132, 2)
     assert r.messages[7]["content"] == "[tool result cleared: 50000 characters of bash output]"
@@ -848,3 +850,33 @@ def test_guard_falls_back_on_its_policy_when_a_hints_priorities_reach_a_dead_end
         g = guard.check(msgs, hint=hint, format="anthropic")
         assert g.fits and g.tokens_after == 789 and g.messages == fitted.messages
     assert msgs == before
+
+
+def test_the_guards_cap_keeps_the_end_of_a_build_log() -> None:
+    """fresh14 finding 2, the tester's reproducer: a 78,941-character log under a 200k
+    window (the conversation needed no trimming) lost its ERROR line to the head-only cap.
+    Now the cap keeps head and tail: 29,000 characters (1,450 lines) go, as
+    test_compact.test_the_character_cap_keeps_a_tool_results_head_and_tail works out."""
+    log = "".join(f"build step {i}: ok\n" for i in range(4000)) + "ERROR: linker failed: undefined reference to `foo'\n"
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "why does the build fail?"},
+        call(1, "bash"),
+        res(1, log),
+        {"role": "user", "content": "now"},
+    ]
+    r = ContextGuard(resolve_budget(context_window=200_000, max_output_tokens=8_000)).check(msgs)
+    [e] = r.events
+    assert isinstance(e, MessageTruncated) and (e.messages, e.chars_removed) == (1, 29_000)
+    out = r.messages[3]["content"]
+    assert out == log[:24_970] + "[... 29000 characters (1450 lines) removed ...]\n" + log[-24_971:]
+    assert r.fits and "ERROR: linker" in out and "[Truncated" not in out
+    # a small window: the cap and the share rule make one cut between them, the tail kept
+    small = ContextGuard(resolve_budget(context_window=10_000, max_output_tokens=1_000)).check(msgs)
+    cut = small.messages[3]["content"]
+    # 5,191 characters of head and 5,171 of tail: 78,941 - 10,362 = 68,579 removed in
+    # all, 29,000 by the cap and 39,579 by the share rule
+    head, tail = cut.split("[... 68579 characters (3465 lines) removed ...]\n")
+    assert (head, tail) == (log[:5_191], log[-5_171:]) and tail.endswith(log[-51:])
+    kinds = [(type(e).__name__, e.chars_removed) for e in small.events]  # type: ignore[attr-defined]
+    assert kinds[:2] == [("MessageTruncated", 29_000), ("ToolResultTruncated", 39_579)]

@@ -6,7 +6,8 @@ Three policies an agent loop runs on its history, cheapest first:
   over ``max_result_share`` of the context window is cut at line boundaries to head +
   tail with a marker; when the whole input passes ``max_total_share`` of the window, the
   oldest results of output-heavy tools are cleared; and any message over
-  ``max_message_chars`` characters is cut (first seed's 50,000-character cap).
+  ``max_message_chars`` characters is cut (first seed's 50,000-character cap: a tool
+  result's text to head + tail at line boundaries, any other text to its head).
 * :func:`micro_compact`: clears every tool result but the newest ``keep_recent``.
 * :func:`prune_middle` (third seed, layer 2): keeps the preamble, the first user message,
   pinned messages, the current request and the last few messages, and replaces the rest
@@ -124,13 +125,15 @@ WRITE_TOOLS: frozenset[str] = frozenset(
     }
 )
 
-#: Put between the head and the tail of a cut tool result: characters (code points) and
-#: lines (lines removed wholly or in part) taken out.
+#: Put between the head and the tail of a cut tool result (by the share rule or the
+#: character cap): characters (code points) and lines (lines removed wholly or in part)
+#: taken out.
 RESULT_CUT_MARKER = "[... {chars} characters ({lines} lines) removed ...]"
 #: Replaces the whole content of a cleared tool result (``chars``: characters of text the
 #: result held when it was cleared; non-text parts are named when there were any).
 RESULT_CLEARED_MARKER = "[tool result cleared: {chars} characters of {tool} output]"
-#: Ends a text cut by the per-message character cap (first seed: "[Truncated]" suffix).
+#: Ends a text cut by the per-message character cap (first seed: "[Truncated]" suffix);
+#: a tool result's text is cut head + tail with :data:`RESULT_CUT_MARKER` instead.
 MESSAGE_CAP_MARKER = "\n[Truncated: {chars} characters removed]"
 #: The one notice that stands for the messages :func:`prune_middle` removed (third seed).
 COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
@@ -281,6 +284,33 @@ def _cut_lines(text: str, keep: int) -> tuple[str, int]:
     return head + sep + mark + ("\n" + tail if tail else ""), q - h
 
 
+def _cut_lines_to(text: str, allowed: int) -> tuple[str, int, int]:
+    """``text`` cut by :func:`_cut_lines` (head + tail at line boundaries, one
+    :data:`RESULT_CUT_MARKER`) to at most ``allowed`` characters, marker included, keeping
+    as much as that allows: the character cap's cut of a tool result, whose end (a log's
+    last lines, where the error is) matters as much as its start. Returns the text, the
+    characters removed (``0``: left as is, when even the marker alone would not be
+    shorter) and the ``keep`` passed to :func:`_cut_lines` (rule 2 cuts the same text
+    again with a ``keep`` no larger, so the two rules never stack two markers)."""
+    n = len(text)
+    # head + tail hold at most `keep` characters; the marker's numbers are at most n and
+    # the line count, and a line break may stand on each side of it
+    widest = len(RESULT_CUT_MARKER.format(chars=n, lines=text.count("\n") + 1)) + 2
+    keep = max(0, allowed - widest)
+    out, gone = _cut_lines(text, keep)
+    for _ in range(4):  # use what that bound left over, while it still keeps more
+        slack = allowed - len(out)
+        if slack <= 0:
+            break
+        wider, less = _cut_lines(text, keep + slack)
+        if len(wider) > allowed or less >= gone:
+            break
+        keep, out, gone = keep + slack, wider, less
+    if gone == 0 or len(out) >= n:
+        return text, 0, n
+    return out, gone, keep
+
+
 def _cap_text(text: str, allowed: int) -> tuple[str, int]:
     """``text`` cut to at most ``allowed`` characters, marker included: the head, cut on a
     grapheme boundary, then :data:`MESSAGE_CAP_MARKER`. Returns the text and the
@@ -413,17 +443,20 @@ def budget_tool_results(
     Three rules, in this order (third seed, layer 1; first seed, ``max_message_chars``):
 
     1. **Character cap.** A message whose text (its text parts and the text of its tool
-       results) is over ``max_message_chars`` characters has its largest texts cut to
-       their head plus ``"\\n[Truncated: N characters removed]"`` until it is at most
-       that many characters, marker included. Pinned messages, the preamble and the
-       current request (the last real user message) are never cut. Fate rule
-       ``message_char_cap``.
+       results) is over ``max_message_chars`` characters has its largest texts cut until
+       it is at most that many characters, markers included: the text of a tool result
+       to head + tail at line boundaries with ``[... N characters (L lines) removed
+       ...]`` in between, as rule 2 cuts (the end of a log, where the error is, stays),
+       any other text to its head plus ``"\\n[Truncated: N characters removed]"``.
+       Pinned messages, the preamble and the current request (the last real user
+       message) are never cut. Fate rule ``message_char_cap``.
     2. **One result over its share.** A tool result whose tokens (the result as a message
        of its own, per-message overhead included) exceed ``max_result_share`` x
        ``context_window`` is cut to head + tail at line boundaries (grapheme boundaries
        when lines are very long) with ``[... N characters (L lines) removed ...]`` in
-       between, keeping as much as still fits the share. Applies in every turn; not to
-       pinned messages. Fate rule ``tool_result_cut``.
+       between, keeping as much as still fits the share. A text rule 1 cut is cut again
+       from its original, keeping no more than rule 1 kept: one marker, the real tail.
+       Applies in every turn; not to pinned messages. Fate rule ``tool_result_cut``.
     3. **Total over its share.** While the conversation's tokens exceed
        ``max_total_share`` x ``context_window``, the oldest results of output-heavy tools
        (the call's name, case-insensitive, in ``output_heavy_tools`` and not in
@@ -545,6 +578,9 @@ def _budget_tool_results(
     removed: dict[tuple[int, int, int | None], int] = {}
     capped: dict[tuple[int, int, int | None], int] = {}  # the same, by rule 1
     cut: dict[tuple[int, int, int | None], int] = {}  # and by rule 2
+    # the `keep` of rule 1's head + tail cut of a tool result's text, by slot: rule 2 cuts
+    # that slot's input text again with a `keep` no larger (one marker, the real tail)
+    cap_keep: dict[tuple[int, int, int | None], int] = {}
     cleared: dict[tuple[int, int], int] = {}  # characters a cleared result held first
     reasons: set[str] = set()
     seg = _segment(prep.payload)
@@ -578,9 +614,19 @@ def _budget_tool_results(
                 if total <= cap:
                     break
                 text = _slot_text(m, s)
-                if _CAP_ONLY_RE.fullmatch(text):
-                    continue  # cut to its marker alone already
-                new, gone = _cap_text(text, max(0, len(text) - (total - cap)))
+                allowed = max(0, len(text) - (total - cap))
+                if s[1] is not None:
+                    # a tool result's text keeps its head and its tail (fresh14 finding 2:
+                    # the error at the end of a build log was cut away)
+                    if _CUT_ONLY_RE.fullmatch(text):
+                        continue  # cut to its marker alone already
+                    new, gone, keep = _cut_lines_to(text, allowed)
+                    if gone:
+                        cap_keep[(i, s[0], s[1])] = keep
+                else:
+                    if _CAP_ONLY_RE.fullmatch(text):
+                        continue  # cut to its marker alone already
+                    new, gone = _cap_text(text, allowed)
                 if gone == 0:
                     continue
                 m = _set_slot(m, s, new)
@@ -627,21 +673,34 @@ def _budget_tool_results(
                     text = result.content[q].text  # type: ignore[union-attr]
                     if _CUT_ONLY_RE.fullmatch(text):
                         continue  # cut to its marker alone already: nothing left to take
+                    key = (i, p, q)
+                    # a text rule 1 cut head + tail is cut again from the input's text, with
+                    # a `keep` no larger: one marker, the input's real tail (a cut of the cut
+                    # kept the end of the head as its "tail", after the first marker)
+                    source, top = text, len(text) - 1
+                    if key in cap_keep:
+                        original = msgs[i].content[p]
+                        assert isinstance(original, ToolResult)
+                        source, top = original.content[q].text, cap_keep[key]  # type: ignore[union-attr]
 
-                    def with_keep(k: int, result: ToolResult = result, q: int = q, text: str = text) -> ToolResult:
+                    def with_keep(k: int, result: ToolResult = result, q: int = q, source: str = source) -> ToolResult:
                         inner = list(result.content)
-                        inner[q] = msgspec.structs.replace(inner[q], text=_cut_lines(text, k)[0])  # type: ignore[type-var]
+                        inner[q] = msgspec.structs.replace(inner[q], text=_cut_lines(source, k)[0])  # type: ignore[type-var]
                         return msgspec.structs.replace(result, content=inner)
 
-                    keep = ref.largest_fitting(len(text), lambda k: alone(with_keep(k)) <= limit)
-                    new_text, gone = _cut_lines(text, keep)
+                    keep = ref.largest_fitting(top + 1, lambda k: alone(with_keep(k)) <= limit)
+                    new_text, gone = _cut_lines(source, keep)
                     if gone == 0 or len(new_text) >= len(text):
                         continue
                     if alone(with_keep(keep)) >= alone(result):
                         continue  # the marker costs as much as the text it replaces
                     result = with_keep(keep)
-                    set_removed((i, p, q), removed.get((i, p, q), 0) + gone)
-                    cut[(i, p, q)] = cut.get((i, p, q), 0) + gone
+                    if key in cap_keep:  # `gone` counts from the input: rule 1's share included
+                        cut[key] = cut.get(key, 0) + gone - capped.get(key, 0)
+                        set_removed(key, gone)
+                    else:
+                        cut[key] = cut.get(key, 0) + gone
+                        set_removed(key, removed.get(key, 0) + gone)
                     changed = True
                 if result is not part:
                     content = list(m.content)

@@ -5,7 +5,8 @@ request (first seed, layer 3; third seed, "before every LLM call"; issue 5).
 soon as the conversation fits:
 
 1. ``tool_output`` (always, before every call): a message over ``max_message_chars``
-   characters is cut (first seed, 50,000); a single tool result over
+   characters is cut (first seed, 50,000; a tool result's text keeping head and tail at
+   line boundaries, other text its head); a single tool result over
    ``max_result_share`` of the context window is cut keeping head and tail (third seed,
    50%); when the whole input passes ``max_total_share`` of the window (third seed, 75%),
    the oldest results of output-heavy tools are cleared
@@ -421,7 +422,9 @@ class ContextGuard:
         profile: estimation profile (default ``conservative``).
         policy: the :class:`~contextwindow.fit.FitPolicy` of the history step; its
             ``low_water`` (default 0.7) is the prompt-cache friendly trim target.
-        max_message_chars: character cap per message (first seed: 50,000; None: off).
+        max_message_chars: character cap per message (first seed: 50,000; None: off);
+            a tool result's text is cut to head + tail at line boundaries, other text to
+            its head (:func:`~contextwindow.compact.budget_tool_results`, rule 1).
         max_result_share: a tool result's largest share of the window (third seed: 0.5).
         max_total_share: share of the window above which old output-heavy tool results
             are cleared before every call (third seed: 0.75).

@@ -50,6 +50,9 @@ class Conversation:
         document: the whole parsed top-level value, for writing back.
         bad_utf8_at: byte offset of the first invalid UTF-8 byte (such bytes were read as
             U+FFFD), or ``None``.
+        system_lifted: whether ``messages[0]`` is the Anthropic top-level ``system`` (which
+            :func:`dump_conversation` writes back there); a system message the file holds
+            inside ``messages`` is not lifted.
         lone_surrogate_at: line, column and text of the first escaped lone surrogate
             (``\\ud800`` without its pair, read as U+FFFD), or ``None``.
         lone_surrogates: how many escaped lone surrogates the file holds, and where, as
@@ -688,9 +691,11 @@ def _encode(value: Any, where: str) -> bytes:
 def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     """Write ``messages`` back into the kind of document ``conv`` was read from.
 
-    Bodies and corpus files keep every other top-level key, with ``"messages"`` replaced; in
-    Anthropic format a leading system-role dict goes back to the top-level ``system``
-    verbatim (and ``system`` is removed if that message is gone). JSON is pretty-printed
+    Bodies and corpus files keep every other top-level key, with ``"messages"`` replaced; a
+    system prompt stays where the file had it: one read from an Anthropic top-level
+    ``system`` (:attr:`Conversation.system_lifted`) goes back there verbatim (and
+    ``system`` is removed if that message is gone), a system message inside ``messages``
+    stays in ``messages``, as ``fit_request`` writes the same bytes. JSON is pretty-printed
     with a 2-space indent; JSONL gets one compact message per line. Lone surrogates become
     U+FFFD, so the output is always valid UTF-8; U+0085, U+2028 and U+2029 are written
     as JSON escapes (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL
@@ -716,12 +721,15 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     doc: Any = messages
     if conv.kind != "list":
         doc = dict(conv.document)
-        if conv.format == "anthropic":
+        if conv.system_lifted:
+            # only a system the reading lifted out of the top-level ``system`` goes back
+            # there; a system message the file held in ``messages`` stays in ``messages``,
+            # as ``fit_request`` keeps it on the same bytes (fresh14 finding 5)
             first = messages[0] if messages else None
             if isinstance(first, Mapping) and first.get("role") == "system":
                 doc["system"] = first.get("content")
                 messages = messages[1:]
-            elif doc.get("system") is not None:  # it was lifted into messages, then dropped
+            else:  # it was lifted into messages, then dropped
                 del doc["system"]
         doc["messages"] = messages
     return escape_line_breaks(msgspec.json.format(_encode(doc, conv.path), indent=2)) + b"\n"
