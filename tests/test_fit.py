@@ -996,3 +996,16 @@ def test_placeholder_mid_turn_evicted_with_a_neighbour() -> None:
     assert cw.validate(r.messages, "anthropic") == []
     assert r.report.fates[2].fate == "dropped" and r.report.fates[4].fate == "kept"
     assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[4]
+
+
+def test_unpinned_over_share_reported_when_an_override_splits_the_unit() -> None:
+    """fresh14 finding 9: message 1 is pinned (7 tokens, over half the budget of 10) and
+    unpinned. With the result of the tool unit at P2 and P2 evicted last, fit's passes
+    cannot take message 1's turn (a P2 item in it before the P2 pass, no P2 item left in
+    the P2 pass); trim_turns drops it after them, and the report said oldest_turn."""
+    msgs = [u("a"), u("pinned note"), call("c1"), result("c1", "r"), u("final")]
+    for pri in ({}, {3: 2}):
+        r = fit(msgs, 10, FitPolicy(pinned=(1,), priorities=pri, eviction_order=(3, 1, 2)))
+        assert r.report.fates[1].fate == "dropped"
+        assert r.report.fates[1].rule == "unpinned_over_share", pri
+        assert r.report.fits and r.messages[-1] is msgs[4]

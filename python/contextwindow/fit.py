@@ -816,10 +816,14 @@ def _shrink_newest_turn(
             out.append((ops[op.src][0], msgspec.structs.replace(op.msg, pinned=first[op.src].pinned)))
     r2 = second.report
     fates = list(report.fates)
+    # a pinned message unpinned by pinned_share keeps saying so when it goes here (fresh14
+    # finding 9: it read oldest_turn when an override kept fit's passes from evicting it)
+    unpinned = {st.work[w].src for w in plan.unpinned}
     for f in r2.fates:
         s = ops[f.index][0]
         if s is not None and f.fate in ("dropped", "truncated"):
-            fates[s] = msgspec.structs.replace(fates[s], fate=f.fate, rule=f.rule, chars_removed=f.chars_removed)
+            rule = "unpinned_over_share" if f.fate == "dropped" and s in unpinned else f.rule
+            fates[s] = msgspec.structs.replace(fates[s], fate=f.fate, rule=rule, chars_removed=f.chars_removed)
         elif s is not None and f.rule == "breadcrumb_added":
             fates[s] = msgspec.structs.replace(fates[s], rule="breadcrumb_added")
     merged = msgspec.structs.replace(
