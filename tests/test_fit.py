@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow.fit import FitPolicy, Recovery, fit, priorities, recover_from_overflow
-from contextwindow.messages import Message, TextPart
+from contextwindow.messages import Message, OpaquePart, TextPart
 
 from shared_data import PAIRING, corpus_files, ids, load, need
 from strategies import case, conversation
@@ -692,9 +692,14 @@ def test_fit_on_corpus(path: Path, pct: int) -> None:
         r = _check(msgs, fmt, budget, pol, "conservative", True)
         target = int(budget * pol.low_water)
         if r.report.reason == "priority_budget" and r.report.tokens_after > target:
-            # the low-water mark was out of reach: nothing evictable is left
+            # the low-water mark was out of reach: nothing evictable is left but the
+            # newest turn's messages after the request, which go only while over the
+            # budget, never to reach the low-water mark (fresh14 findings 1 and 4)
             left = fit(r.messages, target, EXACT, format=fmt)
-            assert left.report.dropped_messages == 0, (r.report.tokens_after, target)
+            out = [_canon(m, fmt) for m in r.messages]
+            request = max((i for i, m in enumerate(out) if ref.is_real_user(m)), default=len(out))
+            dropped = [f.index for f in left.report.fates if f.fate == "dropped"]
+            assert all(i > request for i in dropped), (r.report.tokens_after, target, dropped)
     # 6. monotone in budget (to the budget exactly)
     small = fit(msgs, budget, EXACT, format=fmt).report
     large = fit(msgs, budget + max(1, total // 20), EXACT, format=fmt).report
@@ -1023,3 +1028,302 @@ def test_nothing_fits_gives_the_smaller_breadcrumb_variant() -> None:
     r = fit(m, 9)
     assert not r.report.fits and r.messages == [m[0], m[3]] and not r.report.breadcrumb
     assert [cw.trim_turns(m, b).report.tokens_after for b in range(30)] == kept
+
+
+# ------------------------------------------- the newest exchange, after the request (fresh14)
+
+
+def text_agent_step() -> list[dict[str, Any]]:
+    """fresh14 finding 1: a text-action agent whose tool output comes back as user text
+    starting with ``[Tool results]`` (no turn starts there, DESIGN.md section 4), so the
+    newest turn opens at the task and the command and its output come after it."""
+    return [
+        sys_("You are an agent. Reply with a shell command."),
+        u("Find why the build fails. " + "Context line. " * 60),
+        a("Run: make 2>&1 | tail -20"),
+        u("[Tool results] make: *** [Makefile:12: all] Error 1\nundefined reference to `foo'"),
+    ]
+
+
+def _anthropic(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same conversation with text blocks (the system message stays a message)."""
+    return [
+        m if m["role"] == "system" else {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}
+        for m in msgs
+    ]
+
+
+def _fates(r: Any) -> list[tuple[int, str, str]]:
+    return [(f.index, f.fate, f.rule) for f in r.report.fates]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_trailing_tool_results_text_kept_when_the_result_fits_with_it(fmt: str) -> None:
+    """fresh14 finding 1: the request alone (187 tokens) is over the budget (100), so it
+    is cut either way; the command and its output after it used to go as plain P1
+    chatter (fits=True, the model saw the old task and nothing of what it ran). They stay
+    now, as in trim_turns: the command (25 characters) is cut to its marker (rule
+    reply_shrunk), the request further, the output kept whole, as the last message."""
+    msgs = text_agent_step()
+    if fmt == "anthropic":
+        msgs = _anthropic(msgs)
+    assert cw.message_tokens(msgs, format=fmt) == [14, 187, 16, 31]
+    r = fit(msgs, 100, format=fmt)
+    assert _fates(r) == [
+        (0, "kept", "preamble"),
+        (1, "truncated", "request_truncated"),
+        (2, "truncated", "reply_shrunk"),
+        (3, "kept", "kept"),
+    ]
+    assert r.report.fates[2].chars_removed == len("Run: make 2>&1 | tail -20")
+    assert (r.report.fits, r.report.tokens_after) == (True, 100)
+    assert r.messages[0] is msgs[0] and r.messages[-1] is msgs[3]
+    assert cw.count_messages(r.messages, format=fmt) == 100
+    t = cw.trim_turns(msgs, 100, format=fmt)  # the same messages as trim_turns
+    assert msgspec.to_builtins(r.messages) == msgspec.to_builtins(t.messages)
+
+
+def test_trailing_compaction_notice_kept_as_trim_turns_keeps_it() -> None:
+    """fresh14 finding 1: a last user message that is exactly the compaction notice (no
+    turn starts there either) went the same way."""
+    msgs = [sys_("s"), u("task " * 60), a("a " * 30), u("[context compacted: 3 earlier messages removed]")]
+    assert cw.message_tokens(msgs) == [4, 63, 34, 16]
+    r = fit(msgs, 60)
+    assert _fates(r) == [
+        (0, "kept", "preamble"),
+        (1, "truncated", "request_truncated"),
+        (2, "truncated", "reply_shrunk"),
+        (3, "kept", "kept"),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 60) and r.messages[-1] is msgs[3]
+    assert msgspec.to_builtins(r.messages) == msgspec.to_builtins(cw.trim_turns(msgs, 60).messages)
+
+
+def prefill_chat() -> list[dict[str, Any]]:
+    """fresh14 finding 4: the last assistant message is the response prefill."""
+    return [
+        sys_("Answer in JSON."),
+        u("old question " * 50),
+        a("old answer " * 50),
+        u("List three colours as a JSON array."),
+        a("["),
+    ]
+
+
+def test_prefill_not_dropped_to_reach_the_low_water_mark() -> None:
+    """fresh14 finding 4: 37 tokens fit the budget of 40 with the prefill; it used to go
+    to reach the low-water mark (28), leaving 33. Over that mark now, as trim_turns."""
+    msgs = prefill_chat()
+    r = fit(msgs, 40)
+    assert _fates(r)[3:] == [(3, "kept", "current_request"), (4, "kept", "kept")]
+    assert [f.fate for f in r.report.fates[1:3]] == ["dropped", "dropped"]
+    assert (r.report.fits, r.report.tokens_after) == (True, 37)
+    assert kept(r, msgs) == [0, "BC", 3, 4]
+    t = cw.trim_turns(msgs, 40)
+    assert (t.report.tokens_after, t.messages) == (37, r.messages)
+    # without the system message, in OpenAI shape (26 tokens with the prefill dropped)
+    r = fit(msgs[1:], 28, format="openai")
+    assert (r.report.fits, r.report.tokens_after, r.messages) == (True, 15, msgs[3:])
+
+
+def anthropic_prefill_chat() -> list[dict[str, Any]]:
+    return [
+        u("old " * 100),
+        a("old " * 100),
+        u("Return JSON for: " + "item " * 100),
+        a('{"result": ['),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("budget", "request_fate", "tokens"),
+    [(150, ("kept", "breadcrumb_added"), 125), (100, ("truncated", "request_truncated"), 100)],
+)
+def test_anthropic_prefill_kept(budget: int, request_fate: tuple[str, str], tokens: int) -> None:
+    """fresh14 finding 4, Anthropic shape: at 150 the prefill went (118 tokens); at 100
+    the request was cut and the prefill went too. Kept now (trim_turns' 125 and 100)."""
+    msgs = anthropic_prefill_chat()
+    r = fit(msgs, budget, format="anthropic")
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("dropped", "p1_evicted"),
+        ("dropped", "p1_evicted"),
+        request_fate,
+        ("kept", "kept"),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens) and r.messages[-1] is msgs[3]
+    t = cw.trim_turns(msgs, budget, format="anthropic")
+    assert t.report.tokens_after == tokens
+    assert msgspec.to_builtins(r.messages) == msgspec.to_builtins(t.messages)
+    assert cw.validate(r.messages, "anthropic", format="anthropic") == []
+
+
+def command_and_output() -> list[dict[str, Any]]:
+    """fim: system 4 + 2 = 6, request 4 + 10 = 14, command "c" * 8: 4 + 2 = 6, output
+    ``[Tool results] `` (15 characters) + 45: 60 characters, 4 + 15 = 19; 45 in all."""
+    return [sys_("s" * 8), u("q" * 40), a("c" * 8), u("[Tool results] " + "x" * 45)]
+
+
+@pytest.mark.parametrize("pinned", [(), (1,)])
+@pytest.mark.parametrize(
+    ("budget", "fates", "tokens"),
+    [
+        (40, ["kept", "kept", "dropped", "kept"], 39),  # 45 - 6: the command alone
+        (30, ["kept", "kept", "dropped", "dropped"], 20),  # 39 > 30: the output too
+    ],
+)
+def test_after_the_request_go_last_oldest_first_while_over_budget(
+    pinned: tuple[int, ...], budget: int, fates: list[str], tokens: int
+) -> None:
+    """When no result fits with them (nothing else to evict; the command is too short to
+    cut for its marker, the output is user text and is never cut, cutting the 40
+    characters of the request saves fewer than the 5 tokens needed, and a pinned request
+    is never cut) they go, oldest first, only while over the budget: at 40 the command
+    goes (39), the output stays; at 30 both go (20, under the low-water mark 21: no
+    more is evictable). trim_turns keeps them and says fits=False (45)."""
+    msgs = command_and_output()
+    assert cw.message_tokens(msgs, profile="fim") == [6, 14, 6, 19]
+    r = fit(msgs, budget, FitPolicy(pinned=pinned), profile="fim")
+    assert [f.fate for f in r.report.fates] == fates
+    assert [f.rule for f in r.report.fates][2:] == ["p1_evicted" if f == "dropped" else "kept" for f in fates[2:]]
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+    t = cw.trim_turns(msgs, budget, profile="fim")
+    assert (t.report.fits, t.report.tokens_after) == (False, 45)
+
+
+def text_agent_loop(steps: int) -> list[dict[str, Any]]:
+    """fim: system 6, task "t" * 40: 14, then per step a command "i" * 16 (4 + 4 = 8) and
+    its output ``[Tool results] `` + "o" * 65 (80 characters, 4 + 20 = 24)."""
+    msgs = [sys_("s" * 8), u("t" * 40)]
+    for i in range(steps):
+        msgs += [a(str(i) * 16), u("[Tool results] " + "o" * 65)]
+    return msgs
+
+
+@pytest.mark.parametrize(("budget", "tokens"), [(100, 52), (60, 52)])
+def test_text_agent_loop_older_steps_still_go_to_the_low_water_mark(budget: int, tokens: int) -> None:
+    """Only the newest exchange is held back: the older steps of a text-action loop
+    (6 + 14 + 4 * 32 = 148 tokens) go as P1, oldest first, down to the low-water mark
+    as before (budget 100: 148 - 3 * 32 = 52 <= 70); the newest command and output stay
+    even when the mark (42 at budget 60) is then out of reach (52 <= 60 fits)."""
+    msgs = text_agent_loop(4)
+    assert cw.count_messages(msgs, profile="fim") == 148
+    r = fit(msgs, budget, profile="fim")
+    assert [f.rule for f in r.report.fates] == ["preamble", "current_request"] + ["p1_evicted"] * 6 + ["kept"] * 2
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+    assert r.messages == [msgs[0], msgs[1], msgs[8], msgs[9]]
+
+
+def finished_agent_turn() -> list[dict[str, Any]]:
+    """fim: request 14, the call 4 + 1 + 1 = 6, its result "r" * 40: 14, the answer 14."""
+    return [u("q" * 40), call("c1"), result("c1", "r" * 40), a("a" * 40)]
+
+
+def test_newest_tool_unit_before_the_answer_goes_before_the_answer() -> None:
+    """The newest tool unit followed by the answer is no open tool call; it is held back
+    with the answer. At 40 (48 in all) no result fits with both (trim_turns cuts the
+    result and the answer to their markers and still says 44, fits=False), so the unit,
+    the older, goes: 28, the answer kept."""
+    msgs = finished_agent_turn()
+    assert cw.message_tokens(msgs, profile="fim") == [14, 6, 14, 14]
+    r = fit(msgs, 40, profile="fim")
+    assert _fates(r) == [
+        (0, "kept", "current_request"),
+        (1, "dropped", "p1_evicted"),
+        (2, "dropped", "p1_evicted"),
+        (3, "kept", "kept"),
+    ]
+    assert (r.report.fits, r.report.tokens_after, r.messages) == (True, 28, [msgs[0], msgs[3]])
+    assert cw.trim_turns(msgs, 40, profile="fim").report.fits is False
+
+
+def test_explicit_override_of_a_trailing_message_still_applies() -> None:
+    """An override to another class than P1 puts the message in that class's pass (the
+    request is then cut less); an override to P1 changes nothing."""
+    msgs = text_agent_step()
+    r = fit(msgs, 100, FitPolicy(priorities={3: 3}))
+    assert _fates(r)[3] == (3, "dropped", "p3_evicted")
+    assert fit(msgs, 100, FitPolicy(priorities={3: 1})).report == fit(msgs, 100).report
+
+
+def test_unpinned_over_share_reported_when_an_override_splits_the_unit() -> None:
+    """fresh14 finding 9: message 1 is pinned (7 tokens, over half the budget of 10) and
+    unpinned. With the result of the tool unit at P2 and P2 evicted last, fit's passes
+    cannot take message 1's turn (a P2 item in it before the P2 pass, no P2 item left in
+    the P2 pass); trim_turns drops it after them, and the report said oldest_turn."""
+    msgs = [u("a"), u("pinned note"), call("c1"), result("c1", "r"), u("final")]
+    for pri in ({}, {3: 2}):
+        r = fit(msgs, 10, FitPolicy(pinned=(1,), priorities=pri, eviction_order=(3, 1, 2)))
+        assert r.report.fates[1].fate == "dropped"
+        assert r.report.fates[1].rule == "unpinned_over_share", pri
+        assert r.report.fits and r.messages[-1] is msgs[4]
+
+
+TRAILING = [
+    "[",
+    '{"result": [',
+    "Run: make 2>&1 | tail -20",
+    "Step " * 40,
+    "[Tool results] exit 1",
+    "[Tool results] " + "out " * 60,
+]
+
+
+@given(case(), st.sampled_from(TRAILING), st.integers(0, 120), st.sampled_from([0.5, 0.7, 1.0]))
+def test_last_message_after_the_request_goes_only_when_needed(
+    c: tuple[str, list[Message]], text: str, pct: int, lw: float
+) -> None:
+    """The input's last message, when it comes after the current request and nothing
+    pins it or sets its class, goes only when no result keeps it: never to reach the
+    low-water mark, so when it went from a result that fits and cuts nothing, putting it
+    back would be over the budget (estimates are additive over messages; in Anthropic
+    shape, unless it would then follow a message of its own role). A generated
+    conversation gets a trailing message: an assistant prefill after a user message, a
+    ``[Tool results]`` text (no real user message) after an assistant one."""
+    provider, msgs = c
+    if not msgs or not any(ref.is_real_user(m) for m in msgs):
+        return
+    if msgs[-1].role == "assistant":
+        text = text if text.startswith("[Tool results]") else "[Tool results] " + text
+        role = "user"
+    else:
+        role = "assistant"
+    last = Message(role=role, content=[TextPart(text=text)])
+    msgs = [*msgs, last]
+    budget = cw.count_messages(msgs, format=provider) * pct // 100
+    r = fit(msgs, budget, FitPolicy(low_water=lw), format=provider)
+    f = r.report.fates[-1]
+    if f.fate != "dropped":
+        event("last message kept")
+        return
+    event(f"last message dropped ({f.rule}), fits={r.report.fits}, cut={bool(r.report.truncated_messages)}")
+    assert f.rule.endswith("_evicted")
+    if provider == "anthropic" and r.messages and _canon(r.messages[-1], provider).role == last.role:
+        return  # put back, it would follow a message of its own role: no result holds it
+    if r.report.fits and not r.report.truncated_messages:
+        assert r.report.tokens_after + cw.message_tokens([last], format=provider)[0] > budget
+
+
+def test_a_pinned_reply_unpinned_by_the_share_rule_and_cut_says_so() -> None:
+    """Found by test_fit_invariants on the merge of the newest-exchange rule: every message
+    pinned, the assistant reply after the request (250 characters) over pinned_share. It
+    was unpinned and dropped (unpinned_over_share); now, held back after the request, the
+    fallback cuts it (reply_shrunk) and the report still names why a pinned message was
+    touched."""
+    img = [
+        cw.ImagePart(source="https://example.com/a.png"),
+        OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""}),
+    ]
+    msgs = [
+        Message(role="user", content=list(img), pinned=True),
+        Message(role="user", content=list(img), pinned=True),
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[cw.TextPart(text="hello" * 50)], pinned=True),
+    ]
+    r = fit(msgs, 30, FitPolicy(low_water=0.5), profile="conservative", format="openai")
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("dropped", "unpinned_over_share"),
+        ("dropped", "unpinned_over_share"),
+        ("kept", "current_request"),
+        ("truncated", "unpinned_over_share"),
+    ]
+    assert r.report.fits and r.report.fates[3].chars_removed > 0

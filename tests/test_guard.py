@@ -880,3 +880,71 @@ def test_the_guards_cap_keeps_the_end_of_a_build_log() -> None:
     assert (head, tail) == (log[:5_191], log[-5_171:]) and tail.endswith(log[-51:])
     kinds = [(type(e).__name__, e.chars_removed) for e in small.events]  # type: ignore[attr-defined]
     assert kinds[:2] == [("MessageTruncated", 29_000), ("ToolResultTruncated", 39_579)]
+
+
+def _text_agent_step() -> list[dict[str, Any]]:
+    """fresh14 finding 1: a text-action agent step (the output comes back as user text
+    starting with ``[Tool results]``, which starts no turn). Default profile: 14, 187,
+    16, 31 tokens."""
+    return [
+        {"role": "system", "content": "You are an agent. Reply with a shell command."},
+        {"role": "user", "content": "Find why the build fails. " + "Context line. " * 60},
+        {"role": "assistant", "content": "Run: make 2>&1 | tail -20"},
+        {
+            "role": "user",
+            "content": "[Tool results] make: *** [Makefile:12: all] Error 1\nundefined reference to `foo'",
+        },
+    ]
+
+
+@pytest.mark.parametrize("hint", ["general", "react_iteration", "planner_input", "step_dependency"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_guard_keeps_the_trailing_tool_results_text(provider: str, hint: str) -> None:
+    """fresh14 finding 1: the guard (usable 180 - 100 = 80) returned the system prompt
+    and the old task, cut, without the command or its output. It keeps them now, with
+    every hint and in both shapes: the request cut further, the command cut to its
+    marker, the output whole as the last message: fit's result on the same input."""
+    msgs = _text_agent_step()
+    if provider == "anthropic":
+        msgs = [
+            m if m["role"] == "system" else {**m, "content": [{"type": "text", "text": m["content"]}]} for m in msgs
+        ]
+    budget = resolve_budget(context_window=180, max_output_tokens=100)
+    assert budget.usable == 80
+    g = ContextGuard(budget).check(msgs, hint=hint, format=provider)
+    assert (g.fits, g.tokens_after) == (True, 80)
+    assert len(g.messages) == 4 and g.messages[0] is msgs[0] and g.messages[-1] is msgs[3]
+    assert [(f.fate, f.rule) for f in g.steps[-1].report.fates] == [
+        ("kept", "preamble"),
+        ("truncated", "request_truncated"),
+        ("truncated", "reply_shrunk"),
+        ("kept", "kept"),
+    ]
+    assert g.messages == cw.fit(msgs, 80, format=provider).messages
+
+
+def test_guard_keeps_a_prefill_that_fits() -> None:
+    """fresh14 finding 4: with usable 40 the prefill went to reach the low-water mark
+    (33 tokens); kept now (37, as trim_turns). Anthropic shape at usable 150: the guard
+    returned the request alone; now the request (with the breadcrumb) and the prefill."""
+    msgs = [
+        {"role": "system", "content": "Answer in JSON."},
+        {"role": "user", "content": "old question " * 50},
+        {"role": "assistant", "content": "old answer " * 50},
+        {"role": "user", "content": "List three colours as a JSON array."},
+        {"role": "assistant", "content": "["},
+    ]
+    g = ContextGuard(resolve_budget(context_window=140, max_output_tokens=100)).check(msgs)
+    assert (g.fits, g.tokens_after) == (True, 37)
+    assert [m["content"] for m in g.messages] == [msgs[0]["content"], cw.BREADCRUMB, msgs[3]["content"], "["]
+    assert g.messages[-1] is msgs[4]
+    anth = [
+        {"role": "user", "content": "old " * 100},
+        {"role": "assistant", "content": "old " * 100},
+        {"role": "user", "content": "Return JSON for: " + "item " * 100},
+        {"role": "assistant", "content": '{"result": ['},
+    ]
+    g = ContextGuard(resolve_budget(context_window=250, max_output_tokens=100)).check(anth, format="anthropic")
+    assert (g.fits, g.tokens_after, len(g.messages)) == (True, 125, 2)
+    assert g.messages[-1] is anth[3]
+    assert g.messages[0]["content"][0]["text"] == cw.BREADCRUMB
