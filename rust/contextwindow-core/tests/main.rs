@@ -410,13 +410,22 @@ fn breadcrumb_never_costs_the_newest_turn() {
         );
     }
     // three one-letter messages (5 each), budget 5: the last one alone fits (was 15,
-    // fits=false); at 4 nothing fits and the input comes back
+    // fits=false); at 4 nothing fits and the smaller result comes back, the last message
+    // without the breadcrumb (it was the input, 15: more than budget 5 keeps; fresh14 #7)
     let msgs = vec![u("a"), a("b"), u("c")];
     let out = trim_turns(&msgs, 5, opts(Format::OpenAI));
     assert_eq!(texts(&out), vec!["c".to_string()]);
     assert!(out.report.fits);
     let out = trim_turns(&msgs, 4, opts(Format::OpenAI));
-    assert_eq!((out.report.tokens_after, out.report.fits), (15, false));
+    assert_eq!(texts(&out), vec!["c".to_string()]);
+    assert_eq!(
+        (
+            out.report.tokens_after,
+            out.report.fits,
+            out.report.breadcrumb
+        ),
+        (5, false, false)
+    );
 }
 
 #[test]
