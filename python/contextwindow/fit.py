@@ -677,19 +677,8 @@ def _evict(
     having: dict[int, list[tuple[int, list[int], int | None]]] = {c: [] for c in pol.eviction_order}
     later: list[tuple[int, list[int], int | None]] = []  # the last resort's, in order
     deferred = plan.deferred
-    loose: tuple[int, list[int], int | None] | None = None  # the trailing messages, as one
-    in_unit = {w for u in seg.units for w in u} if deferred else set()
     for cand in plan.cands:
         if deferred and any(w in deferred for w in cand[1]):
-            if len(cand[1]) == 1 and cand[1][0] not in in_unit:
-                # the loose messages at the end (a command and its [Tool results] output,
-                # a prefill) go together (fresh15 #2: the command went, its output stayed)
-                if loose is None:
-                    loose = (cand[0], list(cand[1]), cand[2])
-                    later.append(loose)
-                else:
-                    loose[1].extend(cand[1])
-                continue
             later.append(cand)
             continue
         for c in {cls[w] for w in cand[1]}:
