@@ -23,15 +23,6 @@ continue: the newest unit of the turn when nothing follows it (the turn is in fl
 the model has not answered yet), and every unit whose calls had no result in the input
 (the repair step gives them a ``[tool result missing]`` stub).
 
-The *newest exchange* after the current request is P1 but goes only as the last resort
-(fresh14 findings 1 and 4): the newest tool unit of the turn when something follows it,
-and the loose messages at the end from the last assistant message a user message
-answers (an assistant prefill or answer; a trailing ``[Tool results]`` text, which
-starts no turn, with the command it answers). It stays whenever a result fits with it
-(the shrinking below cuts its assistant text and the request first, as ``trim_turns``
-does); else its units go, oldest first, as few as make the result fit, never to reach
-the low-water mark.
-
 A conversation without a real user message has no current request; its last message
 stands in for it (P0), so the output is never empty.
 
@@ -237,9 +228,6 @@ class _Plan:
     turn_of: list[int]  # turn index per work item (-1 for the preamble)
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
     crumbs: list[int]  # work items that are our breadcrumb
-    # the newest turn's messages after the current request that go only as the last
-    # resort (see _after_request)
-    deferred: set[int]
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -401,57 +389,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         return (max(c[0], last_unit[c[2]]), 1) if c[2] is not None else (c[0], 0)
 
     cands.sort(key=order)
-    deferred = _after_request(seg, work, req, unit_of, cls, why0, lambda w: override(w) not in (None, derived(w)))
-    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]], deferred)
-
-
-def _after_request(
-    seg: Any,
-    work: list[Message],
-    req: int | None,
-    unit_of: dict[int, int],
-    cls: list[int],
-    why0: list[str],
-    moved: Callable[[int], bool],
-) -> set[int]:
-    """The newest turn's messages after the current request that go only as the last
-    resort (fresh14 findings 1 and 4): the newest exchange, the part of the conversation
-    the next reply answers or continues, which ``trim_turns`` never drops either (it cuts
-    the assistant text there, rule ``reply_shrunk``, before the request):
-
-    * the newest tool unit of the turn, when it is not already an open tool call
-      (something follows it; ``trim_turns`` never drops the newest unit);
-    * the loose messages at the end, after the request and the turn's last tool unit,
-      from the last assistant message a user message answers: a trailing
-      ``[Tool results]`` text (which starts no turn, DESIGN.md section 4) with the
-      assistant message it answers (a text-action agent's command and its output), an
-      assistant prefill or answer.
-
-    The older exchanges after the request (tool units, and the steps of a text-action
-    loop before the newest) stay plain P1, evicted oldest first down to the low-water
-    mark, as ``trim_turns`` drops the newest turn's older tool units first. Not P0
-    messages, nor those an override (``Message.priority``, ``FitPolicy.priorities``)
-    gives another class than their own (``moved``): those go in that class's pass. An
-    override to the class they have (P1, as the guard's hints give every message of the
-    newest turn) changes nothing."""
-    if req is None or not seg.turns:
-        return set()
-    la, lb = seg.turns[-1]
-    if not la <= req < lb:
-        return set()
-    units = [items for items in seg.units if la <= items[0] < lb and items[-1] > req]
-    out = set(units[-1]) if units else set()
-    # the loose messages at the end: after the request and the last tool unit, from the
-    # last assistant message answered by a user message
-    start = req + 1
-    if units:
-        start = max(start, units[-1][-1] + 1)
-    for w in range(lb - 2, start - 1, -1):
-        if work[w].role == "assistant" and work[w + 1].role == "user" and w not in unit_of and w + 1 not in unit_of:
-            start = w
-            break
-    out.update(w for w in range(start, lb) if w not in unit_of)
-    return {w for w in out if cls[w] and not why0[w] and not moved(w)}
+    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]])
 
 
 class _Nav:
@@ -640,16 +578,9 @@ def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
     return at
 
 
-def _evict(
-    plan: _Plan, pol: FitPolicy, target: int, provider: str, last_resort: tuple[int, int] | None = None
-) -> set[int]:
+def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     """Evict candidates by ``pol.eviction_order``, oldest first, until ``target`` is met;
-    returns the whole turns evicted.
-
-    The candidates holding a message of ``plan.deferred`` (the newest turn's messages
-    after the current request) are left out of the class passes; with ``last_resort``
-    ``(budget, k)``, at most ``k`` of them go after the passes, oldest first, only while
-    the conversation is over ``budget`` (never to reach the low-water mark)."""
+    returns the whole turns evicted."""
     st, seg, cls = plan.st, plan.seg, plan.cls
     nav = _Nav(plan)
     prefetch = _BreadcrumbCosts(plan)
@@ -675,41 +606,13 @@ def _evict(
     # the candidates holding an item of each class, in order: one without class c cannot
     # go in c's pass (its live items are among its items), so the pass never looks at it
     having: dict[int, list[tuple[int, list[int], int | None]]] = {c: [] for c in pol.eviction_order}
-    later: list[tuple[int, list[int], int | None]] = []  # the last resort's, in order
-    deferred = plan.deferred
     for cand in plan.cands:
-        if deferred and any(w in deferred for w in cand[1]):
-            later.append(cand)
-            continue
         for c in {cls[w] for w in cand[1]}:
             if c in having:
                 having[c].append(cand)
     keep, stub_head = st.keep, st.stub_head  # lists updated in place by set_keep
     anthropic = provider == "anthropic"  # alternates() only checks that shape
     allowed: set[int] = set()
-
-    def drop_unit(items: list[int], turn: int | None, c: int | None) -> bool:
-        """Evict the kept items of a candidate when every one has a class evicted so far
-        (and one has class ``c``, unless ``None``) and the rules allow it."""
-        live = [w for w in items if keep[w]]
-        if not live or any(cls[w] not in allowed for w in live):
-            return False
-        if c is not None and c not in {cls[w] for w in live}:
-            return False
-        drop = set(live)
-        if not nav.alternates(drop, provider, seg.preamble_end):
-            return False
-        # a message holding stubs for the calls of the one before it goes only
-        # with them (its stubs go with the calls, see _reference._State.set_stubs)
-        if any(stub_head[w] and keep[w - 1] and w - 1 not in drop for w in live):
-            return False
-        for w in live:
-            st.set_keep(w, False)
-        evicted.extend(live)
-        if turn is not None:
-            nav.drop_turn(turn)
-        return True
-
     for c in pol.eviction_order:
         allowed.add(c)
         changed = True
@@ -735,15 +638,24 @@ def _evict(
                     continue
                 if not over():
                     break
-                changed = drop_unit(items, turn, c) or changed
-    if last_resort is not None:
-        # the newest turn's messages after the request: only while over the budget
-        # (after each, from the oldest again: one the roles held back may go now)
-        limit, k = last_resort
-        while k > 0 and tokens() > limit:
-            if not any(drop_unit(items, turn, None) for _, items, turn in later):
-                break
-            k -= 1
+                live = [w for w in items if st.keep[w]]
+                if not live or any(cls[w] not in allowed for w in live):
+                    continue
+                if c not in {cls[w] for w in live}:
+                    continue
+                drop = set(live)
+                if not nav.alternates(drop, provider, seg.preamble_end):
+                    continue
+                # a message holding stubs for the calls of the one before it goes only
+                # with them (its stubs go with the calls, see _reference._State.set_stubs)
+                if any(st.stub_head[w] and st.keep[w - 1] and w - 1 not in drop for w in live):
+                    continue
+                for w in live:
+                    st.set_keep(w, False)
+                evicted.extend(live)
+                if turn is not None:
+                    nav.drop_turn(turn)
+                changed = True
     if evicted and tokens() >= start:
         # tiny units under a breadcrumb that costs more than they did: keep them all
         for w in evicted:
@@ -811,45 +723,7 @@ def _fit_once(
     if st.total() <= budget or not seg.turns:
         ops, report = ref._finish(st, budget, None, (nt, nt), None)
         return _engine.apply_ops(prep, ops, report)
-    ops, report = _evict_and_settle(prep, plan, policy, budget, target, reason, None)
-    n = sum(1 for _, items, _ in plan.cands if any(w in plan.deferred for w in items))
-    if not report.fits and n:
-        # the newest exchange after the request stays whenever a result fits with it (the
-        # request cut if need be, as trim_turns does); else, as the last resort, its
-        # units go too, oldest first, while over the budget (fresh14 findings 1 and 4):
-        # as few as make the result fit, the delegated shrinking included (found by
-        # bisection, each try a fresh plan; all of them when none fits)
-        def attempt(k: int) -> tuple[list[tuple[int | None, Message | None]], Any]:
-            return _evict_and_settle(
-                prep, _plan(prep, policy, cost, budget), policy, budget, target, reason, (budget, k)
-            )
-
-        ops, report = attempt(n)
-        lo, hi = 1, n
-        while report.fits and lo < hi:
-            mid = (lo + hi) // 2
-            tried = attempt(mid)
-            if tried[1].fits:
-                hi, (ops, report) = mid, tried
-            else:
-                lo = mid + 1
-    return _engine.apply_ops(prep, ops, report)
-
-
-def _evict_and_settle(
-    prep: _engine.Prepared,
-    plan: _Plan,
-    policy: FitPolicy,
-    budget: int,
-    target: int,
-    reason: str,
-    last_resort: tuple[int, int] | None,
-) -> tuple[list[tuple[int | None, Message | None]], Any]:
-    """Evict (see :func:`_evict`), report every fate, place the breadcrumb, then shrink
-    inside the newest turn when still over ``budget``."""
-    st, seg = plan.st, plan.seg
-    nt = len(seg.turns)
-    dropped_turns = _evict(plan, policy, min(target, budget), prep.provider, last_resort)
+    dropped_turns = _evict(plan, policy, min(target, budget), prep.provider)
     for w in range(len(st.work)):
         s = st.work[w].src
         if s is None:
@@ -885,7 +759,7 @@ def _evict_and_settle(
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
         if report0.fits or report0.tokens_after < report.tokens_after:
             ops, report = ops0, report0
-    return ops, report
+    return _engine.apply_ops(prep, ops, report)
 
 
 def _shrink_newest_turn(
@@ -946,7 +820,7 @@ def _shrink_newest_turn(
     fates = list(report.fates)
     # a pinned message unpinned by pinned_share keeps saying so when it goes or is cut
     # here (fresh14 finding 9: it read oldest_turn when an override kept fit's passes
-    # from evicting it; held back after the request, it can be cut: reply_shrunk)
+    # from evicting it)
     unpinned = {st.work[w].src for w in plan.unpinned}
     for f in r2.fates:
         s = ops[f.index][0]
@@ -991,12 +865,8 @@ def fit(
     still in it has a class evicted so far, so P0 messages are never evicted. In
     Anthropic shape a unit whose removal would break role alternation is skipped.
     Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
-    oldest first (the current request never is). The newest exchange after the current
-    request (see the module docs) is left out of these passes: it stays whenever a result
-    fits with it (the shrinking below included), else its units go last, oldest first,
-    as few as make the result fit (never to reach the low-water mark). Where whole
-    turns went, the breadcrumb is inserted as :func:`~contextwindow.trim_turns` does it
-    (never twice in a row);
+    oldest first (the current request never is). Where whole turns went, the breadcrumb
+    is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
     evictions that leave the conversation no smaller than it was (tiny turns under a
     breadcrumb that costs more) are undone. The breadcrumb never costs the request: when
     the result does not fit or cuts something, ``fit`` also runs without it and keeps
