@@ -866,6 +866,7 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // characters the scalar loop counts before the next try: [`RETRY`] after a try that
     // took something, doubling after each that did not (box drawing, declined every time)
     // (the try at the run's start, declined, leaves it at RETRY)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut wait = RETRY / 2;
     loop {
         #[cfg(target_arch = "x86_64")]
