@@ -16,9 +16,10 @@ Three policies an agent loop runs on its history, cheapest first:
 All three accept OpenAI dicts, Anthropic dicts or :class:`~contextwindow.Message` structs,
 return the same shape in a :class:`~contextwindow.TrimResult` with a
 :class:`~contextwindow.FitReport`, never mutate their input, and return a new list of the
-input's own message objects, in order (``reason=None``), when nothing needs doing. A cleared or cut tool result is
-still a result: it keeps its call id and its place, so pairing is untouched. Synthetic
-text (markers, the notice) is deterministic: it is built only from what it replaces.
+input's own message objects, in order (``reason=None``), when nothing needs doing. A
+cleared or cut tool result is still a result: it keeps its call id and its place, so
+pairing is untouched. Synthetic text (markers, the notice) is deterministic: it is built
+only from what it replaces.
 
 Units: ``context_window``, budgets and shares are tokens of the chosen ``profile``
 (default ``conservative``); ``max_message_chars`` and every "characters" count are code

@@ -864,8 +864,8 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     #[cfg(not(target_arch = "x86_64"))]
     let blocky = false;
     // characters the scalar loop counts before the next try: [`RETRY`] after a try that
-    // took something, doubling after each that did not (box drawing, declined every time)
-    // (the try at the run's start, declined, leaves it at RETRY)
+    // took something, doubling after each later one that did not (box drawing, declined
+    // every time); a declined try at the run's start leaves it at RETRY
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut wait = RETRY / 2;
     loop {
