@@ -27,6 +27,8 @@ __all__ = [
     "clean_value",
     "escape_controls",
     "field_path",
+    "has_odd_keys",
+    "json_key",
     "loads_keeping_numbers",
     "quote",
 ]
@@ -90,11 +92,58 @@ class KeyClash(Exception):
         return f"the key {quote(self.key)} appears more than once"
 
 
+def json_key(key: Any) -> Any:
+    """The key as JSON writes it: a ``str`` with :func:`clean_str`; any other key msgspec
+    takes (an ``int``, a ``float``, an enum, ...) as the string msgspec writes for it
+    (``1`` is ``"1"``, ``1.5`` is ``"1.5"``, ``1e20`` is ``"1e20"``); a key msgspec
+    refuses (a ``bool``, ``None``, a tuple) as it is, for the encoder to refuse.
+
+    >>> json_key(1), json_key(1.5), json_key("k\\ud800"), json_key(True)
+    ('1', '1.5', 'k\\ufffd', True)
+    """
+    if isinstance(key, str):
+        return clean_str(key)
+    try:
+        return next(iter(msgspec.json.decode(msgspec.json.encode({key: None}))))
+    except (TypeError, ValueError, msgspec.MsgspecError):
+        return key
+
+
+def has_odd_keys(value: Any) -> bool:
+    """Whether an object (a ``Mapping``) inside ``value`` (``list``/``tuple`` arrays,
+    ``Mapping`` objects, any depth; walked without recursion) has a key that is not a
+    ``str``: only then can two of its keys be one key once written as JSON (``{1: "a",
+    "1": "b"}``; fresh14 #11), which :func:`clean_value` then finds.
+
+    >>> has_odd_keys([{"a": {"b": 1}}]), has_odd_keys([{"a": {2: 1}}])
+    (False, True)
+    """
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str or t is int or t is float or v is None:
+            continue
+        if t is list or t is tuple:
+            extend(v)
+        elif t is dict or isinstance(v, Mapping):
+            for k in v:
+                if type(k) is not str and not isinstance(k, str):
+                    return True
+            extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            extend(v)
+    return False
+
+
 def clean_value(value: Any) -> Any:
     """:func:`clean_str` on every string of a JSON-like value (dict keys included), as a
     copy; the value itself is not changed. Objects are any ``Mapping`` (written back as
     ``dict``), arrays ``list`` or ``tuple`` (written back as ``list``); other values are
-    returned as they are.
+    returned as they are. A key that is not a ``str`` becomes the string JSON writes for
+    it (:func:`json_key`: ``1`` is ``"1"``), so ``{1: "a", "1": "b"}`` is two keys that
+    are one once written, as two that differ only in lone surrogates are.
 
     Raises:
         KeyClash: two keys of one object clean to the same key; found in document order,
@@ -110,7 +159,7 @@ def clean_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            key = clean_str(k) if isinstance(k, str) else k
+            key = clean_str(k) if isinstance(k, str) else json_key(k)
             try:
                 cleaned = clean_value(v)
             except KeyClash as clash:

@@ -47,7 +47,7 @@ import msgspec
 
 from . import _engine
 from ._engine import json_type_name, tool_definition_error
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, shown
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, has_odd_keys, shown
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -252,6 +252,8 @@ def tool_texts(tools: Any) -> list[str]:
         try:
             try:
                 out.append(msgspec.json.encode(t).decode())
+                if has_odd_keys(t):  # {1: "a", "1": "b"} is written with the key "1" twice
+                    clean_value(t)
             except UnicodeEncodeError:
                 # lone surrogates: U+FFFD (a high one followed by a low one: the character
                 # they encode), as in message text and in the gateway's JSON escapes

@@ -14,8 +14,9 @@
 //! index and field. So the reader never decides an error itself. It falls back on: a
 //! malformed message, a non-`dict` message or block, a `str`/`list` subclass, a string
 //! holding lone surrogates (the slow path replaces them with U+FFFD), a dict key that is
-//! not a `str`, values nested deeper than [`MAX_DEPTH`], any Python exception, and the
-//! empty list.
+//! not a `str`, a container that is not exactly a `dict`, `list` or `tuple` (a dict
+//! subclass may hold keys JSON writes alike), values nested deeper than [`MAX_DEPTH`],
+//! any Python exception, and the empty list.
 //!
 //! Strings are read in place (`PyUnicode_AsUTF8AndSize`: compact ASCII directly, other
 //! text through CPython's cached UTF-8) and copied once into the owned canonical message.
@@ -309,10 +310,16 @@ impl Reader {
             }
             out.push(b']');
         } else {
-            // Floats (msgspec's shortest repr, inf/nan as null) and every other type
+            // Floats (msgspec's shortest repr, inf/nan as null) and every other scalar
             // msgspec knows: its own bytes. A type it rejects (a str subclass, ...) and
-            // lone surrogates inside (UnicodeEncodeError) fall back.
-            out.extend_from_slice(msgspec_encode(v)?.as_bytes());
+            // lone surrogates inside (UnicodeEncodeError) fall back; so does a container
+            // (a dict or list subclass, a set: an object or array), whose keys the
+            // adapters check (`{1: "a", "1": "b"}` is written with the key "1" twice).
+            let encoded = msgspec_encode(v)?;
+            if matches!(encoded.as_bytes().first(), Some(b'{' | b'[')) {
+                return Err(Fallback);
+            }
+            out.extend_from_slice(encoded.as_bytes());
         }
         Ok(())
     }
