@@ -465,6 +465,141 @@ def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
         cw.count_request(tool)
 
 
+# ------------------------------------------------- one nesting limit, whatever the recursion limit
+
+
+def _nest(n: int) -> list[Any]:
+    """``n`` nested lists: ``[]`` is 1, ``[[]]`` is 2."""
+    value: list[Any] = []
+    for _ in range(n - 1):
+        value = [value]
+    return value
+
+
+def _use(value: Any) -> list[Any]:
+    return [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": value}]},
+    ]
+
+
+def test_a_raised_recursion_limit_gives_the_depth_error_not_a_crash() -> None:
+    """fresh14 #10: after ``sys.setrecursionlimit(1_000_000)`` a 200,000-deep ``tool_use``
+    input killed the interpreter (SIGSEGV in ``msgspec.json.encode``, from
+    ``adapters._encode_input``) instead of raising "is nested too deeply"."""
+    import subprocess
+    import sys
+
+    code = """
+import collections, sys, contextwindow as cw
+sys.setrecursionlimit(1_000_000)
+v = []
+for _ in range(200_000):
+    v = [v]
+msgs = [{"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": v}}]}]
+extra = [{"role": "user", "content": "q", "meta": v}]
+g = cw.ContextGuard(cw.resolve_budget(context_window=100_000, max_output_tokens=1_000))
+for call in (lambda: cw.count_messages(msgs), lambda: cw.trim_turns(msgs, 10), lambda: cw.fit(msgs, 10),
+             lambda: g.check(msgs), lambda: cw.validate(msgs, "anthropic"), lambda: cw.count_messages(extra),
+             lambda: cw.count_many([extra]), lambda: cw.message_tokens(extra),
+             lambda: cw.count_messages(msgs[:1], tools=[{"a": v}]),
+             lambda: cw.count_messages([{"role": "user", "content": "q", "meta": collections.OrderedDict(a=v)}]),
+             lambda: cw.count_messages([{"role": "user", "content": "q", "meta": (v,)}])):
+    try:
+        call()
+    except cw.ContextWindowError as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("accepted")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.splitlines() == [
+        *["InvalidMessageError message 1: is nested too deeply"] * 5,
+        "InvalidMessageError message 0: is nested too deeply",
+        "InvalidMessageError conversation 0: message 0: is nested too deeply",
+        "InvalidMessageError message 0: is nested too deeply",
+        "InvalidRequestError tools[0]: is nested too deeply",
+        *["InvalidMessageError message 0: is nested too deeply"] * 2,
+    ]
+
+
+@pytest.fixture
+def raised_recursion_limit() -> Any:
+    import sys
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(5_000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
+@pytest.mark.usefixtures("raised_recursion_limit")
+def test_the_dict_path_takes_1000_levels_whatever_the_recursion_limit() -> None:
+    """fresh14 #10: 2,989 levels were accepted after ``sys.setrecursionlimit(3000)``, 989 at
+    the default. Now 1,000 levels from the message (the message is level 1; objects and
+    arrays count) are the most taken: an extra key's value of 999 levels (1 + 999), a
+    ``tool_use`` input ``{"a": 996 levels}`` (message, content, block, input: 4 + 996), a
+    tool definition's 999 (1 + 999), a ``Message`` struct's ``extra`` dict holding 998
+    (struct, extra, 998)."""
+    from contextwindow.messages import Message
+
+    cases: list[tuple[Any, Any, str]] = [
+        (
+            lambda d: cw.count_messages([{"role": "user", "content": "q", "meta": _nest(d)}]),
+            999,
+            "message 0: is nested too deeply",
+        ),
+        (lambda d: cw.count_messages(_use({"a": _nest(d)})), 996, "message 1: is nested too deeply"),
+        (lambda d: cw.trim_turns(_use({"a": _nest(d)}), 10), 996, "message 1: is nested too deeply"),
+        (
+            lambda d: cw.count_messages([{"role": "user", "content": "q"}], tools=[{"a": _nest(d)}]),
+            999,
+            "tools[0]: is nested too deeply",
+        ),
+        (
+            lambda d: cw.count_messages([Message(role="user", content=[], extra={"k": _nest(d)})]),
+            998,
+            "message 0: is nested too deeply",
+        ),
+    ]
+    for call, most, want in cases:
+        call(most)
+        with pytest.raises(cw.ContextWindowError) as err:
+            call(most + 1)
+        assert str(err.value) == want
+    # an earlier message's fault comes first, as the adapters read in order
+    deep = {"role": "user", "content": "q", "meta": _nest(1000)}
+    with pytest.raises(cw.InvalidMessageError, match='^message 0, field role: unknown role "wizard"$'):
+        cw.count_messages([{"role": "wizard", "content": "x"}, deep])
+
+
+def test_what_the_default_recursion_limit_took_is_still_taken() -> None:
+    """The limit refuses nothing the default recursion limit (1,000) let through: 989
+    levels in an extra key, 985 in a ``tool_use`` input (fresh14 #10's measures; in a
+    fresh interpreter, whose stack is as shallow as a script's: pytest's frames count
+    against the recursion limit too)."""
+    import subprocess
+    import sys
+
+    code = """
+import contextwindow as cw
+def nest(n):
+    v = []
+    for _ in range(n - 1):
+        v = [v]
+    return v
+print(cw.count_messages([{"role": "user", "content": "q", "meta": nest(989)}]) > 0)
+use = {"type": "tool_use", "id": "t", "name": "f", "input": {"a": nest(985)}}
+print(cw.count_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": [use]}]) > 0)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stdout) == (0, "True\nTrue\n"), run.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------------- N11
 
 

@@ -18,7 +18,17 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _native
-from ._jsontext import KeyClash, clean_value, field_path, has_odd_keys, loads_keeping_numbers, quote, shown
+from ._jsontext import (
+    KeyClash,
+    clean_value,
+    depth_unbounded,
+    field_path,
+    has_odd_keys,
+    loads_keeping_numbers,
+    nested_deeper,
+    quote,
+    shown,
+)
 from .adapters import (
     _unknown_role,
     anthropic_to_message,
@@ -484,6 +494,26 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     return prep
 
 
+def _check_depth(messages: list[Any], fmt: InputFormat) -> None:
+    """Refuse the first message nested more than :data:`MAX_DEPTH` levels deep (the
+    message is level 1), before anything recursive (msgspec, :func:`clean_value`) runs
+    on it; a fault in an earlier message is raised first, as the adapters read in order
+    (fresh14 #10: past Python's recursion limit it was the only bound, and a raised
+    limit let msgspec overflow the C stack)."""
+    for i, m in enumerate(messages):
+        if nested_deeper(m):
+            # the messages before it, read as they would be (their faults first)
+            if fmt == "canonical":
+                _check_canonical(messages[:i])
+            else:
+                _to_canonical(messages[:i], fmt)
+                earlier = _first_clash(messages, i)
+                if earlier is not None:
+                    raise earlier
+                _encode_located(_to_canonical(messages[:i], fmt))
+            raise InvalidMessageError("is nested too deeply", index=i)
+
+
 def _prepare(messages: list[Any], format: str | None) -> Prepared:
     """:func:`prepare` on a snapshot of the caller's list, ``format`` checked."""
     if format == "canonical" and not all(isinstance(m, Message) for m in messages):
@@ -501,6 +531,8 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
             fmt = "canonical"
         else:
             fmt = format  # type: ignore[assignment]
+        if depth_unbounded():
+            _check_depth(messages, fmt)
         if fmt == "canonical":
             canonical = list(messages)
             payload = _check_canonical(canonical)

@@ -13,23 +13,27 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 __all__ = [
+    "MAX_DEPTH",
     "QUOTE_CHARS",
     "shown",
     "KeyClash",
     "bare",
     "clean_str",
     "clean_value",
+    "depth_unbounded",
     "escape_controls",
     "field_path",
     "has_odd_keys",
     "json_key",
     "loads_keeping_numbers",
+    "nested_deeper",
     "quote",
 ]
 
@@ -179,6 +183,57 @@ def clean_value(value: Any) -> Any:
                 raise
         return items
     return value
+
+
+#: The deepest nesting of objects and arrays the dict path and the CLI take in a message,
+#: a tool definition or (the CLI) any other top-level value, counted from it (it is level
+#: 1 when it is an object or array; a ``Message`` or part struct counts as an object),
+#: whatever ``sys.getrecursionlimit()`` says (fresh14 #10: 2,989 levels after
+#: ``sys.setrecursionlimit(3000)``, and a crash at 200,000 after a limit of 1,000,000).
+#: At the default recursion limit Python's own stops a little earlier (about 990 levels,
+#: less from deep in a caller's stack), as before. The gateway's limit is serde_json's 128
+#: from the top of the body.
+MAX_DEPTH = 1000
+
+
+def depth_unbounded() -> bool:
+    """Whether a value nested deeper than :data:`MAX_DEPTH` could get past Python's own
+    recursion limit, so :func:`nested_deeper` must look: the limit is above
+    :data:`MAX_DEPTH`, or (Python 3.12 and later) msgspec's C code is held by a C
+    recursion limit of its own instead. At the default limit on 3.10 and 3.11 every
+    walk of a value (msgspec, :func:`clean_value`) raises ``RecursionError`` before
+    :data:`MAX_DEPTH` levels, safely: nothing to check, nothing to pay."""
+    return sys.version_info >= (3, 12) or sys.getrecursionlimit() > MAX_DEPTH
+
+
+def nested_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels deep
+    (``value`` is level 1 when it is one): ``Mapping`` objects; ``list``, ``tuple``,
+    ``set`` and ``frozenset`` arrays; msgspec structs (their fields). Walked without
+    recursion, depth first, so a value that holds itself is found after ``limit`` steps.
+
+    >>> nested_deeper([[[]]], 3), nested_deeper([[[]]], 2), nested_deeper({"a": [1]}, 2)
+    (False, True, False)
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        t = type(v)
+        if t is dict or isinstance(v, Mapping):
+            children: Any = v.values()
+        elif t is list or t is tuple or isinstance(v, (list, tuple, set, frozenset)):
+            children = v
+        elif isinstance(v, msgspec.Struct):
+            children = [getattr(v, f, None) for f in v.__struct_fields__]
+        else:
+            continue
+        if depth > limit:
+            return True
+        for c in children:
+            if type(c) is not str and c is not None:
+                push((c, depth + 1))
+    return False
 
 
 #: How many characters of a caller's string an error quotes (:func:`quote`) or names in a
