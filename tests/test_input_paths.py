@@ -379,6 +379,11 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
+# the CLI's words: its limit is the dict path's (fresh15 #5); a 1,000-level value in a
+# message is 1,001 levels from the message
+TOO_DEEP = "is nested too deeply (more than 1,000 levels)"
+
+
 @pytest.mark.parametrize(
     ("name", "data"),
     [
@@ -396,16 +401,16 @@ def test_nested_too_deeply_names_the_message_in_the_cli(
     f = write(tmp_path, name, data.replace("DEEP", _deep(1000)))
     for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f]):
         assert main(argv) == 2
-        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: is nested too deeply\n"
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: {TOO_DEEP}\n"
     first = write(tmp_path, "first.jsonl", '{"role":"user","content":"a","x":DEEP}\n{"role":"user","content":"b"}\n')
     Path(first).write_text(Path(first).read_text().replace("DEEP", _deep(1000)))
     assert main(["count", first]) == 2
-    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: is nested too deeply\n"
+    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: {TOO_DEEP}\n"
     tools = write(
         tmp_path, "tools.json", '{"messages":[],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", _deep(1000))
     )
     assert main(["count", tools]) == 2
-    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: is nested too deeply\n"
+    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: {TOO_DEEP}\n"
 
 
 def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -416,7 +421,7 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
     cases = [
         ("cut.json", "[" * 50_000, "invalid JSON: line 1, column 50001: Input data was truncated"),
         ("bad.json", "[" * 3000 + "x" + "]" * 3000, "invalid JSON: line 1, column 3001: expected value (byte 3000)"),
-        ("deep.json", "[" * 50_000 + "]" * 50_000, "message 0: is nested too deeply"),
+        ("deep.json", "[" * 50_000 + "]" * 50_000, f"message 0: {TOO_DEEP}"),
         (
             "cut.jsonl",
             '{"role":"user","content":"a"}\n' + "[" * 5000 + "\n",
@@ -573,7 +578,7 @@ def test_the_dict_path_takes_1000_levels_whatever_the_recursion_limit() -> None:
         assert str(err.value) == want
     # an earlier message's fault comes first, as the adapters read in order
     deep = {"role": "user", "content": "q", "meta": _nest(1000)}
-    with pytest.raises(cw.InvalidMessageError, match='^message 0, field role: unknown role "wizard"$'):
+    with pytest.raises(cw.InvalidMessageError, match=r'^message 0, field role: unknown role "wizard"$'):
         cw.count_messages([{"role": "wizard", "content": "x"}, deep])
 
 
@@ -598,6 +603,89 @@ print(cw.count_messages([{"role": "user", "content": "q"}, {"role": "assistant",
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stdout) == (0, "True\nTrue\n"), run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "most", "place"),
+    [
+        # fresh15 #5's file: a top-level key the CLI only copies; its value is level 1
+        ("copied.json", '{"x":DEEP,"messages":[{"role":"user","content":"hi"}]}', 1000, "x"),
+        # inside a message, counted from the message as on the dict path (message 1, meta 2)
+        ("meta.json", '{"messages":[{"role":"user","content":"hi","meta":DEEP}]}', 999, "message 0"),
+        ("list.json", '[{"role":"user","content":"hi","meta":DEEP}]', 999, "message 0"),
+        ("one.json", '{"role":"user","content":"hi","meta":DEEP}', 999, "message 0"),
+        (
+            "lines.jsonl",
+            '{"role":"user","content":"a"}\n{"role":"user","content":"hi","meta":DEEP}\n',
+            999,
+            "message 1",
+        ),
+        (
+            "tools.json",
+            '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"},"x":DEEP}]}',
+            999,
+            "tools[0]",
+        ),
+        # an Anthropic top-level system is the content of the message it becomes: level 2,
+        # its block 3, the block's key 4 to 1,000
+        (
+            "system.json",
+            '{"system":[{"type":"text","text":"s","x":DEEP}],"messages":[{"role":"user","content":"hi"}]}',
+            997,
+            "system",
+        ),
+    ],
+    ids=["copied", "meta", "list", "one", "jsonl", "tools", "system"],
+)
+def test_the_cli_takes_the_dict_paths_1000_levels_and_names_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, template: str, most: int, place: str
+) -> None:
+    """fresh15 #5: the CLI refused 987 levels from the top of the file (its parser's
+    recursion limit), even in a key it only copies, and named ``x[0]``, not the limit.
+    Now it takes the dict path's 1,000 levels, counted from each message, tool
+    definition or other top-level value, whatever the recursion limit, and says so."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    ok = write(tmp_path, name, template.replace("DEEP", _deep(most)))
+    out = str(tmp_path / ("out-" + name))
+    assert main(["count", ok]) == 0
+    assert main(["fit", ok, "--budget", "100000", "-o", out]) == 0
+    assert Path(out).read_text().count("[") == Path(ok).read_text().count("[")  # written back whole
+    capsys.readouterr()
+    bad = write(tmp_path, "bad-" + name, template.replace("DEEP", _deep(most + 1)))
+    assert main(["count", bad]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {bad}: {place}: is nested too deeply (more than 1,000 levels)\n"
+    )
+    assert sys.getrecursionlimit() == limit  # the CLI gives back the caller's
+
+
+def test_load_conversation_at_a_raised_recursion_limit_refuses_not_crashes(tmp_path: Path) -> None:
+    """A caller that raised the recursion limit past the CLI's own: msgspec would parse a
+    200,000-deep file as deep as it goes and overflow the stack (fresh14 #10's crash, on
+    the file path); the text is scanned first, without recursion."""
+    import subprocess
+    import sys
+
+    f = write(tmp_path, "deep.json", '{"messages":[{"role":"user","content":"a","x":' + _deep(200_000) + "}]}")
+    ok = write(tmp_path, "ok.json", '{"messages":[{"role":"user","content":"a","x":' + _deep(999) + "}]}")
+    code = f"""
+import sys
+from contextwindow.cli import main
+from contextwindow.io import load_conversation
+sys.setrecursionlimit(1_000_000)
+try:
+    load_conversation({f!r})
+except Exception as exc:
+    print(type(exc).__name__, exc)
+print(len(load_conversation({ok!r}).messages))
+print(main(["count", {f!r}]))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout == f"InvalidRequestError {f}: message 0: {TOO_DEEP}\n1\n2\n"
+    assert run.stderr == f"contextwindow: error: {f}: message 0: {TOO_DEEP}\n"
 
 
 # ---------------------------------------------------------------------------------- N11
