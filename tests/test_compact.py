@@ -150,7 +150,8 @@ def test_cut_never_splits_a_zwj_sequence_or_code_point() -> None:
     assert set(regex.findall(r"\X", head)) <= clusters and set(regex.findall(r"\X", tail)) <= clusters
     assert cw.message_tokens([r.messages[2]])[0] <= 500
     removed = len(text) - len(head) - len(tail)
-    assert r.report.fates[2].chars_removed == removed and f"[... {removed} characters (1 lines)" in out
+    # no line break: the cut is inside the one line, so the marker names no line (fresh15 #6)
+    assert r.report.fates[2].chars_removed == removed and f"\n[... {removed} characters removed ...]\n" in out
 
 
 def test_cjk_lines_cut_and_counted() -> None:
@@ -344,7 +345,7 @@ BUILD_LOG = (
     "".join(f"build step {i}: ok\n" for i in range(4000)) + "ERROR: linker failed: undefined reference to `foo'\n"
 )
 ERROR_LINE = "ERROR: linker failed: undefined reference to `foo'\n"
-_CUTS = r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]|\[Truncated: \d+ characters removed\]"
+_CUTS = r"\[\.\.\. \d+ characters(?: \(\d+ lines?\))? removed \.\.\.\]|\[Truncated: \d+ characters removed\]"
 
 
 def build_chat(log: str = BUILD_LOG) -> list[dict[str, Any]]:
@@ -414,9 +415,12 @@ def test_the_cap_and_the_share_rule_make_one_cut_of_a_tool_result() -> None:
 def test_a_2mb_tool_result_never_escapes_the_cap(lines: bool) -> None:
     """DESIGN.md, faults we never ship: a 2 MB tool result that escapes truncation. Cut
     head + tail under the 50,000-character cap, with or without line breaks (without
-    them, on grapheme boundaries: the widest marker "[... 2000000 characters (1 lines)
-    removed ...]" is 46 characters, with a break each side 48, so keep = 49,952: 24,976
-    each side, 1,950,048 removed, 24,976 + 1 + 46 + 1 + 24,976 = 50,000)."""
+    them, on grapheme boundaries: the widest marker "[... 2000000 characters (1 line)
+    removed ...]" is 45 characters, with a break each side 47, so keep = 49,953: 24,977
+    + 24,976 kept, 1,950,047 removed; the cut is inside the one line, so the marker names
+    no line (fresh15 #6): "[... 1950047 characters removed ...]", 36 characters, 49,991
+    in all; the 9 left over are kept too: 24,981 each side, 1,950,038 removed, 24,981 + 1
+    + 36 + 1 + 24,981 = 50,000)."""
     log = "compiling unit ... ok\n" * 90_909 + "ERROR: link failed" if lines else "y" * 2_000_000
     assert len(log) >= 2_000_000
     r = budget_tool_results(build_chat(log), 128_000)
@@ -426,8 +430,8 @@ def test_a_2mb_tool_result_never_escapes_the_cap(lines: bool) -> None:
     if lines:
         assert out.endswith("\nERROR: link failed") and out.startswith("compiling unit ... ok\n")
     else:
-        marker = "[... 1950048 characters (1 lines) removed ...]"
-        assert out == "y" * 24_976 + "\n" + marker + "\n" + "y" * 24_976 and len(out) == 50_000
+        marker = "[... 1950038 characters removed ...]"
+        assert out == "y" * 24_981 + "\n" + marker + "\n" + "y" * 24_981 and len(out) == 50_000
 
 
 def test_the_cap_cuts_text_head_only_and_tool_results_head_and_tail() -> None:
@@ -1191,3 +1195,59 @@ def test_clearing_an_image_result_never_puts_a_message_over_the_character_cap() 
     free = budget_tool_results(msgs, 276, format="anthropic")
     assert free.report.reason == "tool_result_budget"
     assert free.messages[2].content[0].content[0].text.startswith("[tool result cleared: 0 characters and 1 non-text")
+
+
+# --------------------------------------------------------------------------- the cut marker's line count
+
+
+@pytest.mark.parametrize(
+    ("text", "keep", "want"),
+    [
+        # three whole lines of 6 characters between the kept "line0\n" and "line4\n"
+        (
+            "line0\nline1\nline2\nline3\nline4\n",
+            12,
+            "line0\n[... 18 characters (3 lines) removed ...]\nline4\n",
+        ),
+        # one whole line: "1 line", not "1 lines"
+        ("aaaa\nbbbb\ncccc\n", 10, "aaaa\n[... 5 characters (1 line) removed ...]\ncccc\n"),
+        # the cut falls inside one line: no line was removed, so none is claimed
+        ("x" * 100, 20, "x" * 10 + "\n[... 80 characters removed ...]\n" + "x" * 10),
+        # cut inside the first and the last line (grapheme cuts at 5 and 40): of the three
+        # lines touched only "bbb\n" goes whole
+        (
+            "a" * 20 + "\nbbb\n" + "c" * 20,
+            10,
+            "a" * 5 + "\n[... 35 characters (1 line) removed ...]\n" + "c" * 5,
+        ),
+    ],
+    ids=["three_lines", "one_line", "inside_a_line", "partial_ends"],
+)
+def test_the_cut_marker_counts_whole_lines_only(text: str, keep: int, want: str) -> None:
+    """fresh15 #6: "(1 lines)", also when no line was removed, only part of one."""
+    from contextwindow.compact import _cut_lines
+
+    out, gone = _cut_lines(text, keep)
+    assert out == want
+    assert gone == int(re.search(r"\[\.\.\. (\d+) characters", out)[1])  # type: ignore[index]
+
+
+def test_a_cut_inside_one_line_claims_no_line() -> None:
+    """fresh15 #6's reproducer: a 70,000-character result with no line break, cut by the
+    50,000-character cap. The marker of the widest cut, "[... 70000 characters (1 line)
+    removed ...]", is 43 characters, with a break each side 45: keep 49,955, which cuts
+    20,045 characters and writes a 34-character marker "[... 20045 characters removed
+    ...]": 49,991 in all. The 9 left over go to the kept text: 49,964 (24,982 each side),
+    20,036 removed, a marker of the same 34 characters: 49,964 + 2 + 34 = 50,000."""
+    tc = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    ms = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [tc]},
+        {"role": "tool", "tool_call_id": "c1", "content": "A" * 70_000},
+        {"role": "user", "content": "next"},
+    ]
+    g = cw.ContextGuard(cw.resolve_budget(context_window=10_000_000, max_output_tokens=1000))
+    r = g.check(ms)
+    assert r.messages[2]["content"] == "A" * 24_982 + "\n[... 20036 characters removed ...]\n" + "A" * 24_982
+    assert [type(e).__name__ for e in r.events] == ["MessageTruncated"]
+    assert r.events[0].chars_removed == 20_036  # type: ignore[attr-defined]

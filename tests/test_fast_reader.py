@@ -14,6 +14,7 @@ Python adapters so the errors are the same.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import math
 import os
@@ -489,6 +490,9 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ("self-referential extra", [{"role": "user", "content": "x", "meta": (_loop := [])}], None),
     ("int key in a message (valid)", [{"role": "user", "content": "x", 1: 2}], None),
     ("int key in a part (valid)", [{"role": "user", "content": [{"type": "text", "text": "x", 1: 2}]}], None),
+    # a container msgspec would write (its keys are the adapters' to check: fresh14 #11)
+    ("dict subclass in extra (valid)", [{"role": "user", "content": "x", "k": collections.OrderedDict(a=1)}], None),
+    ("set in extra (valid)", [{"role": "user", "content": "x", "k": {1, 2}}], None),
 ]
 _loop.append(_loop)
 

@@ -213,8 +213,11 @@ def test_recover_trims_to_two_thirds_then_stops() -> None:
 def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
     # bash's result is 60,000 characters (4 + 15,000 tokens): 16,105 in all.
     # Step 1: the character cap cuts it to 50,000 (4 + 12,500): 13,605, keeping its head
-    # and tail (24,977 "y" each side of "[... 10046 characters (1 lines) removed ...]",
-    # 44 characters, with a line break on each side); 12,504 is under
+    # and tail: the widest marker "[... 60000 characters (1 line) removed ...]" (43, and
+    # a line break each side) leaves 49,955 kept, 10,045 removed; the cut is inside the
+    # one line, so the marker names no line (fresh15 #6): "[... 10045 characters removed
+    # ...]", 34 characters, 49,991 in all; the 9 left over are kept too: 24,982 "y"
+    # each side of "[... 10036 characters removed ...]"; 12,504 is under
     # half the 26,000 window and 13,605 under 75% of it, so nothing else in step 1.
     # Budget 26,000 - 13,000 = 13,000 < 13,605: step 2 clears down to 0.7 * 13,000 =
     # 9,100: read_file's result (1,004 -> 18, "[tool result cleared: 4000 characters of
@@ -233,7 +236,7 @@ def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
         "tool_output",
         16105,
         13605,
-        10046,
+        10036,
     )
     assert (second.step, second.tokens_before, second.tokens_after, second.results) == ("tool_results", 13605, 132, 2)
     assert r.messages[7]["content"] == "[tool result cleared: 50000 characters of bash output]"
@@ -431,8 +434,9 @@ def test_parallel_results_in_one_carrier_are_counted_per_result() -> None:
     # one result was cut and the other cleared. Costs (fim): "read both" 4 + 9 // 4 = 6;
     # two Read calls 4 + 2 * (1 + 1) = 8; carrier 4 + 1,000 + 1,000 = 2,004; 5; 5: 2,028.
     # Window 1,500: each result alone (4 + 1,000) is over 750, so each is cut to k
-    # characters + "\n[... N characters (1 lines) removed ...]\n" (45 characters with a
-    # 4-digit N): 4 + (k + 45) // 4 <= 750 -> k = 2,942, N = 1,058; the carrier is
+    # characters + "\n[... N characters removed ...]\n" (35 characters with a 4-digit N;
+    # no line count: the cut is inside the one line, fresh15 #6): 4 + (k + 35) // 4 <=
+    # 750 -> k = 2,952, N = 1,048; the carrier is
     # 4 + 746 + 746 = 1,496 and the total 1,520 > 1,500 (share 1.0), so the older
     # result is cleared: "[tool result cleared: 2987 characters of Read output]" (53
     # characters, 13 tokens): 1,520 - 746 + 13 = 787. Before the fix the cut was lost
@@ -460,7 +464,7 @@ def test_parallel_results_in_one_carrier_are_counted_per_result() -> None:
     g = ContextGuard(resolve_budget(1_500, 0, floor=0, env={}), profile="fim", max_total_share=1.0)
     r = g.check(msgs)
     cut, cleared = r.events
-    assert isinstance(cut, ToolResultTruncated) and (cut.results, cut.chars_removed) == (1, 1_058)
+    assert isinstance(cut, ToolResultTruncated) and (cut.results, cut.chars_removed) == (1, 1_048)
     assert isinstance(cleared, ToolResultsCleared) and (cleared.results, cleared.chars_removed) == (1, 4_000)
     assert cleared.tokens_after == 787
     assert (g.stats.tool_results_cut, g.stats.tool_results_cleared) == (1, 1)

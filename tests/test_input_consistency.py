@@ -8,6 +8,7 @@ message is bad, all three name the first bad message, with the same text (fresh8
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import io
@@ -1116,3 +1117,86 @@ def test_tools_of_every_documented_shape_are_still_counted() -> None:
     n = cw.count_messages(msgs, tools=tools)
     assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())
     assert n > cw.count_messages(msgs)
+
+
+# --------------------------------------------------------------------------- keys that JSON writes alike
+
+
+def _use(value: Any) -> list[Any]:
+    return [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": value}]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("messages", "want"),
+    [
+        # fresh14 #11's repro: msgspec (and json.dumps) write the int key 1 as "1"
+        (_use({1: "a", "1": "b"}), 'message 1, field content[0].input: the key "1" appears more than once'),
+        # a float key is written as msgspec writes the float, "1.5"
+        (
+            _use({"x": {1.5: "a", "1.5": "b"}}),
+            'message 1, field content[0].input.x: the key "1.5" appears more than once',
+        ),
+        # the message's own keys, an extra key's object, a block's keys
+        ([{"role": "user", "content": "q", 1: "a", "1": "b"}], 'message 0: the key "1" appears more than once'),
+        (
+            [{"role": "user", "content": "q", "meta": {"x": [{2: "a", "2": "b"}]}}],
+            'message 0, field meta.x[0]: the key "2" appears more than once',
+        ),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "q", 7: "a", "7": "b"}]}],
+            'message 0, field content[0]: the key "7" appears more than once',
+        ),
+        # an OrderedDict (a dict subclass) inside an extra key
+        (
+            [{"role": "user", "content": "q", "meta": collections.OrderedDict([(3, "a"), ("3", "b")])}],
+            'message 0, field meta: the key "3" appears more than once',
+        ),
+        # a Message struct's extra
+        (
+            [Message(role="user", content=[TextPart(text="q")], extra={"k": {1: "a", "1": "b"}})],
+            'message 0, field extra.k: the key "1" appears more than once',
+        ),
+    ],
+    ids=["int_input", "float_input", "message_keys", "extra_object", "block_keys", "ordered_dict", "struct_extra"],
+)
+def test_keys_json_writes_alike_are_refused(messages: list[Any], want: str) -> None:
+    """fresh14 #11: ``{1: "a", "1": "b"}`` was accepted and both values counted, while
+    the JSON written for it holds the key "1" twice (parsers disagree on which value
+    wins). Refused as two keys lone surrogates make one are, in the same words."""
+    assert dict_error(messages) == want
+    for call in (
+        lambda: cw.trim_turns(messages, 10),
+        lambda: cw.fit(messages, 10),
+        lambda: cw.message_tokens(messages),
+        lambda: cw.count_many([messages]),
+        lambda: cw.ContextGuard(cw.resolve_budget(context_window=10**5, max_output_tokens=10)).check(messages),
+    ):
+        with pytest.raises(InvalidMessageError) as info:
+            call()
+        assert str(info.value).endswith(want)
+
+
+def test_keys_json_writes_alike_in_a_tool_definition_are_refused() -> None:
+    from contextwindow.errors import InvalidRequestError
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {1: "a", "1": "b"}}}]
+    with pytest.raises(InvalidRequestError) as req:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(req.value) == 'tools[0].function.parameters: the key "1" appears more than once'
+
+
+def test_one_int_key_is_read_as_its_text_and_bool_or_none_keys_are_refused() -> None:
+    """An int or float key alone is written as its text, as msgspec writes it, and
+    counted so ({1: "a"} costs what {"1": "a"} costs); a bool or None key has no JSON
+    text msgspec writes (json.dumps would write "true", "null"): refused as a value JSON
+    cannot represent, as before."""
+    assert cw.count_messages(_use({1: "a"})) == cw.count_messages(_use({"1": "a"}))
+    assert cw.count_messages(_use({2.5: "a"})) == cw.count_messages(_use({"2.5": "a"}))
+    for key in (True, None):
+        assert dict_error(_use({key: "a"})) == (
+            "message 1, field content[0].input: holds a value JSON cannot represent "
+            "(Only dicts with str-like or number-like keys are supported)"
+        )

@@ -379,6 +379,11 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
+# the CLI's words: its limit is the dict path's (fresh15 #5); a 1,000-level value in a
+# message is 1,001 levels from the message
+TOO_DEEP = "is nested too deeply (more than 1,000 levels)"
+
+
 @pytest.mark.parametrize(
     ("name", "data"),
     [
@@ -396,16 +401,16 @@ def test_nested_too_deeply_names_the_message_in_the_cli(
     f = write(tmp_path, name, data.replace("DEEP", _deep(1000)))
     for argv in (["count", f], ["fit", f, "--budget", "10"], ["validate", f]):
         assert main(argv) == 2
-        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: is nested too deeply\n"
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: message 1: {TOO_DEEP}\n"
     first = write(tmp_path, "first.jsonl", '{"role":"user","content":"a","x":DEEP}\n{"role":"user","content":"b"}\n')
     Path(first).write_text(Path(first).read_text().replace("DEEP", _deep(1000)))
     assert main(["count", first]) == 2
-    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: is nested too deeply\n"
+    assert capsys.readouterr().err == f"contextwindow: error: {first}: message 0: {TOO_DEEP}\n"
     tools = write(
         tmp_path, "tools.json", '{"messages":[],"tools":[{"type":"function","x":DEEP}]}'.replace("DEEP", _deep(1000))
     )
     assert main(["count", tools]) == 2
-    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: is nested too deeply\n"
+    assert capsys.readouterr().err == f"contextwindow: error: {tools}: tools[0]: {TOO_DEEP}\n"
 
 
 def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -416,7 +421,7 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
     cases = [
         ("cut.json", "[" * 50_000, "invalid JSON: line 1, column 50001: Input data was truncated"),
         ("bad.json", "[" * 3000 + "x" + "]" * 3000, "invalid JSON: line 1, column 3001: expected value (byte 3000)"),
-        ("deep.json", "[" * 50_000 + "]" * 50_000, "message 0: is nested too deeply"),
+        ("deep.json", "[" * 50_000 + "]" * 50_000, f"message 0: {TOO_DEEP}"),
         (
             "cut.jsonl",
             '{"role":"user","content":"a"}\n' + "[" * 5000 + "\n",
@@ -463,6 +468,224 @@ def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
     ).encode()
     with pytest.raises(cw.InvalidRequestError, match=r"at byte \d+: tools\[0\]: is nested too deeply$"):
         cw.count_request(tool)
+
+
+# ------------------------------------------------- one nesting limit, whatever the recursion limit
+
+
+def _nest(n: int) -> list[Any]:
+    """``n`` nested lists: ``[]`` is 1, ``[[]]`` is 2."""
+    value: list[Any] = []
+    for _ in range(n - 1):
+        value = [value]
+    return value
+
+
+def _use(value: Any) -> list[Any]:
+    return [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": value}]},
+    ]
+
+
+def test_a_raised_recursion_limit_gives_the_depth_error_not_a_crash() -> None:
+    """fresh14 #10: after ``sys.setrecursionlimit(1_000_000)`` a 200,000-deep ``tool_use``
+    input killed the interpreter (SIGSEGV in ``msgspec.json.encode``, from
+    ``adapters._encode_input``) instead of raising "is nested too deeply"."""
+    import subprocess
+    import sys
+
+    code = """
+import collections, sys, contextwindow as cw
+sys.setrecursionlimit(1_000_000)
+v = []
+for _ in range(200_000):
+    v = [v]
+msgs = [{"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": v}}]}]
+extra = [{"role": "user", "content": "q", "meta": v}]
+g = cw.ContextGuard(cw.resolve_budget(context_window=100_000, max_output_tokens=1_000))
+for call in (lambda: cw.count_messages(msgs), lambda: cw.trim_turns(msgs, 10), lambda: cw.fit(msgs, 10),
+             lambda: g.check(msgs), lambda: cw.validate(msgs, "anthropic"), lambda: cw.count_messages(extra),
+             lambda: cw.count_many([extra]), lambda: cw.message_tokens(extra),
+             lambda: cw.count_messages(msgs[:1], tools=[{"a": v}]),
+             lambda: cw.count_messages([{"role": "user", "content": "q", "meta": collections.OrderedDict(a=v)}]),
+             lambda: cw.count_messages([{"role": "user", "content": "q", "meta": (v,)}])):
+    try:
+        call()
+    except cw.ContextWindowError as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("accepted")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.splitlines() == [
+        *["InvalidMessageError message 1: is nested too deeply"] * 5,
+        "InvalidMessageError message 0: is nested too deeply",
+        "InvalidMessageError conversation 0: message 0: is nested too deeply",
+        "InvalidMessageError message 0: is nested too deeply",
+        "InvalidRequestError tools[0]: is nested too deeply",
+        *["InvalidMessageError message 0: is nested too deeply"] * 2,
+    ]
+
+
+@pytest.fixture
+def raised_recursion_limit() -> Any:
+    import sys
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(5_000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
+@pytest.mark.usefixtures("raised_recursion_limit")
+def test_the_dict_path_takes_1000_levels_whatever_the_recursion_limit() -> None:
+    """fresh14 #10: 2,989 levels were accepted after ``sys.setrecursionlimit(3000)``, 989 at
+    the default. Now 1,000 levels from the message (the message is level 1; objects and
+    arrays count) are the most taken: an extra key's value of 999 levels (1 + 999), a
+    ``tool_use`` input ``{"a": 996 levels}`` (message, content, block, input: 4 + 996), a
+    tool definition's 999 (1 + 999), a ``Message`` struct's ``extra`` dict holding 998
+    (struct, extra, 998)."""
+    from contextwindow.messages import Message
+
+    cases: list[tuple[Any, Any, str]] = [
+        (
+            lambda d: cw.count_messages([{"role": "user", "content": "q", "meta": _nest(d)}]),
+            999,
+            "message 0: is nested too deeply",
+        ),
+        (lambda d: cw.count_messages(_use({"a": _nest(d)})), 996, "message 1: is nested too deeply"),
+        (lambda d: cw.trim_turns(_use({"a": _nest(d)}), 10), 996, "message 1: is nested too deeply"),
+        (
+            lambda d: cw.count_messages([{"role": "user", "content": "q"}], tools=[{"a": _nest(d)}]),
+            999,
+            "tools[0]: is nested too deeply",
+        ),
+        (
+            lambda d: cw.count_messages([Message(role="user", content=[], extra={"k": _nest(d)})]),
+            998,
+            "message 0: is nested too deeply",
+        ),
+    ]
+    for call, most, want in cases:
+        call(most)
+        with pytest.raises(cw.ContextWindowError) as err:
+            call(most + 1)
+        assert str(err.value) == want
+    # an earlier message's fault comes first, as the adapters read in order
+    deep = {"role": "user", "content": "q", "meta": _nest(1000)}
+    with pytest.raises(cw.InvalidMessageError, match=r'^message 0, field role: unknown role "wizard"$'):
+        cw.count_messages([{"role": "wizard", "content": "x"}, deep])
+
+
+def test_what_the_default_recursion_limit_took_is_still_taken() -> None:
+    """The limit refuses nothing the default recursion limit (1,000) let through: 989
+    levels in an extra key, 985 in a ``tool_use`` input (fresh14 #10's measures; in a
+    fresh interpreter, whose stack is as shallow as a script's: pytest's frames count
+    against the recursion limit too)."""
+    import subprocess
+    import sys
+
+    code = """
+import contextwindow as cw
+def nest(n):
+    v = []
+    for _ in range(n - 1):
+        v = [v]
+    return v
+print(cw.count_messages([{"role": "user", "content": "q", "meta": nest(989)}]) > 0)
+use = {"type": "tool_use", "id": "t", "name": "f", "input": {"a": nest(985)}}
+print(cw.count_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": [use]}]) > 0)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stdout) == (0, "True\nTrue\n"), run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "most", "place"),
+    [
+        # fresh15 #5's file: a top-level key the CLI only copies; its value is level 1
+        ("copied.json", '{"x":DEEP,"messages":[{"role":"user","content":"hi"}]}', 1000, "x"),
+        # inside a message, counted from the message as on the dict path (message 1, meta 2)
+        ("meta.json", '{"messages":[{"role":"user","content":"hi","meta":DEEP}]}', 999, "message 0"),
+        ("list.json", '[{"role":"user","content":"hi","meta":DEEP}]', 999, "message 0"),
+        ("one.json", '{"role":"user","content":"hi","meta":DEEP}', 999, "message 0"),
+        (
+            "lines.jsonl",
+            '{"role":"user","content":"a"}\n{"role":"user","content":"hi","meta":DEEP}\n',
+            999,
+            "message 1",
+        ),
+        (
+            "tools.json",
+            '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"},"x":DEEP}]}',
+            999,
+            "tools[0]",
+        ),
+        # an Anthropic top-level system is the content of the message it becomes: level 2,
+        # its block 3, the block's key 4 to 1,000
+        (
+            "system.json",
+            '{"system":[{"type":"text","text":"s","x":DEEP}],"messages":[{"role":"user","content":"hi"}]}',
+            997,
+            "system",
+        ),
+    ],
+    ids=["copied", "meta", "list", "one", "jsonl", "tools", "system"],
+)
+def test_the_cli_takes_the_dict_paths_1000_levels_and_names_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, template: str, most: int, place: str
+) -> None:
+    """fresh15 #5: the CLI refused 987 levels from the top of the file (its parser's
+    recursion limit), even in a key it only copies, and named ``x[0]``, not the limit.
+    Now it takes the dict path's 1,000 levels, counted from each message, tool
+    definition or other top-level value, whatever the recursion limit, and says so."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    ok = write(tmp_path, name, template.replace("DEEP", _deep(most)))
+    out = str(tmp_path / ("out-" + name))
+    assert main(["count", ok]) == 0
+    assert main(["fit", ok, "--budget", "100000", "-o", out]) == 0
+    assert Path(out).read_text().count("[") == Path(ok).read_text().count("[")  # written back whole
+    capsys.readouterr()
+    bad = write(tmp_path, "bad-" + name, template.replace("DEEP", _deep(most + 1)))
+    assert main(["count", bad]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: {bad}: {place}: is nested too deeply (more than 1,000 levels)\n"
+    )
+    assert sys.getrecursionlimit() == limit  # the CLI gives back the caller's
+
+
+def test_load_conversation_at_a_raised_recursion_limit_refuses_not_crashes(tmp_path: Path) -> None:
+    """A caller that raised the recursion limit past the CLI's own: msgspec would parse a
+    200,000-deep file as deep as it goes and overflow the stack (fresh14 #10's crash, on
+    the file path); the text is scanned first, without recursion."""
+    import subprocess
+    import sys
+
+    f = write(tmp_path, "deep.json", '{"messages":[{"role":"user","content":"a","x":' + _deep(200_000) + "}]}")
+    ok = write(tmp_path, "ok.json", '{"messages":[{"role":"user","content":"a","x":' + _deep(999) + "}]}")
+    code = f"""
+import sys
+from contextwindow.cli import main
+from contextwindow.io import load_conversation
+sys.setrecursionlimit(1_000_000)
+try:
+    load_conversation({f!r})
+except Exception as exc:
+    print(type(exc).__name__, exc)
+print(len(load_conversation({ok!r}).messages))
+print(main(["count", {f!r}]))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout == f"InvalidRequestError {f}: message 0: {TOO_DEEP}\n1\n2\n"
+    assert run.stderr == f"contextwindow: error: {f}: message 0: {TOO_DEEP}\n"
 
 
 # ---------------------------------------------------------------------------------- N11

@@ -18,7 +18,17 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _native
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote, shown
+from ._jsontext import (
+    KeyClash,
+    clean_value,
+    depth_unbounded,
+    field_path,
+    has_odd_keys,
+    loads_keeping_numbers,
+    nested_deeper,
+    quote,
+    shown,
+)
 from .adapters import (
     _unknown_role,
     anthropic_to_message,
@@ -28,7 +38,7 @@ from .adapters import (
     to_canonical,
 )
 from .errors import InvalidMessageError
-from .messages import ContentKind, Message, TextPart, ToolResult
+from .messages import ContentKind, Message, TextPart, ToolCall, ToolResult
 from .report import FitReport, TrimResult
 
 Provider = Literal["openai", "anthropic"]
@@ -115,13 +125,36 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     return None
 
 
+def _carries_odd_keys(parts: Any) -> bool:
+    """Whether a value the parts carry as it is (a part's ``extra``, an opaque part's
+    ``raw``, an image's ``source``, and the same in a tool result's parts) has a key
+    that is not a ``str`` (:func:`has_odd_keys`)."""
+    for p in parts:
+        t = type(p)
+        if t is TextPart or t is ToolCall:
+            if p.extra is not None and has_odd_keys(p.extra):
+                return True
+        elif t is ToolResult:
+            if (p.extra is not None and has_odd_keys(p.extra)) or _carries_odd_keys(p.content):
+                return True
+        else:  # an opaque part's raw, an image's source, anything else a caller built
+            for v in (getattr(p, "extra", None), getattr(p, "raw", None), getattr(p, "source", None)):
+                if v is not None and type(v) is not str and has_odd_keys(v):
+                    return True
+    return False
+
+
 def _encode(messages: Sequence[Message]) -> bytes:
     """:func:`encode_messages`, raising :class:`KeyClash` (its path starts with the
-    message's index) for two keys that lone surrogates made one."""
+    message's index) for two keys that lone surrogates made one, or that JSON writes
+    alike (``{1: "a", "1": "b"}``, fresh14 #11)."""
     try:
-        return _ENCODER.encode(messages)
+        payload = _ENCODER.encode(messages)
     except UnicodeEncodeError:
         return _ENCODER.encode(clean_value(msgspec.to_builtins(messages)))
+    if any((m.extra is not None and has_odd_keys(m.extra)) or _carries_odd_keys(m.content) for m in messages):
+        clean_value(msgspec.to_builtins(messages))  # raises KeyClash for two keys written alike
+    return payload
 
 
 def _clash_error(clash: KeyClash, index: int | None = None) -> InvalidMessageError:
@@ -461,6 +494,26 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     return prep
 
 
+def _check_depth(messages: list[Any], fmt: InputFormat) -> None:
+    """Refuse the first message nested more than :data:`MAX_DEPTH` levels deep (the
+    message is level 1), before anything recursive (msgspec, :func:`clean_value`) runs
+    on it; a fault in an earlier message is raised first, as the adapters read in order
+    (fresh14 #10: past Python's recursion limit it was the only bound, and a raised
+    limit let msgspec overflow the C stack)."""
+    for i, m in enumerate(messages):
+        if nested_deeper(m):
+            # the messages before it, read as they would be (their faults first)
+            if fmt == "canonical":
+                _check_canonical(messages[:i])
+            else:
+                _to_canonical(messages[:i], fmt)
+                earlier = _first_clash(messages, i)
+                if earlier is not None:
+                    raise earlier
+                _encode_located(_to_canonical(messages[:i], fmt))
+            raise InvalidMessageError("is nested too deeply", index=i)
+
+
 def _prepare(messages: list[Any], format: str | None) -> Prepared:
     """:func:`prepare` on a snapshot of the caller's list, ``format`` checked."""
     if format == "canonical" and not all(isinstance(m, Message) for m in messages):
@@ -478,6 +531,8 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
             fmt = "canonical"
         else:
             fmt = format  # type: ignore[assignment]
+        if depth_unbounded():
+            _check_depth(messages, fmt)
         if fmt == "canonical":
             canonical = list(messages)
             payload = _check_canonical(canonical)

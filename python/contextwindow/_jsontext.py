@@ -13,21 +13,27 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 __all__ = [
+    "MAX_DEPTH",
     "QUOTE_CHARS",
     "shown",
     "KeyClash",
     "bare",
     "clean_str",
     "clean_value",
+    "depth_unbounded",
     "escape_controls",
     "field_path",
+    "has_odd_keys",
+    "json_key",
     "loads_keeping_numbers",
+    "nested_deeper",
     "quote",
 ]
 
@@ -90,11 +96,58 @@ class KeyClash(Exception):
         return f"the key {quote(self.key)} appears more than once"
 
 
+def json_key(key: Any) -> Any:
+    """The key as JSON writes it: a ``str`` with :func:`clean_str`; any other key msgspec
+    takes (an ``int``, a ``float``, an enum, ...) as the string msgspec writes for it
+    (``1`` is ``"1"``, ``1.5`` is ``"1.5"``, ``1e20`` is ``"1e20"``); a key msgspec
+    refuses (a ``bool``, ``None``, a tuple) as it is, for the encoder to refuse.
+
+    >>> json_key(1), json_key(1.5), json_key("k\\ud800"), json_key(True)
+    ('1', '1.5', 'k\\ufffd', True)
+    """
+    if isinstance(key, str):
+        return clean_str(key)
+    try:
+        return next(iter(msgspec.json.decode(msgspec.json.encode({key: None}))))
+    except (TypeError, ValueError, msgspec.MsgspecError):
+        return key
+
+
+def has_odd_keys(value: Any) -> bool:
+    """Whether an object (a ``Mapping``) inside ``value`` (``list``/``tuple`` arrays,
+    ``Mapping`` objects, any depth; walked without recursion) has a key that is not a
+    ``str``: only then can two of its keys be one key once written as JSON (``{1: "a",
+    "1": "b"}``; fresh14 #11), which :func:`clean_value` then finds.
+
+    >>> has_odd_keys([{"a": {"b": 1}}]), has_odd_keys([{"a": {2: 1}}])
+    (False, True)
+    """
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str or t is int or t is float or v is None:
+            continue
+        if t is list or t is tuple:
+            extend(v)
+        elif t is dict or isinstance(v, Mapping):
+            for k in v:
+                if type(k) is not str and not isinstance(k, str):
+                    return True
+            extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            extend(v)
+    return False
+
+
 def clean_value(value: Any) -> Any:
     """:func:`clean_str` on every string of a JSON-like value (dict keys included), as a
     copy; the value itself is not changed. Objects are any ``Mapping`` (written back as
     ``dict``), arrays ``list`` or ``tuple`` (written back as ``list``); other values are
-    returned as they are.
+    returned as they are. A key that is not a ``str`` becomes the string JSON writes for
+    it (:func:`json_key`: ``1`` is ``"1"``), so ``{1: "a", "1": "b"}`` is two keys that
+    are one once written, as two that differ only in lone surrogates are.
 
     Raises:
         KeyClash: two keys of one object clean to the same key; found in document order,
@@ -110,7 +163,7 @@ def clean_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            key = clean_str(k) if isinstance(k, str) else k
+            key = clean_str(k) if isinstance(k, str) else json_key(k)
             try:
                 cleaned = clean_value(v)
             except KeyClash as clash:
@@ -130,6 +183,57 @@ def clean_value(value: Any) -> Any:
                 raise
         return items
     return value
+
+
+#: The deepest nesting of objects and arrays the dict path and the CLI take in a message,
+#: a tool definition or (the CLI) any other top-level value, counted from it (it is level
+#: 1 when it is an object or array; a ``Message`` or part struct counts as an object),
+#: whatever ``sys.getrecursionlimit()`` says (fresh14 #10: 2,989 levels after
+#: ``sys.setrecursionlimit(3000)``, and a crash at 200,000 after a limit of 1,000,000).
+#: At the default recursion limit Python's own stops a little earlier (about 990 levels,
+#: less from deep in a caller's stack), as before. The gateway's limit is serde_json's 128
+#: from the top of the body.
+MAX_DEPTH = 1000
+
+
+def depth_unbounded() -> bool:
+    """Whether a value nested deeper than :data:`MAX_DEPTH` could get past Python's own
+    recursion limit, so :func:`nested_deeper` must look: the limit is above
+    :data:`MAX_DEPTH`, or (Python 3.12 and later) msgspec's C code is held by a C
+    recursion limit of its own instead. At the default limit on 3.10 and 3.11 every
+    walk of a value (msgspec, :func:`clean_value`) raises ``RecursionError`` before
+    :data:`MAX_DEPTH` levels, safely: nothing to check, nothing to pay."""
+    return sys.version_info >= (3, 12) or sys.getrecursionlimit() > MAX_DEPTH
+
+
+def nested_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels deep
+    (``value`` is level 1 when it is one): ``Mapping`` objects; ``list``, ``tuple``,
+    ``set`` and ``frozenset`` arrays; msgspec structs (their fields). Walked without
+    recursion, depth first, so a value that holds itself is found after ``limit`` steps.
+
+    >>> nested_deeper([[[]]], 3), nested_deeper([[[]]], 2), nested_deeper({"a": [1]}, 2)
+    (False, True, False)
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        t = type(v)
+        if t is dict or isinstance(v, Mapping):
+            children: Any = v.values()
+        elif t is list or t is tuple or isinstance(v, (list, tuple, set, frozenset)):
+            children = v
+        elif isinstance(v, msgspec.Struct):
+            children = [getattr(v, f, None) for f in v.__struct_fields__]
+        else:
+            continue
+        if depth > limit:
+            return True
+        for c in children:
+            if type(c) is not str and c is not None:
+                push((c, depth + 1))
+    return False
 
 
 #: How many characters of a caller's string an error quotes (:func:`quote`) or names in a

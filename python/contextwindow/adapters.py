@@ -17,7 +17,7 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, loads_keeping_numbers, quote, shown
+from ._jsontext import KeyClash, clean_str, clean_value, field_path, has_odd_keys, loads_keeping_numbers, quote, shown
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -373,9 +373,12 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 def _encode_input(value: Any, index: int, field: str) -> str:
     try:
         try:
-            return msgspec.json.encode(value).decode()
+            text = msgspec.json.encode(value).decode()
         except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
             return msgspec.json.encode(clean_value(value)).decode()
+        if has_odd_keys(value):  # {1: "a", "1": "b"} is written with the key "1" twice
+            clean_value(value)
+        return text
     except KeyClash as clash:  # two keys lone surrogates make one: the gateway's words
         _fail(clash.reason(), index, field_path(clash.path, field))
     except (TypeError, ValueError, msgspec.MsgspecError) as exc:
@@ -474,7 +477,8 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             payload would go uncounted: ``tool_calls: OpenAI's tool-calling form is not
             read in an Anthropic message; send tool_use blocks``; a ``tool_use``
             ``input`` holding two keys that differ only in lone surrogates, one key once
-            replaced: ``content[0].input: the key "\ufffd" appears more than once``).
+            replaced: ``content[0].input: the key "\ufffd" appears more than once``, or
+            two keys JSON writes alike, ``{1: "a", "1": "b"}``: ``the key "1"``).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})

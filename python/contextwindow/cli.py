@@ -28,7 +28,7 @@ from .breakdown import Breakdown, token_breakdown
 from .budget import ENV_MAX_OUTPUT_TOKENS, Budget, ReserveError, _too_large, model_limits, resolve_budget
 from .errors import ContextWindowError, InvalidMessageError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
-from .io import Conversation, dump_conversation, escape_line_breaks, load_conversation
+from .io import CLI_RECURSION_LIMIT, Conversation, dump_conversation, escape_line_breaks, load_conversation
 from .pairs import repair_tool_pairs, validate
 from .report import FitReport
 from .trim import trim_turns
@@ -554,6 +554,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextmanager
+def _recursion_room() -> Iterator[None]:
+    """Run with a recursion limit of at least :data:`~contextwindow.io.CLI_RECURSION_LIMIT`,
+    so the CLI's nesting limit is the dict path's fixed one (1,000 levels from a
+    message), not its parser's (fresh15 #5: 987 levels from the top of the file); a
+    deeper file is refused before or where the parser gives up, far from the stack's end.
+    The caller's limit comes back after, unless something else changed it meanwhile."""
+    before = sys.getrecursionlimit()
+    if before >= CLI_RECURSION_LIMIT:
+        yield
+        return
+    sys.setrecursionlimit(CLI_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        if sys.getrecursionlimit() == CLI_RECURSION_LIMIT:
+            sys.setrecursionlimit(before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI.
 
@@ -579,7 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout, sys.stderr = _Guarded(sys.stdout, pipe), _Guarded(sys.stderr, pipe)
     try:
         try:
-            status = _run(argv)
+            with _recursion_room():
+                status = _run(argv)
         except SystemExit as exc:  # argparse: --help, --version, usage errors
             if not isinstance(exc.code, int) or exc.code != 0:
                 raise

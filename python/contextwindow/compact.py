@@ -127,9 +127,13 @@ WRITE_TOOLS: frozenset[str] = frozenset(
 )
 
 #: Put between the head and the tail of a cut tool result (by the share rule or the
-#: character cap): characters (code points) and lines (lines removed wholly or in part)
-#: taken out.
+#: character cap): characters (code points) and whole lines (a line and the break that
+#: ends it; the text's last line may have none) taken out, written by
+#: :func:`cut_marker`: ``(1 line)`` for one, and no line count when no whole line was
+#: removed (the cut fell inside one line, or inside two neighbouring ones).
 RESULT_CUT_MARKER = "[... {chars} characters ({lines} lines) removed ...]"
+#: :data:`RESULT_CUT_MARKER` when no whole line was removed.
+RESULT_CUT_MARKER_NO_LINES = "[... {chars} characters removed ...]"
 #: Replaces the whole content of a cleared tool result (``chars``: characters of text the
 #: result held when it was cleared; non-text parts are named when there were any).
 RESULT_CLEARED_MARKER = "[tool result cleared: {chars} characters of {tool} output]"
@@ -140,7 +144,7 @@ MESSAGE_CAP_MARKER = "\n[Truncated: {chars} characters removed]"
 COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
 
 _CAP_ONLY_RE = re.compile(r"\n\[Truncated: \d+ characters removed\]")
-_CUT_ONLY_RE = re.compile(r"\[\.\.\. \d+ characters \(\d+ lines\) removed \.\.\.\]")
+_CUT_ONLY_RE = re.compile(r"\[\.\.\. \d+ characters(?: \(\d+ lines?\))? removed \.\.\.\]")
 _CLEARED_RE = re.compile(r"\[tool result cleared: \d+ characters(?: and \d+ non-text parts)? of .* output\]", re.S)
 _SEG = msgspec.json.Decoder(Segmentation)
 _NOTICE_RE = re.compile(r"\[context compacted: (\d+) earlier messages removed\]")
@@ -252,6 +256,37 @@ def _clear(r: ToolResult, tool: str | None) -> ToolResult:
     return msgspec.structs.replace(r, content=[TextPart(text=_cleared_text(r, tool))], content_kind=kind)
 
 
+def cut_marker(chars: int, lines: int) -> str:
+    """The marker of a tool result cut head + tail: ``chars`` characters and ``lines``
+    whole lines removed (:data:`RESULT_CUT_MARKER`; ``1 line``; without a line count
+    when ``lines`` is 0).
+
+    >>> cut_marker(18, 3)
+    '[... 18 characters (3 lines) removed ...]'
+    >>> cut_marker(5, 1), cut_marker(80, 0)
+    ('[... 5 characters (1 line) removed ...]', '[... 80 characters removed ...]')
+    """
+    if lines == 0:
+        return RESULT_CUT_MARKER_NO_LINES.format(chars=chars)
+    return RESULT_CUT_MARKER.format(chars=chars, lines=lines).replace("(1 lines)", "(1 line)")
+
+
+def _whole_lines(text: str, h: int, q: int) -> int:
+    """How many whole lines of ``text`` lie in ``text[h:q]``: a line with the break that
+    ends it, or the text's last line (which has none) when the cut reaches the end. A
+    line the cut starts or ends inside is not counted (fresh15 #6: a cut inside one line
+    said "(1 lines) removed")."""
+    gone = text[h:q]
+    if not gone:
+        return 0
+    at_line_start = h == 0 or text[h - 1] == "\n"
+    breaks = gone.count("\n")
+    whole = breaks - (0 if at_line_start or breaks == 0 else 1)
+    if q == len(text) and not gone.endswith("\n") and (breaks > 0 or at_line_start):
+        whole += 1  # the last line, which no break ends, removed from its start
+    return whole
+
+
 def _cut_lines(text: str, keep: int) -> tuple[str, int]:
     """Keep about ``keep`` characters: head + :data:`RESULT_CUT_MARKER` + tail.
 
@@ -277,11 +312,9 @@ def _cut_lines(text: str, keep: int) -> tuple[str, int]:
         while q < n and ref._bad_cut(text, q):
             q += 1
     q = max(q, h)
-    gone = text[h:q]
-    lines = gone.count("\n") + (0 if not gone or gone.endswith("\n") else 1)
     head, tail = text[:h], text[q:]
     sep = "" if not head or head.endswith("\n") else "\n"
-    mark = RESULT_CUT_MARKER.format(chars=q - h, lines=lines)
+    mark = cut_marker(q - h, _whole_lines(text, h, q))
     return head + sep + mark + ("\n" + tail if tail else ""), q - h
 
 
@@ -296,7 +329,7 @@ def _cut_lines_to(text: str, allowed: int) -> tuple[str, int, int]:
     n = len(text)
     # head + tail hold at most `keep` characters; the marker's numbers are at most n and
     # the line count, and a line break may stand on each side of it
-    widest = len(RESULT_CUT_MARKER.format(chars=n, lines=text.count("\n") + 1)) + 2
+    widest = len(cut_marker(n, text.count("\n") + 1)) + 2
     keep = max(0, allowed - widest)
     out, gone = _cut_lines(text, keep)
     for _ in range(4):  # use what that bound left over, while it still keeps more
@@ -447,7 +480,8 @@ def budget_tool_results(
        results) is over ``max_message_chars`` characters has its largest texts cut until
        it is at most that many characters, markers included: the text of a tool result
        to head + tail at line boundaries with ``[... N characters (L lines) removed
-       ...]`` in between, as rule 2 cuts (the end of a log, where the error is, stays),
+       ...]`` in between (L: whole lines; ``(1 line)``; no line count when the cut
+       falls inside a line), as rule 2 cuts (the end of a log, where the error is, stays),
        any other text to its head plus ``"\\n[Truncated: N characters removed]"``.
        Pinned messages, the preamble and the current request (the last real user
        message) are never cut. Fate rule ``message_char_cap``.

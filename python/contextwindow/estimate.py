@@ -47,7 +47,7 @@ import msgspec
 
 from . import _engine
 from ._engine import json_type_name, tool_definition_error
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, shown
+from ._jsontext import KeyClash, clean_str, clean_value, depth_unbounded, field_path, has_odd_keys, nested_deeper, shown
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -249,9 +249,13 @@ def tool_texts(tools: Any) -> list[str]:
         if not isinstance(t, Mapping):
             # JSON's words, as the gateway and the CLI say it (fresh9 B4)
             raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {json_type_name(t)}")
+        if depth_unbounded() and nested_deeper(t):  # before msgspec recurses into it
+            raise InvalidRequestError(f"tools[{i}]: is nested too deeply")
         try:
             try:
                 out.append(msgspec.json.encode(t).decode())
+                if has_odd_keys(t):  # {1: "a", "1": "b"} is written with the key "1" twice
+                    clean_value(t)
             except UnicodeEncodeError:
                 # lone surrogates: U+FFFD (a high one followed by a low one: the character
                 # they encode), as in message text and in the gateway's JSON escapes

@@ -21,16 +21,32 @@ import msgspec
 
 from . import _native
 from ._engine import json_type_name, tool_definition_error
-from ._jsontext import KeyClash, clean_value, field_path, loads_keeping_numbers, quote, shown
+from ._jsontext import MAX_DEPTH, KeyClash, clean_value, field_path, loads_keeping_numbers, nested_deeper, quote, shown
 from .adapters import anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
-__all__ = ["Conversation", "DocumentKind", "FileFormat", "LoneSurrogates", "dump_conversation", "load_conversation"]
+__all__ = [
+    "CLI_RECURSION_LIMIT",
+    "Conversation",
+    "DocumentKind",
+    "FileFormat",
+    "LoneSurrogates",
+    "dump_conversation",
+    "load_conversation",
+]
 
 FileFormat = Literal["openai", "anthropic"]
 DocumentKind = Literal["openai_body", "anthropic_body", "list", "jsonl", "corpus"]
 
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
+
+#: The recursion limit the CLI runs with (``cli.main`` raises a lower one for the run):
+#: room for msgspec, ``json`` and the dict path to walk a file nested
+#: :data:`~contextwindow._jsontext.MAX_DEPTH` levels below its top-level values, so the
+#: CLI's limit is that fixed one, not its parser's (fresh15 #5: 987 levels from the top of
+#: the file). A file nested deeper makes the parser give up well past it, safely.
+CLI_RECURSION_LIMIT = MAX_DEPTH + 1_000
+_TOO_DEEP = f"is nested too deeply (more than {MAX_DEPTH:,} levels)"
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _QUOTE_SPACE_COLON = re.compile(r'"[ \t\r\n]+:')
 
@@ -375,17 +391,16 @@ def _lone_surrogate(text: str) -> tuple[int, int, str] | None:
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 
-def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
+def _deepest(text: str, limit: int) -> tuple[int, int, int, list[str | int], set[str]]:
     """Where the JSON (or JSONL) ``text`` nests deepest, found without parsing it (the
     parsers stop at their recursion limit): how many top-level values the text holds,
-    which one holds the deepest point, the first two steps of the path to it from that
-    value (keys and indices, outermost first: all :func:`_too_deep` names), and the keys
-    of the first value when it is an object. Strings are skipped whole, so brackets
-    inside them do not count. Linear in the text: the whole path, copied at each new
-    depth, made a 100,000-deep file take minutes. The scan stops at the first point as
-    deep as the interpreter's recursion limit, past which the parser (msgspec) gives up:
-    a 20 MB file of brackets took 12 s to scan whole."""
-    limit = sys.getrecursionlimit()
+    how deep it nests (counted from the top: a top-level value is level 1), which value
+    holds the deepest point, the first two steps of the path to it from that value
+    (keys and indices, outermost first: all :func:`_too_deep` names), and the keys of
+    the first value when it is an object. Strings are skipped whole, so brackets inside
+    them do not count. Linear in the text: the whole path, copied at each new depth,
+    made a 100,000-deep file take minutes. The scan stops at the first point ``limit``
+    levels deep: a 20 MB file of brackets took 12 s to scan whole."""
     stack: list[list[Any]] = []  # [opening bracket, current key or index, expecting a key]
     values, deepest, at, path = 0, 0, 0, []
     top_keys: set[str] = set()
@@ -414,30 +429,62 @@ def _deepest(text: str) -> tuple[int, int, list[str | int], set[str]]:
             stack[-1][1:] = [key, False]
             if len(stack) == 1 and values == 1:
                 top_keys.add(key)
-    return values, at, path, top_keys
+    return values, deepest, at, path, top_keys
 
 
 def _too_deep(text: str, where: str) -> InvalidRequestError:
     """The error for a ``text`` nested deeper than the parser reads, naming the message
-    that holds the deepest point as the dict path does (``message 1: is nested too
-    deeply``), or the top-level value (``tools[0]``) when no message does; or, when the
-    text is not JSON at all (a truncated ``[[[[...``), the invalid JSON error a shallow
-    text gets, from serde_json's syntax check (fresh9 B3)."""
+    that holds the deepest point as the dict path does (``message 1``), or the tool
+    definition (``tools[0]``) or other top-level value (``x``, ``system``) when no
+    message does; or, when the text is not JSON at all (a truncated ``[[[[...``), the
+    invalid JSON error a shallow text gets, from serde_json's syntax check (fresh9 B3).
+    At the CLI's recursion limit (:data:`CLI_RECURSION_LIMIT`) the parser gives up far
+    past :data:`~contextwindow._jsontext.MAX_DEPTH`, and the error says that limit
+    (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion limit gets
+    the parser's own, unnamed."""
     bad = _syntax_error(text)
     if bad is not None:
         return InvalidRequestError(f"{where}: invalid JSON: {bad}")
-    values, at, path, top_keys = _deepest(text)
+    values, _, at, path, top_keys = _deepest(text, sys.getrecursionlimit())
     if values > 1:  # JSONL: one message a line
         place = f"message {at}"
     elif path and isinstance(path[0], int):  # a list of messages
         place = f"message {path[0]}"
     elif path[:1] == ["messages"] and len(path) > 1 and isinstance(path[1], int):
         place = f"message {path[1]}"
+    elif path[:1] == ["tools"] and len(path) > 1 and isinstance(path[1], int):
+        place = f"tools[{path[1]}]"
     elif "messages" not in top_keys and "role" in top_keys:  # one message
         place = "message 0"
+    else:  # the top-level value that holds it, not a step inside (fresh15 #5: "x[0]")
+        place = field_path(path[:1]) or "the document"
+    named = sys.getrecursionlimit() >= CLI_RECURSION_LIMIT
+    return InvalidRequestError(f"{where}: {place}: {_TOO_DEEP if named else 'is nested too deeply'}")
+
+
+def _nesting_error(doc: Any, kind: Literal["list", "body"], where: str) -> InvalidRequestError | None:
+    """The error for the first value of a parsed document nested more than
+    :data:`~contextwindow._jsontext.MAX_DEPTH` levels deep, counted as the dict path
+    counts (a message is level 1, so is a tool definition and any other top-level value;
+    an Anthropic top-level ``system`` is level 2, the content of the message it becomes),
+    or ``None``. ``doc`` is a ``list`` of messages (``kind`` ``list``) or a body's object
+    (``body``). Walked without recursion (fresh15 #5: the limit was the parser's, 987
+    levels from the top of the file)."""
+    places: list[tuple[str, Any, int]]
+    if kind == "list":
+        places = [(f"message {i}", m, MAX_DEPTH) for i, m in enumerate(doc)]
     else:
-        place = field_path(path[:2]) or "the document"
-    return InvalidRequestError(f"{where}: {place}: is nested too deeply")
+        places = []
+        for key, value in doc.items():
+            if key in ("messages", "tools") and isinstance(value, list):
+                named = "message {}" if key == "messages" else "tools[{}]"
+                places.extend((named.format(i), m, MAX_DEPTH) for i, m in enumerate(value))
+            else:
+                places.append((field_path([key]), value, MAX_DEPTH - 1 if key == "system" else MAX_DEPTH))
+    for place, value, limit in places:
+        if nested_deeper(value, limit):
+            return InvalidRequestError(f"{where}: {place}: {_TOO_DEEP}")
+    return None
 
 
 def _syntax_error(text: str) -> str | None:
@@ -516,7 +563,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
             bad = _syntax_error(line)
             if bad is not None:
                 raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
-            raise InvalidRequestError(f"{where}: message {len(messages)}: is nested too deeply") from None
+            named = _TOO_DEEP if sys.getrecursionlimit() >= CLI_RECURSION_LIMIT else "is nested too deeply"
+            raise InvalidRequestError(f"{where}: message {len(messages)}: {named}") from None
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
@@ -525,6 +573,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
             if not messages:
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
+        if nested_deeper(value):
+            raise InvalidRequestError(f"{where}: message {len(messages)}: {_TOO_DEEP}")
         messages.append(
             _refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates, lone=found)
         )
@@ -595,6 +645,11 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     surrogates it holds are added to ``found``."""
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
+    if sys.getrecursionlimit() > CLI_RECURSION_LIMIT and _deepest(text, MAX_DEPTH + 3)[1] > MAX_DEPTH + 2:
+        # a caller raised the recursion limit past the CLI's own: the parser would walk
+        # as deep as the text, and overflow the stack (fresh14 #10); a message in a
+        # body is 2 levels down, so deeper than that is too deep wherever it is
+        raise _too_deep(text, where)
     try:
         doc, surrogates = _decode(text)
     except RecursionError:
@@ -604,6 +659,14 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
         if lines is None:
             raise InvalidRequestError(f"{where}: invalid JSON: {_where(text, exc)}") from None
         return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
+    deep = None
+    if isinstance(doc, list):
+        deep = _nesting_error(doc, "list", where)
+    elif isinstance(doc, dict):
+        one = "messages" not in doc and isinstance(doc.get("role"), str)
+        deep = _nesting_error([doc] if one else doc, "list" if one else "body", where)
+    if deep is not None:
+        raise deep
     if isinstance(doc, list):
         doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates, lone=found)
         return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)

@@ -14,8 +14,9 @@
 //! index and field. So the reader never decides an error itself. It falls back on: a
 //! malformed message, a non-`dict` message or block, a `str`/`list` subclass, a string
 //! holding lone surrogates (the slow path replaces them with U+FFFD), a dict key that is
-//! not a `str`, values nested deeper than [`MAX_DEPTH`], any Python exception, and the
-//! empty list.
+//! not a `str`, a container that is not exactly a `dict`, `list` or `tuple` (a dict
+//! subclass may hold keys JSON writes alike), values nested deeper than [`MAX_DEPTH`],
+//! any Python exception, and the empty list.
 //!
 //! Strings are read in place (`PyUnicode_AsUTF8AndSize`: compact ASCII directly, other
 //! text through CPython's cached UTF-8) and copied once into the owned canonical message.
@@ -27,7 +28,9 @@ use contextwindow_core::model::{Message, Part, PartKind, Role};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
+};
 use serde_json::value::RawValue;
 
 /// The reader does not take this input; run the Python adapters instead.
@@ -234,6 +237,21 @@ fn part(kind: PartKind) -> Part {
     Part::empty(kind)
 }
 
+/// Whether msgspec would write `v` as an object or an array by walking it: a `dict`,
+/// `list`, `tuple`, `set` or `frozenset` (or a subclass), a msgspec struct, a dataclass
+/// or an attrs class.
+fn is_container(v: &Bound<'_, PyAny>) -> R<bool> {
+    let py = v.py();
+    Ok(v.is_instance_of::<PyDict>()
+        || v.is_instance_of::<PyList>()
+        || v.is_instance_of::<PyTuple>()
+        || v.is_instance_of::<PySet>()
+        || v.is_instance_of::<PyFrozenSet>()
+        || v.hasattr(intern!(py, "__struct_fields__"))?
+        || v.hasattr(intern!(py, "__dataclass_fields__"))?
+        || v.hasattr(intern!(py, "__attrs_attrs__"))?)
+}
+
 fn msgspec_encode<'py>(v: &Bound<'py, PyAny>) -> R<Bound<'py, PyBytes>> {
     static ENCODE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let py = v.py();
@@ -309,10 +327,22 @@ impl Reader {
             }
             out.push(b']');
         } else {
-            // Floats (msgspec's shortest repr, inf/nan as null) and every other type
+            // Floats (msgspec's shortest repr, inf/nan as null) and every other scalar
             // msgspec knows: its own bytes. A type it rejects (a str subclass, ...) and
-            // lone surrogates inside (UnicodeEncodeError) fall back.
-            out.extend_from_slice(msgspec_encode(v)?.as_bytes());
+            // lone surrogates inside (UnicodeEncodeError) fall back; so does any
+            // container (a dict or list subclass, a set, a struct or dataclass: an object
+            // or array), before msgspec walks it: the adapters check its keys (`{1: "a",
+            // "1": "b"}` is written with the key "1" twice) and, first, its depth (after
+            // `sys.setrecursionlimit(1_000_000)` msgspec overflowed the C stack on a
+            // 200,000-deep one; fresh14 #10, #11).
+            if !v.is_exact_instance_of::<PyFloat>() && is_container(v)? {
+                return Err(Fallback);
+            }
+            let encoded = msgspec_encode(v)?;
+            if matches!(encoded.as_bytes().first(), Some(b'{' | b'[')) {
+                return Err(Fallback);
+            }
+            out.extend_from_slice(encoded.as_bytes());
         }
         Ok(())
     }
