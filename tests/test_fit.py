@@ -627,6 +627,29 @@ def test_fit_monotone(c: tuple[str, list[Message]], pct: int, more: int) -> None
     assert large.tokens_after >= small.tokens_after or not small.fits
 
 
+def _text_step(msgs: list[Message], seg: Any, i: int) -> list[int]:
+    """The text-action step holding message ``i`` (an assistant message without tool
+    calls and the ``[Tool results]`` texts right after it, in its turn), else ``[i]``."""
+    in_unit = {j for u in seg.units for j in u}
+    a, b = next((a, b) for a, b in seg.turns if a <= i < b)
+
+    def results_text(j: int) -> bool:
+        m = msgs[j]
+        first = ref.first_text(m) or ""
+        placeholder = len(m.content) == 1 and first == cw.messages.RESULTS_REMOVED
+        return m.role == "user" and j not in in_unit and first.startswith("[Tool results]") and not placeholder
+
+    start = i
+    while start > a and results_text(start):
+        start -= 1
+    if msgs[start].role != "assistant" or start in in_unit or not (start + 1 < b and results_text(start + 1)):
+        return [i]
+    end = start + 1
+    while end < b and results_text(end):
+        end += 1
+    return list(range(start, end)) if start <= i < end else [i]
+
+
 @given(conversation("openai"), st.integers(0, 100))
 def test_fit_tightness(msgs: list[Message], pct: int) -> None:
     """Adding back the last evicted unit would exceed the budget (DESIGN.md section 8.5).
@@ -636,7 +659,9 @@ def test_fit_tightness(msgs: list[Message], pct: int) -> None:
     exactly and nothing cut. Then pass c evicts only class-c messages (P3 goes whole
     before P2, P2 before P1), oldest first, so the last unit evicted holds the newest
     message of the lowest class evicted: its whole turn when the turn's opening message
-    went in that pass, else its tool unit, else the message alone.
+    went in that pass, else its tool unit or text-action step (a command and the
+    ``[Tool results]`` texts answering it, which go together and may report different
+    classes), else the message alone.
     """
     provider = "openai"
     msgs = [msgspec.structs.replace(m, pinned=False) for m in msgs]
@@ -657,6 +682,7 @@ def test_fit_tightness(msgs: list[Message], pct: int) -> None:
         unit = [i for i in range(a, b) if rep.fates[i].rule == low]
     else:
         unit = next((u for u in seg.units if newest in u), [newest])
+    unit = sorted({j for i in unit for j in _text_step(msgs, seg, i)})
     costs = cw.message_tokens(msgs, format=provider)
     event(f"tightness checked on {len(unit)} message(s)")
     assert rep.tokens_after + sum(costs[i] for i in unit) > budget
@@ -692,9 +718,14 @@ def test_fit_on_corpus(path: Path, pct: int) -> None:
         r = _check(msgs, fmt, budget, pol, "conservative", True)
         target = int(budget * pol.low_water)
         if r.report.reason == "priority_budget" and r.report.tokens_after > target:
-            # the low-water mark was out of reach: nothing evictable is left
+            # the low-water mark was out of reach: nothing evictable is left but the
+            # newest exchange after the request, which fit keeps when the result fits
+            # with it (fresh14 findings 1 and 4)
             left = fit(r.messages, target, EXACT, format=fmt)
-            assert left.report.dropped_messages == 0, (r.report.tokens_after, target)
+            out = [_canon(m, fmt) for m in r.messages]
+            request = max((i for i, m in enumerate(out) if ref.is_real_user(m)), default=len(out))
+            dropped = [f.index for f in left.report.fates if f.fate == "dropped"]
+            assert all(i > request for i in dropped), (r.report.tokens_after, target, dropped)
     # 6. monotone in budget (to the budget exactly)
     small = fit(msgs, budget, EXACT, format=fmt).report
     large = fit(msgs, budget + max(1, total // 20), EXACT, format=fmt).report

@@ -23,6 +23,19 @@ continue: the newest unit of the turn when nothing follows it (the turn is in fl
 the model has not answered yet), and every unit whose calls had no result in the input
 (the repair step gives them a ``[tool result missing]`` stub).
 
+A *text-action step* (an assistant message without tool calls and the ``[Tool results]``
+texts right after it, a text-action agent's command and its output) is one unit like a
+tool unit: the command and its output stay or go together.
+
+The *newest exchange* after the current request (the newest tool unit of the newest
+turn when something follows it, and the loose messages at the end from the last
+assistant message a user message answers: a command and its ``[Tool results]`` output,
+a prefill or answer) is P1, but when the eviction took some of it ``fit`` keeps it if a
+result fits the budget with it and cuts the request no more (fresh14 findings 1 and 4):
+it is never evicted merely to reach the low-water mark. Where keeping it would cut the
+request further (the request alone is over the budget) it goes: the request's cut is
+then the same with or without it, so it never grows with the budget (fresh15 #3).
+
 A conversation without a real user message has no current request; its last message
 stands in for it (P0), so the output is never empty.
 
@@ -49,7 +62,7 @@ from . import _reference as ref
 from ._jsontext import shown
 from .budget import token_budget
 from .estimate import resolve_profile
-from .messages import RESULTS_REMOVED, Message
+from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
 from .report import TrimResult
 
 __all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
@@ -228,6 +241,9 @@ class _Plan:
     turn_of: list[int]  # turn index per work item (-1 for the preamble)
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
     crumbs: list[int]  # work items that are our breadcrumb
+    # the newest exchange after the current request (see _newest_exchange): left out of
+    # the class passes when fit tries to keep it
+    held: set[int]
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -347,8 +363,24 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     for w in range(nw):
         if why0[w]:
             cls[w] = 0
+    # a text-action step: an assistant message (no tool calls) and the `[Tool results]`
+    # texts right after it that answer it go together, never one without the other
+    # (fresh15 #2: the command went, its output stayed)
+    step_of: dict[int, list[int]] = {}
+    for t, (a, b) in enumerate(seg.turns):
+        for w in range(a, b - 1):
+            if work[w].role != "assistant" or w in unit_of or w == head_of[t] or crumb[w] or placeholder[w]:
+                continue
+            e = w + 1
+            while e < b and e not in unit_of and not placeholder[e] and _is_results_text(work[e]):
+                e += 1
+            if e > w + 1:
+                step = list(range(w, e))
+                for v in step:
+                    step_of[v] = step
     # candidates: whole turns (opened by a real user message other than the request) and,
-    # inside every turn, each tool unit and each loose message but the opening one
+    # inside every turn, each tool unit, each text-action step and each loose message but
+    # the opening one
     cands: list[tuple[int, list[int], int | None]] = []
     for t, (a, b) in enumerate(seg.turns):
         if head_of[t] is not None and head_of[t] != req_like:
@@ -362,6 +394,9 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
                 if u not in seen:
                     seen.add(u)
                     cands.append((w, list(seg.units[u]), None))
+            elif w in step_of:
+                if step_of[w][0] == w:
+                    cands.append((w, list(step_of[w]), None))
             else:
                 cands.append((w, [w], None))
         # the placeholder repair keeps so Anthropic roles alternate (RESULTS_REMOVED) never
@@ -373,7 +408,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
             for n in (w - 1, w + 1):
                 if not a <= n < b or n == head_of[t] or crumb[n]:
                     continue
-                items = sorted({w, *(seg.units[unit_of[n]] if n in unit_of else [n])})
+                items = sorted({w, *(seg.units[unit_of[n]] if n in unit_of else step_of.get(n, [n]))})
                 cands.append((items[0], items, None))
     # oldest first; a whole turn goes after its own tool units, so a turn that must shrink
     # loses its oldest units before its opening user message (as trim_turns does in the
@@ -389,7 +424,55 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         return (max(c[0], last_unit[c[2]]), 1) if c[2] is not None else (c[0], 0)
 
     cands.sort(key=order)
-    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]])
+    held = _newest_exchange(seg, work, req, unit_of, cls, why0, lambda w: override(w) not in (None, derived(w)))
+    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]], held)
+
+
+def _is_results_text(m: Message) -> bool:
+    """A user message of text starting with ``[Tool results]``: a text-action agent's
+    observation (it starts no turn, DESIGN.md section 4)."""
+    return m.role == "user" and (ref.first_text(m) or "").startswith(ref.TOOL_RESULTS_PREFIX)
+
+
+def _newest_exchange(
+    seg: Any,
+    work: list[Message],
+    req: int | None,
+    unit_of: dict[int, int],
+    cls: list[int],
+    why0: list[str],
+    moved: Callable[[int], bool],
+) -> set[int]:
+    """The newest exchange after the current request, the part the next reply answers
+    or continues, which :func:`fit` keeps when a result fits with it at no cost to the
+    request (fresh14 findings 1 and 4; see :func:`fit_target`):
+
+    * the newest tool unit of the newest turn after the request, when it is not an open
+      tool call already (something follows it);
+    * the loose messages at the end, after the request and that unit, from the last
+      assistant message a user message answers: a trailing ``[Tool results]`` text with
+      the command it answers, an assistant prefill or answer, a trailing notice.
+
+    Not P0 messages, nor those an override (``Message.priority``,
+    ``FitPolicy.priorities``) gives another class than their own (``moved``). The
+    older steps after the request stay plain P1, evicted oldest first to the low-water
+    mark."""
+    if req is None or not seg.turns:
+        return set()
+    la, lb = seg.turns[-1]
+    if not la <= req < lb:
+        return set()
+    units = [items for items in seg.units if la <= items[0] < lb and items[-1] > req]
+    out = set(units[-1]) if units else set()
+    start = req + 1
+    if units:
+        start = max(start, units[-1][-1] + 1)
+    for w in range(lb - 2, start - 1, -1):
+        if work[w].role == "assistant" and work[w + 1].role == "user" and w not in unit_of and w + 1 not in unit_of:
+            start = w
+            break
+    out.update(w for w in range(start, lb) if w not in unit_of)
+    return {w for w in out if cls[w] and not why0[w] and not moved(w)}
 
 
 class _Nav:
@@ -578,9 +661,10 @@ def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
     return at
 
 
-def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
+def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool = False) -> set[int]:
     """Evict candidates by ``pol.eviction_order``, oldest first, until ``target`` is met;
-    returns the whole turns evicted."""
+    returns the whole turns evicted. With ``hold``, no candidate holding a message of
+    ``plan.held`` (the newest exchange after the request) goes."""
     st, seg, cls = plan.st, plan.seg, plan.cls
     nav = _Nav(plan)
     prefetch = _BreadcrumbCosts(plan)
@@ -606,7 +690,10 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str) -> set[int]:
     # the candidates holding an item of each class, in order: one without class c cannot
     # go in c's pass (its live items are among its items), so the pass never looks at it
     having: dict[int, list[tuple[int, list[int], int | None]]] = {c: [] for c in pol.eviction_order}
+    held = plan.held if hold else set()
     for cand in plan.cands:
+        if held and any(w in held for w in cand[1]):
+            continue
         for c in {cls[w] for w in cand[1]}:
             if c in having:
                 having[c].append(cand)
@@ -685,19 +772,76 @@ def fit_target(
     """
     if read is None:
         read = _engine.Read(prep, _engine.decoded(prep), None)
-    # decoded and counted once for both runs below
+    # decoded and counted once for every run below
     cost = _NativeCost(prep, read.messages, profile, read.costs)
-    r = _fit_once(prep, cost, budget, target, policy, reason)
+    r, held = _fit_variants(prep, cost, budget, target, policy, reason, False)
+    if held and any(r.report.fates[s].fate == "dropped" for s in held):
+        # the newest exchange after the request went: keep it when a result fits with it
+        # at no cost to the request (fresh14 findings 1 and 4), see _worth_holding
+        kept, _ = _fit_variants(prep, cost, budget, target, policy, reason, True)
+        if _worth_holding(kept.report, r.report, held, read.messages):
+            return kept
+    return r
+
+
+def _fit_variants(
+    prep: _engine.Prepared,
+    cost: _NativeCost,
+    budget: int,
+    target: int,
+    policy: FitPolicy,
+    reason: str,
+    hold: bool,
+) -> tuple[TrimResult[Any], list[int]]:
+    """:func:`_fit_once` with the breadcrumb, and without it when that is better."""
+    r, held = _fit_once(prep, cost, budget, target, policy, reason, hold)
     if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
-        return r
+        return r, held
     # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
     # result does not fit, or fits only by cutting, the run without it may fit with less
     # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
     # eviction was undone and only cutting the request was left)
-    bare = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason)
+    bare, _ = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason, hold)
     if _cut_rank(bare.report) > _cut_rank(r.report):
-        return bare
-    return r
+        return bare, held
+    return r, held
+
+
+def _request_cut(report: Any) -> int:
+    """The characters cut from the current request."""
+    return sum(f.chars_removed for f in report.fates if f.rule == "request_truncated")
+
+
+def _worth_holding(kept: Any, plain: Any, held: list[int], msgs: list[Message]) -> bool:
+    """Whether the run that held the newest exchange back (``kept``) is the result
+    instead of the plain run (``plain``, where some of it was evicted as P1).
+
+    Only when it fits, keeps every held message, cuts no more of the request than the
+    plain run does, and keeps some held message with more than its marker. So the request
+    is cut exactly as in the plain run, whose cut never grows with the budget: a rule that
+    cut the request further to keep the exchange could not be monotone, since below the
+    budget where the exchange stops fitting the plain run keeps more of the request
+    (fresh15 #3). Where the request alone is over the budget, the exchange therefore goes.
+    """
+    if not kept.fits:
+        return False
+    fates = kept.fates
+    if any(fates[s].fate == "dropped" for s in held):
+        return False
+    if _request_cut(kept) > _request_cut(plain):
+        return False
+    return not all(fates[s].fate == "truncated" and fates[s].chars_removed >= _text_chars(msgs[s]) for s in held)
+
+
+def _text_chars(m: Message) -> int:
+    """The characters of a message's text and tool-result text (what a cut removes)."""
+    n = 0
+    for q in m.content:
+        if isinstance(q, ToolResult):
+            n += sum(len(x.text) for x in q.content if isinstance(x, TextPart))
+        elif isinstance(q, TextPart):
+            n += len(q.text)
+    return n
 
 
 def _cut_rank(report: Any) -> tuple[bool, int, int]:
@@ -715,15 +859,19 @@ def _fit_once(
     target: int,
     policy: FitPolicy,
     reason: str,
-) -> TrimResult[Any]:
-    """:func:`fit_target` with the policy's breadcrumb setting as given."""
+    hold: bool = False,
+) -> tuple[TrimResult[Any], list[int]]:
+    """:func:`fit_target` with the policy's breadcrumb setting as given; with ``hold``
+    the newest exchange after the request is left out of the class passes. Also returns
+    the input indices of that exchange (empty when nothing was evicted)."""
     plan = _plan(prep, policy, cost, budget)
     st, seg = plan.st, plan.seg
     nt = len(seg.turns)
     if st.total() <= budget or not seg.turns:
         ops, report = ref._finish(st, budget, None, (nt, nt), None)
-        return _engine.apply_ops(prep, ops, report)
-    dropped_turns = _evict(plan, policy, min(target, budget), prep.provider)
+        return _engine.apply_ops(prep, ops, report), []
+    held = sorted(s for s in (st.work[w].src for w in plan.held) if s is not None)
+    dropped_turns = _evict(plan, policy, min(target, budget), prep.provider, hold)
     for w in range(len(st.work)):
         s = st.work[w].src
         if s is None:
@@ -759,7 +907,7 @@ def _fit_once(
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
         if report0.fits or report0.tokens_after < report.tokens_after:
             ops, report = ops0, report0
-    return _engine.apply_ops(prep, ops, report)
+    return _engine.apply_ops(prep, ops, report), held
 
 
 def _shrink_newest_turn(
@@ -873,7 +1021,14 @@ def fit(
     the run that fits, then cuts fewer characters of the request, then fewer in all
     (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
     (``RESULTS_REMOVED``) goes together with the loose message or tool unit on either
-    side of it (alone, either would break the alternation).
+    side of it (alone, either would break the alternation). A text-action step (a
+    command and the ``[Tool results]`` texts answering it) goes as one unit, before its
+    turn's opening message, like a tool unit. When the eviction took some of the newest
+    exchange after the current request (see the module docs: a trailing command and its
+    output, a prefill), ``fit`` runs again with it held back and keeps that result when
+    it fits, keeps all of the exchange, some of it with more than a cut marker, and cuts
+    no more of the request: the exchange goes only as the last resort and never merely to
+    reach the low-water mark, and the request is cut as much as without it.
     When nothing more can be evicted and it is still over ``budget`` (not the low-water
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must

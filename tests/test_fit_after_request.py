@@ -1,0 +1,388 @@
+"""``fit`` and what follows the current request (fresh14 findings 1 and 4, fresh15 #2, #3).
+
+The newest exchange after the current request (an assistant prefill or answer, a
+text-action agent's command and the ``[Tool results]`` text answering it, the newest tool
+unit when something follows it) is evicted as P1 like the rest of the newest turn, but
+``fit`` then keeps it when a result fits with it at no cost to the request: it goes only
+as the last resort, never merely to reach the low-water mark. A command and its
+``[Tool results]`` output are one unit. The request is cut exactly as much as when the
+exchange goes, so its cut never grows with the budget (the exchange goes where the
+request alone is over the budget: any rule that cut the request further to keep it would
+keep more of the request one budget below where the exchange stops fitting).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.fit import FitPolicy, fit
+from contextwindow.messages import Message, TextPart, ToolResult
+
+from shared_data import CORPUS
+from strategies import case, text
+
+BC = cw.BREADCRUMB
+
+
+def sys_(t: str) -> dict[str, Any]:
+    return {"role": "system", "content": t}
+
+
+def u(t: str) -> dict[str, Any]:
+    return {"role": "user", "content": t}
+
+
+def a(t: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": t}
+
+
+def fates(r: Any) -> list[tuple[str, str, int]]:
+    return [(f.fate, f.rule, f.chars_removed) for f in r.report.fates]
+
+
+def request_cut(r: Any) -> int:
+    return sum(f.chars_removed for f in r.report.fates if f.rule == "request_truncated")
+
+
+# ------------------------------------------------------------------ a prefill (fresh14 #4)
+
+
+def prefill_chat() -> list[dict[str, Any]]:
+    """Conservative: system 7, old question 102, old answer 102, request 11, prefill 4;
+    the breadcrumb costs 15 in its own message."""
+    return [
+        sys_("Answer in JSON."),
+        u("old question " * 50),
+        a("old answer " * 50),
+        u("List three colours as a JSON array."),
+        a("["),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("budget", "prefill", "tokens", "out"),
+    [
+        (40, "kept", 37, [0, "BC", 3, 4]),  # 7 + 15 + 11 + 4: over the low-water mark 28
+        (25, "kept", 22, [0, 3, 4]),  # the breadcrumb left out: 7 + 11 + 4
+        (21, "dropped", 18, [0, 3]),  # 22 > 21: the prefill goes, the request stays whole
+    ],
+)
+def test_prefill_kept_when_the_result_fits_with_it(budget: int, prefill: str, tokens: int, out: list[Any]) -> None:
+    """fresh14 finding 4: at 40 the prefill went to reach the low-water mark (28), leaving
+    33 where 37 fits with it. It stays now whenever a result fits with it and the request
+    whole (trim_turns' 37 at 40), and goes only below that."""
+    msgs = prefill_chat()
+    assert cw.message_tokens(msgs) == [7, 102, 102, 11, 4]
+    r = fit(msgs, budget)
+    assert [f.fate for f in r.report.fates] == ["kept", "dropped", "dropped", "kept", prefill]
+    assert r.report.fates[4].rule == ("kept" if prefill == "kept" else "p1_evicted")
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+    idx = [next((i for i, m in enumerate(msgs) if m is x), "BC") for x in r.messages]
+    assert idx == out
+    if budget == 40:
+        assert r.messages == cw.trim_turns(msgs, 40).messages
+
+
+def test_prefill_kept_without_a_system_message() -> None:
+    """fresh14 finding 4's second reproducer: 26 tokens with the prefill dropped; now
+    11 + 4 = 15 (no breadcrumb: it would cost more than it leaves room for)."""
+    msgs = prefill_chat()[1:]
+    r = fit(msgs, 28, format="openai")
+    assert [f.fate for f in r.report.fates] == ["dropped", "dropped", "kept", "kept"]
+    assert (r.report.fits, r.report.tokens_after, r.messages) == (True, 15, msgs[2:])
+
+
+def anthropic_prefill_chat() -> list[dict[str, Any]]:
+    return [u("old " * 100), a("old " * 100), u("Return JSON for: " + "item " * 100), a('{"result": [')]
+
+
+def test_anthropic_prefill() -> None:
+    """fresh14 finding 4, Anthropic shape: at 150 the prefill went (118 tokens); it stays
+    now (125, trim_turns' result). At 100 the request alone is over the budget: it is cut
+    by 99 characters either way and the prefill goes, as before: keeping it would cut the
+    request further (trim_turns keeps it with 135 characters cut)."""
+    msgs = anthropic_prefill_chat()
+    r = fit(msgs, 150, format="anthropic")
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("dropped", "p1_evicted"),
+        ("dropped", "p1_evicted"),
+        ("kept", "breadcrumb_added"),
+        ("kept", "kept"),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 125) and r.messages[-1] is msgs[3]
+    assert msgspec.to_builtins(r.messages) == msgspec.to_builtins(cw.trim_turns(msgs, 150, format="anthropic").messages)
+    r = fit(msgs, 100, format="anthropic")
+    assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates][2:] == [
+        ("truncated", "request_truncated", 99),
+        ("dropped", "p1_evicted", 0),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 99)
+    t = cw.trim_turns(msgs, 100, format="anthropic")
+    assert request_cut(t) == 135 and t.report.fates[3].fate == "kept"
+
+
+def test_guard_keeps_a_prefill_that_fits() -> None:
+    """fresh14 finding 4 through the guard, which falls back on fit: usable 40 gave 33
+    tokens without the prefill; now 37 with it. Anthropic shape at usable 150: the
+    request alone came back; now the breadcrumb, the request and the prefill."""
+    msgs = prefill_chat()
+    g = cw.ContextGuard(cw.resolve_budget(context_window=140, max_output_tokens=100)).check(msgs)
+    assert (g.fits, g.tokens_after) == (True, 37)
+    assert [m["content"] for m in g.messages] == [msgs[0]["content"], BC, msgs[3]["content"], "["]
+    assert g.messages[-1] is msgs[4]
+    anth = anthropic_prefill_chat()
+    g = cw.ContextGuard(cw.resolve_budget(context_window=250, max_output_tokens=100)).check(anth, format="anthropic")
+    assert (g.fits, g.tokens_after, len(g.messages)) == (True, 125, 2)
+    assert g.messages[-1] is anth[3] and g.messages[0]["content"][0]["text"] == BC
+
+
+# -------------------------------------------------- a text-action step (fresh14 #1, fresh15 #2)
+
+
+def text_action() -> list[dict[str, Any]]:
+    """fresh15 #2 (conservative): system 4, an old turn of 44 + 44, the request 10, the
+    command ``ls -la`` 6, its output (``[Tool results]`` and 100 lines) 301."""
+    return [
+        sys_("sys"),
+        u("old question " * 20),
+        a("old answer " * 20),
+        u("Fix the flaky test."),
+        a("ls -la"),
+        u("[Tool results] " + "file.txt\n" * 100),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("budget", "step", "tokens"),
+    [
+        (315, "dropped", 29),  # 4 + 10 + 6 + 301 = 321 > 315: the step goes, whole (4 + 15 + 10)
+        (320, "dropped", 29),
+        (321, "kept", 321),  # the old turn goes (its breadcrumb would not fit), the step stays
+        (400, "kept", 336),  # over the low-water mark 280: the step is not evicted to reach it
+    ],
+)
+def test_command_and_its_output_stay_or_go_together(budget: int, step: str, tokens: int) -> None:
+    """fresh15 #2: at 315-320 the command went (P1, oldest first, to the low-water mark)
+    and its output stayed, an observation with no command. They are one unit now, and
+    the newest one stays whenever a result fits with it and the request whole."""
+    msgs = text_action()
+    assert cw.message_tokens(msgs) == [4, 44, 44, 10, 6, 301]
+    assert cw.count_messages([cw.messages.Message(role="user", content=[cw.messages.TextPart(text=BC)])]) == 15
+    r = fit(msgs, budget)
+    assert [f.fate for f in r.report.fates][3:] == ["kept", step, step]
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+    g = cw.ContextGuard(cw.resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=0)).check(msgs)
+    assert g.messages == r.messages
+
+
+def build_fails() -> list[dict[str, Any]]:
+    """fresh14 finding 1 (conservative): system 14, request 187, command 16, output 31."""
+    return [
+        sys_("You are an agent. Reply with a shell command."),
+        u("Find why the build fails. " + "Context line. " * 60),
+        a("Run: make 2>&1 | tail -20"),
+        u("[Tool results] make: *** [Makefile:12: all] Error 1\nundefined reference to `foo'"),
+    ]
+
+
+def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> None:
+    """fresh14 finding 1's reproducer: the request alone (187 tokens) is over the budget
+    (100). Keeping the step would cut the request further (trim_turns cuts 760 of its 866
+    characters and the command to its marker). The request's cut is monotone in the
+    budget only if it is the same as without the step: below the budget where the step
+    can no longer fit, fit keeps far more of the request. So the step goes, whole; at
+    every budget the request keeps as much as it does without the step, and the step is
+    back whole once 248 tokens fit everything."""
+    msgs = build_fails()
+    assert cw.message_tokens(msgs) == [14, 187, 16, 31]
+    r = fit(msgs, 100)
+    assert fates(r) == [
+        ("kept", "preamble", 0),
+        ("truncated", "request_truncated", 543),
+        ("dropped", "p1_evicted", 0),
+        ("dropped", "p1_evicted", 0),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 100)
+    assert request_cut(r) == request_cut(fit(msgs[:2], 100))
+    assert request_cut(cw.trim_turns(msgs, 100)) == 760
+    cuts = []
+    for b in range(40, 260):
+        r = fit(msgs, b)
+        assert (r.report.fates[2].fate == "dropped") == (r.report.fates[3].fate == "dropped")
+        assert request_cut(r) == request_cut(fit(msgs[:2], b)), b
+        cuts.append(request_cut(r))
+    assert cuts == sorted(cuts, reverse=True) and cuts[-1] == 0
+    assert fit(msgs, 248).report.reason is None
+
+
+def test_request_kept_whole_over_an_answer_cut_to_its_marker() -> None:
+    """fresh15 #3, corpus ``llamafactory_glaive_toolcall_zh/idx094.json``: at budgets
+    30-38 the request was cut to its marker so that the newest tool unit and answer could
+    stay, themselves cut to markers, where budget 24 kept the request whole. The request
+    is now whole at every budget from 24 (its own 24 tokens) and its cut never grows."""
+    path = CORPUS / "llamafactory_glaive_toolcall_zh" / "idx094.json"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the repo")
+    msgs = json.loads(path.read_text())["messages"]
+    cuts = [request_cut(fit(msgs, b)) for b in range(15, 400)]
+    assert cuts == sorted(cuts, reverse=True)
+    assert cuts[24 - 15 :] == [0] * (400 - 24)
+    for b in (30, 38):
+        r = fit(msgs, b)
+        assert r.messages == [msgs[6]] and r.report.fits
+
+
+def text_agent_loop(steps: int) -> list[dict[str, Any]]:
+    """fim: system 6, task "t" * 40: 14, then per step a command "i" * 16 (4 + 4 = 8) and
+    its output ``[Tool results] `` + "o" * 65 (80 characters, 4 + 20 = 24)."""
+    msgs = [sys_("s" * 8), u("t" * 40)]
+    for i in range(steps):
+        msgs += [a(str(i) * 16), u("[Tool results] " + "o" * 65)]
+    return msgs
+
+
+@pytest.mark.parametrize(("budget", "tokens"), [(100, 52), (60, 52), (51, 20)])
+def test_text_agent_loop_older_steps_still_go_to_the_low_water_mark(budget: int, tokens: int) -> None:
+    """Only the newest exchange is kept over the low-water mark: the older steps of a
+    text-action loop (6 + 14 + 4 * 32 = 148 tokens) go, each command with its output,
+    oldest first, down to the mark as before (budget 100: 148 - 3 * 32 = 52 <= 70); the
+    newest step stays when the mark (42 at budget 60) is then out of reach (52 <= 60
+    fits), and goes, whole, when 52 is over the budget."""
+    msgs = text_agent_loop(4)
+    assert cw.count_messages(msgs, profile="fim") == 148
+    r = fit(msgs, budget, profile="fim")
+    last = "kept" if tokens == 52 else "p1_evicted"
+    assert [f.rule for f in r.report.fates] == ["preamble", "current_request"] + ["p1_evicted"] * 6 + [last] * 2
+    assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+
+
+def test_older_step_goes_with_its_command() -> None:
+    """In an older turn a short command is chatter (P3) and its long output P2: they go
+    together, in the P2 pass (both classes evicted by then), not the command alone in the
+    P3 pass (each reports its own class). Like a tool unit, the step goes before its
+    turn's opening message. fim: system 6, task 14, command 6, output 4 + 40 = 44, "ok"
+    (P3 chatter, 5), then the request 14; 89 in all, budget 60 (low-water mark 42): the
+    P3 pass takes "ok" (84), the P2 pass the step (34), and the task stays."""
+    msgs = [sys_("s" * 8), u("t" * 40), a("c" * 8), u("[Tool results] " + "o" * 145), a("ok"), u("q" * 40)]
+    assert cw.message_tokens(msgs, profile="fim") == [6, 14, 6, 44, 5, 14]
+    assert cw.priorities(msgs, FitPolicy(recent_turns=1), profile="fim") == [0, 2, 3, 2, 3, 0]
+    r = fit(msgs, 60, FitPolicy(recent_turns=1), profile="fim")
+    assert [f.rule for f in r.report.fates] == [
+        "preamble",
+        "kept",
+        "p3_evicted",
+        "p2_evicted",
+        "p3_evicted",
+        "current_request",
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 34)
+    assert r.messages == [msgs[0], msgs[1], msgs[5]]
+
+
+# ------------------------------------------------------------------------ properties
+
+
+def _text_len(m: Message) -> int:
+    n = 0
+    for q in m.content:
+        if isinstance(q, TextPart):
+            n += len(q.text)
+        elif isinstance(q, ToolResult):
+            n += sum(len(x.text) for x in q.content if isinstance(x, TextPart))
+    return n
+
+
+@st.composite
+def with_exchange(draw: Any) -> tuple[str, list[Message], int]:
+    """A generated conversation, a new current request, then what follows it: an
+    assistant prefill, or one to three text-action steps (an assistant command and a
+    ``[Tool results]`` text), sometimes ending in a prefill. Returns the shape, the
+    messages and the request's index."""
+    provider, msgs = draw(case())
+    msgs = [*msgs, Message(role="user", content=[TextPart(text="Now: " + draw(text))])]
+    req = len(msgs) - 1
+    for _ in range(draw(st.integers(0, 3))):
+        msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))]))
+        out = draw(st.sampled_from(["exit 1", "out " * 60, "x" * 300])) + draw(text)
+        msgs.append(Message(role="user", content=[TextPart(text="[Tool results] " + out)]))
+    if len(msgs) == req + 1 or draw(st.booleans()):
+        msgs.append(
+            Message(role="assistant", content=[TextPart(text=draw(st.sampled_from(["[", '{"a": ', "Step " * 40])))])
+        )
+    return provider, msgs, req
+
+
+@given(with_exchange(), st.integers(0, 120), st.sampled_from([0.5, 0.7, 1.0]))
+def test_after_the_request_goes_only_when_needed(c: tuple[str, list[Message], int], pct: int, lw: float) -> None:
+    """(a) The newest exchange after the request (the last command and its output, and a
+    prefill after it) goes only when no result keeps it: when some of it went from a
+    result that fits and cuts nothing, putting back what went of it is over the budget
+    (estimates add up over messages), unless in Anthropic shape it would put two
+    messages of a role side by side. Older steps after the request go as P1, oldest
+    first, as before. (b) A command and the ``[Tool results]`` text answering it go or
+    stay together."""
+    provider, msgs, req = c
+    budget = cw.count_messages(msgs, format=provider) * pct // 100
+    r = fit(msgs, budget, FitPolicy(low_water=lw), format=provider)
+    fs = r.report.fates
+    for i in range(req + 1, len(msgs) - 1):
+        if msgs[i].role == "assistant" and msgs[i + 1].role == "user":
+            assert (fs[i].fate == "dropped") == (fs[i + 1].fate == "dropped"), i
+    assert all(fs[i].rule == "p1_evicted" for i in range(req + 1, len(msgs)) if fs[i].fate == "dropped")
+    # the newest exchange: from the last command a [Tool results] text answers, else the
+    # prefill alone
+    start = next(
+        (i for i in range(len(msgs) - 2, req, -1) if msgs[i].role == "assistant" and msgs[i + 1].role == "user"),
+        len(msgs) - 1,
+    )
+    gone = [i for i in range(start, len(msgs)) if fs[i].fate == "dropped"]
+    if not gone:
+        event("the newest exchange kept")
+        return
+    event(f"the newest exchange dropped, fits={r.report.fits}, cut={bool(r.report.truncated_messages)}")
+    if not r.report.fits or r.report.truncated_messages:
+        return
+    costs = cw.message_tokens(msgs, format=provider)
+    if provider == "anthropic":
+        back = [m for i, m in enumerate(msgs) if fs[i].fate != "dropped" or i in gone]
+        roles = [m.role for m in back if m.role != "system"]
+        if any(x == y for x, y in itertools.pairwise(roles)):
+            return  # put back, two messages of a role would be side by side
+    assert r.report.tokens_after + sum(costs[i] for i in gone) > budget
+
+
+@given(with_exchange(), st.integers(0, 120), st.integers(1, 40))
+def test_request_cut_never_grows_with_the_budget(c: tuple[str, list[Message], int], pct: int, step: int) -> None:
+    """(c) The request is never cut more at a larger budget than at a smaller one where a
+    result fits (where none does, the request is not cut: cutting would not make it fit),
+    and a result that cuts the request to its marker alone never keeps messages after it
+    that are all cut to their markers alone."""
+    provider, msgs, req = c
+    budget = cw.count_messages(msgs, format=provider) * pct // 100
+    small = fit(msgs, budget, format=provider)
+    large = fit(msgs, budget + step, format=provider)
+    if small.report.fits:
+        assert request_cut(large) <= request_cut(small)
+    for r in (small, large):
+        fs = r.report.fates
+        if fs[req].rule != "request_truncated" or fs[req].chars_removed < _text_len(msgs[req]):
+            continue
+        after = [i for i in range(req + 1, len(msgs)) if fs[i].fate != "dropped"]
+        event(f"request cut to its marker, {len(after)} kept after it")
+        marker_only = [fs[i].fate == "truncated" and fs[i].chars_removed >= _text_len(msgs[i]) for i in after]
+        assert not after or not all(marker_only)
+
+
+def test_is_real_user_sees_the_results_text_as_no_turn() -> None:
+    """The grouping rests on the turn rule: a ``[Tool results]`` text starts no turn."""
+    m = Message(role="user", content=[TextPart(text="[Tool results] x")])
+    assert not ref.is_real_user(m)
