@@ -847,9 +847,8 @@ def _text_chars(m: Message) -> int:
 def _cut_rank(report: Any) -> tuple[bool, int, int]:
     """Higher is better: fits, then fewer characters cut from the request, then fewer
     characters cut in all."""
-    request = sum(f.chars_removed for f in report.fates if f.rule == "request_truncated")
     total = sum(f.chars_removed for f in report.fates if f.fate == "truncated")
-    return (report.fits, -request, -total)
+    return (report.fits, -_request_cut(report), -total)
 
 
 def _fit_once(
