@@ -303,6 +303,17 @@ def test_violation_details_use_the_wire_role_names() -> None:
     assert not any("Tool" in d for d in details)
 
 
+def test_violation_text_says_a_user_message() -> None:
+    """Found by a new user (fresh16a F7): "tool result "a" is in an user message"."""
+    m = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r"}]},
+    ]
+    texts = [v.detail for v in cw.validate(m, "openai", format="anthropic") if v.code == "result_outside_tool_message"]
+    assert texts == ['tool result "a" is in a user message, not a tool message']
+
+
 def test_violation_text_says_an_assistant_message() -> None:
     """Found by the fresh-install review (fresh8 N9): "is in a assistant message"."""
     m = [

@@ -209,7 +209,9 @@ def count_features(text: str, family: str | None = None) -> dict[str, int]:
         tokens, and CJK tokens that hold the space before them),
         ``non_ascii_words``, ``non_ascii_upper_after_upper`` (non-ASCII uppercase
         letters of the BMP right after an uppercase letter: text in capitals, which
-        tokenizers split finely), ``ch_<group>`` (code points of a script group) and
+        tokenizers split finely), ``ch_<group>`` (code points of a script group read on
+        their own: those inside a 2- or 3-character token of the family, counted in
+        ``ngrams``, are not, so the count depends on the family) and
         ``ex_<group>`` (their standalone tokens beyond one each), and ``bytes`` (UTF-8
         length).
 

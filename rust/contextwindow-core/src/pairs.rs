@@ -26,14 +26,14 @@ pub struct Violation {
     pub detail: String,
 }
 
-/// A role with its indefinite article, as a violation's message says it ("an assistant").
+/// A role with its indefinite article, as a violation's message says it ("an assistant",
+/// "a user": the article follows the sound, and "user" starts with a consonant sound).
 fn with_article(role: Role) -> String {
-    let name = role.name();
-    if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
-        format!("an {name}")
-    } else {
-        format!("a {name}")
-    }
+    let article = match role {
+        Role::Assistant => "an",
+        Role::System | Role::Developer | Role::User | Role::Tool => "a",
+    };
+    format!("{article} {}", role.name())
 }
 
 fn v(index: usize, code: &'static str, call_id: Option<&str>, detail: String) -> Violation {
