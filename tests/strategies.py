@@ -3,10 +3,10 @@
 They produce what breaks context managers: parallel calls, results in any order, results
 separated from their calls, orphan results, calls without results, ids reused across
 turns, CJK, kana, hangul, emoji ZWJ sequences, combining marks, lone surrogates, null or
-empty content, huge tool results, pinned messages, our own breadcrumb and
-``[Tool results]`` carriers; images with and without a size, remote or inline, whose base64
-data holds a real PNG, GIF, WebP or JPEG header (built here byte by byte), sometimes
-truncated, corrupted, line-wrapped or URL-safe, also inside tool results.
+empty content, huge tool results, pinned messages, our own breadcrumb, ``[Tool results]``
+carriers and observations (long ones too); images with and without a size, remote or
+inline, whose base64 data holds a real PNG, GIF, WebP or JPEG header (built here byte by
+byte), sometimes truncated, corrupted, line-wrapped or URL-safe, also inside tool results.
 """
 
 from __future__ import annotations
@@ -58,7 +58,12 @@ IDS = ["c1", "c2", "c3", "call_9"]
 
 text = st.lists(st.sampled_from(PIECES), max_size=8).map("".join)
 big_text = st.tuples(st.sampled_from(PIECES[:12]), st.integers(50, 2500)).map(lambda t: t[0] * t[1])
-any_text = st.one_of(text, text, text, big_text, st.sampled_from(["", BREADCRUMB, "[Tool results] x"]))
+# a text-action agent's observation: its tool output as user text (fresh15 #4: cut like a
+# tool result, prefix kept; a combining mark right after the prefix stays with it)
+observation = st.tuples(
+    st.sampled_from(["[Tool results] ", "[Tool results]\n", "[Tool results]\u0301"]), st.one_of(text, big_text)
+).map("".join)
+any_text = st.one_of(text, text, text, big_text, observation, st.sampled_from(["", BREADCRUMB, "[Tool results] x"]))
 
 
 # ------------------------------------------------------------------- image headers, by hand

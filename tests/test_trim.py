@@ -405,3 +405,88 @@ def test_cli_repro_keeps_the_korean_request_whole(tmp_path: Path) -> None:
     assert ref.shrink_text(answer, k)[0] == text
     longer = [kept[0], {"role": "assistant", "content": [{"type": "text", "text": ref.shrink_text(answer, k + 1)[0]}]}]
     assert cw.count_messages(longer, format="anthropic") > 1263
+
+
+# --- fresh15 #4: a text-action agent's observation is cut like a tool result ---------------
+
+
+def test_a_tool_results_text_is_cut_before_the_request() -> None:
+    """The observation (user text starting with ``[Tool results]``, after the request) is
+    cut as a tool result is, keeping its prefix; it was never cut, and the request was."""
+    q = "q" * 400
+    seen = "[Tool results] " + "x" * 385  # 400 characters
+    msgs = [{"role": "system", "content": "s" * 400}, u(q), a("ls -la"), u(seen)]  # 104 + 104 + 5 + 104 = 317
+    r = _engines_agree(msgs, 250)
+    # the observation's others: 217; 217 + floor((14 + k + 34) / 4) <= 250 -> k = 87 after
+    # the 14-character prefix: head 14 + 44, tail 43, 400 - 14 - 87 = 299 removed
+    assert r.messages[3]["content"] == "[Tool results] " + "x" * 43 + "\n[... 299 characters removed ...]\n" + "x" * 43
+    assert all(r.messages[i] is msgs[i] for i in range(3))
+    assert (r.report.tokens_after, r.report.fits) == (250, True)
+    f = r.report.fates[3]
+    assert (f.fate, f.rule, f.chars_removed) == ("truncated", "tool_result_shrunk", 299)
+    # at 200 even its marker alone leaves 217 + floor(48 / 4) = 229: it keeps its prefix
+    # only; "ls -la" is not worth a marker; then the request: others 129, 129 +
+    # floor((k + 34) / 4) <= 200 -> k = 253: head 127, tail 126, 147 removed
+    r = _engines_agree(msgs, 200)
+    assert r.messages[3]["content"] == "[Tool results]\n[... 386 characters removed ...]\n"
+    assert r.messages[1]["content"] == "q" * 127 + "\n[... 147 characters removed ...]\n" + "q" * 126
+    assert r.messages[2] is msgs[2] and (r.report.tokens_after, r.report.fits) == (200, True)
+    assert [(f.rule, f.chars_removed) for f in r.report.fates] == [
+        ("preamble", 0),
+        ("request_truncated", 147),
+        ("kept_turn", 0),
+        ("tool_result_shrunk", 386),
+    ]
+    # pinned (a Message struct), it is not cut: the request is, as before (the request's
+    # others 217: k = 101, head 51, tail 50, 299 removed)
+    pinned = cw.adapters.to_canonical(msgs, "openai")
+    pinned[3] = Message(role="user", content=[TextPart(text=seen)], pinned=True)
+    r = cw.trim_turns(pinned, 250, profile="fim")
+    assert r.messages[1].content[0].text == "q" * 51 + "\n[... 299 characters removed ...]\n" + "q" * 50
+    assert r.messages[3] is pinned[3] and r.report.fates[1].rule == "request_truncated"
+
+
+FRESH15_4 = [
+    {"role": "system", "content": "You are an agent."},
+    {"role": "user", "content": "old question " * 30},
+    {"role": "assistant", "content": "old answer " * 30},
+    {"role": "user", "content": "Please fix the bug in module foo and run the tests. " * 5},
+    {"role": "assistant", "content": "ls -la"},
+    {"role": "user", "content": "[Tool results] " + "file.txt\n" * 200},
+]
+
+
+@pytest.mark.parametrize("budget", [100, 300, 626])
+def test_fresh15_4_the_request_stays_whole_and_the_observation_is_cut(budget: int) -> None:
+    """fresh15 #4 (default profile): at 100 nothing could meet the budget (672 tokens,
+    fits False); at 626 the request was cut to one character and the 1,815-character
+    ``ls`` output stayed whole. Now the request and the command stay whole at every such
+    budget, and the output is cut to the most head and tail that fits, prefix kept."""
+    msgs = FRESH15_4
+    r = cw.trim_turns(msgs, budget)
+    assert r.report.fits and r.report.tokens_after <= budget
+    assert r.messages[-3] is msgs[3] and r.messages[-2] is msgs[4]
+    assert [(f.fate, f.rule) for f in r.report.fates][3:] == [
+        ("kept", "kept_turn"),
+        ("kept", "kept_turn"),
+        ("truncated", "tool_result_shrunk"),
+    ]
+    text = r.messages[-1]["content"]
+    head, rest = text.split("\n[... ", 1)
+    removed, tail = rest.split(" characters removed ...]\n", 1)
+    seen = msgs[5]["content"]
+    assert head.startswith("[Tool results] f") and seen.startswith(head) and seen.endswith(tail)
+    assert len(head) + int(removed) + len(tail) == len(seen) == 1815
+    assert r.report.fates[5].chars_removed == int(removed)
+    # tight: the cut that keeps one more character after the prefix does not fit
+    k = len(head) + len(tail) - 14
+    assert ref.shrink_text(seen, k, 14)[0] == text
+    longer = [*r.messages[:-1], u(ref.shrink_text(seen, k + 1, 14)[0])]
+    assert cw.count_messages(longer) > budget
+    # the engine and its spec agree (both breadcrumb choices)
+    canonical = cw.adapters.to_canonical(msgs, "openai")
+    for breadcrumb in (True, False):
+        ops, report = ref.trim_turns(canonical, budget, "conservative", breadcrumb, "openai")
+        rb = cw.trim_turns(msgs, budget, breadcrumb=breadcrumb)
+        assert report == rb.report
+        assert [canonical[i] if m is None else m for i, m in ops] == cw.adapters.to_canonical(rb.messages, "openai")

@@ -629,6 +629,16 @@ def is_real_user(m: Message) -> bool:
     )
 
 
+def is_observation(m: Message) -> bool:
+    """A text-action agent's observation: a user message whose first part other than tool
+    results is text starting with ``[Tool results]``. It never starts a turn, and
+    :func:`trim_turns` cuts its text as it cuts tool results."""
+    if m.role != "user":
+        return False
+    first = next((q for q in m.content if not isinstance(q, ToolResult)), None)
+    return isinstance(first, TextPart) and first.text.startswith(TOOL_RESULTS_PREFIX)
+
+
 def without_stubs(m: Message) -> Message | None:
     """``m`` without its stub results, ``None`` when it holds none."""
     if not any(is_missing_result(q) for q in m.content):
@@ -1147,24 +1157,33 @@ def _bad_cut(s: str, p: int) -> bool:
     return False
 
 
-def cut_points(s: str, keep: int) -> tuple[int, int]:
-    """Where :func:`shrink_text` cuts to keep about ``keep`` characters: the end of the
-    head and the start of the tail (equal, nothing removed, when ``keep >= len(s)``)."""
+def cut_points(s: str, keep: int, floor: int = 0) -> tuple[int, int]:
+    """Where :func:`shrink_text` cuts to keep about ``keep`` characters after the first
+    ``floor``, which always stay (0, or the ``[Tool results]`` prefix of an observation):
+    the end of the head and the start of the tail (equal, nothing removed, when
+    ``floor + keep >= len(s)``). The head never ends before ``floor``: a cut right there
+    that would split a grapheme moves forward instead (never with ``floor`` 0, the start
+    of the text), and when the head then reaches the tail, nothing is removed."""
     n = len(s)
-    if keep >= n:
+    if floor + keep >= n:
         return n, n
-    head = (keep + 1) // 2
-    while head > 0 and _bad_cut(s, head):
+    head = floor + (keep + 1) // 2
+    while head > floor and _bad_cut(s, head):
         head -= 1
+    while head < n and _bad_cut(s, head):
+        head += 1
     tail = n - keep // 2
     while tail < n and _bad_cut(s, tail):
         tail += 1
+    if head >= tail:
+        return n, n
     return head, tail
 
 
-def shrink_text(s: str, keep: int) -> tuple[str, int]:
-    """Keep about ``keep`` characters: first half + marker + last half."""
-    head, tail = cut_points(s, keep)
+def shrink_text(s: str, keep: int, floor: int = 0) -> tuple[str, int]:
+    """Keep about ``keep`` characters: first half + marker + last half (after the first
+    ``floor`` characters, which always stay: see :func:`cut_points`)."""
+    head, tail = cut_points(s, keep, floor)
     if head == tail:
         return s, 0
     removed = tail - head
@@ -1390,13 +1409,16 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
-def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, settle: bool) -> None:
+def _shrink(
+    st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, settle: bool, floor: int = 0
+) -> None:
     """Cut text part ``(part, inner)`` of work item ``w`` so the total fits, if it helps.
 
     Never a cut whose marker costs as many tokens as the text it removes, or more
     (fresh12 O1). The cut is the largest that fits; with ``settle`` (tool results, the
     reply after the request), when that one is not worth its marker, the largest smaller
-    one that fits and is; without it (the request) the text then stays whole."""
+    one that fits and is; without it (the request) the text then stays whole. The first
+    ``floor`` characters always stay (an observation's ``[Tool results]`` prefix)."""
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -1405,17 +1427,17 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     others = st.total() - old
 
     def fits(k: int) -> bool:
-        return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k)[0])) <= budget
+        return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k, floor)[0])) <= budget
 
     def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
-        head, tail = cut_points(text, k)
+        head, tail = cut_points(text, k, floor)
         span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
         return st.cost.message_tokens(_with_text(m, part, inner, marker(tail - head))) < span
 
-    lo = largest_fitting(len(text), fits)
+    lo = largest_fitting(len(text) - floor, fits)
     if settle and lo > 0 and not worth(lo):
         lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
-    new_text, removed = shrink_text(text, lo)
+    new_text, removed = shrink_text(text, lo, floor)
     if removed == 0:
         return
     new_m = _with_text(m, part, inner, new_text)
@@ -1607,20 +1629,32 @@ def _trim_turns_once(
                     st.set_keep(w, True)
                     st.set_fate(w, "kept", "kept_turn")
     inner_budget = budget - min(bc_cost, budget)
+    # the tool results, and the text of observations (a text-action agent's tool output,
+    # given back as user text starting with "[Tool results]": fresh15 #4), largest first;
+    # an observation keeps its prefix, so it still reads as one
     if over():
-        cands = []
+        cands = []  # (-len, w, part, inner: -1 for an observation's own text part)
         for w in range(la, lb):
-            if not st.keep[w] or st.m(w).pinned:
+            m = st.m(w)
+            if not st.keep[w] or m.pinned:
                 continue
-            for p, part in enumerate(st.m(w).content):
+            observation = is_observation(m)
+            for p, part in enumerate(m.content):
                 if isinstance(part, ToolResult):
                     for q, inner in enumerate(part.content):
                         if isinstance(inner, TextPart) and inner.text:
                             cands.append((-len(inner.text), w, p, q))
+                elif observation and isinstance(part, TextPart) and part.text:
+                    cands.append((-len(part.text), w, p, -1))
         for _, w, p, q in sorted(cands):
             if not over():
                 break
-            _shrink(st, w, p, q, inner_budget, "tool_result_shrunk", True)
+            if q >= 0:
+                _shrink(st, w, p, q, inner_budget, "tool_result_shrunk", True)
+            else:
+                text = st.m(w).content[p].text  # type: ignore[union-attr]
+                floor = len(TOOL_RESULTS_PREFIX) if text.startswith(TOOL_RESULTS_PREFIX) else 0
+                _shrink(st, w, p, None, inner_budget, "tool_result_shrunk", True, floor)
     # a finished transcript: the newest turn's assistant text after the current request
     # (the answer to it) is cut as tool results are, largest first, before the request is
     if over() and req is not None and la <= req < lb:

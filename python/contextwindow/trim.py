@@ -126,7 +126,9 @@ def trim_turns(
     budget, its oldest complete tool units are dropped until it fits (never the newest
     unit, never a unit holding a pinned message), and dropped units that still fit are
     put back, newest first; then the largest tool results are cut to head + tail with a
-    marker that names the number of characters removed; then, the same way, the
+    marker that names the number of characters removed (a text-action agent's
+    observation, user text starting with ``[Tool results]``, counts as a tool result
+    here and keeps that prefix; fresh15 #4); then, the same way, the
     assistant text after the request (a finished transcript: the answer to it; fate
     rule ``reply_shrunk``); then the request itself, but only when that makes the
     conversation fit. No cut is made whose marker costs as many tokens as the text it

@@ -312,6 +312,21 @@ impl Message {
             && !only(is_notice_text)
     }
 
+    /// The observation of a text-action agent: a user message whose first part other
+    /// than tool results is text starting with [`TOOL_RESULTS_PREFIX`] (what a tool
+    /// printed, given back as user text). It never starts a turn, and `trim_turns` cuts
+    /// its text as it cuts tool results.
+    pub fn is_observation(&self) -> bool {
+        self.role == Role::User
+            && self
+                .content
+                .iter()
+                .find(|p| p.kind != PartKind::ToolResult)
+                .is_some_and(|p| {
+                    p.kind == PartKind::Text && p.text_str().starts_with(TOOL_RESULTS_PREFIX)
+                })
+    }
+
     /// This message without its stub results ([`Part::is_missing_result`]), or `None`
     /// when it holds none.
     pub fn without_stubs(&self) -> Option<Message> {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
-use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB};
+use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB, TOOL_RESULTS_PREFIX};
 use crate::pairs::{part_eq, repair_resolved, Missing, PairChange, Work};
 use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
 
@@ -165,23 +165,33 @@ fn bad_cut(chars: &[char], p: usize) -> bool {
 /// ```
 pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
     let chars: Vec<char> = text.chars().collect();
-    shrink_chars(&chars, keep)
+    shrink_chars(&chars, 0, keep)
 }
 
-/// Where [`shrink_chars`] cuts to keep about `keep` of `chars`: the end of the head and
-/// the start of the tail (equal, nothing removed, when `keep >= chars.len()`).
-fn cut_points(chars: &[char], keep: usize) -> (usize, usize) {
+/// Where [`shrink_chars`] cuts to keep about `keep` of `chars` after their first `floor`
+/// characters, which always stay (0, or the `[Tool results]` prefix of an observation):
+/// the end of the head and the start of the tail (equal, nothing removed, when
+/// `floor + keep >= chars.len()`). The head never ends before `floor`: a cut right there
+/// that would split a grapheme moves forward instead (never with `floor` 0, the start
+/// of the text), and when the head then reaches the tail, nothing is removed.
+fn cut_points(chars: &[char], floor: usize, keep: usize) -> (usize, usize) {
     let n = chars.len();
-    if keep >= n {
+    if floor + keep >= n {
         return (n, n);
     }
-    let mut head = keep.div_ceil(2);
-    while head > 0 && bad_cut(chars, head) {
+    let mut head = floor + keep.div_ceil(2);
+    while head > floor && bad_cut(chars, head) {
         head -= 1;
+    }
+    while head < n && bad_cut(chars, head) {
+        head += 1;
     }
     let mut tail_start = n - keep / 2;
     while tail_start < n && bad_cut(chars, tail_start) {
         tail_start += 1;
+    }
+    if head >= tail_start {
+        return (n, n);
     }
     (head, tail_start)
 }
@@ -204,8 +214,9 @@ fn largest_fitting(n: usize, ok: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
-fn shrink_chars(chars: &[char], keep: usize) -> (String, usize) {
-    let (head, tail_start) = cut_points(chars, keep);
+/// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]).
+fn shrink_chars(chars: &[char], floor: usize, keep: usize) -> (String, usize) {
+    let (head, tail_start) = cut_points(chars, floor, keep);
     if head == tail_start {
         return (chars.iter().collect(), 0);
     }
@@ -497,12 +508,15 @@ impl<'a, 'p> State<'a, 'p> {
     /// reply after the request), when that one is not worth its marker, the largest
     /// smaller one that fits and is, so such a text is cut a little further rather than
     /// left whole for the request to pay for; without it (the request) the text then
-    /// stays whole and the report says whether the conversation fits.
+    /// stays whole and the report says whether the conversation fits. The first `floor`
+    /// characters always stay (an observation's `[Tool results]` prefix).
+    #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
         w: usize,
         part: usize,
         inner: Option<usize>,
+        floor: usize,
         budget: u64,
         rule: &'static str,
         settle: bool,
@@ -520,19 +534,19 @@ impl<'a, 'p> State<'a, 'p> {
         let chars: Vec<char> = text.chars().collect();
         let old = p.text_tokens(&text);
         let others = self.total() - old;
-        let fits = |k: usize| others + p.text_tokens(&shrink_chars(&chars, k).0) <= budget;
+        let fits = |k: usize| others + p.text_tokens(&shrink_chars(&chars, floor, k).0) <= budget;
         // the marker costs fewer tokens than the characters it stands for
         let worth = |k: usize| {
-            let (head, tail_start) = cut_points(&chars, k);
+            let (head, tail_start) = cut_points(&chars, floor, k);
             let span: String = chars[head..tail_start].iter().collect();
             p.text_tokens(&marker(tail_start - head)) < p.text_tokens(&span)
         };
-        let mut lo = largest_fitting(chars.len(), fits);
+        let mut lo = largest_fitting(chars.len() - floor, fits);
         // the span is counted again only here and, rarely, in a second search below it
         if settle && lo > 0 && !worth(lo) {
             lo = largest_fitting(lo, |k| fits(k) && worth(k));
         }
-        let (new_text, removed) = shrink_chars(&chars, lo);
+        let (new_text, removed) = shrink_chars(&chars, floor, lo);
         let new_tokens = p.text_tokens(&new_text);
         if removed == 0 || new_tokens >= old || !worth(lo) {
             return;
@@ -671,7 +685,9 @@ impl<'a, 'p> State<'a, 'p> {
 /// after the preamble unless a pinned turn precedes it). When the newest turn alone is
 /// over budget: drops its oldest complete tool units (never the newest one, never one
 /// holding a pinned message) until it fits, then puts back, newest first, dropped units
-/// that still fit; then shrinks the largest tool results (head + tail + marker); then,
+/// that still fit; then shrinks the largest tool results (head + tail + marker), an
+/// observation's text ([`Message::is_observation`]) among them, its `[Tool results]`
+/// prefix kept; then,
 /// the same way, the assistant text after the current request (a finished transcript:
 /// the answer to it; rule `reply_shrunk`); then truncates the current request, only when
 /// that makes it fit. No cut is made whose marker costs as many tokens as the text it
@@ -870,31 +886,52 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
             }
         }
     }
+    // The tool results, and the text of observations (a text-action agent's tool output,
+    // given back as user text starting with `[Tool results]`: fresh15 #4, the request was
+    // cut to one character while 1,800 characters of `ls` output stayed whole), largest
+    // first; an observation keeps its prefix, so it still reads as one.
     if over(&st) {
-        let mut cands: Vec<(usize, usize, usize, usize)> = Vec::new(); // (len, w, part, inner)
+        // (len, w, part, inner: None for an observation's own text part)
+        let mut cands: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
         for w in last
             .clone()
             .filter(|&w| st.keep[w] && !st.work[w].msg.pinned)
         {
-            for (p, part) in st.work[w].msg.content.iter().enumerate() {
+            let m = &st.work[w].msg;
+            let observation = m.is_observation();
+            for (p, part) in m.content.iter().enumerate() {
                 if part.kind == PartKind::ToolResult {
                     for (q, inner) in part.inner().iter().enumerate() {
                         if inner.kind == PartKind::Text && !inner.text_str().is_empty() {
-                            cands.push((inner.text_str().chars().count(), w, p, q));
+                            cands.push((inner.text_str().chars().count(), w, p, Some(q)));
                         }
                     }
+                } else if observation && part.kind == PartKind::Text && !part.text_str().is_empty()
+                {
+                    cands.push((part.text_str().chars().count(), w, p, None));
                 }
             }
         }
         cands.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));
+        let prefix = TOOL_RESULTS_PREFIX.chars().count();
         for (_, w, p, q) in cands {
             if !over(&st) {
                 break;
             }
+            let floor = match q {
+                None if st.work[w].msg.content[p]
+                    .text_str()
+                    .starts_with(TOOL_RESULTS_PREFIX) =>
+                {
+                    prefix
+                }
+                _ => 0,
+            };
             st.shrink(
                 w,
                 p,
-                Some(q),
+                q,
+                floor,
                 budget - bc_cost.min(budget),
                 "tool_result_shrunk",
                 true,
@@ -927,6 +964,7 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                     w,
                     p,
                     None,
+                    0,
                     budget - bc_cost.min(budget),
                     "reply_shrunk",
                     true,
@@ -977,6 +1015,7 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
                     w,
                     p,
                     None,
+                    0,
                     budget - bc_cost.min(budget),
                     "request_truncated",
                     false,
@@ -1063,6 +1102,30 @@ mod tests {
         let mut p = Part::missing_result(id);
         p.content = Some(vec![Part::text("r")]);
         Message::new(role, vec![p])
+    }
+
+    #[test]
+    fn a_floor_keeps_the_prefix_and_graphemes_whole() {
+        let chars = |s: &str| -> Vec<char> { s.chars().collect() };
+        let seen = chars(&format!("[Tool results] {}", "x".repeat(385)));
+        // keep 87 after the 14-character prefix: head 14 + 44, tail 43
+        assert_eq!(cut_points(&seen, 14, 87), (58, 357));
+        assert_eq!(cut_points(&seen, 14, 386), (400, 400));
+        let (t, removed) = shrink_chars(&seen, 14, 0);
+        assert_eq!(
+            (t.as_str(), removed),
+            ("[Tool results]\n[... 386 characters removed ...]\n", 386)
+        );
+        // floor 0 is the plain cut
+        assert_eq!(cut_points(&seen, 0, 87), (44, 357));
+        // a combining mark on the prefix's `]` stays with it: the head moves forward
+        let marked = chars(&format!("[Tool results]\u{301}{}", "x".repeat(100)));
+        assert_eq!(cut_points(&marked, 14, 0), (15, 115));
+        // and when it then reaches the tail, nothing is cut
+        let short = chars("[Tool results]\u{301}\u{301}\u{301}x");
+        assert_eq!(cut_points(&short, 14, 0), (17, 18));
+        assert_eq!(cut_points(&short, 14, 2), (18, 18));
+        assert_eq!(shrink_chars(&short, 14, 2).1, 0);
     }
 
     #[test]

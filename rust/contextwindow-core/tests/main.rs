@@ -500,6 +500,84 @@ fn trim_cuts_the_reply_after_the_request_before_the_request() {
     assert_eq!((out.report.tokens_after, out.report.fits), (39, true));
 }
 
+/// fresh15 #4: the observation of a text-action agent (user text starting with
+/// `[Tool results]`, after the request) is cut as a tool result is, keeping its prefix,
+/// before the request is touched; it was never cut, and the request was.
+#[test]
+fn trim_cuts_a_tool_results_text_before_the_request() {
+    let q = "q".repeat(400);
+    let seen = format!("[Tool results] {}", "x".repeat(385)); // 400 characters
+                                                              // system 104, request 104, command 4 + floor(6 / 4) = 5, observation 104: 317 > 250.
+                                                              // The observation's others are 217: 217 + floor((14 + k + 34) / 4) <= 250 -> k = 87
+                                                              // after the 14-character prefix: head 14 + 44, tail 43, 400 - 14 - 87 = 299 removed
+    let msgs = vec![sys(&"s".repeat(400)), u(&q), a("ls -la"), u(&seen)];
+    let out = trim_turns(&msgs, 250, opts(Format::OpenAI));
+    let want = format!(
+        "[Tool results] {}\n[... 299 characters removed ...]\n{}",
+        "x".repeat(43),
+        "x".repeat(43)
+    );
+    assert_eq!(texts(&out)[1..], [q.clone(), "ls -la".to_owned(), want]);
+    assert_eq!((out.report.tokens_after, out.report.fits), (250, true));
+    let f = &out.report.fates[3];
+    assert_eq!(
+        (f.fate, f.rule, f.chars_removed),
+        ("truncated", "tool_result_shrunk", 299)
+    );
+    // at 200 even its marker alone leaves 217 + floor(48 / 4) = 229: it keeps only its
+    // prefix; "ls -la" is not worth a marker; then the request: others 129, 129 +
+    // floor((k + 34) / 4) <= 200 -> k = 253: head 127, tail 126, 147 removed
+    let out = trim_turns(&msgs, 200, opts(Format::OpenAI));
+    let request = format!(
+        "{}\n[... 147 characters removed ...]\n{}",
+        "q".repeat(127),
+        "q".repeat(126)
+    );
+    let seen_cut = "[Tool results]\n[... 386 characters removed ...]\n".to_owned();
+    assert_eq!(texts(&out)[1..], [request, "ls -la".to_owned(), seen_cut]);
+    assert_eq!((out.report.tokens_after, out.report.fits), (200, true));
+    // the finding's own conversation (default profile): every budget from 100 up keeps
+    // the request and the command whole and cuts the 1,815-character observation
+    let mut msgs = vec![
+        sys("You are an agent."),
+        u(&"old question ".repeat(30)),
+        a(&"old answer ".repeat(30)),
+        u(&"Please fix the bug in module foo and run the tests. ".repeat(5)),
+        a("ls -la"),
+        u(&format!("[Tool results] {}", "file.txt\n".repeat(200))),
+    ];
+    let conservative = TrimOptions {
+        profile: &CONSERVATIVE,
+        ..opts(Format::OpenAI)
+    };
+    for budget in [100, 300, 626] {
+        let out = trim_turns(&msgs, budget, conservative);
+        assert!(
+            out.report.fits && out.report.tokens_after <= budget,
+            "{budget}"
+        );
+        let t = texts(&out);
+        assert_eq!(
+            t[t.len() - 3..t.len() - 1],
+            [msgs[3].content[0].text_str(), "ls -la"]
+        );
+        let seen = &t[t.len() - 1];
+        assert!(seen.starts_with("[Tool results] f") && seen.contains(" characters removed ...]"));
+        let f = &out.report.fates[5];
+        assert_eq!(
+            (f.fate, f.rule),
+            ("truncated", "tool_result_shrunk"),
+            "{budget}"
+        );
+        assert_eq!(out.report.fates[3].fate, "kept");
+    }
+    // pinned, it is not cut: the request is, as before
+    msgs[5].pinned = true;
+    let out = trim_turns(&msgs, 626, conservative);
+    assert_eq!(out.report.fates[3].rule, "request_truncated");
+    assert_eq!(out.report.fates[5].fate, "kept");
+}
+
 #[test]
 fn trim_turn_count_keeps_at_least_one() {
     let msgs = vec![u("1"), a("x"), u("2"), a("y"), u("3")];
