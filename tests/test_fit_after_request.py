@@ -162,24 +162,31 @@ def text_action() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("budget", "step", "tokens"),
+    ("budget", "output", "tokens"),
     [
-        (315, "dropped", 29),  # 4 + 10 + 6 + 301 = 321 > 315: the step goes, whole (4 + 15 + 10)
-        (320, "dropped", 29),
-        (321, "kept", 321),  # the old turn goes (its breadcrumb would not fit), the step stays
+        # 4 + 10 + 6 + 301 = 321 > 315: the old turn goes, and the output is cut as a tool
+        # result (obs16) to 315 - 20 = 295 tokens, so the step stays; no breadcrumb (15
+        # tokens), which would cost the newest turn more of its output
+        (315, "truncated", 315),
+        (320, "truncated", 320),
+        (321, "kept", 321),  # the old turn goes (its breadcrumb would not fit), the step stays whole
         (400, "kept", 336),  # over the low-water mark 280: the step is not evicted to reach it
     ],
 )
-def test_command_and_its_output_stay_or_go_together(budget: int, step: str, tokens: int) -> None:
+def test_command_and_its_output_stay_or_go_together(budget: int, output: str, tokens: int) -> None:
     """fresh15 #2: at 315-320 the command went (P1, oldest first, to the low-water mark)
     and its output stayed, an observation with no command. They are one unit now, and
-    the newest one stays whenever a result fits with it and the request whole."""
+    the newest one stays whenever a result fits with it and the request whole; since
+    trim_turns cuts a ``[Tool results]`` text as a tool result, the output is cut at 315-320
+    (before, both went there)."""
     msgs = text_action()
     assert cw.message_tokens(msgs) == [4, 44, 44, 10, 6, 301]
     assert cw.count_messages([cw.messages.Message(role="user", content=[cw.messages.TextPart(text=BC)])]) == 15
     r = fit(msgs, budget)
-    assert [f.fate for f in r.report.fates][3:] == ["kept", step, step]
+    assert [f.fate for f in r.report.fates][3:] == ["kept", "kept", output]
     assert (r.report.fits, r.report.tokens_after) == (True, tokens)
+    assert r.messages[-3:-1] == msgs[3:5]  # the request and the command, whole
+    assert r.messages[-1]["content"].startswith("[Tool results] file.txt\n")
     g = cw.ContextGuard(cw.resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=0)).check(msgs)
     assert g.messages == r.messages
 
@@ -196,10 +203,11 @@ def build_fails() -> list[dict[str, Any]]:
 
 def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> None:
     """fresh14 finding 1's reproducer: the request alone (187 tokens) is over the budget
-    (100). Keeping the step would cut the request further (trim_turns cuts 760 of its 866
-    characters and the command to its marker). The request's cut is monotone in the
-    budget only if it is the same as without the step: below the budget where the step
-    can no longer fit, fit keeps far more of the request. So the step goes, whole; at
+    (100). Keeping the step would cut the request further (trim_turns cuts 695 of its 866
+    characters, the command to its marker and the output to its ``[Tool results]``
+    prefix). The request's cut is monotone in the budget only if it is the same as
+    without the step: below the budget where the step can no longer fit, fit keeps far
+    more of the request. So the step goes, whole; at
     every budget the request keeps as much as it does without the step, and the step is
     back whole once 248 tokens fit everything."""
     msgs = build_fails()
@@ -213,7 +221,7 @@ def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> 
     ]
     assert (r.report.fits, r.report.tokens_after) == (True, 100)
     assert request_cut(r) == request_cut(fit(msgs[:2], 100))
-    assert request_cut(cw.trim_turns(msgs, 100)) == 760
+    assert request_cut(cw.trim_turns(msgs, 100)) == 695
     cuts = []
     for b in range(40, 260):
         r = fit(msgs, b)
@@ -250,18 +258,28 @@ def text_agent_loop(steps: int) -> list[dict[str, Any]]:
     return msgs
 
 
-@pytest.mark.parametrize(("budget", "tokens"), [(100, 52), (60, 52), (51, 20)])
-def test_text_agent_loop_older_steps_still_go_to_the_low_water_mark(budget: int, tokens: int) -> None:
+@pytest.mark.parametrize(
+    ("budget", "tokens", "last"),
+    [
+        (100, 52, ["kept", "kept"]),
+        (60, 52, ["kept", "kept"]),
+        (51, 51, ["kept", "tool_result_shrunk"]),
+        (40, 20, ["p1_evicted", "p1_evicted"]),
+    ],
+)
+def test_text_agent_loop_older_steps_still_go_to_the_low_water_mark(budget: int, tokens: int, last: list[str]) -> None:
     """Only the newest exchange is kept over the low-water mark: the older steps of a
     text-action loop (6 + 14 + 4 * 32 = 148 tokens) go, each command with its output,
     oldest first, down to the mark as before (budget 100: 148 - 3 * 32 = 52 <= 70); the
     newest step stays when the mark (42 at budget 60) is then out of reach (52 <= 60
-    fits), and goes, whole, when 52 is over the budget."""
+    fits); when 52 is over the budget its output is cut as a tool result (obs16: at 51,
+    to 51 - 6 - 14 - 8 = 23 tokens), and the step goes, whole, where even the output's
+    ``[Tool results]`` prefix and marker (47 characters, 11 + 4 = 15 tokens) do not fit
+    in the 12 left at 40."""
     msgs = text_agent_loop(4)
     assert cw.count_messages(msgs, profile="fim") == 148
     r = fit(msgs, budget, profile="fim")
-    last = "kept" if tokens == 52 else "p1_evicted"
-    assert [f.rule for f in r.report.fates] == ["preamble", "current_request"] + ["p1_evicted"] * 6 + [last] * 2
+    assert [f.rule for f in r.report.fates] == ["preamble", "current_request"] + ["p1_evicted"] * 6 + last
     assert (r.report.fits, r.report.tokens_after) == (True, tokens)
 
 

@@ -921,9 +921,10 @@ def _shrink_newest_turn(
     """Still over budget with nothing left to evict: run ``trim_turns`` (the Rust engine)
     on what is left, so it shrinks inside the newest turn: drops its oldest complete tool
     units, cuts oversized tool results (and ``[Tool results]`` texts) to head + tail, then
-    the reply after the request, then the request if that makes it fit. What ``fit`` must keep is passed to it as pinned: pinned messages, class-0
-    overrides, classes the policy never evicts and the open tool calls but the newest
-    unit (whose results may be cut, never dropped)."""
+    the reply after the request, then the request if that makes it fit. What ``fit``
+    must keep is passed to it as pinned: pinned messages, class-0 overrides, classes the
+    policy never evicts and the open tool calls but the newest unit (whose results may be
+    cut, never dropped)."""
     st, seg = plan.st, plan.seg
     msgs = st.msgs  # the decoded input the plan was made for
     order = set(policy.eviction_order)
