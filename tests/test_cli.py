@@ -1002,3 +1002,114 @@ def test_repair_keeps_an_anthropic_system_where_the_file_had_it(
     else:
         assert got == {"model": "m", "messages": fixed}
     assert len(fixed) == 4 and fixed[0] == chat[0]
+
+
+# fresh16a F1: a top-level "format" is the corpus convention only when it names a provider
+# ("openai" or "anthropic"); any other value (Ollama's /api/chat "json" or a JSON schema
+# for structured output, null) is an unknown key, copied, as fit_request copies it. And
+# where it names one, the CLI and the gateway both read the body in that shape.
+_OLLAMA = {
+    "model": "llama3.2",
+    "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+    "format": "json",
+    "stream": False,
+}
+_SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
+
+
+@pytest.mark.parametrize("value", ["json", _SCHEMA, None, "gemini", "", "OpenAI", 1])
+def test_a_format_key_that_names_no_provider_is_an_unknown_key(
+    value: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's Ollama body: ``count``, ``fit`` (with and without ``--format``) and
+    ``validate`` read it as the gateway does; ``fit`` writes the key back unchanged."""
+    doc = {**_OLLAMA, "format": value}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "ollama.json", body)
+    assert main(["count", f, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    # "Why is the sky blue?": 9 tokens with its message overhead (the tester's count_request)
+    assert row["tokens"] == cw.count_request(body) == 9
+    assert row["format"] == "openai"
+    assert main(["validate", f]) == 0
+    capsys.readouterr()
+    for extra, provider in (([], None), (["--format", "openai"], "openai"), (["--format", "anthropic"], "anthropic")):
+        assert main(["fit", f, "--budget", "100", *extra]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert cli == json.loads(cw.fit_request(body, budget=100, provider=provider)) == doc
+
+
+def test_a_long_format_key_is_an_unknown_key_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"format": "z" * 500, "messages": [{"role": "user", "content": "a"}]}
+    assert main(["fit", write(tmp_path, "z.json", json.dumps(doc)), "--budget", "100"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
+
+
+_CF_CHAT = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "old " * 100},
+    {"role": "assistant", "content": "ans " * 100},
+    {"role": "user", "content": "new"},
+]
+
+
+def test_a_corpus_anthropic_key_reads_the_same_in_the_cli_and_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's second reproducer: a chat with a leading system message under
+    ``"format": "anthropic"``. Both read it as Anthropic's: the breadcrumb is a leading
+    text block of the request (one user message), not a user message of its own, which
+    would put two user messages in a row."""
+    doc = {"format": "anthropic", "messages": _CF_CHAT}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "cf.json", body)
+    assert main(["fit", f, "--budget", "40"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    out, rep = cw.fit_request(body, budget=40, report=True)
+    assert rep.provider == "anthropic"
+    assert cli == json.loads(out)
+    assert cli == {
+        "format": "anthropic",
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": [{"type": "text", "text": cw.BREADCRUMB}, {"type": "text", "text": "new"}]},
+        ],
+    }
+    # --format / provider= name the shape over the key, the same way on both paths
+    assert main(["fit", f, "--budget", "40", "--format", "openai"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli == json.loads(cw.fit_request(body, budget=40, provider="openai"))
+    assert [m["role"] for m in cli["messages"]] == ["system", "user", "user"]
+
+
+def test_a_corpus_openai_key_reads_the_same_in_the_cli_and_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's third reproducer: ``"format": "openai"`` next to a top-level
+    ``system``. The key names the shape, so the body is OpenAI's on both paths and its
+    ``system`` is an unknown key (not counted, copied): "hi" is 4 tokens."""
+    doc = {"format": "openai", "system": "You are a pirate. " * 50, "messages": [{"role": "user", "content": "hi"}]}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "fo.json", body)
+    assert main(["count", f, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert (row["tokens"], row["format"]) == (4, "openai")
+    assert cw.count_request(body) == 4
+    assert cw.fit_request(body, budget=4, report=True)[1].provider == "openai"
+    # --format anthropic reads the top-level system: 253 tokens on both paths
+    assert main(["count", f, "--json", "--format", "anthropic"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tokens"] == cw.count_request(body, provider="anthropic") == 253
+
+
+def test_a_corpus_key_spelled_with_escapes_is_read_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON escapes in the key and its value: the same key and value to both readers."""
+    text = json.dumps({"format": "anthropic", "messages": _CF_CHAT}).replace(
+        '"format": "anthropic"', '"\\u0066ormat": "\\u0061nthropic"'
+    )
+    assert "\\u0066ormat" in text
+    f = write(tmp_path, "esc.json", text)
+    assert main(["fit", f, "--budget", "40"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    out, rep = cw.fit_request(text.encode(), budget=40, report=True)
+    assert rep.provider == "anthropic" and cli == json.loads(out)
+    assert len(cli["messages"]) == 2
