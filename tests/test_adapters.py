@@ -1003,7 +1003,6 @@ def test_lone_surrogates_become_replacement(tmp_path: Path) -> None:
         ('{"model": "gpt-4o"}', 'no "messages" list'),
         ('{"messages": {"role": "user"}}', '"messages" is an object, not a list'),
         ('{"messages": [], "tools": {}}', '"tools" is an object, not a list'),
-        ('{"format": "gemini", "messages": []}', 'unknown corpus format "gemini"'),
         ("", "the file is empty"),
     ],
 )
@@ -1014,6 +1013,26 @@ def test_bad_files(tmp_path: Path, data: str, message: str) -> None:
     assert str(err.value).startswith(f"{path}: ")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "kind", "fmt"),
+    [
+        ('{"format": "anthropic", "messages": []}', "corpus", "anthropic"),
+        ('{"format": "openai", "system": "s", "messages": []}', "corpus", "openai"),
+        # any other value is a body's unknown key (fresh16a F1: Ollama's "format")
+        ('{"format": "gemini", "messages": []}', "openai_body", "openai"),
+        ('{"format": "json", "system": "s", "messages": []}', "anthropic_body", "anthropic"),
+        ('{"format": {"type": "object"}, "messages": []}', "openai_body", "openai"),
+        ('{"format": null, "messages": []}', "openai_body", "openai"),
+    ],
+)
+def test_the_format_key_names_a_shape_only_when_it_is_a_provider(
+    tmp_path: Path, data: str, kind: str, fmt: str
+) -> None:
+    conv = load_conversation(write(tmp_path, "f.json", data))
+    assert (conv.kind, conv.format) == (kind, fmt)
+    assert msgspec.json.decode(dump_conversation(conv, conv.messages)) == json.loads(data)
 
 
 @st.composite

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextwindow as cw
@@ -48,7 +49,10 @@ def test_fit_writes_same_shape_and_prints_summary(tmp_path: Path, capsys: pytest
 def test_fit_json_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "c.jsonl", "\n".join(json.dumps(m) for m in chat(3)) + "\n")
     assert main(["fit", f, "--budget", "200", "--profile", "fim", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.err)  # the report goes where the summary goes (fresh16a F2)
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert [m["role"] for m in lines] == ["system", "user", "user", "assistant"]
     assert (out["file"], out["budget"], out["tool_tokens"]) == (f, 200, 0)
     report = out["report"]
     assert report["reason"] == "token_budget" and report["fits"] is True and report["dropped_turns"] == 2
@@ -66,7 +70,9 @@ def test_fit_unchanged_but_too_big_says_so(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out and "unchanged: nothing could be removed" in out
     assert main(["fit", f, "--budget", "3", "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["report"]["fits"] is False
+    captured = capsys.readouterr()
+    assert json.loads(captured.err)["report"]["fits"] is False
+    assert json.loads(captured.out) == [{"role": "user", "content": "x " * 100}]
 
 
 def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,7 +344,8 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     # a declared window makes an unknown model usable: from the option or the environment
     argv = ["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--context-window", "9000"]
     assert main([*argv, "--max-output-tokens", "1000", "--json"]) == 0
-    rb = json.loads(capsys.readouterr().out)["resolved_budget"]
+    # the budget's rule lines, then the report: on stderr, the conversation on stdout
+    rb = json.loads(capsys.readouterr().err.splitlines()[-1])["resolved_budget"]
     assert (rb["context_window"], rb["max_output_tokens"], rb["capacity"]) == (9_000, 1_000, 8_000)
     # without an output limit, a declared window takes the first seed's 64,000 reserve; the
     # error names the option that sets it and says where the reserve came from (fresh11
@@ -352,7 +359,7 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     monkeypatch.setenv("LLM_CONTEXT_SIZE", "100000")
     monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "4000")
     assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["budget"] == 96_000  # 100,000 - 4,000
+    assert json.loads(capsys.readouterr().err.splitlines()[-1])["budget"] == 96_000  # 100,000 - 4,000
     # a reserve larger than the window: one line, exit 2, the reserve's source named
     assert main(["fit", str(EXAMPLE), "--model", "gpt-4o", "--context-window", "1000"]) == 2
     assert capsys.readouterr().err == (
@@ -439,8 +446,9 @@ def test_fit_model_budget_never_exceeds_the_capacity(capsys: pytest.CaptureFixtu
     )
     out = capsys.readouterr()
     assert code == 1
-    assert json.loads(out.out)["budget"] == 100
+    assert json.loads(out.err.splitlines()[-1])["budget"] == 100
     assert "the tool schemas alone exceed the capacity" in out.err
+    assert json.loads(out.out)["messages"]  # the conversation, on stdout
 
 
 def test_invalid_utf8_is_replaced_but_never_silently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1002,3 +1010,157 @@ def test_repair_keeps_an_anthropic_system_where_the_file_had_it(
     else:
         assert got == {"model": "m", "messages": fixed}
     assert len(fixed) == 4 and fixed[0] == chat[0]
+
+
+# fresh16a F1: a top-level "format" is the corpus convention only when it names a provider
+# ("openai" or "anthropic"); any other value (Ollama's /api/chat "json" or a JSON schema
+# for structured output, null) is an unknown key, copied, as fit_request copies it. And
+# where it names one, the CLI and the gateway both read the body in that shape.
+_OLLAMA = {
+    "model": "llama3.2",
+    "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+    "format": "json",
+    "stream": False,
+}
+_SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
+
+
+@pytest.mark.parametrize("value", ["json", _SCHEMA, None, "gemini", "", "OpenAI", 1])
+def test_a_format_key_that_names_no_provider_is_an_unknown_key(
+    value: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's Ollama body: ``count``, ``fit`` (with and without ``--format``) and
+    ``validate`` read it as the gateway does; ``fit`` writes the key back unchanged."""
+    doc = {**_OLLAMA, "format": value}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "ollama.json", body)
+    assert main(["count", f, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    # "Why is the sky blue?": 9 tokens with its message overhead (the tester's count_request)
+    assert row["tokens"] == cw.count_request(body) == 9
+    assert row["format"] == "openai"
+    assert main(["validate", f]) == 0
+    capsys.readouterr()
+    for extra, provider in (([], None), (["--format", "openai"], "openai"), (["--format", "anthropic"], "anthropic")):
+        assert main(["fit", f, "--budget", "100", *extra]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert cli == json.loads(cw.fit_request(body, budget=100, provider=provider)) == doc
+
+
+def test_a_long_format_key_is_an_unknown_key_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"format": "z" * 500, "messages": [{"role": "user", "content": "a"}]}
+    assert main(["fit", write(tmp_path, "z.json", json.dumps(doc)), "--budget", "100"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
+
+
+_CF_CHAT = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "old " * 100},
+    {"role": "assistant", "content": "ans " * 100},
+    {"role": "user", "content": "new"},
+]
+
+
+def test_a_corpus_anthropic_key_reads_the_same_in_the_cli_and_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's second reproducer: a chat with a leading system message under
+    ``"format": "anthropic"``. Both read it as Anthropic's: the breadcrumb is a leading
+    text block of the request (one user message), not a user message of its own, which
+    would put two user messages in a row."""
+    doc = {"format": "anthropic", "messages": _CF_CHAT}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "cf.json", body)
+    assert main(["fit", f, "--budget", "40"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    out, rep = cw.fit_request(body, budget=40, report=True)
+    assert rep.provider == "anthropic"
+    assert cli == json.loads(out)
+    assert cli == {
+        "format": "anthropic",
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": [{"type": "text", "text": cw.BREADCRUMB}, {"type": "text", "text": "new"}]},
+        ],
+    }
+    # --format / provider= name the shape over the key, the same way on both paths
+    assert main(["fit", f, "--budget", "40", "--format", "openai"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli == json.loads(cw.fit_request(body, budget=40, provider="openai"))
+    assert [m["role"] for m in cli["messages"]] == ["system", "user", "user"]
+
+
+def test_a_corpus_openai_key_reads_the_same_in_the_cli_and_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tester's third reproducer: ``"format": "openai"`` next to a top-level
+    ``system``. The key names the shape, so the body is OpenAI's on both paths and its
+    ``system`` is an unknown key (not counted, copied): "hi" is 4 tokens."""
+    doc = {"format": "openai", "system": "You are a pirate. " * 50, "messages": [{"role": "user", "content": "hi"}]}
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "fo.json", body)
+    assert main(["count", f, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert (row["tokens"], row["format"]) == (4, "openai")
+    assert cw.count_request(body) == 4
+    assert cw.fit_request(body, budget=4, report=True)[1].provider == "openai"
+    # --format anthropic reads the top-level system: 253 tokens on both paths
+    assert main(["count", f, "--json", "--format", "anthropic"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tokens"] == cw.count_request(body, provider="anthropic") == 253
+
+
+def test_a_corpus_key_spelled_with_escapes_is_read_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON escapes in the key and its value: the same key and value to both readers."""
+    text = json.dumps({"format": "anthropic", "messages": _CF_CHAT}).replace(
+        '"format": "anthropic"', '"\\u0066ormat": "\\u0061nthropic"'
+    )
+    assert "\\u0066ormat" in text
+    f = write(tmp_path, "esc.json", text)
+    assert main(["fit", f, "--budget", "40"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    out, rep = cw.fit_request(text.encode(), budget=40, report=True)
+    assert rep.provider == "anthropic" and cli == json.loads(out)
+    assert len(cli["messages"]) == 2
+
+
+# fresh16a F2: `fit --json` without -o printed the report alone and threw the fitted
+# conversation away (exit 0). The conversation goes where it goes without --json (stdout
+# unless -o names a file) and the JSON report where the text summary goes (stderr, or
+# stdout when -o takes the conversation); `repair --json` the same.
+@pytest.mark.parametrize("output", [[], ["-o", "-"]])
+def test_fit_json_without_a_file_keeps_the_conversation(output: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The tester's command: the conversation on stdout (``fit_request``'s document on
+    the same bytes), the report on stderr, one JSON line, the same as with ``-o FILE``."""
+    body = EXAMPLE.read_bytes()
+    assert main(["fit", str(EXAMPLE), "--budget", "2000", "--json", *output]) == 0
+    captured = capsys.readouterr()
+    out, rep = cw.fit_request(body, budget=2000, report=True)
+    assert json.loads(captured.out) == json.loads(out)
+    assert captured.err.count("\n") == 1
+    report = json.loads(captured.err)
+    assert (report["file"], report["budget"], report["tool_tokens"]) == (str(EXAMPLE), 2000, rep.tool_tokens)
+    assert report["report"] == json.loads(msgspec.json.encode(rep.report))
+    assert report["report"]["fits"] is True and report["report"]["reason"] == "token_budget"
+
+
+def test_fit_json_with_a_file_prints_the_report_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    o = tmp_path / "o.json"
+    assert main(["fit", str(EXAMPLE), "--budget", "2000", "--json", "-o", str(o)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert json.loads(captured.out)["report"]["fits"] is True
+    assert json.loads(o.read_bytes()) == json.loads(cw.fit_request(EXAMPLE.read_bytes(), budget=2000))
+
+
+@pytest.mark.parametrize("output", [[], ["-o", "-"]])
+def test_repair_json_without_a_file_keeps_the_conversation(
+    output: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chat = [{"role": "user", "content": "hi"}, _SYS_CALL]
+    f = write(tmp_path, "c.json", json.dumps({"model": "m", "messages": chat}))
+    assert main(["repair", f, "--json", *output]) == 0
+    captured = capsys.readouterr()
+    fixed = cw.repair_tool_pairs(chat, format="anthropic")
+    assert json.loads(captured.out) == {"model": "m", "messages": fixed.messages}
+    assert len(fixed.messages) == 3  # the stub result of call "t"
+    assert json.loads(captured.err) == json.loads(msgspec.json.encode(fixed.report))

@@ -78,3 +78,25 @@ def test_cli_fit_quarter_budget(path: Path, tmp_path: Path) -> None:
     assert fitted.format == conv.format and fitted.kind == conv.kind
     assert cw.validate(fitted.messages, fitted.format, format=fitted.format) == []
     assert fitted.messages
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_the_gateway_reads_a_corpus_file_in_its_format(path: Path, tmp_path: Path) -> None:
+    """A corpus file's ``"format"`` names its shape to ``fit_request``/``count_request`` as
+    to the CLI (fresh16a F1: the three LogicKor Claude files, plain chats in Anthropic text
+    blocks, were read as OpenAI's by the gateway), and the CLI's ``fit`` writes the
+    document ``fit_request`` gives on the file's bytes, no provider named."""
+    raw = path.read_bytes()
+    fmt = load(path)["format"]
+    total = cw.count_request(raw)
+    assert total == cw.count_request(raw, provider=fmt)
+    budget = total // 4
+    out, rep = cw.fit_request(raw, budget=budget, report=True)
+    assert rep.provider == fmt
+    proc = subprocess.run(
+        [sys.executable, "-m", "contextwindow", "fit", str(path), "--budget", str(budget)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == (0 if rep.report.fits else 1), proc.stderr
+    assert msgspec.json.decode(proc.stdout) == msgspec.json.decode(out)

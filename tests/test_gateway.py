@@ -664,3 +664,25 @@ def test_bool_flags_refuse_non_bools_with_the_same_words(value: object) -> None:
     assert cw.fit_request(body, budget=100, report=False) is body
     out, rep = cw.fit_request(body, budget=100, report=True)
     assert out is body and rep.report.fits
+
+
+def test_a_format_key_names_the_shape_only_when_it_is_a_provider() -> None:
+    """fresh16a F1: a top-level ``"format": "openai"|"anthropic"`` (the corpus files'
+    convention, as the CLI reads it) names the shape when ``provider`` is not given; any
+    other value (Ollama's ``"json"``, a JSON schema, null) is an unknown key, kept."""
+    plain = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    for value, want in (("anthropic", "anthropic"), ("openai", "openai"), ("json", "openai"), (None, "openai")):
+        body = json.dumps({"format": value, "messages": plain}).encode()
+        assert cw.fit_request(body, budget=100, report=True)[1].provider == want
+    # over the body's marks: a top-level system is an unknown key of an OpenAI body
+    body = json.dumps({"format": "openai", "system": "s " * 100, "messages": plain}).encode()
+    assert cw.count_request(body) == cw.count_request(body, provider="openai") == 4
+    # provider= still wins
+    assert cw.fit_request(body, budget=100, provider="anthropic", report=True)[1].provider == "anthropic"
+    # a body read in the shape its key names gets no "(read as an Anthropic body for ...)"
+    # hint, as the CLI gives none: the file said so
+    tool = {"role": "tool", "tool_call_id": "c", "content": "r"}
+    body = json.dumps({"format": "anthropic", "messages": [*plain, tool]}).encode()
+    with pytest.raises(InvalidMessageError) as err:
+        cw.count_request(body)
+    assert str(err.value) == 'message 1, field role: unknown role "tool"'

@@ -65,10 +65,11 @@ def _load(path: str, fmt: str | None) -> Conversation:
     return conv
 
 
-def _print_json(value: Any) -> None:
+def _print_json(value: Any, file: Any = None) -> None:
     """Print ``value`` as one line of compact JSON, U+0085, U+2028 and U+2029 escaped
-    (:func:`~contextwindow.io.escape_line_breaks`), as the CLI writes conversations."""
-    print(escape_line_breaks(msgspec.json.encode(value)).decode())
+    (:func:`~contextwindow.io.escape_line_breaks`), as the CLI writes conversations, to
+    ``file`` (default: stdout)."""
+    print(escape_line_breaks(msgspec.json.encode(value)).decode(), file=file or sys.stdout)
 
 
 def _n(count: int, noun: str) -> str:
@@ -142,6 +143,14 @@ def _tools_tokens(conv: Conversation, profile: str) -> int:
     if not conv.tools:
         return 0
     return count_messages([], profile, tools=conv.tools, format=conv.format)
+
+
+def _report_stream(args: argparse.Namespace) -> Any:
+    """Where ``fit`` and ``repair`` print their summary or ``--json`` report: stdout when
+    ``-o`` takes the conversation to a file, else stderr, as the conversation is on
+    stdout (``--json`` used to print the report alone there and drop the conversation,
+    fresh16a F2)."""
+    return sys.stdout if args.output and args.output != "-" else sys.stderr
 
 
 def _write(conv: Conversation, messages: list[Any], out: str | None) -> None:
@@ -310,19 +319,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         print(_budget_lines(resolved), file=sys.stderr)
     report = res.report
     code = 0 if report.fits else 1
+    _write(conv, res.messages, args.output)
     if args.json:
-        if args.output:
-            _write(conv, res.messages, args.output)
         # the report's budget and counts are for the messages; the request adds the tools
         out: dict[str, Any] = {"file": conv.path, "budget": whole, "tool_tokens": tools}
         if resolved is not None:
             out["resolved_budget"] = resolved
         out["report"] = report
-        _print_json(out)
+        _print_json(out, _report_stream(args))
         return code
-    _write(conv, res.messages, args.output)
     text = _summary(conv.path, report, whole, tools, len(conv.messages), len(res.messages))
-    print(text, file=sys.stdout if args.output and args.output != "-" else sys.stderr)
+    print(text, file=_report_stream(args))
     return code
 
 
@@ -441,20 +448,22 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         conv = seen.conv = _load(args.file, args.format)
         res = repair_tool_pairs(conv.messages, args.missing, format=conv.format, profile=args.profile)
-    if args.json:
-        if args.output:
-            _write(conv, res.messages, args.output)
-        _print_json(res.report)
-        return 0
     _write(conv, res.messages, args.output)
+    if args.json:
+        _print_json(res.report, _report_stream(args))
+        return 0
     changes = res.report.repairs
     lines = [f"{conv.path}: {len(changes)} change(s) to tool pairs"] + [
         f"  {conv.label(c.index)}: {c.kind}" + (f" ({bare(c.call_id)})" if c.call_id else "") for c in changes
     ]
-    print("\n".join(lines), file=sys.stdout if args.output and args.output != "-" else sys.stderr)
+    print("\n".join(lines), file=_report_stream(args))
     return 0
 
 
+_REPORT_JSON_HELP = (
+    "print the report as one line of JSON instead of the text summary: on stderr, or on stdout"
+    " with -o FILE; the conversation is written all the same"
+)
 _FILE_HELP = "a conversation file (request body, message list, JSONL or corpus file); - reads standard input"
 
 
@@ -482,11 +491,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"contextwindow {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def common(sp: argparse.ArgumentParser, profile: bool = True) -> None:
+    def common(
+        sp: argparse.ArgumentParser, profile: bool = True, json_help: str = "print JSON instead of text"
+    ) -> None:
         sp.add_argument("--format", choices=["openai", "anthropic"], help="input shape (default: detect)")
         if profile:
             sp.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="token estimation profile")
-        sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+        sp.add_argument("--json", action="store_true", help=json_help)
 
     c = sub.add_parser("count", help="estimate the tokens of conversation files")
     c.add_argument("files", nargs="+", metavar="FILE", help=_FILE_HELP)
@@ -506,9 +517,13 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--max-output-tokens", type=_int, help="with --model: tokens to reserve for the response instead of the table's"
     )
-    f.add_argument("-o", "--output", help="write the fitted conversation here (default: stdout)")
+    f.add_argument(
+        "-o",
+        "--output",
+        help="write the fitted conversation to this file, not stdout (- is stdout); the summary then goes to stdout",
+    )
     f.add_argument("--no-breadcrumb", action="store_true", help="do not insert the breadcrumb")
-    common(f)
+    common(f, json_help=_REPORT_JSON_HELP)
     f.set_defaults(run=_cmd_fit, parser=f)
 
     i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
@@ -526,8 +541,12 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("repair", help="repair broken tool call / result pairs")
     r.add_argument("file", metavar="FILE", help=_FILE_HELP)
     r.add_argument("--missing", choices=["stub", "drop"], default="stub", help="what to do with unanswered calls")
-    r.add_argument("-o", "--output", help="write the repaired conversation here (default: stdout)")
-    common(r)
+    r.add_argument(
+        "-o",
+        "--output",
+        help="write the repaired conversation to this file, not stdout (- is stdout); the summary then goes to stdout",
+    )
+    common(r, json_help=_REPORT_JSON_HELP)
     r.set_defaults(run=_cmd_repair)
 
     a = sub.add_parser(

@@ -16,7 +16,10 @@ engine and rules as :func:`~contextwindow.trim_turns`, and writes the body back:
 
 Tool definitions count against the budget as the CLI's ``fit`` counts them: per tool, its
 compact JSON text plus the profile's per-tool overhead. The messages then get
-``budget - tool tokens``. ``provider=None`` detects the shape: Anthropic when the body has a
+``budget - tool tokens``. ``provider=None`` detects the shape: a top-level ``"format"`` whose
+value is exactly ``"openai"`` or ``"anthropic"`` names it (the convention of the corpus
+files, which the CLI reads the same way; any other ``format``, such as Ollama's ``"json"``
+or a JSON schema, is an unknown key, kept); else Anthropic when the body has a
 top-level ``system`` key or a tool with ``input_schema`` or Anthropic content blocks,
 otherwise OpenAI.
 
@@ -133,7 +136,8 @@ def fit_request(
             (``bytes``, ``bytearray`` or ``memoryview``).
         budget: tokens the request may use: messages plus tool definitions.
         profile: name of a built-in profile (``None``: ``conservative``).
-        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
+        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body
+            (a top-level ``"format": "openai"|"anthropic"`` names it; module docs).
         breadcrumb: insert the breadcrumb where turns were dropped.
         report: also return a :class:`RequestReport`.
 
@@ -190,7 +194,8 @@ def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provide
     Args:
         body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON.
         profile: name of a built-in profile (``None``: ``conservative``).
-        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body.
+        provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body, as
+            :func:`fit_request` does.
 
     Returns:
         Estimated prompt tokens.

@@ -2,7 +2,8 @@
 
 A conversation file is one of: an OpenAI request body, an Anthropic request body, a bare
 JSON list of messages, JSONL (one message per line) or a corpus file
-(``{"format", "messages", "tools"?, "source", ...}``). :func:`load_conversation` reads any of
+(``{"format": "openai"|"anthropic", "messages", "tools"?, "source", ...}``; a ``"format"``
+of any other value is a body's unknown key). :func:`load_conversation` reads any of
 them into a :class:`Conversation`; :func:`dump_conversation` writes a new message list back
 into the same kind of document.
 """
@@ -589,8 +590,10 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     """Read a conversation file.
 
     Invalid UTF-8 is replaced with U+FFFD before parsing. The format is, in order: the
-    ``format`` argument, a corpus file's ``"format"`` key, an Anthropic marker of a request
-    body (top-level ``system``, tools with ``input_schema``), then
+    ``format`` argument, a top-level ``"format"`` key whose value is exactly ``"openai"``
+    or ``"anthropic"`` (a corpus file; ``fit_request`` reads the key the same way; any
+    other value is an unknown key, kept), an Anthropic marker of a request body (top-level
+    ``system``, tools with ``input_schema``), then
     :func:`~contextwindow.adapters.detect_format` on the messages.
 
     Args:
@@ -694,13 +697,13 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
         if (wrong := tool_definition_error(i, t)) is not None:
             raise InvalidRequestError(f"{where}: {wrong}")
     detected_from: str | None = None
-    if "format" in doc:
-        if doc["format"] not in ("openai", "anthropic"):
-            # quoted as every echoed string, so it is cut too (fresh11 N6)
-            named = quote(doc["format"]) if isinstance(doc["format"], str) else json_type_name(doc["format"])
-            raise InvalidRequestError(f"{where}: unknown corpus format {named}")
+    declared = doc.get("format")
+    if declared in ("openai", "anthropic"):
+        # the corpus convention, which fit_request/count_request honour the same way; any
+        # other "format" (Ollama's "json" or a JSON schema for structured output, null)
+        # is an unknown key, copied (fresh16a F1)
         kind: DocumentKind = "corpus"
-        fmt: FileFormat = explicit or doc["format"]
+        fmt: FileFormat = explicit or declared
     else:
         anthropic_tools = any(isinstance(t, Mapping) and "input_schema" in t for t in tools or ())
         if explicit is not None:

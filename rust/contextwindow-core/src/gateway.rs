@@ -1950,14 +1950,29 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
         }
         objs.push(Some(o));
     }
-    let format = match provider {
+    // A top-level `"format"` of exactly "openai" or "anthropic" is the corpus files'
+    // convention (`{"format", "messages", "source", ...}`): it names the shape as
+    // `provider` would, the CLI reads it so (io.load_conversation), and no request API
+    // has such a key. Any other value (Ollama's `"json"` or a JSON schema) is an unknown
+    // key, copied (fresh16a F1).
+    let declared = if cx.str_is(top.get("format"), "openai") {
+        Some(Format::OpenAI)
+    } else if cx.str_is(top.get("format"), "anthropic") {
+        Some(Format::Anthropic)
+    } else {
+        None
+    };
+    let format = match provider.or(declared) {
         Some(f) => f,
         None if top.get("system").is_some() || anthropic_tools => Format::Anthropic,
         None => detect_messages(&cx, &objs)?,
     };
     // Read as Anthropic's for a body marker while a message has OpenAI's marks: an error
     // in a message then says why (the CLI says the same, io.Conversation.describe).
-    let hint = if provider.is_none() && format == Format::Anthropic && openai_marked(&cx, &objs) {
+    let hint = if provider.or(declared).is_none()
+        && format == Format::Anthropic
+        && openai_marked(&cx, &objs)
+    {
         let why = if top.get("system").is_some() {
             r#"top-level "system""#
         } else {
@@ -2015,6 +2030,9 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
         matches!(m.role, Role::User | Role::Assistant)
             && m.content.iter().all(|p| p.kind == PartKind::Text)
     });
+    // (a plain chat under a corpus `"format": "openai"` too: the CLI trims it with the
+    // shape detected, `cli._rules_format`; under "anthropic" the rules are Anthropic's
+    // either way)
     let rules = if provider.is_none() && plain {
         Format::Anthropic
     } else {
@@ -2916,6 +2934,30 @@ mod tests {
             }
         }
         eprintln!("{read} corpus bodies read both ways");
+    }
+
+    #[test]
+    fn a_format_key_names_the_shape_only_when_it_is_a_provider() {
+        // the corpus convention: "openai"/"anthropic" name the shape (over a top-level
+        // system), any other value is an unknown key; `provider` wins over the key
+        let count = |body: &str, provider: Option<&str>| {
+            count_request(body.as_bytes(), "conservative", provider).map_err(|e| e.to_string())
+        };
+        let system = r#""system": "You are a pirate. You are a pirate. You are a pirate.""#;
+        let msgs = r#""messages": [{"role": "user", "content": "hi"}]"#;
+        for (format, want) in [
+            (r#""openai""#, "openai"),
+            (r#""anthropic""#, "anthropic"),
+            (r#""json""#, "anthropic"),
+            (r#"{"type": "object"}"#, "anthropic"),
+            ("null", "anthropic"),
+        ] {
+            let body = format!(r#"{{"format": {format}, {system}, {msgs}}}"#);
+            assert_eq!(count(&body, None), count(&body, Some(want)), "{body}");
+        }
+        let body = format!(r#"{{"format": "openai", {system}, {msgs}}}"#);
+        assert_ne!(count(&body, None), count(&body, Some("anthropic")));
+        assert_eq!(count(&body, None), Ok(4));
     }
 
     #[test]
