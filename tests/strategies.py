@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import msgspec
 from hypothesis import strategies as st
 
 from contextwindow.messages import (
@@ -200,6 +201,19 @@ def _result_parts(draw: Any) -> list[Any]:
     return parts
 
 
+def _own_results(draw: Any, results: list[ToolResult]) -> tuple[list[ToolResult], list[ToolResult]]:
+    """Results to put in their calls' own message, and those left for their usual place:
+    mostly none; else some of them, or a copy of one (the other stays where it belongs)."""
+    how = draw(st.integers(0, 7))
+    if how > 1 or not results:
+        return [], results
+    if how == 0:
+        k = draw(st.integers(1, len(results)))
+        return results[:k], results[k:]
+    copy = msgspec.structs.replace(results[0], content=[TextPart(text="copy")])
+    return [copy], results
+
+
 @st.composite
 def conversation(draw: Any, provider: str) -> list[Message]:
     msgs: list[Message] = []
@@ -232,7 +246,6 @@ def conversation(draw: Any, provider: str) -> list[Message]:
                 ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids
             ]
             pre = [TextPart(text=draw(text))] if draw(st.booleans()) else []
-            msgs.append(Message(role="assistant", content=pre + calls, pinned=pinned))
             answered = draw(st.permutations(ids))
             answered = answered[: draw(st.integers(0, len(answered)))] if draw(st.integers(0, 3)) == 0 else answered
             results = [
@@ -243,6 +256,11 @@ def conversation(draw: Any, provider: str) -> list[Message]:
                 )
                 for i in answered
             ]
+            # sometimes some results sit in the calls' own message, before or after the
+            # calls (fresh16a F6: repair moves them where they belong), or a copy does
+            own, results = _own_results(draw, results)
+            body = own + pre + calls if draw(st.integers(0, 3)) == 0 else pre + calls + own
+            msgs.append(Message(role="assistant", content=body, pinned=pinned))
             if provider == "openai":
                 msgs.extend(Message(role="tool", content=[r]) for r in results)
             elif results:
@@ -270,7 +288,8 @@ def anthropic_agent(draw: Any) -> list[Message]:
     after the results, sometimes only some of them), calls the user interrupted (a plain
     user message after the ``tool_use``, no result), orphan-only user messages (an id no
     call made, or one a call made long ago), first, in the middle or last, and assistant
-    messages holding only a ``tool_result`` block. Parts come
+    messages holding only a ``tool_result`` block, and results (or a copy of one) in
+    the message of their calls, then a plain user message when none is left. Parts come
     from the strategies above: big texts, CJK, emoji, images, pinned messages, our own
     breadcrumb and ``[Tool results]`` text."""
     msgs: list[Message] = []
@@ -305,8 +324,11 @@ def anthropic_agent(draw: Any) -> list[Message]:
             if draw(st.integers(0, 4)) == 0:
                 answered = answered[: draw(st.integers(1, len(answered)))]
             results = [ToolResult(call_id=i, content=_result_parts(draw)) for i in answered]
+            own, results = _own_results(draw, results)
+            if own:  # results in the calls' own message (fresh16a F6)
+                msgs[-1] = Message(role="assistant", content=[*msgs[-1].content, *own], pinned=pinned)
             tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
-            msgs.append(Message(role="user", content=[*results, *tail]))
+            msgs.append(Message(role="user", content=[*results, *tail]) if results else user())
         else:
             msgs.append(Message(role="assistant", content=_text_parts(draw) or [TextPart(text="ok")], pinned=pinned))
             msgs.append(orphan() if kind == "orphan" else user())

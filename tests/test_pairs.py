@@ -188,6 +188,67 @@ def test_results_in_the_wrong_message_are_moved_to_their_call() -> None:
     assert cw.validate(out, "openai") == []
 
 
+def test_result_in_its_calls_assistant_message_moves_with_its_content() -> None:
+    """fresh16a F6: a tool_result block in the assistant message of its own call was
+    dropped as an orphan and the call stubbed; it moves to the next user message, ahead of
+    its content, with its real content (a user message is made when none follows)."""
+    real = {"type": "tool_result", "tool_use_id": "a", "content": "THE REAL OUTPUT"}
+    q2 = {"type": "text", "text": "q2"}
+    ms = [u("q"), {"role": "assistant", "content": [*use("a")["content"], real]}, u("q2")]
+    r = cw.repair_tool_pairs(ms)
+    assert r.messages == [u("q"), use("a"), {"role": "user", "content": [real, q2]}]
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("result_moved", 1, "a")]
+    assert [(f.fate, f.rule) for f in r.report.fates][1] == ("repaired", "result_moved")
+    assert cw.validate(r.messages, "anthropic") == []
+    assert cw.repair_tool_pairs(r.messages).report.repairs == []
+    # before its call in the message: the same
+    before = [u("q"), {"role": "assistant", "content": [real, *use("a")["content"]]}, u("q2")]
+    assert cw.repair_tool_pairs(before).messages == r.messages
+    # no user message after it, or an assistant message: a user message is made
+    last = cw.repair_tool_pairs(ms[:2])
+    assert last.messages == [u("q"), use("a"), {"role": "user", "content": [real]}]
+    then = cw.repair_tool_pairs([*ms[:2], {"role": "assistant", "content": "more"}])
+    assert then.messages == [
+        u("q"),
+        use("a"),
+        {"role": "user", "content": [real]},
+        {"role": "assistant", "content": "more"},
+    ]
+    # a result in the next user message answers the call: the copy in the call's message
+    # is a duplicate and goes
+    other = {"type": "tool_result", "tool_use_id": "a", "content": "Y"}
+    dup = cw.repair_tool_pairs([*ms[:2], {"role": "user", "content": [other, q2]}])
+    assert dup.messages == [u("q"), use("a"), {"role": "user", "content": [other, q2]}]
+    assert [(c.kind, c.index) for c in dup.report.repairs] == [("orphan_result_dropped", 1)]
+    # one of two calls answered in its own message, the other in the next one: the moved
+    # result comes first (input order)
+    rb = {"type": "tool_result", "tool_use_id": "b", "content": "B"}
+    two = cw.repair_tool_pairs(
+        [u("q"), {"role": "assistant", "content": [*use("a", "b")["content"], rb]}, carrier("a")]
+    )
+    assert two.messages == [u("q"), use("a", "b"), {"role": "user", "content": [rb, carrier("a")["content"][0]]}]
+    assert [(c.kind, c.index, c.call_id) for c in two.report.repairs] == [("result_moved", 1, "b")]
+    # OpenAI shape (a canonical message: OpenAI dicts cannot hold it): a tool message
+    # after the call
+    canon = [
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(
+            role="assistant",
+            content=[
+                cw.ToolCall(id="c1", name="f", arguments="{}"),
+                cw.ToolResult(call_id="c1", content=[cw.TextPart(text="out")]),
+            ],
+        ),
+        cw.Message(role="user", content=[cw.TextPart(text="q2")]),
+    ]
+    o = cw.repair_tool_pairs(canon, format="openai")
+    assert [m.role for m in o.messages] == ["user", "assistant", "tool", "user"]
+    assert o.messages[1].content == [cw.ToolCall(id="c1", name="f", arguments="{}")]
+    assert o.messages[2].content == [cw.ToolResult(call_id="c1", content=[cw.TextPart(text="out")])]
+    assert [(c.kind, c.index, c.call_id) for c in o.report.repairs] == [("result_moved", 1, "c1")]
+    assert cw.validate(o.messages, "openai") == []
+
+
 def test_anthropic_blocks_under_format_openai_are_refused() -> None:
     msgs = [u("go"), use("t1"), carrier("t1")]
     with pytest.raises(

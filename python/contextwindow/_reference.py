@@ -648,14 +648,24 @@ def without_stubs(m: Message) -> Message | None:
 
 def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]:
     """For each result part its call (message, part) or None; for each call the messages
-    holding its results. A result answers the nearest preceding call with its id."""
+    holding its results. A result answers the nearest preceding call with its id; one in
+    an assistant message that makes a call with its id answers that call (whatever their
+    order), and only when no result in another message does."""
     latest: dict[str, tuple[int, int]] = {}
     results: list[list[tuple[int, int] | None]] = []
     answered_by: list[list[list[int]]] = [[[] for _ in m.content] for m in msgs]
+    own: list[tuple[int, int, int]] = []  # results in the assistant message of their call
     for i, m in enumerate(msgs):
         row: list[tuple[int, int] | None] = [None] * len(m.content)
+        first: dict[str, int] = {}
+        if m.role == "assistant" and has_results(m):
+            for q, part in enumerate(m.content):
+                if isinstance(part, ToolCall):
+                    first.setdefault(part.id, q)
         for p, part in enumerate(m.content):
-            if isinstance(part, ToolResult) and part.call_id in latest:
+            if isinstance(part, ToolResult) and part.call_id in first:
+                own.append((i, p, first[part.call_id]))
+            elif isinstance(part, ToolResult) and part.call_id in latest:
                 c = latest[part.call_id]
                 lst = answered_by[c[0]][c[1]]
                 if not lst:  # a call is answered once; a later result is a duplicate
@@ -668,6 +678,10 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
                 if isinstance(part, ToolCall) and part.id not in here:
                     here.add(part.id)
                     latest[part.id] = (i, p)
+    for i, p, q in own:  # last: a result found elsewhere wins (fresh16a F6)
+        if not answered_by[i][q]:
+            results[i][p] = (i, q)
+            answered_by[i][q].append(i)
     return results, answered_by
 
 

@@ -26,7 +26,9 @@ def repair_tool_pairs(
     """Make every tool call and tool result a valid pair.
 
     Drops results whose call does not exist (a result answers the nearest preceding call
-    with its id); moves a result that is separated from its call back next to it; for a
+    with its id; one inside the assistant message of its own call answers that call when
+    no result in another message does) and a call's second result; moves a result that
+    is separated from its call back next to it (one in its call's own message too); for a
     call without a result either inserts ``[tool result missing]`` right after the call's
     results (``missing="stub"``) or removes the call, and its message when nothing else
     remains (``"drop"``). In Anthropic shape results go into the next user message, ahead

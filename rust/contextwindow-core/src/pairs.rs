@@ -351,8 +351,8 @@ fn change(kind: &'static str, index: usize, call_id: Option<&str>) -> PairChange
     }
 }
 
-/// Repair tool pairs: drop orphan results, move separated results next to their call,
-/// stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
+/// Repair tool pairs: drop orphan results, move separated results next to their call
+/// (from its own message too: [`resolve`]), stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
 /// order) when there is nothing to repair. Idempotent.
 pub fn repair(
     messages: &[Message],

@@ -4,7 +4,8 @@
 //! * A turn starts at a real user message ([`Message::is_real_user`]); messages before
 //!   the first real user message belong to the first turn.
 //! * A tool unit is an assistant message with tool calls plus every message holding a
-//!   result for those calls. A result answers the nearest preceding call with its id.
+//!   result for those calls. A result answers the nearest preceding call with its id; one
+//!   in the assistant message of its own call answers it when no other result does.
 //! * A turn boundary never falls inside a tool unit: turns that a unit spans are merged.
 //! * A real user message is in no unit: the stubs repair put into it (an Anthropic call
 //!   the user interrupted) answer a call of the turn before, and go when that turn goes
@@ -35,7 +36,10 @@ pub struct Resolution {
     pub answered_by: Vec<Vec<Vec<usize>>>,
 }
 
-/// Resolve every tool result to the nearest preceding call with its id.
+/// Resolve every tool result to the nearest preceding call with its id. A result in an
+/// assistant message that makes a call with its id answers that call (whatever their
+/// order in the message), and only when no result in another message does: there it is
+/// a misplaced copy, which repair moves to the next user message or drops as a duplicate.
 pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
     let mut latest: HashMap<&str, CallRef> = HashMap::new();
     let mut results = Vec::with_capacity(messages.len());
@@ -43,12 +47,28 @@ pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
         .iter()
         .map(|m| vec![Vec::new(); m.as_ref().content.len()])
         .collect();
+    // Results in an assistant message that makes a call with their id: (message, part,
+    // the call's part).
+    let mut own: Vec<(usize, usize, usize)> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let m = m.as_ref();
         let mut row = vec![None; m.content.len()];
+        // the first call of each id, where an assistant message holds results
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        if m.role == crate::model::Role::Assistant && m.has_tool_results() {
+            for (q, part) in m.content.iter().enumerate() {
+                if part.kind == PartKind::ToolCall {
+                    first.entry(part.id.as_deref().unwrap_or("")).or_insert(q);
+                }
+            }
+        }
         for (p, part) in m.content.iter().enumerate() {
             if part.kind == PartKind::ToolResult {
                 let id = part.call_id.as_deref().unwrap_or("");
+                if let Some(&q) = first.get(id) {
+                    own.push((i, p, q)); // its nearest preceding call is in its own message
+                    continue;
+                }
                 if let Some(c) = latest.get(id) {
                     // A call is answered once; a second result for it is a duplicate and
                     // resolves to nothing (repair drops it like an orphan).
@@ -78,6 +98,18 @@ pub fn resolve<M: AsRef<Message>>(messages: &[M]) -> Resolution {
                     );
                 }
             }
+        }
+    }
+    // A result in the assistant message of its own call (found by a tester: the real
+    // output was dropped and the call stubbed) answers that call when no result elsewhere
+    // does, whatever its place in the message; repair then moves it where it belongs.
+    for (i, p, q) in own {
+        if answered_by[i][q].is_empty() {
+            results[i][p] = Some(CallRef {
+                message: i,
+                part: q,
+            });
+            answered_by[i][q].push(i);
         }
     }
     Resolution {

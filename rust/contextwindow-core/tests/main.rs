@@ -8,7 +8,7 @@ use contextwindow_core::estimate::{BYTES4, CL100K, CONSERVATIVE, FIM, TEKKEN};
 use contextwindow_core::model::{
     Format, Message, Part, PartKind, Role, BREADCRUMB, MISSING_RESULT, RESULTS_REMOVED,
 };
-use contextwindow_core::pairs::{repair, validate, Missing};
+use contextwindow_core::pairs::{part_eq, repair, validate, Missing};
 use contextwindow_core::trim::{shrink_text, trim_turn_count, trim_turns, TrimOptions};
 use contextwindow_core::turns::segment;
 
@@ -287,6 +287,51 @@ fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
         kinds(&changes),
         vec![("orphan_result_dropped", 1), ("message_dropped", 1)]
     );
+}
+
+#[test]
+fn repair_moves_a_result_out_of_its_calls_own_message() {
+    // fresh16a F6: the result was dropped as an orphan and the call stubbed
+    let result = res("a", "THE REAL OUTPUT").content.remove(0);
+    let mut own = call(&["a"]);
+    own.content.push(result.clone());
+    let msgs = vec![u("q"), own.clone(), u("q2")];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+    assert_eq!(fixed[1].content.len(), 1);
+    assert!(part_eq(&fixed[1].content[0], &call(&["a"]).content[0]));
+    assert_eq!(fixed[2].role, Role::User);
+    assert_eq!(fixed[2].content.len(), 2);
+    assert_eq!(fixed[2].content[0].call_id.as_deref(), Some("a"));
+    assert_eq!(fixed[2].content[0].inner()[0].text_str(), "THE REAL OUTPUT");
+    assert_eq!(fixed[2].content[1].text_str(), "q2");
+    let kinds: Vec<_> = changes
+        .iter()
+        .map(|c| (c.kind, c.index, c.call_id.as_deref()))
+        .collect();
+    assert_eq!(kinds, vec![("result_moved", 1, Some("a"))]);
+    assert!(validate(&fixed, Format::Anthropic).is_empty());
+    // a result in the next user message answers the call: the copy goes as a duplicate
+    let msgs = vec![u("q"), own.clone(), carrier(&["a"])];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(out[2].src, Some(2));
+    assert!(!out[2].changed());
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| (c.kind, c.index))
+            .collect::<Vec<_>>(),
+        vec![("orphan_result_dropped", 1)]
+    );
+    // OpenAI: a tool message right after the call
+    let msgs = vec![u("q"), own, u("q2")];
+    let (out, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    let roles: Vec<Role> = out.iter().map(|w| w.msg.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::User]);
+    assert_eq!(out[2].msg.content.len(), 1);
+    assert!(part_eq(&out[2].msg.content[0], &result));
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].kind, "result_moved");
 }
 
 #[test]
