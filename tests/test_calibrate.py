@@ -83,10 +83,12 @@ def test_matches_exact_model_and_stays_in_bounds(
     [
         ((0, 5), ValueError, "estimated must be > 0"),
         ((5, -1), ValueError, "reported must be > 0"),
-        ((1.5, 3), TypeError, "estimated must be an int"),
-        ((True, 3), TypeError, "got bool"),
-        (("10", 3), TypeError, "estimated must be an int"),
-        ((10, None), TypeError, "reported must be an int"),
+        # a number option that is not an int is a ValueError too, as the README's Errors
+        # rule says (fresh16a F3: these were TypeErrors)
+        ((1.5, 3), ValueError, "estimated must be an int token count, got 1.5"),
+        ((True, 3), ValueError, "estimated must be an int token count, got True"),
+        (("10", 3), ValueError, "estimated must be an int token count, got '10'"),
+        ((10, None), ValueError, "reported must be an int token count, got None"),
     ],
 )
 def test_observe_refuses_nonsense_and_records_nothing(args: tuple[Any, Any], error: type, match: str) -> None:
@@ -105,15 +107,21 @@ def test_constructor_and_scale_checks() -> None:
         ({"min_factor": 0}, ValueError),
         ({"max_factor": float("inf")}, ValueError),
         ({"min_factor": 1.2, "max_factor": 1.1}, ValueError),
-        ({"alpha": "0.2"}, TypeError),
+        ({"alpha": "0.2"}, ValueError),
+        ({"alpha": True}, ValueError),
+        ({"min_factor": None}, ValueError),
     ]:
         with pytest.raises(error):
             cw.Calibrator(**kwargs)
     cal = cw.Calibrator()
     with pytest.raises(ValueError, match=">= 0"):
         cal.scale(-1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match=r"^tokens must be an int, got 1\.5$"):
         cal.scale(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^tokens must be an int, got '5'$"):
+        cal.scale("5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^alpha must be a number, got '0\.2'$"):
+        cw.Calibrator(alpha="0.2")  # type: ignore[arg-type]
     # bounds above 1 are allowed: the factor starts clamped into them
     assert cw.Calibrator(min_factor=1.1, max_factor=1.5).factor == 1.1
     assert "observations=0" in repr(cal)
