@@ -52,14 +52,32 @@ def _finite(value: Any, name: str) -> float:
     return x
 
 
+_MICRO = 1_000_000  # the product is rounded to 6 decimals
+
+
 def scale_tokens(tokens: int, factor: float) -> int:
     """``ceil(tokens * factor)``, with the product rounded to 6 decimals first so that
     float noise (``100 * 1.1 == 110.00000000000001``) does not add a token.
 
+    Exact for every int: the product is the exact one of ``tokens`` and the float
+    ``factor`` (integer arithmetic on ``factor.as_integer_ratio()``, never a float
+    product), rounded half to even to 6 decimals, then the ceiling; so a factor ``>= 1``
+    never gives less than ``tokens``, and no count is too large (fresh16a F4: through a
+    float, ``2**53 + 1`` at factor 1.0 came back as ``2**53`` and ``10**400`` raised
+    ``OverflowError``).
+
     >>> scale_tokens(100, 1.1), scale_tokens(7, 0.9), scale_tokens(0, 1.5)
     (110, 7, 0)
+    >>> scale_tokens(2**53 + 1, 1.0) - 2**53, scale_tokens(2**63 - 1, 1.5)
+    (1, 13835058055282163711)
     """
-    return math.ceil(round(tokens * factor, 6))
+    if factor == 1.0:
+        return tokens
+    num, den = factor.as_integer_ratio()  # den is a power of two
+    q, r = divmod(tokens * num * _MICRO, den)  # the product in millionths, and the rest
+    if 2 * r > den or (2 * r == den and q & 1):  # round half to even, as round() does
+        q += 1
+    return -(-q // _MICRO)
 
 
 class Calibrator:
@@ -194,8 +212,10 @@ class Calibrator:
             tokens: an uncalibrated estimate, ``>= 0``.
 
         Returns:
-            The calibrated estimate in tokens; 0 stays 0. The product is rounded to 6
-            decimals before the ceiling, so ``scale(100)`` at factor 1.1 is 110, not 111.
+            The calibrated estimate in tokens; 0 stays 0. The product is exact (no
+            float rounding, for any int) and rounded to 6 decimals before the ceiling, so
+            ``scale(100)`` at factor 1.1 is 110, not 111, and at a factor ``>= 1`` the
+            result is never below ``tokens``.
 
         Raises:
             ValueError: ``tokens`` is not an int (a ``bool``, ``float`` or ``str``; any
