@@ -727,7 +727,9 @@ def openai_part(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "text":
         return {"type": "text", "text": draw(short), **draw(extra_keys(["cache_control", "x"]))}
     if kind == "image_url":
-        img = {"url": draw(short), **draw(extra_keys(["detail", "width", "x"]))}
+        img = {"url": draw(short), **draw(extra_keys(["width", "x"]))}
+        # a detail is a string or null (anything else is refused: fresh16a F5)
+        img.update(draw(st.sampled_from([{}, {"detail": None}]) | st.builds(lambda s: {"detail": s}, short)))
         return {"type": "image_url", "image_url": img, **draw(extra_keys(["x", "cache_control"]))}
     ptype = draw(st.sampled_from(["input_audio", "file", "refusal", "custom"]))
     return {"type": ptype, **draw(extra_keys([ptype, "x"]))}
@@ -753,7 +755,9 @@ def openai_call(draw: st.DrawFn) -> dict[str, Any]:
 def openai_message(draw: st.DrawFn) -> dict[str, Any]:
     role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool"]))
     d: dict[str, Any] = {"role": role, **draw(openai_content(role))}
-    d.update(draw(extra_keys(["reasoning_content", "refusal", "audio"])))
+    d.update(draw(extra_keys(["reasoning_content", "audio"])))
+    # a refusal is a string or null (anything else is refused: fresh16a F5)
+    d.update(draw(st.sampled_from([{}, {"refusal": None}]) | st.builds(lambda s: {"refusal": s}, short)))
     # a name is a string or null (anything else is refused: test_openai_non_string_name_is_refused)
     d.update(draw(st.sampled_from([{}, {"name": None}]) | st.builds(lambda n: {"name": n}, short)))
     if role == "tool":

@@ -136,7 +136,8 @@ def test_result_without_a_call_and_canonical_input() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="top must be >= 0"):
         token_breakdown(SMALL, top=-1)
-    with pytest.raises(TypeError):
+    # a number option: ValueError for a string too (README, Errors; fresh16a F3)
+    with pytest.raises(ValueError, match="top must be an int >= 0, got '3'"):
         token_breakdown(SMALL, top="3")  # type: ignore[arg-type]
     with pytest.raises(InvalidMessageError, match="message 0"):
         token_breakdown([{"role": "wizard", "content": "x"}])

@@ -83,10 +83,12 @@ def test_matches_exact_model_and_stays_in_bounds(
     [
         ((0, 5), ValueError, "estimated must be > 0"),
         ((5, -1), ValueError, "reported must be > 0"),
-        ((1.5, 3), TypeError, "estimated must be an int"),
-        ((True, 3), TypeError, "got bool"),
-        (("10", 3), TypeError, "estimated must be an int"),
-        ((10, None), TypeError, "reported must be an int"),
+        # a number option that is not an int is a ValueError too, as the README's Errors
+        # rule says (fresh16a F3: these were TypeErrors)
+        ((1.5, 3), ValueError, "estimated must be an int token count, got 1.5"),
+        ((True, 3), ValueError, "estimated must be an int token count, got True"),
+        (("10", 3), ValueError, "estimated must be an int token count, got '10'"),
+        ((10, None), ValueError, "reported must be an int token count, got None"),
     ],
 )
 def test_observe_refuses_nonsense_and_records_nothing(args: tuple[Any, Any], error: type, match: str) -> None:
@@ -105,15 +107,21 @@ def test_constructor_and_scale_checks() -> None:
         ({"min_factor": 0}, ValueError),
         ({"max_factor": float("inf")}, ValueError),
         ({"min_factor": 1.2, "max_factor": 1.1}, ValueError),
-        ({"alpha": "0.2"}, TypeError),
+        ({"alpha": "0.2"}, ValueError),
+        ({"alpha": True}, ValueError),
+        ({"min_factor": None}, ValueError),
     ]:
         with pytest.raises(error):
             cw.Calibrator(**kwargs)
     cal = cw.Calibrator()
     with pytest.raises(ValueError, match=">= 0"):
         cal.scale(-1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match=r"^tokens must be an int, got 1\.5$"):
         cal.scale(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^tokens must be an int, got '5'$"):
+        cal.scale("5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^alpha must be a number, got '0\.2'$"):
+        cw.Calibrator(alpha="0.2")  # type: ignore[arg-type]
     # bounds above 1 are allowed: the factor starts clamped into them
     assert cw.Calibrator(min_factor=1.1, max_factor=1.5).factor == 1.1
     assert "observations=0" in repr(cal)
@@ -198,3 +206,51 @@ def test_calibration_lowers_the_error_on_a_real_stream() -> None:
     if not sessions:
         pytest.skip("no text-only session with 4+ requests in the corpus")
     assert cal_err < raw_err, (cal_err / requests, raw_err / requests)
+
+
+def test_scale_is_exact_for_any_int() -> None:
+    """fresh16a F4: the product went through a float, so large counts came back wrong
+    (below the input at factor 1.0) and 10**400 raised a bare OverflowError."""
+    cal = cw.Calibrator()  # factor 1.0
+    assert cal.scale(2**53 + 1) == 2**53 + 1  # was 2**53: below the input
+    assert cal.scale(10**30) == 10**30  # was 1000000000000000019884624838656
+    assert cal.scale(10**400) == 10**400  # was OverflowError
+    up = cw.Calibrator()
+    up.observe(100, 150)  # factor 1.5, exact in binary
+    # 1.5 * (2**63 - 1) = 13835058055282163710.5, ceil ...711 (was ...712 through a float)
+    assert up.scale(2**63 - 1) == 13835058055282163711
+    # 1.5 * 10**400 exactly
+    assert up.scale(10**400) == 15 * 10**399
+
+
+def test_scale_keeps_its_six_decimal_rounding() -> None:
+    """The product is rounded to 6 decimals before the ceiling, as before, now on the
+    exact product of the int and the float factor."""
+    from contextwindow.calibrate import scale_tokens
+
+    # the float 1.1 is 1.100000000000000088817...: 100 * it = 110.0000000000000088...,
+    # rounded to 110.000000, ceil 110 (not 111)
+    assert scale_tokens(100, 1.1) == 110
+    # 0.9 is 0.90000000000000002220...: 7 * it = 6.3000000000000001554, ceil 7
+    assert scale_tokens(7, 0.9) == 7
+    # a factor of 1 + 2**-30: 1000 * it = 1000.00000093132..., which rounds to 1000.000001: 1001
+    assert scale_tokens(1000, 1 + 2**-30) == 1001
+    # ... and 100 * it = 100.000000093..., which rounds to 100.000000: 100
+    assert scale_tokens(100, 1 + 2**-30) == 100
+    # less than half a millionth above an integer rounds down to it: factor 1 + 2**-21
+    # (1.000000476837158203125) at tokens 2**21 + 1 gives 2**21 + 2 + 2**-21 =
+    # 2097154.000000476837..., rounded to 2097154.000000, ceil 2097154; a float product
+    # could not even hold those digits next to 2**21 (its step there is 2**-32)
+    assert scale_tokens(2**21 + 1, 1 + 2**-21) == 2**21 + 2
+    assert scale_tokens(0, 1.7) == 0 and scale_tokens(10**400, 1.0) == 10**400
+
+
+@given(st.integers(0, 2**40), st.floats(0.5, 2.0))
+def test_scale_agrees_with_exact_fractions(tokens: int, factor: float) -> None:
+    from contextwindow.calibrate import scale_tokens
+
+    exact = Fraction(tokens) * Fraction(factor)
+    want = math.ceil(round(exact, 6))  # Fraction's round is exact, half to even
+    assert scale_tokens(tokens, factor) == want
+    if factor >= 1:
+        assert scale_tokens(tokens, factor) >= tokens

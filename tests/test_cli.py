@@ -877,7 +877,9 @@ def test_a_tool_definition_that_is_not_an_object_is_refused_by_every_command(
     for openai" and repair wrote it back. The README says such a tool definition is
     refused on all three paths (dict, gateway, CLI)."""
     f = tmp_path / "t.json"
-    f.write_text('{"messages": [{"role": "user", "content": "q"}], "tools": [{"type": "function"}, "x"]}')
+    # tools[0] is well formed (a function tool with no name is refused too, fresh16a F5)
+    tools = [{"type": "function", "function": {"name": "f"}}, "x"]
+    f.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}], "tools": tools}))
     assert main([command[0], str(f), *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err == f"contextwindow: error: {f}: tools[1]: a tool definition must be an object, got a string\n"

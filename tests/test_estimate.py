@@ -750,10 +750,13 @@ def test_an_openai_refusal_counts_as_the_message_text() -> None:
     # overhead; conservative takes the larger family overhead, 3)
     words = cw.Estimator(tokenizer=lambda s: len(s.split()))
     assert words.count_messages(declined) == 480 + 1 + 2 * 3
-    # null, a number or an object is not text: nothing beyond the overhead
+    # null is no refusal: nothing beyond the overhead; a number or an object is refused
+    # (fresh16a F5: it was read as no refusal, silently)
     bare = cw.count_messages([{"role": "assistant", "content": None}])
-    for value in (None, 5, {"text": REFUSAL}):
-        assert cw.count_messages([{"role": "assistant", "content": None, "refusal": value}]) == bare
+    assert cw.count_messages([{"role": "assistant", "content": None, "refusal": None}]) == bare
+    for value in (5, {"text": REFUSAL}):
+        with pytest.raises(cw.InvalidMessageError, match=r"^message 0, field refusal: must be a string$"):
+            cw.count_messages([{"role": "assistant", "content": None, "refusal": value}])
     # written back as it came
     assert cw.trim_turns(declined, budget=10**6).messages[1] is declined[1]
     # token_breakdown shows the refusal as the message's preview

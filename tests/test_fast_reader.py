@@ -205,7 +205,9 @@ def add_extras(draw: Any, d: Any, depth: int = 0) -> Any:
 @st.composite
 def odd_openai(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
     """OpenAI spellings the adapters must keep: null/missing content, names, tool_calls
-    null or [], non-standard tool calls, extra image_url keys, non-string detail."""
+    null or [], non-standard tool calls, extra image_url keys, a detail or refusal of
+    any type (the adapters refuse one that is neither a string nor null, and the reader
+    leaves it to them)."""
     d = dict(d)
     choice = draw(st.integers(0, 12))
     if choice == 0 and d.get("content") in ("", None) and d["role"] == "assistant":  # the others need content
@@ -245,6 +247,8 @@ def odd_openai(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
         d["content"] = [*parts, {"type": "input_audio", "input_audio": {"data": "AAA", "format": "wav"}}]
     elif choice == 5 and d["role"] == "tool":
         d["tool_calls"] = []  # not a call list on a tool message: stays in extra
+    elif choice == 6:  # a string or null is read; anything else the adapters name
+        d["refusal"] = draw(st.sampled_from(["I can't", None, 5, ["no"], {"text": "no"}]))
     return d
 
 
@@ -279,6 +283,8 @@ def odd_anthropic(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
         blocks.append({"type": "document", "source": {"type": "text", "data": "doc"}, "title": "t"})
     if draw(st.integers(0, 9)) == 0:
         d["name"] = "nm"
+    if draw(st.integers(0, 9)) == 0:  # counted on any message: a string or null
+        d["refusal"] = draw(st.sampled_from(["I can't", None, 5, ["no"]]))
     d["content"] = blocks
     return d
 

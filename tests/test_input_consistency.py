@@ -244,6 +244,19 @@ def test_message_structs_are_refused_in_the_words_dicts_get(struct: Message, as_
             Message(role="user", content=[TextPart(text="x")], extra=[1]),  # type: ignore[arg-type]
             "message 0, field extra: must be a dict",
         ),
+        # fresh16a F5: the struct fields a dict's detail, is_error and refusal become
+        (
+            Message(role="user", content=[cw.ImagePart(source="https://x", detail=5)]),  # type: ignore[arg-type]
+            "message 0, field content[0].detail: must be a string",
+        ),
+        (
+            Message(role="tool", content=[cw.ToolResult(call_id="t", content=[], is_error="yes")]),  # type: ignore[arg-type]
+            "message 0, field content[0].is_error: must be a bool",
+        ),
+        (
+            Message(role="assistant", content=[], extra={"refusal": 5}),
+            "message 0, field refusal: must be a string",
+        ),
     ],
 )
 def test_message_struct_fields_of_the_wrong_type_are_named_in_words(struct: Message, want: str) -> None:
@@ -1069,6 +1082,15 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
             "tools[0].function.name: must be a string, got a number",
             101,
         ),
+        # a function with no name (fresh16a F5): named at the function, byte 92
+        ([{"type": "function", "function": {}}], "tools[0].function.name: is missing", 92),
+        (
+            [{"type": "function", "function": {"description": "d", "parameters": {}}}],
+            "tools[0].function.name: is missing",
+            92,
+        ),
+        # a function tool with neither a function nor a name: named at the tool, byte 59
+        ([{"type": "function"}], "tools[0].function: is missing", 59),
         # Anthropic: 59 + len('{"name": ') = 68
         ([{"name": ["f"], "input_schema": {}}], "tools[0].name: must be a string, got an array", 68),
         # the second tool: 59 + len('{"name": "f"}, {"name": ') = 59 + 13 + 2 + 9 = 83
@@ -1108,6 +1130,11 @@ def test_tools_of_every_documented_shape_are_still_counted() -> None:
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
         {"name": "g", "description": "d", "input_schema": {"type": "object"}},
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+        # the flat (Responses API) shape: the name at the top, no function
+        {"type": "function", "name": "h", "parameters": {"type": "object"}},
+        # a custom tool names itself in "custom"; a tool of no known type is copied
+        {"type": "custom", "custom": {"name": "c"}},
+        {"type": "other"},
     ]
     n = cw.count_messages(msgs, tools=tools)
     assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())
@@ -1195,3 +1222,119 @@ def test_one_int_key_is_read_as_its_text_and_bool_or_none_keys_are_refused() -> 
             "message 1, field content[0].input: holds a value JSON cannot represent "
             "(Only dicts with str-like or number-like keys are supported)"
         )
+
+
+# ------------------------------------- fresh16a F5: optional fields of the wrong type
+
+_Q = {"role": "user", "content": "q"}
+_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}
+
+
+def _result(**kw: Any) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r", **kw}]}
+
+
+def _image(detail: Any) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": detail}}]}
+
+
+@pytest.mark.parametrize(
+    ("messages", "want"),
+    [
+        # the finding's repros: each was read as if the field were absent, silently
+        ([_Q, {"role": "assistant", "content": None, "refusal": 5}], "message 1, field refusal: must be a string"),
+        (
+            [_Q, {"role": "assistant", "content": None, "refusal": ["I can't"] * 50}],
+            "message 1, field refusal: must be a string",
+        ),
+        (
+            [_Q, {"role": "assistant", "content": "a", "refusal": {"text": "no"}}],
+            "message 1, field refusal: must be a string",
+        ),
+        ([_Q, {"role": "assistant", "content": "a", "refusal": False}], "message 1, field refusal: must be a string"),
+        # the estimator counts a refusal on any message: an Anthropic one too
+        ([{"role": "user", "content": "q", "refusal": 5}], "message 0, field refusal: must be a string"),
+        ([_image(5)], "message 0, field content[0].image_url.detail: must be a string"),
+        ([_image(["high"])], "message 0, field content[0].image_url.detail: must be a string"),
+        ([_Q, _USE, _result(is_error="yes")], "message 2, field content[0].is_error: must be a bool"),
+        ([_Q, _USE, _result(is_error=1)], "message 2, field content[0].is_error: must be a bool"),
+        ([_Q, _USE, _result(is_error={})], "message 2, field content[0].is_error: must be a bool"),
+        # the order the fields are read in: content, then name, then refusal, then the calls
+        (
+            [_Q, {"role": "assistant", "content": 5, "refusal": 5}],
+            "message 1, field content: must be a string or a list of blocks",
+        ),
+        (
+            [_Q, {"role": "assistant", "content": "a", "name": 5, "refusal": 5}],
+            "message 1, field name: must be a string",
+        ),
+        (
+            [_Q, {"role": "assistant", "content": None, "refusal": 5, "tool_calls": 5}],
+            "message 1, field refusal: must be a string",
+        ),
+        # a tool result's content before its is_error
+        (
+            [
+                _Q,
+                _USE,
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": 5, "is_error": 5}]},
+            ],
+            "message 2, field content[0].content: must be a string or a list of blocks",
+        ),
+        # the first bad message is named
+        (
+            [_Q, {"role": "assistant", "content": "a", "refusal": 5}, {"role": "wizard", "content": "x"}],
+            "message 1, field refusal: must be a string",
+        ),
+    ],
+)
+def test_an_optional_field_of_the_wrong_type_is_refused_the_same_everywhere(
+    messages: list[Any], want: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fresh16a F5: ``refusal: 5``, ``detail: 5`` and ``is_error: "yes"`` were read as
+    absent on the dict path, the gateway and the CLI alike; now each is named, in the
+    words the other read fields get (``name: must be a string``)."""
+    assert same_everywhere(messages) == want
+    # the Python adapters say the same as the native dict reader (which falls back to them)
+    monkeypatch.setattr(cw._engine, "FAST_READER", False)
+    assert dict_error(messages) == want
+    # and every entry point that reads messages
+    for call in _ENTRY_POINTS:
+        assert _struct_error(call, messages) == want
+
+
+def test_optional_fields_that_are_absent_or_null_are_still_read() -> None:
+    """Null is what the SDKs' ``model_dump()`` writes for a field not set: read as
+    absent, and copied as it is; a string (or a bool for ``is_error``) is read."""
+    msgs = [
+        _Q,
+        {"role": "assistant", "content": "a", "refusal": None},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+        _image(None),
+        _image("low"),
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]},
+    ]
+    body = json.dumps({"messages": msgs}).encode()
+    n = cw.count_messages(msgs)
+    assert n == cw.count_request(body) == cli_count(body, "conservative")
+    assert cw.fit_request(body, budget=10**6) == body
+    # by hand (fim): 4 per message; "q" 1, "a" 1, the refusal 23 chars -> 5, images 765
+    # each for fim whatever the detail
+    assert cw.count_messages(msgs, "fim") == 6 * 4 + 1 + 1 + 5 + 3 * 765
+    anthropic = [
+        _Q,
+        _USE,
+        _result(is_error=None),
+        _USE,
+        _result(is_error=False),
+        _USE,
+        _result(is_error=True),
+        _USE,
+        _result(),
+    ]
+    body = json.dumps({"messages": anthropic}).encode()
+    assert cw.count_messages(anthropic) == cw.count_request(body) == cli_count(body, "conservative")
+    assert cw.fit_request(body, budget=10**6) == body
+    # an is_error of null or false is copied as it came
+    out = cw.trim_turns(anthropic, budget=10**6).messages
+    assert out[2]["content"][0]["is_error"] is None and out[4]["content"][0]["is_error"] is False

@@ -105,12 +105,15 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     gateway's words (``gateway.rs``, ``tool_shape``), or ``None``.
 
     A definition is an object; an OpenAI one's ``function`` (when present) is an object
-    whose ``name`` (when present) is a string; an Anthropic one's ``name`` (when present) is
-    a string. Other keys are counted as they are (fresh12 O4: ``{"function": 5}`` used
-    to be counted, never refused).
+    whose ``name`` is a string; an Anthropic one's ``name`` (when present) is a string;
+    a ``"type": "function"`` tool has a ``function`` or (the flat shape) a ``name``.
+    Other keys are counted as they are (fresh12 O4: ``{"function": 5}`` used to be
+    counted, never refused; fresh16a F5: a function with no name was counted).
 
     >>> tool_definition_error(0, {"type": "function", "function": 5})
     'tools[0].function: must be an object, got a number'
+    >>> tool_definition_error(1, {"type": "function", "function": {}})
+    'tools[1].function.name: is missing'
     """
     if not isinstance(tool, Mapping):
         return f"tools[{i}]: a tool definition must be an object, got {json_type_name(tool)}"
@@ -118,10 +121,14 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
         function = tool["function"]
         if not isinstance(function, Mapping):
             return f"tools[{i}].function: must be an object, got {json_type_name(function)}"
-        if "name" in function and not isinstance(function["name"], str):
+        if "name" not in function:
+            return f"tools[{i}].function.name: is missing"
+        if not isinstance(function["name"], str):
             return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
     if "name" in tool and not isinstance(tool["name"], str):
         return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"
+    if "function" not in tool and "name" not in tool and tool.get("type") == "function":
+        return f"tools[{i}].function: is missing"
     return None
 
 
@@ -221,8 +228,12 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
 
     Raises:
         InvalidMessageError: naming the message index and field that is wrong (or that
-            holds two keys lone surrogates make one: ``field extra``).
+            holds two keys lone surrogates make one: ``field extra``); a ``refusal`` in
+            ``extra`` that is neither a string nor ``None`` is ``field refusal: must be
+            a string``, as for a dict (fresh16a F5), unless a field msgspec checks is
+            wrong in that message or an earlier one.
     """
+    refusal = _bad_refusal(messages)
     try:
         payload = _encode(messages)
         try:
@@ -239,6 +250,8 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
         m = _PATH.search(text)
         index, field = (int(m.group(1)), m.group(2) or None) if m else (None, None)
         reason = text.split(" - at ")[0]
+        if refusal is not None and (index is None or refusal < index):
+            raise _refusal_error(refusal) from None
         if isinstance(exc, msgspec.ValidationError) and index is not None and field is not None:
             field, reason = _struct_reason(messages[index], field, reason)
         raise InvalidMessageError(reason, index=index, field=field) from None
@@ -248,7 +261,25 @@ def _check_canonical(messages: Sequence[Message]) -> bytes:
         except KeyClash as clash:
             raise _clash_error(clash) from None
         raise InvalidMessageError(str(exc)) from None
+    if refusal is not None:
+        raise _refusal_error(refusal)
     return payload
+
+
+def _bad_refusal(messages: Sequence[Message]) -> int | None:
+    """The index of the first struct whose ``extra`` holds a ``refusal`` that is neither
+    a string nor ``None`` (the estimator counts a string one), or ``None``."""
+    for i, m in enumerate(messages):
+        extra = getattr(m, "extra", None)
+        if isinstance(extra, dict) and "refusal" in extra:
+            value = extra["refusal"]
+            if value is not None and not isinstance(value, str):
+                return i
+    return None
+
+
+def _refusal_error(index: int) -> InvalidMessageError:
+    return InvalidMessageError("must be a string", index=index, field="refusal")
 
 
 _CANONICAL = msgspec.json.Decoder(list[Message])

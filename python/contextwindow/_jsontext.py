@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ __all__ = [
     "QUOTE_CHARS",
     "shown",
     "KeyClash",
+    "as_int",
     "bare",
     "clean_str",
     "clean_value",
@@ -266,6 +268,29 @@ def shown(value: object) -> str:
         return repr(head) + marker
     head, marker = _bounded(repr(value))
     return head + marker
+
+
+def as_int(value: object) -> int | None:
+    """An integer option as a plain ``int``: any value :func:`operator.index` takes (an
+    ``int``, an ``IntEnum``, ``numpy.int64``), never a ``bool``; ``None`` for anything
+    else (a float, a string, ``None``), which the caller refuses in its own words. The
+    one reading of every int option (budgets, limits, counts, indices; fresh16a F3:
+    ``numpy.int64(100)`` was refused as a budget where a token count took it).
+
+    >>> class Seven:
+    ...     def __index__(self) -> int:
+    ...         return 7
+    >>> as_int(5), as_int(Seven()), as_int(True), as_int(5.0), as_int("5")
+    (5, 7, None, None, None)
+    """
+    if type(value) is int:  # the common case first
+        return value
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def bare(text: str) -> str:

@@ -78,6 +78,16 @@ def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
     return _plain(value)
 
 
+def _check_refusal(d: Mapping[str, Any], index: int) -> None:
+    """Refuse a ``refusal`` that is neither a string nor null: its text is counted (an
+    OpenAI assistant message that declined; the estimator reads it on any message), and
+    another value was read as none, silently (fresh16a F5). Checked after ``name`` in
+    OpenAI messages, after the call keys in Anthropic ones, as the gateway does."""
+    refusal = d.get("refusal")
+    if refusal is not None and not isinstance(refusal, str):
+        _fail("must be a string", index, "refusal")
+
+
 def _unknown_role(role: str) -> str:
     """Why a role is refused: ``unknown role "wizard"``, the name written as a JSON string
     on one line (:func:`~contextwindow._jsontext.quote`), as the gateway (``count_request``)
@@ -165,7 +175,9 @@ def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart |
             _fail("must be an object with a url", index, f"{field}.image_url")
         url = _str(img, "url", index, f"{field}.image_url.url")
         detail = img.get("detail")
-        detail = detail if isinstance(detail, str) else None
+        if detail is not None and not isinstance(detail, str):
+            # it decides the image's cost: read as no detail, it went on uncounted (fresh16a F5)
+            _fail("must be a string", index, f"{field}.image_url.detail")
         extra = _rest(p, ("type", "image_url")) or {}
         inner = _rest(img, ("url", "detail") if detail is not None else ("url",))
         if inner:
@@ -226,7 +238,9 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             message omit it; a tool call whose ``type`` is neither ``function`` nor
             ``custom``: ``tool_calls[0].type``; a custom call without an object
             ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``;
-            a ``name`` that is neither a string nor null: ``name: must be a string``).
+            a ``name`` that is neither a string nor null: ``name: must be a string``; so
+            is a ``refusal``, and an image part's ``detail``:
+            ``content[0].image_url.detail: must be a string``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -248,6 +262,7 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         # read as no name, it went on as an unknown key (the API takes a string)
         _fail("must be a string", index, "name")
     name = _plain(name) if name is not None else None
+    _check_refusal(d, index)
     skip = ["role", "content"] + (["name"] if name is not None else [])
     if role == "tool":
         call_id = _str(d, "tool_call_id", index, "tool_call_id")
@@ -424,8 +439,12 @@ def _anthropic_block(block: object, index: int, field: str, *, nested: bool = Fa
     if btype == "tool_result" and not nested:
         call_id = _str(b, "tool_use_id", index, f"{field}.tool_use_id")
         parts, kind = _content(b, index, f"{field}.content", _anthropic_nested, nullable=True)
-        is_error = b.get("is_error") is True
-        # An explicit "is_error": false (or any non-true value) stays in extra, verbatim.
+        flag = b.get("is_error")
+        if flag is not None and not isinstance(flag, bool):
+            # "yes" was read as false, silently (fresh16a F5); null stays, as missing
+            _fail("must be a bool", index, f"{field}.is_error")
+        is_error = flag is True
+        # An explicit "is_error": false (or null) stays in extra, verbatim.
         skip = ("type", "tool_use_id", "content") + (("is_error",) if is_error else ())
         return ToolResult(
             call_id=call_id,
@@ -478,7 +497,11 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             read in an Anthropic message; send tool_use blocks``; a ``tool_use``
             ``input`` holding two keys that differ only in lone surrogates, one key once
             replaced: ``content[0].input: the key "\ufffd" appears more than once``, or
-            two keys JSON writes alike, ``{1: "a", "1": "b"}``: ``the key "1"``).
+            two keys JSON writes alike, ``{1: "a", "1": "b"}``: ``the key "1"``; a
+            ``tool_result``'s ``is_error`` that is neither a bool nor null:
+            ``content[0].is_error: must be a bool``; a ``refusal`` key (counted as text
+            on any message) that is neither a string nor null: ``refusal: must be a
+            string``).
 
     >>> m = anthropic_to_message({"role": "assistant", "content": [
     ...     {"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})
@@ -495,6 +518,7 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     for key in ("tool_calls", "function_call"):
         if d.get(key) is not None:  # null, as the OpenAI SDK's model_dump() writes it, is fine
             _fail(_OPENAI_CALLS, index, key)
+    _check_refusal(d, index)
     return Message(role=role, content=parts, extra=_rest(d, ("role", "content")), content_kind=kind)  # type: ignore[arg-type]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
+from ._jsontext import as_int, shown
 from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
 from .messages import Message, TextPart, ToolCall, ToolResult
 from .turns import segment_turns
@@ -233,18 +234,21 @@ def token_breakdown(
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
         InvalidRequestError: a tool definition cannot be read.
-        ValueError: unknown profile, or ``top`` is negative.
-        TypeError: ``top`` is not an int.
+        ValueError: unknown profile, or ``top`` is not an int ``>= 0`` (a string or a
+            bool as much as a negative number; any integer :func:`operator.index` takes,
+            ``numpy.int64`` say, is one).
 
     >>> b = token_breakdown([{"role": "user", "content": "abcdefgh"}, {"role": "assistant", "content": "ok"}],
     ...                     profile="fim")
     >>> [(r.role, r.tokens) for r in b.by_role]  # fim: 4 + 8 // 4 = 6; 4 + max(1, 2 // 4) = 5
     [('user', 6), ('assistant', 5)]
     """
-    if isinstance(top, bool) or not isinstance(top, int):
-        raise TypeError(f"top must be an int, got {type(top).__name__}")
-    if top < 0:
-        raise ValueError(f"top must be >= 0, got {top}")
+    n = as_int(top)
+    if n is None:  # a number option: ValueError, as the README's Errors rule says
+        raise ValueError(f"top must be an int >= 0, got {shown(top)}")
+    if n < 0:
+        raise ValueError(f"top must be >= 0, got {n}")
+    top = n
     profile = resolve_profile(profile)
     # the tools before the messages, as count_messages and the CLI's inspect (fresh13 N5);
     # the whole list first: a bad definition is named by its own index (tools[3]), not as

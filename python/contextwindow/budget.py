@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .errors import ContextOverflowError
 
 __all__ = [
@@ -186,17 +186,23 @@ def _limits_of(name: str, value: Any) -> ModelLimits:
     if isinstance(value, ModelLimits):
         limits = value
     elif isinstance(value, Mapping):
+        # an integer of another type (numpy.int64) read as the int it is, as every int option
+        plain = {k: v if (n := as_int(v)) is None else n for k, v in value.items()}
         try:
-            limits = msgspec.convert(value, ModelLimits)
+            limits = msgspec.convert(plain, ModelLimits)
         except msgspec.ValidationError as exc:
             raise TypeError(f"models[{shown(name)}]: {exc}") from None
     else:
         raise TypeError(f"models[{shown(name)}] must be a ModelLimits or a mapping, got {type(value).__name__}")
     w, o = limits.context_window, limits.max_output_tokens
-    if not _is_count(w, 1):
+    window = _as_count(w, 1)
+    if window is None:
         raise ValueError(f"models[{shown(name)}].context_window must be a positive int, got {shown(w)}")
-    if o is not None and not _is_count(o):
+    output = None if o is None else _as_count(o)
+    if o is not None and output is None:
         raise ValueError(f"models[{shown(name)}].max_output_tokens must be None or an int >= 0, got {shown(o)}")
+    if type(w) is not int or (o is not None and type(o) is not int):
+        limits = ModelLimits(context_window=window, max_output_tokens=output)
     return limits
 
 
@@ -320,28 +326,32 @@ def _too_large(reserve: int, window: int) -> str:
     return f"is as large as the context window {window:,} (no token left for the input)"
 
 
-def _is_count(value: Any, minimum: int = 0) -> bool:
-    """Whether ``value`` is an int (a bool is not one) >= ``minimum``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+def _as_count(value: Any, minimum: int = 0) -> int | None:
+    """``value`` as a plain int when it is an integer (any that :func:`operator.index`
+    takes; a bool is not one) >= ``minimum``, else ``None``."""
+    n = as_int(value)
+    return n if n is not None and n >= minimum else None
 
 
 def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    n = as_int(value)
+    if n is None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {n}")
+    return n
 
 
 def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int") -> int:
-    """``value`` as given when it is an int >= ``minimum``; anything else is a ``ValueError``
-    naming the option, a string, a bool or a float as much as a number out of range (the
-    README's rule for number options, which fit and trim_turns follow)."""
-    if not _is_count(value, minimum):
+    """``value`` as a plain int when it is an integer >= ``minimum``; anything else is a
+    ``ValueError`` naming the option, a string, a bool or a float as much as a number out
+    of range (the README's rule for number options, which fit and trim_turns follow)."""
+    n = _as_count(value, minimum)
+    if n is None:
         raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}")
-    return value
+    return n
 
 
 #: The largest token budget the engine counts to (u64 arithmetic); a larger one means no limit.
@@ -376,17 +386,18 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     if budget is None and allow_none:
         return None
     if isinstance(budget, Budget):
-        checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
-        return min(budget.usable, _NO_LIMIT)
+        # a hand-built one: resolve_budget's rules (fresh12 O6)
+        return min(checked_budget(budget).usable, _NO_LIMIT)
     if hasattr(budget, "usable"):
-        usable = budget.usable
-        if not _is_count(usable):
-            raise ValueError(f"budget.usable must be a non-negative int, got {shown(usable)}")
+        usable = _as_count(budget.usable)
+        if usable is None:
+            raise ValueError(f"budget.usable must be a non-negative int, got {shown(budget.usable)}")
         return min(usable, _NO_LIMIT)
-    if not _is_count(budget):
+    n = _as_count(budget)
+    if n is None:
         what = "None, a non-negative int" if allow_none else "a non-negative int"
         raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}")
-    return min(budget, _NO_LIMIT)
+    return min(n, _NO_LIMIT)
 
 
 def whole_budget_error(budget: object) -> TypeError:
@@ -400,6 +411,18 @@ def whole_budget_error(budget: object) -> TypeError:
             " this needs the window and reserve too)"
         )
     return TypeError(text)
+
+
+_BUDGET_NUMBERS = (
+    "context_window",
+    "max_output_tokens",
+    "tool_schema_tokens",
+    "safety_margin",
+    "capacity",
+    "target",
+    "usable",
+    "floor",
+)
 
 
 def checked_budget(budget: Budget) -> Budget:
@@ -420,7 +443,9 @@ def checked_budget(budget: Budget) -> Budget:
         budget: the :class:`Budget` to check.
 
     Returns:
-        ``budget`` itself.
+        ``budget`` itself, or a copy whose number fields are plain ints when one holds an
+        integer of another type (``numpy.int64``, an ``IntEnum``: taken as any int
+        option is, fresh16a F3).
 
     Raises:
         TypeError: a number field is not an int (``Budget.usable must be an int, got str``),
@@ -433,10 +458,14 @@ def checked_budget(budget: Budget) -> Budget:
     >>> checked_budget(resolve_budget(context_window=1000, max_output_tokens=200, env={})).capacity
     800
     """
-    for name in ("context_window", "max_output_tokens", "tool_schema_tokens", "safety_margin", "capacity", "target"):
-        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=1 if name == "context_window" else 0)
-    for name in ("usable", "floor"):
-        _int_arg(f"Budget.{name}", getattr(budget, name), minimum=0)
+    plain: dict[str, int] = {}
+    for name in _BUDGET_NUMBERS:
+        value = getattr(budget, name)
+        n = _int_arg(f"Budget.{name}", value, minimum=1 if name == "context_window" else 0)
+        if type(value) is not int:
+            plain[name] = n  # type: ignore[assignment]
+    if plain:
+        budget = msgspec.structs.replace(budget, **plain)
     for name in ("trim_enabled", "capacity_known"):  # "no" is true: it would switch trimming on
         flag = getattr(budget, name)
         if not isinstance(flag, bool):
@@ -753,7 +782,7 @@ def check_capacity(
     """
     n = _number_option("tokens", tokens, minimum=0)
     if isinstance(budget, Budget):
-        checked_budget(budget)
+        budget = checked_budget(budget)
         # documented as ignored next to a Budget, but not when it is no reserve at all
         _number_option("max_output_tokens", max_output_tokens, minimum=0)
         capacity = budget.capacity

@@ -22,44 +22,62 @@ of 29 sessions, 332 requests, for ``conservative`` and ``cl100k`` alike;
 from __future__ import annotations
 
 import math
-import operator
 import threading
 from typing import Any
 
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 
 __all__ = ["Calibrator"]
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int token count, got bool")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int token count, got {type(value).__name__}") from None
+    # a number option: ValueError for a string or a bool too (README, Errors; fresh16a F3)
+    n = as_int(value)
+    if n is None:
+        raise ValueError(f"{name} must be an int token count, got {shown(value)}")
     if n <= 0:
         raise ValueError(f"{name} must be > 0 tokens, got {n}")
     return n
 
 
 def _finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    x = float(value)
+    if isinstance(value, float):
+        x = value
+    elif (n := as_int(value)) is not None:  # an int, numpy.int64, ... (a bool is not one)
+        x = float(n)
+    else:
+        raise ValueError(f"{name} must be a number, got {shown(value)}")
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {shown(value)}")
     return x
+
+
+_MICRO = 1_000_000  # the product is rounded to 6 decimals
 
 
 def scale_tokens(tokens: int, factor: float) -> int:
     """``ceil(tokens * factor)``, with the product rounded to 6 decimals first so that
     float noise (``100 * 1.1 == 110.00000000000001``) does not add a token.
 
+    Exact for every int: the product is the exact one of ``tokens`` and the float
+    ``factor`` (integer arithmetic on ``factor.as_integer_ratio()``, never a float
+    product), rounded half to even to 6 decimals, then the ceiling; so a factor ``>= 1``
+    never gives less than ``tokens``, and no count is too large (fresh16a F4: through a
+    float, ``2**53 + 1`` at factor 1.0 came back as ``2**53`` and ``10**400`` raised
+    ``OverflowError``).
+
     >>> scale_tokens(100, 1.1), scale_tokens(7, 0.9), scale_tokens(0, 1.5)
     (110, 7, 0)
+    >>> scale_tokens(2**53 + 1, 1.0) - 2**53, scale_tokens(2**63 - 1, 1.5)
+    (1, 13835058055282163711)
     """
-    return math.ceil(round(tokens * factor, 6))
+    if factor == 1.0:
+        return tokens
+    num, den = factor.as_integer_ratio()  # den is a power of two
+    q, r = divmod(tokens * num * _MICRO, den)  # the product in millionths, and the rest
+    if 2 * r > den or (2 * r == den and q & 1):  # round half to even, as round() does
+        q += 1
+    return -(-q // _MICRO)
 
 
 class Calibrator:
@@ -90,8 +108,9 @@ class Calibrator:
         max_factor: highest factor, ``>= min_factor``.
 
     Raises:
-        TypeError: a parameter is not a number.
-        ValueError: a parameter is out of range, NaN or infinite.
+        ValueError: a parameter is not a number (a string or a bool as much as a number
+            out of range: the README's rule for number options), out of range, NaN or
+            infinite.
 
     >>> cal = Calibrator(alpha=0.5)
     >>> cal.observe(estimated=1000, reported=1200)   # first ratio 1.2 sets the average
@@ -168,8 +187,9 @@ class Calibrator:
             The new factor.
 
         Raises:
-            TypeError: a count is not an int (``bool`` and ``float`` are refused).
-            ValueError: a count is ``<= 0`` (nothing is recorded).
+            ValueError: a count is not an int (``bool``, ``float`` and ``str`` are
+                refused; any integer :func:`operator.index` takes, ``numpy.int64`` say,
+                is one) or is ``<= 0`` (nothing is recorded).
 
         >>> cal = Calibrator(alpha=0.5, min_factor=0.5, max_factor=2.0)
         >>> cal.observe(100, 120), cal.observe(100, 100)   # 1.2, then 1.2 + 0.5 * (1.0 - 1.2)
@@ -192,24 +212,23 @@ class Calibrator:
             tokens: an uncalibrated estimate, ``>= 0``.
 
         Returns:
-            The calibrated estimate in tokens; 0 stays 0. The product is rounded to 6
-            decimals before the ceiling, so ``scale(100)`` at factor 1.1 is 110, not 111.
+            The calibrated estimate in tokens; 0 stays 0. The product is exact (no
+            float rounding, for any int) and rounded to 6 decimals before the ceiling, so
+            ``scale(100)`` at factor 1.1 is 110, not 111, and at a factor ``>= 1`` the
+            result is never below ``tokens``.
 
         Raises:
-            TypeError: ``tokens`` is not an int.
-            ValueError: ``tokens`` is negative.
+            ValueError: ``tokens`` is not an int (a ``bool``, ``float`` or ``str``; any
+                integer :func:`operator.index` takes is one) or is negative.
 
         >>> cal = Calibrator(min_factor=0.5)
         >>> _ = cal.observe(100, 75)
         >>> cal.scale(10)      # ceil(10 * 0.75)
         8
         """
-        if isinstance(tokens, bool):
-            raise TypeError("tokens must be an int, got bool")
-        try:
-            n = operator.index(tokens)
-        except TypeError:
-            raise TypeError(f"tokens must be an int, got {type(tokens).__name__}") from None
+        n = as_int(tokens)
+        if n is None:  # a number option: ValueError (README, Errors)
+            raise ValueError(f"tokens must be an int, got {shown(tokens)}")
         if n < 0:
             raise ValueError(f"tokens must be >= 0, got {n}")
         return scale_tokens(n, self.factor)

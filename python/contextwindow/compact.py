@@ -45,7 +45,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
@@ -163,10 +163,11 @@ def _count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> 
     when ``allow_none``."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    n = as_int(value)
+    if n is None or n < minimum:
         also = " or None" if allow_none else ""
         raise ValueError(f"{name} must be an int >= {minimum}{also}, got {shown(value)}")
-    return value
+    return n
 
 
 def _share(value: Any, name: str) -> float | None:
@@ -196,9 +197,10 @@ def _pinned_type(pinned: Any) -> set[int]:
         raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
     out = set()
     for i in pinned:
-        if isinstance(i, bool) or not isinstance(i, int):
+        k = as_int(i)
+        if k is None:
             raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
-        out.add(i)
+        out.add(k)
     return out
 
 
@@ -1058,7 +1060,7 @@ def prune_middle(
     name = resolve_profile(profile)
     limit = _budget_tokens(budget)
     if keep_recent is not None:
-        _count("keep_recent", keep_recent, minimum=0)
+        keep_recent = _count("keep_recent", keep_recent, minimum=0)
     pinned_idx = _pinned_type(pinned)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)

@@ -47,7 +47,17 @@ import msgspec
 
 from . import _engine
 from ._engine import json_type_name, tool_definition_error
-from ._jsontext import KeyClash, clean_str, clean_value, depth_unbounded, field_path, has_odd_keys, nested_deeper, shown
+from ._jsontext import (
+    KeyClash,
+    as_int,
+    clean_str,
+    clean_value,
+    depth_unbounded,
+    field_path,
+    has_odd_keys,
+    nested_deeper,
+    shown,
+)
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -232,10 +242,14 @@ def count_features(text: str, family: str | None = None) -> dict[str, int]:
 
 
 def check_limit(limit: Any) -> int | None:
-    """``limit`` as given (``None`` or an ``int >= 0``); ``ValueError`` otherwise."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+    """``limit`` as an ``int >= 0`` (any integer :func:`operator.index` takes, not a
+    ``bool``) or ``None``; ``ValueError`` otherwise."""
+    if limit is None:
+        return None
+    n = as_int(limit)
+    if n is None or n < 0:
         raise ValueError(f"limit must be None or a non-negative int, got {shown(limit)}")
-    return limit
+    return n
 
 
 def tool_texts(tools: Any) -> list[str]:

@@ -347,8 +347,8 @@ class Estimator:
             The calibrator's new factor.
 
         Raises:
-            ValueError: the estimator has no calibrator, or a count is not ``> 0``.
-            TypeError: ``reported`` is not an int.
+            ValueError: the estimator has no calibrator, or a count is not an int ``> 0``
+                (``reported`` a ``str``, ``bool`` or ``float`` as much as ``0``).
 
         >>> est = Estimator("fim", calibrator=Calibrator())
         >>> est.observe([{"role": "user", "content": "a" * 40}], reported=15)   # estimate 14

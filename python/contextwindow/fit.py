@@ -59,7 +59,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
@@ -140,62 +140,89 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
     target: int
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
+    """``policy`` checked (``None`` is the default policy), its ints read as plain ints:
+    a field that holds an integer of another type (``numpy.int64``, an ``IntEnum``;
+    fresh16a F3) comes back as an ``int`` in a copy of the policy."""
     if policy is None:
         return FitPolicy()
     if not isinstance(policy, FitPolicy):
         raise TypeError(f"policy must be a FitPolicy or None, got {type(policy).__name__}")
     p = policy
-    if not _is_int(p.recent_turns) or p.recent_turns < 0:
+    recent = as_int(p.recent_turns)
+    if recent is None or recent < 0:
         # a number option: ValueError for any bad value, as for the budget
         raise ValueError(f"recent_turns must be an int >= 0, got {shown(p.recent_turns)}")
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
-    order = tuple(p.eviction_order)
     # README, Errors: a collection of the wrong type, or an item of the wrong type in it,
     # is a TypeError; an int out of range a ValueError (fresh11 N6)
-    for c in order:
-        if not _is_int(c):
+    order = []
+    for c in p.eviction_order:
+        k = as_int(c)
+        if k is None:
             raise TypeError(f"eviction_order must hold classes (int), got {type(c).__name__}")
+        order.append(k)
     if any(c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
-        raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {shown(order)}")
+        raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {shown(tuple(order))}")
     for name in ("pinned_share", "low_water"):
         v = getattr(p, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise ValueError(f"{name} must be a number in (0, 1], got {shown(v)}")
-    if not _is_int(p.chatter_tokens) or p.chatter_tokens < 0:
+    chatter = as_int(p.chatter_tokens)
+    if chatter is None or chatter < 0:
         raise ValueError(f"chatter_tokens must be a non-negative int, got {shown(p.chatter_tokens)}")
     if not isinstance(p.breadcrumb, bool):
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     where = f" (0..{n - 1})" if n is not None else ""
+    pinned = []
     for i in p.pinned:
-        if not _is_int(i):
+        k = as_int(i)
+        if k is None:
             raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
-        if i < 0 or (n is not None and i >= n):
-            raise ValueError(f"pinned index {shown(i)} is not a message index{where}")
+        if k < 0 or (n is not None and k >= n):
+            raise ValueError(f"pinned index {shown(k)} is not a message index{where}")
+        pinned.append(k)
     if not isinstance(p.priorities, Mapping):
         raise TypeError("priorities must be a mapping {index: class}")
+    prio = {}
     for i, c in p.priorities.items():
-        if not _is_int(i):
+        k = as_int(i)
+        if k is None:
             raise TypeError(f"priorities keys must be message indices (int), got {type(i).__name__}")
-        if i < 0 or (n is not None and i >= n):
-            raise ValueError(f"priorities key {shown(i)} is not a message index{where}")
-        if not _is_int(c):
+        if k < 0 or (n is not None and k >= n):
+            raise ValueError(f"priorities key {shown(k)} is not a message index{where}")
+        cls = as_int(c)
+        if cls is None:
             raise TypeError(f"priorities values must be classes (int 0-3), got {type(c).__name__}")
-        if c not in (0, 1, 2, 3):
-            raise ValueError(f"priorities[{i}] must be a class 0-3, got {shown(c)}")
-    return p
+        if cls not in (0, 1, 2, 3):
+            raise ValueError(f"priorities[{k}] must be a class 0-3, got {shown(cls)}")
+        prio[k] = cls
+    plain = (
+        type(p.recent_turns) is int
+        and type(p.chatter_tokens) is int
+        and all(type(v) is int for v in p.eviction_order)
+        and all(type(v) is int for v in p.pinned)
+        and all(type(k) is int and type(v) is int for k, v in p.priorities.items())
+    )
+    if plain:
+        return p
+    return msgspec.structs.replace(
+        p,
+        recent_turns=recent,
+        eviction_order=tuple(order),
+        pinned=tuple(pinned),
+        priorities=prio,
+        chatter_tokens=chatter,
+    )
 
 
 def _check_budget(budget: Any, name: str = "budget") -> int:
-    if not _is_int(budget) or budget < 0:
+    n = as_int(budget)
+    if n is None or n < 0:
         raise ValueError(f"{name} must be a non-negative int, got {shown(budget)}")
-    return min(budget, _MAX)
+    return min(n, _MAX)
 
 
 def _usable(budget: Any) -> int:

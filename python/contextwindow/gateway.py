@@ -43,7 +43,7 @@ from typing import Literal, overload
 import msgspec
 
 from . import _engine
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
 
@@ -171,14 +171,13 @@ def fit_request(
     (1, True)
     """
     data = _body(body)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+    n = as_int(budget)
+    if n is None or n < 0:
         raise ValueError(f"budget must be a non-negative int, got {shown(budget)}")
     for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    out, rep = _engine.native.fit_request(
-        data, min(budget, _MAX), resolve_profile(profile), _provider(provider), breadcrumb
-    )
+    out, rep = _engine.native.fit_request(data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb)
     if report:
         return out, _REPORT.decode(rep)
     return out

@@ -66,7 +66,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _engine
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
@@ -492,7 +492,7 @@ class ContextGuard:
         elif (model, context_window, max_output_tokens) != (None, None, None):
             raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
         else:
-            checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
+            budget = checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
         profile = DEFAULT_PROFILE if profile is None else profile
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
@@ -500,7 +500,7 @@ class ContextGuard:
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
         # options are checked here, not at the first check() deep inside a step
         policy = _check_policy(policy)
-        _count("max_message_chars", max_message_chars, minimum=1, allow_none=True)
+        max_message_chars = _count("max_message_chars", max_message_chars, minimum=1, allow_none=True)
         _share(max_result_share, "max_result_share")
         _share(max_total_share, "max_total_share")
         if isinstance(subscribers, (str, bytes)) or not isinstance(subscribers, Iterable):
@@ -515,8 +515,7 @@ class ContextGuard:
         self.max_message_chars = max_message_chars
         self.max_result_share = max_result_share
         self.max_total_share = max_total_share
-        _count("keep_recent_results", keep_recent_results, minimum=0)
-        self.keep_recent_results = keep_recent_results
+        self.keep_recent_results = _count("keep_recent_results", keep_recent_results, minimum=0)
         self.output_heavy_tools = _names(output_heavy_tools, "output_heavy_tools")
         self.protected_tools = _names(protected_tools, "protected_tools")
         self._lock = threading.Lock()
@@ -569,9 +568,13 @@ class ContextGuard:
         >>> guard.record_usage(1200, 300); guard.stats.prompt_tokens
         1200
         """
+        counts = []
         for name, v in (("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            n = as_int(v)
+            if n is None or n < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {shown(v)}")
+            counts.append(n)
+        prompt_tokens, completion_tokens = counts
         with self._lock:
             s = self._stats
             self._stats = msgspec.structs.replace(

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import _engine
 from . import _reference as ref
-from ._jsontext import shown
+from ._jsontext import as_int, shown
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .estimator import Estimator, counter_cost
 from .report import TrimResult
@@ -41,9 +41,10 @@ TokenCounter = Callable[[list[Any]], int]
 
 
 def _check_n(n: Any, name: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    k = as_int(n)
+    if k is None or k < 0:
         raise ValueError(f"{name} must be a non-negative int, got {shown(n)}")
-    return min(n, _MAX)
+    return min(k, _MAX)
 
 
 def _costs(

@@ -410,27 +410,42 @@ fn kind(v: &RawValue) -> Kind {
 /// one's `function`, when present, is an object whose `name`, when present, is a string;
 /// an Anthropic one's `name`, when present, is a string. The dict path says the same
 /// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted.
-fn tool_shape(cx: &Ctx<'_>, i: usize, o: &Obj<'_>) -> Result<()> {
+fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()> {
     let wrong = |v: &RawValue, field: &str, want: &str| {
         invalid(
             Some(cx.start_of(v.get())),
             format!("tools[{i}].{field}: must be {want}, got {}", type_name(v)),
         )
     };
+    let missing = |v: &RawValue, field: &str| {
+        invalid(
+            Some(cx.start_of(v.get())),
+            format!("tools[{i}].{field}: is missing"),
+        )
+    };
     if let Some(f) = o.get("function") {
         let Some(fo) = cx.obj(f, || Place::Other(format!("tools[{i}].function")))? else {
             return Err(wrong(f, "function", "an object"));
         };
-        if let Some(name) = fo.get("name") {
-            if kind(name) != Kind::Str {
-                return Err(wrong(name, "function.name", "a string"));
-            }
+        // a function with no name was counted (fresh16a F5); named at the function
+        let Some(name) = fo.get("name") else {
+            return Err(missing(f, "function.name"));
+        };
+        if kind(name) != Kind::Str {
+            return Err(wrong(name, "function.name", "a string"));
         }
     }
     if let Some(name) = o.get("name") {
         if kind(name) != Kind::Str {
             return Err(wrong(name, "name", "a string"));
         }
+    }
+    // a function tool holds its name in `function`, or (the flat shape) in `name`
+    if o.get("function").is_none()
+        && o.get("name").is_none()
+        && cx.str_is(o.get("type"), "function")
+    {
+        return Err(missing(tool, "function"));
     }
     Ok(())
 }
@@ -1291,7 +1306,16 @@ fn openai_part<'a>(
             let url = img.get("url").map(RawValue::to_owned);
             let detail = match img.get("detail") {
                 Some(d) if kind(d) == Kind::Str => Some(cx.string(d)?),
-                _ => None,
+                None => None,
+                Some(d) if kind(d) == Kind::Null => None,
+                // it decides the image's cost; read as none, it went on (fresh16a F5)
+                Some(_) => {
+                    return Err(bad_message(
+                        index,
+                        &format!("{field}.image_url.detail"),
+                        "must be a string",
+                    ))
+                }
             };
             let skip: &[&str] = if detail.is_some() {
                 &["url", "detail"]
@@ -1446,6 +1470,15 @@ fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Refuse a `refusal` that is neither a string nor null (`adapters._check_refusal`): its
+/// text is counted, and another value was read as none, silently (fresh16a F5).
+fn check_refusal(d: &Obj<'_>, index: usize) -> Result<()> {
+    match d.get("refusal").map(kind) {
+        None | Some(Kind::Str | Kind::Null) => Ok(()),
+        Some(_) => Err(bad_message(index, "refusal", "must be a string")),
+    }
+}
+
 fn role_of(name: &str) -> Option<Role> {
     Some(match name {
         "system" => Role::System,
@@ -1477,6 +1510,7 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         // the API takes a string; read as no name, it went on as an unknown key
         Some(_) => return Err(bad_message(index, "name", "must be a string")),
     };
+    check_refusal(d, index)?;
     // the keys read, left out of `extra`: role, content, then name, tool_call_id and
     // tool_calls when they are read
     let mut skip = ["role", "content", "", "", ""];
@@ -1584,7 +1618,18 @@ fn anthropic_block<'a>(
                 true,
                 true,
             )?;
-            let is_error = b.get("is_error").is_some_and(|v| v.get() == "true");
+            let is_error = match b.get("is_error").map(kind) {
+                None | Some(Kind::Null) => false,
+                Some(Kind::Bool) => b.get("is_error").is_some_and(|v| v.get() == "true"),
+                // "yes" was read as false, silently (fresh16a F5)
+                Some(_) => {
+                    return Err(bad_message(
+                        index,
+                        &format!("{field}.is_error"),
+                        "must be a bool",
+                    ))
+                }
+            };
             let skip: &[&str] = if is_error {
                 &["type", "tool_use_id", "content", "is_error"]
             } else {
@@ -1695,6 +1740,7 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
             return Err(bad_message(index, key, OPENAI_CALLS));
         }
     }
+    check_refusal(d, index)?;
     let mut m = Message::new(role, parts);
     m.extra = d.rest(&["role", "content"], None);
     m.content_kind = cx.spelled(ckind);
@@ -1913,7 +1959,7 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
                 let text = cx.compact(tool, || Place::Other(format!("tools[{i}]")));
                 tools.push(text.map_err(|e| nested_at(&format!("tools[{i}]"), e))?);
                 // then its shape, after its JSON text, as the dict path (fresh12 O4)
-                tool_shape(&cx, i, &o)?;
+                tool_shape(&cx, i, tool, &o)?;
             }
         }
         Some(t) => {
@@ -3468,6 +3514,23 @@ mod tests {
                 83,
                 "tools[1].name: must be a string, got a number",
             ),
+            // fresh16a F5: a function with no name, named at the function (byte 92)
+            (
+                r#"{"type": "function", "function": {"parameters": {}}}"#,
+                92,
+                "tools[0].function.name: is missing",
+            ),
+            // a function tool with neither a function nor a name, at the tool (byte 59)
+            (
+                r#"{"type": "function"}"#,
+                59,
+                "tools[0].function: is missing",
+            ),
+            (
+                r#"{"type": "fun\u0063tion", "parameters": {}}"#,
+                59,
+                "tools[0].function: is missing",
+            ),
         ];
         for (tools, offset, reason) in cases {
             refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
@@ -3476,9 +3539,100 @@ mod tests {
         let ok = format!(
             "{head}{}]}}",
             r#"{"type": "function", "function": {"name": "f", "parameters": {}}},
-            {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"}"#
+            {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"},
+            {"type": "function", "name": "h", "parameters": {}}, {"type": "other"}"#
         );
         assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
+    }
+
+    #[test]
+    fn optional_fields_of_the_wrong_type_are_named() {
+        // fresh16a F5: each was read as absent, silently; null is read as absent still
+        let q = r#"{"role": "user", "content": "q"}"#;
+        let use_ = r#"{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}"#;
+        let result = |flag: &str| {
+            format!(
+                r#"{{"role": "user", "content": [{{"type": "tool_result", "tool_use_id": "a", "content": "r", "is_error": {flag}}}]}}"#
+            )
+        };
+        let image = |detail: &str| {
+            format!(
+                r#"{{"role": "user", "content": [{{"type": "image_url", "image_url": {{"url": "https://x", "detail": {detail}}}}}]}}"#
+            )
+        };
+        let refusal =
+            |v: &str| format!(r#"{{"role": "assistant", "content": null, "refusal": {v}}}"#);
+        let bad = [
+            (vec![q.to_owned(), refusal("5")], 1, "refusal", "must be a string"),
+            (vec![q.to_owned(), refusal(r#"["no"]"#)], 1, "refusal", "must be a string"),
+            (vec![q.to_owned(), refusal("true")], 1, "refusal", "must be a string"),
+            // on an Anthropic message too: the estimator counts it on any message
+            (
+                vec![r#"{"role": "user", "content": [{"type": "text", "text": "q"}], "refusal": {}}"#.to_owned()],
+                0,
+                "refusal",
+                "must be a string",
+            ),
+            (vec![image("5")], 0, "content[0].image_url.detail", "must be a string"),
+            (vec![image("[]")], 0, "content[0].image_url.detail", "must be a string"),
+            (
+                vec![q.to_owned(), use_.to_owned(), result(r#""yes""#)],
+                2,
+                "content[0].is_error",
+                "must be a bool",
+            ),
+            (
+                vec![q.to_owned(), use_.to_owned(), result("1")],
+                2,
+                "content[0].is_error",
+                "must be a bool",
+            ),
+            // content is read before the refusal, the name before it too
+            (
+                vec![q.to_owned(), r#"{"role": "assistant", "content": 5, "refusal": 5}"#.to_owned()],
+                1,
+                "content",
+                "must be a string or a list of blocks",
+            ),
+            (
+                vec![q.to_owned(), r#"{"role": "assistant", "content": "a", "name": 5, "refusal": 5}"#.to_owned()],
+                1,
+                "name",
+                "must be a string",
+            ),
+        ];
+        for (msgs, index, field, reason) in bad {
+            let body = format!(r#"{{"messages": [{}]}}"#, msgs.join(", "));
+            let want = (index, field.to_owned(), reason.to_owned());
+            assert_eq!(message_error(body.as_bytes()), want, "{body}");
+            assert!(fit_request(body.as_bytes(), 100, "fim", None, true).is_err());
+        }
+        // null, a string, a bool: read
+        let ok = [
+            vec![q.to_owned(), refusal("null"), refusal(r#""I can't""#)],
+            vec![image("null"), image(r#""low""#)],
+            vec![
+                q.to_owned(),
+                use_.to_owned(),
+                result("null"),
+                use_.to_owned(),
+                result("false"),
+                use_.to_owned(),
+                result("true"),
+            ],
+        ];
+        for msgs in ok {
+            let body = format!(r#"{{"messages": [{}]}}"#, msgs.join(", "));
+            assert!(
+                count_request(body.as_bytes(), "fim", None).is_ok(),
+                "{body}"
+            );
+        }
+        // a refusal counts as text, null as nothing: fim, 4 per message + 8 chars / 4 = 2
+        let body = format!(r#"{{"messages": [{}]}}"#, refusal(r#""12345678""#));
+        assert_eq!(count_request(body.as_bytes(), "fim", None).ok(), Some(6));
+        let body = format!(r#"{{"messages": [{}]}}"#, refusal("null"));
+        assert_eq!(count_request(body.as_bytes(), "fim", None).ok(), Some(4));
     }
 
     #[test]

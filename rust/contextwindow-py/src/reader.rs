@@ -177,6 +177,9 @@ struct Fields<'py> {
     /// Whether the dict holds a `function_call` that is not `None` (refused by the
     /// adapters: the deprecated form of `tool_calls`).
     function_call: bool,
+    /// Whether the dict holds a `refusal` that is neither a `str` nor `None` (refused by
+    /// the adapters: its text is counted).
+    bad_refusal: bool,
 }
 
 impl<'py> Fields<'py> {
@@ -190,6 +193,7 @@ impl<'py> Fields<'py> {
             tool_calls: None,
             tool_call_id: None,
             function_call: false,
+            bad_refusal: false,
             dict,
         };
         for (k, v) in f.dict.iter() {
@@ -200,6 +204,7 @@ impl<'py> Fields<'py> {
                 "tool_calls" => f.tool_calls = Some(v),
                 "tool_call_id" => f.tool_call_id = Some(v),
                 "function_call" => f.function_call = !v.is_none(),
+                "refusal" => f.bad_refusal = !v.is_none() && !v.is_instance_of::<PyString>(),
                 _ => {}
             }
         }
@@ -477,6 +482,12 @@ impl Reader {
                 let url = get(img, intern!(py, "url"))?;
                 let url = req_str(&url)?;
                 let detail_value = get(img, intern!(py, "detail"))?;
+                if detail_value
+                    .as_ref()
+                    .is_some_and(|d| !d.is_none() && !d.is_instance_of::<PyString>())
+                {
+                    return Err(Fallback); // a detail of another type: the adapters name it
+                }
                 let detail = opt_str(detail_value.as_ref())?;
                 let skip: &[&str] = if detail.is_some() {
                     &["url", "detail"]
@@ -537,7 +548,10 @@ impl Reader {
                     self.content(content.as_ref(), PartShape::AnthropicNested, true)?;
                 // `is True`: True is the only bool that is truthy.
                 let is_error = match get(b, intern!(py, "is_error"))? {
-                    Some(v) => v.is_exact_instance_of::<PyBool>() && v.is_truthy()?,
+                    Some(v) if v.is_exact_instance_of::<PyBool>() => v.is_truthy()?,
+                    Some(v) if v.is_none() => false,
+                    // anything else (a str, an int): the adapters name it
+                    Some(_) => return Err(Fallback),
                     None => false,
                 };
                 let mut p = part(PartKind::ToolResult);
@@ -647,6 +661,9 @@ impl Reader {
             return Err(Fallback);
         }
         let name = opt_str(f.name.as_ref())?.map(|s| self.text(s));
+        if f.bad_refusal {
+            return Err(Fallback); // a refusal that is not a str: the adapters name it
+        }
         // Keys the canonical message holds: role, content when present, name when a str.
         let mut present = 1 + f.content.is_some() as usize + name.is_some() as usize;
         // The keys to leave out of `extra`: the first `n` of `skip` (no allocation).
@@ -701,6 +718,9 @@ impl Reader {
         }
         if role == Role::System && parts.iter().any(|p| p.kind != PartKind::Text) {
             return Err(Fallback); // a system holds text blocks only: the adapters name it
+        }
+        if f.bad_refusal {
+            return Err(Fallback); // a refusal that is not a str: the adapters name it
         }
         let mut m = Message::new(role, parts);
         m.extra = self.rest(&f.dict, &["role", "content"], 2)?;
