@@ -510,3 +510,95 @@ def test_prune_middle_reports_the_stubbed_message_as_trim_does() -> None:
     r = prune_middle(msgs, budget=10**6, format="anthropic")
     assert [(f.fate, f.rule) for f in r.report.fates][5:7] == [("repaired", "stub_inserted")] * 2
     assert r.messages[6] is not msgs[6] and r.messages[5] is msgs[5]
+
+
+def _fates(r: Any) -> list[tuple[str, str]]:
+    return [(f.fate, f.rule) for f in r.report.fates]
+
+
+def _all_reports(m: list[dict[str, Any]]) -> list[list[tuple[str, str]]]:
+    """The fates every entry point reports for ``m`` (which fits: nothing trimmed), and
+    those of the pure-Python reference."""
+    engine_agrees(m, 10_000)
+    cm = msgspec.json.decode(_engine.prepare(m, "anthropic").payload, type=list[Message])
+    return [
+        _fates(cw.repair_tool_pairs(m)),
+        _fates(cw.trim_turns(m, 10_000)),
+        _fates(cw.fit(m, 10_000, format="anthropic")),
+        _fates(prune_middle(m, budget=10**6, format="anthropic")),
+        [(f.fate, f.rule) for f in ref.trim_turns(cm, 10_000, "conservative", True, "anthropic")[1].fates],
+    ]
+
+
+def test_a_carrier_that_received_a_stub_is_reported_repaired() -> None:
+    """fates16: a carrier (a user message of tool results only) that received the stub of
+    the second, unanswered call came back changed but was reported ``kept``/``fits``; a
+    real user message that got a stub was already ``repaired`` (fresh8 N8)."""
+    m: list[dict[str, Any]] = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "f", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r"}]},
+    ]
+    r = cw.repair_tool_pairs(m)
+    assert r.messages[2]["content"][1] == {"type": "tool_result", "tool_use_id": "b", "content": MISSING_RESULT}
+    assert r.report.fates[2] == cw.Fate(index=2, fate="repaired", rule="stub_inserted", chars_removed=0)
+    assert cw.trim_turns(m, 10000).report.fates[2].rule == "stub_inserted"
+    want = [("kept", "fits"), ("repaired", "stub_inserted"), ("repaired", "stub_inserted")]
+    assert _all_reports(m) == [want] * 5
+
+
+def test_a_message_that_received_a_moved_result_is_reported_repaired() -> None:
+    """fates16: the user message that receives a result moved out of another message (here
+    the assistant message of its own call) was reported ``kept``; it is ``repaired``
+    (``result_moved``), like the message the result left. Receiving a moved result and a
+    stub, it is ``result_moved`` (that rule wins)."""
+    real = {"type": "tool_result", "tool_use_id": "a", "content": "X"}
+    m: list[dict[str, Any]] = [
+        u("q"),
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}, real]},
+        u("q2"),
+    ]
+    r = cw.repair_tool_pairs(m)
+    assert r.messages[2] == {"role": "user", "content": [real, {"type": "text", "text": "q2"}]}
+    want = [("kept", "fits"), ("repaired", "result_moved"), ("repaired", "result_moved")]
+    assert _all_reports(m) == [want] * 5
+    # the same into a carrier of the other call's result (input order: the moved one first)
+    rb = {"type": "tool_result", "tool_use_id": "b", "content": "B"}
+    ra = {"type": "tool_result", "tool_use_id": "a", "content": "A"}
+    two: list[dict[str, Any]] = [
+        u("q"),
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "f", "input": {}},
+                rb,
+            ],
+        },
+        {"role": "user", "content": [ra]},
+    ]
+    assert cw.repair_tool_pairs(two).messages[2] == {"role": "user", "content": [rb, ra]}
+    assert _all_reports(two) == [want] * 5
+    # a moved result (b) and a stub (c) into one carrier: result_moved
+    both: list[dict[str, Any]] = [
+        u("q"),
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "f", "input": {}},
+                {"type": "tool_use", "id": "c", "name": "f", "input": {}},
+                rb,
+            ],
+        },
+        {"role": "user", "content": [ra]},
+    ]
+    stub_c = {"type": "tool_result", "tool_use_id": "c", "content": MISSING_RESULT}
+    assert cw.repair_tool_pairs(both).messages[2] == {"role": "user", "content": [rb, ra, stub_c]}
+    assert _all_reports(both) == [want] * 5

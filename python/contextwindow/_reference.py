@@ -1293,8 +1293,9 @@ class _State:
         src = item.src
         if src is not None:
             f = self.fates[src]
-            if with_stubs and item.new is not None and f["fate"] == "kept":
-                f.update(fate="repaired", rule="stub_inserted", chars_removed=0)
+            rule = None if item.new is None else received_rule(self.msgs[src], item.new)
+            if with_stubs and rule is not None and f["fate"] == "kept":
+                f.update(fate="repaired", rule=rule, chars_removed=0)
             elif not with_stubs and item.new is None and (f["fate"], f["rule"]) == ("repaired", "stub_inserted"):
                 f.update(fate="kept", rule="fits", chars_removed=0)
 
@@ -1346,8 +1347,10 @@ def repair_fates(
     """Set the Fate of every message a pair repair changed, as ``trim_turns`` reports it
     (``items``: the repaired list of ``msgs``; a message with orphans is dropped only if
     gone from it). A message that received stubs (Anthropic: the user message after the
-    call) is ``repaired`` (``stub_inserted``) too, though the repair change names the
-    call's message (fresh8 N8)."""
+    call, a carrier of results too) is ``repaired`` (``stub_inserted``) too, though the
+    repair change names the call's message (fresh8 N8); one that received a result moved
+    out of another message is ``repaired`` (``result_moved``), which wins over
+    ``stub_inserted`` when it received both (see ``received_rule``)."""
     for c in repairs:
         f = fates[c.index]
         if c.kind == "orphan_result_dropped":
@@ -1365,11 +1368,36 @@ def repair_fates(
     for i, f in enumerate(fates):
         if f["rule"] == "orphan_result" and i not in present:
             f["fate"] = "dropped"  # an OpenAI tool message of orphan results goes whole
-    for w, it in enumerate(items):
-        if it.src is None or it.new is None or fates[it.src]["fate"] != "kept" or w == 0:
+    for it in items:
+        if it.src is None or it.new is None or fates[it.src]["fate"] != "kept":
             continue
-        if items[w - 1].msg(msgs).role == "assistant" and is_real_user(it.new) and has_results(it.new):
-            fates[it.src].update(fate="repaired", rule="stub_inserted", chars_removed=0)
+        rule = received_rule(msgs[it.src], it.new)
+        if rule is not None:
+            fates[it.src].update(fate="repaired", rule=rule, chars_removed=0)
+
+
+def received_rule(orig: Message, new: Message) -> str | None:
+    """The fate rule of a message that repair changed only by giving it results (``new``,
+    the repaired ``orig``): ``result_moved`` when it received a result moved out of another
+    message (even if it received stubs too), else ``stub_inserted`` when it received stubs;
+    ``None`` when it received neither. Counted by kind: such a message lost no result.
+
+    Args:
+        orig: The input message.
+        new: The message as repair left it.
+
+    Returns:
+        The rule, or ``None``.
+    """
+
+    def count(m: Message, stub: bool) -> int:
+        return sum(1 for q in m.content if isinstance(q, ToolResult) and is_missing_result(q) == stub)
+
+    if count(new, False) > count(orig, False):
+        return "result_moved"
+    if count(new, True) > count(orig, True):
+        return "stub_inserted"
+    return None
 
 
 def _state(

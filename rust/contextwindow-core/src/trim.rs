@@ -260,6 +260,26 @@ struct State<'a, 'p> {
     resolution: Option<Resolution>,
 }
 
+/// The fate rule of a message that repair changed only by giving it results (`msg`, the
+/// repaired `input`): `result_moved` when it received a result moved out of another
+/// message (even if it received stubs too), else `stub_inserted` when it received stubs;
+/// `None` when it received neither. Counted by kind: such a message lost no result.
+fn received_rule(input: &Message, msg: &Message) -> Option<&'static str> {
+    let count = |m: &Message, stub: bool| {
+        m.content
+            .iter()
+            .filter(|p| p.kind == PartKind::ToolResult && p.is_missing_result() == stub)
+            .count()
+    };
+    if count(msg, false) > count(input, false) {
+        Some("result_moved")
+    } else if count(msg, true) > count(input, true) {
+        Some("stub_inserted")
+    } else {
+        None
+    }
+}
+
 /// Work items whose stubs answer the calls of the item right before them: real user
 /// messages holding results (only stubs can make a real user message hold results).
 fn stub_heads(work: &[Work<'_>]) -> Vec<bool> {
@@ -337,12 +357,15 @@ impl<'a, 'p> State<'a, 'p> {
         let keep = vec![true; work.len()];
         let total = costs.iter().sum();
         let stub_head = stub_heads(&work);
-        // A message that received stubs (Anthropic: the user message after the call) was
-        // changed, though the repair change names the call's message (fresh8 N8).
-        for (h, w) in work.iter().enumerate() {
-            if let (true, Some(i), Cow::Owned(_)) = (stub_head[h], w.src, &w.msg) {
+        // A message that received stubs or moved results (Anthropic: the user message
+        // after the call, a carrier of results too) was changed, though the repair changes
+        // name the call's message and the result's old message (fresh8 N8, fates16).
+        for w in &work {
+            if let (Some(i), Cow::Owned(m)) = (w.src, &w.msg) {
                 if fates[i].fate == "kept" {
-                    fates[i] = fate(i, "repaired", "stub_inserted");
+                    if let Some(rule) = received_rule(&messages[i], m) {
+                        fates[i] = fate(i, "repaired", rule);
+                    }
                 }
             }
         }
@@ -439,8 +462,9 @@ impl<'a, 'p> State<'a, 'p> {
         if let Some(i) = self.work[h].src {
             let owned = matches!(self.work[h].msg, Cow::Owned(_));
             let f = &mut self.fates[i];
-            if with && owned && f.fate == "kept" {
-                *f = fate(i, "repaired", "stub_inserted");
+            let rule = received_rule(&self.input[i], &self.work[h].msg);
+            if let (true, true, "kept", Some(rule)) = (with, owned, f.fate, rule) {
+                *f = fate(i, "repaired", rule);
             } else if !with && !owned && f.fate == "repaired" && f.rule == "stub_inserted" {
                 *f = fate(i, "kept", "fits");
             }

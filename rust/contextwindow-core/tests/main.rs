@@ -9,7 +9,9 @@ use contextwindow_core::model::{
     Format, Message, Part, PartKind, Role, BREADCRUMB, MISSING_RESULT, RESULTS_REMOVED,
 };
 use contextwindow_core::pairs::{part_eq, repair, validate, Missing};
-use contextwindow_core::trim::{shrink_text, trim_turn_count, trim_turns, TrimOptions};
+use contextwindow_core::trim::{
+    repair_report, shrink_text, trim_turn_count, trim_turns, TrimOptions,
+};
 use contextwindow_core::turns::segment;
 
 fn text(role: Role, t: &str) -> Message {
@@ -251,6 +253,71 @@ fn repair_anthropic_stub_into_next_user_message() {
     // drop mode removes the call instead
     let (out, _) = repair(&msgs, Format::Anthropic, Missing::Drop);
     assert_eq!(out[1].msg.tool_calls().count(), 1);
+}
+
+/// The (fate, rule) pairs `repair_report`, `trim_turns` (fitting) and `trim_turn_count`
+/// (all turns kept) give `msgs`: repair's, the same for all three.
+fn repair_fates(msgs: &[Message]) -> Vec<(&'static str, &'static str)> {
+    let pairs = |out: contextwindow_core::trim::Outcome<'_>| {
+        out.report
+            .fates
+            .iter()
+            .map(|f| (f.fate, f.rule))
+            .collect::<Vec<_>>()
+    };
+    let o = opts(Format::Anthropic);
+    let r = pairs(repair_report(msgs, Missing::Stub, o));
+    assert_eq!(pairs(trim_turns(msgs, 10_000, o)), r);
+    assert_eq!(pairs(trim_turn_count(msgs, 10, o)), r);
+    r
+}
+
+#[test]
+fn repair_anthropic_message_that_received_results_is_repaired() {
+    // fates16: a carrier that received the stub of a second, unanswered call, and a user
+    // message that received a result moved out of its call's message, came back changed
+    // but were reported kept/fits
+    let mut ra = carrier(&["a"]);
+    ra.content[0].content = Some(vec![Part::text("r")]);
+    let msgs = vec![u("q"), call(&["a", "b"]), ra.clone()];
+    let (out, _) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert!(out[2].changed() && out[2].msg.content[1].is_missing_result());
+    assert_eq!(
+        repair_fates(&msgs),
+        vec![
+            ("kept", "fits"),
+            ("repaired", "stub_inserted"),
+            ("repaired", "stub_inserted")
+        ]
+    );
+    // a result inside its call's assistant message moves to the next user message
+    let mut own = call(&["a"]);
+    own.content.push(ra.content[0].clone());
+    let msgs = vec![u("q"), own, u("q2")];
+    let (out, _) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(out[2].msg.content[0].call_id.as_deref(), Some("a"));
+    let moved = vec![
+        ("kept", "fits"),
+        ("repaired", "result_moved"),
+        ("repaired", "result_moved"),
+    ];
+    assert_eq!(repair_fates(&msgs), moved);
+    // a moved result (b) and a stub (c) into a carrier of a's result: result_moved wins
+    let mut both = call(&["a", "b", "c"]);
+    let mut rb = ra.content[0].clone();
+    rb.call_id = Some("b".into());
+    both.content.push(rb);
+    let msgs = vec![u("q"), both, ra];
+    let (out, _) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    let ids: Vec<&str> = out[2]
+        .msg
+        .content
+        .iter()
+        .map(|p| p.call_id.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, vec!["b", "a", "c"]);
+    assert!(out[2].msg.content[2].is_missing_result());
+    assert_eq!(repair_fates(&msgs), moved);
 }
 
 #[test]
