@@ -254,3 +254,22 @@ def test_scale_agrees_with_exact_fractions(tokens: int, factor: float) -> None:
     assert scale_tokens(tokens, factor) == want
     if factor >= 1:
         assert scale_tokens(tokens, factor) >= tokens
+
+
+def test_observe_takes_counts_past_the_float_range() -> None:
+    """fresh16b #11: observe(100, 10**400) raised a bare OverflowError (the ratio as a
+    float); the ratio is bounded anyway, so it enters as max_factor. 10**400 / 10**400 is
+    exactly 1.0 (int true division rounds once)."""
+    cal = cw.Calibrator(alpha=0.5, min_factor=0.5, max_factor=2.0)
+    assert cal.observe(100, 10**400) == 2.0
+    assert cal.observe(10**400, 10**400) == 1.5  # 2.0 + 0.5 * (1.0 - 2.0)
+    assert cal.observe(10**400, 1) == 1.0  # ratio 1e-398 enters as 0.5: 1.5 + 0.5 * (0.5 - 1.5)
+
+
+def test_estimator_observe_of_nothing_names_the_messages() -> None:
+    """fresh16b #11: Estimator.observe([], reported=5) said "estimated must be > 0 tokens",
+    an argument the caller did not pass."""
+    est = cw.Estimator("fim", calibrator=cw.Calibrator())
+    with pytest.raises(ValueError, match=r"^messages estimate 0 tokens: nothing to calibrate against"):
+        est.observe([], reported=5)
+    assert est.observe([{"role": "user", "content": "a" * 40}], reported=28) == 2.0  # the first ratio (28/14) alone

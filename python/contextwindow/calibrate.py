@@ -199,7 +199,11 @@ class Calibrator:
         """
         est = _positive_int(estimated, "estimated")
         rep = _positive_int(reported, "reported")
-        ratio = min(max(rep / est, self._min), self._max)
+        try:
+            ratio = rep / est  # exact for ints of any size, rounded once to a float
+        except OverflowError:  # a quotient past the float range (fresh16b #11): the bound takes it
+            ratio = math.inf
+        ratio = min(max(ratio, self._min), self._max)
         with self._lock:
             self._ema = ratio if self._n == 0 else self._ema + self._alpha * (ratio - self._ema)
             self._n += 1

@@ -347,8 +347,9 @@ class Estimator:
             The calibrator's new factor.
 
         Raises:
-            ValueError: the estimator has no calibrator, or a count is not an int ``> 0``
-                (``reported`` a ``str``, ``bool`` or ``float`` as much as ``0``).
+            ValueError: the estimator has no calibrator, ``messages`` (with ``tools``)
+                estimate 0 tokens (an empty list), or ``reported`` is not an int ``> 0``
+                (a ``str``, ``bool`` or ``float`` as much as ``0``).
 
         >>> est = Estimator("fim", calibrator=Calibrator())
         >>> est.observe([{"role": "user", "content": "a" * 40}], reported=15)   # estimate 14
@@ -359,4 +360,8 @@ class Estimator:
         if self._calibrator is None:
             raise ValueError("this Estimator has no calibrator; pass calibrator=Calibrator()")
         raw = self._count(messages, tools, format, None, 1.0)
+        if raw <= 0:
+            # the calibrator would name its own argument, which this caller did not pass
+            # (fresh16b #11)
+            raise ValueError(f"messages estimate {raw} tokens: nothing to calibrate against (pass the request as sent)")
         return self._calibrator.observe(raw, reported)
