@@ -8,9 +8,10 @@ soon as the conversation fits:
    characters is cut (first seed, 50,000; a tool result's text keeping head and tail at
    line boundaries, other text its head); a single tool result over
    ``max_result_share`` of the context window is cut keeping head and tail (third seed,
-   50%); when the whole input passes ``max_total_share`` of the window (third seed, 75%),
-   the oldest results of output-heavy tools are cleared
-   (:func:`contextwindow.compact.budget_tool_results`).
+   50%); a text-action observation (user text starting with ``[Tool results]``) is a
+   tool result to both cuts, its prefix kept; when the whole input passes
+   ``max_total_share`` of the window (third seed, 75%), the oldest results of
+   output-heavy tools are cleared (:func:`contextwindow.compact.budget_tool_results`).
 2. ``tool_results`` (over the token budget only): the oldest results of output-heavy
    tools are cleared until the estimate is back under the target, sparing the newest
    ``keep_recent_results`` results (not the whole current turn, as step 1 does: an agent
@@ -423,8 +424,9 @@ class ContextGuard:
         policy: the :class:`~contextwindow.fit.FitPolicy` of the history step; its
             ``low_water`` (default 0.7) is the prompt-cache friendly trim target.
         max_message_chars: character cap per message (first seed: 50,000; None: off);
-            a tool result's text is cut to head + tail at line boundaries, other text to
-            its head (:func:`~contextwindow.compact.budget_tool_results`, rule 1).
+            a tool result's text (or a ``[Tool results]`` observation's, its prefix kept)
+            is cut to head + tail at line boundaries, other text to its head
+            (:func:`~contextwindow.compact.budget_tool_results`, rule 1).
         max_result_share: a tool result's largest share of the window (third seed: 0.5).
         max_total_share: share of the window above which old output-heavy tool results
             are cleared before every call (third seed: 0.75).
