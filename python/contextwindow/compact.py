@@ -790,8 +790,11 @@ def _budget_tool_results(
                         inner[q] = msgspec.structs.replace(inner[q], text=t)  # type: ignore[type-var]
                         return msgspec.structs.replace(result, content=inner)
 
+                    def alone_with(t: str, with_text: Callable[[str], ToolResult] = with_text) -> int:
+                        return alone(with_text(t))
+
                     text = result.content[q].text  # type: ignore[union-attr]
-                    new_text = cut_text((i, p, q), text, 0, lambda t, with_text=with_text: alone(with_text(t)))
+                    new_text = cut_text((i, p, q), text, 0, alone_with)
                     if new_text is not None:
                         result = with_text(new_text)
                         changed = True
