@@ -41,7 +41,8 @@ soon as the conversation fits:
 still says the context overflowed: :func:`contextwindow.fit.recover_from_overflow` (whole
 turns down to two thirds of the current size, or what the provider's count implies; second
 seed), then :func:`contextwindow.compact.prune_middle` when that could not remove anything
-(third seed, layer 2).
+(third seed, layer 2); when neither changed anything, broken tool pairs are still repaired
+(event reason ``tool_pairs``), so every output passes ``validate``.
 
 Hints (first seed) say what the history step protects; they are carried on every event and
 on the result, for the LLM compaction step a later version adds:
@@ -404,6 +405,15 @@ _VIOLATIONS = msgspec.json.Decoder(list[Violation])
 _ROLE_ORDER = frozenset({"first_not_user", "not_alternating", "role_not_allowed"})
 
 
+def _pair_repair(p: Any, profile: str) -> Any:
+    """The tool-pair repair of prepared input ``p`` (a TrimResult in the caller's shape),
+    or ``None`` when no pair is broken (``validate`` finds nothing a repair changes)."""
+    found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
+    if not any(v.code not in _ROLE_ORDER for v in found):
+        return None
+    return _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", profile))
+
+
 def _counts(tally: dict[Any, int]) -> tuple[int, int]:
     """How many messages or tool results a rule changed, and the characters it removed."""
     return len(tally), sum(tally.values())
@@ -714,10 +724,7 @@ class ContextGuard:
             if hit is not None and hit[0] is msgs:
                 return hit[1]
             p = prep if msgs is messages else _engine.prepare(msgs, fmt)
-            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
-            r = None
-            if any(v.code not in _ROLE_ORDER for v in found):
-                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
+            r = _pair_repair(p, self.profile)
             repaired[id(msgs)] = (msgs, r)
             return r
 
@@ -837,8 +844,11 @@ class ContextGuard:
         Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
         thirds of the current estimate, or to what ``reported_tokens`` implies; second
         seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
-        (third seed, layer 2). Never loops: when neither can remove anything the result
-        has no events and the caller should stop retrying.
+        (third seed, layer 2). Every output passes ``validate``, as :meth:`check`'s: when
+        neither step changes anything, broken tool pairs are still repaired
+        (:func:`~contextwindow.repair_tool_pairs`; a ``HistoryTrimmed`` event, step
+        ``history``, reason ``tool_pairs``). Never loops: a second call on that output
+        changes nothing; a result with no events means the caller should stop retrying.
 
         Args:
             messages: the conversation that overflowed, any accepted shape.
@@ -859,7 +869,7 @@ class ContextGuard:
         False
         """
         hint = _hint(hint)
-        _engine.prepare(messages, format)  # checks the input before any step
+        prep = _engine.prepare(messages, format)  # checks the input before any step
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         budget = self.budget.usable
         before = self._count(messages, fmt)
@@ -903,6 +913,29 @@ class ContextGuard:
                         messages_before=len(cur),
                         messages_after=len(r.messages),
                         removed_messages=r.report.dropped_messages,
+                    )
+                )
+                stats["messages_dropped"] += r.report.dropped_messages
+                cur, cur_tokens = r.messages, r.report.tokens_after
+        if cur is messages:
+            # neither step changed anything: broken tool pairs are still repaired, as both
+            # steps and check repair them, so the request sent again passes validate
+            # (fresh16b #4: an orphan result went back to the provider that refused it)
+            r = _pair_repair(prep, self.profile)
+            if r is not None and r.report.reason is not None:
+                steps.append(GuardStep(step="history", report=r.report))
+                events.append(
+                    HistoryTrimmed(
+                        step="history",
+                        reason=r.report.reason,
+                        hint=hint,
+                        tokens_before=cur_tokens,
+                        tokens_after=r.report.tokens_after,
+                        messages_before=len(cur),
+                        messages_after=len(r.messages),
+                        dropped_messages=r.report.dropped_messages,
+                        kept_turns=r.report.kept_turns,
+                        dropped_turns=r.report.dropped_turns,
                     )
                 )
                 stats["messages_dropped"] += r.report.dropped_messages
