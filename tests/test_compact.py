@@ -453,6 +453,111 @@ def test_the_cap_cuts_text_head_only_and_tool_results_head_and_tail() -> None:
     assert r.messages[2]["content"] == text[:475] + "[... 550 characters (110 lines) removed ...]\n" + text[-475:]
 
 
+# fresh16b #3: a text-action agent's observation (user text starting with "[Tool results]")
+# is its tool output: the cap cut it head-only (the error at its end lost) and the share
+# rule left it whole. Both now cut it as a tool result, its "[Tool results]" prefix kept.
+OBS_LOG = "".join(f"compiling unit {i}\n" for i in range(5000)) + "error: undefined reference to `foo'\n"
+OBS_ERROR = "error: undefined reference to `foo'\n"
+
+
+def test_the_cap_cuts_an_observation_head_and_tail() -> None:
+    """The tester's log: lines "compiling unit i\\n" of 17 (i < 10), 18, 19 and 20 (i >=
+    1,000) characters, 98,890 in all, then the 36-character error line; with the prefix
+    "[Tool results]\\n" 98,941. Widest marker "[... 98941 characters (5003 lines) removed
+    ...]" (47) + 2 and the 14-character prefix leave keep = 50,000 - 49 - 14 = 49,937:
+    head up to 14 + 24,969 = 24,983, the last line start before it 15 + 170 + 1,620 +
+    17,100 + 303 x 20 = 24,965; tail up to 24,968, the first line start after that 36 +
+    1,246 x 20 = 24,956 from the end (98,941 - 24,956 = 73,985). 49,020 characters,
+    2,451 whole lines of 20, removed: 24,965 + 47 + 1 + 24,956 = 49,969 (one more line
+    each side would be 50,009)."""
+    text = "[Tool results]\n" + OBS_LOG
+    assert len(text) == 98_941 and text[-36:] == OBS_ERROR
+    msgs = [
+        {"role": "system", "content": "agent"},
+        {"role": "user", "content": "Build it."},
+        {"role": "assistant", "content": "```\nmake\n```"},
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": "Looking."},
+        {"role": "user", "content": "Go on."},
+    ]
+    expected = text[:24_965] + "[... 49020 characters (2451 lines) removed ...]\n" + text[73_985:]
+    assert len(expected) == 49_969 and expected.endswith("\ncompiling unit 4999\n" + OBS_ERROR)
+    r = budget_tool_results(msgs, 1_000_000)
+    assert r.messages[3]["content"] == expected
+    assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="message_char_cap", chars_removed=49_020)
+    assert budget_tool_results(r.messages, 1_000_000).report.reason is None
+    # the tester's guard call, and the agent loop's state right before its next call (the
+    # observation last: not the current request, which is "Build it.")
+    guard = cw.ContextGuard(context_window=1_000_000, max_output_tokens=1000)
+    assert guard.check(msgs).messages[3]["content"] == expected
+    last = guard.check(msgs[:4])
+    assert last.messages[3]["content"] == expected
+    [event] = last.events
+    assert isinstance(event, cw.MessageTruncated) and (event.messages, event.chars_removed) == (1, 49_020)
+    # a 10,000-token window: the share rule cuts it again from the input's text (one
+    # marker, the real tail, the prefix), as with the cap off
+    small = budget_tool_results(msgs, 10_000)
+    out = small.messages[3]["content"]
+    assert len(re.findall(_CUTS, out)) == 1 and out.startswith("[Tool results]\ncompiling unit 0\n")
+    assert out.endswith(OBS_ERROR) and cw.message_tokens([small.messages[3]])[0] <= 5_000
+    assert out == budget_tool_results(msgs, 10_000, max_message_chars=None).messages[3]["content"]
+    assert small.report.fates[3].rule == "tool_result_cut"
+    assert small.report.fates[3].chars_removed == len(text) - len(out) + len(re.findall(_CUTS, out)[0]) + 1
+
+
+def test_the_share_rule_cuts_an_observation() -> None:
+    """fim: 4 tokens a message + characters // 4. The observation is 15 + 40 x 7 + 6 =
+    301 characters, 4 + 75 = 79 tokens, over half of a 100-token window (50): it may
+    keep 4 x 46 + 3 = 187 characters, marker included. Kept: the prefix line and 9
+    lines (78), "[... 161 characters (23 lines) removed ...]" (43), a line break and the
+    last 8 lines with the error (62): 184 characters, 50 tokens; one more line (191)
+    would be 51."""
+    text = "[Tool results]\n" + "".join(f"out {i:02d}\n" for i in range(40)) + "ERROR\n"
+    msgs = [
+        {"role": "user", "content": "run the tests"},
+        {"role": "assistant", "content": "pytest"},
+        {"role": "user", "content": text},
+    ]
+    assert len(text) == 301 and cw.message_tokens(msgs, profile=FIM) == [7, 5, 79]
+    r = budget_tool_results(msgs, 100, profile=FIM, max_total_share=None)
+    out = r.messages[2]["content"]
+    assert out == text[:78] + "[... 161 characters (23 lines) removed ...]\n" + text[-62:]
+    assert out.startswith("[Tool results]\nout 00\n") and out.endswith("out 39\nERROR\n") and len(out) == 184
+    assert cw.message_tokens(r.messages, profile=FIM) == [7, 5, 50]
+    assert r.report.reason == "tool_result_budget"
+    assert r.report.fates[2] == cw.Fate(index=2, fate="truncated", rule="tool_result_cut", chars_removed=161)
+    assert budget_tool_results(r.messages, 100, profile=FIM, max_total_share=None).report.reason is None
+    # the guard's step 1 reports it as a cut tool result
+    guard = cw.ContextGuard(context_window=100, max_output_tokens=10, profile=FIM)
+    g = guard.check(msgs)
+    assert g.messages[2]["content"] == out
+    assert [(type(e).__name__, e.results, e.chars_removed) for e in g.events] == [("ToolResultTruncated", 1, 161)]
+
+
+def test_the_cap_keeps_an_observations_prefix_when_only_the_marker_fits() -> None:
+    """A 20-character cap on "[Tool results]\\n" + 400 y's (415): no room past the prefix
+    (keep 0), so the prefix stays and the rest, the line break and the one line of y's
+    (whole: 1 line), become the marker, 14 + 1 + 41 = 56 characters; a second run leaves
+    it (cut to its marker alone). A cap of 100 keeps 25 and 26 y's around "[... 349
+    characters removed ...]" (within the line: no line count): 15 + 25 + 1 + 32 + 1 + 26 =
+    100."""
+    text = "[Tool results]\n" + "y" * 400
+    msgs = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "cat"},
+        {"role": "user", "content": text},
+    ]
+    r = budget_tool_results(msgs, 10**9, max_message_chars=20)
+    assert r.messages[2]["content"] == "[Tool results]\n[... 401 characters (1 line) removed ...]"
+    assert r.report.fates[2].chars_removed == 401
+    again = budget_tool_results(r.messages, 10**9, max_message_chars=20)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+    r = budget_tool_results(msgs, 10**9, max_message_chars=100)
+    out = r.messages[2]["content"]
+    assert out == "[Tool results]\n" + "y" * 25 + "\n[... 349 characters removed ...]\n" + "y" * 26
+    assert len(out) == 100
+
+
 def test_giant_tool_result_case() -> None:
     path = CASES / "giant-tool-result.json"
     if not path.exists():

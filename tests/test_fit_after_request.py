@@ -178,7 +178,7 @@ def test_command_and_its_output_stay_or_go_together(budget: int, output: str, to
     and its output stayed, an observation with no command. They are one unit now, and
     the newest one stays whenever a result fits with it and the request whole; since
     trim_turns cuts a ``[Tool results]`` text as a tool result, the output is cut at 315-320
-    (before, both went there)."""
+    (before, both went there). The guard cuts it to half its window first."""
     msgs = text_action()
     assert cw.message_tokens(msgs) == [4, 44, 44, 10, 6, 301]
     assert cw.count_messages([cw.messages.Message(role="user", content=[cw.messages.TextPart(text=BC)])]) == 15
@@ -187,8 +187,17 @@ def test_command_and_its_output_stay_or_go_together(budget: int, output: str, to
     assert (r.report.fits, r.report.tokens_after) == (True, tokens)
     assert r.messages[-3:-1] == msgs[3:5]  # the request and the command, whole
     assert r.messages[-1]["content"].startswith("[Tool results] file.txt\n")
+    # the guard's step 1 cuts the output first, as a tool result over half the window
+    # (fresh16b #3; before, it left a [Tool results] text whole and gave fit's result):
+    # at most (budget + 10) // 2 tokens, its prefix and its last line kept; then it all
+    # fits (108 + 10 + 6 + at most 205 <= budget) and nothing else goes
     g = cw.ContextGuard(cw.resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=0)).check(msgs)
-    assert g.messages == r.messages
+    assert g.messages[:5] == msgs[:5] and [type(e).__name__ for e in g.events] == ["ToolResultTruncated"]
+    out = g.messages[-1]["content"]
+    assert (
+        out.startswith("[Tool results] file.txt\n") and out.endswith("\nfile.txt\n") and out.count(" removed ...]") == 1
+    )
+    assert cw.message_tokens(g.messages)[-1] <= (budget + 10) // 2 and g.fits
 
 
 def build_fails() -> list[dict[str, Any]]:

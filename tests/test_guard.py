@@ -552,6 +552,54 @@ def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None
     assert all(a is b for a, b in zip(r.messages, msgs, strict=True))
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_recover_repairs_broken_pairs_when_it_can_remove_nothing(provider: str) -> None:
+    """fresh16b #4: neither step could remove anything (overflow recovery keeps the one
+    turn; the middle pruning's repaired result, 20 tokens, is not under the input's 16),
+    so recover returned the input with an unanswered call and an orphan result. fim:
+    "run it" 4 + 1 = 5, the call 4 + 1 + 1 = 6, the result "r" 4 + 1 = 5: 16; repaired,
+    the orphan goes and "[tool result missing]" answers c1/t1 (4 + 21 // 4 = 9): 20, as
+    check gives. In Anthropic shape the stub replaces the orphan block in the same user
+    message: no message dropped."""
+    if provider == "openai":
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "content": "run it"},
+            call(1, "bash"),
+            {"role": "tool", "tool_call_id": "c2", "content": "r"},
+        ]
+        stub = {"role": "tool", "tool_call_id": "c1", "content": "[tool result missing]"}
+    else:
+        msgs = [
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "r"}]},
+        ]
+        stub = {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "[tool result missing]"}],
+        }
+    assert len(cw.validate(msgs, provider)) == 2
+    snapshot = copy.deepcopy(msgs)
+    g = ContextGuard(context_window=8000, max_output_tokens=1000, profile="fim")
+    r = g.recover(msgs, reported_tokens=9000)
+    assert msgs == snapshot
+    assert cw.validate(r.messages, provider) == []
+    assert r.messages == [msgs[0], msgs[1], stub] and r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
+    assert [s.step for s in r.steps] == ["overflow", "middle", "history"]
+    [e] = r.events
+    dropped = 1 if provider == "openai" else 0
+    assert isinstance(e, HistoryTrimmed) and e.step == "history" and e.reason == "tool_pairs"
+    assert (e.tokens_before, e.tokens_after, e.dropped_messages) == (16, 20, dropped)
+    assert (r.tokens_before, r.tokens_after, r.changed) == (16, 20, True)
+    assert g.stats.recoveries == 1 and g.stats.compactions == 1 and g.stats.messages_dropped == dropped
+    # the same output as check, and recover_from_overflow's messages
+    assert g.check(msgs).messages == r.messages
+    assert cw.recover_from_overflow(msgs, 9000, budget=7000).messages == r.messages
+    # never loops: on its own output recover changes nothing
+    again = g.recover(r.messages, reported_tokens=9000)
+    assert not again.changed and all(a is b for a, b in zip(again.messages, r.messages, strict=True))
+
+
 def test_tool_output_step_spares_policy_pinned_messages() -> None:
     # the bash result costs 4 + 12,000 // 4 = 3,004 tokens (fim), over 50% of the 5,000
     # window, so step 1 cuts it; pinned by the guard's policy (dict input) it stays whole

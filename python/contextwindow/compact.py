@@ -7,7 +7,9 @@ Three policies an agent loop runs on its history, cheapest first:
   tail with a marker; when the whole input passes ``max_total_share`` of the window, the
   oldest results of output-heavy tools are cleared; and any message over
   ``max_message_chars`` characters is cut (first seed's 50,000-character cap: a tool
-  result's text to head + tail at line boundaries, any other text to its head).
+  result's text to head + tail at line boundaries, any other text to its head). A
+  text-action agent's observation (user text starting with ``[Tool results]``) is tool
+  output to both cuts, its prefix kept.
 * :func:`micro_compact`: clears every tool result but the newest ``keep_recent``.
 * :func:`prune_middle` (third seed, layer 2): keeps the preamble, the first user message,
   pinned messages, the current request and the last few messages, and replaces the rest
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -138,7 +140,8 @@ RESULT_CUT_MARKER_NO_LINES = "[... {chars} characters removed ...]"
 #: result held when it was cleared; non-text parts are named when there were any).
 RESULT_CLEARED_MARKER = "[tool result cleared: {chars} characters of {tool} output]"
 #: Ends a text cut by the per-message character cap (first seed: "[Truncated]" suffix);
-#: a tool result's text is cut head + tail with :data:`RESULT_CUT_MARKER` instead.
+#: a tool result's text, or a text-action observation's, is cut head + tail with
+#: :data:`RESULT_CUT_MARKER` instead.
 MESSAGE_CAP_MARKER = "\n[Truncated: {chars} characters removed]"
 #: The one notice that stands for the messages :func:`prune_middle` removed (third seed).
 COMPACTION_NOTICE = "[context compacted: {n} earlier messages removed]"
@@ -289,23 +292,28 @@ def _whole_lines(text: str, h: int, q: int) -> int:
     return whole
 
 
-def _cut_lines(text: str, keep: int) -> tuple[str, int]:
-    """Keep about ``keep`` characters: head + :data:`RESULT_CUT_MARKER` + tail.
+def _cut_lines(text: str, keep: int, floor: int = 0) -> tuple[str, int]:
+    """Keep about ``keep`` characters after the first ``floor``, which always stay (0, or
+    the ``[Tool results]`` prefix of an observation): head + :data:`RESULT_CUT_MARKER` +
+    tail.
 
     Each side is cut where a line starts; when the nearest line start would keep less
     than half of that side (very long lines), it is cut on a grapheme boundary instead
     (``_reference._bad_cut``: never inside a code point sequence, a ZWJ emoji, a flag or
-    ``\\r\\n``). Returns the new text and the characters removed.
+    ``\\r\\n``; the head never ends before ``floor``, as in ``_reference.cut_points``).
+    Returns the new text and the characters removed.
     """
     n = len(text)
-    if keep >= n:
+    if floor + keep >= n:
         return text, 0
-    head_allow, tail_allow = (keep + 1) // 2, keep // 2
-    h = text.rfind("\n", 0, head_allow) + 1
-    if h < head_allow // 2:
+    head_allow, tail_allow = floor + (keep + 1) // 2, keep // 2
+    h = text.rfind("\n", max(0, floor - 1), head_allow) + 1
+    if h - floor < (head_allow - floor) // 2:
         h = head_allow
-        while h > 0 and ref._bad_cut(text, h):
+        while h > floor and ref._bad_cut(text, h):
             h -= 1
+        while h < n and ref._bad_cut(text, h):  # only at the floor (never at 0)
+            h += 1
     t0 = n - tail_allow
     j = text.find("\n", t0 - 1)
     q = n if j == -1 else j + 1
@@ -314,37 +322,55 @@ def _cut_lines(text: str, keep: int) -> tuple[str, int]:
         while q < n and ref._bad_cut(text, q):
             q += 1
     q = max(q, h)
+    if q == h:
+        return text, 0
     head, tail = text[:h], text[q:]
     sep = "" if not head or head.endswith("\n") else "\n"
     mark = cut_marker(q - h, _whole_lines(text, h, q))
     return head + sep + mark + ("\n" + tail if tail else ""), q - h
 
 
-def _cut_lines_to(text: str, allowed: int) -> tuple[str, int, int]:
+def _cut_lines_to(text: str, allowed: int, floor: int = 0) -> tuple[str, int, int]:
     """``text`` cut by :func:`_cut_lines` (head + tail at line boundaries, one
     :data:`RESULT_CUT_MARKER`) to at most ``allowed`` characters, marker included, keeping
     as much as that allows: the character cap's cut of a tool result, whose end (a log's
-    last lines, where the error is) matters as much as its start. Returns the text, the
-    characters removed (``0``: left as is, when even the marker alone would not be
+    last lines, where the error is) matters as much as its start. The first ``floor``
+    characters always stay (an observation's ``[Tool results]`` prefix). Returns the text,
+    the characters removed (``0``: left as is, when even the marker alone would not be
     shorter) and the ``keep`` passed to :func:`_cut_lines` (rule 2 cuts the same text
     again with a ``keep`` no larger, so the two rules never stack two markers)."""
     n = len(text)
     # head + tail hold at most `keep` characters; the marker's numbers are at most n and
     # the line count, and a line break may stand on each side of it
     widest = len(cut_marker(n, text.count("\n") + 1)) + 2
-    keep = max(0, allowed - widest)
-    out, gone = _cut_lines(text, keep)
+    keep = max(0, allowed - widest - floor)
+    out, gone = _cut_lines(text, keep, floor)
     for _ in range(4):  # use what that bound left over, while it still keeps more
         slack = allowed - len(out)
         if slack <= 0:
             break
-        wider, less = _cut_lines(text, keep + slack)
+        wider, less = _cut_lines(text, keep + slack, floor)
         if len(wider) > allowed or less >= gone:
             break
         keep, out, gone = keep + slack, wider, less
     if gone == 0 or len(out) >= n:
         return text, 0, n
     return out, gone, keep
+
+
+def _floor(text: str) -> int:
+    """Characters of a text-action observation's text that always stay: its
+    ``[Tool results]`` prefix (as ``_reference.trim_turns`` keeps it), else none."""
+    return len(ref.TOOL_RESULTS_PREFIX) if text.startswith(ref.TOOL_RESULTS_PREFIX) else 0
+
+
+def _cut_only(text: str, floor: int = 0) -> bool:
+    """``text`` is already cut to its marker alone (after its first ``floor``
+    characters, and the line break :func:`_cut_lines` puts after them)."""
+    rest = text[floor:]
+    if floor and rest.startswith("\n"):
+        rest = rest[1:]
+    return bool(_CUT_ONLY_RE.fullmatch(rest))
 
 
 def _cap_text(text: str, allowed: int) -> tuple[str, int]:
@@ -484,7 +510,10 @@ def budget_tool_results(
        to head + tail at line boundaries with ``[... N characters (L lines) removed
        ...]`` in between (L: whole lines; ``(1 line)``; no line count when the cut
        falls inside a line), as rule 2 cuts (the end of a log, where the error is, stays),
-       any other text to its head plus ``"\\n[Truncated: N characters removed]"``.
+       and so the text of a text-action observation (a user message whose text starts
+       with ``[Tool results]``, ``_reference.is_observation``: a text-action agent's tool
+       output), its ``[Tool results]`` prefix kept; any other text to its head plus
+       ``"\\n[Truncated: N characters removed]"``.
        Pinned messages, the preamble and the current request (the last real user
        message) are never cut. Fate rule ``message_char_cap``.
     2. **One result over its share.** A tool result whose tokens (the result as a message
@@ -493,6 +522,8 @@ def budget_tool_results(
        when lines are very long) with ``[... N characters (L lines) removed ...]`` in
        between, keeping as much as still fits the share. A text rule 1 cut is cut again
        from its original, keeping no more than rule 1 kept: one marker, the real tail.
+       A text-action observation's text over the share (the text alone as a message of
+       its own) is cut the same way, its ``[Tool results]`` prefix kept.
        Applies in every turn; not to pinned messages. Fate rule ``tool_result_cut``.
     3. **Total over its share.** While the conversation's tokens exceed
        ``max_total_share`` x ``context_window``, the oldest results of output-heavy tools
@@ -646,18 +677,21 @@ def _budget_tool_results(
             if total <= cap:
                 continue
             slots = _text_slots(m)
+            observation = ref.is_observation(m)
             changed = False
             for s in sorted(slots, key=lambda s: -len(_slot_text(m, s))):
                 if total <= cap:
                     break
                 text = _slot_text(m, s)
                 allowed = max(0, len(text) - (total - cap))
-                if s[1] is not None:
+                if s[1] is not None or observation:
                     # a tool result's text keeps its head and its tail (fresh14 finding 2:
-                    # the error at the end of a build log was cut away)
-                    if _CUT_ONLY_RE.fullmatch(text):
+                    # the error at the end of a build log was cut away), and so does a
+                    # text-action observation's text, its prefix kept (fresh16b #3)
+                    floor = _floor(text) if s[1] is None else 0
+                    if _cut_only(text, floor):
                         continue  # cut to its marker alone already
-                    new, gone, keep = _cut_lines_to(text, allowed)
+                    new, gone, keep = _cut_lines_to(text, allowed, floor)
                     if gone:
                         cap_keep[(i, s[0], s[1])] = keep
                 else:
@@ -677,20 +711,63 @@ def _budget_tool_results(
                 mark(i, "message_char_cap")
                 reasons.add("message_char_cap")
 
-    # 2. one tool result over its share of the window
+    # 2. one tool result over its share of the window (and one observation text: a
+    # text-action agent's tool output, fresh16b #3)
     if result_share is not None:
         limit = int(result_share * window)
+
+        def cut_text(
+            key: tuple[int, int, int | None], text: str, floor: int, alone: Callable[[str], int]
+        ) -> str | None:
+            """The text of slot ``key`` (``text`` now) cut to fit ``limit`` alone (``alone``:
+            the tokens of the slot's result, or observation message, holding a given text),
+            or ``None`` when no cut helps; records the characters removed."""
+            if _cut_only(text, floor):
+                return None  # cut to its marker alone already: nothing left to take
+            # a text rule 1 cut head + tail is cut again from the input's text, with a
+            # `keep` no larger: one marker, the input's real tail (a cut of the cut kept
+            # the end of the head as its "tail", after the first marker)
+            source, top = text, len(text) - floor - 1
+            if key in cap_keep:
+                source, top = _slot_text(msgs[key[0]], (key[1], key[2])), cap_keep[key]
+            keep = ref.largest_fitting(top + 1, lambda k: alone(_cut_lines(source, k, floor)[0]) <= limit)
+            new_text, gone = _cut_lines(source, keep, floor)
+            if gone == 0 or len(new_text) >= len(text):
+                return None
+            if alone(new_text) >= alone(text):
+                return None  # the marker costs as much as the text it replaces
+            if key in cap_keep:  # `gone` counts from the input: rule 1's share included
+                cut[key] = cut.get(key, 0) + gone - capped.get(key, 0)
+                set_removed(key, gone)
+            else:
+                cut[key] = cut.get(key, 0) + gone
+                set_removed(key, removed.get(key, 0) + gone)
+            return new_text
+
         for i, m in enumerate(work):
+            observation = ref.is_observation(msgs[i])
             # a result alone costs at most its message (costs are additive over parts)
             if (
                 m.pinned
                 or i in pinned_idx
                 or costs[i] <= limit
-                or not any(isinstance(p, ToolResult) for p in m.content)
+                or not (observation or any(isinstance(p, ToolResult) for p in m.content))
             ):
                 continue
             changed = False
             for p, part in enumerate(m.content):
+                if isinstance(part, TextPart) and observation:
+
+                    def alone_text(t: str, m: Message = m, part: TextPart = part) -> int:
+                        return _cost(msgspec.structs.replace(m, content=[msgspec.structs.replace(part, text=t)]), name)
+
+                    if not part.text or alone_text(part.text) <= limit:
+                        continue
+                    new_text = cut_text((i, p, None), part.text, _floor(part.text), alone_text)
+                    if new_text is not None:
+                        m = _set_slot(m, (p, None), new_text)
+                        changed = True
+                    continue
                 if not isinstance(part, ToolResult) or _is_cleared(part):
                     continue
 
@@ -707,38 +784,20 @@ def _budget_tool_results(
                 for q in order:
                     if alone(result) <= limit:
                         break
-                    text = result.content[q].text  # type: ignore[union-attr]
-                    if _CUT_ONLY_RE.fullmatch(text):
-                        continue  # cut to its marker alone already: nothing left to take
-                    key = (i, p, q)
-                    # a text rule 1 cut head + tail is cut again from the input's text, with
-                    # a `keep` no larger: one marker, the input's real tail (a cut of the cut
-                    # kept the end of the head as its "tail", after the first marker)
-                    source, top = text, len(text) - 1
-                    if key in cap_keep:
-                        original = msgs[i].content[p]
-                        assert isinstance(original, ToolResult)
-                        source, top = original.content[q].text, cap_keep[key]  # type: ignore[union-attr]
 
-                    def with_keep(k: int, result: ToolResult = result, q: int = q, source: str = source) -> ToolResult:
+                    def with_text(t: str, result: ToolResult = result, q: int = q) -> ToolResult:
                         inner = list(result.content)
-                        inner[q] = msgspec.structs.replace(inner[q], text=_cut_lines(source, k)[0])  # type: ignore[type-var]
+                        inner[q] = msgspec.structs.replace(inner[q], text=t)  # type: ignore[type-var]
                         return msgspec.structs.replace(result, content=inner)
 
-                    keep = ref.largest_fitting(top + 1, lambda k: alone(with_keep(k)) <= limit)
-                    new_text, gone = _cut_lines(source, keep)
-                    if gone == 0 or len(new_text) >= len(text):
-                        continue
-                    if alone(with_keep(keep)) >= alone(result):
-                        continue  # the marker costs as much as the text it replaces
-                    result = with_keep(keep)
-                    if key in cap_keep:  # `gone` counts from the input: rule 1's share included
-                        cut[key] = cut.get(key, 0) + gone - capped.get(key, 0)
-                        set_removed(key, gone)
-                    else:
-                        cut[key] = cut.get(key, 0) + gone
-                        set_removed(key, removed.get(key, 0) + gone)
-                    changed = True
+                    def alone_with(t: str, with_text: Callable[[str], ToolResult] = with_text) -> int:
+                        return alone(with_text(t))
+
+                    text = result.content[q].text  # type: ignore[union-attr]
+                    new_text = cut_text((i, p, q), text, 0, alone_with)
+                    if new_text is not None:
+                        result = with_text(new_text)
+                        changed = True
                 if result is not part:
                     content = list(m.content)
                     content[p] = result

@@ -8,9 +8,10 @@ soon as the conversation fits:
    characters is cut (first seed, 50,000; a tool result's text keeping head and tail at
    line boundaries, other text its head); a single tool result over
    ``max_result_share`` of the context window is cut keeping head and tail (third seed,
-   50%); when the whole input passes ``max_total_share`` of the window (third seed, 75%),
-   the oldest results of output-heavy tools are cleared
-   (:func:`contextwindow.compact.budget_tool_results`).
+   50%); a text-action observation (user text starting with ``[Tool results]``) is a
+   tool result to both cuts, its prefix kept; when the whole input passes
+   ``max_total_share`` of the window (third seed, 75%), the oldest results of
+   output-heavy tools are cleared (:func:`contextwindow.compact.budget_tool_results`).
 2. ``tool_results`` (over the token budget only): the oldest results of output-heavy
    tools are cleared until the estimate is back under the target, sparing the newest
    ``keep_recent_results`` results (not the whole current turn, as step 1 does: an agent
@@ -40,7 +41,8 @@ soon as the conversation fits:
 still says the context overflowed: :func:`contextwindow.fit.recover_from_overflow` (whole
 turns down to two thirds of the current size, or what the provider's count implies; second
 seed), then :func:`contextwindow.compact.prune_middle` when that could not remove anything
-(third seed, layer 2).
+(third seed, layer 2); when neither changed anything, broken tool pairs are still repaired
+(event reason ``tool_pairs``), so every output passes ``validate``.
 
 Hints (first seed) say what the history step protects; they are carried on every event and
 on the result, for the LLM compaction step a later version adds:
@@ -403,6 +405,15 @@ _VIOLATIONS = msgspec.json.Decoder(list[Violation])
 _ROLE_ORDER = frozenset({"first_not_user", "not_alternating", "role_not_allowed"})
 
 
+def _pair_repair(p: Any, profile: str) -> Any:
+    """The tool-pair repair of prepared input ``p`` (a TrimResult in the caller's shape),
+    or ``None`` when no pair is broken (``validate`` finds nothing a repair changes)."""
+    found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
+    if not any(v.code not in _ROLE_ORDER for v in found):
+        return None
+    return _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", profile))
+
+
 def _counts(tally: dict[Any, int]) -> tuple[int, int]:
     """How many messages or tool results a rule changed, and the characters it removed."""
     return len(tally), sum(tally.values())
@@ -423,8 +434,9 @@ class ContextGuard:
         policy: the :class:`~contextwindow.fit.FitPolicy` of the history step; its
             ``low_water`` (default 0.7) is the prompt-cache friendly trim target.
         max_message_chars: character cap per message (first seed: 50,000; None: off);
-            a tool result's text is cut to head + tail at line boundaries, other text to
-            its head (:func:`~contextwindow.compact.budget_tool_results`, rule 1).
+            a tool result's text (or a ``[Tool results]`` observation's, its prefix kept)
+            is cut to head + tail at line boundaries, other text to its head
+            (:func:`~contextwindow.compact.budget_tool_results`, rule 1).
         max_result_share: a tool result's largest share of the window (third seed: 0.5).
         max_total_share: share of the window above which old output-heavy tool results
             are cleared before every call (third seed: 0.75).
@@ -712,10 +724,7 @@ class ContextGuard:
             if hit is not None and hit[0] is msgs:
                 return hit[1]
             p = prep if msgs is messages else _engine.prepare(msgs, fmt)
-            found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
-            r = None
-            if any(v.code not in _ROLE_ORDER for v in found):
-                r = _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", self.profile))
+            r = _pair_repair(p, self.profile)
             repaired[id(msgs)] = (msgs, r)
             return r
 
@@ -835,8 +844,11 @@ class ContextGuard:
         Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
         thirds of the current estimate, or to what ``reported_tokens`` implies; second
         seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
-        (third seed, layer 2). Never loops: when neither can remove anything the result
-        has no events and the caller should stop retrying.
+        (third seed, layer 2). Every output passes ``validate``, as :meth:`check`'s: when
+        neither step changes anything, broken tool pairs are still repaired
+        (:func:`~contextwindow.repair_tool_pairs`; a ``HistoryTrimmed`` event, step
+        ``history``, reason ``tool_pairs``). Never loops: a second call on that output
+        changes nothing; a result with no events means the caller should stop retrying.
 
         Args:
             messages: the conversation that overflowed, any accepted shape.
@@ -857,7 +869,7 @@ class ContextGuard:
         False
         """
         hint = _hint(hint)
-        _engine.prepare(messages, format)  # checks the input before any step
+        prep = _engine.prepare(messages, format)  # checks the input before any step
         fmt = format  # every step reads the input as the caller asked (auto-detection is stable)
         budget = self.budget.usable
         before = self._count(messages, fmt)
@@ -901,6 +913,29 @@ class ContextGuard:
                         messages_before=len(cur),
                         messages_after=len(r.messages),
                         removed_messages=r.report.dropped_messages,
+                    )
+                )
+                stats["messages_dropped"] += r.report.dropped_messages
+                cur, cur_tokens = r.messages, r.report.tokens_after
+        if cur is messages:
+            # neither step changed anything: broken tool pairs are still repaired, as both
+            # steps and check repair them, so the request sent again passes validate
+            # (fresh16b #4: an orphan result went back to the provider that refused it)
+            r = _pair_repair(prep, self.profile)
+            if r is not None and r.report.reason is not None:
+                steps.append(GuardStep(step="history", report=r.report))
+                events.append(
+                    HistoryTrimmed(
+                        step="history",
+                        reason=r.report.reason,
+                        hint=hint,
+                        tokens_before=cur_tokens,
+                        tokens_after=r.report.tokens_after,
+                        messages_before=len(cur),
+                        messages_after=len(r.messages),
+                        dropped_messages=r.report.dropped_messages,
+                        kept_turns=r.report.kept_turns,
+                        dropped_turns=r.report.dropped_turns,
                     )
                 )
                 stats["messages_dropped"] += r.report.dropped_messages
