@@ -93,6 +93,8 @@ def test_the_gateway_reads_a_corpus_file_in_its_format(path: Path, tmp_path: Pat
     budget = total // 4
     out, rep = cw.fit_request(raw, budget=budget, report=True)
     assert rep.provider == fmt
+    # and its rules, a plain chat's breadcrumb included (fresh16b #6)
+    assert out == cw.fit_request(raw, budget=budget, provider=fmt)
     proc = subprocess.run(
         [sys.executable, "-m", "contextwindow", "fit", str(path), "--budget", str(budget)],
         capture_output=True,

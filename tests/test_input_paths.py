@@ -14,6 +14,7 @@ import pytest
 import contextwindow as cw
 from contextwindow import _engine
 from contextwindow.cli import main
+from contextwindow.io import load_conversation
 
 from shared_data import corpus_files, ids
 
@@ -126,6 +127,86 @@ def test_cli_fit_from_stdin_equals_fit_request_on_the_corpus(
     out, report = cw.fit_request(body, budget=budget, report=True)
     assert cli == json.loads(out)
     assert code == (0 if report.report.fits else 1)
+
+
+# ------------------------------------------------------------------ fresh16b #6 and #8
+
+
+@pytest.mark.parametrize(
+    ("declared", "fitted"),
+    [
+        # a breadcrumb message of its own, as `--format openai` / provider="openai" place it
+        ("openai", [{"role": "user", "content": cw.BREADCRUMB}, PLAIN[2]]),
+        # Anthropic's rule either way: the leading text block
+        ("anthropic", PLAIN_FITTED),
+    ],
+)
+def test_a_declared_format_places_a_plain_chats_breadcrumb_as_the_named_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declared: str, fitted: list[dict[str, Any]]
+) -> None:
+    """fresh16b #6: a corpus file's `"format": "openai"` named the shape (README: "as
+    `--format` would") but not the breadcrumb's form: the gateway and the CLI placed a
+    plain chat's breadcrumb as the leading text block of the undeclared case."""
+    doc = {"format": declared, "messages": PLAIN}
+    body = json.dumps(doc).encode()
+    want = {"format": declared, "messages": fitted}
+    assert fitted == cw.trim_turns(PLAIN, budget=40, format=declared).messages
+    assert json.loads(cw.fit_request(body, budget=40)) == want
+    assert json.loads(cw.fit_request(body, budget=40, provider=declared)) == want
+    f = write(tmp_path, "corpus.json", body)
+    for named in ([], ["--format", declared]):
+        assert main(["fit", f, "--budget", "40", *named]) == 0
+        assert json.loads(capsys.readouterr().out) == want
+
+
+def test_a_plain_chat_under_another_format_value_keeps_the_detected_placement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only "openai" and "anthropic" declare a shape: Ollama's `"format": "json"` is an
+    unknown key, so the plain chat is read undeclared (the leading text block)."""
+    body = json.dumps({"format": "json", "messages": PLAIN}).encode()
+    want = {"format": "json", "messages": PLAIN_FITTED}
+    assert json.loads(cw.fit_request(body, budget=40)) == want
+    assert main(["fit", write(tmp_path, "ollama.json", body), "--budget", "40"]) == 0
+    assert json.loads(capsys.readouterr().out) == want
+
+
+@pytest.mark.parametrize(
+    ("body", "second"),
+    [
+        (b'{"format":"openai","format":"anthropic","messages":[{"role":"user","content":"hi"}]}', 19),
+        # whatever its value: the gateway reads the key to tell a declared shape
+        (b'{"format":"json","format":{"type":"object"},"messages":[{"role":"user","content":"hi"}]}', 17),
+    ],
+)
+def test_a_repeated_top_level_format_is_refused_by_the_gateway_as_by_the_cli(
+    tmp_path: Path, body: bytes, second: int
+) -> None:
+    """fresh16b #8: the gateway read the first of two "format" keys (json.loads and
+    serde_json keep the last) where it refuses a repeated "messages", "system" or "tools";
+    the CLI refused the file already. The offset is the second key's opening quote."""
+    calls = [
+        lambda: cw.fit_request(body, budget=100),
+        lambda: cw.fit_request(body, budget=100, report=True),
+        lambda: cw.fit_request(body, budget=100, provider="anthropic"),
+        lambda: cw.count_request(body),
+        lambda: cw.count_request(body, provider="openai"),
+    ]
+    for call in calls:
+        with pytest.raises(cw.InvalidRequestError) as err:
+            call()
+        assert str(err.value) == f'invalid request body at byte {second}: the key "format" appears more than once'
+        assert err.value.offset == second
+    # the words and offset of a repeated "messages"
+    messages = b'{"messages":[],"messages":[{"role":"user","content":"hi"}]}'
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_request(messages)
+    assert str(err.value) == 'invalid request body at byte 15: the key "messages" appears more than once'
+    assert err.value.offset == 15
+    f = write(tmp_path, "twice.json", body)
+    with pytest.raises(cw.InvalidRequestError) as err:
+        load_conversation(f)
+    assert str(err.value) == f'{f}: the key "format" appears more than once'
 
 
 # ----------------------------------------------------------------------------------- N5
@@ -673,6 +754,7 @@ def test_load_conversation_at_a_raised_recursion_limit_refuses_not_crashes(tmp_p
     code = f"""
 import sys
 from contextwindow.cli import main
+from contextwindow.io import load_conversation
 from contextwindow.io import load_conversation
 sys.setrecursionlimit(1_000_000)
 try:

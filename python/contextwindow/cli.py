@@ -129,12 +129,15 @@ class _Seen:
 
 
 def _rules_format(args: argparse.Namespace, conv: Conversation) -> str | None:
-    """The ``format=`` to trim ``conv`` with: the file's, or ``None`` (detect) when the
-    user named none and detection on the messages reads them as the file was read. Then
-    a plain chat (user and assistant text only) gets its breadcrumb as a leading text block
-    of the first kept user message, as on the dict path and in ``fit_request``, which read
-    the same bytes without a named shape (DESIGN.md section 5; fresh7 N3)."""
-    if args.format is None and conv.format == "openai" and detect_format(conv.messages) == "openai":
+    """The ``format=`` to trim ``conv`` with: the file's, or ``None`` (detect) when no shape
+    is named (no ``--format``, no corpus ``"format"`` key) and detection on the messages
+    reads them as the file was read. Then a plain chat (user and assistant text only) gets
+    its breadcrumb as a leading text block of the first kept user message, as on the dict
+    path and in ``fit_request``, which read the same bytes without a named shape (DESIGN.md
+    section 5; fresh7 N3). A corpus file's ``"format"`` names the shape as ``--format``
+    does, for these rules too (fresh16b #6), as ``fit_request`` reads it."""
+    named = args.format is not None or conv.kind == "corpus"
+    if not named and conv.format == "openai" and detect_format(conv.messages) == "openai":
         return None
     return conv.format
 

@@ -17,9 +17,10 @@ engine and rules as :func:`~contextwindow.trim_turns`, and writes the body back:
 Tool definitions count against the budget as the CLI's ``fit`` counts them: per tool, its
 compact JSON text plus the profile's per-tool overhead. The messages then get
 ``budget - tool tokens``. ``provider=None`` detects the shape: a top-level ``"format"`` whose
-value is exactly ``"openai"`` or ``"anthropic"`` names it (the convention of the corpus
-files, which the CLI reads the same way; any other ``format``, such as Ollama's ``"json"``
-or a JSON schema, is an unknown key, kept); else Anthropic when the body has a
+value is exactly ``"openai"`` or ``"anthropic"`` names it as ``provider`` would, a plain
+chat's breadcrumb placement included (the convention of the corpus files, which the CLI
+reads the same way; any other ``format``, such as Ollama's ``"json"`` or a JSON schema, is
+an unknown key, kept, and a repeated ``format`` is refused, whatever its value); else Anthropic when the body has a
 top-level ``system`` key or a tool with ``input_schema`` or Anthropic content blocks,
 otherwise OpenAI.
 

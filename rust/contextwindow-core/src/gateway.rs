@@ -247,8 +247,9 @@ impl<'de> Deserialize<'de> for Msg<'de> {
 
 /// The request body's top level: `messages` read in the same pass as an `M` (its raw
 /// messages, [`Content`], or each message read whole, `Vec<Msg>`), every other entry
-/// raw. Only the keys read here (`messages`, `system`, `tools`) must not repeat
-/// (`obj.2`); the others are copied byte for byte and never looked up.
+/// raw. Only the keys read here (`messages`, `system`, `tools`, and `format`, which says
+/// whether a corpus file declares its shape) must not repeat (`obj.2`); the others are
+/// copied byte for byte and never looked up.
 struct Top<'a, M> {
     obj: Obj<'a>,
     messages: Option<M>,
@@ -295,8 +296,10 @@ impl<'de, M: Deserialize<'de>> Deserialize<'de> for Top<'de, M> {
                         continue;
                     }
                     let v: &'de RawValue = map.next_value()?;
-                    // one scan per `system` or `tools` key until the first repeat
-                    let read_here = k == "messages" || k == "system" || k == "tools";
+                    // one scan per `system`, `tools` or `format` key until the first
+                    // repeat (a repeated `format`: fresh16b #8)
+                    let read_here =
+                        k == "messages" || k == "system" || k == "tools" || k == "format";
                     if repeat.is_none()
                         && read_here
                         && (k == "messages" || out.iter().any(|(e, _)| *e == k))
@@ -1762,8 +1765,9 @@ struct Request<'a> {
     /// Canonical messages (the lifted system first).
     canonical: Vec<Message>,
     /// Whose placement rules the engine applies: `format`, except that a plain chat
-    /// (only user and assistant text) read without an explicit provider gets the
-    /// breadcrumb as a leading text block, as the dict path does (`_engine._provider_of`).
+    /// (only user and assistant text) read without a named shape (no `provider`, no
+    /// corpus `"format"`) gets the breadcrumb as a leading text block, as the dict path
+    /// does (`_engine._provider_of`).
     rules: Format,
     /// Compact JSON text of each tool definition.
     tools: Vec<String>,
@@ -2076,10 +2080,10 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
         matches!(m.role, Role::User | Role::Assistant)
             && m.content.iter().all(|p| p.kind == PartKind::Text)
     });
-    // (a plain chat under a corpus `"format": "openai"` too: the CLI trims it with the
-    // shape detected, `cli._rules_format`; under "anthropic" the rules are Anthropic's
-    // either way)
-    let rules = if provider.is_none() && plain {
+    // A declared `"format"` names the shape as `provider` does, for the rules too: a plain
+    // chat under `"format": "openai"` gets the breadcrumb as a message of its own, as the
+    // CLI places it (`cli._rules_format`; fresh16b #6).
+    let rules = if provider.or(declared).is_none() && plain {
         Format::Anthropic
     } else {
         format
@@ -3007,6 +3011,36 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_format_names_the_rules_of_a_plain_chat() {
+        // fresh16b #6: `"format": "openai"` places a plain chat's breadcrumb as
+        // `provider = "openai"` does (a message of its own), not as the undeclared body
+        // (a leading text block); "anthropic" and any other value keep the block
+        let fit = |body: &str, provider: Option<&str>| {
+            let f = fit_request(body.as_bytes(), 40, "conservative", provider, true).unwrap();
+            String::from_utf8(f.body.into_owned()).unwrap()
+        };
+        let old = "old ".repeat(50);
+        let chat = format!(
+            r#""messages": [{{"role": "user", "content": "{old}"}}, {{"role": "assistant", "content": "a"}}, {{"role": "user", "content": "new"}}]"#
+        );
+        let own = r#""messages": [{"role":"user","content":"[earlier turns omitted to fit the context window]"},{"role": "user", "content": "new"}]"#;
+        let block = r#""messages": [{"role":"user","content":[{"type":"text","text":"[earlier turns omitted to fit the context window]"},{"type":"text","text":"new"}]}]"#;
+        for (format, want) in [
+            (r#""openai""#, own),
+            (r#""anthropic""#, block),
+            (r#""json""#, block),
+        ] {
+            let body = format!(r#"{{"format": {format}, {chat}}}"#);
+            assert_eq!(
+                fit(&body, None),
+                format!(r#"{{"format": {format}, {want}}}"#)
+            );
+        }
+        let body = format!(r#"{{"format": "openai", {chat}}}"#);
+        assert_eq!(fit(&body, None), fit(&body, Some("openai")));
+    }
+
+    #[test]
     fn a_byte_order_mark_is_named() {
         let err = count_request(b"\xef\xbb\xbf{\"messages\": []}", "conservative", None);
         match err {
@@ -3881,6 +3915,9 @@ mod tests {
         let top_system = r#"{"system":"a","messages":[],"system":"b"}"#;
         let top_tools = r#"{"tools":[],"messages":[],"tools":[]}"#;
         let top_messages = r#"{"messages":[],"messages":[]}"#;
+        // read to tell a declared shape, whatever its value (fresh16b #8)
+        let top_format = r#"{"format":"openai","format":"anthropic","messages":[]}"#;
+        let top_other = r#"{"format":"json","messages":[],"format":null}"#;
         let tool_def = r#"{"messages":[],"tools":[{"name":"f","name":"g"}]}"#;
         let more: Vec<(String, usize, &str)> = vec![
             (
@@ -3922,6 +3959,16 @@ mod tests {
                 top_messages.to_owned(),
                 15,
                 r#"the key "messages" appears more than once"#,
+            ),
+            (
+                top_format.to_owned(),
+                19,
+                r#"the key "format" appears more than once"#,
+            ),
+            (
+                top_other.to_owned(),
+                31,
+                r#"the key "format" appears more than once"#,
             ),
             (
                 tool_def.to_owned(),
