@@ -407,6 +407,67 @@ def test_cli_repro_keeps_the_korean_request_whole(tmp_path: Path) -> None:
     assert cw.count_messages(longer, format="anthropic") > 1263
 
 
+# --- fresh16b #2: an Anthropic prefill is never left ending in whitespace -------------------
+
+
+def _last_text(msgs: list[dict[str, Any]]) -> str:
+    c = msgs[-1]["content"]
+    return c if isinstance(c, str) else c[-1]["text"]
+
+
+def test_an_anthropic_prefill_cut_to_its_marker_ends_without_a_newline() -> None:
+    """fresh16b #2: the prefill was cut to ``"\n[... 2471 characters removed ...]\n"``,
+    reported as fitting; the Messages API refuses a final assistant message ending in
+    whitespace. Now the marker loses its final newline there (and only there)."""
+    pre = "Here is the full analysis of the report. " * 60 + "Conclusion:"  # 2,471 characters
+    msgs = [{"role": "user", "content": "Analyse it. " * 100}, {"role": "assistant", "content": pre}]
+    r = cw.trim_turns(msgs, 200, format="anthropic")
+    assert r.messages[-1]["content"] == "\n[... 2471 characters removed ...]"
+    assert (r.report.fits, r.report.tokens_after) == (True, 200)
+    assert (r.report.fates[1].rule, r.report.fates[1].chars_removed) == ("reply_shrunk", 2471)
+    assert cw.count_messages(r.messages, format="anthropic") == 200
+    canonical = cw.adapters.to_canonical(msgs, "anthropic")
+    ops, report = ref.trim_turns(canonical, 200, "conservative", True, "anthropic")
+    assert report == r.report
+    assert [canonical[i] if m is None else m for i, m in ops] == cw.adapters.to_canonical(r.messages, "anthropic")
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": msgs}).encode()
+    assert json.loads(cw.fit_request(body, budget=200))["messages"][-1]["content"] == r.messages[-1]["content"]
+    # OpenAI shape has no prefill: the marker keeps its newline
+    assert cw.trim_turns(msgs, 200, format="openai").messages[-1]["content"].endswith("...]\n")
+    # no budget leaves a fitting result ending in whitespace (516 of 0-800 did)
+    for budget in range(0, 801, 7):
+        r = cw.trim_turns(msgs, budget, format="anthropic")
+        text = _last_text(r.messages)
+        assert not r.report.fits or text == text.rstrip(), budget
+
+
+def test_an_anthropic_prefill_cut_keeping_its_head_only_ends_without_a_newline() -> None:
+    """The ``fim`` profile (floor(chars / 4) + 4 a message): request 14, prefill 104; at
+    26 the prefill may cost 8 tokens, 35 characters: k = 1 is "a" + the marker of 399
+    without its newline (34 characters), k = 2 is 36 characters. Both engines agree."""
+    msgs = [u("q" * 40), a("a" * 400)]
+    r = cw.trim_turns(msgs, 26, profile="fim", format="anthropic")
+    assert r.messages[1]["content"] == "a\n[... 399 characters removed ...]"
+    assert (r.report.fits, r.report.tokens_after) == (True, 26)
+    canonical = cw.adapters.to_canonical(msgs, "anthropic")
+    ops, report = ref.trim_turns(canonical, 26, "fim", True, "anthropic")
+    assert report == r.report
+    assert [canonical[i] if m is None else m for i, m in ops] == cw.adapters.to_canonical(r.messages, "anthropic")
+    # the same text is no prefill when a part follows it in the message: newline kept
+    two = [
+        u("q" * 40),
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a" * 400}, {"type": "text", "text": "Conclusion:"}],
+        },
+    ]
+    r = cw.trim_turns(two, 28, profile="fim", format="anthropic")
+    assert r.messages[1]["content"][0]["text"] == "a\n[... 399 characters removed ...]\n"
+    assert (r.report.fits, r.report.tokens_after) == (True, 28)
+    ops, report = ref.trim_turns(cw.adapters.to_canonical(two, "anthropic"), 28, "fim", True, "anthropic")
+    assert report == r.report
+
+
 # --- fresh15 #4: a text-action agent's observation is cut like a tool result ---------------
 
 

@@ -1194,14 +1194,23 @@ def cut_points(s: str, keep: int, floor: int = 0) -> tuple[int, int]:
     return head, tail
 
 
-def shrink_text(s: str, keep: int, floor: int = 0) -> tuple[str, int]:
+def cut_marker(removed: int, end: bool, tail_empty: bool) -> str:
+    """The marker of a cut; with ``end`` (the text ends an Anthropic prefill: see
+    :func:`_ends_prefill`) and nothing kept after the cut, without its final newline (the
+    Messages API refuses a final assistant message ending in whitespace: fresh16b #2)."""
+    m = marker(removed)
+    return m[:-1] if end and tail_empty else m
+
+
+def shrink_text(s: str, keep: int, floor: int = 0, end: bool = False) -> tuple[str, int]:
     """Keep about ``keep`` characters: first half + marker + last half (after the first
-    ``floor`` characters, which always stay: see :func:`cut_points`)."""
+    ``floor`` characters, which always stay: see :func:`cut_points`); ``end``: see
+    :func:`cut_marker`."""
     head, tail = cut_points(s, keep, floor)
     if head == tail:
         return s, 0
     removed = tail - head
-    return s[:head] + marker(removed) + s[tail:], removed
+    return s[:head] + cut_marker(removed, end, tail == len(s)) + s[tail:], removed
 
 
 @dataclass
@@ -1451,6 +1460,18 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
+def _ends_prefill(st: _State, w: int, part: int) -> bool:
+    """Part ``part`` of item ``w`` ends an Anthropic prefill: the last part of an assistant
+    message that is the last message kept (the model continues it)."""
+    m = st.m(w)
+    return (
+        st.provider == "anthropic"
+        and m.role == "assistant"
+        and part == len(m.content) - 1
+        and not any(st.keep[w + 1 :])
+    )
+
+
 def _shrink(
     st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, settle: bool, floor: int = 0
 ) -> None:
@@ -1467,19 +1488,22 @@ def _shrink(
     text = target.text  # type: ignore[union-attr]
     old = st.costs[w]
     others = st.total() - old
+    end = inner is None and _ends_prefill(st, w, part)
 
     def fits(k: int) -> bool:
-        return others + st.cost.message_tokens(_with_text(m, part, inner, shrink_text(text, k, floor)[0])) <= budget
+        cut = shrink_text(text, k, floor, end)[0]
+        return others + st.cost.message_tokens(_with_text(m, part, inner, cut)) <= budget
 
     def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
         head, tail = cut_points(text, k, floor)
         span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
-        return st.cost.message_tokens(_with_text(m, part, inner, marker(tail - head))) < span
+        mark = cut_marker(tail - head, end, tail == len(text))
+        return st.cost.message_tokens(_with_text(m, part, inner, mark)) < span
 
     lo = largest_fitting(len(text) - floor, fits)
     if settle and lo > 0 and not worth(lo):
         lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
-    new_text, removed = shrink_text(text, lo, floor)
+    new_text, removed = shrink_text(text, lo, floor, end)
     if removed == 0:
         return
     new_m = _with_text(m, part, inner, new_text)

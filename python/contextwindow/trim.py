@@ -131,11 +131,12 @@ def trim_turns(
     observation, user text starting with ``[Tool results]``, counts as a tool result
     here and keeps that prefix; fresh15 #4); then, the same way, the
     assistant text after the request (a finished transcript: the answer to it; fate
-    rule ``reply_shrunk``); then the request itself, but only when that makes the
-    conversation fit. No cut is made whose marker costs as many tokens as the text it
-    removes, or more (fresh12 O1): a tool result or a reply is cut a little further,
-    the request is left whole. Turns
-    holding a pinned message are never dropped. The breadcrumb may cost whole old turns,
+    rule ``reply_shrunk``; in Anthropic shape a trailing assistant message, a prefill,
+    never ends in whitespace: cut to nothing after the marker, the marker loses its final
+    newline); then the request itself, but only when that makes the conversation fit.
+    No cut is made whose marker costs as many tokens as the text it removes, or more
+    (fresh12 O1): a tool result or a reply is cut a little further, the request is left
+    whole. Turns holding a pinned message are never dropped. The breadcrumb may cost whole old turns,
     never anything of the newest turn: it is left out when the result fits only without
     it, or when with it more of the newest turn would be cut or dropped (characters, tool
     units) than without it (fresh8 N1). If it still does not fit the report says ``fits=False``. Broken

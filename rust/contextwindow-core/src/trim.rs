@@ -86,6 +86,19 @@ pub fn marker(removed: usize) -> String {
     format!("\n[... {removed} characters removed ...]\n")
 }
 
+/// The marker of a cut that removes `removed` characters; with `end` (the cut text ends
+/// an Anthropic prefill, see [`State::ends_prefill`]) and nothing kept after the cut, without
+/// its final newline: the Messages API refuses a final assistant message that ends in
+/// whitespace (fresh16b #2).
+fn cut_marker(removed: usize, end: bool, tail_empty: bool) -> String {
+    let m = marker(removed);
+    if end && tail_empty {
+        m[..m.len() - 1].to_owned()
+    } else {
+        m
+    }
+}
+
 fn in_table(table: &[(u32, u32)], c: char) -> bool {
     let u = c as u32;
     table
@@ -165,7 +178,7 @@ fn bad_cut(chars: &[char], p: usize) -> bool {
 /// ```
 pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
     let chars: Vec<char> = text.chars().collect();
-    shrink_chars(&chars, 0, keep)
+    shrink_chars(&chars, 0, keep, false)
 }
 
 /// Where [`shrink_chars`] cuts to keep about `keep` of `chars` after their first `floor`
@@ -214,15 +227,16 @@ fn largest_fitting(n: usize, ok: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
-/// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]).
-fn shrink_chars(chars: &[char], floor: usize, keep: usize) -> (String, usize) {
+/// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]);
+/// `end`: the text ends an Anthropic prefill (see [`cut_marker`]).
+fn shrink_chars(chars: &[char], floor: usize, keep: usize, end: bool) -> (String, usize) {
     let (head, tail_start) = cut_points(chars, floor, keep);
     if head == tail_start {
         return (chars.iter().collect(), 0);
     }
     let removed = tail_start - head;
     let mut out: String = chars[..head].iter().collect();
-    out.push_str(&marker(removed));
+    out.push_str(&cut_marker(removed, end, tail_start == chars.len()));
     out.extend(chars[tail_start..].iter());
     (out, removed)
 }
@@ -534,6 +548,17 @@ impl<'a, 'p> State<'a, 'p> {
     /// left whole for the request to pay for; without it (the request) the text then
     /// stays whole and the report says whether the conversation fits. The first `floor`
     /// characters always stay (an observation's `[Tool results]` prefix).
+    /// Whether part `part` of work item `w` ends an Anthropic prefill: the last part of
+    /// an assistant message that is the last message kept (the model continues it, and
+    /// the Messages API refuses it ending in whitespace).
+    fn ends_prefill(&self, w: usize, part: usize) -> bool {
+        let m: &Message = &self.work[w].msg;
+        self.opts.format == Format::Anthropic
+            && m.role == Role::Assistant
+            && part + 1 == m.content.len()
+            && !self.keep[w + 1..].iter().any(|&k| k)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
@@ -556,21 +581,24 @@ impl<'a, 'p> State<'a, 'p> {
             .to_owned()
         };
         let chars: Vec<char> = text.chars().collect();
+        let end = inner.is_none() && self.ends_prefill(w, part);
         let old = p.text_tokens(&text);
         let others = self.total() - old;
-        let fits = |k: usize| others + p.text_tokens(&shrink_chars(&chars, floor, k).0) <= budget;
+        let fits =
+            |k: usize| others + p.text_tokens(&shrink_chars(&chars, floor, k, end).0) <= budget;
         // the marker costs fewer tokens than the characters it stands for
         let worth = |k: usize| {
             let (head, tail_start) = cut_points(&chars, floor, k);
             let span: String = chars[head..tail_start].iter().collect();
-            p.text_tokens(&marker(tail_start - head)) < p.text_tokens(&span)
+            let mark = cut_marker(tail_start - head, end, tail_start == chars.len());
+            p.text_tokens(&mark) < p.text_tokens(&span)
         };
         let mut lo = largest_fitting(chars.len() - floor, fits);
         // the span is counted again only here and, rarely, in a second search below it
         if settle && lo > 0 && !worth(lo) {
             lo = largest_fitting(lo, |k| fits(k) && worth(k));
         }
-        let (new_text, removed) = shrink_chars(&chars, floor, lo);
+        let (new_text, removed) = shrink_chars(&chars, floor, lo, end);
         let new_tokens = p.text_tokens(&new_text);
         if removed == 0 || new_tokens >= old || !worth(lo) {
             return;
@@ -1135,7 +1163,7 @@ mod tests {
         // keep 87 after the 14-character prefix: head 14 + 44, tail 43
         assert_eq!(cut_points(&seen, 14, 87), (58, 357));
         assert_eq!(cut_points(&seen, 14, 386), (400, 400));
-        let (t, removed) = shrink_chars(&seen, 14, 0);
+        let (t, removed) = shrink_chars(&seen, 14, 0, false);
         assert_eq!(
             (t.as_str(), removed),
             ("[Tool results]\n[... 386 characters removed ...]\n", 386)
@@ -1149,7 +1177,7 @@ mod tests {
         let short = chars("[Tool results]\u{301}\u{301}\u{301}x");
         assert_eq!(cut_points(&short, 14, 0), (17, 18));
         assert_eq!(cut_points(&short, 14, 2), (18, 18));
-        assert_eq!(shrink_chars(&short, 14, 2).1, 0);
+        assert_eq!(shrink_chars(&short, 14, 2, false).1, 0);
     }
 
     #[test]

@@ -859,3 +859,50 @@ fn scanner_never_panics_on_any_prefix_or_random_text() {
         }
     }
 }
+
+/// fresh16b #2: in Anthropic shape a trailing assistant message is a prefill, and the
+/// Messages API refuses one ending in whitespace: a cut of it that keeps nothing after
+/// the marker leaves out the marker's final newline, and the budget counts it so.
+#[test]
+fn trim_never_leaves_an_anthropic_prefill_ending_in_whitespace() {
+    // request 4 + 10 = 14, reply 4 + 100 = 104: 118 > 26, the reply's others are 18, so
+    // the reply may cost 4 + 8 (at most 35 characters). k = 1: "a" + the marker of 399
+    // without its newline, 34 characters, 8 tokens; k = 2: "a" + 34 + "a", 36, 9 tokens
+    let msgs = vec![u(&"q".repeat(40)), a(&"a".repeat(400))];
+    let out = trim_turns(&msgs, 26, opts(Format::Anthropic));
+    assert_eq!(texts(&out)[1], "a\n[... 399 characters removed ...]");
+    assert_eq!((out.report.tokens_after, out.report.fits), (26, true));
+    assert_eq!(out.report.fates[1].rule, "reply_shrunk");
+    assert_eq!(out.report.fates[1].chars_removed, 399);
+    // OpenAI shape (no prefill): the marker keeps its newline, 35 characters, 8 tokens
+    let out = trim_turns(&msgs, 26, opts(Format::OpenAI));
+    assert_eq!(texts(&out)[1], "a\n[... 399 characters removed ...]\n");
+    assert_eq!((out.report.tokens_after, out.report.fits), (26, true));
+    // budget 25: no cut fits (the reply may cost 7 tokens, 31 characters); cut to its
+    // marker alone, 33 characters (8 tokens, < 100), 26; the request (others 12: 12 + 4 +
+    // floor((k + 33) / 4) <= 25 -> k = 6, 34 removed, 8 tokens) is not worth its marker
+    // (33 characters, 8 tokens) and stays whole: over budget, but no trailing newline
+    let out = trim_turns(&msgs, 25, opts(Format::Anthropic));
+    assert_eq!(
+        texts(&out),
+        [
+            "q".repeat(40),
+            "\n[... 400 characters removed ...]".to_owned()
+        ]
+    );
+    assert_eq!((out.report.tokens_after, out.report.fits), (26, false));
+    // the cut part is not the message's last ("Conclusion:", 2 tokens, is): its marker
+    // keeps the newline. 14 + 4 + 2 + 100 = 120 > 28: the part may cost 8 tokens (35
+    // characters): k = 1, "a" + the marker of 399, 35; k = 2, 36 characters, 9 tokens
+    let two = Message::new(
+        Role::Assistant,
+        vec![Part::text(&"a".repeat(400)), Part::text("Conclusion:")],
+    );
+    let msgs = vec![u(&"q".repeat(40)), two];
+    let out = trim_turns(&msgs, 28, opts(Format::Anthropic));
+    assert_eq!(
+        out.messages[1].msg.content[0].text_str(),
+        "a\n[... 399 characters removed ...]\n"
+    );
+    assert_eq!((out.report.tokens_after, out.report.fits), (28, true));
+}
