@@ -159,8 +159,9 @@ def test_observe_feeds_the_uncalibrated_count() -> None:
     assert est.observe(msgs, 17, tools=[{"name": "f"}]) == pytest.approx(1.375)
     with pytest.raises(ValueError, match="no calibrator"):
         cw.Estimator().observe(msgs, 10)
-    with pytest.raises(ValueError, match="estimated must be > 0"):
+    with pytest.raises(ValueError, match="messages estimate 0 tokens"):  # fresh16b #11
         est.observe([], 10)
+    assert cal.observations == 3  # nothing recorded
 
 
 def test_tiktoken_cl100k() -> None:
