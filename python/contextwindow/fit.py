@@ -18,10 +18,13 @@ first, until the conversation fits a token budget:
 its turn) of role ``user`` or ``assistant`` that costs fewer than
 ``FitPolicy.chatter_tokens`` tokens (default 32): "ok", "Let me check.", "thanks".
 
-*Open tool calls* are the tool units of the current turn that the model needs to
+The *open tool call* is the tool unit of the current turn that the model needs to
 continue: the newest unit of the turn when nothing follows it (the turn is in flight,
-the model has not answered yet), and every unit whose calls had no result in the input
-(the repair step gives them a ``[tool result missing]`` stub).
+the model has not answered yet), its results missing or not (repair gives a call
+without one a ``[tool result missing]`` stub). A unit whose call had no result but that
+other messages follow is not open: the model went on without the result, so it is
+evicted like any other unit, and the classes are the same whether or not the input went
+through ``repair_tool_pairs`` first, in either shape (fresh16b #1).
 
 A *text-action step* (an assistant message without tool calls and the ``[Tool results]``
 texts right after it, a text-action agent's command and its output) is one unit like a
@@ -314,15 +317,16 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     def src(w: int) -> int | None:
         return srcs[w]
 
-    # open tool calls: units of the newest turn with a stubbed (synthetic) result, and the
-    # newest unit when the conversation ends inside it
+    # the open tool call: the newest unit of the newest turn when the conversation ends
+    # inside it. Not a unit whose call had no result when something follows it: the model
+    # went on without the result, and whether repair's stub for it is a new message (the
+    # OpenAI shape) or a block in a message of the input (mostly Anthropic) must not decide
+    # its class, nor must running repair_tool_pairs first (fresh16b #1: one lost call of a
+    # parallel batch made its whole unit P0 in OpenAI shape only, and fit could not fit)
     open_units: set[int] = set()
     if nt:
         la, lb = seg.turns[-1]
         last = [u for u, items in enumerate(seg.units) if la <= items[0] < lb]
-        for u in last:
-            if any(src(w) is None for w in seg.units[u]):
-                open_units.add(u)
         if last and seg.units[last[-1]][-1] == lb - 1:
             open_units.add(last[-1])
     if req is None and nw > seg.preamble_end:
@@ -950,28 +954,18 @@ def _shrink_newest_turn(
     units, cuts oversized tool results (and ``[Tool results]`` texts) to head + tail, then
     the reply after the request, then the request if that makes it fit. What ``fit``
     must keep is passed to it as pinned: pinned messages, class-0 overrides, classes the
-    policy never evicts and the open tool calls but the newest unit (whose results may be
-    cut, never dropped)."""
-    st, seg = plan.st, plan.seg
+    policy never evicts. Not the open tool call, the newest unit of the newest turn (its
+    results may be cut, never dropped: ``trim_turns`` never drops the newest unit)."""
+    st = plan.st
     msgs = st.msgs  # the decoded input the plan was made for
     order = set(policy.eviction_order)
-    newest_unit: set[int] = set()
-    if seg.turns:
-        la, lb = seg.turns[-1]
-        last = [u for u in seg.units if la <= u[0] < lb]
-        newest_unit = set(last[-1]) if last else set()
     keep_pinned: dict[int, bool] = {}
     for w, it in enumerate(st.work):
         if it.src is None:
             continue
         why = plan.why0[w]
         pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
-        held = (
-            pinned
-            or why in ("pinned", "priority_override")
-            or (why == "open_tool_call" and w not in newest_unit)
-            or (not why and plan.cls[w] not in order)
-        )
+        held = pinned or why in ("pinned", "priority_override") or (not why and plan.cls[w] not in order)
         keep_pinned[it.src] = held
     first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
     marked = [
