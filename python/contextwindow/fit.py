@@ -717,6 +717,16 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
 
     start = tokens()
     evicted: list[int] = []
+    turns: list[int] = []  # the whole turns evicted, in order
+    # the smallest state seen so far, the first of equals: (tokens, len(evicted),
+    # len(turns)); evicting a whole turn adds the breadcrumb, so a step can make the
+    # conversation larger (fresh16b #5: 37 -> 44 tokens, two messages lost)
+    best = [start, 0, 0]
+
+    def stepped() -> None:
+        now = tokens()
+        if now < best[0]:
+            best[:] = [now, len(evicted), len(turns)]
 
     # the candidates holding an item of each class, in order: one without class c cannot
     # go in c's pass (its live items are among its items), so the pass never looks at it
@@ -752,6 +762,8 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                     evicted.append(w)
                     if turn is not None:
                         nav.drop_turn(turn)
+                        turns.append(turn)
+                    stepped()
                     changed = True
                     continue
                 if not over():
@@ -773,13 +785,19 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                 evicted.extend(live)
                 if turn is not None:
                     nav.drop_turn(turn)
+                    turns.append(turn)
+                stepped()
                 changed = True
-    if evicted and tokens() >= start:
-        # tiny units under a breadcrumb that costs more than they did: keep them all
-        for w in evicted:
-            st.set_keep(w, True)
-        return set()
-    return set(nav.dropped_turns)
+    # the evictions after the smallest state only made it larger (tiny turns under a
+    # breadcrumb that costs more than they did): undo them, back to that state, which
+    # keeps more and costs less. The states are one sequence whatever the target, cut
+    # at the first under it, so a larger target never ends smaller (fresh16b #5: 44
+    # tokens at budgets 45-52, 37 at 53). `nav` is not used after this: its skip
+    # pointers know no restored item.
+    _, n_items, n_turns = best
+    for w in evicted[n_items:]:
+        st.set_keep(w, True)
+    return set(turns[:n_turns])
 
 
 def fit_target(
@@ -1036,8 +1054,10 @@ def fit(
     Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
     oldest first (the current request never is). Where whole turns went, the breadcrumb
     is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
-    evictions that leave the conversation no smaller than it was (tiny turns under a
-    breadcrumb that costs more) are undone. The breadcrumb never costs the request: when
+    evictions that leave the conversation larger than it was before them (tiny turns
+    under a breadcrumb that costs more) are undone: it goes back to the smallest state
+    the eviction passed through, so a smaller budget never gets more tokens with less
+    content (fresh16b #5). The breadcrumb never costs the request: when
     the result does not fit or cuts something, ``fit`` also runs without it and keeps
     the run that fits, then cuts fewer characters of the request, then fewer in all
     (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
