@@ -770,7 +770,14 @@ def test_fit_tightness(msgs: list[Message], pct: int) -> None:
     a, b = next((a, b) for a, b in seg.turns if a <= newest < b)
     head = next((i for i in range(a, b) if ref.is_real_user(msgs[i])), None)
     if head is not None and rep.fates[head].rule == low:
-        unit = [i for i in range(a, b) if rep.fates[i].rule == low]
+        # a breadcrumb message of the input goes only with its whole turn, whatever its
+        # own class says (its rule may read p3_evicted while the turn went in pass P2)
+        unit = [
+            i
+            for i in range(a, b)
+            if rep.fates[i].rule == low
+            or (rep.fates[i].fate == "dropped" and len(msgs[i].content) == 1 and ref.is_breadcrumb(msgs[i]))
+        ]
     else:
         unit = next((u for u in seg.units if newest in u), [newest])
     unit = sorted({j for i in unit for j in _text_step(msgs, seg, i)})

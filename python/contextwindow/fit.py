@@ -6,7 +6,7 @@ first, until the conversation fits a token budget:
 
 * **P0**, never evicted: the preamble (leading system/developer messages), pinned
   messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
-  current request (the last real user message) and the open tool calls (see below).
+  current request (the last real user message) and the open tool call (see below).
 * **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
   turn counts as one of them, and is always P1 or P0).
 * **P2**: older turns: their opening user message and long loose messages.
@@ -1074,7 +1074,7 @@ def fit(
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
-    (never an open one but the newest), cuts oversized tool results to head + tail with a
+    (never the newest, which holds the open tool call if any), cuts oversized tool results to head + tail with a
     marker, then the assistant text after the request the same way, then cuts the
     request only if that makes it fit (never a pinned request). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
