@@ -6,7 +6,7 @@ first, until the conversation fits a token budget:
 
 * **P0**, never evicted: the preamble (leading system/developer messages), pinned
   messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
-  current request (the last real user message) and the open tool calls (see below).
+  current request (the last real user message) and the open tool call (see below).
 * **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
   turn counts as one of them, and is always P1 or P0).
 * **P2**: older turns: their opening user message and long loose messages.
@@ -18,10 +18,13 @@ first, until the conversation fits a token budget:
 its turn) of role ``user`` or ``assistant`` that costs fewer than
 ``FitPolicy.chatter_tokens`` tokens (default 32): "ok", "Let me check.", "thanks".
 
-*Open tool calls* are the tool units of the current turn that the model needs to
+The *open tool call* is the tool unit of the current turn that the model needs to
 continue: the newest unit of the turn when nothing follows it (the turn is in flight,
-the model has not answered yet), and every unit whose calls had no result in the input
-(the repair step gives them a ``[tool result missing]`` stub).
+the model has not answered yet), its results missing or not (repair gives a call
+without one a ``[tool result missing]`` stub). A unit whose call had no result but that
+other messages follow is not open: the model went on without the result, so it is
+evicted like any other unit, and the classes are the same whether or not the input went
+through ``repair_tool_pairs`` first, in either shape (fresh16b #1).
 
 A *text-action step* (an assistant message without tool calls and the ``[Tool results]``
 texts right after it, a text-action agent's command and its output) is one unit like a
@@ -314,15 +317,16 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     def src(w: int) -> int | None:
         return srcs[w]
 
-    # open tool calls: units of the newest turn with a stubbed (synthetic) result, and the
-    # newest unit when the conversation ends inside it
+    # the open tool call: the newest unit of the newest turn when the conversation ends
+    # inside it. Not a unit whose call had no result when something follows it: the model
+    # went on without the result, and whether repair's stub for it is a new message (the
+    # OpenAI shape) or a block in a message of the input (mostly Anthropic) must not decide
+    # its class, nor must running repair_tool_pairs first (fresh16b #1: one lost call of a
+    # parallel batch made its whole unit P0 in OpenAI shape only, and fit could not fit)
     open_units: set[int] = set()
     if nt:
         la, lb = seg.turns[-1]
         last = [u for u, items in enumerate(seg.units) if la <= items[0] < lb]
-        for u in last:
-            if any(src(w) is None for w in seg.units[u]):
-                open_units.add(u)
         if last and seg.units[last[-1]][-1] == lb - 1:
             open_units.add(last[-1])
     if req is None and nw > seg.preamble_end:
@@ -713,6 +717,16 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
 
     start = tokens()
     evicted: list[int] = []
+    turns: list[int] = []  # the whole turns evicted, in order
+    # the smallest state seen so far, the first of equals: (tokens, len(evicted),
+    # len(turns)); evicting a whole turn adds the breadcrumb, so a step can make the
+    # conversation larger (fresh16b #5: 37 -> 44 tokens, two messages lost)
+    best = [start, 0, 0]
+
+    def stepped() -> None:
+        now = tokens()
+        if now < best[0]:
+            best[:] = [now, len(evicted), len(turns)]
 
     # the candidates holding an item of each class, in order: one without class c cannot
     # go in c's pass (its live items are among its items), so the pass never looks at it
@@ -748,6 +762,8 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                     evicted.append(w)
                     if turn is not None:
                         nav.drop_turn(turn)
+                        turns.append(turn)
+                    stepped()
                     changed = True
                     continue
                 if not over():
@@ -769,13 +785,19 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                 evicted.extend(live)
                 if turn is not None:
                     nav.drop_turn(turn)
+                    turns.append(turn)
+                stepped()
                 changed = True
-    if evicted and tokens() >= start:
-        # tiny units under a breadcrumb that costs more than they did: keep them all
-        for w in evicted:
-            st.set_keep(w, True)
-        return set()
-    return set(nav.dropped_turns)
+    # the evictions after the smallest state only made it larger (tiny turns under a
+    # breadcrumb that costs more than they did): undo them, back to that state, which
+    # keeps more and costs less. The states are one sequence whatever the target, cut
+    # at the first under it, so a larger target never ends smaller (fresh16b #5: 44
+    # tokens at budgets 45-52, 37 at 53). `nav` is not used after this: its skip
+    # pointers know no restored item.
+    _, n_items, n_turns = best
+    for w in evicted[n_items:]:
+        st.set_keep(w, True)
+    return set(turns[:n_turns])
 
 
 def fit_target(
@@ -950,28 +972,18 @@ def _shrink_newest_turn(
     units, cuts oversized tool results (and ``[Tool results]`` texts) to head + tail, then
     the reply after the request, then the request if that makes it fit. What ``fit``
     must keep is passed to it as pinned: pinned messages, class-0 overrides, classes the
-    policy never evicts and the open tool calls but the newest unit (whose results may be
-    cut, never dropped)."""
-    st, seg = plan.st, plan.seg
+    policy never evicts. Not the open tool call, the newest unit of the newest turn (its
+    results may be cut, never dropped: ``trim_turns`` never drops the newest unit)."""
+    st = plan.st
     msgs = st.msgs  # the decoded input the plan was made for
     order = set(policy.eviction_order)
-    newest_unit: set[int] = set()
-    if seg.turns:
-        la, lb = seg.turns[-1]
-        last = [u for u in seg.units if la <= u[0] < lb]
-        newest_unit = set(last[-1]) if last else set()
     keep_pinned: dict[int, bool] = {}
     for w, it in enumerate(st.work):
         if it.src is None:
             continue
         why = plan.why0[w]
         pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
-        held = (
-            pinned
-            or why in ("pinned", "priority_override")
-            or (why == "open_tool_call" and w not in newest_unit)
-            or (not why and plan.cls[w] not in order)
-        )
+        held = pinned or why in ("pinned", "priority_override") or (not why and plan.cls[w] not in order)
         keep_pinned[it.src] = held
     first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
     marked = [
@@ -1042,8 +1054,10 @@ def fit(
     Pinned messages costing more than ``policy.pinned_share`` of ``budget`` are unpinned
     oldest first (the current request never is). Where whole turns went, the breadcrumb
     is inserted as :func:`~contextwindow.trim_turns` does it (never twice in a row);
-    evictions that leave the conversation no smaller than it was (tiny turns under a
-    breadcrumb that costs more) are undone. The breadcrumb never costs the request: when
+    evictions that leave the conversation larger than it was before them (tiny turns
+    under a breadcrumb that costs more) are undone: it goes back to the smallest state
+    the eviction passed through, so a smaller budget never gets more tokens with less
+    content (fresh16b #5). The breadcrumb never costs the request: when
     the result does not fit or cuts something, ``fit`` also runs without it and keeps
     the run that fits, then cuts fewer characters of the request, then fewer in all
     (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
@@ -1060,7 +1074,7 @@ def fit(
     mark), the shrinking inside the newest turn is delegated to
     :func:`~contextwindow.trim_turns` on what is left, with every message ``fit`` must
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
-    (never an open one but the newest), cuts oversized tool results to head + tail with a
+    (never the newest, which holds the open tool call if any), cuts oversized tool results to head + tail with a
     marker, then the assistant text after the request the same way, then cuts the
     request only if that makes it fit (never a pinned request). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
