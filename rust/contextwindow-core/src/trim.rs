@@ -539,15 +539,6 @@ impl<'a, 'p> State<'a, 'p> {
         }
     }
 
-    /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
-    ///
-    /// Never a cut whose marker costs as many tokens as the text it removes, or more
-    /// (fresh12 O1). The cut is the largest that fits; with `settle` (tool results, the
-    /// reply after the request), when that one is not worth its marker, the largest
-    /// smaller one that fits and is, so such a text is cut a little further rather than
-    /// left whole for the request to pay for; without it (the request) the text then
-    /// stays whole and the report says whether the conversation fits. The first `floor`
-    /// characters always stay (an observation's `[Tool results]` prefix).
     /// Whether part `part` of work item `w` ends an Anthropic prefill: the last part of
     /// an assistant message that is the last message kept (the model continues it, and
     /// the Messages API refuses it ending in whitespace).
@@ -559,6 +550,18 @@ impl<'a, 'p> State<'a, 'p> {
             && !self.keep[w + 1..].iter().any(|&k| k)
     }
 
+    /// Shrink text part `(part, inner)` of work item `w` so the total fits, if it helps.
+    ///
+    /// Never a cut whose marker costs as many tokens as the text it removes, or more
+    /// (fresh12 O1). The cut is the largest that fits as a binary search over the
+    /// characters kept finds it (a text's estimate is not monotone in them, so it can be
+    /// a little short of the largest: README Known limits); with `settle` (tool results,
+    /// the reply after the request), when that one is not worth its marker, the largest
+    /// smaller one that fits and is, so such a text is cut a little further rather than
+    /// left whole for the request to pay for; without it (the request) the text then
+    /// stays whole and the report says whether the conversation fits. The first `floor`
+    /// characters always stay (an observation's `[Tool results]` prefix); a cut that ends
+    /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline.
     #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
