@@ -25,6 +25,7 @@ from contextwindow.guard import (
     ContextGuard,
     HistoryTrimmed,
     MessageTruncated,
+    MiddlePruned,
     OverflowRecovered,
     ToolResultsCleared,
     ToolResultTruncated,
@@ -550,6 +551,39 @@ def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None
     assert r.steps[1].report.reason is None and r.steps[1].report.tokens_after == 33
     assert not r.changed and r.tokens_after == 33
     assert all(a is b for a, b in zip(r.messages, msgs, strict=True))
+
+
+def test_recover_weighs_the_middle_pruning_against_the_repaired_input() -> None:
+    """left17: recover compared the pruned size with the unrepaired input's count. fim:
+    "u" * 40 14, "a" * 40 14, "b" * 12 4 + 3 = 7, the unanswered call 6, "w" * 40 14: 55;
+    repaired, the stub "[tool result missing]" (4 + 21 // 4 = 9) answers c1: 64. Every
+    turn is recent and only P3 may go, so recover_from_overflow removes nothing (64, not
+    under 55). prune_middle (6 messages repaired, N = 2: the stub and the request, so the
+    call's unit) removes 1 and 2 (21 tokens) for the notice (47 characters: 15): 58,
+    under the 64 the pair repair alone sends, but not under 55, so the guard declined it
+    and sent the 64 tokens."""
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        {"role": "assistant", "content": "a" * 40},
+        {"role": "user", "content": "b" * 12},
+        call(1, "bash"),
+        {"role": "user", "content": "w" * 40},
+    ]
+    assert cw.message_tokens(msgs, "fim") == [14, 14, 7, 6, 14]
+    policy = cw.FitPolicy(eviction_order=(3,), recent_turns=10)
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
+    r = g.recover(msgs)
+    assert [s.step for s in r.steps] == ["overflow", "middle"]
+    assert r.steps[0].report.tokens_after == 64
+    [e] = r.events
+    assert isinstance(e, MiddlePruned) and e.step == "middle"
+    assert (e.tokens_before, e.tokens_after, e.removed_messages) == (55, 58, 2)
+    notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
+    stub = {"role": "tool", "tool_call_id": "c1", "content": "[tool result missing]"}
+    assert r.messages == [msgs[0], notice, msgs[3], stub, msgs[4]]
+    assert cw.validate(r.messages, "openai") == []
+    assert (r.tokens_before, r.tokens_after) == (55, 58)
+    assert g.stats.messages_dropped == 2 and g.stats.compactions == 1
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

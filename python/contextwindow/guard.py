@@ -844,7 +844,9 @@ class ContextGuard:
         Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
         thirds of the current estimate, or to what ``reported_tokens`` implies; second
         seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
-        (third seed, layer 2). Every output passes ``validate``, as :meth:`check`'s: when
+        (third seed, layer 2), kept only when it costs less than the input with its tool
+        pairs repaired (what goes back otherwise: a stub for an unanswered call can make
+        that more than the input). Every output passes ``validate``, as :meth:`check`'s: when
         neither step changes anything, broken tool pairs are still repaired
         (:func:`~contextwindow.repair_tool_pairs`; a ``HistoryTrimmed`` event, step
         ``history``, reason ``tool_pairs``). Never loops: a second call on that output
@@ -882,6 +884,10 @@ class ContextGuard:
         )
         steps.append(GuardStep(step="overflow", report=rec.report))
         cur, cur_tokens = messages, before
+        # what goes back when neither step helps: the input with its tool pairs repaired
+        # (below), whose stubs can cost more than the orphans it drops
+        repair = _pair_repair(prep, self.profile)
+        repaired_tokens = before if repair is None else repair.report.tokens_after
         if rec.removed:
             events.append(
                 OverflowRecovered(
@@ -901,8 +907,11 @@ class ContextGuard:
         else:
             r = prune_middle(cur, pinned=self.policy.pinned, profile=self.profile, format=fmt)
             steps.append(GuardStep(step="middle", report=r.report))
-            # a notice can cost more than the few messages it replaces: then nothing helped
-            if r.report.reason is not None and r.report.tokens_after < cur_tokens:
+            # a notice can cost more than the few messages it replaces: then nothing helped.
+            # Weighed against the repaired input, as prune_middle weighs it (left17: 55
+            # tokens, 64 repaired, pruned to 58 was declined as not under 55, and the 64
+            # went back)
+            if r.report.reason == "middle_pruned" and r.report.tokens_after < repaired_tokens:
                 events.append(
                     MiddlePruned(
                         step="middle",
@@ -921,7 +930,7 @@ class ContextGuard:
             # neither step changed anything: broken tool pairs are still repaired, as both
             # steps and check repair them, so the request sent again passes validate
             # (fresh16b #4: an orphan result went back to the provider that refused it)
-            r = _pair_repair(prep, self.profile)
+            r = repair
             if r is not None and r.report.reason is not None:
                 steps.append(GuardStep(step="history", report=r.report))
                 events.append(
