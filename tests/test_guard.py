@@ -586,6 +586,41 @@ def test_recover_weighs_the_middle_pruning_against_the_repaired_input() -> None:
     assert g.stats.messages_dropped == 2 and g.stats.compactions == 1
 
 
+def test_recover_weighs_the_overflow_eviction_against_the_repaired_input() -> None:
+    """left17, the same for the first step: fim "u" * 40 14, "ok" 4 + 1 = 5, "b" * 12 7,
+    the unanswered call 6, "w" * 40 14: 46; 55 repaired (the stub costs 9). Only P3 may
+    go, and only "ok" is P3: recover_from_overflow evicts it, 55 - 5 = 50, which is not
+    under 46, so its ``removed`` is False and the guard dropped its result; the middle
+    pruning declined too (the notice, 15, costs more than "ok" and "b", 12), and the
+    repaired input, 55 tokens, went back instead of the 50."""
+    msgs = [
+        {"role": "user", "content": "u" * 40},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "b" * 12},
+        call(1, "bash"),
+        {"role": "user", "content": "w" * 40},
+    ]
+    assert cw.message_tokens(msgs, "fim") == [14, 5, 7, 6, 14]
+    policy = cw.FitPolicy(eviction_order=(3,), breadcrumb=False)
+    assert cw.priorities(msgs, policy) == [2, 3, 1, 1, 0]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
+    r = g.recover(msgs)
+    assert [s.step for s in r.steps] == ["overflow"]
+    [e] = r.events
+    assert isinstance(e, OverflowRecovered)
+    assert (e.tokens_before, e.tokens_after, e.dropped_messages, e.target) == (46, 50, 1, 30)
+    stub = {"role": "tool", "tool_call_id": "c1", "content": "[tool result missing]"}
+    assert r.messages == [msgs[0], msgs[2], msgs[3], stub, msgs[4]]
+    assert (r.tokens_before, r.tokens_after) == (46, 50)
+    # never loops: on its own output (repaired) the middle goes (N = 5 // 3 = 1: "b", the
+    # call and its stub, 22 tokens, for the notice, 15: 43), then nothing
+    again = g.recover(r.messages)
+    assert [(type(e).__name__, e.tokens_before, e.tokens_after) for e in again.events] == [("MiddlePruned", 50, 43)]
+    notice = {"role": "user", "content": "[context compacted: 3 earlier messages removed]"}
+    assert again.messages == [msgs[0], notice, msgs[4]]
+    assert not g.recover(again.messages).changed
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_recover_repairs_broken_pairs_when_it_can_remove_nothing(provider: str) -> None:
     """fresh16b #4: neither step could remove anything (overflow recovery keeps the one

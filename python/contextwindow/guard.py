@@ -844,9 +844,10 @@ class ContextGuard:
         Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
         thirds of the current estimate, or to what ``reported_tokens`` implies; second
         seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
-        (third seed, layer 2), kept only when it costs less than the input with its tool
-        pairs repaired (what goes back otherwise: a stub for an unanswered call can make
-        that more than the input). Every output passes ``validate``, as :meth:`check`'s: when
+        (third seed, layer 2). A step's result is kept only when it costs less than the
+        input with its tool pairs repaired (what goes back otherwise: a stub for an
+        unanswered call can make that more than the input, so a kept result can cost more
+        than the input). Every output passes ``validate``, as :meth:`check`'s: when
         neither step changes anything, broken tool pairs are still repaired
         (:func:`~contextwindow.repair_tool_pairs`; a ``HistoryTrimmed`` event, step
         ``history``, reason ``tool_pairs``). Never loops: a second call on that output
@@ -885,10 +886,13 @@ class ContextGuard:
         steps.append(GuardStep(step="overflow", report=rec.report))
         cur, cur_tokens = messages, before
         # what goes back when neither step helps: the input with its tool pairs repaired
-        # (below), whose stubs can cost more than the orphans it drops
+        # (below), whose stubs can cost more than the orphans it drops. Each step is
+        # weighed against it, not against the input (left17: rec.removed, under the input,
+        # declined an eviction to 50 tokens of an input of 46, 55 repaired, and the 55
+        # went back); on a repaired input (the guard's own output) the two are the same
         repair = _pair_repair(prep, self.profile)
         repaired_tokens = before if repair is None else repair.report.tokens_after
-        if rec.removed:
+        if rec.report.tokens_after < repaired_tokens:
             events.append(
                 OverflowRecovered(
                     step="overflow",
@@ -909,8 +913,7 @@ class ContextGuard:
             steps.append(GuardStep(step="middle", report=r.report))
             # a notice can cost more than the few messages it replaces: then nothing helped.
             # Weighed against the repaired input, as prune_middle weighs it (left17: 55
-            # tokens, 64 repaired, pruned to 58 was declined as not under 55, and the 64
-            # went back)
+            # tokens, 64 repaired, pruned to 58 was declined as not under 55)
             if r.report.reason == "middle_pruned" and r.report.tokens_after < repaired_tokens:
                 events.append(
                     MiddlePruned(
