@@ -110,6 +110,73 @@ def test_anthropic_result_after_text_is_reordered() -> None:
     assert [c.kind for c in r.report.repairs] == ["results_reordered"]
 
 
+def _block(kind: str, key: str) -> dict[str, Any]:
+    if kind == "result":
+        return {"type": "tool_result", "tool_use_id": key, "content": "r" + key}
+    if kind == "use":
+        return {"type": "tool_use", "id": key, "name": "f", "input": {}}
+    return {"type": "text", "text": key}
+
+
+def test_anthropic_result_after_text_is_reordered_even_when_a_result_comes_first() -> None:
+    # left17: [result_a, text, result_b] was rebuilt as [result_a, result_b, text] with no
+    # change recorded and the message's fate kept, because only a first part that is not a
+    # result counted as a reorder
+    msgs = [
+        u("go"),
+        use("a", "b"),
+        {"role": "user", "content": [_block("result", "a"), _block("text", "note"), _block("result", "b")]},
+    ]
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["result_after_content"]
+    want = [_block("result", "a"), _block("result", "b"), _block("text", "note")]
+    fates = [("kept", "fits"), ("kept", "fits"), ("repaired", "results_reordered")]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert r.messages[2]["content"] == want
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("results_reordered", 2, None)]
+    assert [(f.fate, f.rule) for f in r.report.fates] == fates
+    assert cw.validate(r.messages, "anthropic") == []
+    for t in (cw.trim_turns(msgs, 10_000, format="anthropic"), cw.fit(msgs, 10_000, format="anthropic")):
+        assert t.messages[2]["content"] == want and t.report.reason == "tool_pairs"
+        assert [(f.fate, f.rule) for f in t.report.fates] == fates
+    # an orphan first, then text, then the caller's result: reordered (and the orphan gone)
+    msgs[2] = {"role": "user", "content": [_block("result", "zz"), _block("text", "n"), _block("result", "a")]}
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert r.messages[2]["content"] == [
+        _block("result", "a"),
+        {"type": "tool_result", "tool_use_id": "b", "content": MISSING_RESULT},
+        _block("text", "n"),
+    ]
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [
+        ("stub_inserted", 1, "b"),
+        ("orphan_result_dropped", 2, "zz"),
+        ("results_reordered", 2, None),
+    ]
+
+
+def test_anthropic_no_reorder_reported_when_no_result_of_the_caller_follows_other_content() -> None:
+    # the rebuilt order of the message's own parts is the input's: no results_reordered
+    # (the old rule reported one whenever the first part was not a result)
+    cases = [
+        # text, then an orphan (dropped); the stub for a goes ahead of the text, as always
+        (
+            [_block("text", "n"), _block("result", "zz")],
+            [{"type": "tool_result", "tool_use_id": "a", "content": MISSING_RESULT}, _block("text", "n")],
+            [("stub_inserted", 1, "a"), ("orphan_result_dropped", 2, "zz")],
+        ),
+        # a tool_use in a user message (removed), then the caller's result
+        (
+            [_block("use", "x"), _block("result", "a")],
+            [_block("result", "a")],
+            [("call_removed", 2, "x")],
+        ),
+    ]
+    for content, want, changes in cases:
+        msgs = [u("go"), use("a"), {"role": "user", "content": content}]
+        r = cw.repair_tool_pairs(msgs, format="anthropic")
+        assert r.messages[2]["content"] == want
+        assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == changes
+
+
 def test_anthropic_role_rules() -> None:
     msgs = [{"role": "assistant", "content": "hi"}, u("a"), u("b")]
     assert [(v.index, v.code) for v in cw.validate(msgs, "anthropic")] == [

@@ -1039,7 +1039,7 @@ def repair(
             changes.append(_change("message_dropped", i))
             emptied.append((len(out), len(changes) - 1))
             return _placeholder(m, i)
-        if caller is not None and m.content and not isinstance(m.content[0], ToolResult) and has_results(m):
+        if caller is not None and _results_follow_content(m, results[i], caller[0]):
             changes.append(_change("results_reordered", i))
         return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
 
@@ -1071,6 +1071,21 @@ def repair(
     if owed is not None:
         out.append(Item(None, Message(role="user", content=owed_parts(owed[0], owed[1], None))))
     return _settle_placeholders(out, emptied, changes, msgs), changes
+
+
+def _results_follow_content(m: Message, row: list[tuple[int, int] | None], caller: int) -> bool:
+    """Whether a part of ``m`` that stays (not a tool call, not a tool result) comes before
+    a result of ``m`` answering a call of message ``caller`` (``row``: ``m``'s results):
+    then rebuilding it, the caller's results first, changes the order of its own parts
+    (left17: ``[result_a, text, result_b]`` was reordered unreported)."""
+    content_seen = False
+    for part, r in zip(m.content, row, strict=True):
+        if isinstance(part, ToolResult):
+            if content_seen and r is not None and r[0] == caller:
+                return True
+        elif not isinstance(part, ToolCall):
+            content_seen = True
+    return False
 
 
 def _placeholder(m: Message, i: int) -> Item:

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::quote;
 use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
-use crate::turns::{resolve, Resolution};
+use crate::turns::{resolve, CallRef, Resolution};
 
 /// One violation of a provider's message rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -857,12 +857,7 @@ fn rebuild_user<'a>(
         changes.push(change("message_dropped", i, None));
         return (placeholder(m, i), true);
     }
-    if caller.is_some()
-        && m.content
-            .first()
-            .is_some_and(|p| p.kind != PartKind::ToolResult)
-        && m.has_tool_results()
-    {
+    if caller.is_some_and(|(c, _)| results_follow_content(m, &res.results[i], c)) {
         changes.push(change("results_reordered", i, None));
     }
     let mut edited = m.clone();
@@ -873,6 +868,27 @@ fn rebuild_user<'a>(
         msg: Cow::Owned(edited),
     };
     (w, false)
+}
+
+/// Whether a part of `m` that stays (not a tool call, not a tool result) comes before a
+/// result of `m` answering a call of message `caller` (`results`: `m`'s row of the
+/// resolution): then [`rebuild_user`], which puts the caller's results first, changes the
+/// order of `m`'s own parts (left17: `[result_a, text, result_b]` became
+/// `[result_a, result_b, text]` unreported, and `[text, orphan]` was reported reordered).
+fn results_follow_content(m: &Message, results: &[Option<CallRef>], caller: usize) -> bool {
+    let mut content_seen = false;
+    for (part, r) in m.content.iter().zip(results) {
+        match part.kind {
+            PartKind::ToolResult => {
+                if content_seen && r.is_some_and(|r| r.message == caller) {
+                    return true;
+                }
+            }
+            PartKind::ToolCall => {}
+            _ => content_seen = true,
+        }
+    }
+    false
 }
 
 /// Message `i` (`m`) holding only [`RESULTS_REMOVED`].

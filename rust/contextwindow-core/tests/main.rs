@@ -321,6 +321,82 @@ fn repair_anthropic_message_that_received_results_is_repaired() {
 }
 
 #[test]
+fn repair_anthropic_reports_every_reorder_of_a_users_own_parts() {
+    // left17: a result of the caller after other content was reported reordered only when
+    // the message's first part was not a result; `[text, orphan]` was reported reordered
+    let result = |id: &str| {
+        let mut p = Part::missing_result(id);
+        p.content = Some(vec![Part::text("r")]);
+        p
+    };
+    let user = |parts: Vec<Part>| Message::new(Role::User, parts);
+    let tool_use = call(&["x"]).content.remove(0);
+    let kinds = |c: &[contextwindow_core::pairs::PairChange]| {
+        c.iter()
+            .map(|c| (c.kind, c.index, c.call_id.clone().unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    let ids = |m: &Message| {
+        m.content
+            .iter()
+            .map(|p| p.call_id.clone().unwrap_or_else(|| p.text_str().to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let s = |v: &str| v.to_owned();
+    let msgs = vec![
+        u("go"),
+        call(&["a", "b"]),
+        user(vec![result("a"), Part::text("note"), result("b")]),
+    ];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(ids(&out[2].msg), vec![s("a"), s("b"), s("note")]);
+    assert_eq!(kinds(&changes), vec![("results_reordered", 2, s(""))]);
+    assert_eq!(
+        repair_fates(&msgs),
+        vec![
+            ("kept", "fits"),
+            ("kept", "fits"),
+            ("repaired", "results_reordered")
+        ]
+    );
+    // an orphan, text, the caller's result: reordered
+    let msgs = vec![
+        u("go"),
+        call(&["a"]),
+        user(vec![result("zz"), Part::text("n"), result("a")]),
+    ];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(ids(&out[2].msg), vec![s("a"), s("n")]);
+    assert_eq!(
+        kinds(&changes),
+        vec![
+            ("orphan_result_dropped", 2, s("zz")),
+            ("results_reordered", 2, s(""))
+        ]
+    );
+    // text then an orphan, a call then the caller's result: own parts keep their order
+    let msgs = vec![
+        u("go"),
+        call(&["a"]),
+        user(vec![Part::text("n"), result("zz")]),
+    ];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(ids(&out[2].msg), vec![s("a"), s("n")]);
+    assert!(out[2].msg.content[0].is_missing_result());
+    assert_eq!(
+        kinds(&changes),
+        vec![
+            ("stub_inserted", 1, s("a")),
+            ("orphan_result_dropped", 2, s("zz"))
+        ]
+    );
+    let msgs = vec![u("go"), call(&["a"]), user(vec![tool_use, result("a")])];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    assert_eq!(ids(&out[2].msg), vec![s("a")]);
+    assert_eq!(kinds(&changes), vec![("call_removed", 2, s("x"))]);
+}
+
+#[test]
 fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
     // an orphan result that is a user message's only block (fresh7 tester, N1)
     let mut orphan = carrier(&["zz"]);
