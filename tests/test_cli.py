@@ -433,6 +433,26 @@ def test_inspect_text_has_tables_and_bars(capsys: pytest.CaptureFixture[str], mo
     assert "preamble" in out and "compiling module_0" in out  # the preview column, markup-free
 
 
+def test_fit_says_when_the_tool_schemas_alone_leave_no_room(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # left17: with --budget below the tool schemas' tokens the messages get a budget of 0
+    # and nothing can go: the summary blamed the preamble and the request, and said
+    # nothing of the schemas (the report's reason is None: the output is the input)
+    tools = [{"type": "function", "function": {"name": "f", "description": "d " * 200, "parameters": {}}}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+    f = write(tmp_path, "c.json", json.dumps({"format": "openai", "messages": msgs, "tools": tools}))
+    schema = cw.count_messages([], tools=tools, format="openai")
+    assert schema > 100
+    assert main(["fit", f, "--budget", "100", "-o", str(tmp_path / "o.json")]) == 1
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "unchanged: nothing could be removed" in out
+    assert f"the tool schemas alone take {schema:,} tokens of the budget of 100: none is left for the messages" in out
+    assert "without losing the preamble" not in out
+    assert main(["fit", f, "--budget", "100", "--json", "-o", str(tmp_path / "o.json")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["budget"], report["tool_tokens"]) == (100, schema)
+    assert (report["report"]["budget"], report["report"]["fits"], report["report"]["reason"]) == (0, False, None)
+
+
 def test_fit_model_option_errors_exit_2_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", str(EXAMPLE), "--model", ""]) == 2
     err = capsys.readouterr().err

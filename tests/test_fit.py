@@ -1226,3 +1226,20 @@ def test_unpinned_over_share_reported_when_an_override_splits_the_unit() -> None
         assert r.report.fates[1].fate == "dropped"
         assert r.report.fates[1].rule == "unpinned_over_share", pri
         assert r.report.fits and r.messages[-1] is msgs[4]
+
+
+def test_tool_schemas_that_take_the_whole_budget_leave_the_input_unchanged() -> None:
+    """left17: tool schemas (2,500) over the capacity (6,000 - 4,000) leave a usable budget
+    of 0. fit, like trim_turns at 0, keeps what it must (the preamble, "s": 4 + 1 = 5, and
+    the request, "hi": 4 + 1 = 5: 10 fim tokens) and says ``fits=False`` with no reason, the
+    report of every unchanged output (FitReport.reason: None when the output is the input;
+    fit has no ``tools=``: the schemas reach it only through the Budget); the guard refuses
+    the request, naming its size with the schemas."""
+    b = cw.resolve_budget(6_000, 4_000, tool_schema_tokens=2_500, env={})
+    assert b.usable == 0
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+    for r in (fit(msgs, b, profile="fim"), cw.trim_turns(msgs, 0, profile="fim")):
+        assert (r.report.budget, r.report.fits, r.report.reason, r.report.tokens_after) == (0, False, None, 10)
+        assert all(a is m for a, m in zip(r.messages, msgs, strict=True))
+    with pytest.raises(cw.ContextOverflowError, match="request of 2,510 tokens"):
+        cw.ContextGuard(b, profile="fim").check(msgs)

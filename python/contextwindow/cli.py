@@ -182,7 +182,12 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
     else:
         rules = sorted({f.rule for f in r.fates if f.fate != "kept"})
         lines.append(f"  why: {r.reason}" + (f" ({', '.join(rules)})" if rules else ""))
-    if not r.fits:
+    if not r.fits and tools and tools >= budget:
+        # not the messages' fault: the report's budget for them is 0 (left17)
+        lines.append(
+            f"  the tool schemas alone take {tools:,} tokens of the budget of {budget:,}: none is left for the messages"
+        )
+    elif not r.fits:
         lines.append("  nothing more can be removed without losing the preamble, pinned messages or the request")
     return "\n".join(lines)
 
