@@ -1227,6 +1227,35 @@ fn spaced_ngrams<const K: usize>(
     j: usize,
 ) -> [usize; K] {
     let mut hit = [0usize; K];
+    if K == 1 && j + 15 <= b.len() {
+        // one family, 16 bytes readable from the space: the keys of 4 and 7 bytes come
+        // from one load, as `hash_at` would hash them
+        let v = &vocabs[0];
+        let w = load8(b, j - 1);
+        let cjkish = |x: u64| {
+            let cp = ((x as u32 & 0x0F) << 12)
+                | (((x >> 8) as u32 & 0x3F) << 6)
+                | ((x >> 16) as u32 & 0x3F);
+            x as u8 & 0xF0 == 0xE0 && is_cjkish(groups[cp as usize] & !UPPER_FLAG)
+        };
+        if !cjkish(w >> 8) {
+            return hit;
+        }
+        hit[0] = if cjkish(w >> 32) && v.contains_hash(mix(w & first_bytes(7), 0, 7)) {
+            let third = cjkish(load8(b, j + 6));
+            let hi = b[j + 7] as u64 | (b[j + 8] as u64) << 8;
+            if third && v.contains_hash(mix(w, hi, 10)) {
+                3
+            } else {
+                2
+            }
+        } else if v.contains_hash(mix(w & first_bytes(4), 0, 4)) {
+            1
+        } else {
+            0
+        };
+        return hit;
+    }
     if !cjk_char(groups, b, j) {
         return hit;
     }
