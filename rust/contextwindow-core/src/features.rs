@@ -985,6 +985,42 @@ fn three_byte_run_in<S: Sink, const K: usize>(
     let wait = 3 * retry as usize;
     let mut stop = if retry == 0 { usize::MAX } else { i + wait };
     while i + 16 <= n {
+        if K == 1 && entry == G_HANGUL {
+            // hangul syllables followed by another 3-byte character, for one family: the
+            // loop below, with the group known (its weights are constants) and no stop
+            // for the blocks (they never take hangul)
+            let v = &vocabs[0];
+            while entry == G_HANGUL && i + 16 <= n && i >= consumed[0] {
+                let w = load8(b, i);
+                if (w >> 24) as u8 & 0xF0 != 0xE0 {
+                    break;
+                }
+                if !letter {
+                    out.add(0, F_NA_WORDS, 1);
+                }
+                letter = true;
+                prev_upper = false;
+                let cp1 = (((w >> 24) as u32 & 0x0F) << 12)
+                    | (((w >> 32) as u32 & 0x3F) << 6)
+                    | ((w >> 40) as u32 & 0x3F);
+                let entry1 = groups[cp1 as usize];
+                if is_ngram_group(entry1 & !UPPER_FLAG)
+                    && v.contains_hash(mix(w & first_bytes(6), 0, 6))
+                {
+                    let m = ngram_chars(v, groups, b, i, w);
+                    out.add(0, F_NGRAMS, 1);
+                    consumed[0] = i + 3 * m;
+                } else {
+                    standalone(out, 0, v, G_HANGUL, cp);
+                }
+                i += 3;
+                cp = cp1;
+                entry = entry1;
+            }
+            if i + 16 > n {
+                break;
+            }
+        }
         let w = load8(b, i);
         let g = word_and_case::<_, K>(out, entry, &mut letter, &mut prev_upper);
         let more = (w >> 24) as u8 & 0xF0 == 0xE0;
@@ -1191,6 +1227,35 @@ fn spaced_ngrams<const K: usize>(
     j: usize,
 ) -> [usize; K] {
     let mut hit = [0usize; K];
+    if K == 1 && j + 15 <= b.len() {
+        // one family, 16 bytes readable from the space: the keys of 4 and 7 bytes come
+        // from one load, as `hash_at` would hash them
+        let v = &vocabs[0];
+        let w = load8(b, j - 1);
+        let cjkish = |x: u64| {
+            let cp = ((x as u32 & 0x0F) << 12)
+                | (((x >> 8) as u32 & 0x3F) << 6)
+                | ((x >> 16) as u32 & 0x3F);
+            x as u8 & 0xF0 == 0xE0 && is_cjkish(groups[cp as usize] & !UPPER_FLAG)
+        };
+        if !cjkish(w >> 8) {
+            return hit;
+        }
+        hit[0] = if cjkish(w >> 32) && v.contains_hash(mix(w & first_bytes(7), 0, 7)) {
+            let third = cjkish(load8(b, j + 6));
+            let hi = b[j + 7] as u64 | (b[j + 8] as u64) << 8;
+            if third && v.contains_hash(mix(w, hi, 10)) {
+                3
+            } else {
+                2
+            }
+        } else if v.contains_hash(mix(w & first_bytes(4), 0, 4)) {
+            1
+        } else {
+            0
+        };
+        return hit;
+    }
     if !cjk_char(groups, b, j) {
         return hit;
     }
