@@ -242,13 +242,14 @@ const fn first_bytes(n: usize) -> u64 {
 /// What [`hash_in_window`] needs by key length (0 to 16), in one table so that one
 /// register holds its address: the masks of [`KEEP`] (rows 0 and 1) and the high half's
 /// xor of [`mix`], `MIX_HI ^ len` (row 2).
-static KEY_PARTS: [[u64; MAX_KEY + 1]; 3] = {
-    let mut t = [[0u64; MAX_KEY + 1]; 3];
+static KEY_PARTS: [[u64; MAX_KEY + 1]; 4] = {
+    let mut t = [[0u64; MAX_KEY + 1]; 4];
     let mut len = 0;
     while len <= MAX_KEY {
         t[0][len] = KEEP[len].0;
         t[1][len] = KEEP[len].1;
         t[2][len] = MIX_HI ^ len as u64;
+        t[3][len] = MIX_LO;
         len += 1;
     }
     t
@@ -264,9 +265,9 @@ fn hash_in_window(w: &[u8; 80], p: usize, len: usize) -> u64 {
         x.copy_from_slice(&w[at..at + 8]);
         u64::from_le_bytes(x)
     };
-    let lo = word(p) & KEY_PARTS[0][len];
+    let lo = (word(p) & KEY_PARTS[0][len]) ^ KEY_PARTS[3][len];
     let hi = (word(p + 8) & KEY_PARTS[1][len]) ^ KEY_PARTS[2][len];
-    mum(lo ^ MIX_LO, hi)
+    mum(lo, hi)
 }
 
 /// Masks keeping the first `len` bytes of a 16-byte key, by `len` (0 to 16).
