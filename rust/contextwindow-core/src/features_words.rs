@@ -534,15 +534,17 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let vocabs = families.vocabs();
     // `s` before the window wraps to a large offset
     let mut d = s.wrapping_sub(window.base);
-    if d >= REUSE {
+    let c = if d >= REUSE {
         if s + WINDOW > b.len() {
             return s;
         }
         window.base = s;
         window.classes = classes(window.simd, b, s);
         d = 0;
-    }
-    let c = window.classes.shifted(d);
+        window.classes
+    } else {
+        window.classes.shifted(d)
+    };
     let r = region(&c, (WINDOW - d) as u32);
     if r.end < SHORT {
         window.skip_until = s + window.skip;
