@@ -202,8 +202,17 @@ pub fn key_hash(key: &[u8]) -> u64 {
 
 #[inline(always)]
 fn mix(lo: u64, hi: u64, len: usize) -> u64 {
-    let r =
-        (lo ^ 0x9E37_79B9_7F4A_7C15) as u128 * (hi ^ 0xD6E8_FEB8_6659_FD93 ^ len as u64) as u128;
+    mum(lo ^ MIX_LO, hi ^ MIX_HI ^ len as u64)
+}
+
+/// The constants [`mix`] xors into a key's low and high halves.
+const MIX_LO: u64 = 0x9E37_79B9_7F4A_7C15;
+const MIX_HI: u64 = 0xD6E8_FEB8_6659_FD93;
+
+/// `a * b` as 128-bit numbers, folded to 64 bits.
+#[inline(always)]
+fn mum(a: u64, b: u64) -> u64 {
+    let r = a as u128 * b as u128;
     (r as u64) ^ ((r >> 64) as u64)
 }
 
@@ -228,6 +237,37 @@ const fn first_bytes(n: usize) -> u64 {
     } else {
         (1u64 << (8 * n)) - 1
     }
+}
+
+/// What [`hash_in_window`] needs by key length (0 to 16), in one table so that one
+/// register holds its address: the masks of [`KEEP`] (rows 0 and 1) and the high half's
+/// xor of [`mix`], `MIX_HI ^ len` (row 2).
+static KEY_PARTS: [[u64; MAX_KEY + 1]; 4] = {
+    let mut t = [[0u64; MAX_KEY + 1]; 4];
+    let mut len = 0;
+    while len <= MAX_KEY {
+        t[0][len] = KEEP[len].0;
+        t[1][len] = KEEP[len].1;
+        t[2][len] = MIX_HI ^ len as u64;
+        t[3][len] = MIX_LO;
+        len += 1;
+    }
+    t
+};
+
+/// Hash of the key `w[p..p + len]` (`len` 1 to 16) as [`key_hash`] computes it, from
+/// the 16 bytes at `p`: an 80-byte window holds them for every `p` up to 64 (a
+/// `trailing_zeros` of a `u64`), so the loads need no bounds check.
+#[inline(always)]
+fn hash_in_window(w: &[u8; 80], p: usize, len: usize) -> u64 {
+    let word = |at: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&w[at..at + 8]);
+        u64::from_le_bytes(x)
+    };
+    let lo = (word(p) & KEY_PARTS[0][len]) ^ KEY_PARTS[3][len];
+    let hi = (word(p + 8) & KEY_PARTS[1][len]) ^ KEY_PARTS[2][len];
+    mum(lo, hi)
 }
 
 /// Masks keeping the first `len` bytes of a 16-byte key, by `len` (0 to 16).
@@ -425,6 +465,14 @@ const fn kind_table() -> [u8; 256] {
 }
 
 static KIND: [u8; 256] = kind_table();
+
+/// Whether the ASCII fast path is tried at a byte (with nothing pending): a letter,
+/// digit, space, line break or punctuation mark.
+#[inline(always)]
+fn starts_fast_path(x: u8) -> bool {
+    let k = KIND[x as usize];
+    k <= PU && k != TB
+}
 
 #[inline(always)]
 fn is_letter(k: u8) -> bool {
@@ -1322,7 +1370,7 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let mut i = 0;
     while i < n {
         let k = KIND[b[i] as usize];
-        if n >= words::MIN_TAIL && prefix.is_none() && k <= PU && k != TB {
+        if n >= words::MIN_TAIL && prefix.is_none() && starts_fast_path(b[i]) {
             // nothing pending: ASCII text from here is read 64 bytes at a time when it can be
             let r = words::ascii_run(out, families, b, i, &mut window);
             if r > i {

@@ -15,8 +15,8 @@
 //! the byte-by-byte oracle).
 
 use super::{
-    hash_at, letter_segment, punct_piece, space_piece, Sink, Vocabs, F_DIGITS, F_DIGIT_GROUPS,
-    F_KNOWN, MAX_KEY,
+    hash_in_window, letter_segment, punct_piece, space_piece, Sink, Vocabs, F_DIGITS,
+    F_DIGIT_GROUPS, F_KNOWN, MAX_KEY,
 };
 
 /// Bytes per window.
@@ -478,7 +478,7 @@ fn region_v1<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     s: usize,
     window: &mut Window,
 ) -> usize {
-    region_pieces(out, families, b, s, window)
+    region_runs(out, families, b, s, window)
 }
 
 /// [`region_pieces`] compiled for AVX2-era CPUs: `tzcnt`, `lzcnt`, `popcnt`, `blsr`
@@ -496,7 +496,30 @@ unsafe fn region_v3<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     s: usize,
     window: &mut Window,
 ) -> usize {
-    region_pieces(out, families, b, s, window)
+    region_runs(out, families, b, s, window)
+}
+
+/// [`region_pieces`] from `s`, then again from where it stopped for as long as the
+/// byte-by-byte loop would call it there at once: after a take of [`SHORT`] bytes or
+/// more (no skip set), with room for a new window, at a byte that starts the fast path
+/// (the test of `scan_into`). One call of the fast path per window of prose, not
+/// counting its registers out and back in each time.
+#[inline(always)]
+fn region_runs<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
+    out: &mut S,
+    families: &V,
+    b: &[u8],
+    s: usize,
+    window: &mut Window,
+) -> usize {
+    let mut s = s;
+    loop {
+        let end = region_pieces(out, families, b, s, window);
+        if end - s < SHORT as usize || end + WINDOW > b.len() || !super::starts_fast_path(b[end]) {
+            return end;
+        }
+        s = end;
+    }
 }
 
 /// The fast path past its skip check, inlined into one function per instruction set.
@@ -511,15 +534,17 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     let vocabs = families.vocabs();
     // `s` before the window wraps to a large offset
     let mut d = s.wrapping_sub(window.base);
-    if d >= REUSE {
+    let c = if d >= REUSE {
         if s + WINDOW > b.len() {
             return s;
         }
         window.base = s;
         window.classes = classes(window.simd, b, s);
         d = 0;
-    }
-    let c = window.classes.shifted(d);
+        window.classes
+    } else {
+        window.classes.shifted(d)
+    };
     let r = region(&c, (WINDOW - d) as u32);
     if r.end < SHORT {
         window.skip_until = s + window.skip;
@@ -546,31 +571,50 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // letter segments: uppercase then lowercase letters, led by the byte before them
     // when it is in `leads`; a word whose key (leading byte included) every family
     // knows is one known token, found here with one hash and one probe per family,
-    // and anything else goes through `letter_segment`
+    // and anything else goes through `letter_segment`. Each key is found from where it
+    // starts, the leading byte of a led segment (never a letter, never a segment's
+    // last byte) or the first letter of an unled one: its length is the distance to
+    // the segment's last letter, and a key of one byte (a letter alone) is a token.
     let camel = c.upper & (c.lower << 1);
-    let mut starts = ((letter & !(letter << 1)) | camel) & inside;
+    let starts = ((letter & !(letter << 1)) | camel) & inside;
     let seg_last = (letter & !(letter >> 1)) | (c.lower & (c.upper >> 1));
     let led_at = r.leads << 1;
-    let mut known_words = 0u64;
-    while starts != 0 {
-        let i = starts.trailing_zeros() as usize;
-        starts &= starts - 1;
-        let e = i + (seg_last >> i).trailing_zeros() as usize + 1;
-        let p = i - (led_at >> i & 1) as usize;
-        let (ks, ke) = (s + p, s + e);
+    let keys = (starts & !led_at) | ((starts & led_at) >> 1);
+    let ones = keys & seg_last;
+    let mut keys = keys & !ones;
+    // every key is counted known, less those that are not (the common case changes no
+    // register)
+    let mut known_words = (ones | keys).count_ones() as u64;
+    // the 16 bytes from every key start (at most 63): the text's, or when fewer than 80
+    // bytes are left from `s`, a copy (the hash reads only the key's bytes)
+    let mut copy;
+    let w: &[u8; WINDOW + 16] = match b.get(s..s + WINDOW + 16).and_then(|w| w.try_into().ok()) {
+        Some(w) => w,
+        None => {
+            let rest = &b[s..];
+            copy = [0u8; WINDOW + 16];
+            copy[..rest.len()].copy_from_slice(rest);
+            &copy
+        }
+    };
+    while keys != 0 {
+        let p = keys.trailing_zeros() as usize;
+        keys &= keys - 1;
+        let len = (seg_last >> p).trailing_zeros() as usize + 1;
         // `known_all`'s test, written out so that the probes stop at the first family
         // that lacks the key (calling `known_all` here: `conservative` prose 864 -> 732
-        // MiB/s, criterion); a key of one byte is always a token
-        if ke - ks == 1
-            || ke - ks <= MAX_KEY && ks + 16 <= b.len() && {
-                let h = hash_at(b, ks, ke);
-                vocabs.iter().all(|v| v.contains_hash(h))
-            }
-        {
-            known_words += 1;
-        } else {
-            letter_segment(&mut tally, vocabs, b, (p < i).then_some(ks), s + i, ke);
+        // MiB/s, criterion)
+        if len <= MAX_KEY && {
+            let h = hash_in_window(w, p, len);
+            vocabs.iter().all(|v| v.contains_hash(h))
+        } {
+            continue;
         }
+        known_words -= 1;
+        // the segment's first letter: `p`, or the byte after it when `p` is its lead
+        let i = p + (!letter >> p & 1) as usize;
+        let lead = (p < i).then_some(s + p);
+        letter_segment(&mut tally, vocabs, b, lead, s + i, s + p + len);
     }
     for n in &mut tally.known {
         *n += known_words;
