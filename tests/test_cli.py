@@ -341,6 +341,12 @@ def test_fit_model_unknown_or_misused(monkeypatch: pytest.MonkeyPatch, capsys: p
     # it says the output reserve is needed too (fresh10: "(and --max-output-tokens N)" read
     # as optional, and any window of 64,000 or less then failed on the default reserve)
     assert "--context-window N and --max-output-tokens N (without it 64,000 tokens are reserved" in err
+    # fresh17 #10: with --max-output-tokens given, the advice no longer says it is missing
+    assert main(["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--max-output-tokens", "100"]) == 2
+    assert capsys.readouterr().err == (
+        "contextwindow: error: unknown model 'acme-llm-9000': not in the model table; pass --context-window N,"
+        " set LLM_CONTEXT_SIZE, or use --budget N\n"
+    )
     # a declared window makes an unknown model usable: from the option or the environment
     argv = ["fit", str(EXAMPLE), "--model", "acme-llm-9000", "--context-window", "9000"]
     assert main([*argv, "--max-output-tokens", "1000", "--json"]) == 0

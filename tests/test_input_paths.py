@@ -943,3 +943,116 @@ def test_a_bad_budget_is_the_same_error_everywhere(budget: Any) -> None:
         with pytest.raises(ValueError, match=r"^budget must be a non-negative int") as err:
             call()
         assert not isinstance(err.value, TypeError)
+
+
+def _deep_dict(levels: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    cur = top
+    for _ in range(levels - 1):
+        cur["a"] = {}
+        cur = cur["a"]
+    return top
+
+
+def _deep_conversations(levels: int) -> list[list[dict[str, Any]]]:
+    openai = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "x": _deep_dict(levels),
+            "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "t", "content": "r"},
+    ]
+    anthropic = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": _deep_dict(levels)}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    return [openai, anthropic]
+
+
+def test_nesting_near_the_recursion_limit_is_always_a_typed_error_naming_the_message() -> None:
+    """fresh17 #4: a few levels under Python's recursion limit, the first read of the
+    messages passed and a later encode, a few frames deeper, raised a bare RecursionError
+    (fit, prune_middle, recover_from_overflow, trim_turns(tokenizer=)), or the error had no
+    message index. Every depth in the band, in both shapes, through every entry point: it
+    works or it is InvalidMessageError naming message 1."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    calls = {
+        "fit": lambda m: cw.fit(m, 5),
+        "prune_middle": lambda m: cw.prune_middle(m, 5),
+        "recover_from_overflow": lambda m: cw.recover_from_overflow(m, budget=5),
+        "trim_turns": lambda m: cw.trim_turns(m, budget=5),
+        "trim_turns(tokenizer=)": lambda m: cw.trim_turns(m, budget=5, tokenizer=len),
+        "count_messages": lambda m: cw.count_messages(m),
+        "token_breakdown": lambda m: cw.token_breakdown(m),
+        "repair_tool_pairs": lambda m: cw.repair_tool_pairs(m),
+        "ContextGuard.check": lambda m: cw.ContextGuard(context_window=40, max_output_tokens=20).check(m),
+    }
+    refused = 0
+    for levels in range(limit - 120, limit + 8, 2):
+        for conversation in _deep_conversations(levels):
+            for name, call in calls.items():
+                try:
+                    call(conversation)
+                except cw.InvalidMessageError as exc:
+                    assert exc.index == 1, (name, levels, str(exc))
+                    assert "nested too deeply" in str(exc), (name, levels, str(exc))
+                    refused += 1
+                except cw.ContextOverflowError:
+                    pass  # the guard: it read the messages, then nothing fit 5 tokens
+    assert refused > 0  # the sweep reached the limit
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (cw.Message(role="user", content=[cw.TextPart(text=b"x" * 50)]), "content[0].text"),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.TextPart(text="q")], name=b"bob"), "name"),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.TextPart(text="q")], id=bytearray(b"m1")), "id"),  # type: ignore[arg-type]
+        (
+            cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments=memoryview(b"{}"))]),  # type: ignore[arg-type]
+            "content[0].arguments",
+        ),
+        (cw.Message(role="assistant", content=[cw.ToolCall(id=b"c", name="f", arguments="{}")]), "content[0].id"),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.ImagePart(source=b"\x89PNG")]), "content[0].source"),
+        (
+            cw.Message(role="user", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text=b"r")])]),  # type: ignore[arg-type]
+            "content[0].content[0].text",
+        ),
+    ],
+)
+def test_struct_fields_holding_bytes_are_refused_as_dicts_are(message: cw.Message, field: str) -> None:
+    """fresh17 #5: msgspec writes bytes as base64 text, so a struct's bytes passed the type
+    check: counted and cut as base64 and sent back as text (a dict's are refused)."""
+    ms = [
+        cw.Message(role="user", content=[cw.TextPart(text="old")]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="a")]),
+        message,
+    ]
+    calls = [
+        lambda: cw.count_messages(ms),
+        lambda: cw.trim_turns(ms, budget=50),
+        lambda: cw.token_breakdown(ms),
+        lambda: cw.validate(ms, provider="openai"),
+        lambda: cw.fit(ms, 50),
+    ]
+    for call in calls:
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert (info.value.index, info.value.field) == (2, field)
+        assert str(info.value) == f"message 2, field {field}: must be a string"
+
+
+@pytest.mark.parametrize("content", [None, 5])
+def test_struct_content_that_is_not_a_list_names_the_field(content: Any) -> None:
+    """fresh17 #6: content=None said "'NoneType' object is not iterable", no index."""
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages(
+            [cw.Message(role="user", content=[cw.TextPart(text="q")]), cw.Message(role="user", content=content)]
+        )
+    assert str(info.value) == "message 1, field content: must be a list of parts"

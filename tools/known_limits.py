@@ -150,6 +150,31 @@ def texts() -> list[tuple[str, str]]:
         ("200 regexes", regexes),
         ("random ASCII symbols, 50 lines of 120", long_lines),
         ("random ASCII symbols, 500 lines of 10", short_lines),
+        *tabular_and_mixed(),
+    ]
+
+
+def tabular_and_mixed() -> list[tuple[str, str]]:
+    """A new user's cases (fresh17 #2, #7, #8), from a seed of their own so the texts
+    above stay as they were: right-aligned numbers (tool output: `ps`, `df`, tables),
+    long runs of line breaks and spaces, and scripts interleaved character by character."""
+    rnd = random.Random(3)
+    digits_12 = "\n".join(f"{rnd.randint(0, 9):>12}" for _ in range(3000))
+    digits_3 = "".join(f"{rnd.randint(0, 9):>3}" for _ in range(3000))
+    numbers_12 = "\n".join(f"{rnd.randint(0, 99_999):>12}" for _ in range(2000))
+    columns = "\n".join("".join(f"{rnd.randint(0, 99_999):>12}" for _ in range(8)) for _ in range(300))
+    latin_cyrillic = "".join(rnd.choice("abяж") for _ in range(5000))
+    scripts = "".join(rnd.choice(["a", "я", "α", "中", "ア", "한", "ع", "א", "ก", "🙂"]) for _ in range(5000))
+    return [
+        ("single digits right-aligned in 12, 3,000 lines", digits_12),
+        ("single digits right-aligned in 3, 3,000 in a row", digits_3),
+        ("numbers below 100,000 right-aligned in 12, 2,000 lines", numbers_12),
+        ("8 columns of numbers, width 12, 300 lines", columns),
+        ("5,000 line breaks", "\n" * 5000),
+        ("5,000 spaces", " " * 5000),
+        ("1,000 U+202E (right-to-left override)", "\u202e" * 1000),
+        ("5,000 of a, b, я, ж at random", latin_cyrillic),
+        ("5,000 characters of 10 scripts at random", scripts),
     ]
 
 

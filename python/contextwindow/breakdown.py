@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
+from ._engine import nesting_errors
 from ._jsontext import as_int, shown
 from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
 from .messages import Message, TextPart, ToolCall, ToolResult
@@ -205,6 +206,7 @@ def _preview(m: Message) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
 
 
+@nesting_errors()
 def token_breakdown(
     messages: Any,
     *,

@@ -264,10 +264,18 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
         # it (fresh11 N3, N4: the Python parameter was named, not the unknown model)
         raise ValueError(_reserve_error(exc, args.model)) from None
     if not budget.capacity_known:
+        # refused, not resolve_budget's 32,000 guess: a guessed window could be larger than
+        # the real one (as ContextGuard(model=)); the advice names only options not given
+        # (fresh17 #10: it said --max-output-tokens was missing when it was passed)
+        reserve = (
+            ""
+            if args.max_output_tokens is not None
+            else " and --max-output-tokens N (without it 64,000 tokens are reserved for output, which a window"
+            " of 64,000 or less cannot hold)"
+        )
         raise ValueError(
             f"unknown model {shown(args.model)}: not in the model table; pass --context-window N"
-            " and --max-output-tokens N (without it 64,000 tokens are reserved for output, which a window"
-            " of 64,000 or less cannot hold), set LLM_CONTEXT_SIZE, or use --budget N"
+            f"{reserve}, set LLM_CONTEXT_SIZE, or use --budget N"
         )
     return budget
 

@@ -47,6 +47,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
+from ._engine import nesting_errors
 from ._jsontext import as_int, shown
 from .budget import token_budget
 from .estimate import resolve_profile
@@ -486,6 +487,7 @@ def _tool_names(msgs: list[Message]) -> list[list[str | None]]:
 # --------------------------------------------------------------------------- layer 1
 
 
+@nesting_errors()
 def budget_tool_results(
     messages: Any,
     context_window: int,
@@ -894,6 +896,7 @@ def _budget_tool_results(
 # --------------------------------------------------------------------------- micro compaction
 
 
+@nesting_errors()
 def micro_compact(
     messages: Any,
     keep_recent: int = 6,
@@ -1040,6 +1043,7 @@ def _with_notice(m: Message, text: str, where: str) -> Message:
     return ref.fix_content_kind(msgspec.structs.replace(m, content=content))
 
 
+@nesting_errors()
 def prune_middle(
     messages: Any,
     budget: Any = None,

@@ -47,7 +47,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
-from ._engine import json_type_name, tool_definition_error
+from ._engine import json_type_name, nesting_errors, tool_definition_error
 from ._jsontext import (
     KeyClash,
     as_int,
@@ -310,6 +310,7 @@ def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], i
     return scale(total)
 
 
+@nesting_errors()
 def count_messages(
     messages: Any,
     profile: str | None = DEFAULT_PROFILE,
@@ -346,7 +347,7 @@ def count_messages(
         InvalidMessageError: a message is malformed (names its index and field).
         InvalidRequestError: a tool definition is not a dict (JSON: an object), is nested too deeply or holds
             a value JSON cannot represent (names ``tools[i]``).
-        ValueError: unknown profile, ``tools`` is not a list, or ``limit`` is not an
+        ValueError: unknown profile, ``tools`` is not a list (or tuple), or ``limit`` is not an
             ``int >= 0``.
 
     >>> count_messages([{"role": "user", "content": "abcdefgh"}], profile="fim")
@@ -361,6 +362,7 @@ def count_messages(
     return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
 
 
+@nesting_errors()
 def message_tokens(messages: Any, profile: str | None = DEFAULT_PROFILE, *, format: str | None = None) -> list[int]:
     """Estimate the tokens of each message.
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _engine
 from . import _reference as ref
-from ._engine import Prepared, encode_messages
+from ._engine import Prepared, encode_messages, nesting_errors
 from ._jsontext import clean_str, shown
 from .adapters import from_canonical
 from .calibrate import Calibrator, scale_tokens
@@ -291,6 +291,7 @@ class Estimator:
         rule = self._text_rule() if self._tokenizer is not None else None
         return [scale_tokens(n, factor) for n in self._counts(messages, format, rule)]
 
+    @nesting_errors(1)
     def count_messages(
         self,
         messages: Any,

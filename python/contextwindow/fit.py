@@ -62,6 +62,7 @@ import msgspec
 
 from . import _engine
 from . import _reference as ref
+from ._engine import nesting_errors
 from ._jsontext import as_int, shown
 from .budget import token_budget
 from .estimate import resolve_profile
@@ -1032,6 +1033,7 @@ def _shrink_newest_turn(
     return out, merged
 
 
+@nesting_errors()
 def fit(
     messages: Any,
     budget: int,
@@ -1132,6 +1134,7 @@ def fit(
     return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
 
 
+@nesting_errors()
 def priorities(
     messages: Any, policy: FitPolicy | None = None, *, profile: str | None = None, format: str | None = None
 ) -> list[int]:
@@ -1172,6 +1175,7 @@ def priorities(
     return out
 
 
+@nesting_errors()
 def recover_from_overflow(
     messages: Any,
     reported_tokens: int | None = None,

@@ -68,6 +68,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from . import _engine
+from ._engine import nesting_errors
 from ._jsontext import as_int, shown
 from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
@@ -621,6 +622,7 @@ class ContextGuard:
             for fn in subs:
                 fn(e)
 
+    @nesting_errors(1)
     def check(self, messages: Any, hint: str | None = "general", *, format: str | None = None) -> GuardResult:
         """Make ``messages`` fit the token budget before a model request.
 
@@ -831,6 +833,7 @@ class ContextGuard:
             raise
         return result
 
+    @nesting_errors(1)
     def recover(
         self,
         messages: Any,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import _engine
+from ._engine import nesting_errors
 from ._jsontext import shown
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import TrimResult, Violation
@@ -16,6 +17,7 @@ __all__ = ["repair_tool_pairs", "validate"]
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
 
 
+@nesting_errors()
 def repair_tool_pairs(
     messages: Any,
     missing: Literal["stub", "drop"] = "stub",
@@ -68,6 +70,7 @@ def repair_tool_pairs(
     return _engine.apply(prep, out)
 
 
+@nesting_errors()
 def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format: str | None = None) -> list[Violation]:
     """List every violation of the provider's message rules.
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import _engine
 from . import _reference as ref
+from ._engine import nesting_errors
 from ._jsontext import as_int, shown
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .estimator import Estimator, counter_cost
@@ -106,6 +107,7 @@ def _fast_trim(native: Callable[..., Any], messages: Any, format: str | None, li
     return _engine.apply_outcome(snapshot, fmt, out)
 
 
+@nesting_errors()
 def trim_turns(
     messages: Any,
     budget: int,
@@ -199,6 +201,7 @@ def trim_turns(
     return _engine.apply_ops(prep, ops, report)
 
 
+@nesting_errors()
 def trim_turn_count(
     messages: Any,
     max_turns: int,

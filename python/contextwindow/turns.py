@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
+from ._engine import nesting_errors
 from .report import Segmentation
 
 __all__ = ["segment_turns"]
@@ -14,6 +15,7 @@ __all__ = ["segment_turns"]
 _SEG = msgspec.json.Decoder(Segmentation)
 
 
+@nesting_errors()
 def segment_turns(messages: Any, *, format: str | None = None) -> Segmentation:
     """Split a conversation into preamble, turns and tool units.
 
