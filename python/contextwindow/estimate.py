@@ -8,8 +8,8 @@ Profiles:
 
 * ``conservative`` (default): weights fitted to the larger of the ``cl100k`` and ``tekken``
   real counts, on the features of its own vocabulary (a piece is one token only when it
-  is one in both families, up to its Bloom filter's false positives, about 1.4% of other
-  pieces; a character costs what the dearer family spends on it), times
+  is one in both families, up to its Bloom filter's false positives, about 0.005% of
+  random words; a character costs what the dearer family spends on it), times
   a margin (``data/profiles.json``; 1.03 as fitted), rounded up, with the larger of their
   overheads. One scan of the text, as for a fitted profile. Use it when an overflow costs
   more than a little waste: on held-out agent transcripts at most a few percent of text

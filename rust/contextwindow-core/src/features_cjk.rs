@@ -20,7 +20,8 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::{
-    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, F_CH, F_EX, F_NGRAMS, UPPER_FLAG,
+    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, BLOOM_SHIFT, F_CH, F_EX, F_NGRAMS,
+    UPPER_FLAG,
 };
 use super::{G_CJK, G_KANA, G_SYM};
 
@@ -301,9 +302,14 @@ unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_6
     if v.remix {
         h = _mm256_or_si256(_mm256_slli_epi64(h, 26), _mm256_srli_epi64(h, 38));
     }
-    // SAFETY: word indices are h >> 50 < 2^14, inside the 2^17-byte filter.
-    let word =
-        unsafe { _mm256_i64gather_epi64::<8>(v.bloom.as_ptr().cast(), _mm256_srli_epi64(h, 50)) };
+    // SAFETY: word indices are h >> BLOOM_SHIFT < BLOOM_BYTES / 8 (2^16), inside the
+    // BLOOM_BYTES-byte filter.
+    let word = unsafe {
+        _mm256_i64gather_epi64::<8>(
+            v.bloom.as_ptr().cast(),
+            _mm256_srli_epi64::<{ BLOOM_SHIFT as i32 }>(h),
+        )
+    };
     let six = _mm256_set1_epi64x(63);
     let one = _mm256_set1_epi64x(1);
     let bit = |s: __m256i| _mm256_sllv_epi64(one, _mm256_and_si256(s, six));
