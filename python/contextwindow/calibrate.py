@@ -60,7 +60,8 @@ def scale_tokens(tokens: int, factor: float) -> int:
     float noise (``100 * 1.1 == 110.00000000000001``) does not add a token.
 
     Exact for every int: the product is the exact one of ``tokens`` and the float
-    ``factor`` (integer arithmetic on ``factor.as_integer_ratio()``, never a float
+    ``factor``'s binary value (1.33 is 1.33000000000000007..., which shows from about
+    ``10**15`` tokens) (integer arithmetic on ``factor.as_integer_ratio()``, never a float
     product), rounded half to even to 6 decimals, then the ceiling; so a factor ``>= 1``
     never gives less than ``tokens``, and no count is too large (fresh16a F4: through a
     float, ``2**53 + 1`` at factor 1.0 came back as ``2**53`` and ``10**400`` raised
@@ -216,10 +217,13 @@ class Calibrator:
             tokens: an uncalibrated estimate, ``>= 0``.
 
         Returns:
-            The calibrated estimate in tokens; 0 stays 0. The product is exact (no
-            float rounding, for any int) and rounded to 6 decimals before the ceiling, so
-            ``scale(100)`` at factor 1.1 is 110, not 111, and at a factor ``>= 1`` the
-            result is never below ``tokens``.
+            The calibrated estimate in tokens; 0 stays 0. The product of ``tokens`` and
+            the factor as stored is exact (no float product, for any int) and rounded to
+            6 decimals before the ceiling, so ``scale(100)`` at factor 1.1 is 110, not 111,
+            and at a factor ``>= 1`` the result is never below ``tokens``. The factor itself
+            is a float (a ratio of 1.33 is stored as 1.33000000000000007...), so from about
+            ``10**15`` tokens its own rounding shows: ``scale(10**15)`` at 1.33 is
+            1,330,000,000,000,001 (fresh17b #7).
 
         Raises:
             ValueError: ``tokens`` is not an int (a ``bool``, ``float`` or ``str``; any
