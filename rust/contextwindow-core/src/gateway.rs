@@ -2399,7 +2399,7 @@ pub fn fit_request<'b>(
     let out = if unchanged {
         Cow::Borrowed(body)
     } else {
-        Cow::Owned(write_body(&req, &outcome.messages)?)
+        Cow::Owned(write_body(&req, &outcome.messages, body)?)
     };
     Ok(FittedRequest {
         body: out,
@@ -2414,7 +2414,19 @@ fn internal(reason: &str) -> Error {
     invalid(None, format!("internal error: {reason}"))
 }
 
-fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u8>> {
+/// The fitted body: `original` (the body as sent) with the `messages` array, and an
+/// Anthropic `system` the engine changed, spliced out and written anew. `req` was read
+/// from `original` with its lone surrogate escapes written `\ufffd`
+/// ([`replace_lone_surrogates`], same length, so every offset in `req` is an offset in
+/// `original`): what is kept (the other keys, the whitespace, every message kept
+/// unchanged) is copied from `original`, so only the messages the engine writes carry
+/// `\ufffd` (fresh17b #2: the model, tool names, unknown keys and `kept` messages were
+/// cleaned too).
+fn write_body(
+    req: &Request<'_>,
+    ops: &[crate::pairs::Work<'_>],
+    original: &[u8],
+) -> Result<Vec<u8>> {
     let cx = req.cx;
     let lift = usize::from(req.system.is_some());
     let mut ops = ops.iter();
@@ -2436,11 +2448,21 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
     let Some((ms, me)) = req.messages_span else {
         return Err(internal("an empty messages array changed"));
     };
-    let mut arr = String::with_capacity(me - ms + 256);
-    arr.push('[');
+    if original.len() != cx.body.len() {
+        return Err(internal("the cleaned body is not the body's length"));
+    }
+    // the bytes `s` (a slice of the cleaned body) stand for in the body as sent
+    let as_sent = |s: &str| -> Result<&[u8]> {
+        let st = cx.start_of(s);
+        original
+            .get(st..st.wrapping_add(s.len()))
+            .ok_or_else(|| internal("a kept span is outside the body"))
+    };
+    let mut arr: Vec<u8> = Vec::with_capacity(me - ms + 256);
+    arr.push(b'[');
     for (k, w) in ops.enumerate() {
         if k > 0 {
-            arr.push(',');
+            arr.push(b',');
         }
         match w.src {
             Some(i) if !w.changed() && i >= lift => {
@@ -2448,40 +2470,40 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
                     .raw
                     .get(i - lift)
                     .ok_or_else(|| internal("message index out of range"))?;
-                arr.push_str(raw);
+                arr.extend_from_slice(as_sent(raw)?);
             }
             _ => {
                 if w.src == Some(0) && lift == 1 {
                     return Err(internal("the system prompt was moved"));
                 }
                 let m: &Message = &w.msg;
-                arr.push_str(&match req.format {
+                let text = match req.format {
                     Format::OpenAI => message_to_openai(m)?,
                     Format::Anthropic => message_to_anthropic(m)?,
-                });
+                };
+                arr.extend_from_slice(text.as_bytes());
             }
         }
     }
-    arr.push(']');
-    let mut splices: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
+    arr.push(b']');
+    let mut splices: Vec<(usize, usize, &[u8])> = Vec::with_capacity(2);
     splices.push((ms, me, &arr));
     if let (Some(s), Some(new)) = (req.system, system_out.as_deref()) {
         let st = cx.start_of(s.get());
-        splices.push((st, st + s.get().len(), new));
+        splices.push((st, st + s.get().len(), new.as_bytes()));
     }
     splices.sort_by_key(|s| s.0);
-    let body = cx.body;
-    let mut out = Vec::with_capacity(body.len());
+    let mut out = Vec::with_capacity(original.len());
     let mut at = 0;
     for (start, end, text) in splices {
-        if start < at || end > body.len() {
+        if start < at || end > original.len() {
             return Err(internal("overlapping splices"));
         }
-        out.extend_from_slice(&body.as_bytes()[at..start]);
-        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&original[at..start]);
+        out.extend_from_slice(text);
         at = end;
     }
-    out.extend_from_slice(&body.as_bytes()[at..]);
+    out.extend_from_slice(&original[at..]);
     Ok(out)
 }
 
@@ -3102,6 +3124,48 @@ mod tests {
         assert_eq!(fitted.report.dropped_turns, 1);
         let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
         assert!(matches!(fits.body, Cow::Borrowed(_)));
+    }
+
+    /// fresh17b #2: the body was read with its lone surrogate escapes written `\ufffd`,
+    /// and the fitted body was written from that cleaned copy, so a trim rewrote them in
+    /// the model, the tool names, unknown keys and messages reported `kept`.
+    #[test]
+    fn a_trim_keeps_lone_surrogate_escapes_outside_the_messages_it_writes() {
+        let old = "old ".repeat(100);
+        let kept = r#"{"role": "user", "content": "x\ud800y"}"#;
+        let messages = format!(
+            r#"[{{"role": "user", "content": "{old}"}}, {{"role": "assistant", "content": "ok"}}, {kept}]"#
+        );
+        let head = r#"{"model": "m \ud800", "tools": [{"name": "f\ud800", "input_schema": {"type": "object"}}], "messages": "#;
+        let tail = r#", "x": "\udc00"}"#;
+        // the last message takes the breadcrumb (changed: written anew, with U+FFFD);
+        // everything around the messages is the body's bytes
+        let body = format!("{head}{messages}{tail}");
+        let fitted = fit_request(body.as_bytes(), 120, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
+        assert!(out.contains("x\u{fffd}y"), "{out}");
+        // a message kept unchanged is its original bytes, lone surrogate included
+        let body = format!(r#"{{"messages": {messages}}}"#);
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert_eq!(out, format!(r#"{{"messages": [{kept}]}}"#));
+        assert_eq!(
+            (fitted.report.fates[2].fate, fitted.report.fates[2].rule),
+            ("kept", "kept_turn")
+        );
+        // an Anthropic system prompt kept as it is, and a high surrogate before a tool's
+        // name (a pair only across the two: each escape is alone)
+        let body = format!(
+            r#"{{"system": "s\udbff", "tools": [{{"name": "\ud800g", "input_schema": {{}}}}], "messages": {messages}}}"#
+        );
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(
+            out.starts_with(r#"{"system": "s\udbff", "tools": [{"name": "\ud800g", "#),
+            "{out}"
+        );
+        assert!(out.ends_with(&format!("{kept}]}}")), "{out}");
     }
 
     #[test]
