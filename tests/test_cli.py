@@ -126,6 +126,50 @@ def test_bad_files_get_one_line_and_exit_2(
         assert err.startswith(f"contextwindow: error: {f}: ") and expect in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("body", "offset", "problem"),
+    [
+        # fresh17b #8: a raw control character at byte 41 (the CLI said 41, the gateway 40)
+        (b'{"messages": [{"role":"user","content":"a\x01b"}]}', 41, "control character"),
+        # the "x" at byte 17 (the CLI said 18)
+        (b'{"messages": []} xyz', 17, "trailing characters"),
+        # "01": the "1" at byte 52 cannot follow a leading zero (both said 52)
+        (b'{"messages": [{"role":"user","content":"x"}], "m": 01}', 52, "invalid number"),
+        # fresh17b #6: the CLI reads the lone surrogate escape (a warning, U+FFFD) and named
+        # it instead of the trailing comma, whose closing brace is at byte 55
+        (b'{"messages": [{"role": "user", "content": "a\\ud800"}], }', 55, "trailing comma"),
+        (b'{"messages": [{"role": "user", "content": "a"}], }', 49, "trailing comma"),
+        (b'{"messages": [{"role": "user", "content": "a\\ud800"}, 1,]}', 56, "trailing comma"),
+        # the first byte of a \u escape that is not a hex digit; the letter after a backslash
+        (b'{"messages": [{"role": "user", "content": "a\\u12g4"}]}', 48, "invalid escape"),
+        (b'{"messages": [{"role": "user", "content": "a\\x"}]}', 45, "invalid escape"),
+        # the "}" where "true" should go on (the CLI said 46)
+        (b'{"messages": [{"role": "user", "content": tru}]}', 45, "expected ident"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"} "b"]}', 52, "expected `,` or `]`"),
+    ],
+)
+def test_syntax_errors_name_the_gateways_byte_and_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, offset: int, problem: str
+) -> None:
+    """The CLI and ``fit_request`` name the same byte, the first that cannot be where it
+    is (0-based), and the same problem; a lone surrogate escape before it is no error."""
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_request(body)
+    assert info.value.offset == offset
+    assert f"at byte {offset}: {problem}" in str(info.value)
+    f = write(tmp_path, "bad.json", body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid JSON: line 1, column {offset + 1}: {problem}" in err, err
+    assert err.endswith(f" (byte {offset})\n"), err
+    assert "surrogate" not in err
+    # a line of JSONL names the byte in its line the same way
+    f = write(tmp_path, "bad.jsonl", b'{"role": "user", "content": "hi"}\n' + body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.jsonl: line 2: invalid JSON: {problem}" in err and err.endswith(f" (byte {offset})\n"), err
+
+
 def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", str(EXAMPLE), "--budget", "5", "-o", str(tmp_path / "no" / "dir" / "o.json")]) == 2
     err = capsys.readouterr().err

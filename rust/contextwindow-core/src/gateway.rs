@@ -606,13 +606,24 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
-            Some(base + (start + e.column().saturating_sub(1)).min(within.len()))
+            // column 0: the newline ending the line before (a raw one inside a string)
+            let at = match e.column() {
+                0 => start.saturating_sub(1),
+                c => start + c - 1,
+            };
+            Some(base + offending_byte(bytes, at, &e).min(within.len()))
         };
         let text = e.to_string();
-        let reason = match text.rfind(" at line ") {
+        let mut reason = match text.rfind(" at line ") {
             Some(i) => text[..i].to_owned(),
             None => text,
         };
+        if offset.is_some_and(|at| trailing_comma(self.body.as_bytes(), at, &reason)) {
+            // the words serde_json has where it reads an array or object itself (the
+            // top level, `messages`), not those of its raw-value pass (fresh17b #6: the
+            // CLI, which asks that pass, said "key must be a string")
+            reason = "trailing comma".to_owned();
+        }
         invalid(offset, reason)
     }
 
@@ -1835,6 +1846,50 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
     })
 }
 
+/// The offset of the byte serde_json's error `e` is about, from `at`, the byte its line
+/// and column point at: the first byte that cannot be where it is (fresh17b #8). Its
+/// column is that byte's for most errors, but one past a raw control character found
+/// while skipping a string (a `RawValue`, as the first pass over the body reads every
+/// value; a string read as a string is right), and the last of the four hex digits of a
+/// `\u` escape that holds something else (the first such byte is the problem).
+fn offending_byte(b: &[u8], at: usize, e: &serde_json::Error) -> usize {
+    let reason = e.to_string();
+    if reason.starts_with("control character") {
+        if b.get(at).is_some_and(|&c| c >= 0x20) && b.get(at + 1).is_some_and(|&c| c < 0x20) {
+            return at + 1;
+        }
+    } else if reason.starts_with("invalid escape") && at >= 5 {
+        let e = at - 5;
+        if escaped_u(b, e) {
+            if let Some(k) = b[e + 2..=at].iter().position(|c| !c.is_ascii_hexdigit()) {
+                return e + 2 + k;
+            }
+        }
+    }
+    at
+}
+
+/// Whether serde_json's `reason` at `at` is a comma before the end of an array (`expected
+/// value` at its `]`) or an object (`key must be a string` at its `}`).
+fn trailing_comma(b: &[u8], at: usize, reason: &str) -> bool {
+    let end = match reason {
+        "expected value" => b']',
+        "key must be a string" => b'}',
+        _ => return false,
+    };
+    b.get(at) == Some(&end)
+        && b[..at]
+            .iter()
+            .rev()
+            .find(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            == Some(&b',')
+}
+
+/// Whether a `\u` that starts an escape is at `i`.
+fn escaped_u(b: &[u8], i: usize) -> bool {
+    b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') && starts_escape(b, i)
+}
+
 /// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
 /// `tool_calls`, `tool_call_id`): `io._openai_marked`.
 fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
@@ -2314,10 +2369,24 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
 /// ```
 pub fn json_syntax_error(text: &str) -> Option<Error> {
     let cx = Ctx::new(text);
-    serde_json::Deserializer::from_str(text)
+    let found = serde_json::Deserializer::from_str(text)
         .into_iter::<&RawValue>()
         .find_map(|v| v.err())
-        .map(|e| cx.json_err(e, text))
+        .map(|e| cx.json_err(e, text))?;
+    // A byte right after the first value that starts no value: "trailing characters",
+    // as the gateway says of a body, rather than the stream's "expected value" there.
+    let at = |e: &Error| match e {
+        Error::InvalidRequest { offset, reason } => (*offset, reason.clone()),
+        _ => (None, String::new()),
+    };
+    if let Err(e) = serde_json::from_str::<&RawValue>(text) {
+        let single = cx.json_err(e, text);
+        let (one, why) = at(&single);
+        if why == "trailing characters" && one.is_some() && one == at(&found).0 {
+            return Some(single);
+        }
+    }
+    Some(found)
 }
 
 /// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
@@ -3086,6 +3155,26 @@ mod tests {
             (b"{\"model\": \"m\"}", None),
             // a byte order mark (the fresh tester's N3: the error said "expected value")
             (b"\xef\xbb\xbf{\"messages\": []}", Some(0)),
+            // fresh17b #8: the first byte that cannot be there, whatever serde_json's
+            // column says: a raw control character (skipped as a raw value, or read as a
+            // key), a trailing byte, the digit after a leading zero, the first non-hex
+            // digit of a \u escape, the letter after a backslash, the end of `tru`
+            (
+                b"{\"messages\": [{\"role\":\"user\",\"content\":\"a\x01b\"}]}",
+                Some(41),
+            ),
+            (b"{\"messages\": [\"\x1f\"]}", Some(15)),
+            (b"{\"messages\": [\"a\nb\"]}", Some(16)),
+            (b"{\"a\x01\": 1, \"messages\": []}", Some(3)),
+            (b"{\"a\n\": 1, \"messages\": []}", Some(3)),
+            (b"{\"messages\": []} xyz", Some(17)),
+            (b"{\"messages\": [], \"m\": 01}", Some(23)),
+            (b"{\"messages\": [\"a\\u12g4\"]}", Some(20)),
+            (b"{\"messages\": [\"a\\ug234\"]}", Some(18)),
+            (b"{\"messages\": [\"a\\u12\\x\"]}", Some(20)),
+            (b"{\"messages\": [\"a\\x\"]}", Some(17)),
+            (b"{\"messages\": [tru]}", Some(17)),
+            (b"{\"messages\": [], }", Some(17)),
         ];
         for (body, want) in cases {
             assert_eq!(
@@ -3095,6 +3184,49 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// fresh17b #6 and #8: the CLI asks `json_syntax_error` (serde_json's raw-value pass,
+    /// a stream of values) and must name the byte and the problem the gateway names.
+    #[test]
+    fn syntax_errors_have_the_gateways_offset_and_words() {
+        let cases: &[(&str, usize, &str)] = &[
+            (r#"{"messages": [], }"#, 17, "trailing comma"),
+            (r#"{"messages": [1,]}"#, 16, "trailing comma"),
+            (r#"{"messages": [{"a": 1 ,}]}"#, 23, "trailing comma"),
+            (r#"{"messages": [1, }"#, 17, "expected value"),
+            (r#"{"messages": []} xyz"#, 17, "trailing characters"),
+            ("{\"messages\": [\"a\u{1}b\"]}", 16, "control character"),
+            (r#"{"messages": ["a\u12g4"]}"#, 20, "invalid escape"),
+            // a lone surrogate escape is no syntax error: the trailing comma after it is
+            (
+                r#"{"messages": [{"role": "user", "content": "a\ud800"}], }"#,
+                55,
+                "trailing comma",
+            ),
+        ];
+        for (text, at, words) in cases {
+            for got in [
+                json_syntax_error(text),
+                count_request(text.as_bytes(), "conservative", None).err(),
+            ] {
+                match got {
+                    Some(Error::InvalidRequest { offset, reason }) => {
+                        assert_eq!(offset, Some(*at), "{text}: {reason}");
+                        assert!(reason.starts_with(words), "{text}: {reason}");
+                    }
+                    other => panic!("{text}: {other:?}"),
+                }
+            }
+        }
+        // JSONL: a second line that is not JSON is the error, not the first line's end
+        match json_syntax_error("{}\n{]") {
+            Some(Error::InvalidRequest { offset, reason }) => {
+                assert_eq!((offset, reason.as_str()), (Some(4), "key must be a string"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(json_syntax_error("{}\n{}\n").is_none());
     }
 
     #[test]
