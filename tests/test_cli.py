@@ -372,9 +372,60 @@ def test_fit_model_malformed_output_variable_is_an_error_for_any_model(
     monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "abc")
     assert main(["fit", str(EXAMPLE), "--model", model, "-o", os.devnull]) == 2
     assert capsys.readouterr().err == (
-        "contextwindow: error: environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens,"
-        " got 'abc'\n"
+        "contextwindow: error: environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens"
+        " (digits 0-9 only, as the flags take), got 'abc'\n"
     )
+
+
+@pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--model", "gpt-4o", "--context-window", "0"], "--context-window must be >= 1, got 0"),
+        (["--model", "gpt-4o", "--context-window", "-3"], "--context-window must be >= 1, got -3"),
+        (["--model", "gpt-4o", "--max-output-tokens", "-1"], "--max-output-tokens must be >= 0, got -1"),
+        (["--model", ""], "--model must be a non-empty model name, got ''"),
+        (["--model", "  ", "--context-window", "0"], "--model must be a non-empty model name, got '  '"),
+    ],
+)
+def test_fit_model_refusals_name_the_flags(argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh17b #9: they named resolve_budget's parameters ("context_window must be >= 1,
+    got 0", "model must be a non-empty str, got ''"), not the flags."""
+    assert main(["fit", str(EXAMPLE), *argv, "-o", os.devnull]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contextwindow: error: {error}\n", err
+    assert "context_window" not in err and "non-empty str" not in err
+
+
+@pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize("var", ["LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS"])
+@pytest.mark.parametrize("value", ["\u0665\u0660\u0660\u0660", " 5000 ", "5000 ", "5_000", "+5000", "\uff15000"])
+def test_fit_model_variables_take_what_the_flags_take(
+    var: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh17b #9: LLM_CONTEXT_SIZE set to 5000 in Arabic-Indic digits or ' 5000 ' gave a window
+    of 5,000 where --context-window refused them (digits 0-9 only)."""
+    flag = "--context-window" if var == "LLM_CONTEXT_SIZE" else "--max-output-tokens"
+    base = ["fit", str(EXAMPLE), "--model", "nope-1", "-o", os.devnull]
+    other = ["--max-output-tokens", "10"] if var == "LLM_CONTEXT_SIZE" else ["--context-window", "9000"]
+    with pytest.raises(SystemExit) as info:
+        main([*base, *other, flag, value])
+    assert info.value.code == 2
+    assert "(digits 0-9 only)" in capsys.readouterr().err
+    monkeypatch.setenv(var, value)
+    assert main([*base, *other]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: environment variable {var} must be an integer number of tokens"
+        f" (digits 0-9 only, as the flags take), got {value!r}\n"
+    )
+    # written with the digits 0-9, the same number is taken from either
+    monkeypatch.setenv(var, "5000")
+    assert main([*base, *other]) in (0, 1)
+    got = capsys.readouterr().err
+    assert ("context window 5,000" if var == "LLM_CONTEXT_SIZE" else "output reserve 5,000") in got
+    monkeypatch.delenv(var)
+    assert main([*base, *other, flag, "5000"]) in (0, 1)
+    assert ("context window 5,000" if var == "LLM_CONTEXT_SIZE" else "output reserve 5,000") in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("no_llm_env")
