@@ -1000,7 +1000,7 @@ def test_lone_surrogates_become_replacement(tmp_path: Path) -> None:
     [
         (
             "hello world",
-            "invalid JSON: line 1, column 1: JSON is malformed: invalid character (byte 0)",
+            "invalid JSON: line 1, column 1: expected value (byte 0)",
         ),
         ('{"messages": [\n  {"role": "user",, }\n]}', "invalid JSON: line 2, column 19:"),
         ("42", "top-level JSON is a number"),

@@ -126,6 +126,50 @@ def test_bad_files_get_one_line_and_exit_2(
         assert err.startswith(f"contextwindow: error: {f}: ") and expect in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("body", "offset", "problem"),
+    [
+        # fresh17b #8: a raw control character at byte 41 (the CLI said 41, the gateway 40)
+        (b'{"messages": [{"role":"user","content":"a\x01b"}]}', 41, "control character"),
+        # the "x" at byte 17 (the CLI said 18)
+        (b'{"messages": []} xyz', 17, "trailing characters"),
+        # "01": the "1" at byte 52 cannot follow a leading zero (both said 52)
+        (b'{"messages": [{"role":"user","content":"x"}], "m": 01}', 52, "invalid number"),
+        # fresh17b #6: the CLI reads the lone surrogate escape (a warning, U+FFFD) and named
+        # it instead of the trailing comma, whose closing brace is at byte 55
+        (b'{"messages": [{"role": "user", "content": "a\\ud800"}], }', 55, "trailing comma"),
+        (b'{"messages": [{"role": "user", "content": "a"}], }', 49, "trailing comma"),
+        (b'{"messages": [{"role": "user", "content": "a\\ud800"}, 1,]}', 56, "trailing comma"),
+        # the first byte of a \u escape that is not a hex digit; the letter after a backslash
+        (b'{"messages": [{"role": "user", "content": "a\\u12g4"}]}', 48, "invalid escape"),
+        (b'{"messages": [{"role": "user", "content": "a\\x"}]}', 45, "invalid escape"),
+        # the "}" where "true" should go on (the CLI said 46)
+        (b'{"messages": [{"role": "user", "content": tru}]}', 45, "expected ident"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"} "b"]}', 52, "expected `,` or `]`"),
+    ],
+)
+def test_syntax_errors_name_the_gateways_byte_and_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, offset: int, problem: str
+) -> None:
+    """The CLI and ``fit_request`` name the same byte, the first that cannot be where it
+    is (0-based), and the same problem; a lone surrogate escape before it is no error."""
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_request(body)
+    assert info.value.offset == offset
+    assert f"at byte {offset}: {problem}" in str(info.value)
+    f = write(tmp_path, "bad.json", body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid JSON: line 1, column {offset + 1}: {problem}" in err, err
+    assert err.endswith(f" (byte {offset})\n"), err
+    assert "surrogate" not in err
+    # a line of JSONL names the byte in its line the same way
+    f = write(tmp_path, "bad.jsonl", b'{"role": "user", "content": "hi"}\n' + body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.jsonl: line 2: invalid JSON: {problem}" in err and err.endswith(f" (byte {offset})\n"), err
+
+
 def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", str(EXAMPLE), "--budget", "5", "-o", str(tmp_path / "no" / "dir" / "o.json")]) == 2
     err = capsys.readouterr().err
@@ -328,9 +372,60 @@ def test_fit_model_malformed_output_variable_is_an_error_for_any_model(
     monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "abc")
     assert main(["fit", str(EXAMPLE), "--model", model, "-o", os.devnull]) == 2
     assert capsys.readouterr().err == (
-        "contextwindow: error: environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens,"
-        " got 'abc'\n"
+        "contextwindow: error: environment variable LLM_MAX_OUTPUT_TOKENS must be an integer number of tokens"
+        " (digits 0-9 only, as the flags take), got 'abc'\n"
     )
+
+
+@pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--model", "gpt-4o", "--context-window", "0"], "--context-window must be >= 1, got 0"),
+        (["--model", "gpt-4o", "--context-window", "-3"], "--context-window must be >= 1, got -3"),
+        (["--model", "gpt-4o", "--max-output-tokens", "-1"], "--max-output-tokens must be >= 0, got -1"),
+        (["--model", ""], "--model must be a non-empty model name, got ''"),
+        (["--model", "  ", "--context-window", "0"], "--model must be a non-empty model name, got '  '"),
+    ],
+)
+def test_fit_model_refusals_name_the_flags(argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh17b #9: they named resolve_budget's parameters ("context_window must be >= 1,
+    got 0", "model must be a non-empty str, got ''"), not the flags."""
+    assert main(["fit", str(EXAMPLE), *argv, "-o", os.devnull]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contextwindow: error: {error}\n", err
+    assert "context_window" not in err and "non-empty str" not in err
+
+
+@pytest.mark.usefixtures("no_llm_env")
+@pytest.mark.parametrize("var", ["LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS"])
+@pytest.mark.parametrize("value", ["\u0665\u0660\u0660\u0660", " 5000 ", "5000 ", "5_000", "+5000", "\uff15000"])
+def test_fit_model_variables_take_what_the_flags_take(
+    var: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh17b #9: LLM_CONTEXT_SIZE set to 5000 in Arabic-Indic digits or ' 5000 ' gave a window
+    of 5,000 where --context-window refused them (digits 0-9 only)."""
+    flag = "--context-window" if var == "LLM_CONTEXT_SIZE" else "--max-output-tokens"
+    base = ["fit", str(EXAMPLE), "--model", "nope-1", "-o", os.devnull]
+    other = ["--max-output-tokens", "10"] if var == "LLM_CONTEXT_SIZE" else ["--context-window", "9000"]
+    with pytest.raises(SystemExit) as info:
+        main([*base, *other, flag, value])
+    assert info.value.code == 2
+    assert "(digits 0-9 only)" in capsys.readouterr().err
+    monkeypatch.setenv(var, value)
+    assert main([*base, *other]) == 2
+    assert capsys.readouterr().err == (
+        f"contextwindow: error: environment variable {var} must be an integer number of tokens"
+        f" (digits 0-9 only, as the flags take), got {value!r}\n"
+    )
+    # written with the digits 0-9, the same number is taken from either
+    monkeypatch.setenv(var, "5000")
+    assert main([*base, *other]) in (0, 1)
+    got = capsys.readouterr().err
+    assert ("context window 5,000" if var == "LLM_CONTEXT_SIZE" else "output reserve 5,000") in got
+    monkeypatch.delenv(var)
+    assert main([*base, *other, flag, "5000"]) in (0, 1)
+    assert ("context window 5,000" if var == "LLM_CONTEXT_SIZE" else "output reserve 5,000") in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("no_llm_env")

@@ -153,8 +153,12 @@ def test_cases_agree_with_dict_path(path: Path) -> None:
             expected, report = python_path(clean, budget, fmt)
             out, rep = cw.fit_request(body, budget=budget, provider=fmt, report=True)
             assert rep.report == report
-            # a body that fits comes back as given; a trimmed one carries U+FFFD
-            assert out == body if report.reason is None else json.loads(out) == expected
+            # a body that fits comes back as given; in a trimmed one the messages the
+            # engine writes carry U+FFFD, the rest keeps its escapes (fresh17b #2)
+            if report.reason is None:
+                assert out == body
+            else:
+                assert _replace_lone_surrogates(json.loads(out)) == expected
         return
     total = cw.count_request(body, provider=fmt)
     budgets = [total * pct // 100 for pct in PCTS]
@@ -640,6 +644,34 @@ def test_escaped_lone_surrogates_count_as_replacement_characters(text: str) -> N
     msgs = json.loads(body)["messages"]
     assert cw.count_request(body) == cw.count_messages(msgs)
     assert cw.fit_request(body, budget=1000) is body
+
+
+def test_a_trim_keeps_lone_surrogates_outside_the_messages_it_writes() -> None:
+    """fresh17b #2: once a body was trimmed, every escaped lone surrogate in it was written
+    ``\\ufffd``: the model, a tool's name (which the client's registry then no longer
+    matches), unknown keys and messages reported ``kept``. Only the messages the engine
+    writes may carry U+FFFD (README: every other key and every message kept unchanged
+    keeps its exact bytes)."""
+    msgs = [
+        {"role": "user", "content": "old " * 100},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "x\ud800y"},
+    ]
+    tools = [{"name": "f\ud800", "input_schema": {"type": "object"}}]
+    body = json.dumps({"model": "m \ud800", "tools": tools, "messages": msgs, "x": "\udc00"}).encode()
+    out = cw.fit_request(body, budget=120)
+    assert out != body
+    head = b'{"model": "m \\ud800", "tools": [{"name": "f\\ud800", "input_schema": {"type": "object"}}], "messages": ['
+    assert out.startswith(head)
+    assert out.endswith(b'], "x": "\\udc00"}')
+    # the last message took the breadcrumb: written by the engine, with U+FFFD
+    assert json.loads(out)["messages"][-1]["content"][-1] == {"type": "text", "text": "x\ufffdy"}
+    # a message kept unchanged: its own bytes, as trim_turns returns the caller's object
+    plain = json.dumps({"messages": msgs}).encode()
+    out, rep = cw.fit_request(plain, budget=5, report=True)
+    assert out == b'{"messages": [{"role": "user", "content": "x\\ud800y"}]}'
+    assert (rep.report.fates[2].fate, rep.report.fates[2].rule) == ("kept", "kept_turn")
+    assert json.loads(out)["messages"] == cw.trim_turns(msgs, 5).messages
 
 
 @pytest.mark.parametrize("value", ["no", 1, 0, None, [True]])

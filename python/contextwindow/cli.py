@@ -25,7 +25,15 @@ from . import __version__
 from ._jsontext import bare, shown
 from .adapters import detect_format
 from .breakdown import Breakdown, token_breakdown
-from .budget import ENV_MAX_OUTPUT_TOKENS, Budget, ReserveError, _too_large, model_limits, resolve_budget
+from .budget import (
+    ENV_CONTEXT_SIZE,
+    ENV_MAX_OUTPUT_TOKENS,
+    Budget,
+    ReserveError,
+    _too_large,
+    model_limits,
+    resolve_budget,
+)
 from .errors import ContextWindowError, InvalidMessageError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .io import CLI_RECURSION_LIMIT, Conversation, dump_conversation, escape_line_breaks, load_conversation
@@ -255,6 +263,15 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 
 def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
     """The budget for ``fit --model``: the model table, the overrides, the environment."""
+    # the flags' names, not resolve_budget's parameters (fresh17b #9: "context_window must
+    # be >= 1, got 0", "model must be a non-empty str, got ''")
+    if not args.model.strip():
+        raise ValueError(f"--model must be a non-empty model name, got {shown(args.model)}")
+    if args.context_window is not None and args.context_window < 1:
+        raise ValueError(f"--context-window must be >= 1, got {args.context_window}")
+    if args.max_output_tokens is not None and args.max_output_tokens < 0:
+        raise ValueError(f"--max-output-tokens must be >= 0, got {args.max_output_tokens}")
+    _check_env()
     try:
         budget = resolve_budget(args.context_window, args.max_output_tokens, model=args.model, tool_schema_tokens=tools)
     except TypeError as exc:  # e.g. --model "": an option error like the others (exit 2)
@@ -278,6 +295,26 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
             f"{reserve}, set LLM_CONTEXT_SIZE, or use --budget N"
         )
     return budget
+
+
+def _check_env() -> None:
+    """Refuse a set ``LLM_CONTEXT_SIZE`` or ``LLM_MAX_OUTPUT_TOKENS`` that is not written
+    as the flags that set the same numbers must be (:func:`_int`: an optional ``-`` and
+    the digits 0-9). ``resolve_budget`` reads them with ``int()``, which also takes
+    Arabic-Indic digits, ``' 5000 '`` and ``'5_000'``: ``--context-window`` refused what the
+    variable took (fresh17b #9). Unset or blank is unset, as for ``resolve_budget``; a
+    value in range is still its check (``must be >= 1``).
+
+    Raises:
+        ValueError: naming the variable and the rule.
+    """
+    for var in (ENV_CONTEXT_SIZE, ENV_MAX_OUTPUT_TOKENS):
+        raw = os.environ.get(var)
+        if raw is not None and raw.strip() and not _INT.fullmatch(raw):
+            raise ValueError(
+                f"environment variable {var} must be an integer number of tokens (digits 0-9 only, as the"
+                f" flags take), got {shown(raw)}"
+            )
 
 
 def _reserve_error(exc: ReserveError, model: str) -> str:

@@ -34,7 +34,8 @@ message, a block, a tool call, the top-level ``messages``/``system``/``tools``) 
 ``InvalidRequestError`` naming it, where it is and its offset: which value a provider takes
 is not settled. Escaped lone surrogates (``"\\ud800"``, valid JSON but
 not Unicode text) count as U+FFFD, as on the dict path; messages the engine rewrites carry
-``\\ufffd`` in their place, while a body that fits comes back untouched.
+``\\ufffd`` in their place, while everything the engine keeps (the other keys, the
+messages kept unchanged) keeps its escapes, and a body that fits comes back untouched.
 """
 
 from __future__ import annotations

@@ -491,7 +491,13 @@ def _nesting_error(doc: Any, kind: Literal["list", "body"], where: str) -> Inval
 def _syntax_error(text: str) -> str | None:
     """Why ``text`` is not one JSON value, worded as for a shallow text (``line 1, column
     50001: Input data was truncated``), or ``None`` when it is JSON; serde_json checks it
-    (``_native.json_syntax_error``), at any depth and without building it."""
+    (``_native.json_syntax_error``), at any depth and without building it.
+
+    Every syntax error the CLI reports comes from here, so it names the problem and the
+    byte the gateway names (``fit_request``'s ``.offset``: the first byte that cannot be
+    there, 0-based), not msgspec's: msgspec put some one byte further (a trailing
+    character, an invalid escape), and named a lone surrogate escape, which the CLI
+    reads, in place of the real error after it (fresh17b #6, #8)."""
     found = _native.json_syntax_error(text)
     if found is None:
         return None
@@ -499,6 +505,19 @@ def _syntax_error(text: str) -> str | None:
     if "EOF while parsing" in reason:  # msgspec's words for the same fault
         return _where(text, msgspec.DecodeError("Input data was truncated"))
     return _where(text, msgspec.DecodeError(f"{reason} (byte {offset})")) if offset is not None else reason
+
+
+def _line_syntax_error(line: str, exc: Exception) -> str:
+    """Why the JSONL ``line`` is not JSON, with the byte offset in the line: serde_json's
+    words and offset, as for a whole document (:func:`_syntax_error`), or msgspec's
+    ``exc`` when serde_json reads the line (a value msgspec refuses for another reason)."""
+    found = _native.json_syntax_error(line)
+    if found is None:
+        return str(exc)
+    offset, reason = found
+    if "EOF while parsing" in reason:
+        return "Input data was truncated"
+    return f"{reason} (byte {offset})" if offset is not None else reason
 
 
 def _decode(text: str) -> tuple[Any, bool]:
@@ -569,7 +588,7 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
-            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {exc}") from None
+            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {_line_syntax_error(line, exc)}") from None
         if not isinstance(value, dict):
             if not messages:
                 return None
@@ -660,7 +679,7 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     except msgspec.MsgspecError as exc:
         lines = _jsonl(text, where, found)
         if lines is None:
-            raise InvalidRequestError(f"{where}: invalid JSON: {_where(text, exc)}") from None
+            raise InvalidRequestError(f"{where}: invalid JSON: {_syntax_error(text) or _where(text, exc)}") from None
         return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
     deep = None
     if isinstance(doc, list):

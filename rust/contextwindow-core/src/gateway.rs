@@ -606,13 +606,24 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
-            Some(base + (start + e.column().saturating_sub(1)).min(within.len()))
+            // column 0: the newline ending the line before (a raw one inside a string)
+            let at = match e.column() {
+                0 => start.saturating_sub(1),
+                c => start + c - 1,
+            };
+            Some(base + offending_byte(bytes, at, &e).min(within.len()))
         };
         let text = e.to_string();
-        let reason = match text.rfind(" at line ") {
+        let mut reason = match text.rfind(" at line ") {
             Some(i) => text[..i].to_owned(),
             None => text,
         };
+        if offset.is_some_and(|at| trailing_comma(self.body.as_bytes(), at, &reason)) {
+            // the words serde_json has where it reads an array or object itself (the
+            // top level, `messages`), not those of its raw-value pass (fresh17b #6: the
+            // CLI, which asks that pass, said "key must be a string")
+            reason = "trailing comma".to_owned();
+        }
         invalid(offset, reason)
     }
 
@@ -1835,6 +1846,50 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
     })
 }
 
+/// The offset of the byte serde_json's error `e` is about, from `at`, the byte its line
+/// and column point at: the first byte that cannot be where it is (fresh17b #8). Its
+/// column is that byte's for most errors, but one past a raw control character found
+/// while skipping a string (a `RawValue`, as the first pass over the body reads every
+/// value; a string read as a string is right), and the last of the four hex digits of a
+/// `\u` escape that holds something else (the first such byte is the problem).
+fn offending_byte(b: &[u8], at: usize, e: &serde_json::Error) -> usize {
+    let reason = e.to_string();
+    if reason.starts_with("control character") {
+        if b.get(at).is_some_and(|&c| c >= 0x20) && b.get(at + 1).is_some_and(|&c| c < 0x20) {
+            return at + 1;
+        }
+    } else if reason.starts_with("invalid escape") && at >= 5 {
+        let e = at - 5;
+        if escaped_u(b, e) {
+            if let Some(k) = b[e + 2..=at].iter().position(|c| !c.is_ascii_hexdigit()) {
+                return e + 2 + k;
+            }
+        }
+    }
+    at
+}
+
+/// Whether serde_json's `reason` at `at` is a comma before the end of an array (`expected
+/// value` at its `]`) or an object (`key must be a string` at its `}`).
+fn trailing_comma(b: &[u8], at: usize, reason: &str) -> bool {
+    let end = match reason {
+        "expected value" => b']',
+        "key must be a string" => b'}',
+        _ => return false,
+    };
+    b.get(at) == Some(&end)
+        && b[..at]
+            .iter()
+            .rev()
+            .find(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            == Some(&b',')
+}
+
+/// Whether a `\u` that starts an escape is at `i`.
+fn escaped_u(b: &[u8], i: usize) -> bool {
+    b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') && starts_escape(b, i)
+}
+
 /// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
 /// `tool_calls`, `tool_call_id`): `io._openai_marked`.
 fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
@@ -2314,10 +2369,24 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
 /// ```
 pub fn json_syntax_error(text: &str) -> Option<Error> {
     let cx = Ctx::new(text);
-    serde_json::Deserializer::from_str(text)
+    let found = serde_json::Deserializer::from_str(text)
         .into_iter::<&RawValue>()
         .find_map(|v| v.err())
-        .map(|e| cx.json_err(e, text))
+        .map(|e| cx.json_err(e, text))?;
+    // A byte right after the first value that starts no value: "trailing characters",
+    // as the gateway says of a body, rather than the stream's "expected value" there.
+    let at = |e: &Error| match e {
+        Error::InvalidRequest { offset, reason } => (*offset, reason.clone()),
+        _ => (None, String::new()),
+    };
+    if let Err(e) = serde_json::from_str::<&RawValue>(text) {
+        let single = cx.json_err(e, text);
+        let (one, why) = at(&single);
+        if why == "trailing characters" && one.is_some() && one == at(&found).0 {
+            return Some(single);
+        }
+    }
+    Some(found)
 }
 
 /// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
@@ -2399,7 +2468,7 @@ pub fn fit_request<'b>(
     let out = if unchanged {
         Cow::Borrowed(body)
     } else {
-        Cow::Owned(write_body(&req, &outcome.messages)?)
+        Cow::Owned(write_body(&req, &outcome.messages, body)?)
     };
     Ok(FittedRequest {
         body: out,
@@ -2414,7 +2483,19 @@ fn internal(reason: &str) -> Error {
     invalid(None, format!("internal error: {reason}"))
 }
 
-fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u8>> {
+/// The fitted body: `original` (the body as sent) with the `messages` array, and an
+/// Anthropic `system` the engine changed, spliced out and written anew. `req` was read
+/// from `original` with its lone surrogate escapes written `\ufffd`
+/// ([`replace_lone_surrogates`], same length, so every offset in `req` is an offset in
+/// `original`): what is kept (the other keys, the whitespace, every message kept
+/// unchanged) is copied from `original`, so only the messages the engine writes carry
+/// `\ufffd` (fresh17b #2: the model, tool names, unknown keys and `kept` messages were
+/// cleaned too).
+fn write_body(
+    req: &Request<'_>,
+    ops: &[crate::pairs::Work<'_>],
+    original: &[u8],
+) -> Result<Vec<u8>> {
     let cx = req.cx;
     let lift = usize::from(req.system.is_some());
     let mut ops = ops.iter();
@@ -2436,11 +2517,21 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
     let Some((ms, me)) = req.messages_span else {
         return Err(internal("an empty messages array changed"));
     };
-    let mut arr = String::with_capacity(me - ms + 256);
-    arr.push('[');
+    if original.len() != cx.body.len() {
+        return Err(internal("the cleaned body is not the body's length"));
+    }
+    // the bytes `s` (a slice of the cleaned body) stand for in the body as sent
+    let as_sent = |s: &str| -> Result<&[u8]> {
+        let st = cx.start_of(s);
+        original
+            .get(st..st.wrapping_add(s.len()))
+            .ok_or_else(|| internal("a kept span is outside the body"))
+    };
+    let mut arr: Vec<u8> = Vec::with_capacity(me - ms + 256);
+    arr.push(b'[');
     for (k, w) in ops.enumerate() {
         if k > 0 {
-            arr.push(',');
+            arr.push(b',');
         }
         match w.src {
             Some(i) if !w.changed() && i >= lift => {
@@ -2448,40 +2539,40 @@ fn write_body(req: &Request<'_>, ops: &[crate::pairs::Work<'_>]) -> Result<Vec<u
                     .raw
                     .get(i - lift)
                     .ok_or_else(|| internal("message index out of range"))?;
-                arr.push_str(raw);
+                arr.extend_from_slice(as_sent(raw)?);
             }
             _ => {
                 if w.src == Some(0) && lift == 1 {
                     return Err(internal("the system prompt was moved"));
                 }
                 let m: &Message = &w.msg;
-                arr.push_str(&match req.format {
+                let text = match req.format {
                     Format::OpenAI => message_to_openai(m)?,
                     Format::Anthropic => message_to_anthropic(m)?,
-                });
+                };
+                arr.extend_from_slice(text.as_bytes());
             }
         }
     }
-    arr.push(']');
-    let mut splices: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
+    arr.push(b']');
+    let mut splices: Vec<(usize, usize, &[u8])> = Vec::with_capacity(2);
     splices.push((ms, me, &arr));
     if let (Some(s), Some(new)) = (req.system, system_out.as_deref()) {
         let st = cx.start_of(s.get());
-        splices.push((st, st + s.get().len(), new));
+        splices.push((st, st + s.get().len(), new.as_bytes()));
     }
     splices.sort_by_key(|s| s.0);
-    let body = cx.body;
-    let mut out = Vec::with_capacity(body.len());
+    let mut out = Vec::with_capacity(original.len());
     let mut at = 0;
     for (start, end, text) in splices {
-        if start < at || end > body.len() {
+        if start < at || end > original.len() {
             return Err(internal("overlapping splices"));
         }
-        out.extend_from_slice(&body.as_bytes()[at..start]);
-        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&original[at..start]);
+        out.extend_from_slice(text);
         at = end;
     }
-    out.extend_from_slice(&body.as_bytes()[at..]);
+    out.extend_from_slice(&original[at..]);
     Ok(out)
 }
 
@@ -3064,6 +3155,26 @@ mod tests {
             (b"{\"model\": \"m\"}", None),
             // a byte order mark (the fresh tester's N3: the error said "expected value")
             (b"\xef\xbb\xbf{\"messages\": []}", Some(0)),
+            // fresh17b #8: the first byte that cannot be there, whatever serde_json's
+            // column says: a raw control character (skipped as a raw value, or read as a
+            // key), a trailing byte, the digit after a leading zero, the first non-hex
+            // digit of a \u escape, the letter after a backslash, the end of `tru`
+            (
+                b"{\"messages\": [{\"role\":\"user\",\"content\":\"a\x01b\"}]}",
+                Some(41),
+            ),
+            (b"{\"messages\": [\"\x1f\"]}", Some(15)),
+            (b"{\"messages\": [\"a\nb\"]}", Some(16)),
+            (b"{\"a\x01\": 1, \"messages\": []}", Some(3)),
+            (b"{\"a\n\": 1, \"messages\": []}", Some(3)),
+            (b"{\"messages\": []} xyz", Some(17)),
+            (b"{\"messages\": [], \"m\": 01}", Some(23)),
+            (b"{\"messages\": [\"a\\u12g4\"]}", Some(20)),
+            (b"{\"messages\": [\"a\\ug234\"]}", Some(18)),
+            (b"{\"messages\": [\"a\\u12\\x\"]}", Some(20)),
+            (b"{\"messages\": [\"a\\x\"]}", Some(17)),
+            (b"{\"messages\": [tru]}", Some(17)),
+            (b"{\"messages\": [], }", Some(17)),
         ];
         for (body, want) in cases {
             assert_eq!(
@@ -3073,6 +3184,49 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// fresh17b #6 and #8: the CLI asks `json_syntax_error` (serde_json's raw-value pass,
+    /// a stream of values) and must name the byte and the problem the gateway names.
+    #[test]
+    fn syntax_errors_have_the_gateways_offset_and_words() {
+        let cases: &[(&str, usize, &str)] = &[
+            (r#"{"messages": [], }"#, 17, "trailing comma"),
+            (r#"{"messages": [1,]}"#, 16, "trailing comma"),
+            (r#"{"messages": [{"a": 1 ,}]}"#, 23, "trailing comma"),
+            (r#"{"messages": [1, }"#, 17, "expected value"),
+            (r#"{"messages": []} xyz"#, 17, "trailing characters"),
+            ("{\"messages\": [\"a\u{1}b\"]}", 16, "control character"),
+            (r#"{"messages": ["a\u12g4"]}"#, 20, "invalid escape"),
+            // a lone surrogate escape is no syntax error: the trailing comma after it is
+            (
+                r#"{"messages": [{"role": "user", "content": "a\ud800"}], }"#,
+                55,
+                "trailing comma",
+            ),
+        ];
+        for (text, at, words) in cases {
+            for got in [
+                json_syntax_error(text),
+                count_request(text.as_bytes(), "conservative", None).err(),
+            ] {
+                match got {
+                    Some(Error::InvalidRequest { offset, reason }) => {
+                        assert_eq!(offset, Some(*at), "{text}: {reason}");
+                        assert!(reason.starts_with(words), "{text}: {reason}");
+                    }
+                    other => panic!("{text}: {other:?}"),
+                }
+            }
+        }
+        // JSONL: a second line that is not JSON is the error, not the first line's end
+        match json_syntax_error("{}\n{]") {
+            Some(Error::InvalidRequest { offset, reason }) => {
+                assert_eq!((offset, reason.as_str()), (Some(4), "key must be a string"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(json_syntax_error("{}\n{}\n").is_none());
     }
 
     #[test]
@@ -3102,6 +3256,48 @@ mod tests {
         assert_eq!(fitted.report.dropped_turns, 1);
         let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
         assert!(matches!(fits.body, Cow::Borrowed(_)));
+    }
+
+    /// fresh17b #2: the body was read with its lone surrogate escapes written `\ufffd`,
+    /// and the fitted body was written from that cleaned copy, so a trim rewrote them in
+    /// the model, the tool names, unknown keys and messages reported `kept`.
+    #[test]
+    fn a_trim_keeps_lone_surrogate_escapes_outside_the_messages_it_writes() {
+        let old = "old ".repeat(100);
+        let kept = r#"{"role": "user", "content": "x\ud800y"}"#;
+        let messages = format!(
+            r#"[{{"role": "user", "content": "{old}"}}, {{"role": "assistant", "content": "ok"}}, {kept}]"#
+        );
+        let head = r#"{"model": "m \ud800", "tools": [{"name": "f\ud800", "input_schema": {"type": "object"}}], "messages": "#;
+        let tail = r#", "x": "\udc00"}"#;
+        // the last message takes the breadcrumb (changed: written anew, with U+FFFD);
+        // everything around the messages is the body's bytes
+        let body = format!("{head}{messages}{tail}");
+        let fitted = fit_request(body.as_bytes(), 120, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
+        assert!(out.contains("x\u{fffd}y"), "{out}");
+        // a message kept unchanged is its original bytes, lone surrogate included
+        let body = format!(r#"{{"messages": {messages}}}"#);
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert_eq!(out, format!(r#"{{"messages": [{kept}]}}"#));
+        assert_eq!(
+            (fitted.report.fates[2].fate, fitted.report.fates[2].rule),
+            ("kept", "kept_turn")
+        );
+        // an Anthropic system prompt kept as it is, and a high surrogate before a tool's
+        // name (a pair only across the two: each escape is alone)
+        let body = format!(
+            r#"{{"system": "s\udbff", "tools": [{{"name": "\ud800g", "input_schema": {{}}}}], "messages": {messages}}}"#
+        );
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let out = String::from_utf8(fitted.body.into_owned()).unwrap();
+        assert!(
+            out.starts_with(r#"{"system": "s\udbff", "tools": [{"name": "\ud800g", "#),
+            "{out}"
+        );
+        assert!(out.ends_with(&format!("{kept}]}}")), "{out}");
     }
 
     #[test]
