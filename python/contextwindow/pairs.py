@@ -88,7 +88,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         Violations in message order; empty when the conversation is valid.
 
     Raises:
-        InvalidMessageError: a message is malformed.
+        InvalidMessageError: a message is malformed (for structs under Anthropic's rules,
+            a system message holding a part other than a ``TextPart``: ``message 0,
+            field content[1]: must be a text block``, as for a dict).
         ValueError: unknown provider.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
@@ -97,4 +99,6 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
     prep = _engine.prepare(messages, format)
+    if prep.format == "canonical" and provider == "anthropic":
+        _engine.system_text_only(prep.canonical)
     return _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
