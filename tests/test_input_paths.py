@@ -1301,3 +1301,40 @@ def test_an_anthropic_struct_system_message_holds_text_parts_only(part: Any) -> 
             call()
         assert str(info.value) == str(want.value)
     assert cw.count_messages(m, format="openai") > 0  # OpenAI's rules are another matter
+
+
+def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
+    """fresh17b #5: validate passed struct conversations message_to_openai cannot write
+    (a tool message holding two results, an image with no source), so "passes validate"
+    did not mean "can be sent"."""
+    m = [
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(
+            role="assistant",
+            content=[cw.ToolCall(id="a", name="f", arguments="{}"), cw.ToolCall(id="b", name="f", arguments="{}")],
+        ),
+        cw.Message(role="tool", content=[cw.ToolResult(call_id="a"), cw.ToolResult(call_id="b")]),
+    ]
+    found = cw.validate(m, "openai")
+    assert [(v.index, v.code) for v in found] == [(2, "unwritable_message")]
+    assert found[0].detail == "field content: a tool message must hold exactly one ToolResult"
+    # Anthropic: the engine's violations name the tool message (message_to_anthropic
+    # writes it, as a user message)
+    assert [(v.index, v.code) for v in cw.validate(m, "anthropic")] == [
+        (1, "unanswered_call"),
+        (1, "unanswered_call"),
+        (2, "role_not_allowed"),
+        (2, "result_outside_user_message"),
+        (2, "result_outside_user_message"),
+    ]
+    m2 = [
+        cw.Message(role="developer", content=[cw.ImagePart(width=10, height=10)]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+    ]
+    found = cw.validate(m2, "openai")
+    assert [(v.index, v.code, v.detail) for v in found] == [
+        (0, "unwritable_message", "field content: image has no source an OpenAI image_url can hold")
+    ]
+    # what the adapters write passes
+    ok = [cw.Message(role="developer", content=[cw.ImagePart(source="https://x/i.png")]), m[0]]
+    assert cw.validate(ok, "openai") == []
