@@ -37,6 +37,7 @@ from contextwindow.cli import main
 from contextwindow.compact import prune_middle
 from contextwindow.messages import MISSING_RESULT, RESULTS_REMOVED, Message, TextPart, ToolCall, ToolResult
 
+from shared_data import violations
 from strategies import anthropic_agent
 
 BC = cw.BREADCRUMB
@@ -446,7 +447,7 @@ def test_fit_guard_prune_validate_whole(msgs: list[Message], pct: int, keep: int
     except cw.ContextOverflowError as exc:
         outs.append(exc.result.messages)  # type: ignore[attr-defined]
     for out in outs:
-        assert cw.validate(out, "anthropic") == []
+        assert violations(out, "anthropic", msgs) == []
 
 
 def test_the_message_that_received_the_stub_is_reported_repaired() -> None:

@@ -956,7 +956,9 @@ def test_corpus(path: Path) -> None:
 
 
 def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | None]]:
-    alternation = {"first_not_user", "not_alternating", "role_not_allowed"}
+    # not pairing faults: roles, and a message the adapter cannot write (an image with
+    # no source), which prune_middle keeps as it is
+    alternation = {"first_not_user", "not_alternating", "role_not_allowed", "unwritable_message"}
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
 
@@ -964,7 +966,11 @@ def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | No
 def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> None:
     provider, msgs = c
     snapshot = msgspec.to_builtins(msgs)
-    valid_before = codes(cw.validate(msgs, provider))
+    # a content rule may drop a message's image with no source, which the adapter cannot
+    # write: an unwritable_message violation may go, none may come
+    unwritable = "unwritable_message"
+    before = codes(cw.validate(msgs, provider))
+    valid_before = [c for c in before if c[1] != unwritable]
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
 
     # content-only rules: structure untouched, same violations as the input, idempotent
@@ -975,7 +981,9 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         r = run(msgs)
         assert msgspec.to_builtins(msgs) == snapshot
         assert len(r.messages) == len(msgs)
-        assert codes(cw.validate(r.messages, provider)) == valid_before
+        after = codes(cw.validate(r.messages, provider))
+        assert [c for c in after if c[1] != unwritable] == valid_before
+        assert {c for c in after if c[1] == unwritable} <= {c for c in before if c[1] == unwritable}
         assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))
         assert all(r.messages[i] is m for i, m in enumerate(msgs) if m.pinned)
         assert r.report.tokens_after == cw.count_messages(r.messages, format=provider)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import io
 import json
 from pathlib import Path
@@ -1056,3 +1058,283 @@ def test_struct_content_that_is_not_a_list_names_the_field(content: Any) -> None
             [cw.Message(role="user", content=[cw.TextPart(text="q")]), cw.Message(role="user", content=content)]
         )
     assert str(info.value) == "message 1, field content: must be a list of parts"
+
+
+# ---------------------- struct17: values JSON cannot represent, struct fields of any type
+
+
+def _struct_calls(ms: list[Any]) -> list[Any]:
+    return [
+        lambda: cw.count_messages(ms),
+        lambda: cw.trim_turns(ms, budget=50),
+        lambda: cw.validate(ms, provider="openai"),
+        lambda: cw.fit(ms, 50),
+        lambda: cw.repair_tool_pairs(ms),
+    ]
+
+
+class _Odd:
+    """A value of a type JSON has not (the tester used ``object()``)."""
+
+
+_Q_STRUCT = cw.Message(role="user", content=[cw.TextPart(text="ok")])
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "reason"),
+    [
+        # typed fields: the dict's words for a value of the wrong type
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x")], name=fractions.Fraction(1, 2)),
+            "name",
+            "must be a string",
+        ),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], id=complex(1, 2)), "id", "must be a string"),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.TextPart(text=_Odd())]), "content[0].text", "must be a string"),  # type: ignore[arg-type]
+        (
+            cw.Message(role="user", content=[cw.TextPart(text=decimal.Decimal("1"))]),
+            "content[0].text",
+            "must be a string",
+        ),  # type: ignore[arg-type]
+        (
+            cw.Message(role="assistant", content=[cw.ToolCall(id="c", name=_Odd(), arguments="{}")]),  # type: ignore[arg-type]
+            "content[0].name",
+            "must be a string",
+        ),
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], name=float("nan")), "name", "must be a string"),  # type: ignore[arg-type]
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], id=float("inf")), "id", "must be a string"),  # type: ignore[arg-type]
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x")], priority=float("inf")),
+            "priority",
+            "must be an int 0-3",
+        ),  # type: ignore[arg-type]
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x")], content_kind=float("nan")),  # type: ignore[arg-type]
+            "content_kind",
+            'must be "text", "parts", "null" or "absent"',
+        ),
+        (
+            cw.Message(role="user", content=[cw.ImagePart(width=float("nan"), height=5)]),
+            "content[0].width",
+            "must be an int",
+        ),  # type: ignore[arg-type]
+        # values the library treats as JSON: the dict path's words, and where the value is
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x", extra={"k": _Odd()})]),
+            "content[0].extra.k",
+            "holds a value JSON cannot represent (a Python _Odd)",
+        ),
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": [1, b"ab"]}),
+            "extra.k[1]",
+            "holds a value JSON cannot represent (a Python bytes)",
+        ),
+        (
+            cw.Message(role="user", content=[cw.OpaquePart(type="input_audio", raw={"data": bytearray(b"RIFF")})]),
+            "content[0].raw.data",
+            "holds a value JSON cannot represent (a Python bytearray)",
+        ),
+        (
+            cw.Message(role="user", content=[cw.ImagePart(source={"type": "base64", "data": {1, 2}})]),
+            "content[0].source.data",
+            "holds a value JSON cannot represent (a Python set)",
+        ),
+        (
+            cw.Message(
+                role="tool",
+                content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r", extra={"m": memoryview(b"x")})])],
+            ),
+            "content[0].content[0].extra.m",
+            "holds a value JSON cannot represent (a Python memoryview)",
+        ),
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x", extra={"k": fractions.Fraction(1, 3)})]),
+            "content[0].extra.k",
+            "holds a value JSON cannot represent (a Python Fraction)",
+        ),
+    ],
+)
+def test_struct_values_of_any_type_are_refused_naming_message_and_field(
+    message: cw.Message, field: str, reason: str
+) -> None:
+    """fresh17b #1, #3, #4: object(), Fraction, complex in any struct field gave msgspec's
+    bare "Encoding objects of type object is unsupported" (no index, no field); NaN/inf
+    (msgspec writes null) and Decimal (written as a string) passed where a dict's is
+    refused; bytes, sets and memoryviews in extra/raw/source were counted as base64 text
+    or arrays and handed back."""
+    ms = [_Q_STRUCT, message]
+    for call in _struct_calls(ms):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert (info.value.index, info.value.field) == (1, field)
+        assert str(info.value) == f"message 1, field {field}: {reason}"
+
+
+def test_struct_fault_in_an_earlier_message_is_named_first() -> None:
+    """A value the type check finds (message 1) comes before one msgspec finds later
+    (message 2), and the reverse."""
+    bad_late = cw.Message(role="user", content=[cw.TextPart(text=5)])  # type: ignore[arg-type]
+    bad_early = cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": b"x"})
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages([_Q_STRUCT, bad_early, bad_late])
+    assert (info.value.index, info.value.field) == (1, "extra.k")
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages([_Q_STRUCT, bad_late, bad_early])
+    assert str(info.value) == "message 1, field content[0].text: must be a string"
+
+
+def _use_of(value: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"blob": value}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r"}]},
+    ]
+
+
+@pytest.mark.parametrize(
+    "value", [b"x" * 300, bytearray(b"ab"), memoryview(b"ab"), {1, 2}, frozenset(), decimal.Decimal("1")]
+)
+def test_dict_values_json_cannot_represent_are_refused_naming_message_and_field(reader: bool, value: Any) -> None:
+    """fresh17b #3: bytes, bytearray, memoryview and sets in a value the dict path counts
+    as JSON (a tool_use input, a thinking block, an unknown key, an OpenAI part's unknown
+    key, an image's source) were written by msgspec as base64 text or an array, counted
+    so, and handed back as they were (the native reader did the same)."""
+    name = type(value).__name__
+    cases = [
+        (_use_of(value), 1, "content[0].input.blob"),
+        ([{"role": "user", "content": [{"type": "thinking", "thinking": value}]}], 0, "content[0].thinking"),
+        ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "x": {"y": value}}], 1, "x.y"),
+        ([{"role": "user", "content": [{"type": "text", "text": "t", "cache": [value]}]}], 0, "content[0].cache[0]"),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": value, "format": "wav"}}]}],
+            0,
+            "content[0].input_audio.data",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {"type": "other", "blob": value}}]}],
+            0,
+            "content[0].source.blob",
+        ),
+    ]
+    for msgs, index, field in cases:
+        for call in (
+            lambda m: cw.count_messages(m),
+            lambda m: cw.trim_turns(m, 5),
+            lambda m: cw.fit(m, 5),
+            lambda m: cw.validate(m, "anthropic"),
+        ):
+            with pytest.raises(cw.InvalidMessageError) as info:
+                call(msgs)
+            assert (
+                str(info.value)
+                == f"message {index}, field {field}: holds a value JSON cannot represent (a Python {name})"
+            )
+
+
+def test_dict_object_in_an_unknown_key_names_the_field(reader: bool) -> None:
+    """fresh17b #1: the dict's error named the message only; now the key too, as a
+    struct's."""
+    msgs = [
+        {"role": "user", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "x", "k": _Odd()}]},
+    ]
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages(msgs)
+    assert str(info.value) == "message 1, field content[0].k: holds a value JSON cannot represent (a Python _Odd)"
+
+
+@pytest.mark.parametrize("value", [b"xx", {1}, memoryview(b"a")])
+def test_tool_schemas_holding_values_json_cannot_represent_are_refused(value: Any) -> None:
+    """fresh17b #3: a tool schema holding bytes was counted as base64 text."""
+    tools = [{"name": "g", "input_schema": {}}, {"name": "f", "input_schema": {"type": "object", "b": value}}]
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(info.value) == (
+        f"tools[1].input_schema.b: holds a value JSON cannot represent (a Python {type(value).__name__})"
+    )
+
+
+def test_json_values_still_taken_as_before(reader: bool) -> None:
+    """What JSON represents stays accepted: tuples as arrays, int and float subclasses,
+    str subclasses, None, bools, nested objects."""
+    import enum
+
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    value = {"t": (1, 2.5, None, True), "e": Level.LOW, "s": [{"n": "x"}]}
+    assert cw.count_messages(_use_of(value)) == cw.count_messages(
+        _use_of({"t": [1, 2.5, None, True], "e": 1, "s": [{"n": "x"}]})
+    )
+    s = [_Q_STRUCT, cw.Message(role="user", content=[cw.TextPart(text="x", extra={"t": (1, 2)})])]
+    assert cw.count_messages(s) == cw.count_messages(
+        [_Q_STRUCT, cw.Message(role="user", content=[cw.TextPart(text="x", extra={"t": [1, 2]})])]
+    )
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        cw.ToolCall(id="a", name="f", arguments="{}"),
+        cw.ImagePart(source="https://x/y.png"),
+        cw.OpaquePart(type="x", raw={"type": "x"}),
+    ],
+)
+def test_an_anthropic_struct_system_message_holds_text_parts_only(part: Any) -> None:
+    """fresh17b #4: a struct system message holding a tool call or an image passed
+    count_messages(format="anthropic") and validate(..., "anthropic"); the dict that
+    message_to_anthropic writes for it is refused."""
+    m = [
+        cw.Message(role="system", content=[cw.TextPart(text="s"), part]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+    ]
+    d = [cw.adapters.message_to_anthropic(x) for x in m]
+    with pytest.raises(cw.InvalidMessageError) as want:
+        cw.count_messages(d, format="anthropic")
+    assert str(want.value) == "message 0, field content[1]: must be a text block"
+    for call in (
+        lambda: cw.count_messages(m, format="anthropic"),
+        lambda: cw.validate(m, "anthropic"),
+        lambda: cw.trim_turns(m, 5, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == str(want.value)
+    assert cw.count_messages(m, format="openai") > 0  # OpenAI's rules are another matter
+
+
+def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
+    """fresh17b #5: validate passed struct conversations message_to_openai cannot write
+    (a tool message holding two results, an image with no source), so "passes validate"
+    did not mean "can be sent"."""
+    m = [
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(
+            role="assistant",
+            content=[cw.ToolCall(id="a", name="f", arguments="{}"), cw.ToolCall(id="b", name="f", arguments="{}")],
+        ),
+        cw.Message(role="tool", content=[cw.ToolResult(call_id="a"), cw.ToolResult(call_id="b")]),
+    ]
+    found = cw.validate(m, "openai")
+    assert [(v.index, v.code) for v in found] == [(2, "unwritable_message")]
+    assert found[0].detail == "field content: a tool message must hold exactly one ToolResult"
+    # Anthropic: the engine's violations name the tool message (message_to_anthropic
+    # writes it, as a user message)
+    assert [(v.index, v.code) for v in cw.validate(m, "anthropic")] == [
+        (1, "unanswered_call"),
+        (1, "unanswered_call"),
+        (2, "role_not_allowed"),
+        (2, "result_outside_user_message"),
+        (2, "result_outside_user_message"),
+    ]
+    m2 = [
+        cw.Message(role="developer", content=[cw.ImagePart(width=10, height=10)]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+    ]
+    found = cw.validate(m2, "openai")
+    assert [(v.index, v.code, v.detail) for v in found] == [
+        (0, "unwritable_message", "field content: image has no source an OpenAI image_url can hold")
+    ]
+    # what the adapters write passes
+    ok = [cw.Message(role="developer", content=[cw.ImagePart(source="https://x/i.png")]), m[0]]
+    assert cw.validate(ok, "openai") == []

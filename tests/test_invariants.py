@@ -10,7 +10,7 @@ import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow.messages import Message
 
-from shared_data import PAIRING
+from shared_data import PAIRING, violations
 from strategies import anthropic_agent, case
 
 
@@ -131,9 +131,9 @@ def test_anthropic_outputs_validate_whole(msgs: list[Message], pct: int, max_tur
         cw.trim_turns(msgs, budget, profile=profile, format="anthropic"),
         cw.trim_turn_count(msgs, max_turns, format="anthropic"),
     ]
-    assert cw.validate(repaired, "anthropic") == []
+    assert violations(repaired, "anthropic", msgs) == []
     for r in runs:
-        assert cw.validate(r.messages, "anthropic") == []
+        assert violations(r.messages, "anthropic", msgs) == []
     # unless repair moves results, or stubs a user message that holds nothing (a carrier
     # then: stubs alone are no user's words), it makes no turn and merges none (N2: 2
     # turns of 3), and the last real user message is the current request (N2: fit took
@@ -198,4 +198,5 @@ def test_anthropic_fit_and_guard_validate_whole(msgs: list[Message], pct: int, p
     total = cw.count_messages(msgs, profile, format="anthropic")
     budget = max(1, total * pct // 100)
     pol = cw.FitPolicy(pinned=tuple(range(len(msgs)))[1::3] if pinned else ())
-    assert cw.validate(cw.fit(msgs, budget, pol, profile=profile, format="anthropic").messages, "anthropic") == []
+    fitted = cw.fit(msgs, budget, pol, profile=profile, format="anthropic").messages
+    assert violations(fitted, "anthropic", msgs) == []

@@ -33,6 +33,7 @@ __all__ = [
     "escape_controls",
     "field_path",
     "has_odd_keys",
+    "json_fault",
     "json_key",
     "loads_keeping_numbers",
     "nested_deeper",
@@ -141,6 +142,78 @@ def has_odd_keys(value: Any) -> bool:
         elif isinstance(v, (list, tuple)):
             extend(v)
     return False
+
+
+def json_fault(value: Any) -> tuple[list[str | int], str] | None:
+    """The first value inside ``value`` (document order; walked without recursion) that
+    JSON has no type for, as ``(path, what)``: ``(["a", 1], "a Python bytes")``, or
+    ``None``. JSON's types are what ``json.dumps`` writes: ``str``, ``int``, ``float``
+    (subclasses too: an ``IntEnum``, ``numpy.float64``), ``bool``, ``None``, ``list``
+    and ``tuple`` arrays, ``Mapping`` objects, and ``msgspec.Raw`` (a number kept as
+    written). msgspec writes more, in ways the caller never sent: ``bytes``,
+    ``bytearray`` and ``memoryview`` as base64 text, a ``set`` as an array, a
+    ``Decimal`` or a ``datetime`` as a string; they would be counted so and handed back
+    as they were (fresh17b #3). Keys are msgspec's to check, and what lies deeper than
+    :data:`MAX_DEPTH` the depth check's.
+
+    >>> json_fault({"a": [1, b"x"]}), json_fault({"a": (1, 2.5, None)})
+    ((['a', 1], 'a Python bytes'), None)
+    """
+    t = type(value)
+    if t is str or t is int or t is float or value is None or t is bool:
+        return None  # the common case, no stack
+    if _json_only(value):
+        return None
+    # found: walk again, keeping the path to each value
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, path = pop()
+        t = type(v)
+        if t is str or t is int or t is float or v is None or t is bool:
+            continue
+        if len(path) > MAX_DEPTH:  # a value that holds itself: the depth check's to name
+            continue
+        if t is dict or isinstance(v, Mapping):
+            items = list(v.items())
+            for k, x in reversed(items):  # popped in document order
+                push((x, (*path, k)))
+        elif t is list or t is tuple or isinstance(v, (list, tuple)):
+            for i in range(len(v) - 1, -1, -1):
+                push((v[i], (*path, i)))
+        elif not isinstance(v, (str, int, float, msgspec.Raw)):
+            return list(path), f"a Python {t.__name__}"
+    return None
+
+
+def _json_only(value: Any) -> bool:
+    """Whether ``value`` holds JSON's types only (:func:`json_fault`), down to
+    :data:`MAX_DEPTH` levels: the fast walk, keeping no path (it runs on every call)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        t = type(v)
+        if t is dict:
+            children: Any = v.values()
+        elif t is list or t is tuple:
+            children = v
+        elif isinstance(v, Mapping):
+            children = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        elif v is None or isinstance(v, (str, int, float, msgspec.Raw)):
+            continue
+        else:
+            return False
+        if depth > MAX_DEPTH:  # a value that holds itself: the depth check's to name
+            continue
+        for x in children:
+            t = type(x)
+            if t is str or t is int or t is float or t is bool or x is None:
+                continue
+            push((x, depth + 1))
+    return True
 
 
 def clean_value(value: Any) -> Any:

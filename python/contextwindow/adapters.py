@@ -17,7 +17,17 @@ from typing import Any, Literal, NoReturn
 
 import msgspec
 
-from ._jsontext import KeyClash, clean_str, clean_value, field_path, has_odd_keys, loads_keeping_numbers, quote, shown
+from ._jsontext import (
+    KeyClash,
+    clean_str,
+    clean_value,
+    field_path,
+    has_odd_keys,
+    json_fault,
+    loads_keeping_numbers,
+    quote,
+    shown,
+)
 from .errors import InvalidMessageError
 from .messages import (
     ContentKind,
@@ -386,6 +396,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 
 
 def _encode_input(value: Any, index: int, field: str) -> str:
+    found = json_fault(value)  # bytes msgspec writes as base64 text, a set as an array (fresh17b #3)
+    if found is not None:
+        _fail(f"holds a value JSON cannot represent ({found[1]})", index, field_path(found[0], field))
     try:
         try:
             text = msgspec.json.encode(value).decode()

@@ -56,6 +56,7 @@ from ._jsontext import (
     depth_unbounded,
     field_path,
     has_odd_keys,
+    json_fault,
     nested_deeper,
     shown,
 )
@@ -268,6 +269,11 @@ def tool_texts(tools: Any) -> list[str]:
             raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {json_type_name(t)}")
         if depth_unbounded() and nested_deeper(t):  # before msgspec recurses into it
             raise InvalidRequestError(f"tools[{i}]: is nested too deeply")
+        found = json_fault(t)  # bytes msgspec writes as base64 text, a set as an array (fresh17b #3)
+        if found is not None:
+            raise InvalidRequestError(
+                f"{field_path(found[0], f'tools[{i}]')}: holds a value JSON cannot represent ({found[1]})"
+            )
         try:
             try:
                 out.append(msgspec.json.encode(t).decode())

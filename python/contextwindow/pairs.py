@@ -9,7 +9,10 @@ import msgspec
 from . import _engine
 from ._engine import nesting_errors
 from ._jsontext import shown
+from .adapters import from_canonical
+from .errors import InvalidMessageError
 from .estimate import DEFAULT_PROFILE, resolve_profile
+from .messages import Message
 from .report import TrimResult, Violation
 
 __all__ = ["repair_tool_pairs", "validate"]
@@ -77,7 +80,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     OpenAI: every tool message answers a call of the assistant message before its run of
     tool messages; every call is answered before the next non-tool message. Anthropic:
     ``tool_result`` blocks sit in the user message right after their ``tool_use``, ahead
-    of other content; the first message is a user message; roles alternate.
+    of other content; the first message is a user message; roles alternate. For
+    ``Message`` structs, a message the provider's adapter cannot write
+    (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
+    ``unwritable_message``, so an empty answer means the conversation can be sent.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
@@ -88,7 +94,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         Violations in message order; empty when the conversation is valid.
 
     Raises:
-        InvalidMessageError: a message is malformed.
+        InvalidMessageError: a message is malformed (for structs under Anthropic's rules,
+            a system message holding a part other than a ``TextPart``: ``message 0,
+            field content[1]: must be a text block``, as for a dict).
         ValueError: unknown provider.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
@@ -97,4 +105,31 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
     prep = _engine.prepare(messages, format)
-    return _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
+    if prep.format == "canonical" and provider == "anthropic":
+        _engine.system_text_only(prep.canonical)
+    found = _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
+    if prep.format == "canonical":
+        found = _unwritable(prep.canonical, provider, found)
+    return found
+
+
+def _unwritable(canonical: list[Message], provider: str, found: list[Violation]) -> list[Violation]:
+    """``found`` with an ``unwritable_message`` violation for each ``Message`` struct the
+    provider's adapter cannot write (:func:`~contextwindow.adapters.from_canonical`: an
+    OpenAI tool message holding two results, an image with no source a provider takes,
+    a custom tool call bound for Anthropic), where no violation names that message
+    already, in message order; so passing ``validate`` means the conversation can be
+    written and sent (fresh17b #5). Dicts were read by the adapters: they can be."""
+    named = {v.index for v in found}
+    extra: list[Violation] = []
+    for i, m in enumerate(canonical):
+        if i in named:
+            continue
+        try:
+            from_canonical(m, provider)  # type: ignore[arg-type]
+        except InvalidMessageError as exc:
+            detail = exc.reason if exc.field is None else f"field {exc.field}: {exc.reason}"
+            extra.append(Violation(index=i, code="unwritable_message", detail=detail))
+    if not extra:
+        return found
+    return sorted(found + extra, key=lambda v: v.index)  # stable: the engine's first

@@ -15,7 +15,8 @@
 //! malformed message, a non-`dict` message or block, a `str`/`list` subclass, a string
 //! holding lone surrogates (the slow path replaces them with U+FFFD), a dict key that is
 //! not a `str`, a container that is not exactly a `dict`, `list` or `tuple` (a dict
-//! subclass may hold keys JSON writes alike), values nested deeper than [`MAX_DEPTH`],
+//! subclass may hold keys JSON writes alike), a scalar that is not a `float`, `int` or
+//! `str` (bytes, a `Decimal`: JSON has no such type), values nested deeper than [`MAX_DEPTH`],
 //! any Python exception, and the empty list.
 //!
 //! Strings are read in place (`PyUnicode_AsUTF8AndSize`: compact ASCII directly, other
@@ -332,8 +333,8 @@ impl Reader {
             }
             out.push(b']');
         } else {
-            // Floats (msgspec's shortest repr, inf/nan as null) and every other scalar
-            // msgspec knows: its own bytes. A type it rejects (a str subclass, ...) and
+            // Floats (msgspec's shortest repr, inf/nan as null) and int subclasses (an
+            // IntEnum): msgspec's own bytes. A type it rejects (a str subclass, ...) and
             // lone surrogates inside (UnicodeEncodeError) fall back; so does any
             // container (a dict or list subclass, a set, a struct or dataclass: an object
             // or array), before msgspec walks it: the adapters check its keys (`{1: "a",
@@ -341,6 +342,16 @@ impl Reader {
             // `sys.setrecursionlimit(1_000_000)` msgspec overflowed the C stack on a
             // 200,000-deep one; fresh14 #10, #11).
             if !v.is_exact_instance_of::<PyFloat>() && is_container(v)? {
+                return Err(Fallback);
+            }
+            // A scalar JSON has no type for (bytes, which msgspec writes as base64 text;
+            // a Decimal or datetime, written as a string; a msgspec.Raw number, which the
+            // adapters take) falls back too: the adapters refuse it, naming where it is
+            // (fresh17b #3).
+            if !(v.is_instance_of::<PyFloat>()
+                || v.is_instance_of::<PyInt>()
+                || v.is_instance_of::<PyString>())
+            {
                 return Err(Fallback);
             }
             let encoded = msgspec_encode(v)?;
