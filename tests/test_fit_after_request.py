@@ -165,9 +165,10 @@ def text_action() -> list[dict[str, Any]]:
     ("budget", "output", "tokens"),
     [
         # 4 + 10 + 6 + 301 = 321 > 315: the old turn goes, and the output is cut as a tool
-        # result (obs16) to 315 - 20 = 295 tokens, so the step stays; no breadcrumb (15
-        # tokens), which would cost the newest turn more of its output
-        (315, "truncated", 315),
+        # result (obs16) to at most 315 - 20 = 295 tokens (294: the cut ends at a line), so
+        # the step stays; no breadcrumb (15 tokens), which would cost the newest turn more
+        # of its output
+        (315, "truncated", 314),
         (320, "truncated", 320),
         (321, "kept", 321),  # the old turn goes (its breadcrumb would not fit), the step stays whole
         (400, "kept", 336),  # over the low-water mark 280: the step is not evicted to reach it

@@ -995,9 +995,9 @@ def test_the_guards_cap_keeps_the_end_of_a_build_log() -> None:
     # a small window: the cap and the share rule make one cut between them, the tail kept
     small = ContextGuard(resolve_budget(context_window=10_000, max_output_tokens=1_000)).check(msgs)
     cut = small.messages[3]["content"]
-    # 5,191 characters of head and 5,171 of tail: 78,941 - 10,362 = 68,579 removed in
-    # all, 29,000 by the cap and 39,579 by the share rule
-    head, tail = cut.split("[... 68579 characters (3465 lines) removed ...]\n")
-    assert (head, tail) == (log[:5_191], log[-5_171:]) and tail.endswith(log[-51:])
+    # 5,191 characters of head and 5,191 of tail: 78,941 - 10,382 = 68,559 removed in
+    # all, 29,000 by the cap and 39,559 by the share rule
+    head, tail = cut.split("[... 68559 characters (3464 lines) removed ...]\n")
+    assert (head, tail) == (log[:5_191], log[-5_191:]) and tail.endswith(log[-51:])
     kinds = [(type(e).__name__, e.chars_removed) for e in small.events]  # type: ignore[attr-defined]
-    assert kinds[:2] == [("MessageTruncated", 29_000), ("ToolResultTruncated", 39_579)]
+    assert kinds[:2] == [("MessageTruncated", 29_000), ("ToolResultTruncated", 39_559)]

@@ -373,6 +373,12 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                     if j - 1 > a_end:
                         piece(a_end, j - 1, "unknown_space")
                     prefix = j - 1
+                elif kinds[j] == "dg":
+                    # a digit run takes no leading whitespace, but the run's last byte is
+                    # a piece of its own before it ("   5": "  ", " ", "5")
+                    if j - 1 > a_end:
+                        piece(a_end, j - 1, "unknown_space")
+                    piece(j - 1, j, "unknown_space")
                 else:
                     piece(a_end, j, "unknown_space")
         i = j

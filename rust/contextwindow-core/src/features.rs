@@ -1517,6 +1517,11 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         space_piece(out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
+                    } else if next == DG {
+                        // a digit run takes no leading whitespace, but the run's last
+                        // byte is a piece of its own before it ("   5": "  ", " ", "5")
+                        space_piece(out, vocabs, b, a_end, j - 1);
+                        space_piece(out, vocabs, b, j - 1, j);
                     } else {
                         space_piece(out, vocabs, b, a_end, j);
                     }
@@ -1908,6 +1913,11 @@ mod fast_equals_scalar {
             // capitals, ASCII letters inside words and a 3-byte dash after a space
             "Москва — столица России. ΑΘΗΝΑ Αθήνα  Ëlan naïve ÉCOLE ÀÉÎ Straße Ĳssel Ամ \
              שלום עולם مرحبا بالعالم ПРИВЕТ МИР é é",
+            // right-aligned numbers: the last space (or tab) of a run before digits is a
+            // piece of its own; runs of 1 to 12 spaces, after a line break, after text
+            "           5\n          42\n     1234567\n  5  7  1  9\n\n   3\n \n 8 x   12.5  x=  7",
+            "  PID TTY          TIME CMD\n    1 ?        00:00:03 init\n  732 pts/0    00:00:00 bash\n",
+            "\t\t5 \t7\t 9 \t 11\x0b\x0b2\r\n  3\n\t4  (5)  -6   \"7\"",
         ] {
             check_alignments(t);
             check_alignments(&t.repeat(3));

@@ -252,6 +252,10 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         ws(a_end, j - 1, [true; K]);
                         prefix = Some(j - 1);
+                    } else if next == DG {
+                        // the last whitespace byte before digits is a piece of its own
+                        ws(a_end, j - 1, [true; K]);
+                        ws(j - 1, j, [true; K]);
                     } else {
                         ws(a_end, j, [true; K]);
                     }

@@ -656,11 +656,14 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     }
 
     // whitespace runs: the line breaks (first) are a piece, then the spaces, less the
-    // last one when it leads a word or punctuation; a run of one byte is a known token
+    // last one when it leads a word or punctuation, or when it is right before a digit
+    // (then a piece of its own, a known token: a digit run takes no leading space, so
+    // tokenizers split "   5" as "  ", " ", "5"); a run of one byte is a known token
     // unless it is that leading space
     let white_starts = white & !(white << 1);
     let one = white_starts & !(white >> 1) & inside;
     let leading = c.space & ((letter | c.punct) >> 1);
+    let before_digit = c.space & (c.digit >> 1);
     for n in &mut tally.known {
         *n += (one & !leading).count_ones() as u64;
     }
@@ -675,8 +678,13 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         );
         let a = i + (!(c.newline >> i)).trailing_zeros() as usize;
         space_piece(&mut tally, vocabs, b, s + i, s + a);
-        let last = j - (leading >> (j - 1) & 1) as usize;
+        let last = j - ((leading | before_digit) >> (j - 1) & 1) as usize;
         space_piece(&mut tally, vocabs, b, s + a, s + last.max(a));
+        // the space split off before a digit (the byte before it is a space, so `a <= last`)
+        let split = before_digit >> (j - 1) & 1;
+        for n in &mut tally.known {
+            *n += split;
+        }
     }
 
     for (k, n) in tally.known.into_iter().enumerate() {
