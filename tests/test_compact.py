@@ -1364,3 +1364,18 @@ def test_a_cut_inside_one_line_claims_no_line() -> None:
     assert r.messages[2]["content"] == "A" * 24_982 + "\n[... 20036 characters removed ...]\n" + "A" * 24_982
     assert [type(e).__name__ for e in r.events] == ["MessageTruncated"]
     assert r.events[0].chars_removed == 20_036  # type: ignore[attr-defined]
+
+
+def test_an_observation_whose_prefix_carries_a_combining_mark_is_cut_once() -> None:
+    """A hypothesis example (openai, window 1): the cut's head ends after the combining mark
+    on the prefix's ``]`` (never between a character and its mark), and the check for a
+    text already cut to its marker looked right after the 14-character prefix, so a
+    second pass cut the marker itself again (44 characters, reason tool_result_budget)."""
+    msgs = [
+        Message(role="user", content=[TextPart(text="q")], pinned=True),
+        Message(role="user", content=[TextPart(text="[Tool results]\u0301" + ".\n" * 50)]),
+    ]
+    r = budget_tool_results(msgs, 1, format="openai", max_message_chars=500)
+    assert r.messages[1].content[0].text == "[Tool results]\u0301\n[... 100 characters (49 lines) removed ...]"
+    again = budget_tool_results(r.messages, 1, format="openai", max_message_chars=500)
+    assert again.report.reason is None and again.messages[1] is r.messages[1]

@@ -361,8 +361,16 @@ def _cut_lines_to(text: str, allowed: int, floor: int = 0) -> tuple[str, int, in
 
 def _floor(text: str) -> int:
     """Characters of a text-action observation's text that always stay: its
-    ``[Tool results]`` prefix (as ``_reference.trim_turns`` keeps it), else none."""
-    return len(ref.TOOL_RESULTS_PREFIX) if text.startswith(ref.TOOL_RESULTS_PREFIX) else 0
+    ``[Tool results]`` prefix (as ``_reference.trim_turns`` keeps it), with whatever a cut
+    may not separate from it (a combining mark on its ``]``: the cut's head ends after
+    it, so :func:`_cut_only` must look after it too, or a second pass cut the marker
+    again; a hypothesis example, ``"[Tool results]\u0301" + ".\n" * 50``), else none."""
+    if not text.startswith(ref.TOOL_RESULTS_PREFIX):
+        return 0
+    floor = len(ref.TOOL_RESULTS_PREFIX)
+    while floor < len(text) and ref._bad_cut(text, floor):
+        floor += 1
+    return floor
 
 
 def _cut_only(text: str, floor: int = 0) -> bool:
