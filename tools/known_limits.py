@@ -151,6 +151,32 @@ def texts() -> list[tuple[str, str]]:
         ("random ASCII symbols, 50 lines of 120", long_lines),
         ("random ASCII symbols, 500 lines of 10", short_lines),
         *tabular_and_mixed(),
+        *repeated_pieces(),
+    ]
+
+
+def repeated_pieces() -> list[tuple[str, str]]:
+    """A third new user's cases (fresh17c #1, #2, #4, #7): one short random id repeated on
+    every line of a log, ASCII table borders, blank lines holding whitespace, repeated
+    accented letters and other scripts at random (a seed of their own)."""
+    rnd = random.Random(17)
+    arabic = "".join(chr(rnd.randrange(0x628, 0x64B)) for _ in range(3000))
+    devanagari = "".join(chr(rnd.randrange(0x915, 0x939)) for _ in range(3000))
+    capitals = "".join(rnd.choice(string.ascii_uppercase) for _ in range(5000))
+    return [
+        ("'user_id=higafu action=login ok' x 300 lines", "user_id=higafu action=login ok\n" * 300),
+        ("'web-zkehxp ' x 500", "web-zkehxp " * 500),
+        (
+            "ASCII table border '+---------+' x 6 columns, 200 lines",
+            ("+" + "+".join("-" * 9 for _ in range(6)) + "+\n") * 200,
+        ),
+        ("3,000 blank lines of 4 spaces", "\n".join(["    "] * 3000)),
+        ("3,000 blank lines of one tab", "\n".join(["\t"] * 3000)),
+        ("'ñ' x 2,000", "ñ" * 2000),
+        ("3,000 random Arabic letters", arabic),
+        ("3,000 random Devanagari letters", devanagari),
+        ("'٠ ' x 2,000 (Arabic-Indic digit and space)", "٠ " * 2000),
+        ("5,000 random capitals A-Z", capitals),
     ]
 
 
