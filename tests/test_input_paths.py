@@ -1338,3 +1338,37 @@ def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
     # what the adapters write passes
     ok = [cw.Message(role="developer", content=[cw.ImagePart(source="https://x/i.png")]), m[0]]
     assert cw.validate(ok, "openai") == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "text"),
+    [
+        (
+            [cw.Message(role="user", content=[cw.TextPart(text="a")]), None],
+            "message 1: must be a Message struct, got None",
+        ),
+        (
+            [None, cw.Message(role="user", content=[cw.TextPart(text="a")])],
+            "message 0: must be a Message struct, got None",
+        ),
+        ([cw.Message(role="user", content=[cw.TextPart(text="a")]), 5], "message 1: must be a Message struct, got int"),
+        (
+            [cw.Message(role="user", content=[cw.TextPart(text="a")]), {"role": "user", "content": "x"}],
+            "message 1: mixes Message structs and dicts",
+        ),
+    ],
+)
+def test_a_struct_list_holding_neither_struct_nor_dict_says_so(messages: list[Any], text: str) -> None:
+    """fresh17c #10: a None among structs was "mixes Message structs and dicts"."""
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages(messages)
+    assert str(info.value) == text
+
+
+@pytest.mark.parametrize("source", [[1, 2], 5, 2.5, True])
+def test_an_image_source_that_is_neither_string_nor_dict_is_refused(source: Any) -> None:
+    """fresh17c #8: a list or a number was counted as an image of unknown size (1,643
+    tokens); an URL string (OpenAI) or a source object (Anthropic) is what it can be."""
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(source=source)])])
+    assert str(info.value) == "message 0, field content[0].source: must be a string or a dict"

@@ -341,6 +341,10 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
         source = part.source
         if isinstance(source, _BYTES):  # where a URL string belongs
             return "source", _STRING, True
+        if source is not None and not isinstance(source, (str, Mapping)):
+            # an URL string (OpenAI) or a source object (Anthropic); a list or a number
+            # was counted as an image of unknown size (fresh17c #8)
+            return "source", "must be a string or a dict", True
         if source is not None and type(source) is not str:
             bad = _json_value(source, "source")
             if bad is not None:

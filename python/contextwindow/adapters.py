@@ -639,7 +639,13 @@ def detect_format(messages: Sequence[object]) -> Format:
     if any(structs):
         if all(structs):
             return "canonical"
-        _fail("mixes Message structs and dicts", structs.index(not structs[0]), None)
+        bad = structs.index(not structs[0])
+        if isinstance(items[bad], Mapping) or isinstance(items[0], Mapping):
+            _fail("mixes Message structs and dicts", bad, None)
+        # neither a struct nor a dict (fresh17c #10: a None was "mixes structs and dicts")
+        first = next(i for i, m in enumerate(items) if not isinstance(m, (Message, Mapping)))
+        odd = items[first]
+        _fail(f"must be a Message struct, got {'None' if odd is None else type(odd).__name__}", first, None)
     anthropic = False
     for m in items:
         if not isinstance(m, Mapping):
