@@ -1287,3 +1287,32 @@ def test_repair_json_without_a_file_keeps_the_conversation(
     assert json.loads(captured.out) == {"model": "m", "messages": fixed.messages}
     assert len(fixed.messages) == 3  # the stub result of call "t"
     assert json.loads(captured.err) == json.loads(msgspec.json.encode(fixed.report))
+
+
+@pytest.mark.parametrize(
+    ("body", "offset", "utf8"),
+    [
+        # five invalid bytes before the error: the x is the file's byte 48 (was 58)
+        (b'{"messages":[{"role":"user","content":"\xff\xff\xff\xff\xff"}] x}', 48, 39),
+        # the ] after a trailing comma is the file's byte 45 (was 47)
+        (b'{"messages":[{"role":"user","content":"a\xffb"},]}', 45, 40),
+        # a 3-byte sequence cut after 2 bytes reads as one U+FFFD (3 bytes): one more
+        (b'{"messages":[{"role":"user","content":"a\xe2\x82b"},]}', 46, 40),
+        # a BOM, which the CLI skips: its 3 bytes count
+        (b'\xef\xbb\xbf{"messages":[{"role":"user","content":"ab"},]}', 47, None),
+    ],
+)
+def test_syntax_errors_name_the_files_byte_after_invalid_utf8_or_a_bom(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, offset: int, utf8: int | None
+) -> None:
+    """fresh17c #3: the CLI read invalid bytes as U+FFFD (3 bytes each) and skipped a BOM,
+    then named the byte of that text, not of the file, and did not say the file was not
+    UTF-8. The offsets were checked by hand against the bodies."""
+    f = write(tmp_path, "bad.json", body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert f"(byte {offset})" in err, err
+    if utf8 is None:
+        assert err.endswith(f"(byte {offset})\n"), err
+    else:
+        assert err.endswith(f"; the file is not UTF-8 from byte {utf8} (such bytes read as U+FFFD)\n"), err

@@ -653,13 +653,59 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
         text, bad = raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         text, bad = raw.decode("utf-8", errors="replace"), exc.start
+    bom = text.startswith("\ufeff")
     text = text.removeprefix("\ufeff")
     found = LoneSurrogates()
-    conv = _parse(text, where, explicit, found)
+    try:
+        conv = _parse(text, where, explicit, found)
+    except InvalidRequestError as exc:
+        # a whole document's syntax error names a byte of the decoded text: the file's
+        # instead (a JSONL line's error names a byte of its line, left as it is)
+        if (bad is None and not bom) or not str(exc).startswith(f"{where}: invalid JSON: "):
+            raise
+        raise InvalidRequestError(_file_bytes(str(exc), raw, bom, bad)) from None
     conv.bad_utf8_at = bad
     conv.lone_surrogate_at = _lone_surrogate(text)
     conv.lone_surrogates = found if found.count else None
     return conv
+
+
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+def _file_bytes(message: str, raw: bytes, bom: bool, bad: int | None) -> str:
+    """An error about the decoded text (``(byte N)``: a byte of its UTF-8, without the
+    BOM, every invalid byte read as U+FFFD's 3) with the file's own byte in place of N,
+    and where the file stops being UTF-8 (fresh17c #3: 58 for an error at byte 48 of a file
+    holding five invalid bytes, and no word of them)."""
+    spans: list[tuple[int, int]] = []  # (start, end) in `raw` of each run read as U+FFFD
+    if bad is not None:
+        i = 0
+        while i < len(raw):
+            try:
+                raw[i:].decode("utf-8")
+                break
+            except UnicodeDecodeError as exc:
+                s = i + exc.start
+                spans.append((s, i + exc.end))
+                i = i + exc.end
+
+    def to_file(offset: int) -> int:
+        at = offset + (3 if bom else 0)  # in the decoded text's UTF-8, BOM put back
+        shift = 0  # bytes the replacements added before `at`
+        for s, e in spans:
+            replaced = s + shift  # where this run's U+FFFD starts in the decoded UTF-8
+            if at < replaced:
+                break
+            if at < replaced + 3:
+                return s
+            shift += 3 - (e - s)
+        return at - shift
+
+    out = _BYTE_AT.sub(lambda m: f"(byte {to_file(int(m.group(1)))})", message)
+    if bad is not None:
+        out += f"; the file is not UTF-8 from byte {bad} (such bytes read as U+FFFD)"
+    return out
 
 
 def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrogates | None = None) -> Conversation:
