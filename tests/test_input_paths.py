@@ -1372,3 +1372,51 @@ def test_an_image_source_that_is_neither_string_nor_dict_is_refused(source: Any)
     with pytest.raises(cw.InvalidMessageError) as info:
         cw.count_messages([cw.Message(role="user", content=[cw.ImagePart(source=source)])])
     assert str(info.value) == "message 0, field content[0].source: must be a string or a dict"
+
+
+@pytest.mark.parametrize(
+    ("messages", "field", "what"),
+    [
+        (
+            [
+                cw.Message(role="user", content=[cw.TextPart(text="a")]),
+                cw.Message(role="user", content=[cw.TextPart(text="b")], extra={None: 1}),
+            ],
+            "message 1, field extra",
+            "a Python NoneType as a key",
+        ),
+        (
+            [cw.Message(role="user", content=[cw.OpaquePart(type="x", raw={"a": {(1, 2): 3}})])],
+            "message 0, field content[0].raw.a",
+            "a Python tuple as a key",
+        ),
+        (
+            [cw.Message(role="user", content=[cw.TextPart(text="a", extra={True: 1})])],
+            "message 0, field content[0].extra",
+            "a Python bool as a key",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "user", "content": "b", "x": {None: 1}}],
+            "message 1, field x",
+            "a Python NoneType as a key",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"q": {False: 1}}}],
+                }
+            ],
+            "message 0, field content[0].input.q",
+            "a Python bool as a key",
+        ),
+    ],
+)
+def test_a_key_json_cannot_write_names_the_message_and_field(messages: list[Any], field: str, what: str) -> None:
+    """fresh17c #6: msgspec's "Only dicts with str-like or number-like keys are supported"
+    named no message (structs) or no field (dicts). Number keys are written as text and
+    stay accepted."""
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_messages(messages)
+    assert str(info.value) == f"{field}: holds a value JSON cannot represent ({what})"
+    assert cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="a", extra={1: 1, 2.5: 2})])]) > 0

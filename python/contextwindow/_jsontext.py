@@ -153,8 +153,9 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     written). msgspec writes more, in ways the caller never sent: ``bytes``,
     ``bytearray`` and ``memoryview`` as base64 text, a ``set`` as an array, a
     ``Decimal`` or a ``datetime`` as a string; they would be counted so and handed back
-    as they were (fresh17b #3). Keys are msgspec's to check, and what lies deeper than
-    :data:`MAX_DEPTH` the depth check's.
+    as they were (fresh17b #3). A key must be a string or a number (``None``, a bool or
+    a tuple as a key is named at the object holding it), and what lies deeper than
+    :data:`MAX_DEPTH` is the depth check's.
 
     >>> json_fault({"a": [1, b"x"]}), json_fault({"a": (1, 2.5, None)})
     ((['a', 1], 'a Python bytes'), None)
@@ -176,6 +177,11 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
             continue
         if t is dict or isinstance(v, Mapping):
             items = list(v.items())
+            for k, _ in items:
+                if type(k) is not str and not _json_key(k):
+                    # msgspec's "Only dicts with str-like or number-like keys are
+                    # supported" named neither message nor field (fresh17c #6)
+                    return list(path), f"a Python {type(k).__name__} as a key"
             for k, x in reversed(items):  # popped in document order
                 push((x, (*path, k)))
         elif t is list or t is tuple or isinstance(v, (list, tuple)):
@@ -186,6 +192,12 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     return None
 
 
+def _json_key(key: Any) -> bool:
+    """Whether JSON writes ``key`` as an object key: a string, or a number (written as its
+    text, as ``json.dumps`` and msgspec do); ``None``, a bool or a tuple it does not."""
+    return isinstance(key, (str, int, float)) and not isinstance(key, bool)
+
+
 def _json_only(value: Any) -> bool:
     """Whether ``value`` holds JSON's types only (:func:`json_fault`), down to
     :data:`MAX_DEPTH` levels: the fast walk, keeping no path (it runs on every call)."""
@@ -194,12 +206,13 @@ def _json_only(value: Any) -> bool:
     while stack:
         v, depth = pop()
         t = type(v)
-        if t is dict:
+        if t is dict or isinstance(v, Mapping):
+            for k in v:
+                if type(k) is not str and not _json_key(k):
+                    return False
             children: Any = v.values()
         elif t is list or t is tuple:
             children = v
-        elif isinstance(v, Mapping):
-            children = v.values()
         elif isinstance(v, (list, tuple)):
             children = v
         elif v is None or isinstance(v, (str, int, float, msgspec.Raw)):
