@@ -30,6 +30,7 @@ from ._jsontext import (
     json_fault,
     loads_keeping_numbers,
     nested_deeper,
+    nesting,
     quote,
     shown,
 )
@@ -713,32 +714,6 @@ def _too_deep(messages: list[Any]) -> int | None:
     return deepest_message(messages)
 
 
-def _nesting(value: Any, cap: int) -> int:
-    """Levels of objects and arrays in ``value`` (itself level 1), counted up to ``cap``
-    without recursion (a value that holds itself stops there); :func:`nested_deeper`'s
-    notion of an object and an array."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        v, depth = pop()
-        if isinstance(v, Mapping):
-            children: Any = v.values()
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            children = v
-        elif isinstance(v, msgspec.Struct):
-            children = [getattr(v, f, None) for f in v.__struct_fields__]
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if depth >= cap:
-            return cap
-        for c in children:
-            if type(c) is not str and c is not None:
-                push((c, depth + 1))
-    return deepest
-
-
 def deepest_message(messages: Any) -> int | None:
     """The index of the message nested deepest (the first of equals) when it is deep
     enough to have run into Python's recursion limit (half of it or more), else ``None``:
@@ -746,7 +721,7 @@ def deepest_message(messages: Any) -> int | None:
     if not isinstance(messages, (list, tuple)) or not messages:
         return None
     limit = sys.getrecursionlimit()
-    depths = [_nesting(m, limit + 1) for m in messages]
+    depths = [nesting(m, limit + 1) for m in messages]
     top = max(depths)
     return depths.index(top) if top >= min(MAX_DEPTH, limit) // 2 else None
 

@@ -37,6 +37,7 @@ __all__ = [
     "json_key",
     "loads_keeping_numbers",
     "nested_deeper",
+    "nesting",
     "quote",
 ]
 
@@ -296,13 +297,25 @@ def depth_unbounded() -> bool:
 
 def nested_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether ``value`` nests objects and arrays more than ``limit`` levels deep
-    (``value`` is level 1 when it is one): ``Mapping`` objects; ``list``, ``tuple``,
-    ``set`` and ``frozenset`` arrays; msgspec structs (their fields). Walked without
-    recursion, depth first, so a value that holds itself is found after ``limit`` steps.
+    (``value`` is level 1 when it is one): :func:`nesting` up to ``limit + 1``.
 
     >>> nested_deeper([[[]]], 3), nested_deeper([[[]]], 2), nested_deeper({"a": [1]}, 2)
     (False, True, False)
     """
+    return nesting(value, limit + 1) > limit
+
+
+def nesting(value: Any, cap: int) -> int:
+    """Levels of objects and arrays in ``value`` (itself level 1 when it is one; 0 for a
+    scalar), counted up to ``cap``: ``Mapping`` objects; ``list``, ``tuple``, ``set`` and
+    ``frozenset`` arrays; msgspec structs (their fields). Walked without recursion, depth
+    first, stopping at the first value ``cap`` levels down, so a value that holds itself
+    is ``cap`` after ``cap`` steps.
+
+    >>> nesting([[[]]], 10), nesting({"a": [1]}, 10), nesting([[[[]]]], 2), nesting("x", 5)
+    (3, 2, 2, 0)
+    """
+    deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -316,12 +329,14 @@ def nested_deeper(value: Any, limit: int = MAX_DEPTH) -> bool:
             children = [getattr(v, f, None) for f in v.__struct_fields__]
         else:
             continue
-        if depth > limit:
-            return True
+        if depth >= cap:
+            return cap
+        if depth > deepest:
+            deepest = depth
         for c in children:
             if type(c) is not str and c is not None:
                 push((c, depth + 1))
-    return False
+    return deepest
 
 
 #: How many characters of a caller's string an error quotes (:func:`quote`) or names in a
