@@ -1300,6 +1300,9 @@ def test_repair_json_without_a_file_keeps_the_conversation(
         (b'{"messages":[{"role":"user","content":"a\xe2\x82b"},]}', 46, 40),
         # a BOM, which the CLI skips: its 3 bytes count
         (b'\xef\xbb\xbf{"messages":[{"role":"user","content":"ab"},]}', 47, None),
+        # 200,000 invalid bytes: one decode records them (a decode of the rest after each
+        # was quadratic); the x is at 39 + 200,000 + 4
+        (b'{"messages":[{"role":"user","content":"' + b"\xff" * 200_000 + b'"}] x}', 200_043, 39),
     ],
 )
 def test_syntax_errors_name_the_files_byte_after_invalid_utf8_or_a_bom(

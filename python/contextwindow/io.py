@@ -10,9 +10,11 @@ into the same kind of document.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -672,6 +674,23 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 
+#: The error handler :func:`_file_bytes` decodes with: "replace", recording each run it
+#: replaces in this thread's ``_RECORDED.spans``.
+_RECORD = "contextwindow-record"
+_RECORDED = threading.local()
+
+
+def _record(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    spans = getattr(_RECORDED, "spans", None)
+    if spans is not None:
+        spans.append((exc.start, exc.end))
+    return "\ufffd", exc.end
+
+
+codecs.register_error(_RECORD, _record)
+
 
 def _file_bytes(message: str, raw: bytes, bom: bool, bad: int | None) -> str:
     """An error about the decoded text (``(byte N)``: a byte of its UTF-8, without the
@@ -680,15 +699,13 @@ def _file_bytes(message: str, raw: bytes, bom: bool, bad: int | None) -> str:
     holding five invalid bytes, and no word of them)."""
     spans: list[tuple[int, int]] = []  # (start, end) in `raw` of each run read as U+FFFD
     if bad is not None:
-        i = 0
-        while i < len(raw):
-            try:
-                raw[i:].decode("utf-8")
-                break
-            except UnicodeDecodeError as exc:
-                s = i + exc.start
-                spans.append((s, i + exc.end))
-                i = i + exc.end
+        # one more decode, recording what "replace" replaced (decoding the rest again
+        # after each run was quadratic in a file full of invalid bytes)
+        _RECORDED.spans = spans
+        try:
+            raw.decode("utf-8", errors=_RECORD)
+        finally:
+            _RECORDED.spans = None
 
     def to_file(offset: int) -> int:
         at = offset + (3 if bom else 0)  # in the decoded text's UTF-8, BOM put back
