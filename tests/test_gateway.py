@@ -84,6 +84,8 @@ def check(
     ref_fmt = fmt or ("anthropic" if "system" in doc else "openai")
     expected, report = python_path(doc, budget, ref_fmt, **kw)
     out, rep = cw.fit_request(body, budget=budget, provider=fmt, report=True, **kw)
+    # without the report, old turns that cannot be kept are not estimated: the same body
+    assert cw.fit_request(body, budget=budget, provider=fmt, **kw) == out
     got = json.loads(out)
     assert got == expected
     assert list(got) == list(doc), "top-level key order changed"
@@ -718,3 +720,25 @@ def test_a_format_key_names_the_shape_only_when_it_is_a_provider() -> None:
     with pytest.raises(InvalidMessageError) as err:
         cw.count_request(body)
     assert str(err.value) == 'message 1, field role: unknown role "tool"'
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_body_alone_is_the_body_with_the_report_at_every_budget(provider: str) -> None:
+    """``fit_request`` without ``report`` estimates only the turns a trim can keep (old
+    turns past the first that cannot fit are not estimated); the body is the same at every
+    budget from 0 past the total: tiny old turns (worth less than the breadcrumb), a
+    pinned-free tool turn and a newest turn over any small budget."""
+    long = "word " * 300
+    for tiny in range(1, 5):
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": f"q{i}"} for i in range(tiny)]
+        msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": long}]
+        doc: dict[str, Any] = (
+            {"system": "s", "messages": msgs}
+            if provider == "anthropic"
+            else {"messages": [{"role": "system", "content": "s"}, *msgs]}
+        )
+        body = json.dumps(doc).encode()
+        total = cw.count_request(body, provider=provider)
+        for budget in range(total + 2):
+            out, _ = cw.fit_request(body, budget=budget, provider=provider, report=True)
+            assert cw.fit_request(body, budget=budget, provider=provider) == out, budget

@@ -80,6 +80,10 @@ def fit_request(body: bytes, budget: int, profile: str, provider: str | None, br
     JSON ``{"provider", "budget", "tool_tokens", "report": {...}}``. A bad body raises
     ``InvalidRequestError`` (with ``offset``) or ``InvalidMessageError`` (with ``index``/``field``)."""
 
+def fit_request_body(body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool) -> bytes:
+    """``fit_request``'s new body without its report (the same bytes): old turns that no trim to
+    the budget could keep are not estimated. Same errors."""
+
 def json_syntax_error(text: str) -> tuple[int | None, str] | None:
     """``(byte offset, reason)`` of why ``text`` is not one JSON value (serde_json, any depth), ``None`` when it is."""
 

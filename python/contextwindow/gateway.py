@@ -141,7 +141,9 @@ def fit_request(
         provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body
             (a top-level ``"format": "openai"|"anthropic"`` names it; module docs).
         breadcrumb: insert the breadcrumb where turns were dropped.
-        report: also return a :class:`RequestReport`.
+        report: also return a :class:`RequestReport`. Without it, the messages of old
+            turns that no trim to the budget could keep are not estimated (the body is the
+            same): a body that loses half its turns costs about half the estimation.
 
     Returns:
         The new body (the ``body`` object itself when it already fits and was ``bytes``),
@@ -179,10 +181,12 @@ def fit_request(
     for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    out, rep = _engine.native.fit_request(data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb)
-    if report:
-        return out, _REPORT.decode(rep)
-    return out
+    args = (data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb)
+    if not report:
+        # the body alone: old turns that cannot be kept are not estimated (same body)
+        return _engine.native.fit_request_body(*args)
+    out, rep = _engine.native.fit_request(*args)
+    return out, _REPORT.decode(rep)
 
 
 def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None) -> int:

@@ -2,7 +2,7 @@
 //! 1 MB OpenAI request body made of the OpenAI conversations of `../shared/corpus` (a
 //! generated agent conversation when the corpus is absent), at a budget that fits and at
 //! budgets that drop half and nearly all of it. Reports bytes/s of request body.
-use contextwindow_core::gateway::{count_request, fit_request};
+use contextwindow_core::gateway::{count_request, fit_request, fit_request_body};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -90,6 +90,10 @@ fn bench(c: &mut Criterion) {
         for (name, budget) in [("fits", total), ("half", total / 2), ("2000", 2000)] {
             g.bench_function(format!("fit_request/{profile}/{name}"), |b| {
                 b.iter(|| fit_request(black_box(&body), budget, profile, None, true))
+            });
+            // the body alone (Python's `fit_request(report=False)`): kept turns estimated
+            g.bench_function(format!("fit_request_body/{profile}/{name}"), |b| {
+                b.iter(|| fit_request_body(black_box(&body), budget, profile, None, true))
             });
         }
     }

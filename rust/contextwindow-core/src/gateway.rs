@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::error::{bounded, quote, unprinted};
 use crate::estimate::{profile, Profile};
 use crate::model::{Format, Message, Part, PartKind, Role};
-use crate::trim::{trim_turns, Report, TrimOptions};
+use crate::trim::{trim_turns, trim_turns_kept_only, Report, TrimOptions};
 use crate::{Error, Result};
 
 // ------------------------------------------------------------------ borrowed JSON pieces
@@ -2448,6 +2448,32 @@ pub fn fit_request<'b>(
     provider: Option<&str>,
     breadcrumb: bool,
 ) -> Result<FittedRequest<'b>> {
+    fit(body, budget, profile_name, provider, breadcrumb, true)
+}
+
+/// The body [`fit_request`] writes, without its report: the messages of old turns that
+/// no trim to the budget could keep are not estimated (`trim::trim_turns_kept_only`), so
+/// a body that loses half its turns costs about half the estimation. Same errors.
+pub fn fit_request_body<'b>(
+    body: &'b [u8],
+    budget: u64,
+    profile_name: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+) -> Result<Cow<'b, [u8]>> {
+    Ok(fit(body, budget, profile_name, provider, breadcrumb, false)?.body)
+}
+
+/// [`fit_request`]; `report` false: [`fit_request_body`] (the report's `tokens_before`
+/// is 0 then).
+fn fit<'b>(
+    body: &'b [u8],
+    budget: u64,
+    profile_name: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+    report: bool,
+) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
     let clean = replace_lone_surrogates(body);
     let req = parse(&clean, parse_provider(provider)?, false)?;
@@ -2457,7 +2483,12 @@ pub fn fit_request<'b>(
         breadcrumb,
         format: req.rules,
     };
-    let outcome = trim_turns(&req.canonical, budget.saturating_sub(tool_tokens), opts);
+    let room = budget.saturating_sub(tool_tokens);
+    let outcome = if report {
+        trim_turns(&req.canonical, room, opts)
+    } else {
+        trim_turns_kept_only(&req.canonical, room, opts)
+    };
     let n = req.canonical.len();
     let unchanged = outcome.messages.len() == n
         && outcome

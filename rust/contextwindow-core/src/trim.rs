@@ -272,6 +272,20 @@ struct State<'a, 'p> {
     /// The resolution of the input's tool results, while it is the work list's too: repair
     /// left every message in place (taken by the first [`State::segment`]).
     resolution: Option<Resolution>,
+    /// The work list's segmentation when [`State::new`] needed it already (costs of the
+    /// kept turns only: [`Costs::KeptOnly`]); taken by the first [`State::segment`].
+    segmented: Option<Segmentation>,
+}
+
+/// Which work items [`State::new`] estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Costs {
+    /// Every item, and every input message for the report's `tokens_before`.
+    All,
+    /// Only what a trim to this budget can keep: the preamble, the turns that cannot be
+    /// dropped, and the droppable turns from the newest back to the first that cannot
+    /// fit (see [`kept_only_costs`]). The report's `tokens_before` is then not computed.
+    KeptOnly(u64),
 }
 
 /// The fate rule of a message that repair changed only by giving it results (`msg`, the
@@ -307,13 +321,107 @@ fn stub_heads(work: &[Work<'_>]) -> Vec<bool> {
         .collect()
 }
 
+/// Tokens of the stubs of work item `h` when it is a stub head (`stub_head`), else 0.
+fn stub_tokens(work: &[Work<'_>], stub_head: &[bool], p: &Profile, h: usize) -> u64 {
+    if !stub_head.get(h).copied().unwrap_or(false) {
+        return 0;
+    }
+    work[h]
+        .msg
+        .content
+        .iter()
+        .filter(|q| q.is_missing_result())
+        .map(|q| p.part_tokens(q))
+        .sum()
+}
+
+/// The turns a trim may drop, oldest first: never the newest, never one holding a pinned
+/// message, never one opened by stubs answering the calls of a turn that stays (the stubs
+/// go with those calls). Costs play no part.
+fn droppable_turns(work: &[Work<'_>], seg: &Segmentation, stub_head: &[bool]) -> Vec<usize> {
+    let t = seg.turns.len();
+    let pinned = |r: &std::ops::Range<usize>| r.clone().any(|w| work[w].msg.pinned);
+    let mut can_go = vec![false; t];
+    for i in 0..t.saturating_sub(1) {
+        let after_kept = i > 0 && stub_head[seg.turns[i].start] && !can_go[i - 1];
+        can_go[i] = !pinned(&seg.turns[i]) && !after_kept;
+    }
+    (0..t.saturating_sub(1)).filter(|&i| can_go[i]).collect()
+}
+
+/// Costs of the work items for a trim to `budget` that will not report `tokens_before`
+/// ([`Costs::KeptOnly`]): every item is estimated except those of the droppable turns
+/// older than the newest droppable turn `J` at which the preamble, the turns that cannot
+/// be dropped and the droppable turns from `J` on, each less its stubs, already exceed
+/// `budget`, and together exceed the largest breadcrumb. Those older items get
+/// `budget + 1` plus their stubs' tokens instead.
+///
+/// Why the trim is the same: keeping any turn older than `J` keeps the turns from `J` on
+/// too (turns go oldest first), and the kept turns cost at least their costs less their
+/// stubs, so that trim is over budget with the real costs and with these; once those
+/// turns are gone the placeholder costs have left the running total exactly as the real
+/// ones would. Dropping every droppable turn removes more than a breadcrumb costs either
+/// way, so the "drop them only if that shrinks the conversation" rule agrees too. Each
+/// placeholder is at least its stubs' tokens, so no subtraction goes below zero.
+fn kept_only_costs(
+    work: &[Work<'_>],
+    seg: &Segmentation,
+    stub_head: &[bool],
+    opts: TrimOptions<'_>,
+    budget: u64,
+) -> Vec<u64> {
+    let p = opts.profile;
+    let droppable = droppable_turns(work, seg, stub_head);
+    let mut in_droppable = vec![false; work.len()];
+    for &i in &droppable {
+        for w in seg.turns[i].clone() {
+            in_droppable[w] = true;
+        }
+    }
+    let mut costs = vec![0u64; work.len()];
+    let net = |costs: &[u64], r: &std::ops::Range<usize>| -> u64 {
+        let c: u64 = costs[r.clone()].iter().sum();
+        c.saturating_sub(stub_tokens(work, stub_head, p, r.start))
+    };
+    // The preamble and every turn that cannot be dropped.
+    for (w, c) in costs.iter_mut().enumerate() {
+        if !in_droppable[w] {
+            *c = p.message_tokens(&work[w].msg);
+        }
+    }
+    let mut kept: u64 = costs[..seg.preamble_end].iter().sum();
+    for (i, r) in seg.turns.iter().enumerate() {
+        if droppable.binary_search(&i).is_err() {
+            kept = kept.saturating_add(net(&costs, r));
+        }
+    }
+    let crumb = p.message_overhead + p.text_tokens(BREADCRUMB);
+    let mut dropped_net: u64 = 0;
+    for (j, &i) in droppable.iter().enumerate().rev() {
+        let r = &seg.turns[i];
+        for w in r.clone() {
+            costs[w] = p.message_tokens(&work[w].msg);
+        }
+        let n = net(&costs, r);
+        kept = kept.saturating_add(n);
+        dropped_net = dropped_net.saturating_add(n);
+        if kept > budget && dropped_net > crumb {
+            for &older in &droppable[..j] {
+                for w in seg.turns[older].clone() {
+                    costs[w] = budget
+                        .saturating_add(1)
+                        .saturating_add(stub_tokens(work, stub_head, p, w));
+                }
+            }
+            break;
+        }
+    }
+    costs
+}
+
 impl<'a, 'p> State<'a, 'p> {
-    fn new(messages: &'a [Message], opts: TrimOptions<'p>, missing: Missing) -> Self {
+    fn new(messages: &'a [Message], opts: TrimOptions<'p>, missing: Missing, which: Costs) -> Self {
         let p = opts.profile;
-        // Each message is estimated once: a work item that is an input message itself
-        // (borrowed, unchanged) reuses that message's cost.
-        let input_costs: Vec<u64> = messages.iter().map(|m| p.message_tokens(m)).collect();
-        let tokens_before = input_costs.iter().sum();
         let res = resolve(messages);
         let (work, repairs) = repair_resolved(messages, &res, opts.format, missing);
         // repair left the list as it was: each item is the input message at its index
@@ -322,17 +430,37 @@ impl<'a, 'p> State<'a, 'p> {
                 w.src == Some(i)
                     && matches!(&w.msg, Cow::Borrowed(m) if std::ptr::eq(*m, &messages[i]))
             });
-        let costs: Vec<u64> = work
-            .iter()
-            .map(|w| match (&w.msg, w.src) {
-                (Cow::Borrowed(m), Some(i))
-                    if messages.get(i).is_some_and(|x| std::ptr::eq(x, *m)) =>
-                {
-                    input_costs[i]
-                }
-                _ => p.message_tokens(&w.msg),
-            })
-            .collect();
+        let stub_head = stub_heads(&work);
+        let mut resolution = in_place.then_some(res);
+        let mut segmented = None;
+        let (tokens_before, costs) = match which {
+            Costs::All => {
+                // Each message is estimated once: a work item that is an input message
+                // itself (borrowed, unchanged) reuses that message's cost.
+                let input_costs: Vec<u64> = messages.iter().map(|m| p.message_tokens(m)).collect();
+                let costs: Vec<u64> = work
+                    .iter()
+                    .map(|w| match (&w.msg, w.src) {
+                        (Cow::Borrowed(m), Some(i))
+                            if messages.get(i).is_some_and(|x| std::ptr::eq(x, *m)) =>
+                        {
+                            input_costs[i]
+                        }
+                        _ => p.message_tokens(&w.msg),
+                    })
+                    .collect();
+                (input_costs.iter().sum(), costs)
+            }
+            Costs::KeptOnly(budget) => {
+                let seg = match resolution.take() {
+                    Some(res) => segment_resolved(&work, &res),
+                    None => segment(&work),
+                };
+                let costs = kept_only_costs(&work, &seg, &stub_head, opts, budget);
+                segmented = Some(seg);
+                (0, costs)
+            }
+        };
         let mut fates: Vec<Fate> = (0..messages.len())
             .map(|i| fate(i, "kept", "fits"))
             .collect();
@@ -370,7 +498,6 @@ impl<'a, 'p> State<'a, 'p> {
         }
         let keep = vec![true; work.len()];
         let total = costs.iter().sum();
-        let stub_head = stub_heads(&work);
         // A message that received stubs or moved results (Anthropic: the user message
         // after the call, a carrier of results too) was changed, though the repair changes
         // name the call's message and the result's old message (fresh8 N8, fates16).
@@ -397,7 +524,8 @@ impl<'a, 'p> State<'a, 'p> {
             repairs,
             stub_head,
             saved,
-            resolution: in_place.then_some(res),
+            resolution,
+            segmented,
         }
     }
 
@@ -405,6 +533,9 @@ impl<'a, 'p> State<'a, 'p> {
     /// input's resolution when it is the work list's (see `resolution`), so the tool
     /// results are not resolved twice. Called before the work list changes.
     fn segment(&mut self) -> Segmentation {
+        if let Some(seg) = self.segmented.take() {
+            return seg;
+        }
         match self.resolution.take() {
             Some(res) => segment_resolved(&self.work, &res),
             None => segment(&self.work),
@@ -507,17 +638,7 @@ impl<'a, 'p> State<'a, 'p> {
 
     /// Tokens of the stubs of work item `h` when it is a stub head, else 0.
     fn stub_tokens(&self, h: usize) -> u64 {
-        if !self.stub_head.get(h).copied().unwrap_or(false) {
-            return 0;
-        }
-        let p = self.opts.profile;
-        self.work[h]
-            .msg
-            .content
-            .iter()
-            .filter(|q| q.is_missing_result())
-            .map(|q| p.part_tokens(q))
-            .sum()
+        stub_tokens(&self.work, &self.stub_head, self.opts.profile, h)
     }
 
     /// Cost of a breadcrumb inserted before work item `first` (0 when deduplicated).
@@ -769,7 +890,29 @@ impl<'a, 'p> State<'a, 'p> {
 /// the breadcrumb cost more than the old turn it replaced, so the old turn stayed and the
 /// request was cut to one letter, or nothing was done, where the request alone fit whole).
 pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
-    let out = trim_turns_once(messages, budget, opts);
+    trim_turns_with(messages, budget, opts, Costs::All)
+}
+
+/// [`trim_turns`] for a caller that needs the messages only: the same messages and the
+/// same report, except that the report's `tokens_before` is 0 (not computed), and the
+/// messages of old turns that no trim to `budget` could keep are not estimated (see
+/// `kept_only_costs`). A gateway that drops half a long conversation skips half the
+/// estimation.
+pub fn trim_turns_kept_only<'a>(
+    messages: &'a [Message],
+    budget: u64,
+    opts: TrimOptions<'_>,
+) -> Outcome<'a> {
+    trim_turns_with(messages, budget, opts, Costs::KeptOnly(budget))
+}
+
+fn trim_turns_with<'a>(
+    messages: &'a [Message],
+    budget: u64,
+    opts: TrimOptions<'_>,
+    which: Costs,
+) -> Outcome<'a> {
+    let out = trim_turns_once(messages, budget, opts, which);
     if !opts.breadcrumb || (out.report.fits && newest_turn_loss(&out.report) == (0, 0)) {
         return out;
     }
@@ -780,6 +923,7 @@ pub fn trim_turns<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_
             breadcrumb: false,
             ..opts
         },
+        which,
     );
     if choose_with_breadcrumb(&out.report, &bare.report) {
         out
@@ -813,8 +957,13 @@ fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
 }
 
 /// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.
-fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'_>) -> Outcome<'a> {
-    let mut st = State::new(messages, opts, Missing::Stub);
+fn trim_turns_once<'a>(
+    messages: &'a [Message],
+    budget: u64,
+    opts: TrimOptions<'_>,
+    which: Costs,
+) -> Outcome<'a> {
+    let mut st = State::new(messages, opts, Missing::Stub, which);
     let seg = st.segment();
     let n_turns = seg.turns.len() as u64;
     if st.total() <= budget || seg.turns.is_empty() {
@@ -830,18 +979,10 @@ fn trim_turns_once<'a>(messages: &'a [Message], budget: u64, opts: TrimOptions<'
         .collect();
     let pre: u64 = st.costs[..seg.preamble_end].iter().sum();
     let t = seg.turns.len();
-    let pinned = |st: &State, r: &std::ops::Range<usize>| r.clone().any(|w| st.work[w].msg.pinned);
-    // Turns that may go, oldest first: never the newest, never one holding a pinned
-    // message, never one opened by stubs answering the calls of a turn that stays (the
-    // stubs go with those calls: dropping that turn takes them out of this one, which
-    // then costs `saving[i]` less).
+    // Turns that may go, oldest first (see `droppable_turns`): dropping a turn takes the
+    // stubs answering its calls out of the next one, which then costs `saving[i]` less.
     let saving: Vec<u64> = seg.turns.iter().map(|r| st.stub_tokens(r.start)).collect();
-    let mut can_go = vec![false; t];
-    for i in 0..t - 1 {
-        let after_kept = i > 0 && st.stub_head[seg.turns[i].start] && !can_go[i - 1];
-        can_go[i] = !pinned(&st, &seg.turns[i]) && !after_kept;
-    }
-    let droppable: Vec<usize> = (0..t - 1).filter(|&i| can_go[i]).collect();
+    let droppable = droppable_turns(&st.work, &seg, &st.stub_head);
     // The breadcrumb goes before the first kept turn that follows a dropped turn. With
     // the k oldest droppable turns gone, that is the turn right after the leading run of
     // consecutive indices among them (O(1) per k, so the search below stays linear).
@@ -1097,7 +1238,7 @@ pub fn trim_turn_count<'a>(
     max_turns: u64,
     opts: TrimOptions<'_>,
 ) -> Outcome<'a> {
-    let mut st = State::new(messages, opts, Missing::Stub);
+    let mut st = State::new(messages, opts, Missing::Stub, Costs::All);
     let seg = st.segment();
     let t = seg.turns.len();
     let keep = (max_turns.max(1) as usize).min(t);
@@ -1126,7 +1267,7 @@ pub fn repair_report<'a>(
     missing: Missing,
     opts: TrimOptions<'_>,
 ) -> Outcome<'a> {
-    let mut st = State::new(messages, opts, missing);
+    let mut st = State::new(messages, opts, missing, Costs::All);
     let t = st.segment().turns.len() as u64;
     st.finish(None, Some("tool_pairs"), (t, t), None)
 }
@@ -1233,7 +1374,7 @@ mod tests {
                             breadcrumb: true,
                             format,
                         };
-                        let mut st = State::new(&conv[..n], opts, missing);
+                        let mut st = State::new(&conv[..n], opts, missing, Costs::All);
                         let in_place = st.work.len() == n
                             && st.work.iter().enumerate().all(|(i, w)| {
                                 w.src == Some(i)
@@ -1253,5 +1394,89 @@ mod tests {
         }
         // both ways were taken, many times
         assert!(reused > 20 && resolved > 20, "{reused} {resolved}");
+    }
+
+    #[test]
+    fn estimating_only_what_can_be_kept_trims_the_same() {
+        // Every budget from 0 past the total, both shapes, with and without the
+        // breadcrumb, every profile: `trim_turns_kept_only` keeps and writes what
+        // `trim_turns` does and reports the same, but for `tokens_before` (not computed).
+        // The conversations hold a pinned old turn, an interrupted Anthropic call whose
+        // stubs open the next turn, tiny turns worth less than the breadcrumb, and a
+        // newest turn over any small budget.
+        use Role::{Assistant as A, System as S, Tool as T, User as U};
+        let mut pinned = text(U, "keep this one, it is pinned");
+        pinned.pinned = true;
+        let long = "a long request with many words in it ".repeat(12);
+        let conversations = [
+            vec![
+                text(S, "system prompt"),
+                text(U, "q1 first question"),
+                call(&["a", "b"]),
+                result(T, "a"),
+                result(T, "b"),
+                text(A, "answer one"),
+                pinned.clone(),
+                text(A, "ok"),
+                text(U, "q3"),
+                call(&["c"]),
+                text(U, "interrupted"),
+                text(A, "fine"),
+                text(U, "a"),
+                text(U, "b"),
+                text(U, &long),
+                call(&["d"]),
+                result(T, "d"),
+            ],
+            vec![text(U, "x"), text(U, "y"), text(U, "z"), text(U, &long)],
+            vec![
+                text(S, "s"),
+                text(U, "q1"),
+                call(&["e"]),
+                result(U, "e"),
+                text(A, "reply"),
+                text(U, "q2"),
+                call(&["f"]),
+                text(U, "q3 after an unanswered call"),
+                text(A, &long),
+            ],
+        ];
+        let mut cut = 0;
+        for conv in &conversations {
+            for profile in crate::estimate::PROFILES {
+                for format in [Format::OpenAI, Format::Anthropic] {
+                    for breadcrumb in [true, false] {
+                        let opts = TrimOptions {
+                            profile,
+                            breadcrumb,
+                            format,
+                        };
+                        let total = trim_turns(conv, u64::MAX, opts).report.tokens_before;
+                        for budget in 0..=total + 1 {
+                            let all = trim_turns(conv, budget, opts);
+                            let some = trim_turns_kept_only(conv, budget, opts);
+                            let written = |o: &Outcome<'_>| -> Vec<(Option<usize>, String)> {
+                                o.messages
+                                    .iter()
+                                    .map(|w| (w.src, serde_json::to_string(&*w.msg).unwrap()))
+                                    .collect()
+                            };
+                            assert_eq!(written(&all), written(&some), "{budget} {profile:?}");
+                            assert_eq!(some.report.tokens_before, 0);
+                            let mut want = all.report.clone();
+                            want.tokens_before = 0;
+                            assert_eq!(some.report, want, "{budget}");
+                            // placeholders were used (old turns not estimated)
+                            let st = State::new(conv, opts, Missing::Stub, Costs::KeptOnly(budget));
+                            let real = State::new(conv, opts, Missing::Stub, Costs::All);
+                            if st.costs != real.costs {
+                                cut += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(cut > 1000, "{cut}");
     }
 }

@@ -374,6 +374,28 @@ fn fit_request<'py>(
     }
 }
 
+/// `fit_request` without its report: the new body (the very `body` object when nothing
+/// changed); old turns that cannot be kept are not estimated.
+#[pyfunction]
+#[pyo3(signature = (body, budget, profile, provider, breadcrumb))]
+fn fit_request_body<'py>(
+    py: Python<'py>,
+    body: Bound<'py, PyBytes>,
+    budget: u64,
+    profile: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let data = body.as_bytes();
+    let out = run(py, || {
+        gateway::fit_request_body(data, budget, profile, provider, breadcrumb)
+    })?;
+    match out {
+        Cow::Borrowed(_) => Ok(body),
+        Cow::Owned(new) => Ok(PyBytes::new(py, &new)),
+    }
+}
+
 /// `count_request`: tokens of a request body's messages and tool definitions.
 #[pyfunction]
 #[pyo3(signature = (body, profile, provider))]
@@ -405,6 +427,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vocab_data, m)?)?;
     m.add_function(wrap_pyfunction!(profile_overheads, m)?)?;
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(fit_request_body, m)?)?;
     m.add_function(wrap_pyfunction!(json_syntax_error, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_many, m)?)?;
