@@ -502,13 +502,13 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
     while parsing a list". Now serde_json checks the syntax when the parser gives up on
     depth, and the error is the one a shallow truncated file gets."""
     cases = [
-        ("cut.json", "[" * 50_000, "invalid JSON: line 1, column 50001: Input data was truncated"),
+        ("cut.json", "[" * 50_000, "invalid JSON: line 1, column 50001: EOF while parsing a list (byte 50000)"),
         ("bad.json", "[" * 3000 + "x" + "]" * 3000, "invalid JSON: line 1, column 3001: expected value (byte 3000)"),
         ("deep.json", "[" * 50_000 + "]" * 50_000, f"message 0: {TOO_DEEP}"),
         (
             "cut.jsonl",
             '{"role":"user","content":"a"}\n' + "[" * 5000 + "\n",
-            "line 2: invalid JSON: line 1, column 5001: Input data was truncated",
+            "line 2: invalid JSON: EOF while parsing a list (byte 5030)",  # the file's byte: 30 + 5,000
         ),
     ]
     for name, text, said in cases:
@@ -520,7 +520,7 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
     assert main(["count", f]) == 2
     assert (
         capsys.readouterr().err
-        == f"contextwindow: error: {f}: invalid JSON: line 1, column 4: Input data was truncated\n"
+        == f"contextwindow: error: {f}: invalid JSON: line 1, column 4: EOF while parsing a list (byte 3)\n"
     )
 
 

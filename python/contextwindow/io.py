@@ -445,7 +445,7 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
     past :data:`~contextwindow._jsontext.MAX_DEPTH`, and the error says that limit
     (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion limit gets
     the parser's own, unnamed."""
-    bad = _syntax_error(text)
+    bad = _syntax_error(text, one_value=False)
     if bad is not None:
         return InvalidRequestError(f"{where}: invalid JSON: {bad}")
     values, _, at, path, top_keys = _deepest(text, sys.getrecursionlimit())
@@ -490,36 +490,36 @@ def _nesting_error(doc: Any, kind: Literal["list", "body"], where: str) -> Inval
     return None
 
 
-def _syntax_error(text: str) -> str | None:
-    """Why ``text`` is not one JSON value, worded as for a shallow text (``line 1, column
-    50001: Input data was truncated``), or ``None`` when it is JSON; serde_json checks it
+def _syntax_error(text: str, one_value: bool = True) -> str | None:
+    """Why ``text`` is not one JSON value (or, not ``one_value``, not a sequence of them,
+    one a line as in JSONL), with its line and column (``line 1, column 50001: EOF while
+    parsing a list (byte 50000)``), or ``None`` when it is JSON; serde_json checks it
     (``_native.json_syntax_error``), at any depth and without building it.
 
-    Every syntax error the CLI reports comes from here, so it names the problem and the
-    byte the gateway names (``fit_request``'s ``.offset``: the first byte that cannot be
-    there, 0-based), not msgspec's: msgspec put some one byte further (a trailing
-    character, an invalid escape), and named a lone surrogate escape, which the CLI
-    reads, in place of the real error after it (fresh17b #6, #8)."""
-    found = _native.json_syntax_error(text)
+    Every syntax error the CLI reports comes from here or :func:`_line_syntax_error`, so
+    it names the problem and the byte the gateway names (``fit_request``'s ``.offset``:
+    the first byte that cannot be there, 0-based), in its words, not msgspec's: msgspec
+    put some one byte further (a trailing character, an invalid escape, a second value:
+    fresh17c #5), named a lone surrogate escape, which the CLI reads, in place of the real
+    error after it (fresh17b #6, #8), and said "Input data was truncated" with no byte
+    where the gateway says "EOF while parsing a list"."""
+    found = _native.json_syntax_error(text, one_value)
     if found is None:
         return None
     offset, reason = found
-    if "EOF while parsing" in reason:  # msgspec's words for the same fault
-        return _where(text, msgspec.DecodeError("Input data was truncated"))
     return _where(text, msgspec.DecodeError(f"{reason} (byte {offset})")) if offset is not None else reason
 
 
-def _line_syntax_error(line: str, exc: Exception) -> str:
-    """Why the JSONL ``line`` is not JSON, with the byte offset in the line: serde_json's
-    words and offset, as for a whole document (:func:`_syntax_error`), or msgspec's
-    ``exc`` when serde_json reads the line (a value msgspec refuses for another reason)."""
-    found = _native.json_syntax_error(line)
+def _line_syntax_error(line: str, start: int) -> str | None:
+    """Why the JSONL ``line`` is not one JSON value, or ``None`` when it is: serde_json's
+    words, as for a whole document (:func:`_syntax_error`), and the byte of the text the
+    line is in, ``start`` being the line's first (``load_conversation`` makes it the
+    file's byte)."""
+    found = _native.json_syntax_error(line, True)
     if found is None:
-        return str(exc)
+        return None
     offset, reason = found
-    if "EOF while parsing" in reason:
-        return "Input data was truncated"
-    return f"{reason} (byte {offset})" if offset is not None else reason
+    return f"{reason} (byte {start + offset})" if offset is not None else reason
 
 
 def _decode(text: str) -> tuple[Any, bool]:
@@ -540,28 +540,19 @@ def _decode(text: str) -> tuple[Any, bool]:
             raise
         try:
             value = loads_keeping_numbers(text, parse_constant=_reject_constant)
-        except json.JSONDecodeError as err:
-            if not out_of_range:
-                raise exc from None
-            # msgspec stopped at the number, before the real error: report json's, at its byte
-            at = len(text[: err.pos].encode())
-            raise msgspec.DecodeError(f"{err.msg} (byte {at})") from None
-        except ValueError as err:  # NaN or Infinity (_reject_constant)
-            if not out_of_range:
-                raise exc from None
-            raise msgspec.DecodeError(str(err)) from None
+        except ValueError:  # a syntax error (JSONDecodeError), NaN or Infinity (_reject_constant)
+            # not JSON: serde_json, which refuses every text json refuses, names the error
+            # (_syntax_error); msgspec's words, or json's, are never shown
+            raise exc from None
         return value, surrogates
 
 
 def _where(text: str, exc: Exception) -> str:
-    """msgspec's message, prefixed with the line and column its byte offset points at."""
+    """The error's message, prefixed with the line and column its ``(byte N)`` points at."""
     found = _BYTE_POS.search(str(exc))
-    if found:
-        offset = int(found[1])
-    elif "truncated" in str(exc):
-        offset = len(text.encode())  # msgspec names no byte: the input ended inside a value
-    else:
+    if not found:
         return str(exc)
+    offset = int(found[1])
     before = text.encode()[:offset].decode("utf-8", errors="replace")
     line = before.count("\n") + 1
     column = len(before) - (before.rfind("\n") + 1) + 1
@@ -574,15 +565,19 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
     Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
     U+0085 and the other Unicode line breaks, which JSON strings may hold as they are, and
     a message holding one was refused as invalid JSON (found after fresh9 B5)."""
-    lines = [(n, s) for n, s in enumerate(text.split("\n"), 1) if s.strip()]
+    lines, start = [], 0  # (number, line, where it starts in `text`: a character index)
+    for n, s in enumerate(text.split("\n"), 1):
+        if s.strip():
+            lines.append((n, s, start))
+        start += len(s) + 1
     if len(lines) < 2:
         return None
     messages = []
-    for n, line in lines:
+    for n, line, at in lines:
         try:
             value, surrogates = _decode(line)
         except RecursionError:
-            bad = _syntax_error(line)
+            bad = _line_syntax_error(line, len(text[:at].encode()))
             if bad is not None:
                 raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
             named = _TOO_DEEP if sys.getrecursionlimit() >= CLI_RECURSION_LIMIT else "is nested too deeply"
@@ -590,7 +585,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
-            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {_line_syntax_error(line, exc)}") from None
+            bad = _line_syntax_error(line, len(text[:at].encode())) or str(exc)
+            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
         if not isinstance(value, dict):
             if not messages:
                 return None
@@ -661,9 +657,9 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     try:
         conv = _parse(text, where, explicit, found)
     except InvalidRequestError as exc:
-        # a whole document's syntax error names a byte of the decoded text: the file's
-        # instead (a JSONL line's error names a byte of its line, left as it is)
-        if (bad is None and not bom) or not str(exc).startswith(f"{where}: invalid JSON: "):
+        # a syntax error names a byte of the decoded text (a whole document's, or a JSONL
+        # line's): the file's instead
+        if (bad is None and not bom) or not _SYNTAX_ERROR.match(str(exc), len(where)):
             raise
         raise InvalidRequestError(_file_bytes(str(exc), raw, bom, bad)) from None
     conv.bad_utf8_at = bad
@@ -673,6 +669,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
 
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
+#: A syntax error's message after its ``where``: the whole document's, or a JSONL line's.
+_SYNTAX_ERROR = re.compile(r": (line \d+: )?invalid JSON: ")
 
 #: The error handler :func:`_file_bytes` decodes with: "replace", recording each run it
 #: replaces in this thread's ``_RECORDED.spans``.
