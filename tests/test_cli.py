@@ -1392,3 +1392,79 @@ def test_a_jsonl_lines_error_names_the_files_byte(tmp_path: Path, capsys: pytest
         err = capsys.readouterr().err
         tail = f"; the file is not UTF-8 from byte {utf8} (such bytes read as U+FFFD)" if utf8 is not None else ""
         assert err == f"contextwindow: error: {f}: line 2: invalid JSON: {said}{tail}\n", body
+
+
+def _surrogate_chat(system: bool) -> dict[str, Any]:
+    """A body whose every part holds an escaped lone surrogate (json.dumps writes a lone
+    surrogate code point as its escape, and json.loads reads it back so)."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "old \ud800 " * 60},
+        {"role": "assistant", "content": "ok"},
+    ]
+    msgs += [{"role": "user", "content": "now \udc00 please", "x\udbff": 1}]
+    body: dict[str, Any] = {"model": "m \ud800", "messages": msgs, "extra": {"k\udfff": ["\ud800v"]}}
+    body["note\ud800"] = "a top-level key holding one"
+    if system:
+        body["system"] = "sys \ud800 prompt"
+        body["tools"] = [{"name": "f\ud800", "input_schema": {"type": "object"}}]
+    else:
+        msgs.insert(0, {"role": "system", "content": "sys \ud800 prompt"})
+        body["tools"] = [{"type": "function", "function": {"name": "f\ud800", "parameters": {}}}]
+    return body
+
+
+@pytest.mark.parametrize("system", [False, True])
+@pytest.mark.parametrize("budget", [30, 60, 200, 5000])
+def test_fit_writes_the_gateways_document_with_lone_surrogates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], system: bool, budget: int
+) -> None:
+    """fresh17c #9: ``fit`` wrote U+FFFD for every escaped lone surrogate (``"sys \\ud800
+    prompt"`` became ``"sys \ufffd prompt"``), where ``fit_request`` keeps the escape
+    outside the messages the engine writes; the README says ``fit`` writes the document
+    ``fit_request`` gives on the same bytes. Now the same values (json.loads keeps a lone
+    surrogate): the escapes as read in the model, the tools, unknown keys, keys, a
+    top-level ``system`` and the messages kept; U+FFFD only in a message the engine
+    wrote (the breadcrumb's, a cut one)."""
+    body = json.dumps(_surrogate_chat(system)).encode()
+    f = write(tmp_path, "s.json", body)
+    code = main(["fit", f, "--budget", str(budget)])
+    out = capsys.readouterr().out.encode()
+    gateway, rep = cw.fit_request(body, budget=budget, report=True)
+    assert code == (0 if rep.report.fits else 1)
+    assert json.loads(out) == json.loads(gateway)
+    assert b"\\ud800" in out and b'"m \\ud800"' in out
+    kept = [f.fate for f in rep.report.fates].count("kept")
+    assert kept >= 2  # the system prompt and the request at least
+
+
+def test_fit_and_repair_keep_lone_surrogates_in_lists_and_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same for a bare list and JSONL, which the gateway does not read: every message
+    passed back as read keeps its escapes; one the engine writes has U+FFFD."""
+    msgs = [
+        {"role": "user", "content": "old \ud800 " * 60},
+        {"role": "assistant", "content": "ok \udc00"},
+        {"role": "user", "content": "now \udbff"},
+    ]
+    text = json.dumps(msgs)
+    lines = "".join(json.dumps(m) + "\n" for m in msgs)
+    for name, data in (("s.json", text), ("s.jsonl", lines)):
+        f = write(tmp_path, name, data)
+        assert main(["fit", f, "--budget", "5000"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == msgs
+        assert main(["repair", f]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == msgs
+        # trimmed: the old turn dropped, the request takes the breadcrumb (engine-written)
+        assert main(["fit", f, "--budget", "40", "--no-breadcrumb"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == [msgs[2]]
+        assert main(["fit", f, "--budget", "40"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert len(got) == 1 and "\ufffd" in json.dumps(got[0], ensure_ascii=False) and "\udbff" not in str(got)

@@ -96,6 +96,12 @@ class Conversation:
     #: Why the format was taken as Anthropic's when the caller did not name one (a
     #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
     detected_from: str | None = None
+    #: When the file holds escaped lone surrogates: :attr:`messages` as the file holds
+    #: them, one for one, each lone surrogate kept (a Python string holds it as a code
+    #: point), for :func:`dump_conversation` to write back as read; else ``None``.
+    messages_as_read: list[Any] | None = None
+    #: The same for :attr:`document`.
+    document_as_read: Any = None
 
     def label(self, index: int) -> str:
         """How the file names entry ``index`` of :attr:`messages`: ``message N`` with N its
@@ -559,8 +565,11 @@ def _where(text: str, exc: Exception) -> str:
     return f"line {line}, column {column}: {exc}"
 
 
-def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[Any] | None:
-    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all.
+def _jsonl(
+    text: str, where: str, found: LoneSurrogates | None = None, as_read: list[Any] | None = None
+) -> list[Any] | None:
+    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all; each
+    line's value as read (lone surrogates kept) is added to ``as_read``.
 
     Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
     U+0085 and the other Unicode line breaks, which JSON strings may hold as they are, and
@@ -596,6 +605,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
         messages.append(
             _refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates, lone=found)
         )
+        if as_read is not None:
+            as_read.append(value)
     return messages
 
 
@@ -738,10 +749,15 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     except RecursionError:
         raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
-        lines = _jsonl(text, where, found)
+        read: list[Any] = []
+        lines = _jsonl(text, where, found, read)
         if lines is None:
             raise InvalidRequestError(f"{where}: invalid JSON: {_syntax_error(text) or _where(text, exc)}") from None
-        return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
+        conv = Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
+        if found is not None and found.count:
+            conv.messages_as_read = conv.document_as_read = read
+        return conv
+    raw = doc if surrogates else None  # as read, lone surrogates kept
     deep = None
     if isinstance(doc, list):
         deep = _nesting_error(doc, "list", where)
@@ -752,7 +768,10 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
         raise deep
     if isinstance(doc, list):
         doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates, lone=found)
-        return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
+        conv = Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
+        if raw is not None:
+            conv.messages_as_read, conv.document_as_read = list(raw), raw
+        return conv
     if not isinstance(doc, dict):
         raise InvalidRequestError(
             f"{where}: top-level JSON is {json_type_name(doc)}, expected an object with "
@@ -763,7 +782,10 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     doc = _refuse_repeated_keys(text, doc, where, shape, surrogates=surrogates, lone=found)
     if "messages" not in doc:
         if one_message:  # JSONL holding a single message
-            return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
+            conv = Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
+            if raw is not None:
+                conv.messages_as_read = conv.document_as_read = [raw]
+            return conv
         raise InvalidRequestError(f'{where}: the top-level object has no "messages" list')
     messages, tools = doc["messages"], doc.get("tools")
     if not isinstance(messages, list):
@@ -798,7 +820,11 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     lifted = fmt == "anthropic" and doc.get("system") is not None
     if lifted:
         messages = [_system_message(doc["system"], where), *messages]
-    return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
+    conv = Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
+    if raw is not None:
+        system = [{"role": "system", "content": raw["system"]}] if lifted else []
+        conv.messages_as_read, conv.document_as_read = [*system, *raw["messages"]], raw
+    return conv
 
 
 # U+0085, U+2028, U+2029 in UTF-8 (each lead byte starts a character, so these bytes
@@ -842,10 +868,13 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     ``system`` (:attr:`Conversation.system_lifted`) goes back there verbatim (and
     ``system`` is removed if that message is gone), a system message inside ``messages``
     stays in ``messages``, as ``fit_request`` writes the same bytes. JSON is pretty-printed
-    with a 2-space indent; JSONL gets one compact message per line. Lone surrogates become
-    U+FFFD, so the output is always valid UTF-8; U+0085, U+2028 and U+2029 are written
-    as JSON escapes (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL
-    output line by line.
+    with a 2-space indent; JSONL gets one compact message per line. An escaped lone
+    surrogate of the file (``\\ud800``) is written back as that escape in what the file
+    held (the other keys, a top-level ``system``, every message of ``conv.messages``
+    passed back, the same object), as ``fit_request`` keeps it on the same bytes; in a
+    message the engine or the caller made, a lone surrogate becomes U+FFFD, so the output
+    is always UTF-8. U+0085, U+2028 and U+2029 are written as JSON escapes
+    (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL output line by line.
 
     Args:
         conv: the conversation as loaded.
@@ -862,11 +891,78 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     b'{"role":"user","content":"hi"}\\n'
     """
     messages = list(messages)
+    if conv.messages_as_read is None:
+        return _dump(conv, messages, None)
+    for mark in _MARKS:
+        marks = _Marks(mark)
+        data = _dump(conv, messages, marks)
+        if data.count(marks.encoded) == marks.count:  # every one a mark: none was in the text
+            return marks.unmark(data)
+    return _dump(conv, messages, None)  # every mark is in the text: U+FFFD
+
+
+#: Characters :class:`_Marks` may stand in for a lone surrogate with: Unicode's
+#: noncharacters U+FDD0-U+FDEF, never in text meant for interchange; the first that the
+#: output does not otherwise hold is taken.
+_MARKS = [chr(c) for c in range(0xFDD0, 0xFDF0)]
+_MARKED = re.compile(r"[\ud800-\udfff]")
+
+
+class _Marks:
+    """Lone surrogates written back as the file's escapes: msgspec writes no lone
+    surrogate (a Python string holds one as a code point, which UTF-8 cannot encode), so
+    each is written as ``mark`` and its 4 hex digits, which :meth:`unmark` turns into the
+    escape ``\\udXXX`` in the JSON text (after msgspec's indenting, which refuses a lone
+    surrogate escape).
+
+    >>> m = _Marks("\\ufdd0")
+    >>> m.unmark(msgspec.json.encode(m.apply({"k\\udc00": ["a\\ud800"]})))
+    b'{"k\\\\udc00":["a\\\\ud800"]}'
+    """
+
+    def __init__(self, mark: str) -> None:
+        self.mark = mark
+        self.encoded = mark.encode()
+        self.count = 0  # marks written by apply
+        self._escape = re.compile(re.escape(self.encoded) + b"([0-9a-f]{4})")
+
+    def _sub(self, found: re.Match[str]) -> str:
+        self.count += 1
+        return f"{self.mark}{ord(found.group()):04x}"
+
+    def apply(self, value: Any) -> Any:
+        """``value`` (a JSON value as read) with every lone surrogate marked, as a copy
+        where one is (keys included)."""
+        if isinstance(value, str):
+            return _MARKED.sub(self._sub, value) if _MARKED.search(value) else value
+        if isinstance(value, dict):
+            return {self.apply(k): self.apply(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.apply(v) for v in value]
+        return value
+
+    def unmark(self, data: bytes) -> bytes:
+        """JSON text with every mark and its digits written as the escape."""
+        return self._escape.sub(rb"\\u\1", data)
+
+
+def _dump(conv: Conversation, messages: list[Any], marks: _Marks | None) -> bytes:
+    """:func:`dump_conversation`, with the file's lone surrogates marked by ``marks``
+    (``None``: U+FFFD)."""
+    if marks is not None and conv.messages_as_read is not None:
+        as_read = {id(m): r for m, r in zip(conv.messages, conv.messages_as_read, strict=True)}
+        messages = [marks.apply(as_read[id(m)]) if id(m) in as_read else m for m in messages]
     if conv.kind == "jsonl":
         return escape_line_breaks(b"".join(_encode(m, conv.path) + b"\n" for m in messages))
     doc: Any = messages
     if conv.kind != "list":
-        doc = dict(conv.document)
+        if marks is not None and conv.document_as_read is not None:
+            # keys and values as read, in their order ("messages" and a lifted "system",
+            # replaced below, left unmarked: a mark must be written to count)
+            replaced = ("messages", "system") if conv.system_lifted else ("messages",)
+            doc = {marks.apply(k): v if k in replaced else marks.apply(v) for k, v in conv.document_as_read.items()}
+        else:
+            doc = dict(conv.document)
         if conv.system_lifted:
             # only a system the reading lifted out of the top-level ``system`` goes back
             # there; a system message the file held in ``messages`` stays in ``messages``,
