@@ -102,7 +102,11 @@ def test_count_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (b"not json at all", "invalid JSON"),
         # the file ends inside a value: the position is the end (3 lines; the third is
         # `   "content": "hi` = 17 characters, so column 18)
-        (b'{"messages": [\n  {"role": "user",\n   "content": "hi', "line 3, column 18: Input data was truncated"),
+        # (`   "content": "hi` = 17 characters, so column 18; the file's 51 bytes, byte 51)
+        (
+            b'{"messages": [\n  {"role": "user",\n   "content": "hi',
+            "line 3, column 18: EOF while parsing a string (byte 51)",
+        ),
         (b"42", "top-level JSON is a number"),
         (b"[1, 2]", "message 0: must be an object"),
         (b'[{"role": "wizard", "content": "x"}]', "message 0, field role"),
@@ -163,11 +167,12 @@ def test_syntax_errors_name_the_gateways_byte_and_problem(
     assert f"invalid JSON: line 1, column {offset + 1}: {problem}" in err, err
     assert err.endswith(f" (byte {offset})\n"), err
     assert "surrogate" not in err
-    # a line of JSONL names the byte in its line the same way
+    # a line of JSONL names the same problem, at the file's byte: after line 1's 33 bytes
+    # and its newline
     f = write(tmp_path, "bad.jsonl", b'{"role": "user", "content": "hi"}\n' + body)
     assert main(["count", f]) == 2
     err = capsys.readouterr().err
-    assert f"bad.jsonl: line 2: invalid JSON: {problem}" in err and err.endswith(f" (byte {offset})\n"), err
+    assert f"bad.jsonl: line 2: invalid JSON: {problem}" in err and err.endswith(f" (byte {34 + offset})\n"), err
 
 
 def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1319,3 +1324,147 @@ def test_syntax_errors_name_the_files_byte_after_invalid_utf8_or_a_bom(
         assert err.endswith(f"(byte {offset})\n"), err
     else:
         assert err.endswith(f"; the file is not UTF-8 from byte {utf8} (such bytes read as U+FFFD)\n"), err
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "column", "offset", "problem"),
+    [
+        # the first value is 15 bytes (0-14); the second starts at 15
+        (b'{"messages":[]}{"messages":[]}', 1, 16, 15, "trailing characters"),
+        (b'{"messages":[]}[1]', 1, 16, 15, "trailing characters"),
+        (b'{"messages":[]}1', 1, 16, 15, "trailing characters"),
+        (b'{"messages":[]}"x"', 1, 16, 15, "trailing characters"),
+        (b'{"messages":[]} x', 1, 17, 16, "trailing characters"),
+        # the first value is 44 bytes; a second one cut short is no "truncated" input
+        (b'{"messages":[{"role":"user","content":"x"}]}{', 1, 45, 44, "trailing characters"),
+        # two values on two lines, the first not a message: no JSONL, one document
+        (b"[1]\n[2]", 2, 1, 4, "trailing characters"),
+        # truncated: the length of the body, in the gateway's words
+        (b'{"messages":[', 1, 14, 13, "EOF while parsing a list"),
+        # cut after a comma of the top-level object, which the gateway reads itself
+        (b'{"messages": [], ', 1, 18, 17, "EOF while parsing a value"),
+        (b'{"messages": [\n  {"role": "user",\n   "content": "hi', 3, 18, 51, "EOF while parsing a string"),
+    ],
+)
+def test_a_second_value_or_a_cut_is_named_as_the_gateway_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, line: int, column: int, offset: int, problem: str
+) -> None:
+    """fresh17c #5: a value after the first got msgspec's byte, one too far, and words
+    (``JSON is malformed: trailing characters (byte 16)`` where ``fit_request`` says ``at
+    byte 15: trailing characters``), a second value cut short and a truncated file
+    ``Input data was truncated`` (no byte) where it says ``EOF while parsing``."""
+    with pytest.raises(cw.InvalidRequestError) as info:
+        cw.fit_request(body, budget=9)
+    assert info.value.offset == offset
+    assert str(info.value) == f"invalid request body at byte {offset}: {problem}"
+    f = write(tmp_path, "bad.json", body)
+    assert main(["count", f]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contextwindow: error: {f}: invalid JSON: line {line}, column {column}: {problem} (byte {offset})\n"
+
+
+def test_a_jsonl_lines_error_names_the_files_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh17c #3 (JSONL) and #5: a line's error named a byte of the line, counted in the
+    decoded text (3 bytes for each invalid byte, read as U+FFFD), after msgspec's words
+    for a second value. Now the file's byte (0-based), in serde_json's words, and where
+    the file stops being UTF-8. Offsets by hand: line 1 is 30 bytes and its newline."""
+    first = b'{"role":"user","content":"hi"}\n'
+    assert len(first) == 31
+    cases = [
+        # two values on line 2: the second starts at its byte 29, the file's 31 + 29
+        (first + b'{"role":"user","content":"a"}{"x":1}\n', "trailing characters (byte 60)", None),
+        # two invalid bytes on line 2 (at 31 + 27): the x is the line's byte 32, the file's 63
+        (first + b'{"role":"user","content":"a\xff\xffb" x}\n', "expected `,` or `}` (byte 63)", 58),
+        # an invalid byte on line 1, inside a string: line 2's offsets move by 1, not 3
+        (b'{"role":"user","content":"h\xff"}\n{"role":"user","content":"a",}\n', "trailing comma (byte 60)", 27),
+        # a BOM: the file's bytes count it
+        (b"\xef\xbb\xbf" + first + b'{"role":"user","content":"a",}\n', "trailing comma (byte 63)", None),
+        # a line cut short: its end, the file's byte
+        (
+            first + b'{"role":"user","content":"a\n{"role":"user","content":"b"}\n',
+            "EOF while parsing a string (byte 58)",
+            None,
+        ),
+    ]
+    for body, said, utf8 in cases:
+        f = write(tmp_path, "bad.jsonl", body)
+        assert main(["count", f]) == 2
+        err = capsys.readouterr().err
+        tail = f"; the file is not UTF-8 from byte {utf8} (such bytes read as U+FFFD)" if utf8 is not None else ""
+        assert err == f"contextwindow: error: {f}: line 2: invalid JSON: {said}{tail}\n", body
+
+
+def _surrogate_chat(system: bool) -> dict[str, Any]:
+    """A body whose every part holds an escaped lone surrogate (json.dumps writes a lone
+    surrogate code point as its escape, and json.loads reads it back so)."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "old \ud800 " * 60},
+        {"role": "assistant", "content": "ok"},
+    ]
+    msgs += [{"role": "user", "content": "now \udc00 please", "x\udbff": 1}]
+    body: dict[str, Any] = {"model": "m \ud800", "messages": msgs, "extra": {"k\udfff": ["\ud800v"]}}
+    body["note\ud800"] = "a top-level key holding one"
+    if system:
+        body["system"] = "sys \ud800 prompt"
+        body["tools"] = [{"name": "f\ud800", "input_schema": {"type": "object"}}]
+    else:
+        msgs.insert(0, {"role": "system", "content": "sys \ud800 prompt"})
+        body["tools"] = [{"type": "function", "function": {"name": "f\ud800", "parameters": {}}}]
+    return body
+
+
+@pytest.mark.parametrize("system", [False, True])
+@pytest.mark.parametrize("budget", [30, 60, 200, 5000])
+def test_fit_writes_the_gateways_document_with_lone_surrogates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], system: bool, budget: int
+) -> None:
+    """fresh17c #9: ``fit`` wrote U+FFFD for every escaped lone surrogate (``"sys \\ud800
+    prompt"`` became ``"sys \ufffd prompt"``), where ``fit_request`` keeps the escape
+    outside the messages the engine writes; the README says ``fit`` writes the document
+    ``fit_request`` gives on the same bytes. Now the same values (json.loads keeps a lone
+    surrogate): the escapes as read in the model, the tools, unknown keys, keys, a
+    top-level ``system`` and the messages kept; U+FFFD only in a message the engine
+    wrote (the breadcrumb's, a cut one)."""
+    body = json.dumps(_surrogate_chat(system)).encode()
+    f = write(tmp_path, "s.json", body)
+    code = main(["fit", f, "--budget", str(budget)])
+    out = capsys.readouterr().out.encode()
+    gateway, rep = cw.fit_request(body, budget=budget, report=True)
+    assert code == (0 if rep.report.fits else 1)
+    assert json.loads(out) == json.loads(gateway)
+    assert b"\\ud800" in out and b'"m \\ud800"' in out
+    kept = [f.fate for f in rep.report.fates].count("kept")
+    assert kept >= 2  # the system prompt and the request at least
+
+
+def test_fit_and_repair_keep_lone_surrogates_in_lists_and_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same for a bare list and JSONL, which the gateway does not read: every message
+    passed back as read keeps its escapes; one the engine writes has U+FFFD."""
+    msgs = [
+        {"role": "user", "content": "old \ud800 " * 60},
+        {"role": "assistant", "content": "ok \udc00"},
+        {"role": "user", "content": "now \udbff"},
+    ]
+    text = json.dumps(msgs)
+    lines = "".join(json.dumps(m) + "\n" for m in msgs)
+    for name, data in (("s.json", text), ("s.jsonl", lines)):
+        f = write(tmp_path, name, data)
+        assert main(["fit", f, "--budget", "5000"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == msgs
+        assert main(["repair", f]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == msgs
+        # trimmed: the old turn dropped, the request takes the breadcrumb (engine-written)
+        assert main(["fit", f, "--budget", "40", "--no-breadcrumb"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert got == [msgs[2]]
+        assert main(["fit", f, "--budget", "40"]) == 0
+        out = capsys.readouterr().out
+        got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
+        assert len(got) == 1 and "\ufffd" in json.dumps(got[0], ensure_ascii=False) and "\udbff" not in str(got)

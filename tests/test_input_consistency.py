@@ -14,6 +14,7 @@ import functools
 import io
 import json
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -1340,3 +1341,66 @@ def test_optional_fields_that_are_absent_or_null_are_still_read() -> None:
     # an is_error of null or false is copied as it came
     out = cw.trim_turns(anthropic, budget=10**6).messages
     assert out[2]["content"][0]["is_error"] is None and out[4]["content"][0]["is_error"] is False
+
+
+def _cyclic() -> dict[str, Any]:
+    d: dict[str, Any] = {"a": 1}
+    d["self"] = d
+    return d
+
+
+def test_a_value_that_holds_itself_is_named_a_cycle() -> None:
+    """fresh17c #10: a value holding itself said "is nested too deeply" (true of what
+    the walk sees, not of what the caller wrote). The depth error looks for a cycle on the
+    path the walk went down, and names the field of the object that holds itself."""
+    d = _cyclic()
+    loop: list[Any] = [1]
+    loop.append(loop)
+    cases: list[tuple[list[Any], str | None]] = [
+        ([{"role": "user", "content": "a", "meta": d}], "meta"),
+        ([{"role": "user", "content": "hi"}, {"role": "user", "content": "a", "meta": {"x": [0, d]}}], "meta.x[1]"),
+        (
+            [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": d}]}],
+            "content[0].input",
+        ),
+        ([{"role": "user", "content": [{"type": "text", "text": "a", "x": loop}]}], "content[0].x"),
+        ([Message(role="user", content=[TextPart(text="a")], extra={"m": d})], "extra.m"),
+    ]
+    for msgs, field in cases:
+        index = len(msgs) - 1
+        for call in (
+            cw.count_messages,
+            lambda m: cw.trim_turns(m, 100),
+            lambda m: cw.fit(m, 100),
+            lambda m: prune_middle(m, 100),
+            lambda m: cw.count_many([m]),
+        ):
+            with pytest.raises(InvalidMessageError) as info:
+                call(msgs)
+            assert (info.value.index, info.value.field, info.value.reason) == (index, field, "holds itself (a cycle)")
+        # past a raised recursion limit, where the depth is checked before msgspec runs
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(20_000)
+        try:
+            with pytest.raises(InvalidMessageError) as info:
+                cw.count_messages(msgs)
+        finally:
+            sys.setrecursionlimit(limit)
+        assert (info.value.index, info.value.field, info.value.reason) == (index, field, "holds itself (a cycle)")
+    # the message itself
+    m: dict[str, Any] = {"role": "user", "content": "a"}
+    m["meta"] = m
+    with pytest.raises(InvalidMessageError) as info:
+        cw.count_messages([m])
+    assert str(info.value) == "message 0: holds itself (a cycle)"
+    # a tool definition
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_messages([{"role": "user", "content": "a"}], tools=[{"name": "x", "input_schema": d}])
+    assert str(err.value) == "tools[0].input_schema: holds itself (a cycle)"
+    # a value really nested too deeply keeps its words
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(InvalidMessageError) as info:
+        cw.count_messages([{"role": "user", "content": "a", "meta": deep}])
+    assert str(info.value) == "message 0: is nested too deeply"

@@ -33,6 +33,7 @@ from ._jsontext import (
     nesting,
     quote,
     shown,
+    too_deep,
 )
 from .adapters import (
     _SYSTEM_BLOCK,
@@ -748,7 +749,8 @@ def nesting_errors(at: int = 0) -> Callable[[_F], _F]:
                 index = deepest_message(messages)
                 if index is None:
                     raise
-                raise InvalidMessageError("is nested too deeply", index=index) from None
+                reason, field = too_deep(messages[index])
+                raise InvalidMessageError(reason, index=index, field=field) from None
 
         return guarded  # type: ignore[return-value]
 
@@ -853,7 +855,8 @@ def _check_depth(messages: list[Any], fmt: InputFormat) -> None:
                 if earlier is not None:
                     raise earlier
                 _encode_located(_to_canonical(messages[:i], fmt), messages[:i])
-            raise InvalidMessageError("is nested too deeply", index=i)
+            reason, field = too_deep(m)
+            raise InvalidMessageError(reason, index=i, field=field)
 
 
 def _prepare(messages: list[Any], format: str | None) -> Prepared:
@@ -895,7 +898,9 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
                 # "message 0", not the canonical "extra")
                 raise _first_clash(messages, len(messages)) or _clash_error(clash) from None
     except RecursionError:
-        raise InvalidMessageError("is nested too deeply", index=_too_deep(messages)) from None
+        index = _too_deep(messages)
+        reason, field = ("is nested too deeply", None) if index is None else too_deep(messages[index])
+        raise InvalidMessageError(reason, index=index, field=field) from None
     if fmt == "anthropic":
         _one_system(canonical)
     if format in ("openai", "anthropic"):

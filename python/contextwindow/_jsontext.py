@@ -339,6 +339,76 @@ def nesting(value: Any, cap: int) -> int:
     return deepest
 
 
+def cycle_at(value: Any, cap: int = MAX_DEPTH + 1) -> list[str | int] | None:
+    """The path (keys, indices and struct fields from ``value``) to the first object or
+    array found to hold itself, or ``None``: walked as :func:`nesting` walks (depth
+    first, in its order, up to the first value ``cap`` levels down), keeping the path it
+    is on, so a cycle on the path that made the value too deep is found, in no more steps
+    than :func:`nesting` took to find the depth (a value that holds itself and another
+    really nested deeper than ``cap`` is reported as the walk meets them). For the depth
+    error only (:func:`too_deep`), never on every call.
+
+    >>> d = {"a": 1}
+    >>> d["self"] = d
+    >>> cycle_at({"meta": [0, d]}), cycle_at([[[]]]), cycle_at(d)
+    (['meta', 1], None, [])
+    """
+    on_path: dict[int, int] = {}  # id of each object or array on the path: its level
+    ids: list[int] = []
+    keys: list[str | int] = []  # how each level was reached from the one above (keys[0]: none)
+    stack: list[tuple[Any, int, str | int]] = [(value, 1, 0)]
+    pop = stack.pop
+    while stack:
+        v, depth, key = pop()
+        t = type(v)
+        if t is dict or (t is not list and isinstance(v, Mapping)):
+            items: Any = v.items()
+        elif t is list or isinstance(v, (tuple, set, frozenset)):
+            items = enumerate(v)
+        elif isinstance(v, msgspec.Struct):
+            items = [(f, getattr(v, f, None)) for f in v.__struct_fields__]
+        else:
+            continue
+        while len(ids) >= depth:  # leave the levels this value is not under
+            del on_path[ids.pop()]
+            keys.pop()
+        first = on_path.get(id(v))
+        if first is not None:
+            return keys[1 : first + 1]
+        if depth >= cap:
+            return None
+        on_path[id(v)] = len(ids)
+        ids.append(id(v))
+        keys.append(key)
+        # pushed in order, as nesting pushes them: the same path down, the last child first
+        stack += [
+            (c, depth + 1, k if type(k) is str or type(k) is int else str(k))
+            for k, c in items
+            if type(c) not in _SCALARS and c is not None
+        ]
+    return None
+
+
+#: Types :func:`cycle_at` does not look into.
+_SCALARS = frozenset({str, int, float, bool})
+
+
+def too_deep(value: Any) -> tuple[str, str | None]:
+    """The reason and field of the error for ``value`` that nests too deeply: ``holds
+    itself (a cycle)`` and the field of the object that does (:func:`cycle_at`; fresh17c
+    #10), else ``is nested too deeply`` and no field.
+
+    >>> d = {}
+    >>> d["self"] = d
+    >>> too_deep({"meta": d}), too_deep([[]])
+    (('holds itself (a cycle)', 'meta'), ('is nested too deeply', None))
+    """
+    path = cycle_at(value)
+    if path is None:
+        return "is nested too deeply", None
+    return "holds itself (a cycle)", field_path(path) or None
+
+
 #: How many characters of a caller's string an error quotes (:func:`quote`) or names in a
 #: field path (:func:`field_path`); the rest is counted, not written (fresh11 N6: a 10 KB
 #: role gave a 10 KB one-line error). Rust ``error::QUOTE_CHARS`` is the same.

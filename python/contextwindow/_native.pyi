@@ -84,8 +84,9 @@ def fit_request_body(body: bytes, budget: int, profile: str, provider: str | Non
     """``fit_request``'s new body without its report (the same bytes): old turns that no trim to
     the budget could keep are not estimated. Same errors."""
 
-def json_syntax_error(text: str) -> tuple[int | None, str] | None:
-    """``(byte offset, reason)`` of why ``text`` is not one JSON value (serde_json, any depth), ``None`` when it is."""
+def json_syntax_error(text: str, one_value: bool = False) -> tuple[int | None, str] | None:
+    """``(byte offset, reason)`` of why ``text`` is not one JSON value (``one_value``; the gateway's error on the
+    same bytes) or not a sequence of them (JSONL), serde_json, any depth; ``None`` when it is."""
 
 def count_request(body: bytes, profile: str, provider: str | None) -> int:
     """Tokens of a raw request body's messages (Anthropic ``system`` included) plus its tools."""

@@ -53,6 +53,7 @@ from ._jsontext import (
     as_int,
     clean_str,
     clean_value,
+    cycle_at,
     depth_unbounded,
     field_path,
     has_odd_keys,
@@ -254,6 +255,15 @@ def check_limit(limit: Any) -> int | None:
     return n
 
 
+def _too_deep_tool(tool: Any, i: int) -> InvalidRequestError:
+    """The error for tool definition ``i`` nested too deeply, or holding itself (a
+    cycle, named where it is: ``tools[0].input_schema: holds itself (a cycle)``)."""
+    path = cycle_at(tool)
+    if path is None:
+        return InvalidRequestError(f"tools[{i}]: is nested too deeply")
+    return InvalidRequestError(f"{field_path(path, f'tools[{i}]')}: holds itself (a cycle)")
+
+
 def tool_texts(tools: Any) -> list[str]:
     """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``);
     ``InvalidRequestError`` for a definition that is not an object or whose ``function`` /
@@ -268,7 +278,7 @@ def tool_texts(tools: Any) -> list[str]:
             # JSON's words, as the gateway and the CLI say it (fresh9 B4)
             raise InvalidRequestError(f"tools[{i}]: a tool definition must be an object, got {json_type_name(t)}")
         if depth_unbounded() and nested_deeper(t):  # before msgspec recurses into it
-            raise InvalidRequestError(f"tools[{i}]: is nested too deeply")
+            raise _too_deep_tool(t, i)
         found = json_fault(t)  # bytes msgspec writes as base64 text, a set as an array (fresh17b #3)
         if found is not None:
             raise InvalidRequestError(
@@ -286,7 +296,7 @@ def tool_texts(tools: Any) -> list[str]:
         except KeyClash as clash:  # two keys lone surrogates make one: the gateway's words
             raise InvalidRequestError(f"{field_path(clash.path, f'tools[{i}]')}: {clash.reason()}") from None
         except RecursionError:
-            raise InvalidRequestError(f"tools[{i}]: is nested too deeply") from None
+            raise _too_deep_tool(t, i) from None
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             raise InvalidRequestError(f"tools[{i}]: holds a value JSON cannot represent ({exc})") from None
         # then its shape, after its JSON text as the gateway (fresh12 O4)

@@ -96,6 +96,12 @@ class Conversation:
     #: Why the format was taken as Anthropic's when the caller did not name one (a
     #: top-level ``system``, tools with ``input_schema``), for error messages; else ``None``.
     detected_from: str | None = None
+    #: When the file holds escaped lone surrogates: :attr:`messages` as the file holds
+    #: them, one for one, each lone surrogate kept (a Python string holds it as a code
+    #: point), for :func:`dump_conversation` to write back as read; else ``None``.
+    messages_as_read: list[Any] | None = None
+    #: The same for :attr:`document`.
+    document_as_read: Any = None
 
     def label(self, index: int) -> str:
         """How the file names entry ``index`` of :attr:`messages`: ``message N`` with N its
@@ -445,7 +451,7 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
     past :data:`~contextwindow._jsontext.MAX_DEPTH`, and the error says that limit
     (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion limit gets
     the parser's own, unnamed."""
-    bad = _syntax_error(text)
+    bad = _syntax_error(text, one_value=False)
     if bad is not None:
         return InvalidRequestError(f"{where}: invalid JSON: {bad}")
     values, _, at, path, top_keys = _deepest(text, sys.getrecursionlimit())
@@ -490,36 +496,36 @@ def _nesting_error(doc: Any, kind: Literal["list", "body"], where: str) -> Inval
     return None
 
 
-def _syntax_error(text: str) -> str | None:
-    """Why ``text`` is not one JSON value, worded as for a shallow text (``line 1, column
-    50001: Input data was truncated``), or ``None`` when it is JSON; serde_json checks it
+def _syntax_error(text: str, one_value: bool = True) -> str | None:
+    """Why ``text`` is not one JSON value (or, not ``one_value``, not a sequence of them,
+    one a line as in JSONL), with its line and column (``line 1, column 50001: EOF while
+    parsing a list (byte 50000)``), or ``None`` when it is JSON; serde_json checks it
     (``_native.json_syntax_error``), at any depth and without building it.
 
-    Every syntax error the CLI reports comes from here, so it names the problem and the
-    byte the gateway names (``fit_request``'s ``.offset``: the first byte that cannot be
-    there, 0-based), not msgspec's: msgspec put some one byte further (a trailing
-    character, an invalid escape), and named a lone surrogate escape, which the CLI
-    reads, in place of the real error after it (fresh17b #6, #8)."""
-    found = _native.json_syntax_error(text)
+    Every syntax error the CLI reports comes from here or :func:`_line_syntax_error`, so
+    it names the problem and the byte the gateway names (``fit_request``'s ``.offset``:
+    the first byte that cannot be there, 0-based), in its words, not msgspec's: msgspec
+    put some one byte further (a trailing character, an invalid escape, a second value:
+    fresh17c #5), named a lone surrogate escape, which the CLI reads, in place of the real
+    error after it (fresh17b #6, #8), and said "Input data was truncated" with no byte
+    where the gateway says "EOF while parsing a list"."""
+    found = _native.json_syntax_error(text, one_value)
     if found is None:
         return None
     offset, reason = found
-    if "EOF while parsing" in reason:  # msgspec's words for the same fault
-        return _where(text, msgspec.DecodeError("Input data was truncated"))
     return _where(text, msgspec.DecodeError(f"{reason} (byte {offset})")) if offset is not None else reason
 
 
-def _line_syntax_error(line: str, exc: Exception) -> str:
-    """Why the JSONL ``line`` is not JSON, with the byte offset in the line: serde_json's
-    words and offset, as for a whole document (:func:`_syntax_error`), or msgspec's
-    ``exc`` when serde_json reads the line (a value msgspec refuses for another reason)."""
-    found = _native.json_syntax_error(line)
+def _line_syntax_error(line: str, start: int) -> str | None:
+    """Why the JSONL ``line`` is not one JSON value, or ``None`` when it is: serde_json's
+    words, as for a whole document (:func:`_syntax_error`), and the byte of the text the
+    line is in, ``start`` being the line's first (``load_conversation`` makes it the
+    file's byte)."""
+    found = _native.json_syntax_error(line, True)
     if found is None:
-        return str(exc)
+        return None
     offset, reason = found
-    if "EOF while parsing" in reason:
-        return "Input data was truncated"
-    return f"{reason} (byte {offset})" if offset is not None else reason
+    return f"{reason} (byte {start + offset})" if offset is not None else reason
 
 
 def _decode(text: str) -> tuple[Any, bool]:
@@ -540,49 +546,47 @@ def _decode(text: str) -> tuple[Any, bool]:
             raise
         try:
             value = loads_keeping_numbers(text, parse_constant=_reject_constant)
-        except json.JSONDecodeError as err:
-            if not out_of_range:
-                raise exc from None
-            # msgspec stopped at the number, before the real error: report json's, at its byte
-            at = len(text[: err.pos].encode())
-            raise msgspec.DecodeError(f"{err.msg} (byte {at})") from None
-        except ValueError as err:  # NaN or Infinity (_reject_constant)
-            if not out_of_range:
-                raise exc from None
-            raise msgspec.DecodeError(str(err)) from None
+        except ValueError:  # a syntax error (JSONDecodeError), NaN or Infinity (_reject_constant)
+            # not JSON: serde_json, which refuses every text json refuses, names the error
+            # (_syntax_error); msgspec's words, or json's, are never shown
+            raise exc from None
         return value, surrogates
 
 
 def _where(text: str, exc: Exception) -> str:
-    """msgspec's message, prefixed with the line and column its byte offset points at."""
+    """The error's message, prefixed with the line and column its ``(byte N)`` points at."""
     found = _BYTE_POS.search(str(exc))
-    if found:
-        offset = int(found[1])
-    elif "truncated" in str(exc):
-        offset = len(text.encode())  # msgspec names no byte: the input ended inside a value
-    else:
+    if not found:
         return str(exc)
+    offset = int(found[1])
     before = text.encode()[:offset].decode("utf-8", errors="replace")
     line = before.count("\n") + 1
     column = len(before) - (before.rfind("\n") + 1) + 1
     return f"line {line}, column {column}: {exc}"
 
 
-def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[Any] | None:
-    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all.
+def _jsonl(
+    text: str, where: str, found: LoneSurrogates | None = None, as_read: list[Any] | None = None
+) -> list[Any] | None:
+    """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all; each
+    line's value as read (lone surrogates kept) is added to ``as_read``.
 
     Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
     U+0085 and the other Unicode line breaks, which JSON strings may hold as they are, and
     a message holding one was refused as invalid JSON (found after fresh9 B5)."""
-    lines = [(n, s) for n, s in enumerate(text.split("\n"), 1) if s.strip()]
+    lines, start = [], 0  # (number, line, where it starts in `text`: a character index)
+    for n, s in enumerate(text.split("\n"), 1):
+        if s.strip():
+            lines.append((n, s, start))
+        start += len(s) + 1
     if len(lines) < 2:
         return None
     messages = []
-    for n, line in lines:
+    for n, line, at in lines:
         try:
             value, surrogates = _decode(line)
         except RecursionError:
-            bad = _syntax_error(line)
+            bad = _line_syntax_error(line, len(text[:at].encode()))
             if bad is not None:
                 raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
             named = _TOO_DEEP if sys.getrecursionlimit() >= CLI_RECURSION_LIMIT else "is nested too deeply"
@@ -590,7 +594,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
-            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {_line_syntax_error(line, exc)}") from None
+            bad = _line_syntax_error(line, len(text[:at].encode())) or str(exc)
+            raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
         if not isinstance(value, dict):
             if not messages:
                 return None
@@ -600,6 +605,8 @@ def _jsonl(text: str, where: str, found: LoneSurrogates | None = None) -> list[A
         messages.append(
             _refuse_repeated_keys(line, value, where, "message", len(messages), surrogates=surrogates, lone=found)
         )
+        if as_read is not None:
+            as_read.append(value)
     return messages
 
 
@@ -661,9 +668,9 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     try:
         conv = _parse(text, where, explicit, found)
     except InvalidRequestError as exc:
-        # a whole document's syntax error names a byte of the decoded text: the file's
-        # instead (a JSONL line's error names a byte of its line, left as it is)
-        if (bad is None and not bom) or not str(exc).startswith(f"{where}: invalid JSON: "):
+        # a syntax error names a byte of the decoded text (a whole document's, or a JSONL
+        # line's): the file's instead
+        if (bad is None and not bom) or not _SYNTAX_ERROR.match(str(exc), len(where)):
             raise
         raise InvalidRequestError(_file_bytes(str(exc), raw, bom, bad)) from None
     conv.bad_utf8_at = bad
@@ -673,6 +680,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
 
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
+#: A syntax error's message after its ``where``: the whole document's, or a JSONL line's.
+_SYNTAX_ERROR = re.compile(r": (line \d+: )?invalid JSON: ")
 
 #: The error handler :func:`_file_bytes` decodes with: "replace", recording each run it
 #: replaces in this thread's ``_RECORDED.spans``.
@@ -740,10 +749,15 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     except RecursionError:
         raise _too_deep(text, where) from None
     except msgspec.MsgspecError as exc:
-        lines = _jsonl(text, where, found)
+        read: list[Any] = []
+        lines = _jsonl(text, where, found, read)
         if lines is None:
             raise InvalidRequestError(f"{where}: invalid JSON: {_syntax_error(text) or _where(text, exc)}") from None
-        return Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
+        conv = Conversation(where, explicit or _format_of(lines), "jsonl", lines, None, lines)
+        if found is not None and found.count:
+            conv.messages_as_read = conv.document_as_read = read
+        return conv
+    raw = doc if surrogates else None  # as read, lone surrogates kept
     deep = None
     if isinstance(doc, list):
         deep = _nesting_error(doc, "list", where)
@@ -754,7 +768,10 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
         raise deep
     if isinstance(doc, list):
         doc = _refuse_repeated_keys(text, doc, where, "list", surrogates=surrogates, lone=found)
-        return Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
+        conv = Conversation(where, explicit or _format_of(doc), "list", list(doc), None, doc)
+        if raw is not None:
+            conv.messages_as_read, conv.document_as_read = list(raw), raw
+        return conv
     if not isinstance(doc, dict):
         raise InvalidRequestError(
             f"{where}: top-level JSON is {json_type_name(doc)}, expected an object with "
@@ -765,7 +782,10 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     doc = _refuse_repeated_keys(text, doc, where, shape, surrogates=surrogates, lone=found)
     if "messages" not in doc:
         if one_message:  # JSONL holding a single message
-            return Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
+            conv = Conversation(where, explicit or _format_of([doc]), "jsonl", [doc], None, [doc])
+            if raw is not None:
+                conv.messages_as_read = conv.document_as_read = [raw]
+            return conv
         raise InvalidRequestError(f'{where}: the top-level object has no "messages" list')
     messages, tools = doc["messages"], doc.get("tools")
     if not isinstance(messages, list):
@@ -800,7 +820,11 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     lifted = fmt == "anthropic" and doc.get("system") is not None
     if lifted:
         messages = [_system_message(doc["system"], where), *messages]
-    return Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
+    conv = Conversation(where, fmt, kind, list(messages), tools, doc, system_lifted=lifted, detected_from=detected_from)
+    if raw is not None:
+        system = [{"role": "system", "content": raw["system"]}] if lifted else []
+        conv.messages_as_read, conv.document_as_read = [*system, *raw["messages"]], raw
+    return conv
 
 
 # U+0085, U+2028, U+2029 in UTF-8 (each lead byte starts a character, so these bytes
@@ -844,10 +868,13 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     ``system`` (:attr:`Conversation.system_lifted`) goes back there verbatim (and
     ``system`` is removed if that message is gone), a system message inside ``messages``
     stays in ``messages``, as ``fit_request`` writes the same bytes. JSON is pretty-printed
-    with a 2-space indent; JSONL gets one compact message per line. Lone surrogates become
-    U+FFFD, so the output is always valid UTF-8; U+0085, U+2028 and U+2029 are written
-    as JSON escapes (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL
-    output line by line.
+    with a 2-space indent; JSONL gets one compact message per line. An escaped lone
+    surrogate of the file (``\\ud800``) is written back as that escape in what the file
+    held (the other keys, a top-level ``system``, every message of ``conv.messages``
+    passed back, the same object), as ``fit_request`` keeps it on the same bytes; in a
+    message the engine or the caller made, a lone surrogate becomes U+FFFD, so the output
+    is always UTF-8. U+0085, U+2028 and U+2029 are written as JSON escapes
+    (:func:`escape_line_breaks`), so ``str.splitlines`` reads JSONL output line by line.
 
     Args:
         conv: the conversation as loaded.
@@ -864,11 +891,78 @@ def dump_conversation(conv: Conversation, messages: list[Any]) -> bytes:
     b'{"role":"user","content":"hi"}\\n'
     """
     messages = list(messages)
+    if conv.messages_as_read is None:
+        return _dump(conv, messages, None)
+    for mark in _MARKS:
+        marks = _Marks(mark)
+        data = _dump(conv, messages, marks)
+        if data.count(marks.encoded) == marks.count:  # every one a mark: none was in the text
+            return marks.unmark(data)
+    return _dump(conv, messages, None)  # every mark is in the text: U+FFFD
+
+
+#: Characters :class:`_Marks` may stand in for a lone surrogate with: Unicode's
+#: noncharacters U+FDD0-U+FDEF, never in text meant for interchange; the first that the
+#: output does not otherwise hold is taken.
+_MARKS = [chr(c) for c in range(0xFDD0, 0xFDF0)]
+_MARKED = re.compile(r"[\ud800-\udfff]")
+
+
+class _Marks:
+    """Lone surrogates written back as the file's escapes: msgspec writes no lone
+    surrogate (a Python string holds one as a code point, which UTF-8 cannot encode), so
+    each is written as ``mark`` and its 4 hex digits, which :meth:`unmark` turns into the
+    escape ``\\udXXX`` in the JSON text (after msgspec's indenting, which refuses a lone
+    surrogate escape).
+
+    >>> m = _Marks("\\ufdd0")
+    >>> m.unmark(msgspec.json.encode(m.apply({"k\\udc00": ["a\\ud800"]})))
+    b'{"k\\\\udc00":["a\\\\ud800"]}'
+    """
+
+    def __init__(self, mark: str) -> None:
+        self.mark = mark
+        self.encoded = mark.encode()
+        self.count = 0  # marks written by apply
+        self._escape = re.compile(re.escape(self.encoded) + b"([0-9a-f]{4})")
+
+    def _sub(self, found: re.Match[str]) -> str:
+        self.count += 1
+        return f"{self.mark}{ord(found.group()):04x}"
+
+    def apply(self, value: Any) -> Any:
+        """``value`` (a JSON value as read) with every lone surrogate marked, as a copy
+        where one is (keys included)."""
+        if isinstance(value, str):
+            return _MARKED.sub(self._sub, value) if _MARKED.search(value) else value
+        if isinstance(value, dict):
+            return {self.apply(k): self.apply(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.apply(v) for v in value]
+        return value
+
+    def unmark(self, data: bytes) -> bytes:
+        """JSON text with every mark and its digits written as the escape."""
+        return self._escape.sub(rb"\\u\1", data)
+
+
+def _dump(conv: Conversation, messages: list[Any], marks: _Marks | None) -> bytes:
+    """:func:`dump_conversation`, with the file's lone surrogates marked by ``marks``
+    (``None``: U+FFFD)."""
+    if marks is not None and conv.messages_as_read is not None:
+        as_read = {id(m): r for m, r in zip(conv.messages, conv.messages_as_read, strict=True)}
+        messages = [marks.apply(as_read[id(m)]) if id(m) in as_read else m for m in messages]
     if conv.kind == "jsonl":
         return escape_line_breaks(b"".join(_encode(m, conv.path) + b"\n" for m in messages))
     doc: Any = messages
     if conv.kind != "list":
-        doc = dict(conv.document)
+        if marks is not None and conv.document_as_read is not None:
+            # keys and values as read, in their order ("messages" and a lifted "system",
+            # replaced below, left unmarked: a mark must be written to count)
+            replaced = ("messages", "system") if conv.system_lifted else ("messages",)
+            doc = {marks.apply(k): v if k in replaced else marks.apply(v) for k, v in conv.document_as_read.items()}
+        else:
+            doc = dict(conv.document)
         if conv.system_lifted:
             # only a system the reading lifted out of the top-level ``system`` goes back
             # there; a system message the file held in ``messages`` stays in ``messages``,

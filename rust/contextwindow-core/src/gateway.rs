@@ -2355,20 +2355,45 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
         .sum()
 }
 
-/// Why `text` is not a sequence of JSON values (one, or one a line as in JSONL):
-/// serde_json reads each as a raw value, which checks the syntax at any depth without
-/// building anything, and its error comes back as the gateway words it (`InvalidRequest`
-/// with the byte offset); `None` when `text` is JSON. The CLI asks this when its own parser
-/// gives up on depth, to tell a value nested too deep from a file that is not JSON at all
-/// (a truncated `[[[[...`: fresh9 B3).
+/// Why `text` is not JSON: with `one_value`, not one JSON value, as the gateway reads a
+/// body (the same byte and words as `fit_request`'s error: a second value after the
+/// first is "trailing characters" where it starts); else not a sequence of JSON values
+/// (one, or one a line as in JSONL). serde_json reads each as a raw value, which checks
+/// the syntax at any depth without building anything, and its error comes back as the
+/// gateway words it (`InvalidRequest` with the byte offset); `None` when `text` is JSON.
+/// The CLI asks this for every syntax error it reports (one value for a document or a
+/// JSONL line), and, as a sequence, when its own parser gives up on depth, to tell a
+/// value nested too deep from a file that is not JSON at all (a truncated `[[[[...`:
+/// fresh9 B3).
 ///
 /// ```
 /// use contextwindow_core::gateway::json_syntax_error;
-/// assert!(json_syntax_error(&"[".repeat(1000)).is_some());
-/// assert!(json_syntax_error(&format!("{}{}\n{{}}", "[".repeat(1000), "]".repeat(1000))).is_none());
+/// assert!(json_syntax_error(&"[".repeat(1000), false).is_some());
+/// assert!(json_syntax_error(&format!("{}{}\n{{}}", "[".repeat(1000), "]".repeat(1000)), false).is_none());
+/// assert!(json_syntax_error("{}\n{}", true).is_some());
 /// ```
-pub fn json_syntax_error(text: &str) -> Option<Error> {
+pub fn json_syntax_error(text: &str, one_value: bool) -> Option<Error> {
     let cx = Ctx::new(text);
+    let single = serde_json::from_str::<&RawValue>(text)
+        .err()
+        .map(|e| cx.json_err(e, text));
+    if one_value {
+        // The body's top-level object cut short after a comma: the gateway reads that
+        // object itself and says "EOF while parsing a value" (the key it looked for);
+        // the raw-value pass says "... an object" (fresh17c #5, found by a fuzz). The
+        // comma is the top level's when closing the object there makes the text one value.
+        if let Some(Error::InvalidRequest { offset, reason }) = &single {
+            let cut = text.trim_end_matches([' ', '\t', '\n', '\r']);
+            if reason == "EOF while parsing an object"
+                && cut.ends_with(',')
+                && serde_json::from_str::<&RawValue>(&format!("{}}}", &cut[..cut.len() - 1]))
+                    .is_ok()
+            {
+                return Some(invalid(*offset, "EOF while parsing a value"));
+            }
+        }
+        return single;
+    }
     let found = serde_json::Deserializer::from_str(text)
         .into_iter::<&RawValue>()
         .find_map(|v| v.err())
@@ -2379,8 +2404,7 @@ pub fn json_syntax_error(text: &str) -> Option<Error> {
         Error::InvalidRequest { offset, reason } => (*offset, reason.clone()),
         _ => (None, String::new()),
     };
-    if let Err(e) = serde_json::from_str::<&RawValue>(text) {
-        let single = cx.json_err(e, text);
+    if let Some(single) = single {
         let (one, why) = at(&single);
         if why == "trailing characters" && one.is_some() && one == at(&found).0 {
             return Some(single);
@@ -3238,7 +3262,8 @@ mod tests {
         ];
         for (text, at, words) in cases {
             for got in [
-                json_syntax_error(text),
+                json_syntax_error(text, false),
+                json_syntax_error(text, true),
                 count_request(text.as_bytes(), "conservative", None).err(),
             ] {
                 match got {
@@ -3251,13 +3276,60 @@ mod tests {
             }
         }
         // JSONL: a second line that is not JSON is the error, not the first line's end
-        match json_syntax_error("{}\n{]") {
+        match json_syntax_error("{}\n{]", false) {
             Some(Error::InvalidRequest { offset, reason }) => {
                 assert_eq!((offset, reason.as_str()), (Some(4), "key must be a string"));
             }
             other => panic!("{other:?}"),
         }
-        assert!(json_syntax_error("{}\n{}\n").is_none());
+        assert!(json_syntax_error("{}\n{}\n", false).is_none());
+        // fresh17c #5: one value (a document, a JSONL line): a second value where the
+        // first ends is "trailing characters" there, as the gateway says, also when
+        // the second is cut short (the sequence's error is its EOF)
+        let second: &[(&str, usize, &str)] = &[
+            (
+                r#"{"messages":[]}{"messages":[]}"#,
+                15,
+                "trailing characters",
+            ),
+            (r#"{"messages":[]}[1]"#, 15, "trailing characters"),
+            (r#"{"messages":[]} "x""#, 16, "trailing characters"),
+            ("[1]\n[2]", 4, "trailing characters"),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}]}{"#,
+                44,
+                "trailing characters",
+            ),
+            (r#"{"messages":["#, 13, "EOF while parsing a list"),
+            // cut after a comma: the top-level object's words are the gateway's own
+            (r#"{"messages": [], "#, 17, "EOF while parsing a value"),
+            ("{\"a\": 1 ,\n", 10, "EOF while parsing a value"),
+            (
+                r#"{"messages": [], "x": {"a": 1, "#,
+                31,
+                "EOF while parsing an object",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "#,
+                31,
+                "EOF while parsing an object",
+            ),
+        ];
+        for (text, at, words) in second {
+            for got in [
+                json_syntax_error(text, true),
+                count_request(text.as_bytes(), "conservative", None).err(),
+            ] {
+                match got {
+                    Some(Error::InvalidRequest { offset, reason }) => {
+                        assert_eq!((offset, reason.as_str()), (Some(*at), *words), "{text}");
+                    }
+                    other => panic!("{text}: {other:?}"),
+                }
+            }
+        }
+        assert!(json_syntax_error("{}\n{}\n", true).is_some());
+        assert!(json_syntax_error(" {} \n", true).is_none());
     }
 
     #[test]

@@ -408,11 +408,17 @@ fn count_request(
     run(py, || gateway::count_request(body, profile, provider))
 }
 
-/// `(byte offset, reason)` of why `text` is not one JSON value, `None` when it is (see
-/// `gateway::json_syntax_error`); reads in place, any depth, without the GIL.
+/// `(byte offset, reason)` of why `text` is not one JSON value (`one_value`) or not a
+/// sequence of them (JSONL), `None` when it is (see `gateway::json_syntax_error`); reads
+/// in place, any depth, without the GIL.
 #[pyfunction]
-fn json_syntax_error(py: Python<'_>, text: &str) -> Option<(Option<usize>, String)> {
-    py.detach(|| match gateway::json_syntax_error(text) {
+#[pyo3(signature = (text, one_value = false))]
+fn json_syntax_error(
+    py: Python<'_>,
+    text: &str,
+    one_value: bool,
+) -> Option<(Option<usize>, String)> {
+    py.detach(|| match gateway::json_syntax_error(text, one_value) {
         Some(Error::InvalidRequest { offset, reason }) => Some((offset, reason)),
         Some(other) => Some((None, other.to_string())),
         None => None,
