@@ -408,6 +408,38 @@ def test_a_second_system_message_in_anthropic_dicts_is_refused(reader: bool) -> 
     assert cw.count_messages(plain, format="openai") > 0
 
 
+def test_a_second_system_message_in_anthropic_structs_is_refused() -> None:
+    """struct18 #1: Message structs with a system message after a leading one were
+    counted, trimmed and validated under Anthropic's rules, where the same dicts are
+    refused (``_engine._one_system``); now the dict path's words, naming the second."""
+    m = [
+        cw.Message(role="system", content=[cw.TextPart(text="s")]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(role="system", content=[cw.TextPart(text="again")]),
+        cw.Message(role="user", content=[cw.TextPart(text="r")]),
+    ]
+    d = [cw.adapters.message_to_anthropic(x) for x in m]
+    with pytest.raises(cw.InvalidMessageError) as want:
+        cw.count_messages(d, format="anthropic")
+    assert str(want.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    for call in (
+        lambda: cw.count_messages(m, format="anthropic"),
+        lambda: cw.validate(m, "anthropic"),
+        lambda: cw.trim_turns(m, 5, format="anthropic"),
+        lambda: cw.fit(m, 10**6, format="anthropic"),
+        lambda: cw.repair_tool_pairs(m, format="anthropic"),
+        lambda: cw.segment_turns(m, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == str(want.value)
+    # OpenAI's rules take several system messages; one leading system message, or one
+    # that is not leading (no top-level system then), is fine under Anthropic's too
+    assert cw.count_messages(m, format="openai") == cw.count_messages(d, format="openai")
+    assert cw.count_messages(m[:2], format="anthropic") == cw.count_messages(d[:2], format="anthropic")
+    assert cw.count_messages(m[1:], format="anthropic") == cw.count_messages(d[1:], format="anthropic")
+
+
 # ----------------------------------------------------------------------------------- N8
 
 BIG = 10**5000

@@ -759,9 +759,12 @@ _SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "s
 
 
 def _one_system(canonical: Sequence[Message]) -> None:
-    """Refuse a system message after a leading one in Anthropic dicts: the leading one
-    stands for the top-level ``system``, and the Messages API refuses a system message
-    next to it (the gateway and the CLI refuse the same in a body; fresh7 N13)."""
+    """Refuse a system message after a leading one in Anthropic dicts, and in ``Message``
+    structs under Anthropic's rules: the leading one stands for the top-level ``system``,
+    and the Messages API refuses a system message next to it (the gateway and the CLI
+    refuse the same in a body; fresh7 N13; structs were counted, struct18 #1). A system
+    message with none leading is taken, as the gateway takes it in a body without a
+    top-level ``system``."""
     if canonical and canonical[0].role == "system":
         for i, m in enumerate(canonical[1:], 1):
             if m.role == "system":
@@ -779,6 +782,15 @@ def system_text_only(canonical: Sequence[Message]) -> None:
             for j, p in enumerate(m.content):
                 if type(p) is not TextPart:
                     raise InvalidMessageError(_SYSTEM_BLOCK, index=i, field=f"content[{j}]")
+
+
+def anthropic_systems(canonical: Sequence[Message]) -> None:
+    """Anthropic's rules for the system messages of ``Message`` structs, in the dict
+    path's words: text parts only (:func:`system_text_only`), then no system message
+    after a leading one (:func:`_one_system`; struct18 #1: structs were counted where
+    the same dicts are refused)."""
+    system_text_only(canonical)
+    _one_system(canonical)
 
 
 def _first_clash(messages: Sequence[Any], stop: int, top_of: int | None = None) -> InvalidMessageError | None:
@@ -903,7 +915,7 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
     else:
         provider = _provider_of(canonical, fmt)
     if fmt == "canonical" and provider == "anthropic":
-        system_text_only(canonical)
+        anthropic_systems(canonical)
     return Prepared(messages, fmt, provider, canonical, payload)
 
 
