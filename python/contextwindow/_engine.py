@@ -358,7 +358,7 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
         if part.content_kind is not None and not isinstance(part.content_kind, str):
             return "content_kind", _KINDS, True
         content = part.content
-        if isinstance(content, (list, tuple)):
+        if isinstance(content, list):  # a tuple too is refused, as the dict path does
             later = None
             for k, inner in enumerate(content):
                 if type(inner) is TextPart and type(inner.text) is str and inner.extra is None:
@@ -371,7 +371,7 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
                     later = later or found
             if later is not None:
                 return later
-        elif not isinstance(content, Mapping):  # a dict is msgspec's to read
+        else:
             return "content", "must be a list of parts", True
     elif kind is OpaquePart:
         if type(part.type) is not str and not isinstance(part.type, str):
@@ -382,7 +382,10 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
             if bad is not None:
                 return (*bad, False)
         return None
-    elif not isinstance(part, Mapping):  # a dict with a "kind" is msgspec's to read
+    elif kind is not ToolCall and kind is not ToolResult:
+        # not a part: a dict with a "kind" too, which msgspec would decode to one (struct18
+        # #2: counted, handed back as the dict), as the dict path refuses a block without
+        # a "type"; a ToolCall or ToolResult in a result is msgspec's to name
         return "", _RESULT_PARTS if nested else _PARTS, True
     extra = getattr(part, "extra", None)
     if extra is not None:
@@ -414,7 +417,7 @@ def _message_fault(m: Message) -> tuple[str, str, bool] | None:
         return "content_kind", _KINDS, True
     later: tuple[str, str, bool] | None = None
     content = m.content
-    if isinstance(content, (list, tuple)):
+    if isinstance(content, list):  # a tuple too is refused, as the dict path does (struct18 #2)
         for k, part in enumerate(content):
             if type(part) is TextPart and type(part.text) is str and part.extra is None:
                 continue  # the common part, without a call
