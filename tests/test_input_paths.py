@@ -438,6 +438,10 @@ def test_a_second_system_message_in_anthropic_structs_is_refused() -> None:
     assert cw.count_messages(m, format="openai") == cw.count_messages(d, format="openai")
     assert cw.count_messages(m[:2], format="anthropic") == cw.count_messages(d[:2], format="anthropic")
     assert cw.count_messages(m[1:], format="anthropic") == cw.count_messages(d[1:], format="anthropic")
+    # validate checks the rules of the provider it is given, whatever a struct list reads
+    # as: a user message holding a ToolResult reads as Anthropic's, not under "openai"
+    carrier = cw.Message(role="user", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r")])])
+    assert [v.code for v in cw.validate([m[0], m[2], carrier], "openai")] == ["result_outside_tool_message"]
 
 
 # ----------------------------------------------------------------------------------- N8

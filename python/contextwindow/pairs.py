@@ -106,6 +106,11 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     """
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
+    if format is None and isinstance(messages, (list, tuple)) and all(isinstance(m, Message) for m in messages):
+        # structs have no shape: the provider's rules are checked, not the ones prepare
+        # would infer (an OpenAI conversation with a user message holding a ToolResult
+        # reads as Anthropic's, whose system rules then refused it under "openai")
+        format = provider
     prep = _engine.prepare(messages, format)
     if prep.format == "canonical" and provider == "anthropic":
         _engine.anthropic_systems(prep.canonical)
