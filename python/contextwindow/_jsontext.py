@@ -16,6 +16,7 @@ import operator
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from math import isfinite
 from typing import Any
 
 import msgspec
@@ -154,15 +155,19 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     written). msgspec writes more, in ways the caller never sent: ``bytes``,
     ``bytearray`` and ``memoryview`` as base64 text, a ``set`` as an array, a
     ``Decimal`` or a ``datetime`` as a string; they would be counted so and handed back
-    as they were (fresh17b #3). A key must be a string or a number (``None``, a bool or
-    a tuple as a key is named at the object holding it), and what lies deeper than
-    :data:`MAX_DEPTH` is the depth check's.
+    as they were (fresh17b #3). A float that is NaN or infinite has no JSON number
+    (``json.dumps`` writes ``NaN``, which is not JSON; msgspec ``null``, which the
+    caller never sent; struct18 #3): ``"a float nan"``, ``"a float -inf"``. A key must
+    be a string or a number (``None``, a bool or a tuple as a key is named at the object
+    holding it), and what lies deeper than :data:`MAX_DEPTH` is the depth check's.
 
     >>> json_fault({"a": [1, b"x"]}), json_fault({"a": (1, 2.5, None)})
     ((['a', 1], 'a Python bytes'), None)
+    >>> json_fault({"a": [0.5, float("-inf")]})
+    (['a', 1], 'a float -inf')
     """
     t = type(value)
-    if t is str or t is int or t is float or value is None or t is bool:
+    if t is str or t is int or value is None or t is bool or (t is float and isfinite(value)):
         return None  # the common case, no stack
     if _json_only(value):
         return None
@@ -172,7 +177,11 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     while stack:
         v, path = pop()
         t = type(v)
-        if t is str or t is int or t is float or v is None or t is bool:
+        if t is str or t is int or v is None or t is bool:
+            continue
+        if isinstance(v, float):
+            if not isfinite(v):
+                return list(path), f"a float {float.__repr__(v)}"
             continue
         if len(path) > MAX_DEPTH:  # a value that holds itself: the depth check's to name
             continue
@@ -216,7 +225,11 @@ def _json_only(value: Any) -> bool:
             children = v
         elif isinstance(v, (list, tuple)):
             children = v
-        elif v is None or isinstance(v, (str, int, float, msgspec.Raw)):
+        elif isinstance(v, float):
+            if not isfinite(v):  # NaN, inf: no JSON number (a subclass, or the value itself)
+                return False
+            continue
+        elif v is None or isinstance(v, (str, int, msgspec.Raw)):
             continue
         else:
             return False
@@ -224,7 +237,7 @@ def _json_only(value: Any) -> bool:
             continue
         for x in children:
             t = type(x)
-            if t is str or t is int or t is float or t is bool or x is None:
+            if t is str or t is int or t is bool or x is None or (t is float and isfinite(x)):
                 continue
             push((x, depth + 1))
     return True
