@@ -15,6 +15,7 @@ import math
 import operator
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from math import isfinite
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "shown",
     "KeyClash",
     "as_int",
+    "int_cause",
     "bare",
     "clean_str",
     "clean_value",
@@ -387,7 +389,9 @@ def shown(value: object) -> str:
 def as_int(value: object) -> int | None:
     """An integer option as a plain ``int``: any value :func:`operator.index` takes (an
     ``int``, an ``IntEnum``, ``numpy.int64``), never a ``bool``; ``None`` for anything
-    else (a float, a string, ``None``), which the caller refuses in its own words. The
+    else (a float, a string, ``None``, a value whose ``__index__`` raises: the caller
+    chains its refusal from that, :func:`int_cause`), which the caller refuses in its own
+    words. The
     one reading of every int option (budgets, limits, counts, indices; fresh16a F3:
     ``numpy.int64(100)`` was refused as a budget where a token count took it).
 
@@ -403,8 +407,39 @@ def as_int(value: object) -> int | None:
         return None
     try:
         return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception as exc:  # a caller's __index__ may raise anything
+        if getattr(type(value), "__index__", None) is not None:
+            # the value's own __index__ raised (or returned a non-int): refused as any
+            # value that is not an integer, its exception kept for int_cause (struct18 #4)
+            _INDEX_FAILURE.last = (value, exc)
+        elif not isinstance(exc, TypeError):
+            raise
         return None
+
+
+_INDEX_FAILURE = threading.local()
+
+
+def int_cause(value: object) -> BaseException | None:
+    """The exception ``value``'s own ``__index__`` raised when :func:`as_int` last read it
+    on this thread (taken: a second call gives ``None``), else ``None``: what the
+    caller's refusal of ``value`` is chained from, ``raise ValueError(...) from
+    int_cause(value)``, so the caller sees why its integer was not one (struct18 #4: the
+    exception went out of the API unchanged, a ``RuntimeError`` from ``fit``, where any
+    other bad int is a ``ValueError`` naming the option).
+
+    >>> class Bad:
+    ...     def __index__(self) -> int:
+    ...         raise RuntimeError("boom")
+    >>> bad = Bad()
+    >>> as_int(bad), int_cause(bad), int_cause(bad)
+    (None, RuntimeError('boom'), None)
+    """
+    last = getattr(_INDEX_FAILURE, "last", None)
+    if last is None or last[0] is not value:
+        return None
+    _INDEX_FAILURE.last = None
+    return last[1]  # type: ignore[no-any-return]
 
 
 def bare(text: str) -> str:
