@@ -218,7 +218,12 @@ def _own_results(draw: Any, results: list[ToolResult]) -> tuple[list[ToolResult]
 def conversation(draw: Any, provider: str) -> list[Message]:
     msgs: list[Message] = []
     for _ in range(draw(st.integers(0, 2))):
-        msgs.append(Message(role=draw(st.sampled_from(["system", "developer"])), content=[TextPart(text=draw(text))]))
+        # Anthropic's rules take one system message, a leading one (it stands for the
+        # top-level system): a second is refused, in structs as in dicts
+        roles = (
+            ["developer"] if provider == "anthropic" and msgs and msgs[0].role == "system" else ["system", "developer"]
+        )
+        msgs.append(Message(role=draw(st.sampled_from(roles)), content=[TextPart(text=draw(text))]))
     for _ in range(draw(st.integers(1, 9))):
         kind = draw(st.sampled_from(["user", "user", "assistant", "tools", "tools", "orphan"]))
         pinned = draw(st.integers(0, 12)) == 0

@@ -17,7 +17,7 @@ from contextwindow._engine import native as rs
 from contextwindow.messages import Message, ToolResult
 from contextwindow.report import Segmentation
 
-from strategies import anthropic_agent, case, image_part
+from strategies import anthropic_agent, case, conversation, image_part
 
 PROFILES = ["conservative", "cl100k", "tekken", "fim", "bytes4"]
 
@@ -239,3 +239,51 @@ def test_breadcrumb_choice_agrees_on_n1_cases() -> None:
                 for breadcrumb in (True, False):
                     got = ops(rs.trim_turns(payload, budget, profile, breadcrumb, provider))
                     assert got == ref.trim_turns(cm, budget, profile, breadcrumb, provider), (profile, budget)
+
+
+@st.composite
+def merged_tool_messages(draw: st.DrawFn) -> list[Message]:
+    """OpenAI conversations in which some tool messages hold several results (a
+    ``Message`` struct can): a tool message's results go into the tool message before it,
+    or into the last one anywhere before it (so one holds results for two assistant
+    messages), or it stays (struct18 #5)."""
+    msgs = draw(conversation("openai"))
+    out: list[Message] = []
+    last_tool: int | None = None
+    for m in msgs:
+        how = draw(st.integers(0, 2)) if m.role == "tool" and last_tool is not None else 0
+        if how == 1 and out[-1].role == "tool":
+            out[-1] = msgspec.structs.replace(out[-1], content=[*out[-1].content, *m.content])
+        elif how == 2 and last_tool is not None:
+            out[last_tool] = msgspec.structs.replace(out[last_tool], content=[*out[last_tool].content, *m.content])
+        else:
+            out.append(m)
+        if out[-1].role == "tool":
+            last_tool = len(out) - 1
+    return out
+
+
+@given(merged_tool_messages(), st.integers(0, 100), st.sampled_from(PROFILES))
+def test_tool_messages_holding_several_results_agree(msgs: list[Message], pct: int, profile: str) -> None:
+    """Rust and _reference split them alike, in repair, trim_turns and trim_turn_count."""
+    payload, cm = canon(msgs)
+    for missing in ("stub", "drop"):
+        got = ops(rs.repair_tool_pairs(payload, "openai", missing, profile))
+        assert got == ref.repair_tool_pairs(cm, missing, profile, "openai")
+    budget = sum(ref.message_tokens(m, ref.PROFILES[profile]) for m in cm) * pct // 100
+    got = ops(rs.trim_turns(payload, budget, profile, True, "openai"))
+    assert got == ref.trim_turns(cm, budget, profile, True, "openai")
+    got = ops(rs.trim_turn_count(payload, 2, profile, True, "openai"))
+    assert got == ref.trim_turn_count(cm, 2, profile, True, "openai")
+
+
+@given(merged_tool_messages(), st.sampled_from(["stub", "drop"]))
+def test_repair_splits_tool_messages_holding_several_results(msgs: list[Message], missing: str) -> None:
+    """The repaired conversation holds no tool message with several results, violates no
+    OpenAI pairing rule, and a second repair changes nothing."""
+    import contextwindow as cw
+
+    r = cw.repair_tool_pairs(msgs, missing, format="openai")
+    assert not any(m.role == "tool" and len(m.content) > 1 for m in r.messages)
+    assert [v for v in cw.validate(r.messages, "openai") if v.code != "unwritable_message"] == []
+    assert cw.repair_tool_pairs(r.messages, missing, format="openai").report.repairs == []

@@ -184,7 +184,9 @@ def test_decoded_in_a_scope_decodes_only_what_it_does_not_know() -> None:
 @given(strat.case())
 def test_segment_and_repair_given_what_the_caller_has(c: tuple[str, list[cw.Message]]) -> None:
     provider, given = c
-    msgs = _engine.decoded(_engine.prepare(given))  # as fit plans them (lone surrogates replaced)
+    # as fit plans them (lone surrogates replaced); the provider given, since a generated
+    # OpenAI conversation may read as Anthropic's, whose rules refuse a second system
+    msgs = _engine.decoded(_engine.prepare(given, provider))
     resolved = ref.resolve(msgs)
     flags = [ref.is_real_user(m) for m in msgs]
     assert ref.segment(msgs, flags, resolved[0]) == ref.segment(msgs)

@@ -265,6 +265,53 @@ def test_message_struct_fields_of_the_wrong_type_are_named_in_words(struct: Mess
         assert _struct_error(call, [struct]) == want
 
 
+_STRUCT_PART = "must be a TextPart, ImagePart, ToolCall, ToolResult or OpaquePart"
+
+
+@pytest.mark.parametrize(
+    ("struct", "as_dict", "dict_want", "want"),
+    [
+        (
+            Message(role="user", content=[{"kind": "text", "text": "hi"}]),  # type: ignore[list-item]
+            {"role": "user", "content": [{"kind": "text", "text": "hi"}]},
+            "message 0, field content[0].type: is missing",
+            f"message 0, field content[0]: {_STRUCT_PART}",
+        ),
+        (
+            Message(role="user", content=(TextPart(text="hi"),)),  # type: ignore[arg-type]
+            {"role": "user", "content": ({"type": "text", "text": "hi"},)},
+            "message 0, field content: must be a string or a list of blocks",
+            "message 0, field content: must be a list of parts",
+        ),
+        (
+            Message(role="user", content=[cw.ToolResult(call_id="t", content=[{"kind": "text", "text": "r"}])]),  # type: ignore[list-item]
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"kind": "text"}]}]},
+            "message 0, field content[0].content[0].type: is missing",
+            "message 0, field content[0].content[0]: must be a TextPart, ImagePart or OpaquePart",
+        ),
+        (
+            Message(role="user", content=[cw.ToolResult(call_id="t", content=(TextPart(text="r"),))]),  # type: ignore[arg-type]
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": ({"type": "text"},)}]},
+            "message 0, field content[0].content: must be a string or a list of blocks",
+            "message 0, field content[0].content: must be a list of parts",
+        ),
+    ],
+)
+def test_struct_content_holding_a_dict_part_or_a_tuple_is_refused(
+    struct: Message, as_dict: Any, dict_want: str, want: str
+) -> None:
+    """struct18 #2: a dict with a ``kind`` in a struct's content was taken as the part
+    msgspec decodes it to (counted, handed back as the dict; validate(..., "anthropic")
+    raised AttributeError writing it), and a tuple content was taken; the dict path
+    refuses both, a dict block without ``type`` and a content that is not a list. A
+    struct's content is ``list[Part]``: a dict is not a part (one without ``kind`` was
+    refused already) and a tuple not a list. Refused in the struct words for the same
+    faults, naming message and field, on every entry point."""
+    assert dict_error([as_dict], "anthropic") == dict_want
+    for call in [*_ENTRY_POINTS, lambda m: cw.validate(m, "anthropic")]:
+        assert _struct_error(call, [struct]) == want
+
+
 def test_message_structs_name_the_first_bad_message() -> None:
     ok = Message(role="user", content=[TextPart(text="x")])
     msgs = [ok, Message(role="user", content="x"), Message(role="wizard", content=[])]  # type: ignore[arg-type]

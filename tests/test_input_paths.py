@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextwindow as cw
@@ -406,6 +407,42 @@ def test_a_second_system_message_in_anthropic_dicts_is_refused(reader: bool) -> 
     # in OpenAI shape several system messages are fine
     plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "system", "content": "b"}]
     assert cw.count_messages(plain, format="openai") > 0
+
+
+def test_a_second_system_message_in_anthropic_structs_is_refused() -> None:
+    """struct18 #1: Message structs with a system message after a leading one were
+    counted, trimmed and validated under Anthropic's rules, where the same dicts are
+    refused (``_engine._one_system``); now the dict path's words, naming the second."""
+    m = [
+        cw.Message(role="system", content=[cw.TextPart(text="s")]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(role="system", content=[cw.TextPart(text="again")]),
+        cw.Message(role="user", content=[cw.TextPart(text="r")]),
+    ]
+    d = [cw.adapters.message_to_anthropic(x) for x in m]
+    with pytest.raises(cw.InvalidMessageError) as want:
+        cw.count_messages(d, format="anthropic")
+    assert str(want.value) == f"message 2, field role: {SECOND_SYSTEM}"
+    for call in (
+        lambda: cw.count_messages(m, format="anthropic"),
+        lambda: cw.validate(m, "anthropic"),
+        lambda: cw.trim_turns(m, 5, format="anthropic"),
+        lambda: cw.fit(m, 10**6, format="anthropic"),
+        lambda: cw.repair_tool_pairs(m, format="anthropic"),
+        lambda: cw.segment_turns(m, format="anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == str(want.value)
+    # OpenAI's rules take several system messages; one leading system message, or one
+    # that is not leading (no top-level system then), is fine under Anthropic's too
+    assert cw.count_messages(m, format="openai") == cw.count_messages(d, format="openai")
+    assert cw.count_messages(m[:2], format="anthropic") == cw.count_messages(d[:2], format="anthropic")
+    assert cw.count_messages(m[1:], format="anthropic") == cw.count_messages(d[1:], format="anthropic")
+    # validate checks the rules of the provider it is given, whatever a struct list reads
+    # as: a user message holding a ToolResult reads as Anthropic's, not under "openai"
+    carrier = cw.Message(role="user", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r")])])
+    assert [v.code for v in cw.validate([m[0], m[2], carrier], "openai")] == ["result_outside_tool_message"]
 
 
 # ----------------------------------------------------------------------------------- N8
@@ -1253,6 +1290,137 @@ def test_tool_schemas_holding_values_json_cannot_represent_are_refused(value: An
     assert str(info.value) == (
         f"tools[1].input_schema.b: holds a value JSON cannot represent (a Python {type(value).__name__})"
     )
+
+
+class _Float(float):
+    """A float subclass (as ``numpy.float64`` is one)."""
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "what"),
+    [
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": _NAN}), "extra.k", "a float nan"),
+        (
+            cw.Message(role="user", content=[cw.TextPart(text="x", extra={"k": [1.5, -_INF]})]),
+            "content[0].extra.k[1]",
+            "a float -inf",
+        ),
+        (
+            cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}", extra={"t": _INF})]),
+            "content[0].extra.t",
+            "a float inf",
+        ),
+        (
+            cw.Message(role="assistant", content=[cw.OpaquePart(type="thinking", raw={"type": "thinking", "n": _NAN})]),
+            "content[0].raw.n",
+            "a float nan",
+        ),
+        (
+            cw.Message(role="assistant", content=[cw.OpaquePart(type="x", raw=_Float("inf"))]),
+            "content[0].raw",
+            "a float inf",
+        ),
+        (
+            cw.Message(
+                role="user", content=[cw.ImagePart(source={"type": "url", "url": "https://x/a.png", "w": _NAN})]
+            ),
+            "content[0].source.w",
+            "a float nan",
+        ),
+        (
+            cw.Message(
+                role="tool",
+                content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r", extra={"m": {"n": _NAN}})])],
+            ),
+            "content[0].content[0].extra.m.n",
+            "a float nan",
+        ),
+    ],
+)
+def test_struct_nan_and_inf_in_json_values_are_refused(message: cw.Message, field: str, what: str) -> None:
+    """struct18 #3: NaN and inf in a value the library carries as JSON (a struct's
+    extra, an opaque part's raw, an image's source) were written as ``null`` (msgspec's
+    choice; JSON has no such number), counted so and handed back; now refused as any
+    value JSON cannot represent, naming message and field."""
+    ms = [_Q_STRUCT, message]
+    for call in [*_struct_calls(ms), lambda: cw.validate(ms, "anthropic")]:
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == f"message 1, field {field}: holds a value JSON cannot represent ({what})"
+
+
+@pytest.mark.parametrize(("value", "what"), [(_NAN, "nan"), (_INF, "inf"), (-_INF, "-inf"), (_Float("nan"), "nan")])
+def test_dict_nan_and_inf_in_json_values_are_refused(reader: bool, value: float, what: str) -> None:
+    """struct18 #3: the dict path (adapters and native reader) wrote NaN and inf in a
+    tool_use input, an unknown key, a block it does not model or an image's source as
+    ``null``; a tool schema's too."""
+    cases = [
+        (_use_of(value), 1, "content[0].input.blob"),
+        ([{"role": "user", "content": [{"type": "thinking", "thinking": "t", "n": value}]}], 0, "content[0].n"),
+        ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "x": {"y": value}}], 1, "x.y"),
+        ([{"role": "user", "content": "q", "x": value}], 0, "x"),
+        ([{"role": "user", "content": [{"type": "text", "text": "t", "cache": [value]}]}], 0, "content[0].cache[0]"),
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {"type": "other", "blob": value}}]}],
+            0,
+            "content[0].source.blob",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}, "n": value}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "a", "content": "r"},
+            ],
+            0,
+            "tool_calls[0].n",
+        ),
+    ]
+    for msgs, index, field in cases:
+        for call in (
+            lambda m: cw.count_messages(m),
+            lambda m: cw.trim_turns(m, 5),
+            lambda m: cw.trim_turns(m, 10**6),
+            lambda m: cw.fit(m, 5),
+        ):
+            with pytest.raises(cw.InvalidMessageError) as info:
+                call(msgs)
+            assert (
+                str(info.value)
+                == f"message {index}, field {field}: holds a value JSON cannot represent (a float {what})"
+            )
+    tools = [{"name": "g", "input_schema": {}}, {"name": "f", "input_schema": {"type": "object", "b": [value]}}]
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(err.value) == f"tools[1].input_schema.b[0]: holds a value JSON cannot represent (a float {what})"
+
+
+def test_finite_floats_in_json_values_are_still_taken(reader: bool) -> None:
+    """Finite floats (-0.0, the largest) stay JSON numbers, counted as msgspec writes
+    them; NaN as a key is a key JSON writes as text ("nan"), not refused."""
+    for value in (2.5, -0.0, 1.7976931348623157e308):
+        # counted as the number's text (a Raw is a number kept as written), never as null
+        assert cw.count_messages(_use_of(value)) == cw.count_messages(_use_of(msgspec.Raw(msgspec.json.encode(value))))
+        m = [cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": value})]
+        assert cw.trim_turns(m, 10**6).messages[0] is m[0]
+    assert cw.count_messages([{"role": "user", "content": "q", "x": {_NAN: 1}}]) > 0
+
+
+def test_the_gateway_reads_no_nan() -> None:
+    """struct18 #3: the gateway reads JSON, which has no NaN: ``NaN`` in a body is a
+    syntax error there, as before, never a value to count."""
+    body = b'{"messages": [{"role": "user", "content": "x", "k": NaN}]}'
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=10**6)):
+        with pytest.raises(cw.InvalidRequestError) as info:
+            call()
+        assert str(info.value) == "invalid request body at byte 52: expected value"
 
 
 def test_json_values_still_taken_as_before(reader: bool) -> None:

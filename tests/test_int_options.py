@@ -176,3 +176,75 @@ def test_numpy_integers_where_numpy_is_installed() -> None:
             assert got == want[name]() and type(got) is type(want[name]()), name
     with pytest.raises(ValueError, match=r"got np\.float64\(100\.0\)"):
         cw.fit(M, np.float64(100))
+
+
+class Broken:
+    """An integer whose ``__index__`` raises (a caller's bug, or a value that is not an
+    integer after all): ``error`` is what it raises."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __index__(self) -> int:
+        raise self.error
+
+    def __repr__(self) -> str:
+        return "Broken()"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("boom"), ValueError("not an integer"), OverflowError("too big"), TypeError("no")],
+    ids=["RuntimeError", "ValueError", "OverflowError", "TypeError"],
+)
+def test_an_integer_whose_index_raises_is_refused_as_a_bad_int(error: BaseException) -> None:
+    """struct18 #4: ``__index__`` raising anything but ``TypeError`` went out of every
+    entry as the caller's own exception (a ``RuntimeError`` from ``fit``), where any
+    other bad int is a ``ValueError`` (a ``TypeError`` for an item of a collection)
+    naming the option. Now the same refusal as for a float or a string, chained from the
+    caller's exception, so its traceback is kept."""
+    for name, entry in _entries(lambda n: Broken(error)):
+        with pytest.raises((ValueError, TypeError)) as info:
+            entry()
+        assert info.value is not error, name
+        assert info.value.__cause__ is error, name
+        assert "Broken" in str(info.value), name
+    with pytest.raises(ValueError) as info:
+        cw.fit(M, Broken(error))
+    assert str(info.value) == "budget must be a non-negative int or have an int 'usable', got Broken()"
+    assert info.value.__cause__ is error
+    with pytest.raises(TypeError) as info:
+        cw.fit(M, 10, policy=cw.FitPolicy(pinned=(Broken(error),)))
+    assert str(info.value) == "pinned must hold message indices (int), got Broken"
+    assert info.value.__cause__ is error
+    # a models= table: msgspec names the field the number was read for
+    with pytest.raises(TypeError) as info:
+        cw.resolve_budget(model="m", models={"m": {"context_window": Broken(error), "max_output_tokens": 10}}, env={})
+    assert str(info.value) == "models['m']: Expected `int`, got `Broken` - at `$.context_window`"
+    assert info.value.__cause__ is error
+
+
+def test_an_index_returning_a_non_int_is_refused_chained() -> None:
+    """``operator.index`` refuses an ``__index__`` that returns a str: that TypeError is
+    the cause; a float (no ``__index__``) is refused with no cause, as before."""
+
+    class Text:
+        def __index__(self) -> Any:
+            return "5"
+
+    with pytest.raises(ValueError) as info:
+        cw.trim_turns(M, budget=Text())
+    assert str(info.value).startswith("budget must be a non-negative int, got ")
+    assert isinstance(info.value.__cause__, TypeError)
+    assert "__index__ returned non-int" in str(info.value.__cause__)
+    with pytest.raises(ValueError) as info:
+        cw.trim_turns(M, budget=5.0)
+    assert info.value.__cause__ is None
+
+
+def test_an_interrupt_in_index_is_not_swallowed() -> None:
+    """``KeyboardInterrupt`` (a ``BaseException``, not an ``Exception``) goes out as it is."""
+    stop = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt) as info:
+        cw.trim_turns(M, budget=Broken(stop))
+    assert info.value is stop

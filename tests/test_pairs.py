@@ -451,3 +451,86 @@ def test_violation_text_says_an_assistant_message() -> None:
     ]
     texts = [v.detail for v in cw.validate(m, "anthropic") if v.code == "result_outside_user_message"]
     assert texts == ['tool_result "stray" is in an assistant message, not a user message']
+
+
+def _stub(call_id: str) -> cw.ToolResult:
+    return cw.ToolResult(call_id=call_id, content=[cw.TextPart(text=MISSING_RESULT)])
+
+
+def _tool(*ids: str) -> cw.Message:
+    return cw.Message(role="tool", content=[cw.ToolResult(call_id=i, content=[cw.TextPart(text=i)]) for i in ids])
+
+
+def _calls(*ids: str) -> cw.Message:
+    return cw.Message(role="assistant", content=[cw.ToolCall(id=i, name="f", arguments="{}") for i in ids])
+
+
+_Q = cw.Message(role="user", content=[cw.TextPart(text="q")])
+
+
+@pytest.mark.parametrize(
+    ("given", "want", "repairs"),
+    [
+        # both results answer the calls right before: one tool message each, in order
+        (
+            [_Q, _calls("a", "b"), _tool("a", "b")],
+            [_Q, _calls("a", "b"), _tool("a"), _tool("b")],
+            [("result_moved", 2, "a"), ("result_moved", 2, "b"), ("message_dropped", 2, None)],
+        ),
+        # b's call comes after the tool message: b answers nothing (dropped), its call is
+        # stubbed; was left in place, an orphan_result in the output
+        (
+            [_Q, _calls("a"), _tool("a", "b"), _Q, _calls("b")],
+            [_Q, _calls("a"), _tool("a"), _Q, _calls("b"), cw.Message(role="tool", content=[_stub("b")])],
+            [
+                ("result_moved", 2, "a"),
+                ("orphan_result_dropped", 2, "b"),
+                ("message_dropped", 2, None),
+                ("stub_inserted", 4, "b"),
+            ],
+        ),
+        # results for two assistant messages: each goes to its call (the whole message
+        # went to a's, and the second repair stubbed b: not idempotent)
+        (
+            [_Q, _calls("a"), _Q, _calls("b"), _tool("a", "b")],
+            [_Q, _calls("a"), _tool("a"), _Q, _calls("b"), _tool("b")],
+            [("result_moved", 4, "a"), ("result_moved", 4, "b"), ("message_dropped", 4, None)],
+        ),
+        # an orphan and a second result for one call go, as anywhere else (were kept)
+        (
+            [_Q, _calls("a"), _tool("a", "zz")],
+            [_Q, _calls("a"), _tool("a")],
+            [("result_moved", 2, "a"), ("orphan_result_dropped", 2, "zz"), ("message_dropped", 2, None)],
+        ),
+        (
+            [_Q, _calls("a"), _tool("a", "a")],
+            [_Q, _calls("a"), _tool("a")],
+            [("result_moved", 2, "a"), ("orphan_result_dropped", 2, "a"), ("message_dropped", 2, None)],
+        ),
+    ],
+)
+def test_an_openai_tool_message_holding_several_results_is_split(
+    given: list[cw.Message], want: list[cw.Message], repairs: list[tuple[str, int, str | None]]
+) -> None:
+    """struct18 #5: a Message struct tool message can hold several ToolResults, which the
+    OpenAI adapter cannot write (a tool message holds one) and validate reports
+    (unwritable_message). Repair placed it whole with the call of its first result, so an
+    orphan or a second result in it stayed, a result for another assistant message was
+    left an orphan there, and a second repair changed the output again. Its results are
+    now placed one by one, as results found outside a tool message are: each in a tool
+    message of its own after its call (result_moved), the message itself dropped."""
+    r = cw.repair_tool_pairs(given, format="openai")
+    assert r.messages == want
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == repairs
+    assert cw.validate(r.messages, "openai") == []
+    again = cw.repair_tool_pairs(r.messages, format="openai")
+    assert again.report.repairs == [] and all(x is y for x, y in zip(again.messages, r.messages, strict=True))
+    if len(given) == 3 and given[2].content[1].call_id == "b":  # the first case
+        assert [(f.fate, f.rule) for f in r.report.fates] == [
+            ("kept", "fits"),
+            ("kept", "fits"),
+            ("dropped", "emptied_by_repair"),
+        ]
+    # trim_turns and fit repair first: the same messages, the split reported as tool_pairs
+    for out in (cw.trim_turns(given, 10**6, format="openai"), cw.fit(given, 10**6, format="openai")):
+        assert out.messages == want and out.report.reason == "tool_pairs"

@@ -359,7 +359,7 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
         if part.content_kind is not None and not isinstance(part.content_kind, str):
             return "content_kind", _KINDS, True
         content = part.content
-        if isinstance(content, (list, tuple)):
+        if isinstance(content, list):  # a tuple too is refused, as the dict path does
             later = None
             for k, inner in enumerate(content):
                 if type(inner) is TextPart and type(inner.text) is str and inner.extra is None:
@@ -372,7 +372,7 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
                     later = later or found
             if later is not None:
                 return later
-        elif not isinstance(content, Mapping):  # a dict is msgspec's to read
+        else:
             return "content", "must be a list of parts", True
     elif kind is OpaquePart:
         if type(part.type) is not str and not isinstance(part.type, str):
@@ -383,7 +383,10 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
             if bad is not None:
                 return (*bad, False)
         return None
-    elif not isinstance(part, Mapping):  # a dict with a "kind" is msgspec's to read
+    elif kind is not ToolCall and kind is not ToolResult:
+        # not a part: a dict with a "kind" too, which msgspec would decode to one (struct18
+        # #2: counted, handed back as the dict), as the dict path refuses a block without
+        # a "type"; a ToolCall or ToolResult in a result is msgspec's to name
         return "", _RESULT_PARTS if nested else _PARTS, True
     extra = getattr(part, "extra", None)
     if extra is not None:
@@ -415,7 +418,7 @@ def _message_fault(m: Message) -> tuple[str, str, bool] | None:
         return "content_kind", _KINDS, True
     later: tuple[str, str, bool] | None = None
     content = m.content
-    if isinstance(content, (list, tuple)):
+    if isinstance(content, list):  # a tuple too is refused, as the dict path does (struct18 #2)
         for k, part in enumerate(content):
             if type(part) is TextPart and type(part.text) is str and part.extra is None:
                 continue  # the common part, without a call
@@ -761,9 +764,12 @@ _SECOND_SYSTEM = 'an Anthropic request takes one system prompt, its top-level "s
 
 
 def _one_system(canonical: Sequence[Message]) -> None:
-    """Refuse a system message after a leading one in Anthropic dicts: the leading one
-    stands for the top-level ``system``, and the Messages API refuses a system message
-    next to it (the gateway and the CLI refuse the same in a body; fresh7 N13)."""
+    """Refuse a system message after a leading one in Anthropic dicts, and in ``Message``
+    structs under Anthropic's rules: the leading one stands for the top-level ``system``,
+    and the Messages API refuses a system message next to it (the gateway and the CLI
+    refuse the same in a body; fresh7 N13; structs were counted, struct18 #1). A system
+    message with none leading is taken, as the gateway takes it in a body without a
+    top-level ``system``."""
     if canonical and canonical[0].role == "system":
         for i, m in enumerate(canonical[1:], 1):
             if m.role == "system":
@@ -781,6 +787,15 @@ def system_text_only(canonical: Sequence[Message]) -> None:
             for j, p in enumerate(m.content):
                 if type(p) is not TextPart:
                     raise InvalidMessageError(_SYSTEM_BLOCK, index=i, field=f"content[{j}]")
+
+
+def anthropic_systems(canonical: Sequence[Message]) -> None:
+    """Anthropic's rules for the system messages of ``Message`` structs, in the dict
+    path's words: text parts only (:func:`system_text_only`), then no system message
+    after a leading one (:func:`_one_system`; struct18 #1: structs were counted where
+    the same dicts are refused)."""
+    system_text_only(canonical)
+    _one_system(canonical)
 
 
 def _first_clash(messages: Sequence[Any], stop: int, top_of: int | None = None) -> InvalidMessageError | None:
@@ -908,7 +923,7 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
     else:
         provider = _provider_of(canonical, fmt)
     if fmt == "canonical" and provider == "anthropic":
-        system_text_only(canonical)
+        anthropic_systems(canonical)
     return Prepared(messages, fmt, provider, canonical, payload)
 
 

@@ -15,7 +15,9 @@ import math
 import operator
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
+from math import isfinite
 from typing import Any
 
 import msgspec
@@ -26,6 +28,7 @@ __all__ = [
     "shown",
     "KeyClash",
     "as_int",
+    "int_cause",
     "bare",
     "clean_str",
     "clean_value",
@@ -154,15 +157,19 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     written). msgspec writes more, in ways the caller never sent: ``bytes``,
     ``bytearray`` and ``memoryview`` as base64 text, a ``set`` as an array, a
     ``Decimal`` or a ``datetime`` as a string; they would be counted so and handed back
-    as they were (fresh17b #3). A key must be a string or a number (``None``, a bool or
-    a tuple as a key is named at the object holding it), and what lies deeper than
-    :data:`MAX_DEPTH` is the depth check's.
+    as they were (fresh17b #3). A float that is NaN or infinite has no JSON number
+    (``json.dumps`` writes ``NaN``, which is not JSON; msgspec ``null``, which the
+    caller never sent; struct18 #3): ``"a float nan"``, ``"a float -inf"``. A key must
+    be a string or a number (``None``, a bool or a tuple as a key is named at the object
+    holding it), and what lies deeper than :data:`MAX_DEPTH` is the depth check's.
 
     >>> json_fault({"a": [1, b"x"]}), json_fault({"a": (1, 2.5, None)})
     ((['a', 1], 'a Python bytes'), None)
+    >>> json_fault({"a": [0.5, float("-inf")]})
+    (['a', 1], 'a float -inf')
     """
     t = type(value)
-    if t is str or t is int or t is float or value is None or t is bool:
+    if t is str or t is int or value is None or t is bool or (t is float and isfinite(value)):
         return None  # the common case, no stack
     if _json_only(value):
         return None
@@ -172,7 +179,11 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     while stack:
         v, path = pop()
         t = type(v)
-        if t is str or t is int or t is float or v is None or t is bool:
+        if t is str or t is int or v is None or t is bool:
+            continue
+        if isinstance(v, float):
+            if not isfinite(v):
+                return list(path), f"a float {float.__repr__(v)}"
             continue
         if len(path) > MAX_DEPTH:  # a value that holds itself: the depth check's to name
             continue
@@ -216,7 +227,11 @@ def _json_only(value: Any) -> bool:
             children = v
         elif isinstance(v, (list, tuple)):
             children = v
-        elif v is None or isinstance(v, (str, int, float, msgspec.Raw)):
+        elif isinstance(v, float):
+            if not isfinite(v):  # NaN, inf: no JSON number (a subclass, or the value itself)
+                return False
+            continue
+        elif v is None or isinstance(v, (str, int, msgspec.Raw)):
             continue
         else:
             return False
@@ -224,7 +239,7 @@ def _json_only(value: Any) -> bool:
             continue
         for x in children:
             t = type(x)
-            if t is str or t is int or t is float or t is bool or x is None:
+            if t is str or t is int or t is bool or x is None or (t is float and isfinite(x)):
                 continue
             push((x, depth + 1))
     return True
@@ -444,7 +459,9 @@ def shown(value: object) -> str:
 def as_int(value: object) -> int | None:
     """An integer option as a plain ``int``: any value :func:`operator.index` takes (an
     ``int``, an ``IntEnum``, ``numpy.int64``), never a ``bool``; ``None`` for anything
-    else (a float, a string, ``None``), which the caller refuses in its own words. The
+    else (a float, a string, ``None``, a value whose ``__index__`` raises: the caller
+    chains its refusal from that, :func:`int_cause`), which the caller refuses in its own
+    words. The
     one reading of every int option (budgets, limits, counts, indices; fresh16a F3:
     ``numpy.int64(100)`` was refused as a budget where a token count took it).
 
@@ -460,8 +477,39 @@ def as_int(value: object) -> int | None:
         return None
     try:
         return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception as exc:  # a caller's __index__ may raise anything
+        if getattr(type(value), "__index__", None) is not None:
+            # the value's own __index__ raised (or returned a non-int): refused as any
+            # value that is not an integer, its exception kept for int_cause (struct18 #4)
+            _INDEX_FAILURE.last = (value, exc)
+        elif not isinstance(exc, TypeError):
+            raise
         return None
+
+
+_INDEX_FAILURE = threading.local()
+
+
+def int_cause(value: object) -> BaseException | None:
+    """The exception ``value``'s own ``__index__`` raised when :func:`as_int` last read it
+    on this thread (taken: a second call gives ``None``), else ``None``: what the
+    caller's refusal of ``value`` is chained from, ``raise ValueError(...) from
+    int_cause(value)``, so the caller sees why its integer was not one (struct18 #4: the
+    exception went out of the API unchanged, a ``RuntimeError`` from ``fit``, where any
+    other bad int is a ``ValueError`` naming the option).
+
+    >>> class Bad:
+    ...     def __index__(self) -> int:
+    ...         raise RuntimeError("boom")
+    >>> bad = Bad()
+    >>> as_int(bad), int_cause(bad), int_cause(bad)
+    (None, RuntimeError('boom'), None)
+    """
+    last = getattr(_INDEX_FAILURE, "last", None)
+    if last is None or last[0] is not value:
+        return None
+    _INDEX_FAILURE.last = None
+    return last[1]  # type: ignore[no-any-return]
 
 
 def bare(text: str) -> str:

@@ -956,6 +956,16 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
 Resolved = tuple[list[list[tuple[int, int] | None]], list[list[list[int]]]]
 
 
+def whole_tool_message(m: Message) -> bool:
+    """Whether ``m`` is an OpenAI tool message whose results are placed with it as one. A
+    tool message holding several results (a ``Message`` struct can; the OpenAI adapter
+    writes one result per tool message) is not: its results are placed one by one, as
+    results found outside a tool message are, each in a tool message of its own after its
+    call (struct18 #5: an orphan or a second result in it stayed, and a result for another
+    call's message was left an orphan there)."""
+    return m.role == "tool" and not (len(m.content) > 1 and all(isinstance(p, ToolResult) for p in m.content))
+
+
 def repair(
     msgs: list[Message], provider: str, missing: str = "stub", resolved: Resolved | None = None
 ) -> tuple[list[Item], list[PairChange]]:
@@ -968,7 +978,7 @@ def repair(
     if provider == "openai":
         target: list[int | None] = []
         for j, m in enumerate(msgs):
-            t = next((c[0] for c in results[j] if c is not None), None) if m.role == "tool" else None
+            t = next((c[0] for c in results[j] if c is not None), None) if whole_tool_message(m) else None
             target.append(t)
         belongs: dict[int, list[int]] = {}
         for j, t in enumerate(target):
@@ -976,12 +986,12 @@ def repair(
                 belongs.setdefault(t, []).append(j)
         loose: dict[int, list[tuple[int, int]]] = {}  # results outside tool messages
         for j, row in enumerate(results):
-            if msgs[j].role != "tool":
+            if not whole_tool_message(msgs[j]):
                 for p, c in enumerate(row):
                     if c is not None:
                         loose.setdefault(c[0], []).append((j, p))
         for i, m in enumerate(msgs):
-            if m.role == "tool":
+            if whole_tool_message(m):
                 if target[i] is None:
                     for cid in _result_ids(m):
                         changes.append(_change("orphan_result_dropped", i, cid))

@@ -17,7 +17,7 @@ import msgspec
 
 from . import _engine
 from ._engine import nesting_errors
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
 from .messages import Message, TextPart, ToolCall, ToolResult
 from .turns import segment_turns
@@ -247,7 +247,7 @@ def token_breakdown(
     """
     n = as_int(top)
     if n is None:  # a number option: ValueError, as the README's Errors rule says
-        raise ValueError(f"top must be an int >= 0, got {shown(top)}")
+        raise ValueError(f"top must be an int >= 0, got {shown(top)}") from int_cause(top)
     if n < 0:
         raise ValueError(f"top must be >= 0, got {n}")
     top = n

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .errors import ContextOverflowError
 
 __all__ = [
@@ -191,16 +191,22 @@ def _limits_of(name: str, value: Any) -> ModelLimits:
         try:
             limits = msgspec.convert(plain, ModelLimits)
         except msgspec.ValidationError as exc:
-            raise TypeError(f"models[{shown(name)}]: {exc}") from None
+            # a number whose __index__ raised is kept as it is, for msgspec to refuse
+            cause = next((c for v in value.values() if (c := int_cause(v)) is not None), None)
+            raise TypeError(f"models[{shown(name)}]: {exc}") from cause
     else:
         raise TypeError(f"models[{shown(name)}] must be a ModelLimits or a mapping, got {type(value).__name__}")
     w, o = limits.context_window, limits.max_output_tokens
     window = _as_count(w, 1)
     if window is None:
-        raise ValueError(f"models[{shown(name)}].context_window must be a positive int, got {shown(w)}")
+        raise ValueError(f"models[{shown(name)}].context_window must be a positive int, got {shown(w)}") from int_cause(
+            w
+        )
     output = None if o is None else _as_count(o)
     if o is not None and output is None:
-        raise ValueError(f"models[{shown(name)}].max_output_tokens must be None or an int >= 0, got {shown(o)}")
+        raise ValueError(
+            f"models[{shown(name)}].max_output_tokens must be None or an int >= 0, got {shown(o)}"
+        ) from int_cause(o)
     if type(w) is not int or (o is not None and type(o) is not int):
         limits = ModelLimits(context_window=window, max_output_tokens=output)
     return limits
@@ -338,7 +344,7 @@ def _int_arg(name: str, value: Any, *, minimum: int, allow_none: bool = False) -
         return None
     n = as_int(value)
     if n is None:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from int_cause(value)
     if n < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {n}")
     return n
@@ -350,7 +356,7 @@ def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int")
     of range (the README's rule for number options, which fit and trim_turns follow)."""
     n = _as_count(value, minimum)
     if n is None:
-        raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}")
+        raise ValueError(f"{name} must be {what} >= {minimum}, got {shown(value)}") from int_cause(value)
     return n
 
 
@@ -391,12 +397,14 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     if hasattr(budget, "usable"):
         usable = _as_count(budget.usable)
         if usable is None:
-            raise ValueError(f"budget.usable must be a non-negative int, got {shown(budget.usable)}")
+            raise ValueError(f"budget.usable must be a non-negative int, got {shown(budget.usable)}") from int_cause(
+                budget.usable
+            )
         return min(usable, _NO_LIMIT)
     n = _as_count(budget)
     if n is None:
         what = "None, a non-negative int" if allow_none else "a non-negative int"
-        raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}")
+        raise ValueError(f"budget must be {what} or have an int 'usable', got {shown(budget)}") from int_cause(budget)
     return min(n, _NO_LIMIT)
 
 

@@ -25,7 +25,7 @@ import math
 import threading
 from typing import Any
 
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 
 __all__ = ["Calibrator"]
 
@@ -34,7 +34,7 @@ def _positive_int(value: Any, name: str) -> int:
     # a number option: ValueError for a string or a bool too (README, Errors; fresh16a F3)
     n = as_int(value)
     if n is None:
-        raise ValueError(f"{name} must be an int token count, got {shown(value)}")
+        raise ValueError(f"{name} must be an int token count, got {shown(value)}") from int_cause(value)
     if n <= 0:
         raise ValueError(f"{name} must be > 0 tokens, got {n}")
     return n
@@ -46,7 +46,7 @@ def _finite(value: Any, name: str) -> float:
     elif (n := as_int(value)) is not None:  # an int, numpy.int64, ... (a bool is not one)
         x = float(n)
     else:
-        raise ValueError(f"{name} must be a number, got {shown(value)}")
+        raise ValueError(f"{name} must be a number, got {shown(value)}") from int_cause(value)
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {shown(value)}")
     return x
@@ -236,7 +236,7 @@ class Calibrator:
         """
         n = as_int(tokens)
         if n is None:  # a number option: ValueError (README, Errors)
-            raise ValueError(f"tokens must be an int, got {shown(tokens)}")
+            raise ValueError(f"tokens must be an int, got {shown(tokens)}") from int_cause(tokens)
         if n < 0:
             raise ValueError(f"tokens must be >= 0, got {n}")
         return scale_tokens(n, self.factor)

@@ -48,7 +48,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
@@ -170,7 +170,7 @@ def _count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> 
     n = as_int(value)
     if n is None or n < minimum:
         also = " or None" if allow_none else ""
-        raise ValueError(f"{name} must be an int >= {minimum}{also}, got {shown(value)}")
+        raise ValueError(f"{name} must be an int >= {minimum}{also}, got {shown(value)}") from int_cause(value)
     return n
 
 
@@ -203,7 +203,7 @@ def _pinned_type(pinned: Any) -> set[int]:
     for i in pinned:
         k = as_int(i)
         if k is None:
-            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
+            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}") from int_cause(i)
         out.add(k)
     return out
 

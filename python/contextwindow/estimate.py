@@ -57,6 +57,7 @@ from ._jsontext import (
     depth_unbounded,
     field_path,
     has_odd_keys,
+    int_cause,
     json_fault,
     nested_deeper,
     shown,
@@ -251,7 +252,7 @@ def check_limit(limit: Any) -> int | None:
         return None
     n = as_int(limit)
     if n is None or n < 0:
-        raise ValueError(f"limit must be None or a non-negative int, got {shown(limit)}")
+        raise ValueError(f"limit must be None or a non-negative int, got {shown(limit)}") from int_cause(limit)
     return n
 
 

@@ -63,7 +63,7 @@ import msgspec
 from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
@@ -156,7 +156,9 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     recent = as_int(p.recent_turns)
     if recent is None or recent < 0:
         # a number option: ValueError for any bad value, as for the budget
-        raise ValueError(f"recent_turns must be an int >= 0, got {shown(p.recent_turns)}")
+        raise ValueError(f"recent_turns must be an int >= 0, got {shown(p.recent_turns)}") from int_cause(
+            p.recent_turns
+        )
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
             raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
@@ -166,7 +168,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     for c in p.eviction_order:
         k = as_int(c)
         if k is None:
-            raise TypeError(f"eviction_order must hold classes (int), got {type(c).__name__}")
+            raise TypeError(f"eviction_order must hold classes (int), got {type(c).__name__}") from int_cause(c)
         order.append(k)
     if any(c not in (1, 2, 3) for c in order) or len(set(order)) != len(order):
         raise ValueError(f"eviction_order must hold distinct classes among 1, 2, 3, got {shown(tuple(order))}")
@@ -176,7 +178,9 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
             raise ValueError(f"{name} must be a number in (0, 1], got {shown(v)}")
     chatter = as_int(p.chatter_tokens)
     if chatter is None or chatter < 0:
-        raise ValueError(f"chatter_tokens must be a non-negative int, got {shown(p.chatter_tokens)}")
+        raise ValueError(f"chatter_tokens must be a non-negative int, got {shown(p.chatter_tokens)}") from int_cause(
+            p.chatter_tokens
+        )
     if not isinstance(p.breadcrumb, bool):
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     where = f" (0..{n - 1})" if n is not None else ""
@@ -184,7 +188,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     for i in p.pinned:
         k = as_int(i)
         if k is None:
-            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}")
+            raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}") from int_cause(i)
         if k < 0 or (n is not None and k >= n):
             raise ValueError(f"pinned index {shown(k)} is not a message index{where}")
         pinned.append(k)
@@ -194,12 +198,12 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     for i, c in p.priorities.items():
         k = as_int(i)
         if k is None:
-            raise TypeError(f"priorities keys must be message indices (int), got {type(i).__name__}")
+            raise TypeError(f"priorities keys must be message indices (int), got {type(i).__name__}") from int_cause(i)
         if k < 0 or (n is not None and k >= n):
             raise ValueError(f"priorities key {shown(k)} is not a message index{where}")
         cls = as_int(c)
         if cls is None:
-            raise TypeError(f"priorities values must be classes (int 0-3), got {type(c).__name__}")
+            raise TypeError(f"priorities values must be classes (int 0-3), got {type(c).__name__}") from int_cause(c)
         if cls not in (0, 1, 2, 3):
             raise ValueError(f"priorities[{k}] must be a class 0-3, got {shown(cls)}")
         prio[k] = cls
@@ -225,7 +229,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
 def _check_budget(budget: Any, name: str = "budget") -> int:
     n = as_int(budget)
     if n is None or n < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {shown(budget)}")
+        raise ValueError(f"{name} must be a non-negative int, got {shown(budget)}") from int_cause(budget)
     return min(n, _MAX)
 
 

@@ -45,7 +45,7 @@ from typing import Literal, overload
 import msgspec
 
 from . import _engine
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
 
@@ -177,7 +177,7 @@ def fit_request(
     data = _body(body)
     n = as_int(budget)
     if n is None or n < 0:
-        raise ValueError(f"budget must be a non-negative int, got {shown(budget)}")
+        raise ValueError(f"budget must be a non-negative int, got {shown(budget)}") from int_cause(budget)
     for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")

@@ -69,7 +69,7 @@ import msgspec
 
 from . import _engine
 from ._engine import nesting_errors
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
 from .errors import ContextOverflowError
@@ -585,7 +585,7 @@ class ContextGuard:
         for name, v in (("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
             n = as_int(v)
             if n is None or n < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {shown(v)}")
+                raise ValueError(f"{name} must be a non-negative int, got {shown(v)}") from int_cause(v)
             counts.append(n)
         prompt_tokens, completion_tokens = counts
         with self._lock:

@@ -96,7 +96,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     Raises:
         InvalidMessageError: a message is malformed (for structs under Anthropic's rules,
             a system message holding a part other than a ``TextPart``: ``message 0,
-            field content[1]: must be a text block``, as for a dict).
+            field content[1]: must be a text block``, as for a dict; a system message
+            after a leading one: ``message 2, field role: an Anthropic request takes one
+            system prompt, its top-level "system"; this is a second``).
         ValueError: unknown provider.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
@@ -104,9 +106,14 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     """
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
+    if format is None and isinstance(messages, (list, tuple)) and all(isinstance(m, Message) for m in messages):
+        # structs have no shape: the provider's rules are checked, not the ones prepare
+        # would infer (an OpenAI conversation with a user message holding a ToolResult
+        # reads as Anthropic's, whose system rules then refused it under "openai")
+        format = provider
     prep = _engine.prepare(messages, format)
     if prep.format == "canonical" and provider == "anthropic":
-        _engine.system_text_only(prep.canonical)
+        _engine.anthropic_systems(prep.canonical)
     found = _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
     if prep.format == "canonical":
         found = _unwritable(prep.canonical, provider, found)

@@ -28,7 +28,7 @@ from typing import Any
 from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
-from ._jsontext import as_int, shown
+from ._jsontext import as_int, int_cause, shown
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .estimator import Estimator, counter_cost
 from .report import TrimResult
@@ -44,7 +44,7 @@ TokenCounter = Callable[[list[Any]], int]
 def _check_n(n: Any, name: str) -> int:
     k = as_int(n)
     if k is None or k < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {shown(n)}")
+        raise ValueError(f"{name} must be a non-negative int, got {shown(n)}") from int_cause(n)
     return min(k, _MAX)
 
 

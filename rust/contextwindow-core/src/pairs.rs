@@ -512,6 +512,17 @@ fn emit_caller<'a>(
     Vec::new()
 }
 
+/// Whether `m` is an OpenAI tool message whose results are placed with it as one: a tool
+/// message holding several results (a `Message` struct can; the OpenAI adapter writes one
+/// result per tool message) is not: its results are placed one by one, as results found
+/// outside a tool message are (`_reference.whole_tool_message`; struct18 #5: an orphan
+/// or a second result in it stayed, and a result for another call's message was left
+/// an orphan there).
+fn whole_tool_message(m: &Message) -> bool {
+    m.role == Role::Tool
+        && !(m.content.len() > 1 && m.content.iter().all(|p| p.kind == PartKind::ToolResult))
+}
+
 fn repair_openai<'a>(
     messages: &'a [Message],
     res: &Resolution,
@@ -521,7 +532,7 @@ fn repair_openai<'a>(
     // Target assistant of each tool message: the call of its first resolved result.
     let target: Vec<Option<usize>> = (0..n)
         .map(|j| {
-            if messages[j].role != Role::Tool {
+            if !whole_tool_message(&messages[j]) {
                 return None;
             }
             res.results[j].iter().flatten().next().map(|c| c.message)
@@ -533,10 +544,11 @@ fn repair_openai<'a>(
             belongs[*t].push(j);
         }
     }
-    // Results found outside tool messages, by the message of their call.
+    // Results found outside tool messages (or in one holding several), by the message of
+    // their call.
     let mut loose: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
     for (j, row) in res.results.iter().enumerate() {
-        if messages[j].role != Role::Tool {
+        if !whole_tool_message(&messages[j]) {
             for (p, c) in row.iter().enumerate() {
                 if let Some(c) = c {
                     loose[c.message].push((j, p));
@@ -548,7 +560,7 @@ fn repair_openai<'a>(
     let mut changes = Vec::new();
     for i in 0..n {
         let m = &messages[i];
-        if m.role == Role::Tool {
+        if whole_tool_message(m) {
             if target[i].is_none() {
                 for id in result_ids(m) {
                     changes.push(change("orphan_result_dropped", i, Some(id)));

@@ -233,6 +233,38 @@ fn validate_and_repair_openai() {
     );
 }
 
+/// struct18 #5: a tool message holding results for calls of two assistant messages (a
+/// `Message` struct can hold several) was placed whole with the first result's call, the
+/// second left an orphan there; its results are placed one by one, each in a tool message
+/// of its own after its call, the message itself dropped.
+#[test]
+fn repair_openai_splits_a_tool_message_holding_several_results() {
+    let mut both = res("a", "ra");
+    both.content.extend(res("b", "rb").content);
+    let msgs = vec![u("q"), call(&["a"]), u("x"), call(&["b"]), both];
+    let (out, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    let srcs: Vec<Option<usize>> = out.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, vec![Some(0), Some(1), None, Some(2), Some(3), None]);
+    let ids: Vec<&str> = [2, 5]
+        .iter()
+        .map(|&k| out[k].msg.content[0].call_id.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, vec!["a", "b"]);
+    let kinds: Vec<(&str, usize)> = changes.iter().map(|c| (c.kind, c.index)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("result_moved", 4),
+            ("result_moved", 4),
+            ("message_dropped", 4)
+        ]
+    );
+    let repaired: Vec<Message> = out.iter().map(|w| (*w.msg).clone()).collect();
+    assert!(validate(&repaired, Format::OpenAI).is_empty());
+    let (_, changes2) = repair(&repaired, Format::OpenAI, Missing::Stub);
+    assert!(changes2.is_empty());
+}
+
 #[test]
 fn repair_anthropic_stub_into_next_user_message() {
     let msgs = vec![u("go"), call(&["t1", "t2"]), carrier(&["t1"])];

@@ -333,7 +333,7 @@ impl Reader {
             }
             out.push(b']');
         } else {
-            // Floats (msgspec's shortest repr, inf/nan as null) and int subclasses (an
+            // Floats (msgspec's shortest repr; inf/nan fall back) and int subclasses (an
             // IntEnum): msgspec's own bytes. A type it rejects (a str subclass, ...) and
             // lone surrogates inside (UnicodeEncodeError) fall back; so does any
             // container (a dict or list subclass, a set, a struct or dataclass: an object
@@ -355,7 +355,12 @@ impl Reader {
                 return Err(Fallback);
             }
             let encoded = msgspec_encode(v)?;
-            if matches!(encoded.as_bytes().first(), Some(b'{' | b'[')) {
+            // An object or array falls back; so does a NaN or infinite float, which
+            // msgspec writes as `null`: JSON has no such number, and the adapters refuse
+            // it, naming where it is (struct18 #3).
+            if matches!(encoded.as_bytes().first(), Some(b'{' | b'['))
+                || encoded.as_bytes() == b"null"
+            {
                 return Err(Fallback);
             }
             out.extend_from_slice(encoded.as_bytes());
