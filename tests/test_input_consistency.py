@@ -1451,3 +1451,57 @@ def test_a_value_that_holds_itself_is_named_a_cycle() -> None:
     with pytest.raises(InvalidMessageError) as info:
         cw.count_messages([{"role": "user", "content": "a", "meta": deep}])
     assert str(info.value) == "message 0: is nested too deeply"
+
+
+class _Price(float):
+    """A float subclass, as numpy.float64 is."""
+
+
+class _Count(int):
+    """An int subclass that is not an enum."""
+
+
+@pytest.mark.parametrize(
+    ("odd", "plain"),
+    [
+        (_Price(2.5), 2.5),
+        (_Count(7), 7),
+        (__import__("types").MappingProxyType({"a": [1, 2]}), {"a": [1, 2]}),
+        (collections.UserDict({"a": "b"}), {"a": "b"}),
+    ],
+    ids=["float subclass", "int subclass", "mappingproxy", "UserDict"],
+)
+def test_json_values_msgspec_does_not_write_itself_count_as_their_plain_values(odd: Any, plain: Any) -> None:
+    """A float or int subclass (numpy.float64) and a Mapping that is not a dict are JSON
+    values (json.dumps writes them; the docs call them so) and count as the plain number or
+    dict does, in a tool_use input, an unknown key, a struct's extra, an OpaquePart's raw
+    and a tool schema; they were refused with msgspec's words ("Encoding objects of type
+    _Price is unsupported"), naming no field."""
+
+    def anthropic(v: Any) -> list[dict[str, Any]]:
+        return [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"x": v}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ok"}]},
+        ]
+
+    assert cw.count_messages(anthropic(odd)) == cw.count_messages(anthropic(plain))
+    meta = [{"role": "user", "content": "hi", "meta": {"v": odd}}]
+    assert cw.count_messages(meta) == cw.count_messages([{"role": "user", "content": "hi", "meta": {"v": plain}}])
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "default": odd}}}]
+    plain_tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "default": plain}}}]
+    chat = [{"role": "user", "content": "hi"}]
+    assert cw.count_messages(chat, tools=tool) == cw.count_messages(chat, tools=plain_tool)
+    extra = [Message(role="user", content=[TextPart(text="hi")], extra={"v": odd})]
+    plain_extra = [Message(role="user", content=[TextPart(text="hi")], extra={"v": plain})]
+    assert cw.count_messages(extra) == cw.count_messages(plain_extra)
+    raw = [Message(role="user", content=[cw.OpaquePart(type="x", raw={"type": "x", "v": odd})])]
+    plain_raw = [Message(role="user", content=[cw.OpaquePart(type="x", raw={"type": "x", "v": plain})])]
+    assert cw.count_messages(raw) == cw.count_messages(plain_raw)
+    # trimming reads them as it reads the plain values
+    tail = [
+        {"role": "user", "content": "x " * 400},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go"},
+    ]
+    got, want = cw.trim_turns(anthropic(odd) + tail, 40), cw.trim_turns(anthropic(plain) + tail, 40)
+    assert got.report == want.report and got.report.dropped_turns == 1

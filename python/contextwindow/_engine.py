@@ -28,6 +28,7 @@ from ._jsontext import (
     field_path,
     has_odd_keys,
     json_fault,
+    json_hook,
     loads_keeping_numbers,
     nested_deeper,
     nesting,
@@ -51,7 +52,7 @@ from .report import FitReport, TrimResult
 Provider = Literal["openai", "anthropic"]
 InputFormat = Literal["openai", "anthropic", "canonical"]
 
-_ENCODER = msgspec.json.Encoder()
+_ENCODER = msgspec.json.Encoder(enc_hook=json_hook)
 
 #: Whether the native dict reader may run (``_native.count_dicts``, ``trim_turns_dicts``
 #: ...): it walks a list of OpenAI/Anthropic dicts once in Rust, with exactly the
@@ -169,9 +170,9 @@ def _encode(messages: Sequence[Message]) -> bytes:
     try:
         payload = _ENCODER.encode(messages)
     except UnicodeEncodeError:
-        return _ENCODER.encode(clean_value(msgspec.to_builtins(messages)))
+        return _ENCODER.encode(clean_value(msgspec.to_builtins(messages, enc_hook=json_hook)))
     if any((m.extra is not None and has_odd_keys(m.extra)) or _carries_odd_keys(m.content) for m in messages):
-        clean_value(msgspec.to_builtins(messages))  # raises KeyClash for two keys written alike
+        clean_value(msgspec.to_builtins(messages, enc_hook=json_hook))  # raises KeyClash for two keys written alike
     return payload
 
 
@@ -710,7 +711,7 @@ def _too_deep(messages: list[Any]) -> int | None:
     nested deepest (:func:`deepest_message`; fresh17 #4: the error had no index)."""
     for i, m in enumerate(messages):
         try:
-            msgspec.json.encode(m)
+            _ENCODER.encode(m)
         except RecursionError:
             return i
         except (TypeError, ValueError, msgspec.EncodeError):

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from . import _image
+from ._jsontext import ENCODER
 from ._marks import ATTACH, CONSONANT, LINKER, PREPEND, UPPER
 from .messages import (
     BREADCRUMB,
@@ -488,7 +489,7 @@ def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None
     if isinstance(part, ToolResult):
         return sum(part_tokens(q, p, t) for q in part.content)
     if isinstance(part, OpaquePart):
-        return t(msgspec.json.encode(part.raw).decode())
+        return t(ENCODER.encode(part.raw).decode())
     raise TypeError(type(part))
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal, NoReturn
 import msgspec
 
 from ._jsontext import (
+    ENCODER,
     KeyClash,
     clean_str,
     clean_value,
@@ -401,9 +402,9 @@ def _encode_input(value: Any, index: int, field: str) -> str:
         _fail(f"holds a value JSON cannot represent ({found[1]})", index, field_path(found[0], field))
     try:
         try:
-            text = msgspec.json.encode(value).decode()
+            text = ENCODER.encode(value).decode()
         except UnicodeEncodeError:  # lone surrogates: U+FFFD, never a crash
-            return msgspec.json.encode(clean_value(value)).decode()
+            return ENCODER.encode(clean_value(value)).decode()
         if has_odd_keys(value):  # {1: "a", "1": "b"} is written with the key "1" twice
             clean_value(value)
         return text

@@ -44,11 +44,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import msgspec
-
 from . import _engine
 from ._engine import json_type_name, nesting_errors, tool_definition_error
 from ._jsontext import (
+    ENCODER,
     KeyClash,
     as_int,
     clean_str,
@@ -287,13 +286,13 @@ def tool_texts(tools: Any) -> list[str]:
             )
         try:
             try:
-                out.append(msgspec.json.encode(t).decode())
+                out.append(ENCODER.encode(t).decode())
                 if has_odd_keys(t):  # {1: "a", "1": "b"} is written with the key "1" twice
                     clean_value(t)
             except UnicodeEncodeError:
                 # lone surrogates: U+FFFD (a high one followed by a low one: the character
                 # they encode), as in message text and in the gateway's JSON escapes
-                out.append(msgspec.json.encode(clean_value(t)).decode())
+                out.append(ENCODER.encode(clean_value(t)).decode())
         except KeyClash as clash:  # two keys lone surrogates make one: the gateway's words
             raise InvalidRequestError(f"{field_path(clash.path, f'tools[{i}]')}: {clash.reason()}") from None
         except RecursionError:
