@@ -1509,15 +1509,13 @@ def _ends_prefill(st: _State, w: int, part: int) -> bool:
     )
 
 
-def _shrink(
-    st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, settle: bool, floor: int = 0
-) -> None:
+def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, floor: int = 0) -> None:
     """Cut text part ``(part, inner)`` of work item ``w`` so the total fits, if it helps.
 
     Never a cut whose marker costs as many tokens as the text it removes, or more
-    (fresh12 O1). The cut is the largest that fits; with ``settle`` (tool results, the
-    reply after the request), when that one is not worth its marker, the largest smaller
-    one that fits and is; without it (the request) the text then stays whole. The first
+    (fresh12 O1). The cut is the largest that fits; when that one is not worth its
+    marker, the largest smaller one that fits and is (the request too: fresh18 F1, it was
+    left whole and over budget where a smaller budget fit with a cut). The first
     ``floor`` characters always stay (an observation's ``[Tool results]`` prefix)."""
     m = st.m(w)
     pt = m.content[part]
@@ -1538,7 +1536,7 @@ def _shrink(
         return st.cost.message_tokens(_with_text(m, part, inner, mark)) < span
 
     lo = largest_fitting(len(text) - floor, fits)
-    if settle and lo > 0 and not worth(lo):
+    if lo > 0 and not worth(lo):
         lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
     new_text, removed = shrink_text(text, lo, floor, end)
     if removed == 0:
@@ -1753,11 +1751,11 @@ def _trim_turns_once(
             if not over():
                 break
             if q >= 0:
-                _shrink(st, w, p, q, inner_budget, "tool_result_shrunk", True)
+                _shrink(st, w, p, q, inner_budget, "tool_result_shrunk")
             else:
                 text = st.m(w).content[p].text  # type: ignore[union-attr]
                 floor = len(TOOL_RESULTS_PREFIX) if text.startswith(TOOL_RESULTS_PREFIX) else 0
-                _shrink(st, w, p, None, inner_budget, "tool_result_shrunk", True, floor)
+                _shrink(st, w, p, None, inner_budget, "tool_result_shrunk", floor)
     # a finished transcript: the newest turn's assistant text after the current request
     # (the answer to it) is cut as tool results are, largest first, before the request is
     if over() and req is not None and la <= req < lb:
@@ -1772,7 +1770,7 @@ def _trim_turns_once(
         for _, w, p in sorted(cands3):
             if not over():
                 break
-            _shrink(st, w, p, None, inner_budget, "reply_shrunk", True)
+            _shrink(st, w, p, None, inner_budget, "reply_shrunk")
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
         w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
@@ -1791,7 +1789,7 @@ def _trim_turns_once(
         for _, p in sorted(cands2):
             if not over():
                 break
-            _shrink(st, w, p, None, inner_budget, "request_truncated", False)
+            _shrink(st, w, p, None, inner_budget, "request_truncated")
         if over():
             st.work[w] = whole[0]
             st.set_cost(w, whole[1])

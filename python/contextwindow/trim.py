@@ -137,8 +137,9 @@ def trim_turns(
     never ends in whitespace: cut to nothing after the marker, the marker loses its final
     newline); then the request itself, but only when that makes the conversation fit.
     No cut is made whose marker costs as many tokens as the text it removes, or more
-    (fresh12 O1): a tool result or a reply is cut a little further, the request is left
-    whole. Turns holding a pinned message are never dropped. The breadcrumb may cost whole old turns,
+    (fresh12 O1): the text is cut a little further instead (the request too: left whole,
+    it was over budget where a smaller budget fit with a cut; fresh18 F1). Turns holding
+    a pinned message are never dropped. The breadcrumb may cost whole old turns,
     never anything of the newest turn: it is left out when the result fits only without
     it, or when with it more of the newest turn would be cut or dropped (characters, tool
     units) than without it (fresh8 N1). If it still does not fit the report says ``fits=False``. Broken

@@ -676,11 +676,11 @@ impl<'a, 'p> State<'a, 'p> {
     /// Never a cut whose marker costs as many tokens as the text it removes, or more
     /// (fresh12 O1). The cut is the largest that fits as a binary search over the
     /// characters kept finds it (a text's estimate is not monotone in them, so it can be
-    /// a little short of the largest: README Known limits); with `settle` (tool results,
-    /// the reply after the request), when that one is not worth its marker, the largest
-    /// smaller one that fits and is, so such a text is cut a little further rather than
-    /// left whole for the request to pay for; without it (the request) the text then
-    /// stays whole and the report says whether the conversation fits. The first `floor`
+    /// a little short of the largest: README Known limits); when that one is not worth
+    /// its marker, the largest smaller one that fits and is, so the text is cut a little
+    /// further rather than left whole (a tool result or a reply: for the request to pay
+    /// for; the request: leaving it over budget, where a smaller budget made it fit with
+    /// a cut, fresh18 F1). The first `floor`
     /// characters always stay (an observation's `[Tool results]` prefix); a cut that ends
     /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline.
     #[allow(clippy::too_many_arguments)]
@@ -692,7 +692,6 @@ impl<'a, 'p> State<'a, 'p> {
         floor: usize,
         budget: u64,
         rule: &'static str,
-        settle: bool,
     ) {
         let p = self.opts.profile;
         let text = {
@@ -719,7 +718,7 @@ impl<'a, 'p> State<'a, 'p> {
         };
         let mut lo = largest_fitting(chars.len() - floor, fits);
         // the span is counted again only here and, rarely, in a second search below it
-        if settle && lo > 0 && !worth(lo) {
+        if lo > 0 && !worth(lo) {
             lo = largest_fitting(lo, |k| fits(k) && worth(k));
         }
         let (new_text, removed) = shrink_chars(&chars, floor, lo, end);
@@ -867,8 +866,7 @@ impl<'a, 'p> State<'a, 'p> {
 /// the same way, the assistant text after the current request (a finished transcript:
 /// the answer to it; rule `reply_shrunk`); then truncates the current request, only when
 /// that makes it fit. No cut is made whose marker costs as many tokens as the text it
-/// removes, or more (tool results and replies are cut further, the request is left
-/// whole: fresh12 O1). Broken tool pairs
+/// removes, or more (fresh12 O1): the text is cut a little further instead. Broken tool pairs
 /// are repaired first (`missing="stub"`). Returns the input unchanged when it fits.
 ///
 /// The breadcrumb is a courtesy: it may cost whole old turns, never anything of the
@@ -1130,7 +1128,6 @@ fn trim_turns_once<'a>(
                 floor,
                 budget - bc_cost.min(budget),
                 "tool_result_shrunk",
-                true,
             );
         }
     }
@@ -1156,15 +1153,7 @@ fn trim_turns_once<'a>(
                 if !over(&st) {
                     break;
                 }
-                st.shrink(
-                    w,
-                    p,
-                    None,
-                    0,
-                    budget - bc_cost.min(budget),
-                    "reply_shrunk",
-                    true,
-                );
+                st.shrink(w, p, None, 0, budget - bc_cost.min(budget), "reply_shrunk");
             }
         }
     }
@@ -1214,7 +1203,6 @@ fn trim_turns_once<'a>(
                     0,
                     budget - bc_cost.min(budget),
                     "request_truncated",
-                    false,
                 );
             }
             if over(&st) {

@@ -702,11 +702,17 @@ fn trim_cuts_the_reply_after_the_request_before_the_request() {
     assert_eq!((out.report.tokens_after, out.report.fits), (150, true));
     // a request of 4 + 25 under a system of 104 is 133, 1 over 132: the largest cut that
     // fits, k + 33 <= 99 -> k = 66, removes 34 characters (8 tokens) for a marker of 33
-    // (8 tokens): not made, the result does not fit
+    // (8 tokens): not made; k = 64 removes 36 (9 tokens > 8), 108 + floor(97 / 4) = 132
+    // fits (it was left whole and over budget while 131 fit: fresh18 F1)
     let msgs = vec![sys(&"s".repeat(400)), u(&"q".repeat(100))];
     let out = trim_turns(&msgs, 132, opts(Format::OpenAI));
-    assert_eq!(texts(&out)[1], "q".repeat(100));
-    assert_eq!((out.report.tokens_after, out.report.fits), (133, false));
+    let request = format!(
+        "{}\n[... 36 characters removed ...]\n{}",
+        "q".repeat(32),
+        "q".repeat(32)
+    );
+    assert_eq!(texts(&out)[1], request);
+    assert_eq!((out.report.tokens_after, out.report.fits), (132, true));
     // a tool result in the same place is cut further: k = 65 removes 35 (8 tokens), k =
     // 64 removes 36 (9 tokens > 8): 15 + floor((64 + 33) / 4) = 39
     let msgs = vec![u("go"), call(&["c1"]), res("c1", &"x".repeat(100))];
@@ -989,16 +995,18 @@ fn trim_never_leaves_an_anthropic_prefill_ending_in_whitespace() {
     // budget 25: no cut fits (the reply may cost 7 tokens, 31 characters); cut to its
     // marker alone, 33 characters (8 tokens, < 100), 26; the request (others 12: 12 + 4 +
     // floor((k + 33) / 4) <= 25 -> k = 6, 34 removed, 8 tokens) is not worth its marker
-    // (33 characters, 8 tokens) and stays whole: over budget, but no trailing newline
+    // (33 characters, 8 tokens): cut a little further, k = 4 removes 36 (9 tokens), 12 +
+    // 4 + floor(37 / 4) = 25 fits (it stayed whole, 26 over 25: fresh18 F1); the reply
+    // still has no trailing newline
     let out = trim_turns(&msgs, 25, opts(Format::Anthropic));
     assert_eq!(
         texts(&out),
         [
-            "q".repeat(40),
+            "qq\n[... 36 characters removed ...]\nqq".to_owned(),
             "\n[... 400 characters removed ...]".to_owned()
         ]
     );
-    assert_eq!((out.report.tokens_after, out.report.fits), (26, false));
+    assert_eq!((out.report.tokens_after, out.report.fits), (25, true));
     // the cut part is not the message's last ("Conclusion:", 2 tokens, is): its marker
     // keeps the newline. 14 + 4 + 2 + 100 = 120 > 28: the part may cost 8 tokens (35
     // characters): k = 1, "a" + the marker of 399, 35; k = 2, 36 characters, 9 tokens
