@@ -372,10 +372,15 @@ def test_a_repeated_key_in_a_message_is_caught_as_invalid_message_error() -> Non
 
 
 def test_request_errors_without_offset() -> None:
-    err = raises_request(b'{"model": "m"}')
-    assert err.offset is None and "messages" in str(err)
     err = raises_request(b'{"messages": [], "messages": []}')
     assert "more than once" in str(err)
+
+
+def test_a_body_without_messages_names_where_its_object_starts() -> None:
+    # fresh18 F4: the offset was None, though the docs say offset says where
+    err = raises_request(b'{"model": "m"}')
+    assert (err.offset, str(err)) == (0, 'invalid request body at byte 0: the top-level object has no "messages" list')
+    assert raises_request(b' \r\n\t{"model": "m"}').offset == 4
 
 
 @pytest.mark.parametrize(
@@ -520,6 +525,27 @@ def test_argument_errors() -> None:
         cw.fit_request(body, budget=1, breadcrumb=1)  # type: ignore[call-overload]
     assert cw.fit_request(bytearray(body), budget=1) == body
     assert cw.fit_request(memoryview(body), budget=1) == body
+
+
+def test_any_buffer_of_single_bytes_is_a_body() -> None:
+    """fresh18 F4: an array of bytes or an mmap was refused ("body must be bytes", though a
+    bytearray and a memoryview were taken), and a memoryview of ints was read as raw bytes."""
+    import array
+    import mmap
+
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    assert cw.fit_request(array.array("B", body), budget=100) == body
+    assert cw.count_request(array.array("b", body)) == cw.count_request(body)
+    with mmap.mmap(-1, len(body)) as mm:
+        mm.write(body)
+        assert cw.fit_request(mm, budget=100) == body
+    with pytest.raises(TypeError) as info:
+        cw.fit_request(memoryview(array.array("i", [1, 2, 3])), budget=5)
+    assert str(info.value) == "body must be a buffer of bytes, got a memoryview of 4-byte items"
+    for bad in ("{}", None, 3, [1]):
+        with pytest.raises(TypeError) as info:
+            cw.count_request(bad)  # type: ignore[arg-type]
+        assert str(info.value).startswith("body must be bytes or another buffer of bytes (bytearray, memoryview), got ")
 
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:

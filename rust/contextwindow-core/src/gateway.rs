@@ -2254,10 +2254,12 @@ fn read_raw<'a>(cx: &Ctx<'a>, text: &'a str) -> Result<TopRead<'a>> {
     }
     let raw = match top.messages {
         None => {
+            // where the top-level object starts (after JSON whitespace)
+            let start = text.len() - text.trim_start_matches([' ', '\t', '\n', '\r']).len();
             return Err(invalid(
-                None,
+                Some(start),
                 "the top-level object has no \"messages\" list",
-            ))
+            ));
         }
         Some(Content::Parts(items)) => items,
         Some(other) => {
