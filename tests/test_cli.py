@@ -1363,6 +1363,22 @@ def test_a_second_value_or_a_cut_is_named_as_the_gateway_names_it(
     assert err == f"contextwindow: error: {f}: invalid JSON: line {line}, column {column}: {problem} (byte {offset})\n"
 
 
+def test_request_bodies_one_a_line_are_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh18 F3: a log of request bodies, one a line, was read as JSONL of messages and
+    said "message 0, field role: is missing", naming no line."""
+    body = b'{"messages": [{"role": "user", "content": "x"}]}\n'
+    f = write(tmp_path, "two.json", body + body)
+    assert main(["count", f]) == 2
+    assert capsys.readouterr().err == (
+        f'contextwindow: error: {f}: line 1: a request body (it has "messages"), where JSONL holds one'
+        " message per line; pass one request body per file\n"
+    )
+    # a message line, then a body: the body's line
+    f = write(tmp_path, "mixed.jsonl", b'{"role": "user", "content": "x"}\n' + body)
+    assert main(["count", f]) == 2
+    assert f"{f}: line 2: a request body" in capsys.readouterr().err
+
+
 def test_a_jsonl_lines_error_names_the_files_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """fresh17c #3 (JSONL) and #5: a line's error named a byte of the line, counted in the
     decoded text (3 bytes for each invalid byte, read as U+FFFD), after msgspec's words

@@ -600,6 +600,13 @@ def _jsonl(
             if not messages:
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
+        if "messages" in value and "role" not in value:
+            # a log of request bodies, one a line (fresh18 F3: it was "message 0, field
+            # role: is missing", naming no line)
+            raise InvalidRequestError(
+                f'{where}: line {n}: a request body (it has "messages"), where JSONL holds one message'
+                " per line; pass one request body per file"
+            )
         if nested_deeper(value):
             raise InvalidRequestError(f"{where}: message {len(messages)}: {_TOO_DEEP}")
         messages.append(
