@@ -410,9 +410,12 @@ fn kind(v: &RawValue) -> Kind {
 }
 
 /// The shape of the request's tool definition `tools[i]` (an object already): an OpenAI
-/// one's `function`, when present, is an object whose `name`, when present, is a string;
-/// an Anthropic one's `name`, when present, is a string. The dict path says the same
-/// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted.
+/// one's `function`, when present, is an object whose `name` is a string; a `name` at
+/// the top, when present, is a string; a `"type": "function"` tool has a `function` or
+/// (the flat shape) a `name`; an Anthropic client tool (an `input_schema` and no
+/// `function`) has a `name`. The dict path says the same
+/// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted,
+/// fresh18 F5: so was `{"input_schema": {}}`.
 fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()> {
     let wrong = |v: &RawValue, field: &str, want: &str| {
         invalid(
@@ -443,12 +446,15 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             return Err(wrong(name, "name", "a string"));
         }
     }
-    // a function tool holds its name in `function`, or (the flat shape) in `name`
-    if o.get("function").is_none()
-        && o.get("name").is_none()
-        && cx.str_is(o.get("type"), "function")
-    {
-        return Err(missing(tool, "function"));
+    if o.get("function").is_none() && o.get("name").is_none() {
+        // a function tool holds its name in `function`, or (the flat shape) in `name`
+        if cx.str_is(o.get("type"), "function") {
+            return Err(missing(tool, "function"));
+        }
+        // Anthropic's shape (as the format detection reads it): the API requires a name
+        if o.get("input_schema").is_some() {
+            return Err(missing(tool, "name"));
+        }
     }
     Ok(())
 }
@@ -3864,6 +3870,14 @@ mod tests {
                 59,
                 "tools[0].function: is missing",
             ),
+            // fresh18 F5: an Anthropic tool (an input_schema, no function) with no name,
+            // at the tool (byte 59); the second: 59 + len(`{"name": "f", "input_schema": {}}, `) = 94
+            (r#"{"input_schema": {}}"#, 59, "tools[0].name: is missing"),
+            (
+                r#"{"name": "f", "input_schema": {}}, {"type": "custom", "input_schema": {}}"#,
+                94,
+                "tools[1].name: is missing",
+            ),
         ];
         for (tools, offset, reason) in cases {
             refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
@@ -3873,7 +3887,9 @@ mod tests {
             "{head}{}]}}",
             r#"{"type": "function", "function": {"name": "f", "parameters": {}}},
             {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"},
-            {"type": "function", "name": "h", "parameters": {}}, {"type": "other"}"#
+            {"type": "function", "name": "h", "parameters": {}}, {"type": "other"},
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "function", "function": {"name": "m"}, "input_schema": {}}"#
         );
         assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }
