@@ -113,6 +113,22 @@ def test_unknown_role_is_quoted_the_same_way() -> None:
     assert same_everywhere([{"role": "мастер", "content": "a"}]) == 'message 0, field role: unknown role "мастер"'
 
 
+def test_the_deprecated_function_role_is_named_as_function_call_is() -> None:
+    """fresh18 F5: a ``function`` message (the result half of the deprecated
+    function-calling form, whose call half ``function_call`` is named so) got ``unknown
+    role "function"``; OpenAI's shape names the form and what to send instead."""
+    msgs = [{"role": "user", "content": "q"}, {"role": "function", "name": "f", "content": "x"}]
+    want = 'message 1, field role: the deprecated function-calling form is not read; send a "tool" message'
+    assert same_everywhere(msgs) == want
+    assert same_everywhere(msgs, "openai") == want
+    # the finding's call, word for word: the message alone
+    assert same_everywhere([{"role": "function", "name": "f", "content": "x"}]) == want.replace("1", "0", 1)
+    # Anthropic's API never had a function role: a role it does not know, as before
+    assert same_everywhere(msgs, "anthropic") == 'message 1, field role: unknown role "function"'
+    # the role is checked first, as any unknown role: a bad content after it is not named
+    assert same_everywhere([{"role": "function", "content": 5}]) == want.replace("1", "0", 1)
+
+
 # ------------------------------------------------ fresh11 N6: Message structs, dict words
 
 

@@ -1458,6 +1458,11 @@ fn empty_object() -> Box<RawValue> {
 /// arguments would go uncounted (`adapters._FUNCTION_CALL`).
 const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; send tool_calls";
 
+/// Why an OpenAI `function` message is refused: the result half of the same deprecated
+/// form (`adapters._FUNCTION_ROLE`; fresh18 F5: it got `unknown role "function"`).
+const FUNCTION_ROLE: &str =
+    r#"the deprecated function-calling form is not read; send a "tool" message"#;
+
 /// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
 const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
@@ -1512,8 +1517,14 @@ fn role_of(name: &str) -> Option<Role> {
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_text(d, "role", index, "role")?;
-    let role =
-        role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
+    let role = role_of(&role_name).ok_or_else(|| {
+        let reason = if role_name == "function" {
+            FUNCTION_ROLE.to_owned()
+        } else {
+            unknown_role(&role_name)
+        };
+        bad_message(index, "role", reason)
+    })?;
     // Chat Completions: only an assistant message may omit content or set it null
     let nullable = role == Role::Assistant;
     let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
@@ -3634,6 +3645,14 @@ mod tests {
         let body = br#"{"messages": [{"role": "a\"b\n", "content": "a"}]}"#;
         let want = (0, "role".to_owned(), r#"unknown role "a\"b\n""#.to_owned());
         assert_eq!(message_error(body), want);
+        // fresh18 F5: the deprecated "function" role is named as function_call is
+        let body = br#"{"messages": [{"role": "function", "name": "f", "content": "x"}]}"#;
+        let want = (0, "role".to_owned(), FUNCTION_ROLE.to_owned());
+        assert_eq!(message_error(body), want);
+        assert_eq!(
+            FUNCTION_ROLE,
+            r#"the deprecated function-calling form is not read; send a "tool" message"#
+        );
     }
 
     #[test]
