@@ -134,7 +134,8 @@ def test_result_without_a_call_and_canonical_input() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="top must be >= 0"):
+    # the words every int option uses (fresh18 F5: "top must be >= 0, got -1")
+    with pytest.raises(ValueError, match=r"^top must be an int >= 0, got -1$"):
         token_breakdown(SMALL, top=-1)
     # a number option: ValueError for a string too (README, Errors; fresh16a F3)
     with pytest.raises(ValueError, match="top must be an int >= 0, got '3'"):

@@ -113,6 +113,22 @@ def test_unknown_role_is_quoted_the_same_way() -> None:
     assert same_everywhere([{"role": "мастер", "content": "a"}]) == 'message 0, field role: unknown role "мастер"'
 
 
+def test_the_deprecated_function_role_is_named_as_function_call_is() -> None:
+    """fresh18 F5: a ``function`` message (the result half of the deprecated
+    function-calling form, whose call half ``function_call`` is named so) got ``unknown
+    role "function"``; OpenAI's shape names the form and what to send instead."""
+    msgs = [{"role": "user", "content": "q"}, {"role": "function", "name": "f", "content": "x"}]
+    want = 'message 1, field role: the deprecated function-calling form is not read; send a "tool" message'
+    assert same_everywhere(msgs) == want
+    assert same_everywhere(msgs, "openai") == want
+    # the finding's call, word for word: the message alone
+    assert same_everywhere([{"role": "function", "name": "f", "content": "x"}]) == want.replace("1", "0", 1)
+    # Anthropic's API never had a function role: a role it does not know, as before
+    assert same_everywhere(msgs, "anthropic") == 'message 1, field role: unknown role "function"'
+    # the role is checked first, as any unknown role: a bad content after it is not named
+    assert same_everywhere([{"role": "function", "content": 5}]) == want.replace("1", "0", 1)
+
+
 # ------------------------------------------------ fresh11 N6: Message structs, dict words
 
 
@@ -1144,6 +1160,12 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"name": ["f"], "input_schema": {}}], "tools[0].name: must be a string, got an array", 68),
         # the second tool: 59 + len('{"name": "f"}, {"name": ') = 59 + 13 + 2 + 9 = 83
         ([{"name": "f"}, {"name": False}], "tools[1].name: must be a string, got a boolean", 83),
+        # an Anthropic tool (it has an input_schema) with no name (fresh18 F5): named at
+        # the tool, byte 59, as a function tool with neither a function nor a name
+        ([{"input_schema": {}}], "tools[0].name: is missing", 59),
+        ([{"type": "custom", "description": "d", "input_schema": {"type": "object"}}], "tools[0].name: is missing", 59),
+        # the second tool: 59 + len('{"name": "f", "input_schema": {}}, ') = 59 + 35 = 94
+        ([{"name": "f", "input_schema": {}}, {"input_schema": {}}], "tools[1].name: is missing", 94),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(
@@ -1184,6 +1206,14 @@ def test_tools_of_every_documented_shape_are_still_counted() -> None:
         # a custom tool names itself in "custom"; a tool of no known type is copied
         {"type": "custom", "custom": {"name": "c"}},
         {"type": "other"},
+        # Anthropic's built-in tools: a type and a name, no input_schema (fresh18 F5)
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 10000},
+        {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768},
+        # an Anthropic client tool may say its type; a tool naming itself in `function`
+        # is not asked for a name at the top, whatever else it carries
+        {"type": "custom", "name": "k", "input_schema": {"type": "object"}},
+        {"type": "function", "function": {"name": "m"}, "input_schema": {}},
     ]
     n = cw.count_messages(msgs, tools=tools)
     assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())

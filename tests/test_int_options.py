@@ -150,7 +150,7 @@ def test_the_values_read_are_plain_ints() -> None:
         (lambda: cw.count_messages(M, limit=Index(-1)), "limit must be None or a non-negative int, got Index(-1)"),
         (lambda: cw.token_breakdown(M, top="3"), "top must be an int >= 0, got '3'"),
         (lambda: cw.token_breakdown(M, top=True), "top must be an int >= 0, got True"),
-        (lambda: cw.token_breakdown(M, top=Index(-1)), "top must be >= 0, got -1"),
+        (lambda: cw.token_breakdown(M, top=Index(-1)), "top must be an int >= 0, got -1"),
         (lambda: cw.fit(M, 10, policy=cw.FitPolicy(recent_turns=Index(-1))), "recent_turns must be an int >= 0"),
         (lambda: cw.fit(M, 10, policy=cw.FitPolicy(pinned=(Index(3),))), "pinned index 3 is not a message index"),
     ],

@@ -113,15 +113,21 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     gateway's words (``gateway.rs``, ``tool_shape``), or ``None``.
 
     A definition is an object; an OpenAI one's ``function`` (when present) is an object
-    whose ``name`` is a string; an Anthropic one's ``name`` (when present) is a string;
-    a ``"type": "function"`` tool has a ``function`` or (the flat shape) a ``name``.
-    Other keys are counted as they are (fresh12 O4: ``{"function": 5}`` used to be
-    counted, never refused; fresh16a F5: a function with no name was counted).
+    whose ``name`` is a string; a ``name`` at the top (when present) is a string;
+    a ``"type": "function"`` tool has a ``function`` or (the flat shape) a ``name``; an
+    Anthropic client tool (one with an ``input_schema`` and no ``function``, the mark
+    the format detection reads) has a ``name``, as Anthropic's API requires. Other keys
+    are counted as they are, and so are tools of other types (Anthropic's built-in
+    tools, ``{"type": "bash_20250124", "name": "bash"}``, all have a name anyway)
+    (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
+    function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``).
 
     >>> tool_definition_error(0, {"type": "function", "function": 5})
     'tools[0].function: must be an object, got a number'
     >>> tool_definition_error(1, {"type": "function", "function": {}})
     'tools[1].function.name: is missing'
+    >>> tool_definition_error(0, {"description": "d", "input_schema": {}})
+    'tools[0].name: is missing'
     """
     if not isinstance(tool, Mapping):
         return f"tools[{i}]: a tool definition must be an object, got {json_type_name(tool)}"
@@ -135,8 +141,11 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
             return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
     if "name" in tool and not isinstance(tool["name"], str):
         return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"
-    if "function" not in tool and "name" not in tool and tool.get("type") == "function":
-        return f"tools[{i}].function: is missing"
+    if "function" not in tool and "name" not in tool:
+        if tool.get("type") == "function":
+            return f"tools[{i}].function: is missing"
+        if "input_schema" in tool:  # Anthropic's shape: the API requires a name
+            return f"tools[{i}].name: is missing"
     return None
 
 

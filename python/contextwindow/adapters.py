@@ -59,6 +59,8 @@ ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 # Part types only one provider uses; they decide detect_format.
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
 _FUNCTION_CALL = "the deprecated function-calling form is not read; send tool_calls"
+# its result half, a "function" message (fresh18 F5: it got `unknown role "function"`)
+_FUNCTION_ROLE = 'the deprecated function-calling form is not read; send a "tool" message'
 _CUSTOM_TO_ANTHROPIC = "an OpenAI custom tool call has free-text input; an Anthropic tool_use takes an object input"
 # OpenAI's call keys on an Anthropic message: not read, so their payload would go uncounted
 _OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
@@ -251,7 +253,10 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             ``custom`` holding string ``name`` and ``input``: ``tool_calls[0].custom``;
             a ``name`` that is neither a string nor null: ``name: must be a string``; so
             is a ``refusal``, and an image part's ``detail``:
-            ``content[0].image_url.detail: must be a string``).
+            ``content[0].image_url.detail: must be a string``; the deprecated
+            function-calling form: ``function_call: the deprecated function-calling form
+            is not read; send tool_calls``, and for a ``function`` role ``role: ...; send a
+            "tool" message``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -261,12 +266,12 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         _fail("must be an object", index, None)
     role = _str(d, "role", index, "role")
     if role not in OPENAI_ROLES:
-        _fail(_unknown_role(role), index, "role")
+        _fail(_FUNCTION_ROLE if role == "function" else _unknown_role(role), index, "role")
     # Chat Completions: only an assistant message may omit content or set it null
     parts, kind = _content(d, index, "content", _openai_part, nullable=role == "assistant")
     if d.get("function_call") is not None:
-        # the deprecated form of tool_calls (with the "function" role, refused above): its
-        # arguments would go uncounted
+        # the deprecated form of tool_calls (with the "function" role, refused above in
+        # the same words): its arguments would go uncounted
         _fail(_FUNCTION_CALL, index, "function_call")
     name = d.get("name")
     if name is not None and not isinstance(name, str):

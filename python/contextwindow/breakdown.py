@@ -248,8 +248,8 @@ def token_breakdown(
     n = as_int(top)
     if n is None:  # a number option: ValueError, as the README's Errors rule says
         raise ValueError(f"top must be an int >= 0, got {shown(top)}") from int_cause(top)
-    if n < 0:
-        raise ValueError(f"top must be >= 0, got {n}")
+    if n < 0:  # the words every int option uses (fresh18 F5 said "top must be >= 0")
+        raise ValueError(f"top must be an int >= 0, got {n}")
     top = n
     profile = resolve_profile(profile)
     # the tools before the messages, as count_messages and the CLI's inspect (fresh13 N5);

@@ -266,8 +266,9 @@ def _too_deep_tool(tool: Any, i: int) -> InvalidRequestError:
 
 def tool_texts(tools: Any) -> list[str]:
     """The compact JSON text of each of a request's tool definitions (``[]`` for ``None``);
-    ``InvalidRequestError`` for a definition that is not an object or whose ``function`` /
-    ``name`` has the wrong type (:func:`~contextwindow._engine.tool_definition_error`)."""
+    ``InvalidRequestError`` for a definition that is not an object, whose ``function`` /
+    ``name`` has the wrong type, or that lacks the name its shape requires
+    (:func:`~contextwindow._engine.tool_definition_error`)."""
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -361,8 +362,10 @@ def count_messages(
 
     Raises:
         InvalidMessageError: a message is malformed (names its index and field).
-        InvalidRequestError: a tool definition is not a dict (JSON: an object), is nested too deeply or holds
-            a value JSON cannot represent (names ``tools[i]``).
+        InvalidRequestError: a tool definition is not a dict (JSON: an object), is nested too deeply, holds
+            a value JSON cannot represent, or has a ``function`` / ``name`` of the wrong type or
+            missing (an Anthropic tool with no ``name``: ``tools[0].name: is missing``; names
+            ``tools[i]``).
         ValueError: unknown profile, ``tools`` is not a list (or tuple), or ``limit`` is not an
             ``int >= 0``.
 

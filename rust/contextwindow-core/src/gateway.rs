@@ -410,9 +410,12 @@ fn kind(v: &RawValue) -> Kind {
 }
 
 /// The shape of the request's tool definition `tools[i]` (an object already): an OpenAI
-/// one's `function`, when present, is an object whose `name`, when present, is a string;
-/// an Anthropic one's `name`, when present, is a string. The dict path says the same
-/// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted.
+/// one's `function`, when present, is an object whose `name` is a string; a `name` at
+/// the top, when present, is a string; a `"type": "function"` tool has a `function` or
+/// (the flat shape) a `name`; an Anthropic client tool (an `input_schema` and no
+/// `function`) has a `name`. The dict path says the same
+/// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted,
+/// fresh18 F5: so was `{"input_schema": {}}`.
 fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()> {
     let wrong = |v: &RawValue, field: &str, want: &str| {
         invalid(
@@ -443,12 +446,15 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             return Err(wrong(name, "name", "a string"));
         }
     }
-    // a function tool holds its name in `function`, or (the flat shape) in `name`
-    if o.get("function").is_none()
-        && o.get("name").is_none()
-        && cx.str_is(o.get("type"), "function")
-    {
-        return Err(missing(tool, "function"));
+    if o.get("function").is_none() && o.get("name").is_none() {
+        // a function tool holds its name in `function`, or (the flat shape) in `name`
+        if cx.str_is(o.get("type"), "function") {
+            return Err(missing(tool, "function"));
+        }
+        // Anthropic's shape (as the format detection reads it): the API requires a name
+        if o.get("input_schema").is_some() {
+            return Err(missing(tool, "name"));
+        }
     }
     Ok(())
 }
@@ -1452,6 +1458,11 @@ fn empty_object() -> Box<RawValue> {
 /// arguments would go uncounted (`adapters._FUNCTION_CALL`).
 const FUNCTION_CALL: &str = "the deprecated function-calling form is not read; send tool_calls";
 
+/// Why an OpenAI `function` message is refused: the result half of the same deprecated
+/// form (`adapters._FUNCTION_ROLE`; fresh18 F5: it got `unknown role "function"`).
+const FUNCTION_ROLE: &str =
+    r#"the deprecated function-calling form is not read; send a "tool" message"#;
+
 /// Why a tool call of another `type` is refused (`adapters._CALL_TYPE`).
 const CALL_TYPE: &str = r#"must be "function" or "custom""#;
 
@@ -1506,8 +1517,14 @@ fn role_of(name: &str) -> Option<Role> {
 
 fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Message> {
     let role_name = cx.req_text(d, "role", index, "role")?;
-    let role =
-        role_of(&role_name).ok_or_else(|| bad_message(index, "role", unknown_role(&role_name)))?;
+    let role = role_of(&role_name).ok_or_else(|| {
+        let reason = if role_name == "function" {
+            FUNCTION_ROLE.to_owned()
+        } else {
+            unknown_role(&role_name)
+        };
+        bad_message(index, "role", reason)
+    })?;
     // Chat Completions: only an assistant message may omit content or set it null
     let nullable = role == Role::Assistant;
     let (mut parts, ckind) = content(cx, d, index, "content", openai_part, false, nullable)?;
@@ -3630,6 +3647,14 @@ mod tests {
         let body = br#"{"messages": [{"role": "a\"b\n", "content": "a"}]}"#;
         let want = (0, "role".to_owned(), r#"unknown role "a\"b\n""#.to_owned());
         assert_eq!(message_error(body), want);
+        // fresh18 F5: the deprecated "function" role is named as function_call is
+        let body = br#"{"messages": [{"role": "function", "name": "f", "content": "x"}]}"#;
+        let want = (0, "role".to_owned(), FUNCTION_ROLE.to_owned());
+        assert_eq!(message_error(body), want);
+        assert_eq!(
+            FUNCTION_ROLE,
+            r#"the deprecated function-calling form is not read; send a "tool" message"#
+        );
     }
 
     #[test]
@@ -3866,6 +3891,14 @@ mod tests {
                 59,
                 "tools[0].function: is missing",
             ),
+            // fresh18 F5: an Anthropic tool (an input_schema, no function) with no name,
+            // at the tool (byte 59); the second: 59 + len(`{"name": "f", "input_schema": {}}, `) = 94
+            (r#"{"input_schema": {}}"#, 59, "tools[0].name: is missing"),
+            (
+                r#"{"name": "f", "input_schema": {}}, {"type": "custom", "input_schema": {}}"#,
+                94,
+                "tools[1].name: is missing",
+            ),
         ];
         for (tools, offset, reason) in cases {
             refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
@@ -3875,7 +3908,9 @@ mod tests {
             "{head}{}]}}",
             r#"{"type": "function", "function": {"name": "f", "parameters": {}}},
             {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"},
-            {"type": "function", "name": "h", "parameters": {}}, {"type": "other"}"#
+            {"type": "function", "name": "h", "parameters": {}}, {"type": "other"},
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "function", "function": {"name": "m"}, "input_schema": {}}"#
         );
         assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }
