@@ -956,9 +956,10 @@ def test_corpus(path: Path) -> None:
 
 
 def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | None]]:
-    # not pairing faults: roles, and a message the adapter cannot write (an image with
-    # no source), which prune_middle keeps as it is
-    alternation = {"first_not_user", "not_alternating", "role_not_allowed", "unwritable_message"}
+    # not pairing faults: roles, a message the adapter cannot write (an image with no
+    # source) and one with empty content, which prune_middle keeps as they are (checked
+    # apart: never more empty_content than the input has)
+    alternation = {"first_not_user", "not_alternating", "role_not_allowed", "unwritable_message", "empty_content"}
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
 
@@ -997,6 +998,8 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     out = r.messages
     assert msgspec.to_builtins(msgs) == snapshot
     assert pairing(out, provider) == []
+    empty = "empty_content"
+    assert sum(c[1] == empty for c in codes(cw.validate(out, provider))) <= sum(c[1] == empty for c in before)
     repaired = cw.repair_tool_pairs(msgs, format=provider).messages
     if not cw.validate(repaired, provider):
         assert cw.validate(out, provider) == []
@@ -1266,9 +1269,11 @@ def test_prune_middle_anthropic_notice_leads_when_an_assistant_would() -> None:
         Message(role="assistant", content=[OpaquePart(type="thinking", raw=thinking)], pinned=True),
         Message(role="user", content=[], pinned=True),
     ]
-    assert cw.validate(msgs, "anthropic") == []
+    # the empty user message is refused by the Messages API (empty_content); the pruned
+    # output keeps it as it is, and adds no violation
+    assert codes(cw.validate(msgs, "anthropic")) == [(2, "empty_content", None)]
     r = prune_middle(msgs, keep_recent=0, format="anthropic")
-    assert cw.validate(r.messages, "anthropic") == []
+    assert codes(cw.validate(r.messages, "anthropic")) == [(2, "empty_content", None)]
     assert [m.role for m in r.messages] == ["user", "assistant", "user"]
     assert r.messages[0].content == [TextPart(text="[context compacted: 1 earlier messages removed]")]
     assert r.messages[1] is msgs[1] and r.messages[2] is msgs[2]

@@ -8,13 +8,13 @@ token counts, cut positions and reports.
 from __future__ import annotations
 
 import msgspec
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages
 from contextwindow._engine import native as rs
-from contextwindow.messages import Message, ToolResult
+from contextwindow.messages import Message, OpaquePart, TextPart, ToolCall, ToolResult
 from contextwindow.report import Segmentation
 
 from strategies import anthropic_agent, case, conversation, image_part
@@ -138,6 +138,74 @@ def test_segment_agrees(c: tuple[str, list[Message]]) -> None:
 @given(case(), st.sampled_from(["openai", "anthropic"]))
 def test_validate_agrees(c: tuple[str, list[Message]], provider: str) -> None:
     _, msgs = c
+    payload, cm = canon(msgs)
+    got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
+    assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]
+
+
+_EMPTYISH = st.lists(
+    st.sampled_from(
+        [
+            TextPart(text=""),
+            TextPart(text="x"),
+            TextPart(text=" "),
+            TextPart(text="", extra={"cache_control": {"type": "ephemeral"}}),
+            ToolCall(id="c1", name="f", arguments="{}"),
+            OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""}),
+        ]
+    ),
+    max_size=3,
+)
+
+
+@given(
+    st.lists(
+        st.builds(
+            Message,
+            role=st.sampled_from(["system", "user", "assistant"]),
+            content=_EMPTYISH,
+            content_kind=st.sampled_from([None, "text", "parts", "null", "absent"]),
+            extra=st.sampled_from([None, {"tool_calls": []}, {"tool_calls": None}, {"tool_calls": [1]}, {"k": []}]),
+        ),
+        max_size=5,
+    ),
+    st.sampled_from(["openai", "anthropic"]),
+)
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="")], content_kind=None),
+    ],
+    "anthropic",
+)
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="")], content_kind="text"),
+    ],
+    "anthropic",
+)
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="")], content_kind="parts"),
+    ],
+    "anthropic",
+)
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="", extra={"k": 1})]),
+    ],
+    "anthropic",
+)
+@example(
+    [Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")], extra={"tool_calls": []})],
+    "openai",
+)
+def test_validate_agrees_on_empty_content(msgs: list[Message], provider: str) -> None:
+    """empty_content (fresh18 F2): no content, the string "", empty text blocks with and
+    without extra keys, each content spelling, ``tool_calls`` in extra, final or not."""
     payload, cm = canon(msgs)
     got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
     assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]

@@ -534,3 +534,125 @@ def test_an_openai_tool_message_holding_several_results_is_split(
     # trim_turns and fit repair first: the same messages, the split reported as tool_pairs
     for out in (cw.trim_turns(given, 10**6, format="openai"), cw.fit(given, 10**6, format="openai")):
         assert out.messages == want and out.report.reason == "tool_pairs"
+
+
+def _found(msgs: Any, provider: str) -> list[tuple[int, str, str]]:
+    return [(v.index, v.code, v.detail) for v in cw.validate(msgs, provider)]
+
+
+_NO_CONTENT = "a user message has no content; only a final assistant message may be empty"
+_EMPTY_BLOCK = "content[0] is an empty text block; text blocks must be non-empty"
+_EMPTY_CALLS = (
+    "tool_calls is an empty list; the Chat Completions API takes a list of at least one call, or no tool_calls key"
+)
+
+
+def test_validate_reports_empty_anthropic_content() -> None:
+    """fresh18 F2: an empty content list and an empty text block passed ``validate``, but
+    the Messages API refuses both with HTTP 400 ("all messages must have non-empty content
+    except for the optional final assistant message", "text content blocks must be
+    non-empty")."""
+    msgs = [
+        {"role": "user", "content": []},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": ""}]},
+    ]
+    assert _found(msgs, "anthropic") == [(0, "empty_content", _NO_CONTENT), (2, "empty_content", _EMPTY_BLOCK)]
+    # the library leaves such messages as they are: no pairing fault, nothing to repair
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert r.report.reason is None and all(a is b for a, b in zip(r.messages, msgs, strict=True))
+
+
+def test_empty_anthropic_content_cases() -> None:
+    q = {"role": "user", "content": "q"}
+    ok = {"role": "assistant", "content": "ok"}
+    # the string "" is no content, as an empty list is; the final assistant message (a
+    # prefill) may have none
+    for empty in ("", []):
+        assert _found([q, {"role": "assistant", "content": empty}], "anthropic") == []
+        assert _found([{"role": "user", "content": empty}, ok, q], "anthropic") == [(0, "empty_content", _NO_CONTENT)]
+        not_final = [q, {"role": "assistant", "content": empty}, q]
+        assert _found(not_final, "anthropic") == [
+            (1, "empty_content", "an assistant message has no content; only a final assistant message may be empty")
+        ]
+    # an empty text block is refused in any message, the final assistant one too, next to
+    # other blocks too (content[j] names the first)
+    block = {"type": "text", "text": ""}
+    assert _found([q, {"role": "assistant", "content": [block]}], "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]
+    tool_use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    two = [q, {"role": "assistant", "content": [{"type": "text", "text": "x"}, block, tool_use]}, carrier("t1")]
+    assert _found(two, "anthropic") == [
+        (1, "empty_content", "content[1] is an empty text block; text blocks must be non-empty")
+    ]
+    # a block that is not text, or a text of one space, is content (not checked here)
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    assert _found([{"role": "user", "content": [image]}, ok, {"role": "user", "content": " "}], "anthropic") == []
+    # the empty_content violation comes after the message's other violations
+    assert [(i, c) for i, c, _ in _found([{"role": "assistant", "content": []}, q], "anthropic")] == [
+        (0, "first_not_user"),
+        (0, "empty_content"),
+    ]
+
+
+def test_validate_reports_openai_empty_tool_calls() -> None:
+    """fresh18 F2: ``tool_calls: []`` passed ``validate``; the Chat Completions API refuses
+    it ("empty array. Expected an array with minimum length 1"). The adapter keeps the
+    empty list (an unknown key, written back as it is), so validate sees it."""
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": "z"},
+    ]
+    assert _found(msgs, "openai") == [(1, "empty_content", _EMPTY_CALLS)]
+    with_text = [msgs[0], {"role": "assistant", "content": "x", "tool_calls": []}]
+    assert _found(with_text, "openai") == [(1, "empty_content", _EMPTY_CALLS)]
+    # null is no tool_calls key; an empty content is taken by the Chat Completions API
+    assert _found([msgs[0], {"role": "assistant", "content": None, "tool_calls": None}, msgs[2]], "openai") == []
+    assert _found([{"role": "user", "content": ""}, {"role": "assistant", "content": ""}], "openai") == []
+    r = cw.repair_tool_pairs(msgs, format="openai")
+    assert r.report.reason is None and all(a is b for a, b in zip(r.messages, msgs, strict=True))
+
+
+def test_empty_content_on_message_structs() -> None:
+    from contextwindow.messages import Message, TextPart, ToolCall
+
+    q = Message(role="user", content=[TextPart(text="q")])
+    # a lone empty TextPart is written as the string "" (no content), or as an empty
+    # text block when spelled as parts or when it has extra keys
+    for m, detail in [
+        (Message(role="user", content=[TextPart(text="")]), _NO_CONTENT),
+        (Message(role="user", content=[]), _NO_CONTENT),
+        (Message(role="user", content=[TextPart(text="")], content_kind="parts"), _EMPTY_BLOCK),
+        (
+            Message(role="user", content=[TextPart(text="", extra={"cache_control": {"type": "ephemeral"}})]),
+            _EMPTY_BLOCK,
+        ),
+    ]:
+        ok = Message(role="assistant", content=[TextPart(text="ok")])
+        assert _found([m, ok, q], "anthropic") == [(0, "empty_content", detail)]
+    empty_calls = Message(role="assistant", content=[], extra={"tool_calls": []})
+    assert _found([q, empty_calls], "openai") == [(1, "empty_content", _EMPTY_CALLS)]
+    # with a call, the calls are written and the empty list in extra is not
+    call = Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")], extra={"tool_calls": []})
+    result = cw.adapters.openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "r"})
+    assert _found([q, call, result], "openai") == []
+
+
+def test_repair_adds_no_empty_content() -> None:
+    """A stub placed after an assistant message that ends the conversation makes it no
+    longer the final one; its empty text block was refused there already (the final
+    assistant message is exempt from having content, not from empty blocks), so repair
+    adds no violation."""
+    msgs = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": ""}, {"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+        },
+    ]
+    assert [(i, c) for i, c, _ in _found(msgs, "anthropic")] == [(1, "unanswered_call"), (1, "empty_content")]
+    r = cw.repair_tool_pairs(msgs, format="anthropic")
+    assert [c.kind for c in r.report.repairs] == ["stub_inserted"] and r.messages[1] is msgs[1]
+    assert _found(r.messages, "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]
+    for out in (cw.trim_turns(msgs, 1000).messages, cw.fit(msgs, 1000).messages):
+        assert _found(out, "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -818,6 +818,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                     elif cid not in answered:
                         v(i, "unanswered_call", cid)
                     seen_calls.add(cid)
+            if m.role == "assistant" and not has_calls(m) and _empty_tool_calls(m):
+                v(i, "empty_content")
         return out
     start = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
     prev: str | None = None
@@ -859,7 +861,28 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 elif cid not in answered:
                     v(i, "unanswered_call", cid)
                 seen_calls.add(cid)
+        if m.role in ("user", "assistant") and _empty_anthropic(m, final=i == len(msgs) - 1):
+            v(i, "empty_content")
     return out
+
+
+def _empty_tool_calls(m: Message) -> bool:
+    """Whether ``m.extra`` holds ``"tool_calls": []`` (the OpenAI adapter keeps an empty
+    list there and writes it back when the message has no call)."""
+    calls = m.extra.get("tool_calls") if isinstance(m.extra, Mapping) else None
+    return isinstance(calls, (list, tuple)) and not calls
+
+
+def _empty_anthropic(m: Message, *, final: bool) -> bool:
+    """Whether the Messages API refuses user or assistant message ``m``'s content: none
+    (no block, or the string ``""``; a final assistant message, a prefill, may have
+    none), or an empty text block (no message may hold one)."""
+    empty = [isinstance(q, TextPart) and q.text == "" for q in m.content]
+    only = m.content[0] if len(m.content) == 1 else None
+    string = isinstance(only, TextPart) and only.extra is None and empty[0] and m.content_kind != "parts"
+    if not m.content or string:
+        return not (final and m.role == "assistant")
+    return any(empty)
 
 
 @dataclass

@@ -585,7 +585,7 @@ def _parser() -> argparse.ArgumentParser:
     common(i)
     i.set_defaults(run=_cmd_inspect, parser=i)
 
-    v = sub.add_parser("validate", help="list violations of the provider's tool-pair and role rules")
+    v = sub.add_parser("validate", help="list violations of the provider's tool-pair, role and empty-content rules")
     v.add_argument("file", metavar="FILE", help=_FILE_HELP)
     v.add_argument("--provider", choices=["openai", "anthropic"], help="whose rules (default: the file's format)")
     common(v, profile=False)

@@ -402,15 +402,16 @@ def hint_priorities(
 
 
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
-#: validate codes about role order, which no pair repair changes
-_ROLE_ORDER = frozenset({"first_not_user", "not_alternating", "role_not_allowed"})
+#: validate codes no pair repair changes: role order, and empty content (the library
+#: leaves such a message as it is)
+_NOT_PAIRS = frozenset({"first_not_user", "not_alternating", "role_not_allowed", "empty_content"})
 
 
 def _pair_repair(p: Any, profile: str) -> Any:
     """The tool-pair repair of prepared input ``p`` (a TrimResult in the caller's shape),
     or ``None`` when no pair is broken (``validate`` finds nothing a repair changes)."""
     found = _VIOLATIONS.decode(_engine.native.validate(p.payload, p.provider))  # cheaper than a repair
-    if not any(v.code not in _ROLE_ORDER for v in found):
+    if not any(v.code not in _NOT_PAIRS for v in found):
         return None
     return _engine.apply(p, _engine.native.repair_tool_pairs(p.payload, p.provider, "stub", profile))
 

@@ -80,10 +80,15 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     OpenAI: every tool message answers a call of the assistant message before its run of
     tool messages; every call is answered before the next non-tool message. Anthropic:
     ``tool_result`` blocks sit in the user message right after their ``tool_use``, ahead
-    of other content; the first message is a user message; roles alternate. For
-    ``Message`` structs, a message the provider's adapter cannot write
+    of other content; the first message is a user message; roles alternate. Content the
+    provider refuses as empty is ``empty_content``: under Anthropic's rules a user or
+    assistant message with no content (``[]`` or ``""``; the final assistant message, a
+    prefill, may have none) or with an empty text block (in any message); under
+    OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message`` structs, a
+    message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
-    ``unwritable_message``, so an empty answer means the conversation can be sent.
+    ``unwritable_message``, so an empty answer means the conversation can be sent (text
+    of whitespace only, which the Messages API refuses too, is not checked).
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.

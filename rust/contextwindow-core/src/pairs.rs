@@ -17,7 +17,7 @@ pub struct Violation {
     /// Machine-readable kind: `orphan_result`, `duplicate_result`, `unanswered_call`,
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
-    /// `first_not_user`, `not_alternating`, `role_not_allowed`.
+    /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,7 +64,9 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// tool messages, and every call is answered before the next non-tool message.
 /// Anthropic: tool results sit in the user message right after their calls, ahead of
 /// other content; the first message is a user message; roles alternate; system prompts
-/// only lead.
+/// only lead; a user or assistant message holds no empty text block, and has content
+/// unless it is the final assistant message (`empty_content`). OpenAI: an assistant message has no
+/// `"tool_calls": []` (`empty_content`).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
         Format::OpenAI => validate_openai(messages),
@@ -167,8 +169,56 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                 .collect()
         };
         check_calls(&mut out, i, m, answered, "before the next non-tool message");
+        if m.role == Role::Assistant && !m.has_tool_calls() && empty_tool_calls(m) {
+            out.push(v(
+                i,
+                "empty_content",
+                None,
+                "tool_calls is an empty list; the Chat Completions API takes a list of \
+                 at least one call, or no tool_calls key"
+                    .into(),
+            ));
+        }
     }
     out
+}
+
+/// Whether the message's unknown keys hold `"tool_calls": []` (the OpenAI adapter keeps
+/// an empty list there, verbatim, and writes it back when the message has no call).
+fn empty_tool_calls(m: &Message) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Calls {
+        tool_calls: Option<serde_json::Value>,
+    }
+    m.extra
+        .as_ref()
+        .and_then(|raw| serde_json::from_str::<Calls>(raw.get()).ok())
+        .and_then(|c| c.tool_calls)
+        .is_some_and(|t| matches!(t, serde_json::Value::Array(a) if a.is_empty()))
+}
+
+/// Why Anthropic's Messages API refuses the content of message `i` (`m`, a user or
+/// assistant message), if it does: no content (no block, or the string `""`), which only
+/// the final message may have when it is an assistant message (a prefill); or an empty
+/// text block, which no message may hold.
+fn empty_content_anthropic(messages: &[Message], i: usize, m: &Message) -> Option<String> {
+    let empty = |p: &Part| p.kind == PartKind::Text && p.text_str().is_empty();
+    // a lone text part without extra keys is written as a string unless spelled as blocks
+    let string = matches!(&m.content[..], [p] if empty(p) && p.extra.is_none())
+        && m.content_kind.as_deref() != Some("parts");
+    if m.content.is_empty() || string {
+        let prefill = m.role == Role::Assistant && i + 1 == messages.len();
+        return (!prefill).then(|| {
+            format!(
+                "{} message has no content; only a final assistant message may be empty",
+                with_article(m.role)
+            )
+        });
+    }
+    let j = m.content.iter().position(empty)?;
+    Some(format!(
+        "content[{j}] is an empty text block; text blocks must be non-empty"
+    ))
 }
 
 fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
@@ -268,6 +318,11 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             }
         };
         check_calls(&mut out, i, m, answered, "in the next user message");
+        if matches!(m.role, Role::User | Role::Assistant) {
+            if let Some(detail) = empty_content_anthropic(messages, i, m) {
+                out.push(v(i, "empty_content", None, detail));
+            }
+        }
     }
     out
 }

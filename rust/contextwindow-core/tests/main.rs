@@ -1022,3 +1022,40 @@ fn trim_never_leaves_an_anthropic_prefill_ending_in_whitespace() {
     );
     assert_eq!((out.report.tokens_after, out.report.fits), (28, true));
 }
+
+#[test]
+fn empty_content_is_a_violation() {
+    // fresh18 F2: the Messages API refuses a message with no content (but the final
+    // assistant one) and an empty text block; the Chat Completions API `tool_calls: []`
+    let codes = |msgs: &[Message], f: Format| -> Vec<(usize, &'static str)> {
+        validate(msgs, f)
+            .iter()
+            .map(|v| (v.index, v.code))
+            .collect()
+    };
+    let none = |role: Role| Message::new(role, vec![]);
+    let msgs = vec![none(Role::User), a("ok"), u("")];
+    assert_eq!(
+        codes(&msgs, Format::Anthropic),
+        vec![(0, "empty_content"), (2, "empty_content")]
+    );
+    // a final assistant message (a prefill) may be empty, "" or no block
+    assert!(codes(&[u("q"), a("")], Format::Anthropic).is_empty());
+    assert!(codes(&[u("q"), none(Role::Assistant)], Format::Anthropic).is_empty());
+    // but not hold an empty text block, spelled as one
+    let mut block = a("");
+    block.content_kind = Some("parts".into());
+    let found = validate(&[u("q"), block], Format::Anthropic);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0].detail,
+        "content[0] is an empty text block; text blocks must be non-empty"
+    );
+    // OpenAI takes empty content; not `"tool_calls": []`, kept in extra
+    assert!(codes(&[u(""), a("")], Format::OpenAI).is_empty());
+    let json = r#"[{"role": "user", "content": [{"kind": "text", "text": "q"}]},
+                   {"role": "assistant", "extra": {"tool_calls": []}},
+                   {"role": "assistant", "extra": {"tool_calls": null}}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    assert_eq!(codes(&msgs, Format::OpenAI), vec![(1, "empty_content")]);
+}
