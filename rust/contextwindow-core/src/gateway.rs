@@ -3226,7 +3226,7 @@ mod tests {
             (b"{\n\"messages\": [],\n\"a\": x}", Some(23)),
             (b"[]", Some(0)),
             (b"{\"messages\": 1}", Some(13)),
-            (b"{\"model\": \"m\"}", None),
+            (b"{\"model\": \"m\"}", Some(0)), // where the object starts (fresh18 F4)
             // a byte order mark (the fresh tester's N3: the error said "expected value")
             (b"\xef\xbb\xbf{\"messages\": []}", Some(0)),
             // fresh17b #8: the first byte that cannot be there, whatever serde_json's
