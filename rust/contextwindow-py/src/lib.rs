@@ -368,9 +368,18 @@ fn fit_request<'py>(
         let report = fitted.report_json()?;
         Ok((fitted.body, report))
     })?;
+    Ok((new_body(py, &body, out), report))
+}
+
+/// The body a fit wrote: the caller's own `body` object when it was left as it was.
+fn new_body<'py>(
+    py: Python<'py>,
+    body: &Bound<'py, PyBytes>,
+    out: Cow<'_, [u8]>,
+) -> Bound<'py, PyBytes> {
     match out {
-        Cow::Borrowed(_) => Ok((body, report)),
-        Cow::Owned(new) => Ok((PyBytes::new(py, &new), report)),
+        Cow::Borrowed(_) => body.clone(),
+        Cow::Owned(new) => PyBytes::new(py, &new),
     }
 }
 
@@ -390,10 +399,7 @@ fn fit_request_body<'py>(
     let out = run(py, || {
         gateway::fit_request_body(data, budget, profile, provider, breadcrumb)
     })?;
-    match out {
-        Cow::Borrowed(_) => Ok(body),
-        Cow::Owned(new) => Ok(PyBytes::new(py, &new)),
-    }
+    Ok(new_body(py, &body, out))
 }
 
 /// `count_request`: tokens of a request body's messages and tool definitions.
