@@ -362,6 +362,14 @@ def test_after_the_request_goes_only_when_needed(c: tuple[str, list[Message], in
     budget = cw.count_messages(msgs, format=provider) * pct // 100
     r = fit(msgs, budget, FitPolicy(low_water=lw), format=provider)
     fs = r.report.fates
+    if fs[req].fate == "repaired":
+        # repair moved a tool result into the request (an orphan of the generated
+        # conversation before it): a user message holding results is a carrier, not a turn
+        # start (README), so there is no request at `req` for the rules below (.ci/run at
+        # the end of session 18: the exchange after it went as P1 though 1,554 + 14 fit
+        # 1,568, because fit held no exchange after a request; the same at b77594a)
+        event("the request received a moved result")
+        return
     for i in range(req + 1, len(msgs) - 1):
         if msgs[i].role == "assistant" and msgs[i + 1].role == "user":
             assert (fs[i].fate == "dropped") == (fs[i + 1].fate == "dropped"), i
