@@ -21,6 +21,7 @@ import msgspec
 
 from . import _native
 from ._jsontext import (
+    ENCODER,
     MAX_DEPTH,
     KeyClash,
     clean_value,
@@ -52,7 +53,7 @@ from .report import FitReport, TrimResult
 Provider = Literal["openai", "anthropic"]
 InputFormat = Literal["openai", "anthropic", "canonical"]
 
-_ENCODER = msgspec.json.Encoder(enc_hook=json_hook)
+_ENCODER = ENCODER  # one encoder for every value taken as JSON (_jsontext.json_hook)
 
 #: Whether the native dict reader may run (``_native.count_dicts``, ``trim_turns_dicts``
 #: ...): it walks a list of OpenAI/Anthropic dicts once in Rust, with exactly the
