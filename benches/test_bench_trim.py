@@ -2,7 +2,9 @@
 included; see ``conftest.agent_conversation``), budget 32,000 tokens: contextwindow vs
 the pure-Python reference (dicts to canonical messages, then the same rules), LangChain's
 ``trim_messages(strategy="last", start_on="human")`` with its approximate counter, and
-LiteLLM's ``trim_messages`` (tiktoken counts; it keeps no tool-pair or turn safety)."""
+LiteLLM's ``trim_messages`` (tiktoken counts; it keeps no tool-pair or turn safety).
+contextwindow runs with the default profile and with ``fim`` (an approximate counter of
+the same kind as LangChain's, so that row is the cost of the turn and tool-pair rules)."""
 
 from __future__ import annotations
 
@@ -15,16 +17,22 @@ from contextwindow import _reference as ref
 from contextwindow.adapters import to_canonical
 
 BUDGET = 32_000
-IMPLS = ["contextwindow", "reference", "langchain", "litellm"]
+IMPLS = [
+    ("contextwindow", "conservative"),
+    ("contextwindow", "fim"),
+    ("reference", None),
+    ("langchain", None),
+    ("litellm", None),
+]
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-def test_trim_agent(impl: str, agent: list[dict[str, Any]], measure: Any, peer: Any) -> None:
+@pytest.mark.parametrize(("impl", "profile"), IMPLS, ids=[f"{i}-{p}" if p else i for i, p in IMPLS])
+def test_trim_agent(impl: str, profile: str | None, agent: list[dict[str, Any]], measure: Any, peer: Any) -> None:
     slow = False
     if impl == "contextwindow":
 
         def fn() -> int:
-            return len(cw.trim_turns(agent, BUDGET).messages)
+            return len(cw.trim_turns(agent, BUDGET, profile=profile).messages)
 
     elif impl == "reference":
         slow = True
@@ -54,7 +62,7 @@ def test_trim_agent(impl: str, agent: list[dict[str, Any]], measure: Any, peer: 
             return len(litellm.utils.trim_messages(agent, model="gpt-4", max_tokens=BUDGET))
 
     group = f"trim_turns: {len(agent):,}-message agent conversation, budget {BUDGET:,}"
-    kept = measure(fn, group=group, impl=impl, messages=len(agent), trim=True, slow=slow)
+    kept = measure(fn, group=group, impl=impl, profile=profile, messages=len(agent), trim=True, slow=slow)
     assert 0 < kept < len(agent)
 
 

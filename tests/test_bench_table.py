@@ -43,3 +43,26 @@ def test_the_machine_line_says_which_instruction_set_the_estimator_ran(bench_tab
     assert "commit 0123456789;" in line and "load average before the run 0.50 (1 min), 0.30 (15 min)" in line
     data["machine_info"]["cpu"]["flags"] = ["avx2", "bmi1", "bmi2", "abm", "popcnt", "sse2"]
     assert "family 6 model 106, estimator on AVX2)" in bench_table.machine(data, None)
+
+
+def test_langchain_rows_give_the_ratio_over_fim_too(bench_table: ModuleType) -> None:
+    # LangChain counts characters / 4: its rows give the speedup over the default profile
+    # and over `fim` (the same kind of counter); tiktoken's rows only the first
+    def row(impl: str, profile: str | None, median: float) -> dict[str, Any]:
+        info = {"impl": impl, "messages": 1000, "trim": True, **({"profile": profile} if profile else {})}
+        return {"group": "trim_turns: x", "stats": {"median": median}, "extra_info": info}
+
+    data = {
+        "benchmarks": [
+            row("contextwindow", "conservative", 0.002),
+            row("contextwindow", "fim", 0.0005),
+            row("langchain", None, 0.010),
+            row("tiktoken", None, 0.030),
+        ]
+    }
+    lines = bench_table.table(data).splitlines()
+    assert lines[2] == "| trim_turns: x | contextwindow (`conservative`) | 2.00 ms | 2.00 ms per trim |  |"
+    assert lines[3] == "|  | contextwindow (`fim`) | 500.0 µs | 0.50 ms per trim |  |"
+    # 10 / 2 = 5.0x, 10 / 0.5 = 20.0x
+    assert lines[4] == "|  | langchain | 10.00 ms | 10.00 ms per trim | 5.0x (`fim`: 20.0x) |"
+    assert lines[5] == "|  | tiktoken | 30.00 ms | 30.00 ms per trim | 15.0x |"

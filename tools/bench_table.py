@@ -6,7 +6,9 @@ runs ``pytest benches --benchmark-json=FILE`` (extra arguments go to pytest, e.g
 ``-k count``) and prints one row per implementation and scenario: the median time of
 its rounds, its throughput (MB/s for text, µs per message for counting, ms per trim,
 calls/s for threads) and the speedup of contextwindow over it: its median / the median of
-contextwindow with the same profile (below 1: contextwindow is slower). Thread rows give
+contextwindow with the same profile (below 1: contextwindow is slower); LangChain's rows
+also give it over contextwindow with ``fim`` where that row exists (LangChain counts
+characters / 4, an approximate counter of ``fim``'s kind). Thread rows give
 their throughput over the 1-thread throughput instead. ``--save-json FILE`` keeps the run's data, ``--from-json
 FILE`` prints the table of an earlier run.
 """
@@ -109,6 +111,8 @@ def table(data: dict[str, Any]) -> str:
             if info["impl"] != "contextwindow":
                 base = cws.get(info.get("profile"), default)
                 vs = _ratio(med, base)
+                if info["impl"] == "langchain" and "fim" in cws:
+                    vs += f" (`fim`: {_ratio(med, cws['fim'])})"
             scen = group if first else ""
             lines.append(f"| {scen} | {_label(info)} | {_time(med)} | {_throughput(med, info)} | {vs} |")
             first = False
