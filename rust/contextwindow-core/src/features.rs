@@ -324,7 +324,7 @@ impl Vocab {
 }
 
 /// Script group of a non-ASCII code point.
-pub fn group(cp: u32) -> u8 {
+pub const fn group(cp: u32) -> u8 {
     match cp {
         0x200D | 0x20E3 | 0xFE00..=0xFE0F | 0xE0000..=0xE007F => G_JOINER,
         0x3040..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => G_KANA,
@@ -369,21 +369,33 @@ pub fn group(cp: u32) -> u8 {
 const UPPER_FLAG: u8 = 0x80;
 
 /// [`group`] of every BMP code point, with [`UPPER_FLAG`] set on uppercase letters,
-/// built once: the scanner reads a code point's group and case in one load.
+/// worked out at compile time: the scanner reads a code point's group and case in one
+/// load, and no call pays for building the table (built on first use, it cost the
+/// process's first estimate about half a millisecond).
+static GROUP_TABLE: [u8; 0x10000] = {
+    let mut t = [0u8; 0x10000];
+    let mut cp = 0;
+    while cp < 0x10000 {
+        t[cp] = group(cp as u32);
+        cp += 1;
+    }
+    let mut r = 0;
+    while r < crate::marks::UPPER.len() {
+        let (lo, hi) = crate::marks::UPPER[r];
+        let mut cp = lo;
+        while cp <= hi && cp < 0x10000 {
+            t[cp as usize] |= UPPER_FLAG;
+            cp += 1;
+        }
+        r += 1;
+    }
+    t
+};
+
+/// [`GROUP_TABLE`].
+#[inline(always)]
 fn group_table() -> &'static [u8; 0x10000] {
-    static TABLE: std::sync::OnceLock<Box<[u8; 0x10000]>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut t = Box::new([0u8; 0x10000]);
-        for (cp, g) in t.iter_mut().enumerate() {
-            *g = group(cp as u32);
-        }
-        for &(lo, hi) in crate::marks::UPPER {
-            for cp in lo..=hi.min(0xFFFF) {
-                t[cp as usize] |= UPPER_FLAG;
-            }
-        }
-        t
-    })
+    &GROUP_TABLE
 }
 
 /// Group and case of a code point: its [`group_table`] entry in the BMP (group bits and
@@ -1647,6 +1659,21 @@ mod tests {
         assert_eq!(t[0x436], G_CYRL); // ж
         assert_eq!(t[0x1E9E], G_LATIN | UPPER_FLAG); // ẞ
         assert_eq!(t[0xFF21], G_CJK | UPPER_FLAG); // Ａ
+    }
+
+    #[test]
+    fn the_compile_time_group_table_is_group_and_case_of_every_bmp_code_point() {
+        // built here at run time, as the table was before it was a static
+        let mut want = vec![0u8; 0x10000];
+        for (cp, g) in want.iter_mut().enumerate() {
+            *g = group(cp as u32);
+        }
+        for &(lo, hi) in crate::marks::UPPER {
+            for cp in lo..=hi.min(0xFFFF) {
+                want[cp as usize] |= UPPER_FLAG;
+            }
+        }
+        assert_eq!(&group_table()[..], &want[..]);
     }
 
     #[test]
