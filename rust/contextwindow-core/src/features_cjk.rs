@@ -20,8 +20,8 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::{
-    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, BLOOM_SHIFT, F_CH, F_EX, F_NGRAMS,
-    UPPER_FLAG,
+    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, BLOOM_BYTES, BLOOM_SHIFT, F_CH, F_EX,
+    F_NGRAMS, UPPER_FLAG,
 };
 use super::{G_CJK, G_KANA, G_SYM};
 
@@ -62,9 +62,9 @@ pub(super) fn worth_blocks(b: &[u8], i: usize) -> bool {
 /// the caller's stays in registers.
 ///
 /// # Safety
-/// The CPU must have AVX2.
+/// The CPU must have AVX2, BMI1, BMI2, LZCNT and POPCNT (`words::Simd::Avx2`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 pub(super) unsafe fn blocks<S: Sink>(
     mut out: S,
     v: &Vocab,
@@ -114,18 +114,14 @@ pub(super) unsafe fn blocks<S: Sink>(
             ),
             _mm256_and_si256(_mm256_srli_epi32(y, 16), _mm256_set1_epi32(0x3F)),
         );
-        // group entries: byte cp & 3 of the table's dword cp >> 2 (in bounds: cp < 2^16)
-        // SAFETY: every dword index is below 2^14, inside the 2^16-byte table.
-        let gw = unsafe {
-            _mm256_i32gather_epi32::<4>(groups.as_ptr().cast(), _mm256_srli_epi32(cp, 2))
+        // group entries, read with eight scalar loads: a table gather measured slower
+        let entry = {
+            let mut cps = [0u32; 8];
+            // SAFETY: `cps` holds 8 dwords; no alignment needed.
+            unsafe { _mm256_storeu_si256(cps.as_mut_ptr().cast(), cp) };
+            let e = cps.map(|c| groups[(c & 0xFFFF) as usize] as i32);
+            _mm256_setr_epi32(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
         };
-        let entry = _mm256_and_si256(
-            _mm256_srlv_epi32(
-                gw,
-                _mm256_slli_epi32(_mm256_and_si256(cp, _mm256_set1_epi32(3)), 3),
-            ),
-            _mm256_set1_epi32(0xFF),
-        );
         let is = |g: u8| _mm256_cmpeq_epi32(entry, _mm256_set1_epi32(g as i32));
         let ok = _mm256_and_si256(
             leads,
@@ -243,9 +239,9 @@ pub(super) unsafe fn blocks<S: Sink>(
 /// horizontal adds, then the two 128-bit halves added.
 ///
 /// # Safety
-/// The CPU must have AVX2.
+/// The CPU must have AVX2, BMI1, BMI2, LZCNT and POPCNT (`words::Simd::Avx2`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 fn lane_sums(v: [(std::arch::x86_64::__m256i, std::arch::x86_64::__m256i); 3]) -> [u32; 8] {
     use std::arch::x86_64::*;
     let [(a, b), (c, d), (e, f)] = v;
@@ -275,9 +271,9 @@ const M6: u64 = 0xD6E8_FEB8_6659_FD93 ^ 6;
 /// [`super::family_hash`], and [`Vocab`]'s word and four bits.
 ///
 /// # Safety
-/// The CPU must have AVX2.
+/// The CPU must have AVX2, BMI1, BMI2, LZCNT and POPCNT (`words::Simd::Avx2`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_64::__m256i) -> u32 {
     use std::arch::x86_64::*;
     const C: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -302,13 +298,24 @@ unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_6
     if v.remix {
         h = _mm256_or_si256(_mm256_slli_epi64(h, 26), _mm256_srli_epi64(h, 38));
     }
-    // SAFETY: word indices are h >> BLOOM_SHIFT < BLOOM_BYTES / 8 (2^16), inside the
-    // BLOOM_BYTES-byte filter.
-    let word = unsafe {
-        _mm256_i64gather_epi64::<8>(
-            v.bloom.as_ptr().cast(),
-            _mm256_srli_epi64::<{ BLOOM_SHIFT as i32 }>(h),
-        )
+    // the filter words, read with four scalar loads (a gather measured slower): word
+    // indices are h >> BLOOM_SHIFT < BLOOM_BYTES / 8 (2^16)
+    let word = {
+        let mut at = [0u64; 4];
+        // SAFETY: `at` holds 4 qwords; no alignment needed.
+        unsafe {
+            _mm256_storeu_si256(
+                at.as_mut_ptr().cast(),
+                _mm256_srli_epi64::<{ BLOOM_SHIFT as i32 }>(h),
+            )
+        };
+        let w = at.map(|a| {
+            let a = (a as usize & (BLOOM_BYTES / 8 - 1)) * 8;
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&v.bloom[a..a + 8]);
+            i64::from_le_bytes(x)
+        });
+        _mm256_setr_epi64x(w[0], w[1], w[2], w[3])
     };
     let six = _mm256_set1_epi64x(63);
     let one = _mm256_set1_epi64x(1);
