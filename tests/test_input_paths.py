@@ -1404,13 +1404,64 @@ def test_dict_nan_and_inf_in_json_values_are_refused(reader: bool, value: float,
 
 def test_finite_floats_in_json_values_are_still_taken(reader: bool) -> None:
     """Finite floats (-0.0, the largest) stay JSON numbers, counted as msgspec writes
-    them; NaN as a key is a key JSON writes as text ("nan"), not refused."""
+    them; a finite float as a key is a key JSON writes as its text ("1.5")."""
     for value in (2.5, -0.0, 1.7976931348623157e308):
         # counted as the number's text (a Raw is a number kept as written), never as null
         assert cw.count_messages(_use_of(value)) == cw.count_messages(_use_of(msgspec.Raw(msgspec.json.encode(value))))
         m = [cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": value})]
         assert cw.trim_turns(m, 10**6).messages[0] is m[0]
-    assert cw.count_messages([{"role": "user", "content": "q", "x": {_NAN: 1}}]) > 0
+    as_text = cw.count_messages([{"role": "user", "content": "q", "x": {"1.5": 1}}])
+    assert cw.count_messages([{"role": "user", "content": "q", "x": {1.5: 1}}]) == as_text
+
+
+@pytest.mark.parametrize(("key", "what"), [(_NAN, "nan"), (_INF, "inf"), (-_INF, "-inf"), (_Float("nan"), "nan")])
+def test_nan_and_inf_as_keys_are_refused_as_such_values_are(reader: bool, key: float, what: str) -> None:
+    """tools19: a NaN or infinite float as a dict key inside a JSON value was written as
+    the key "nan" (msgspec's text; json.dumps writes "NaN") and counted, while such a
+    float as a value is refused. Now refused in the same words, named at the object
+    holding the key, as a key of another type JSON has not (``None``) is."""
+    reason = f"holds a value JSON cannot represent (a float {what} as a key)"
+    cases = [
+        (_use_of({key: 1}), 1, "content[0].input.blob"),
+        ([{"role": "user", "content": "q", "x": {key: 1}}], 0, "x"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "x": {"y": [{key: 1}]}}],
+            1,
+            "x.y[0]",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "thinking", "thinking": "t", "n": {"a": 1, key: 2}}]}],
+            0,
+            "content[0].n",
+        ),
+    ]
+    for msgs, index, field in cases:
+        for call in (
+            lambda m: cw.count_messages(m),
+            lambda m: cw.trim_turns(m, 10**6),
+            lambda m: cw.fit(m, 5),
+        ):
+            with pytest.raises(cw.InvalidMessageError) as info:
+                call(msgs)
+            assert str(info.value) == f"message {index}, field {field}: {reason}"
+    structs = [
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": {key: 1}}), "extra.k"),
+        (
+            cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}", extra={key: 1})]),
+            "content[0].extra",
+        ),
+        (cw.Message(role="assistant", content=[cw.OpaquePart(type="x", raw={"r": [{key: 0}]})]), "content[0].raw.r[0]"),
+    ]
+    for message, field in structs:
+        ms = [_Q_STRUCT, message]
+        for scall in [*_struct_calls(ms), lambda ms=ms: cw.validate(ms, "anthropic")]:
+            with pytest.raises(cw.InvalidMessageError) as info:
+                scall()
+            assert str(info.value) == f"message 1, field {field}: {reason}"
+    tools = [{"name": "g", "input_schema": {}}, {"name": "f", "input_schema": {"properties": {key: {}}}}]
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(err.value) == f"tools[1].input_schema.properties: {reason}"
 
 
 def test_the_gateway_reads_no_nan() -> None:
