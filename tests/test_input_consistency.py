@@ -1166,6 +1166,13 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"type": "custom", "description": "d", "input_schema": {"type": "object"}}], "tools[0].name: is missing", 59),
         # the second tool: 59 + len('{"name": "f", "input_schema": {}}, ') = 59 + 35 = 94
         ([{"name": "f", "input_schema": {}}, {"input_schema": {}}], "tools[1].name: is missing", 94),
+        # an Anthropic built-in tool (a dated type, no input_schema) with no name
+        # (tools19: counted), at the tool; a name that is not a string, at the name:
+        # 59 + len('{"type": "text_editor_20250728", "name": ') = 59 + 41 = 100
+        ([{"type": "bash_20250124"}], "tools[0].name: is missing", 59),
+        ([{"type": "web_search_20250305", "max_uses": 5}], "tools[0].name: is missing", 59),
+        ([{"type": "text_editor_20250728", "name": None}], "tools[0].name: must be a string, got null", 100),
+        ([{"name": "f", "input_schema": {}}, {"type": "code_execution_20250522"}], "tools[1].name: is missing", 94),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(
@@ -1179,6 +1186,9 @@ def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_pa
     assert str(info.value) == want
     with pytest.raises(cw.InvalidRequestError) as info:
         cw.token_breakdown(msgs, tools=tools)
+    assert str(info.value) == want
+    with pytest.raises(cw.InvalidRequestError) as info:  # the struct path
+        cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="q")])], tools=tools)
     assert str(info.value) == want
     body = json.dumps({"messages": msgs, "tools": tools}).encode()
     for err in gateway_errors(body):
@@ -1214,6 +1224,16 @@ def test_tools_of_every_documented_shape_are_still_counted() -> None:
         # is not asked for a name at the top, whatever else it carries
         {"type": "custom", "name": "k", "input_schema": {"type": "object"}},
         {"type": "function", "function": {"name": "m"}, "input_schema": {}},
+        # types with no date suffix are not asked for a name: OpenAI's built-in tools
+        # (its dated one has underscores in the date), Anthropic's MCP toolset; nor are
+        # types that only look dated (seven digits, no text before the date, a letter)
+        {"type": "web_search_preview_2025_03_11"},
+        {"type": "file_search", "vector_store_ids": ["v"]},
+        {"type": "mcp_toolset", "mcp_server_name": "s"},
+        {"type": "x_2025012"},
+        {"type": "_20250124"},
+        {"type": "bash_2025012a"},
+        {"type": "bash_\uff12\uff10\uff12\uff15\uff10\uff11\uff12\uff14"},  # fullwidth digits
     ]
     n = cw.count_messages(msgs, tools=tools)
     assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())

@@ -117,17 +117,21 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     whose ``name`` is a string; a ``name`` at the top (when present) is a string;
     a ``"type": "function"`` tool has a ``function`` or (the flat shape) a ``name``; an
     Anthropic client tool (one with an ``input_schema`` and no ``function``, the mark
-    the format detection reads) has a ``name``, as Anthropic's API requires. Other keys
-    are counted as they are, and so are tools of other types (Anthropic's built-in
-    tools, ``{"type": "bash_20250124", "name": "bash"}``, all have a name anyway)
+    the format detection reads) has a ``name``, as Anthropic's API requires, and so has
+    one of its built-in tools (a dated ``type``, :func:`is_dated_tool_type`:
+    ``{"type": "bash_20250124", "name": "bash"}``). Other keys are counted as they are,
+    and so are tools of other types (``{"type": "other"}``, OpenAI's ``file_search``)
     (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
-    function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``).
+    function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``;
+    tools19: so was ``{"type": "bash_20250124"}``).
 
     >>> tool_definition_error(0, {"type": "function", "function": 5})
     'tools[0].function: must be an object, got a number'
     >>> tool_definition_error(1, {"type": "function", "function": {}})
     'tools[1].function.name: is missing'
     >>> tool_definition_error(0, {"description": "d", "input_schema": {}})
+    'tools[0].name: is missing'
+    >>> tool_definition_error(0, {"type": "web_search_20250305", "max_uses": 5})
     'tools[0].name: is missing'
     """
     if not isinstance(tool, Mapping):
@@ -145,9 +149,27 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     if "function" not in tool and "name" not in tool:
         if tool.get("type") == "function":
             return f"tools[{i}].function: is missing"
-        if "input_schema" in tool:  # Anthropic's shape: the API requires a name
+        # Anthropic's shape, or one of its built-in tools: the API requires a name
+        if "input_schema" in tool or is_dated_tool_type(tool.get("type")):
             return f"tools[{i}].name: is missing"
     return None
+
+
+def is_dated_tool_type(value: Any) -> bool:
+    """Whether ``value`` is the ``type`` of an Anthropic built-in tool: a string ending in
+    ``_`` and an eight-digit date (``bash_20250124``, ``web_search_20250305``,
+    ``text_editor_20250728``), the versioned form every such type has. OpenAI's tool
+    types have no such suffix (``web_search_preview_2025_03_11``, ``code_interpreter``),
+    nor have Anthropic's undated ones (``custom``, ``mcp_toolset``), which are not asked
+    for a name here. The gateway reads it the same way (``gateway.rs``,
+    ``dated_tool_type``).
+
+    >>> is_dated_tool_type("bash_20250124"), is_dated_tool_type("web_search_preview_2025_03_11")
+    (True, False)
+    """
+    return (
+        isinstance(value, str) and len(value) > 9 and value[-9] == "_" and value[-8:].isascii() and value[-8:].isdigit()
+    )
 
 
 def _carries_odd_keys(parts: Any) -> bool:

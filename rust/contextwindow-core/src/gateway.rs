@@ -413,9 +413,10 @@ fn kind(v: &RawValue) -> Kind {
 /// one's `function`, when present, is an object whose `name` is a string; a `name` at
 /// the top, when present, is a string; a `"type": "function"` tool has a `function` or
 /// (the flat shape) a `name`; an Anthropic client tool (an `input_schema` and no
-/// `function`) has a `name`. The dict path says the same
+/// `function`) has a `name`, and so has one of its built-in tools (a dated `type`:
+/// [`dated_tool_type`]). The dict path says the same
 /// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted,
-/// fresh18 F5: so was `{"input_schema": {}}`.
+/// fresh18 F5: so was `{"input_schema": {}}`, tools19: so was `{"type": "bash_20250124"}`.
 fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()> {
     let wrong = |v: &RawValue, field: &str, want: &str| {
         invalid(
@@ -451,12 +452,27 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
         if cx.str_is(o.get("type"), "function") {
             return Err(missing(tool, "function"));
         }
-        // Anthropic's shape (as the format detection reads it): the API requires a name
-        if o.get("input_schema").is_some() {
+        // Anthropic's shape (as the format detection reads it), or one of its built-in
+        // tools (a dated type): the API requires a name
+        if o.get("input_schema").is_some() || dated_tool_type(cx, o.get("type")) {
             return Err(missing(tool, "name"));
         }
     }
     Ok(())
+}
+
+/// Whether `v` is the `type` of an Anthropic built-in tool: a string ending in `_` and an
+/// eight-digit date (`bash_20250124`, `web_search_20250305`), the versioned form every
+/// such type has; OpenAI's tool types have no such suffix
+/// (`web_search_preview_2025_03_11`). `_engine.is_dated_tool_type` on the dict path.
+fn dated_tool_type<'a>(cx: &Ctx<'a>, v: Option<&'a RawValue>) -> bool {
+    let Some(v) = v.filter(|v| kind(v) == Kind::Str) else {
+        return false;
+    };
+    cx.text(v).is_ok_and(|t| {
+        let b = t.as_bytes();
+        b.len() > 9 && b[b.len() - 9] == b'_' && b[b.len() - 8..].iter().all(u8::is_ascii_digit)
+    })
 }
 
 fn type_name(v: &RawValue) -> &'static str {
@@ -3899,6 +3915,24 @@ mod tests {
                 94,
                 "tools[1].name: is missing",
             ),
+            // tools19: an Anthropic built-in tool (a dated type) with no name, at the
+            // tool; the type's escape is read as its character
+            (
+                r#"{"type": "bash_20250124"}"#,
+                59,
+                "tools[0].name: is missing",
+            ),
+            (
+                r#"{"type": "web_search\u005f20250305", "max_uses": 5}"#,
+                59,
+                "tools[0].name: is missing",
+            ),
+            // 59 + len(`{"type": "text_editor_20250728", "name": `) = 59 + 41 = 100
+            (
+                r#"{"type": "text_editor_20250728", "name": null}"#,
+                100,
+                "tools[0].name: must be a string, got null",
+            ),
         ];
         for (tools, offset, reason) in cases {
             refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
@@ -3910,7 +3944,10 @@ mod tests {
             {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"},
             {"type": "function", "name": "h", "parameters": {}}, {"type": "other"},
             {"type": "bash_20250124", "name": "bash"},
-            {"type": "function", "function": {"name": "m"}, "input_schema": {}}"#
+            {"type": "function", "function": {"name": "m"}, "input_schema": {}},
+            {"type": "web_search_preview_2025_03_11"}, {"type": "file_search"},
+            {"type": "mcp_toolset", "mcp_server_name": "s"}, {"type": "x_2025012"},
+            {"type": "_20250124"}, {"type": "bash_2025012a"}"#
         );
         assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }
