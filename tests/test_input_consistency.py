@@ -179,6 +179,13 @@ _ENTRY_POINTS = [
             {"role": "us\ud800er", "content": "x"},
             'message 0, field role: unknown role "us\ufffder"',
         ),
+        # tools19: the deprecated form's "function" role got `unknown role "function"` as a
+        # struct, the form's words as a dict (fresh18 F5)
+        (
+            Message(role="function", name="f", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": "function", "name": "f", "content": "x"},
+            'message 0, field role: the deprecated function-calling form is not read; send a "tool" message',
+        ),
         (
             Message(role=3, content=[TextPart(text="x")]),  # type: ignore[arg-type]
             {"role": 3, "content": "x"},

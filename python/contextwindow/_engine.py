@@ -38,6 +38,7 @@ from ._jsontext import (
     too_deep,
 )
 from .adapters import (
+    _FUNCTION_ROLE,
     _SYSTEM_BLOCK,
     _unknown_role,
     anthropic_to_message,
@@ -534,14 +535,19 @@ def _struct_reason(message: Any, field: str, reason: str) -> tuple[str, str]:
     from its path, ``reason`` its words), in the adapters' words (fresh11 N6: a struct got
     ``Invalid enum value 'wizard'`` where a dict gets ``unknown role "wizard"``).
 
-    A role is checked by the adapters' rule itself; a value of the wrong type is ``must
+    A role is checked by the adapters' rule itself (``function``, the deprecated
+    function-calling form's, is named as :func:`~contextwindow.adapters.openai_to_message`
+    names it); a value of the wrong type is ``must
     be a string`` (``a list of parts`` for a content, a part class for a content item);
     ``None`` is never named, as the dict path does not name ``null`` for ``name``. Words
     msgspec uses that are not mapped here are kept as they are.
     """
     if field == "role":
         role = getattr(message, "role", None)
-        return field, _unknown_role(role) if isinstance(role, str) else "must be a string"
+        if not isinstance(role, str):
+            return field, "must be a string"
+        # the deprecated form's "function" role gets the words a dict gets (tools19)
+        return field, _FUNCTION_ROLE if role == "function" else _unknown_role(role)
     if field.endswith(".kind"):  # a dict with a "kind" no part has: not a part
         field = field[: -len(".kind")]
         reason = "Expected `object`"
