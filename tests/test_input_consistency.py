@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow._engine import loads_keeping_numbers
+from contextwindow.adapters import detect_format
 from contextwindow.cli import main
 from contextwindow.compact import budget_tool_results, micro_compact, prune_middle
 from contextwindow.errors import InvalidMessageError
@@ -127,6 +128,37 @@ def test_the_deprecated_function_role_is_named_as_function_call_is() -> None:
     assert same_everywhere(msgs, "anthropic") == 'message 1, field role: unknown role "function"'
     # the role is checked first, as any unknown role: a bad content after it is not named
     assert same_everywhere([{"role": "function", "content": 5}]) == want.replace("1", "0", 1)
+
+
+@pytest.mark.parametrize("fast_reader", [True, False])
+def test_a_function_message_marks_a_list_as_openai(monkeypatch: pytest.MonkeyPatch, fast_reader: bool) -> None:
+    """tools19: only OpenAI has the ``function`` role, yet the format detection did not
+    take it as OpenAI's mark (``tool`` and ``developer`` are): a list that held an
+    Anthropic block besides was read as Anthropic's and got ``unknown role "function"``.
+    Now read as OpenAI's on every path (the adapters, the native dict reader, the
+    gateway, the CLI), whose words name the deprecated form."""
+    monkeypatch.setattr(cw._engine, "FAST_READER", fast_reader)
+    want = 'message 1, field role: the deprecated function-calling form is not read; send a "tool" message'
+    function = {"role": "function", "name": "f", "content": "x"}
+    # otherwise ambiguous (plain text): OpenAI's, as any plain chat, before and after
+    plain = [{"role": "user", "content": "q"}, function, {"role": "assistant", "content": "a"}]
+    assert detect_format(plain) == "openai"
+    assert same_everywhere(plain) == want
+    # a thinking block (Anthropic's mark) after it, or an image with a source: was anthropic
+    thinking = {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}
+    image = {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}
+    for msgs in ([{"role": "user", "content": "q"}, function, thinking], [image, function]):
+        assert detect_format(msgs) == "openai"
+        assert same_everywhere(msgs) == want
+        # told the shape, each adapter says what it said before
+        assert dict_error(msgs, "anthropic") == 'message 1, field role: unknown role "function"'
+    # read as Anthropic's for a top-level "system": the gateway and the CLI say why, as
+    # for a tool message
+    body = json.dumps({"system": "s", "messages": [{"role": "user", "content": "q"}, function]}).encode()
+    why = ' (read as an Anthropic body for its top-level "system"; {} reads it as OpenAI\'s)'
+    unknown = 'message 1, field role: unknown role "function"'
+    assert gateway_errors(body) == [unknown + why.format('provider="openai"')] * 2
+    assert cli_error(body) == unknown + why.format("--format openai")
 
 
 # ------------------------------------------------ fresh11 N6: Message structs, dict words

@@ -25,7 +25,7 @@ import msgspec
 from . import _native
 from ._engine import json_type_name, tool_definition_error
 from ._jsontext import MAX_DEPTH, KeyClash, clean_value, field_path, loads_keeping_numbers, nested_deeper, quote, shown
-from .adapters import anthropic_to_message, detect_format
+from .adapters import OPENAI_ONLY_ROLES, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -154,10 +154,15 @@ def _system_message(system: Any, where: str) -> dict[str, Any]:
 
 
 def _openai_marked(messages: list[Any]) -> bool:
-    """Whether a message has what only OpenAI's shape has (a ``tool`` or ``developer``
-    role, ``tool_calls``, ``tool_call_id``)."""
+    """Whether a message has what only OpenAI's shape has (a ``tool``, ``developer`` or
+    ``function`` role, ``tool_calls``, ``tool_call_id``): :data:`~contextwindow.adapters.OPENAI_ONLY_ROLES`."""
     return any(
-        isinstance(m, Mapping) and (m.get("role") in ("tool", "developer") or "tool_calls" in m or "tool_call_id" in m)
+        isinstance(m, Mapping)
+        and (
+            (isinstance(role := m.get("role"), str) and role in OPENAI_ONLY_ROLES)
+            or "tool_calls" in m
+            or "tool_call_id" in m
+        )
         for m in messages
     )
 

@@ -1842,6 +1842,7 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
         let role = m.get("role");
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
+            || cx.str_is(role, "function")
             || m.get("tool_calls").is_some()
             || m.get("tool_call_id").is_some()
         {
@@ -1923,13 +1924,14 @@ fn escaped_u(b: &[u8], i: usize) -> bool {
     b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') && starts_escape(b, i)
 }
 
-/// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
-/// `tool_calls`, `tool_call_id`): `io._openai_marked`.
+/// Whether a message has what only OpenAI's shape has (a `tool`, `developer` or
+/// `function` role, `tool_calls`, `tool_call_id`): `io._openai_marked`.
 fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
     msgs.iter().flatten().any(|m| {
         let role = m.get("role");
         cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
+            || cx.str_is(role, "function")
             || m.get("tool_calls").is_some()
             || m.get("tool_call_id").is_some()
     })
@@ -3671,6 +3673,23 @@ mod tests {
             FUNCTION_ROLE,
             r#"the deprecated function-calling form is not read; send a "tool" message"#
         );
+        // tools19: only OpenAI has that role, so it marks the messages as OpenAI's past an
+        // Anthropic block (the thinking block made them Anthropic's: an unknown role)
+        let body = br#"{"messages": [{"role": "user", "content": "q"},
+            {"role": "function", "name": "f", "content": "x"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}]}]}"#;
+        let want = (1, "role".to_owned(), FUNCTION_ROLE.to_owned());
+        assert_eq!(message_error(body), want);
+        // read as Anthropic's for its top-level system: the error says why
+        let body = br#"{"system": "s", "messages": [{"role": "user", "content": "q"},
+            {"role": "function", "name": "f", "content": "x"}]}"#;
+        let why = r#" (read as an Anthropic body for its top-level "system"; provider="openai" reads it as OpenAI's)"#;
+        let want = (
+            1,
+            "role".to_owned(),
+            format!(r#"unknown role "function"{why}"#),
+        );
+        assert_eq!(message_error(body), want);
     }
 
     #[test]
