@@ -8,6 +8,7 @@ import decimal
 import fractions
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -559,6 +560,73 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
         capsys.readouterr().err
         == f"contextwindow: error: {f}: invalid JSON: line 1, column 4: EOF while parsing a list (byte 3)\n"
     )
+
+
+def _deep_message(n: int) -> str:
+    """A message whose key ``x`` holds ``n`` levels: ``34 + 2n`` bytes."""
+    return '{"role":"user","content":"a","x":' + _deep(n) + "}"
+
+
+_OK = '{"role":"user","content":"b"}'  # 29 bytes
+_BODY_LINE = (
+    'a request body (it has "messages"), where JSONL holds one message per line; pass one request body per file'
+)
+
+
+@pytest.mark.parametrize("limit", [None, 100_000])
+def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: int | None
+) -> None:
+    """tools19 (cli18's leftover): a text too deep for the parser (2,100 levels: the CLI's
+    parser gives up at 2,000; with a raised recursion limit the depth pre-check stops it)
+    was checked as a stream of values, and the error named the deepest point: two values
+    on one line were JSONL, a JSONL file's bad line was named as a document's, a line
+    holding a request body or no object was "message N", and a list named a later
+    message deeper still than the first one too deep. Now it is read as a shallow text
+    is: one value (a document), else JSONL line by line, else the document's syntax
+    error; the first message too deep is named, as the dict path names it. ``limit``: the
+    CLI's own recursion limit, or a caller's raised one."""
+    deep = _deep_message(2100)  # 4,234 bytes
+    cases = [
+        # two values on one line: the second starts at byte 4,234 + 1 (column 4,236), as
+        # the shallow file below says at byte 30 (was: message 0 nested too deeply)
+        (f"{deep} {_OK}\n", "invalid JSON: line 1, column 4236: trailing characters (byte 4235)"),
+        (f"{_OK} {_OK}\n", "invalid JSON: line 1, column 31: trailing characters (byte 30)"),
+        # JSONL: the deep first line is its first problem, before line 3's (was: "invalid
+        # JSON: line 3, column 1: expected value", a document's words)
+        (f"{deep}\n{_OK}\n}}\n", f"message 0: {TOO_DEEP}"),
+        # a line holding a request body, first or second, is named so (was: message N)
+        (f'{{"messages": [{deep}]}}\n{{"messages": []}}\n', f"line 1: {_BODY_LINE}"),
+        (f'{_OK}\n{{"messages": [{deep}]}}\n', f"line 2: {_BODY_LINE}"),
+        # a later line that is no object (was: message 1)
+        (f"{_OK}\n{_deep(2100)}\n", "line 2: expected one message object per line"),
+        # a first line that is no object: not JSONL, the document's error where line 2
+        # starts, byte 4,200 + 1
+        (f"{_deep(2100)}\n{_OK}\n", "invalid JSON: line 2, column 1: trailing characters (byte 4201)"),
+        # a list: the first message too deep (1,500 levels), as the dict path names it,
+        # not the deeper second (was: message 1)
+        (f"[{_deep_message(1500)},{_deep_message(3000)}]", f"message 0: {TOO_DEEP}"),
+        (f'{{"messages": [{_OK}, {_deep_message(1500)}, {_deep_message(3000)}]}}', f"message 1: {TOO_DEEP}"),
+    ]
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        for i, (text, said) in enumerate(cases):
+            f = write(tmp_path, f"{i}.json", text)
+            assert main(["count", f]) == 2
+            assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
+    finally:
+        sys.setrecursionlimit(before)
+    # the dict path names the first of the list's messages too
+    msgs = []
+    for n in (1500, 3000):
+        x: list[Any] = []
+        for _ in range(n - 1):
+            x = [x]
+        msgs.append({"role": "user", "content": "a", "x": x})
+    with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
+        cw.count_messages(msgs)
 
 
 def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
