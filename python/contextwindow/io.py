@@ -454,8 +454,10 @@ def _parser_unbounded() -> bool:
 
 def _deeper_than_any_place(text: str) -> bool:
     """Whether the JSON ``text`` nests more than :data:`MAX_DEPTH` + 2 levels from its top
-    (a message in a body is 2 levels down), too deep wherever the deepest point is."""
-    return _deepest(text, MAX_DEPTH + 3)[1] > MAX_DEPTH + 2
+    (a message in a body is 2 levels down), too deep wherever the deepest point is:
+    ``_native.nests_as_deep``, which finds the point :func:`_deepest` finds (tools19: the
+    scan in Python read a 25 MB file in 1.5 s)."""
+    return _native.nests_as_deep(text, MAX_DEPTH + 3)
 
 
 def _too_deep_text(text: str, where: str) -> InvalidRequestError:
