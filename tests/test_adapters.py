@@ -631,6 +631,14 @@ def test_message_to_openai_writes_content_where_it_is_required() -> None:
         ),
         ([Message(role="user")], "canonical"),
         (["junk", {"role": "user", "content": [tool_result()]}], "anthropic"),
+        # the deprecated "function" role is OpenAI's only (tools19): it outweighs an
+        # Anthropic block as a tool message does; a role of no hashable type is no mark
+        ([{"role": "user", "content": "q"}, {"role": "function", "name": "f", "content": "x"}], "openai"),
+        (
+            [{"role": "assistant", "content": [{"type": "thinking", "thinking": ""}]}, {"role": "function"}],
+            "openai",
+        ),
+        ([{"role": ["function"]}, {"role": "user", "content": [tool_result()]}], "anthropic"),
     ],
 )
 def test_detect_format(messages: list[Any], expected: str) -> None:

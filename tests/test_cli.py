@@ -1410,6 +1410,32 @@ def test_a_jsonl_lines_error_names_the_files_byte(tmp_path: Path, capsys: pytest
         assert err == f"contextwindow: error: {f}: line 2: invalid JSON: {said}{tail}\n", body
 
 
+def test_a_bad_line_after_a_message_is_a_jsonl_lines_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The one wording for a file whose first line is a message and a later line is bad
+    (cli18's leftover, decided in tools19): the CLI reads such a file as JSONL, so the bad
+    line is named as a line, in serde_json's words and the file's byte. The gateway, which
+    reads one body, says "trailing characters" where the second line starts, and so
+    does the CLI for the same values on one line (one document); for the JSONL file that
+    would blame line 2 for line 3 here. Offsets by hand: each good line is 30 bytes and
+    its newline."""
+    first = b'{"role":"user","content":"a"}\n'
+    assert len(first) == 30
+    cases = [
+        (first + b"}\n", "line 2: invalid JSON: expected value (byte 30)", 30),
+        (first + first + b"]\n", "line 3: invalid JSON: expected value (byte 60)", 30),
+        (first + b'{"role": oops}\n', "line 2: invalid JSON: expected value (byte 39)", 30),
+        # one line: a document followed by a second value
+        (first[:-1] + b" }\n", "invalid JSON: line 1, column 31: trailing characters (byte 30)", 30),
+    ]
+    for body, said, gateway_at in cases:
+        f = write(tmp_path, "t.jsonl", body)
+        assert main(["count", f]) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", body
+        with pytest.raises(cw.InvalidRequestError) as info:
+            cw.count_request(body)
+        assert str(info.value) == f"invalid request body at byte {gateway_at}: trailing characters"
+
+
 def _surrogate_chat(system: bool) -> dict[str, Any]:
     """A body whose every part holds an escaped lone surrogate (json.dumps writes a lone
     surrogate code point as its escape, and json.loads reads it back so)."""

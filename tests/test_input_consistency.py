@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow._engine import loads_keeping_numbers
+from contextwindow.adapters import detect_format
 from contextwindow.cli import main
 from contextwindow.compact import budget_tool_results, micro_compact, prune_middle
 from contextwindow.errors import InvalidMessageError
@@ -129,6 +130,37 @@ def test_the_deprecated_function_role_is_named_as_function_call_is() -> None:
     assert same_everywhere([{"role": "function", "content": 5}]) == want.replace("1", "0", 1)
 
 
+@pytest.mark.parametrize("fast_reader", [True, False])
+def test_a_function_message_marks_a_list_as_openai(monkeypatch: pytest.MonkeyPatch, fast_reader: bool) -> None:
+    """tools19: only OpenAI has the ``function`` role, yet the format detection did not
+    take it as OpenAI's mark (``tool`` and ``developer`` are): a list that held an
+    Anthropic block besides was read as Anthropic's and got ``unknown role "function"``.
+    Now read as OpenAI's on every path (the adapters, the native dict reader, the
+    gateway, the CLI), whose words name the deprecated form."""
+    monkeypatch.setattr(cw._engine, "FAST_READER", fast_reader)
+    want = 'message 1, field role: the deprecated function-calling form is not read; send a "tool" message'
+    function = {"role": "function", "name": "f", "content": "x"}
+    # otherwise ambiguous (plain text): OpenAI's, as any plain chat, before and after
+    plain = [{"role": "user", "content": "q"}, function, {"role": "assistant", "content": "a"}]
+    assert detect_format(plain) == "openai"
+    assert same_everywhere(plain) == want
+    # a thinking block (Anthropic's mark) after it, or an image with a source: was anthropic
+    thinking = {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}
+    image = {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}
+    for msgs in ([{"role": "user", "content": "q"}, function, thinking], [image, function]):
+        assert detect_format(msgs) == "openai"
+        assert same_everywhere(msgs) == want
+        # told the shape, each adapter says what it said before
+        assert dict_error(msgs, "anthropic") == 'message 1, field role: unknown role "function"'
+    # read as Anthropic's for a top-level "system": the gateway and the CLI say why, as
+    # for a tool message
+    body = json.dumps({"system": "s", "messages": [{"role": "user", "content": "q"}, function]}).encode()
+    why = ' (read as an Anthropic body for its top-level "system"; {} reads it as OpenAI\'s)'
+    unknown = 'message 1, field role: unknown role "function"'
+    assert gateway_errors(body) == [unknown + why.format('provider="openai"')] * 2
+    assert cli_error(body) == unknown + why.format("--format openai")
+
+
 # ------------------------------------------------ fresh11 N6: Message structs, dict words
 
 
@@ -178,6 +210,13 @@ _ENTRY_POINTS = [
             Message(role="us\ud800er", content=[TextPart(text="x")]),  # type: ignore[arg-type]
             {"role": "us\ud800er", "content": "x"},
             'message 0, field role: unknown role "us\ufffder"',
+        ),
+        # tools19: the deprecated form's "function" role got `unknown role "function"` as a
+        # struct, the form's words as a dict (fresh18 F5)
+        (
+            Message(role="function", name="f", content=[TextPart(text="x")]),  # type: ignore[arg-type]
+            {"role": "function", "name": "f", "content": "x"},
+            'message 0, field role: the deprecated function-calling form is not read; send a "tool" message',
         ),
         (
             Message(role=3, content=[TextPart(text="x")]),  # type: ignore[arg-type]
@@ -1166,6 +1205,13 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"type": "custom", "description": "d", "input_schema": {"type": "object"}}], "tools[0].name: is missing", 59),
         # the second tool: 59 + len('{"name": "f", "input_schema": {}}, ') = 59 + 35 = 94
         ([{"name": "f", "input_schema": {}}, {"input_schema": {}}], "tools[1].name: is missing", 94),
+        # an Anthropic built-in tool (a dated type, no input_schema) with no name
+        # (tools19: counted), at the tool; a name that is not a string, at the name:
+        # 59 + len('{"type": "text_editor_20250728", "name": ') = 59 + 41 = 100
+        ([{"type": "bash_20250124"}], "tools[0].name: is missing", 59),
+        ([{"type": "web_search_20250305", "max_uses": 5}], "tools[0].name: is missing", 59),
+        ([{"type": "text_editor_20250728", "name": None}], "tools[0].name: must be a string, got null", 100),
+        ([{"name": "f", "input_schema": {}}, {"type": "code_execution_20250522"}], "tools[1].name: is missing", 94),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(
@@ -1179,6 +1225,9 @@ def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_pa
     assert str(info.value) == want
     with pytest.raises(cw.InvalidRequestError) as info:
         cw.token_breakdown(msgs, tools=tools)
+    assert str(info.value) == want
+    with pytest.raises(cw.InvalidRequestError) as info:  # the struct path
+        cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="q")])], tools=tools)
     assert str(info.value) == want
     body = json.dumps({"messages": msgs, "tools": tools}).encode()
     for err in gateway_errors(body):
@@ -1214,6 +1263,16 @@ def test_tools_of_every_documented_shape_are_still_counted() -> None:
         # is not asked for a name at the top, whatever else it carries
         {"type": "custom", "name": "k", "input_schema": {"type": "object"}},
         {"type": "function", "function": {"name": "m"}, "input_schema": {}},
+        # types with no date suffix are not asked for a name: OpenAI's built-in tools
+        # (its dated one has underscores in the date), Anthropic's MCP toolset; nor are
+        # types that only look dated (seven digits, no text before the date, a letter)
+        {"type": "web_search_preview_2025_03_11"},
+        {"type": "file_search", "vector_store_ids": ["v"]},
+        {"type": "mcp_toolset", "mcp_server_name": "s"},
+        {"type": "x_2025012"},
+        {"type": "_20250124"},
+        {"type": "bash_2025012a"},
+        {"type": "bash_\uff12\uff10\uff12\uff15\uff10\uff11\uff12\uff14"},  # fullwidth digits
     ]
     n = cw.count_messages(msgs, tools=tools)
     assert n == cw.count_request(json.dumps({"messages": msgs, "tools": tools}).encode())

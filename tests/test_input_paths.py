@@ -8,16 +8,19 @@ import decimal
 import fractions
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import contextwindow as cw
-from contextwindow import _engine
+from contextwindow import _engine, _native
 from contextwindow.cli import main
-from contextwindow.io import load_conversation
+from contextwindow.io import _deepest, load_conversation
 
 from shared_data import corpus_files, ids
 
@@ -559,6 +562,100 @@ def test_cli_tells_truncated_json_from_deep_json(tmp_path: Path, capsys: pytest.
         capsys.readouterr().err
         == f"contextwindow: error: {f}: invalid JSON: line 1, column 4: EOF while parsing a list (byte 3)\n"
     )
+
+
+def _deep_message(n: int) -> str:
+    """A message whose key ``x`` holds ``n`` levels: ``34 + 2n`` bytes."""
+    return '{"role":"user","content":"a","x":' + _deep(n) + "}"
+
+
+_OK = '{"role":"user","content":"b"}'  # 29 bytes
+_BODY_LINE = (
+    'a request body (it has "messages"), where JSONL holds one message per line; pass one request body per file'
+)
+
+
+@pytest.mark.parametrize("limit", [None, 100_000])
+def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: int | None
+) -> None:
+    """tools19 (cli18's leftover): a text too deep for the parser (2,100 levels: the CLI's
+    parser gives up at 2,000; with a raised recursion limit the depth pre-check stops it)
+    was checked as a stream of values, and the error named the deepest point: two values
+    on one line were JSONL, a JSONL file's bad line was named as a document's, a line
+    holding a request body or no object was "message N", and a list named a later
+    message deeper still than the first one too deep. Now it is read as a shallow text
+    is: one value (a document), else JSONL line by line, else the document's syntax
+    error; the first message too deep is named, as the dict path names it. ``limit``: the
+    CLI's own recursion limit, or a caller's raised one."""
+    deep = _deep_message(2100)  # 4,234 bytes
+    cases = [
+        # two values on one line: the second starts at byte 4,234 + 1 (column 4,236), as
+        # the shallow file below says at byte 30 (was: message 0 nested too deeply)
+        (f"{deep} {_OK}\n", "invalid JSON: line 1, column 4236: trailing characters (byte 4235)"),
+        (f"{_OK} {_OK}\n", "invalid JSON: line 1, column 31: trailing characters (byte 30)"),
+        # JSONL: the deep first line is its first problem, before line 3's (was: "invalid
+        # JSON: line 3, column 1: expected value", a document's words)
+        (f"{deep}\n{_OK}\n}}\n", f"message 0: {TOO_DEEP}"),
+        # a line holding a request body, first or second, is named so (was: message N)
+        (f'{{"messages": [{deep}]}}\n{{"messages": []}}\n', f"line 1: {_BODY_LINE}"),
+        (f'{_OK}\n{{"messages": [{deep}]}}\n', f"line 2: {_BODY_LINE}"),
+        # a later line that is no object (was: message 1)
+        (f"{_OK}\n{_deep(2100)}\n", "line 2: expected one message object per line"),
+        # a first line that is no object: not JSONL, the document's error where line 2
+        # starts, byte 4,200 + 1
+        (f"{_deep(2100)}\n{_OK}\n", "invalid JSON: line 2, column 1: trailing characters (byte 4201)"),
+        # a list: the first message too deep (1,500 levels), as the dict path names it,
+        # not the deeper second (was: message 1)
+        (f"[{_deep_message(1500)},{_deep_message(3000)}]", f"message 0: {TOO_DEEP}"),
+        (f'{{"messages": [{_OK}, {_deep_message(1500)}, {_deep_message(3000)}]}}', f"message 1: {TOO_DEEP}"),
+    ]
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        for i, (text, said) in enumerate(cases):
+            f = write(tmp_path, f"{i}.json", text)
+            assert main(["count", f]) == 2
+            assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
+    finally:
+        sys.setrecursionlimit(before)
+    # the dict path names the first of the list's messages too
+    msgs = []
+    for n in (1500, 3000):
+        x: list[Any] = []
+        for _ in range(n - 1):
+            x = [x]
+        msgs.append({"role": "user", "content": "a", "x": x})
+    with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
+        cw.count_messages(msgs)
+
+
+# strings full of what the depth scan must skip: brackets, quotes, backslashes, escapes
+_JSON_TEXT = st.text(alphabet=st.sampled_from(["[", "]", "{", "}", '"', "\\", "a", "\n", "\u2028", "é"]), max_size=6)
+_JSON_VALUES = st.recursive(
+    st.none() | st.integers() | _JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_JSON_TEXT, inner, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    values=st.lists(_JSON_VALUES, min_size=1, max_size=3),
+    ascii_only=st.booleans(),
+    indent=st.sampled_from([None, 1]),
+    limit=st.integers(1, 9),
+)
+def test_the_native_depth_check_finds_what_the_python_scan_finds(
+    values: list[Any], ascii_only: bool, indent: int | None, limit: int
+) -> None:
+    """tools19: the CLI's depth check before its parser (a raised recursion limit) is
+    ``_native.nests_as_deep``, where the Python scan ``_deepest`` read 25 MB in 1.5 s
+    (13 ms natively); on JSON and JSONL texts (values one a line, or spread over lines)
+    both find a point ``limit`` levels deep, or neither does."""
+    text = "\n".join(json.dumps(v, ensure_ascii=ascii_only, indent=indent) for v in values)
+    assert _native.nests_as_deep(text, limit) == (_deepest(text, limit)[1] >= limit)
 
 
 def test_nested_too_deeply_names_the_message_in_the_gateway() -> None:
@@ -1404,13 +1501,64 @@ def test_dict_nan_and_inf_in_json_values_are_refused(reader: bool, value: float,
 
 def test_finite_floats_in_json_values_are_still_taken(reader: bool) -> None:
     """Finite floats (-0.0, the largest) stay JSON numbers, counted as msgspec writes
-    them; NaN as a key is a key JSON writes as text ("nan"), not refused."""
+    them; a finite float as a key is a key JSON writes as its text ("1.5")."""
     for value in (2.5, -0.0, 1.7976931348623157e308):
         # counted as the number's text (a Raw is a number kept as written), never as null
         assert cw.count_messages(_use_of(value)) == cw.count_messages(_use_of(msgspec.Raw(msgspec.json.encode(value))))
         m = [cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": value})]
         assert cw.trim_turns(m, 10**6).messages[0] is m[0]
-    assert cw.count_messages([{"role": "user", "content": "q", "x": {_NAN: 1}}]) > 0
+    as_text = cw.count_messages([{"role": "user", "content": "q", "x": {"1.5": 1}}])
+    assert cw.count_messages([{"role": "user", "content": "q", "x": {1.5: 1}}]) == as_text
+
+
+@pytest.mark.parametrize(("key", "what"), [(_NAN, "nan"), (_INF, "inf"), (-_INF, "-inf"), (_Float("nan"), "nan")])
+def test_nan_and_inf_as_keys_are_refused_as_such_values_are(reader: bool, key: float, what: str) -> None:
+    """tools19: a NaN or infinite float as a dict key inside a JSON value was written as
+    the key "nan" (msgspec's text; json.dumps writes "NaN") and counted, while such a
+    float as a value is refused. Now refused in the same words, named at the object
+    holding the key, as a key of another type JSON has not (``None``) is."""
+    reason = f"holds a value JSON cannot represent (a float {what} as a key)"
+    cases = [
+        (_use_of({key: 1}), 1, "content[0].input.blob"),
+        ([{"role": "user", "content": "q", "x": {key: 1}}], 0, "x"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "x": {"y": [{key: 1}]}}],
+            1,
+            "x.y[0]",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "thinking", "thinking": "t", "n": {"a": 1, key: 2}}]}],
+            0,
+            "content[0].n",
+        ),
+    ]
+    for msgs, index, field in cases:
+        for call in (
+            lambda m: cw.count_messages(m),
+            lambda m: cw.trim_turns(m, 10**6),
+            lambda m: cw.fit(m, 5),
+        ):
+            with pytest.raises(cw.InvalidMessageError) as info:
+                call(msgs)
+            assert str(info.value) == f"message {index}, field {field}: {reason}"
+    structs = [
+        (cw.Message(role="user", content=[cw.TextPart(text="x")], extra={"k": {key: 1}}), "extra.k"),
+        (
+            cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}", extra={key: 1})]),
+            "content[0].extra",
+        ),
+        (cw.Message(role="assistant", content=[cw.OpaquePart(type="x", raw={"r": [{key: 0}]})]), "content[0].raw.r[0]"),
+    ]
+    for message, field in structs:
+        ms = [_Q_STRUCT, message]
+        for scall in [*_struct_calls(ms), lambda ms=ms: cw.validate(ms, "anthropic")]:
+            with pytest.raises(cw.InvalidMessageError) as info:
+                scall()
+            assert str(info.value) == f"message 1, field {field}: {reason}"
+    tools = [{"name": "g", "input_schema": {}}, {"name": "f", "input_schema": {"properties": {key: {}}}}]
+    with pytest.raises(cw.InvalidRequestError) as err:
+        cw.count_messages([{"role": "user", "content": "x"}], tools=tools)
+    assert str(err.value) == f"tools[1].input_schema.properties: {reason}"
 
 
 def test_the_gateway_reads_no_nan() -> None:

@@ -38,6 +38,7 @@ from ._jsontext import (
     too_deep,
 )
 from .adapters import (
+    _FUNCTION_ROLE,
     _SYSTEM_BLOCK,
     _unknown_role,
     anthropic_to_message,
@@ -117,17 +118,21 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     whose ``name`` is a string; a ``name`` at the top (when present) is a string;
     a ``"type": "function"`` tool has a ``function`` or (the flat shape) a ``name``; an
     Anthropic client tool (one with an ``input_schema`` and no ``function``, the mark
-    the format detection reads) has a ``name``, as Anthropic's API requires. Other keys
-    are counted as they are, and so are tools of other types (Anthropic's built-in
-    tools, ``{"type": "bash_20250124", "name": "bash"}``, all have a name anyway)
+    the format detection reads) has a ``name``, as Anthropic's API requires, and so has
+    one of its built-in tools (a dated ``type``, :func:`is_dated_tool_type`:
+    ``{"type": "bash_20250124", "name": "bash"}``). Other keys are counted as they are,
+    and so are tools of other types (``{"type": "other"}``, OpenAI's ``file_search``)
     (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
-    function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``).
+    function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``;
+    tools19: so was ``{"type": "bash_20250124"}``).
 
     >>> tool_definition_error(0, {"type": "function", "function": 5})
     'tools[0].function: must be an object, got a number'
     >>> tool_definition_error(1, {"type": "function", "function": {}})
     'tools[1].function.name: is missing'
     >>> tool_definition_error(0, {"description": "d", "input_schema": {}})
+    'tools[0].name: is missing'
+    >>> tool_definition_error(0, {"type": "web_search_20250305", "max_uses": 5})
     'tools[0].name: is missing'
     """
     if not isinstance(tool, Mapping):
@@ -145,9 +150,27 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     if "function" not in tool and "name" not in tool:
         if tool.get("type") == "function":
             return f"tools[{i}].function: is missing"
-        if "input_schema" in tool:  # Anthropic's shape: the API requires a name
+        # Anthropic's shape, or one of its built-in tools: the API requires a name
+        if "input_schema" in tool or is_dated_tool_type(tool.get("type")):
             return f"tools[{i}].name: is missing"
     return None
+
+
+def is_dated_tool_type(value: Any) -> bool:
+    """Whether ``value`` is the ``type`` of an Anthropic built-in tool: a string ending in
+    ``_`` and an eight-digit date (``bash_20250124``, ``web_search_20250305``,
+    ``text_editor_20250728``), the versioned form every such type has. OpenAI's tool
+    types have no such suffix (``web_search_preview_2025_03_11``, ``code_interpreter``),
+    nor have Anthropic's undated ones (``custom``, ``mcp_toolset``), which are not asked
+    for a name here. The gateway reads it the same way (``gateway.rs``,
+    ``dated_tool_type``).
+
+    >>> is_dated_tool_type("bash_20250124"), is_dated_tool_type("web_search_preview_2025_03_11")
+    (True, False)
+    """
+    return (
+        isinstance(value, str) and len(value) > 9 and value[-9] == "_" and value[-8:].isascii() and value[-8:].isdigit()
+    )
 
 
 def _carries_odd_keys(parts: Any) -> bool:
@@ -512,14 +535,19 @@ def _struct_reason(message: Any, field: str, reason: str) -> tuple[str, str]:
     from its path, ``reason`` its words), in the adapters' words (fresh11 N6: a struct got
     ``Invalid enum value 'wizard'`` where a dict gets ``unknown role "wizard"``).
 
-    A role is checked by the adapters' rule itself; a value of the wrong type is ``must
+    A role is checked by the adapters' rule itself (``function``, the deprecated
+    function-calling form's, is named as :func:`~contextwindow.adapters.openai_to_message`
+    names it); a value of the wrong type is ``must
     be a string`` (``a list of parts`` for a content, a part class for a content item);
     ``None`` is never named, as the dict path does not name ``null`` for ``name``. Words
     msgspec uses that are not mapped here are kept as they are.
     """
     if field == "role":
         role = getattr(message, "role", None)
-        return field, _unknown_role(role) if isinstance(role, str) else "must be a string"
+        if not isinstance(role, str):
+            return field, "must be a string"
+        # the deprecated form's "function" role gets the words a dict gets (tools19)
+        return field, _FUNCTION_ROLE if role == "function" else _unknown_role(role)
     if field.endswith(".kind"):  # a dict with a "kind" no part has: not a part
         field = field[: -len(".kind")]
         reason = "Expected `object`"

@@ -188,7 +188,8 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
     (``json.dumps`` writes ``NaN``, which is not JSON; msgspec ``null``, which the
     caller never sent; struct18 #3): ``"a float nan"``, ``"a float -inf"``. A key must
     be a string or a number (``None``, a bool or a tuple as a key is named at the object
-    holding it), and what lies deeper than :data:`MAX_DEPTH` is the depth check's.
+    holding it, and so is a NaN or infinite float: ``"a float nan as a key"``), and what
+    lies deeper than :data:`MAX_DEPTH` is the depth check's.
 
     >>> json_fault({"a": [1, b"x"]}), json_fault({"a": (1, 2.5, None)})
     ((['a', 1], 'a Python bytes'), None)
@@ -218,6 +219,10 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
             items = list(v.items())
             for k, _ in items:
                 if type(k) is not str and not _json_key(k):
+                    if isinstance(k, float):
+                        # NaN or inf: no JSON number, so no key JSON writes for it (msgspec
+                        # wrote "nan"; tools19), named as such a value is
+                        return list(path), f"a float {float.__repr__(k)} as a key"
                     # msgspec's "Only dicts with str-like or number-like keys are
                     # supported" named neither message nor field (fresh17c #6)
                     return list(path), f"a Python {type(k).__name__} as a key"
@@ -233,8 +238,12 @@ def json_fault(value: Any) -> tuple[list[str | int], str] | None:
 
 def _json_key(key: Any) -> bool:
     """Whether JSON writes ``key`` as an object key: a string, or a number (written as its
-    text, as ``json.dumps`` and msgspec do); ``None``, a bool or a tuple it does not."""
-    return isinstance(key, (str, int, float)) and not isinstance(key, bool)
+    text, as ``json.dumps`` and msgspec do); ``None``, a bool, a tuple or a NaN or
+    infinite float (no JSON number: msgspec writes ``"nan"``, ``json.dumps``
+    ``"NaN"``) it does not."""
+    if isinstance(key, float):
+        return isfinite(key)
+    return isinstance(key, (str, int)) and not isinstance(key, bool)
 
 
 def _json_only(value: Any) -> bool:

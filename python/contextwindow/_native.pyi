@@ -88,5 +88,9 @@ def json_syntax_error(text: str, one_value: bool = False) -> tuple[int | None, s
     """``(byte offset, reason)`` of why ``text`` is not one JSON value (``one_value``; the gateway's error on the
     same bytes) or not a sequence of them (JSONL), serde_json, any depth; ``None`` when it is."""
 
+def nests_as_deep(text: str, limit: int) -> bool:
+    """Whether the JSON (or JSONL) ``text`` nests ``limit`` levels deep somewhere, from its top (a top-level value is
+    level 1); brackets inside strings do not count, a string never closed ends the search."""
+
 def count_request(body: bytes, profile: str, provider: str | None) -> int:
     """Tokens of a raw request body's messages (Anthropic ``system`` included) plus its tools."""

@@ -55,6 +55,10 @@ __all__ = [
 Format = Literal["openai", "anthropic", "canonical"]
 
 OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+# Roles only OpenAI's shape has: a message with one makes detect_format say "openai" (the
+# "function" role of the deprecated function-calling form too, which the adapter then
+# refuses in its words, _FUNCTION_ROLE)
+OPENAI_ONLY_ROLES = frozenset({"tool", "developer", "function"})
 ANTHROPIC_ROLES = frozenset({"system", "user", "assistant"})
 # Part types only one provider uses; they decide detect_format.
 _OPENAI_PART_TYPES = frozenset({"image_url", "input_audio"})
@@ -621,7 +625,8 @@ def detect_format(messages: Sequence[object]) -> Format:
     """Tell which shape a message list has.
 
     ``canonical`` when every item is a :class:`Message`. ``openai`` when any message has
-    role ``tool`` or ``developer``, ``tool_calls``, ``tool_call_id`` or ``image_url`` /
+    role ``tool``, ``developer`` or ``function`` (the deprecated function-calling form,
+    which the OpenAI adapter then refuses), ``tool_calls``, ``tool_call_id`` or ``image_url`` /
     ``input_audio`` parts. Otherwise ``anthropic`` when any block is ``tool_use``,
     ``tool_result``, ``thinking``, ``redacted_thinking``, ``document`` or an ``image`` with
     a ``source`` (a leading ``system`` message does not outweigh that: it is how a top-level
@@ -656,7 +661,8 @@ def detect_format(messages: Sequence[object]) -> Format:
     for m in items:
         if not isinstance(m, Mapping):
             continue
-        if m.get("role") in ("tool", "developer") or "tool_calls" in m or "tool_call_id" in m:
+        role = m.get("role")
+        if (isinstance(role, str) and role in OPENAI_ONLY_ROLES) or "tool_calls" in m or "tool_call_id" in m:
             return "openai"
         content = m.get("content")
         for b in content if isinstance(content, list) else ():

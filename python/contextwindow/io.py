@@ -25,7 +25,7 @@ import msgspec
 from . import _native
 from ._engine import json_type_name, tool_definition_error
 from ._jsontext import MAX_DEPTH, KeyClash, clean_value, field_path, loads_keeping_numbers, nested_deeper, quote, shown
-from .adapters import anthropic_to_message, detect_format
+from .adapters import OPENAI_ONLY_ROLES, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
 __all__ = [
@@ -154,10 +154,15 @@ def _system_message(system: Any, where: str) -> dict[str, Any]:
 
 
 def _openai_marked(messages: list[Any]) -> bool:
-    """Whether a message has what only OpenAI's shape has (a ``tool`` or ``developer``
-    role, ``tool_calls``, ``tool_call_id``)."""
+    """Whether a message has what only OpenAI's shape has (a ``tool``, ``developer`` or
+    ``function`` role, ``tool_calls``, ``tool_call_id``): :data:`~contextwindow.adapters.OPENAI_ONLY_ROLES`."""
     return any(
-        isinstance(m, Mapping) and (m.get("role") in ("tool", "developer") or "tool_calls" in m or "tool_call_id" in m)
+        isinstance(m, Mapping)
+        and (
+            (isinstance(role := m.get("role"), str) and role in OPENAI_ONLY_ROLES)
+            or "tool_calls" in m
+            or "tool_call_id" in m
+        )
         for m in messages
     )
 
@@ -441,23 +446,56 @@ def _deepest(text: str, limit: int) -> tuple[int, int, int, list[str | int], set
     return values, deepest, at, path, top_keys
 
 
+def _parser_unbounded() -> bool:
+    """Whether a caller raised the recursion limit past the CLI's own, so msgspec would
+    walk a text as deep as it nests (and overflow the C stack) instead of giving up."""
+    return sys.getrecursionlimit() > CLI_RECURSION_LIMIT
+
+
+def _deeper_than_any_place(text: str) -> bool:
+    """Whether the JSON ``text`` nests more than :data:`MAX_DEPTH` + 2 levels from its top
+    (a message in a body is 2 levels down), too deep wherever the deepest point is:
+    ``_native.nests_as_deep``, which finds the point :func:`_deepest` finds (tools19: the
+    scan in Python read a 25 MB file in 1.5 s)."""
+    return _native.nests_as_deep(text, MAX_DEPTH + 3)
+
+
+def _too_deep_text(text: str, where: str) -> InvalidRequestError:
+    """The error for a ``text`` the parser cannot read whole for its depth, found as a
+    shallow text's would be: when it is one JSON value, the place in it nested too deeply
+    (:func:`_too_deep`); else, as JSONL when :func:`_jsonl` takes it, its first bad line's
+    (a line nested too deeply is ``message N``, unless it is no message object or a
+    request body, named as such lines are); else the document's syntax error,
+    ``trailing characters`` where a second value starts. The syntax check read the text
+    as a stream of values (tools19): two values on one line were JSONL there and a
+    ``trailing characters`` error elsewhere, a JSONL file's bad line was named as a
+    document's (``invalid JSON: line 3, column 1: ...``), and the first line's depth
+    hid what a later line held."""
+    if _syntax_error(text) is None:
+        return _too_deep(text, where)
+    try:
+        lines = _jsonl(text, where, guard_depth=True)
+    except InvalidRequestError as exc:
+        return exc
+    if lines is None:
+        return InvalidRequestError(f"{where}: invalid JSON: {_syntax_error(text)}")
+    return _too_deep(text, where)  # every line read: not reached, a line holds the depth
+
+
 def _too_deep(text: str, where: str) -> InvalidRequestError:
-    """The error for a ``text`` nested deeper than the parser reads, naming the message
-    that holds the deepest point as the dict path does (``message 1``), or the tool
+    """The error for a ``text`` holding one JSON value nested deeper than the parser
+    reads, naming the message that holds the first point too deep for any place
+    (:data:`MAX_DEPTH` + 3 levels from the top, or the recursion limit when lower) as the
+    dict path names the first message nested too deeply (``message 1``), or the tool
     definition (``tools[0]``) or other top-level value (``x``, ``system``) when no
-    message does; or, when the text is not JSON at all (a truncated ``[[[[...``), the
-    invalid JSON error a shallow text gets, from serde_json's syntax check (fresh9 B3).
-    At the CLI's recursion limit (:data:`CLI_RECURSION_LIMIT`) the parser gives up far
-    past :data:`~contextwindow._jsontext.MAX_DEPTH`, and the error says that limit
-    (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion limit gets
-    the parser's own, unnamed."""
-    bad = _syntax_error(text, one_value=False)
-    if bad is not None:
-        return InvalidRequestError(f"{where}: invalid JSON: {bad}")
-    values, _, at, path, top_keys = _deepest(text, sys.getrecursionlimit())
-    if values > 1:  # JSONL: one message a line
-        place = f"message {at}"
-    elif path and isinstance(path[0], int):  # a list of messages
+    message does. It searched up to the recursion limit, so a later message deeper still
+    was named (tools19), and the search read that far, the whole text when nothing was
+    that deep. At the CLI's recursion limit (:data:`CLI_RECURSION_LIMIT`) the parser
+    gives up far past :data:`~contextwindow._jsontext.MAX_DEPTH`, and the error says that
+    limit (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion
+    limit gets the parser's own, unnamed."""
+    _, _, _, path, top_keys = _deepest(text, min(sys.getrecursionlimit(), MAX_DEPTH + 3))
+    if path and isinstance(path[0], int):  # a list of messages
         place = f"message {path[0]}"
     elif path[:1] == ["messages"] and len(path) > 1 and isinstance(path[1], int):
         place = f"message {path[1]}"
@@ -566,14 +604,24 @@ def _where(text: str, exc: Exception) -> str:
 
 
 def _jsonl(
-    text: str, where: str, found: LoneSurrogates | None = None, as_read: list[Any] | None = None
+    text: str,
+    where: str,
+    found: LoneSurrogates | None = None,
+    as_read: list[Any] | None = None,
+    guard_depth: bool = False,
 ) -> list[Any] | None:
     """Parse ``text`` as JSONL, or ``None`` when it does not look like JSONL at all; each
     line's value as read (lone surrogates kept) is added to ``as_read``.
 
     Lines end at ``\n`` only (JSON Lines): ``str.splitlines`` also splits at U+2028,
     U+0085 and the other Unicode line breaks, which JSON strings may hold as they are, and
-    a message holding one was refused as invalid JSON (found after fresh9 B5)."""
+    a message holding one was refused as invalid JSON (found after fresh9 B5).
+
+    A line too deep for the parser is named as a shallow line in its place would be: not
+    JSON, not an object or a request body in the words for those, else ``message N``
+    (:func:`_deep_line`). With ``guard_depth`` (a text known to nest too deeply) and a
+    recursion limit past the CLI's, a line that deep is not given to the parser, which
+    would walk as deep as it nests."""
     lines, start = [], 0  # (number, line, where it starts in `text`: a character index)
     for n, s in enumerate(text.split("\n"), 1):
         if s.strip():
@@ -582,15 +630,17 @@ def _jsonl(
     if len(lines) < 2:
         return None
     messages = []
+    guard = guard_depth and _parser_unbounded()
     for n, line, at in lines:
         try:
+            if guard and _deeper_than_any_place(line):
+                raise RecursionError  # as the parser would, had it a limit
             value, surrogates = _decode(line)
         except RecursionError:
-            bad = _line_syntax_error(line, len(text[:at].encode()))
-            if bad is not None:
-                raise InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}") from None
-            named = _TOO_DEEP if sys.getrecursionlimit() >= CLI_RECURSION_LIMIT else "is nested too deeply"
-            raise InvalidRequestError(f"{where}: message {len(messages)}: {named}") from None
+            error = _deep_line(line, n, len(text[:at].encode()), len(messages), where)
+            if error is None:
+                return None  # the first line is not a message: the whole document
+            raise error from None
         except msgspec.MsgspecError as exc:
             if not messages:
                 return None  # first line is not JSON either: report the whole document
@@ -603,10 +653,7 @@ def _jsonl(
         if "messages" in value and "role" not in value:
             # a log of request bodies, one a line (fresh18 F3: it was "message 0, field
             # role: is missing", naming no line)
-            raise InvalidRequestError(
-                f'{where}: line {n}: a request body (it has "messages"), where JSONL holds one message'
-                " per line; pass one request body per file"
-            )
+            raise _body_line(where, n)
         if nested_deeper(value):
             raise InvalidRequestError(f"{where}: message {len(messages)}: {_TOO_DEEP}")
         messages.append(
@@ -615,6 +662,34 @@ def _jsonl(
         if as_read is not None:
             as_read.append(value)
     return messages
+
+
+def _body_line(where: str, n: int) -> InvalidRequestError:
+    """The error for JSONL line ``n`` holding a request body (fresh18 F3)."""
+    return InvalidRequestError(
+        f'{where}: line {n}: a request body (it has "messages"), where JSONL holds one message'
+        " per line; pass one request body per file"
+    )
+
+
+def _deep_line(line: str, n: int, start: int, index: int, where: str) -> InvalidRequestError | None:
+    """The error for JSONL line ``n`` (its first byte ``start`` in the text), nested too
+    deeply for the parser, ``index`` messages read before it: the words :func:`_jsonl`
+    has for a shallow line in its place, or ``None`` (the first line is not a message
+    object, so the text is not JSONL)."""
+    bad = _line_syntax_error(line, start)
+    is_object = line.lstrip().startswith("{")
+    if bad is not None or not is_object:
+        if not index:
+            return None
+        if bad is not None:
+            return InvalidRequestError(f"{where}: line {n}: invalid JSON: {bad}")
+        return InvalidRequestError(f"{where}: line {n}: expected one message object per line")
+    keys = _deepest(line, len(line) + 1)[4]  # the keys of the line's object, all read
+    if "messages" in keys and "role" not in keys:
+        return _body_line(where, n)
+    named = _TOO_DEEP if sys.getrecursionlimit() >= CLI_RECURSION_LIMIT else "is nested too deeply"
+    return InvalidRequestError(f"{where}: message {index}: {named}")
 
 
 def _format_of(messages: Sequence[Any]) -> FileFormat:
@@ -746,15 +821,15 @@ def _parse(text: str, where: str, explicit: FileFormat | None, found: LoneSurrog
     surrogates it holds are added to ``found``."""
     if not text.strip():
         raise InvalidRequestError(f"{where}: the file is empty")
-    if sys.getrecursionlimit() > CLI_RECURSION_LIMIT and _deepest(text, MAX_DEPTH + 3)[1] > MAX_DEPTH + 2:
+    if _parser_unbounded() and _deeper_than_any_place(text):
         # a caller raised the recursion limit past the CLI's own: the parser would walk
         # as deep as the text, and overflow the stack (fresh14 #10); a message in a
         # body is 2 levels down, so deeper than that is too deep wherever it is
-        raise _too_deep(text, where)
+        raise _too_deep_text(text, where)
     try:
         doc, surrogates = _decode(text)
     except RecursionError:
-        raise _too_deep(text, where) from None
+        raise _too_deep_text(text, where) from None
     except msgspec.MsgspecError as exc:
         read: list[Any] = []
         lines = _jsonl(text, where, found, read)

@@ -413,9 +413,10 @@ fn kind(v: &RawValue) -> Kind {
 /// one's `function`, when present, is an object whose `name` is a string; a `name` at
 /// the top, when present, is a string; a `"type": "function"` tool has a `function` or
 /// (the flat shape) a `name`; an Anthropic client tool (an `input_schema` and no
-/// `function`) has a `name`. The dict path says the same
+/// `function`) has a `name`, and so has one of its built-in tools (a dated `type`:
+/// [`dated_tool_type`]). The dict path says the same
 /// (`_engine.tool_definition_error`); fresh12 O4: `{"function": 5}` was counted,
-/// fresh18 F5: so was `{"input_schema": {}}`.
+/// fresh18 F5: so was `{"input_schema": {}}`, tools19: so was `{"type": "bash_20250124"}`.
 fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()> {
     let wrong = |v: &RawValue, field: &str, want: &str| {
         invalid(
@@ -451,12 +452,27 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
         if cx.str_is(o.get("type"), "function") {
             return Err(missing(tool, "function"));
         }
-        // Anthropic's shape (as the format detection reads it): the API requires a name
-        if o.get("input_schema").is_some() {
+        // Anthropic's shape (as the format detection reads it), or one of its built-in
+        // tools (a dated type): the API requires a name
+        if o.get("input_schema").is_some() || dated_tool_type(cx, o.get("type")) {
             return Err(missing(tool, "name"));
         }
     }
     Ok(())
+}
+
+/// Whether `v` is the `type` of an Anthropic built-in tool: a string ending in `_` and an
+/// eight-digit date (`bash_20250124`, `web_search_20250305`), the versioned form every
+/// such type has; OpenAI's tool types have no such suffix
+/// (`web_search_preview_2025_03_11`). `_engine.is_dated_tool_type` on the dict path.
+fn dated_tool_type<'a>(cx: &Ctx<'a>, v: Option<&'a RawValue>) -> bool {
+    let Some(v) = v.filter(|v| kind(v) == Kind::Str) else {
+        return false;
+    };
+    cx.text(v).is_ok_and(|t| {
+        let b = t.as_bytes();
+        b.len() > 9 && b[b.len() - 9] == b'_' && b[b.len() - 8..].iter().all(u8::is_ascii_digit)
+    })
 }
 
 fn type_name(v: &RawValue) -> &'static str {
@@ -1826,6 +1842,7 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
         let role = m.get("role");
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
+            || cx.str_is(role, "function")
             || m.get("tool_calls").is_some()
             || m.get("tool_call_id").is_some()
         {
@@ -1907,13 +1924,14 @@ fn escaped_u(b: &[u8], i: usize) -> bool {
     b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') && starts_escape(b, i)
 }
 
-/// Whether a message has what only OpenAI's shape has (a `tool` or `developer` role,
-/// `tool_calls`, `tool_call_id`): `io._openai_marked`.
+/// Whether a message has what only OpenAI's shape has (a `tool`, `developer` or
+/// `function` role, `tool_calls`, `tool_call_id`): `io._openai_marked`.
 fn openai_marked<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> bool {
     msgs.iter().flatten().any(|m| {
         let role = m.get("role");
         cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
+            || cx.str_is(role, "function")
             || m.get("tool_calls").is_some()
             || m.get("tool_call_id").is_some()
     })
@@ -2430,6 +2448,55 @@ pub fn json_syntax_error(text: &str, one_value: bool) -> Option<Error> {
         }
     }
     Some(found)
+}
+
+/// Whether the JSON (or JSONL) `text` nests `limit` levels deep somewhere, counted from
+/// the top (a top-level object or array is level 1); brackets inside strings do not
+/// count, and a string never closed ends the search (no parser reads past it). Bytes
+/// only, nothing built, stopping at the first point that deep: the CLI's depth check
+/// before its parser, which walks as deep as the text once a caller raised Python's
+/// recursion limit (`io._deepest` finds the same point, with its path, in Python: it
+/// made that check read 25 MB in 1.5 s; tools19).
+///
+/// ```
+/// use contextwindow_core::gateway::nests_as_deep;
+/// assert!(nests_as_deep(b"[{\"a\": [1]}]", 3));
+/// assert!(!nests_as_deep(b"[{\"a\": [1]}]", 4));
+/// assert!(!nests_as_deep(br#"["[[[\"[[", {}]"#, 3)); // inside strings, escapes too
+/// assert!(nests_as_deep(b"[]\n[[[]]]", 3)); // JSONL: each line from the top
+/// ```
+pub fn nests_as_deep(text: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'"' => {
+                // to the closing quote: past every escape (a backslash and the byte after)
+                i += 1;
+                loop {
+                    let Some(k) = text.get(i..).and_then(|t| memchr::memchr2(b'"', b'\\', t))
+                    else {
+                        return false;
+                    };
+                    if text[i + k] == b'"' {
+                        i += k;
+                        break;
+                    }
+                    i += k + 2;
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth >= limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
@@ -3655,6 +3722,23 @@ mod tests {
             FUNCTION_ROLE,
             r#"the deprecated function-calling form is not read; send a "tool" message"#
         );
+        // tools19: only OpenAI has that role, so it marks the messages as OpenAI's past an
+        // Anthropic block (the thinking block made them Anthropic's: an unknown role)
+        let body = br#"{"messages": [{"role": "user", "content": "q"},
+            {"role": "function", "name": "f", "content": "x"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}]}]}"#;
+        let want = (1, "role".to_owned(), FUNCTION_ROLE.to_owned());
+        assert_eq!(message_error(body), want);
+        // read as Anthropic's for its top-level system: the error says why
+        let body = br#"{"system": "s", "messages": [{"role": "user", "content": "q"},
+            {"role": "function", "name": "f", "content": "x"}]}"#;
+        let why = r#" (read as an Anthropic body for its top-level "system"; provider="openai" reads it as OpenAI's)"#;
+        let want = (
+            1,
+            "role".to_owned(),
+            format!(r#"unknown role "function"{why}"#),
+        );
+        assert_eq!(message_error(body), want);
     }
 
     #[test]
@@ -3899,6 +3983,24 @@ mod tests {
                 94,
                 "tools[1].name: is missing",
             ),
+            // tools19: an Anthropic built-in tool (a dated type) with no name, at the
+            // tool; the type's escape is read as its character
+            (
+                r#"{"type": "bash_20250124"}"#,
+                59,
+                "tools[0].name: is missing",
+            ),
+            (
+                r#"{"type": "web_search\u005f20250305", "max_uses": 5}"#,
+                59,
+                "tools[0].name: is missing",
+            ),
+            // 59 + len(`{"type": "text_editor_20250728", "name": `) = 59 + 41 = 100
+            (
+                r#"{"type": "text_editor_20250728", "name": null}"#,
+                100,
+                "tools[0].name: must be a string, got null",
+            ),
         ];
         for (tools, offset, reason) in cases {
             refused_at(&format!("{head}{tools}]}}"), offset, reason, 1);
@@ -3910,7 +4012,10 @@ mod tests {
             {"name": "g", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"},
             {"type": "function", "name": "h", "parameters": {}}, {"type": "other"},
             {"type": "bash_20250124", "name": "bash"},
-            {"type": "function", "function": {"name": "m"}, "input_schema": {}}"#
+            {"type": "function", "function": {"name": "m"}, "input_schema": {}},
+            {"type": "web_search_preview_2025_03_11"}, {"type": "file_search"},
+            {"type": "mcp_toolset", "mcp_server_name": "s"}, {"type": "x_2025012"},
+            {"type": "_20250124"}, {"type": "bash_2025012a"}"#
         );
         assert!(count_request(ok.as_bytes(), "conservative", None).is_ok());
     }

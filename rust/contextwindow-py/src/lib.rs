@@ -431,6 +431,13 @@ fn json_syntax_error(
     })
 }
 
+/// Whether the JSON (or JSONL) `text` nests `limit` levels deep somewhere, from its top
+/// (see `gateway::nests_as_deep`); reads in place, without the GIL.
+#[pyfunction]
+fn nests_as_deep(py: Python<'_>, text: &str, limit: usize) -> bool {
+    py.detach(|| gateway::nests_as_deep(text.as_bytes(), limit))
+}
+
 /// Native engine of contextwindow. Private: use the `contextwindow` package.
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -441,6 +448,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_messages, m)?)?;
     m.add_function(wrap_pyfunction!(fit_request_body, m)?)?;
     m.add_function(wrap_pyfunction!(json_syntax_error, m)?)?;
+    m.add_function(wrap_pyfunction!(nests_as_deep, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_many, m)?)?;
     m.add_function(wrap_pyfunction!(count_dicts, m)?)?;

@@ -750,7 +750,8 @@ fn detect(messages: &[Fields<'_>]) -> R<Shape> {
     let mut anthropic = false;
     for m in messages {
         if let Some(role) = &m.role {
-            if role.is_instance_of::<PyString>() && matches!(exact_str(role)?, "tool" | "developer")
+            if role.is_instance_of::<PyString>()
+                && matches!(exact_str(role)?, "tool" | "developer" | "function")
             {
                 return Ok(Shape::OpenAI);
             }
