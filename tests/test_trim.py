@@ -144,6 +144,42 @@ def test_trim_turn_count_keeps_at_least_one_turn() -> None:
     assert cw.trim_turn_count(msgs, 3).messages == msgs
 
 
+def test_trim_turn_count_keeps_turns_holding_a_pinned_message() -> None:
+    """fresh19 F3: the turn holding a pinned message was dropped with rule turn_limit.
+    As in trim_turns it stays, beside the newest max_turns turns; the breadcrumb goes
+    before the first kept turn after a dropped one."""
+
+    def conv(pinned: int) -> list[Message]:
+        msgs = [Message(role="system", content=[TextPart(text="sys")])]
+        for i in range(4):
+            msgs.append(Message(role="user", content=[TextPart(text=f"u{i}")], pinned=i == pinned))
+            if i < 3:
+                msgs.append(Message(role="assistant", content=[TextPart(text=f"a{i}")]))
+        return msgs
+
+    def texts(r: Any) -> list[str]:
+        return [m.content[0].text for m in r.messages]
+
+    # the fresh tester's case: the pinned turn is the only older one, so nothing goes
+    r = cw.trim_turn_count(conv(0)[:3] + conv(0)[-1:], 1)
+    assert texts(r) == ["sys", "u0", "a0", "u3"] and r.report.reason is None
+    # pinned oldest turn: turns 1 and 2 go, the breadcrumb sits before the newest turn
+    r = cw.trim_turn_count(conv(0), 1)
+    assert texts(r) == ["sys", "u0", "a0", BC, "u3"]
+    assert (r.report.kept_turns, r.report.dropped_turns, r.report.dropped_messages) == (2, 2, 4)
+    assert [f.fate for f in r.report.fates] == ["kept"] * 3 + ["dropped"] * 4 + ["kept"]
+    # pinned middle turn: turns 0 and 2 go, the breadcrumb sits before the pinned turn
+    r = cw.trim_turn_count(conv(1), 1)
+    assert texts(r) == ["sys", BC, "u1", "a1", "u3"]
+    assert [f.rule for f in r.report.fates] == ["preamble"] + ["turn_limit"] * 2 + ["kept_turn"] * 2 + [
+        "turn_limit"
+    ] * 2 + ["kept_turn"]
+    # the pure-Python spec agrees
+    ops, report = ref.trim_turn_count(conv(1), 1, "conservative", True, "openai")
+    assert [None if m is None else m.content[0].text for _, m in ops] == [None, BC, None, None, None]
+    assert [i for i, _ in ops] == [0, None, 3, 4, 7] and report.kept_turns == 2
+
+
 def test_request_that_repair_turned_into_carrier_is_kept() -> None:
     """Found by hypothesis: an Anthropic stub result goes into the next user message (the
     request). The request stays; the call its stub answers stays too: it comes before the

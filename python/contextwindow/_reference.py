@@ -1663,6 +1663,19 @@ def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
     return not bare.fits and with_.tokens_after <= bare.tokens_after
 
 
+def _droppable_turns(st: _State, seg: Segmentation) -> list[int]:
+    """The turns a trim may drop, oldest first: never the newest turn, never one holding a
+    pinned message, never one opened by stubs answering the calls of a turn that stays
+    (the stubs go with those calls)."""
+    nt = len(seg.turns)
+    pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
+    can_go = [False] * nt
+    for i in range(nt - 1):
+        after_kept = i > 0 and st.stub_head[seg.turns[i][0]] and not can_go[i - 1]
+        can_go[i] = not pinned_turn[i] and not after_kept
+    return [i for i in range(nt - 1) if can_go[i]]
+
+
 def _trim_turns_once(
     msgs: list[Message],
     budget: int,
@@ -1679,16 +1692,10 @@ def _trim_turns_once(
         st.set_fate(w, "kept", "preamble")
     turn_cost = [sum(st.costs[a:b]) for a, b in seg.turns]
     pre = sum(st.costs[: seg.preamble_end])
-    pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
-    # never the newest turn, never one holding a pinned message, never one opened by stubs
-    # answering the calls of a turn that stays (dropping that turn takes the stubs out of
-    # this one, which then costs saving[i] less)
+    # dropping a turn takes the stubs answering its calls out of the next one, which then
+    # costs saving[i] less
     saving = [st.stub_tokens(a) for a, _ in seg.turns]
-    can_go = [False] * nt
-    for i in range(nt - 1):
-        after_kept = i > 0 and st.stub_head[seg.turns[i][0]] and not can_go[i - 1]
-        can_go[i] = not pinned_turn[i] and not after_kept
-    droppable = [i for i in range(nt - 1) if can_go[i]]
+    droppable = _droppable_turns(st, seg)
 
     # the breadcrumb goes before the first kept turn after a dropped one: with the k oldest
     # droppable turns gone, the turn right after the leading run of consecutive indices
@@ -1833,19 +1840,24 @@ def trim_turn_count(
     seg = segment([it.msg(msgs) for it in st.work])
     t = len(seg.turns)
     keep = min(max(1, max_turns), t)
-    dropped = t - keep
-    if dropped == 0:
+    # the turns older than the newest `keep` that may go, as in trim_turns (fresh19 F3:
+    # a pinned message in an old turn was dropped)
+    droppable = [i for i in _droppable_turns(st, seg) if i < t - keep]
+    if not droppable:
         return _finish(st, None, None, (t, t), None)
     for w in range(seg.preamble_end):
         st.set_fate(w, "kept", "preamble")
-    for a, b in seg.turns[:dropped]:
+    gone = set(droppable)
+    for i, (a, b) in enumerate(seg.turns):
         for w in range(a, b):
-            st.set_keep(w, False)
-            st.set_fate(w, "dropped", "turn_limit")
-    for a, b in seg.turns[dropped:]:
-        for w in range(a, b):
-            st.set_fate(w, "kept", "kept_turn")
-    return _finish(st, None, "turn_limit", (t, keep), seg.turns[dropped][0])
+            if i in gone:
+                st.set_keep(w, False)
+                st.set_fate(w, "dropped", "turn_limit")
+            else:
+                st.set_fate(w, "kept", "kept_turn")
+    # the breadcrumb goes before the first kept turn after a dropped one
+    consecutive = next((j for j, i in enumerate(droppable) if i != droppable[0] + j), len(droppable))
+    return _finish(st, None, "turn_limit", (t, t - len(droppable)), seg.turns[droppable[0] + consecutive][0])
 
 
 def repair_tool_pairs(

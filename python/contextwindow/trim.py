@@ -216,6 +216,11 @@ def trim_turn_count(
 ) -> TrimResult[Any]:
     """Keep the newest ``max(1, max_turns)`` whole turns (plus the preamble).
 
+    Older turns holding a pinned message stay too, as in :func:`trim_turns` (so does a
+    turn that opens with stub results answering the calls of a turn that stays); the
+    report's ``kept_turns`` counts them. The breadcrumb goes before the first kept turn
+    after a dropped one.
+
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         max_turns: how many turns to keep; 0 still keeps the newest turn.

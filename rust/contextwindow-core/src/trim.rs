@@ -1230,23 +1230,41 @@ pub fn trim_turn_count<'a>(
     let seg = st.segment();
     let t = seg.turns.len();
     let keep = (max_turns.max(1) as usize).min(t);
-    let dropped = t - keep;
-    if dropped == 0 {
+    // the turns older than the newest `keep` that may go: as in `trim_turns`, never one
+    // holding a pinned message, never one opened by stubs answering the calls of a turn
+    // that stays (fresh19 F3: a pinned message in an old turn was dropped)
+    let droppable: Vec<usize> = droppable_turns(&st.work, &seg, &st.stub_head)
+        .into_iter()
+        .filter(|&i| i < t - keep)
+        .collect();
+    let Some(&first) = droppable.first() else {
         return st.finish(None, None, (t as u64, t as u64), None);
-    }
+    };
     for w in 0..seg.preamble_end {
         st.set_fate(w, "kept", "preamble");
     }
-    for r in &seg.turns[..dropped] {
-        st.drop_range(r.clone(), "turn_limit");
+    let mut gone = vec![false; t];
+    for &i in &droppable {
+        gone[i] = true;
+        st.drop_range(seg.turns[i].clone(), "turn_limit");
     }
-    for r in &seg.turns[dropped..] {
-        for w in r.clone() {
-            st.set_fate(w, "kept", "kept_turn");
+    for (i, r) in seg.turns.iter().enumerate() {
+        if !gone[i] {
+            for w in r.clone() {
+                st.set_fate(w, "kept", "kept_turn");
+            }
         }
     }
-    let bc_at = Some(seg.turns[dropped].start);
-    st.finish(None, Some("turn_limit"), (t as u64, keep as u64), bc_at)
+    // the breadcrumb goes before the first kept turn after a dropped one (the newest
+    // turn is never droppable, so there is one)
+    let consecutive = droppable
+        .iter()
+        .enumerate()
+        .take_while(|(j, &i)| i == first + j)
+        .count();
+    let bc_at = Some(seg.turns[first + consecutive].start);
+    let kept = (t - droppable.len()) as u64;
+    st.finish(None, Some("turn_limit"), (t as u64, kept), bc_at)
 }
 
 /// Repair tool pairs and report every change (no budget).
