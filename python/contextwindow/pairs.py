@@ -83,12 +83,14 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     of other content; the first message is a user message; roles alternate. Content the
     provider refuses as empty is ``empty_content``: under Anthropic's rules a user or
     assistant message with no content (``[]`` or ``""``; the final assistant message, a
-    prefill, may have none) or with an empty text block (in any message); under
-    OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message`` structs, a
-    message the provider's adapter cannot write
+    prefill, may have none), and, one violation each, a text block that is empty or of
+    whitespace only (Unicode ``White_Space``; a string content is one block), in any
+    message, in a ``tool_result``'s content list, and in a leading system message
+    written as a list of text blocks (a ``tool_result`` or system string is taken);
+    under OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message``
+    structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
-    ``unwritable_message``, so an empty answer means the conversation can be sent (text
-    of whitespace only, which the Messages API refuses too, is not checked).
+    ``unwritable_message``, so an empty answer means the conversation can be sent.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
