@@ -390,3 +390,25 @@ def test_validate_agrees_on_whitespace(texts: list[tuple[str, str | None, bool]]
     payload, cm = canon(msgs)
     got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, "anthropic"))]
     assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, "anthropic")]
+
+
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(
+            role="assistant",
+            content=[TextPart(text="x"), ToolCall(id="c1", name="f", arguments="{}")],
+            extra={"a": 1, "tool_calls": []},
+        ),
+        Message(role="user", content=[TextPart(text="z")]),
+    ],
+    "openai",
+    "drop",
+)
+@given(_EMPTYISH_MSGS, st.sampled_from(["openai", "anthropic"]), st.sampled_from(["stub", "drop"]))
+def test_repair_agrees_on_empty_content(msgs: list[Message], provider: str, missing: str) -> None:
+    """empty19 #3: dropping the last call of a message takes its ``"tool_calls": []``
+    (the rest of ``extra`` kept in order), in the engine as in the reference."""
+    payload, cm = canon(msgs)
+    got = ops(rs.repair_tool_pairs(payload, provider, missing, "conservative"))
+    assert got == ref.repair_tool_pairs(cm, missing, "conservative", provider)

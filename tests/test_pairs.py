@@ -771,6 +771,40 @@ def test_validate_reports_blank_text_in_tool_results_and_system() -> None:
         assert _found([{"role": "system", "content": fine}, q], "anthropic") == []
 
 
+def test_dropping_the_last_call_takes_an_empty_tool_calls_key_with_it() -> None:
+    """empty19 #3: a struct with a call and ``extra={"tool_calls": []}`` is written with
+    its call (the key is not written); ``missing="drop"`` removed the call and kept the
+    key, which the OpenAI adapter then wrote, so the output had an ``empty_content``
+    violation the input did not have. The key goes with the last call; other keys stay,
+    in their order."""
+    from contextwindow.messages import Message, TextPart, ToolCall
+
+    q = Message(role="user", content=[TextPart(text="q")])
+    z = Message(role="user", content=[TextPart(text="z")])
+    call = ToolCall(id="c1", name="f", arguments="{}")
+    for extra, left in (({"tool_calls": []}, None), ({"a": 1, "tool_calls": [], "b": [2]}, {"a": 1, "b": [2]})):
+        a = Message(role="assistant", content=[TextPart(text="x"), call], extra=extra)
+        msgs = [q, a, z]
+        assert [(v.index, v.code) for v in cw.validate(msgs, "openai")] == [(1, "unanswered_call")]
+        r = cw.repair_tool_pairs(msgs, missing="drop", format="openai")
+        assert [c.kind for c in r.report.repairs] == ["call_removed"]
+        assert r.messages[1] == Message(role="assistant", content=[TextPart(text="x")], extra=left)
+        if left is not None:
+            assert list(r.messages[1].extra) == ["a", "b"]
+        assert cw.validate(r.messages, "openai") == []
+        assert cw.adapters.message_to_openai(r.messages[1]) == {"role": "assistant", "content": "x", **(left or {})}
+        # "stub" keeps the call, and the key is still not written
+        stubbed = cw.repair_tool_pairs(msgs, format="openai")
+        assert stubbed.messages[1] is a and cw.validate(stubbed.messages, "openai") == []
+    # a call that stays keeps the key as it is (not written while a call is there)
+    two = Message(
+        role="assistant", content=[call, ToolCall(id="c2", name="f", arguments="{}")], extra={"tool_calls": []}
+    )
+    answer = cw.adapters.openai_to_message({"role": "tool", "tool_call_id": "c2", "content": "r"})
+    r = cw.repair_tool_pairs([q, two, answer], missing="drop", format="openai")
+    assert r.messages[1].extra == {"tool_calls": []} and cw.validate(r.messages, "openai") == []
+
+
 def test_a_blank_block_is_one_violation_so_a_moved_result_adds_none() -> None:
     """empty19 #2: one ``empty_content`` for each blank text block, not one per message:
     repair moves a result holding one out of a message holding another, and a count per

@@ -1011,7 +1011,11 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
     for cid in open_ids:
         changes.append(_change("call_removed", i, cid))
     if kept:
-        out.append(Item(i, msgspec.structs.replace(m, content=kept)))
+        extra = m.extra
+        if not any(isinstance(q, ToolCall) for q in kept) and _empty_tool_calls(m):
+            # the adapter would write the empty list that the calls stood in for
+            extra = {k: val for k, val in m.extra.items() if k != "tool_calls"} or None  # type: ignore[union-attr]
+        out.append(Item(i, msgspec.structs.replace(m, content=kept, extra=extra)))
     else:
         changes.append(_change("message_dropped", i))
     return []

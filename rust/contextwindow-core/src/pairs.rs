@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde::Serialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::error::quote;
 use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
@@ -571,6 +573,11 @@ fn without_repeated_calls<'a>(
 }
 
 /// Remove the given unanswered calls from an assistant message; `None` when it is empty.
+/// When no call remains, a `"tool_calls": []` among its unknown keys goes too: with calls
+/// the OpenAI adapter wrote the calls and not that key, without them it would write the
+/// empty list, which the Chat Completions API refuses (`empty_content`; empty19 #3: a
+/// struct with a call and that key came out of `missing="drop"` with a violation the
+/// input did not have).
 fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
     let drop_ids: HashSet<&str> = drop_ids.iter().copied().collect();
     let mut out = m.clone();
@@ -578,10 +585,62 @@ fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
         !(p.kind == PartKind::ToolCall && drop_ids.contains(&p.id.as_deref().unwrap_or("")))
     });
     if out.content.is_empty() {
-        None
-    } else {
-        Some(out)
+        return None;
     }
+    if !out.has_tool_calls() && empty_tool_calls(&out) {
+        out.extra = out.extra.as_deref().and_then(without_tool_calls_key);
+    }
+    Some(out)
+}
+
+/// The keys of a JSON object, in order, each with its value as written.
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entries, D::Error> {
+        struct Keys;
+        impl<'de> Visitor<'de> for Keys {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    out.push(entry);
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
+/// `extra` (a JSON object) without its `tool_calls` key, the other keys in their order
+/// and their values as written; `None` when no key remains. Unreadable: as it was.
+fn without_tool_calls_key(extra: &RawValue) -> Option<Box<RawValue>> {
+    let Ok(Entries(entries)) = serde_json::from_str::<Entries>(extra.get()) else {
+        return Some(extra.to_owned());
+    };
+    let mut text = String::from("{");
+    for (key, value) in entries.iter().filter(|(k, _)| k != "tool_calls") {
+        if text.len() > 1 {
+            text.push(',');
+        }
+        text.push_str(&quote_key(key));
+        text.push(':');
+        text.push_str(value.get());
+    }
+    if text.len() == 1 {
+        return None;
+    }
+    text.push('}');
+    Some(RawValue::from_string(text).unwrap_or_else(|_| extra.to_owned()))
+}
+
+/// `key` as a JSON string.
+fn quote_key(key: &str) -> String {
+    serde_json::to_string(key).unwrap_or_else(|_| format!("{key:?}"))
 }
 
 /// Message `i` without tool results, which do not belong in it (they are placed with

@@ -1107,3 +1107,24 @@ fn blank_text_is_a_violation_wherever_anthropic_reads_a_text_block() {
     let system = Message::new(Role::System, vec![Part::text(" ")]);
     assert!(details(&[system, u("q")]).is_empty());
 }
+
+#[test]
+fn dropping_the_last_call_takes_an_empty_tool_calls_key_along() {
+    // empty19 #3: the key, not written while the message had a call, would be written
+    let json = r#"[{"role": "user", "content": [{"kind": "text", "text": "q"}]},
+                   {"role": "assistant", "content": [{"kind": "text", "text": "x"},
+                      {"kind": "tool_call", "id": "c1", "name": "f", "arguments": "{}"}],
+                    "extra": {"a": 1e400, "tool_calls": [], "b": {"c": [1]}}},
+                   {"role": "user", "content": [{"kind": "text", "text": "z"}]}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    let (out, _) = repair(&msgs, Format::OpenAI, Missing::Drop);
+    let extra = out[1].msg.extra.as_ref().map(|r| r.get().to_owned());
+    assert_eq!(extra.as_deref(), Some(r#"{"a":1e400,"b":{"c": [1]}}"#));
+    assert!(validate(
+        &out.iter()
+            .map(|w| w.msg.clone().into_owned())
+            .collect::<Vec<_>>(),
+        Format::OpenAI
+    )
+    .is_empty());
+}
