@@ -805,6 +805,27 @@ def test_dropping_the_last_call_takes_an_empty_tool_calls_key_with_it() -> None:
     assert r.messages[1].extra == {"tool_calls": []} and cw.validate(r.messages, "openai") == []
 
 
+def test_validate_under_anthropic_rules_refuses_a_second_system_in_any_shape() -> None:
+    """empty19 #4: plain-text dicts read the same in both shapes and are detected as
+    OpenAI's; ``validate(dicts, "anthropic")`` then let two system messages pass, which
+    Anthropic refuses (its one top-level ``system``) and which ``format="anthropic"``
+    refused. The provider's rules apply whatever shape the messages were read in."""
+    d = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, {"role": "user", "content": "u"}]
+    want = (
+        'message 1, field role: an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+    )
+    for fmt in (None, "openai", "anthropic"):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            cw.validate(d, "anthropic", format=fmt)
+        assert str(info.value) == want
+    assert cw.validate(d, "openai") == []  # OpenAI takes several
+    # a system message holding other than text, read as OpenAI's, is refused the same way
+    img = {"type": "image_url", "image_url": {"url": "https://x/i.png"}}
+    with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[1\]: must be a text block"):
+        cw.validate([{"role": "system", "content": [{"type": "text", "text": "s"}, img]}, d[2]], "anthropic")
+    assert cw.validate([d[0], d[2]], "anthropic") == []
+
+
 def test_a_blank_block_is_one_violation_so_a_moved_result_adds_none() -> None:
     """empty19 #2: one ``empty_content`` for each blank text block, not one per message:
     repair moves a result holding one out of a message holding another, and a count per
