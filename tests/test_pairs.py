@@ -826,6 +826,29 @@ def test_validate_under_anthropic_rules_refuses_a_second_system_in_any_shape() -
     assert cw.validate([d[0], d[2]], "anthropic") == []
 
 
+def test_a_developer_struct_under_anthropic_rules_is_counted_and_reported() -> None:
+    """empty19 #5, a decision: ``developer`` is a role of the canonical model (a preamble
+    message), so a struct holding it is counted, trimmed and fitted under Anthropic's
+    rules as under OpenAI's, and ``validate`` reports it as ``role_not_allowed``; an
+    Anthropic dict cannot say the role and is refused (README, "Errors")."""
+    from contextwindow.messages import Message, TextPart
+
+    dev = Message(role="developer", content=[TextPart(text="be brief")])
+    q = Message(role="user", content=[TextPart(text="q")])
+    msgs = [dev, q]
+    found = [(v.index, v.code, v.detail) for v in cw.validate(msgs, "anthropic")]
+    assert found == [(0, "role_not_allowed", "role developer is not allowed in Anthropic messages")]
+    as_system = [Message(role="system", content=[TextPart(text="be brief")]), q]
+    assert cw.count_messages(msgs, format="anthropic") == cw.count_messages(as_system, format="anthropic")
+    for out in (cw.trim_turns(msgs, 1, format="anthropic"), cw.fit(msgs, 1, format="anthropic")):
+        assert out.messages[0] is dev  # the preamble is kept
+        assert [(v.index, v.code) for v in cw.validate(out.messages, "anthropic")] == [(0, "role_not_allowed")]
+    with pytest.raises(cw.InvalidMessageError, match='message 0, field role: unknown role "developer"'):
+        cw.count_messages(
+            [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "q"}], format="anthropic"
+        )
+
+
 def test_a_blank_block_is_one_violation_so_a_moved_result_adds_none() -> None:
     """empty19 #2: one ``empty_content`` for each blank text block, not one per message:
     repair moves a result holding one out of a message holding another, and a count per
