@@ -66,9 +66,11 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
       provider's adapter cannot write (an image with no source, tool call arguments that
       are not a JSON object bound for Anthropic: the strategies draw such messages, which
       trimming and fitting keep as they are);
-    * ``empty_content`` when ``given`` has at least as many (a message with no content or
-      an empty text block: the strategies draw them, and the library neither mends nor
-      drops a message for it; trims only remove messages, so the count can only fall).
+    * ``empty_content`` when ``given`` has at least as many (a message with no content, a
+      text block empty or of whitespace only, one violation each, in a tool result's
+      content too: the strategies draw them, and the library neither mends nor drops a
+      message for it; trims only remove messages and repair moves a result with its
+      blocks, so the count can only fall).
     """
     import contextwindow as cw
     from contextwindow.adapters import from_canonical

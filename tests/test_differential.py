@@ -149,7 +149,13 @@ _EMPTYISH = st.lists(
             TextPart(text=""),
             TextPart(text="x"),
             TextPart(text=" "),
+            TextPart(text="\x1c"),
+            TextPart(text="\u3000\x85"),
             TextPart(text="", extra={"cache_control": {"type": "ephemeral"}}),
+            ToolResult(call_id="c1", content=[TextPart(text=" ")]),
+            ToolResult(call_id="c1", content=[TextPart(text="")], content_kind="parts"),
+            ToolResult(call_id="c1", content=[TextPart(text="r"), TextPart(text="\t")], content_kind="text"),
+            ToolResult(call_id="c1", content=[TextPart(text="\u200b")], content_kind="null"),
             ToolCall(id="c1", name="f", arguments="{}"),
             OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""}),
         ]
@@ -158,19 +164,21 @@ _EMPTYISH = st.lists(
 )
 
 
-@given(
-    st.lists(
-        st.builds(
-            Message,
-            role=st.sampled_from(["system", "user", "assistant"]),
-            content=_EMPTYISH,
-            content_kind=st.sampled_from([None, "text", "parts", "null", "absent"]),
-            extra=st.sampled_from([None, {"tool_calls": []}, {"tool_calls": None}, {"tool_calls": [1]}, {"k": []}]),
+_EMPTYISH_MSGS = st.lists(
+    st.builds(
+        Message,
+        role=st.sampled_from(["system", "user", "assistant"]),
+        content=_EMPTYISH,
+        content_kind=st.sampled_from([None, "text", "parts", "null", "absent"]),
+        extra=st.sampled_from(
+            [None, {"tool_calls": []}, {"tool_calls": None}, {"tool_calls": [1]}, {"k": []}, {"k": 1, "tool_calls": []}]
         ),
-        max_size=5,
     ),
-    st.sampled_from(["openai", "anthropic"]),
+    max_size=5,
 )
+
+
+@given(_EMPTYISH_MSGS, st.sampled_from(["openai", "anthropic"]))
 @example(
     [
         Message(role="user", content=[TextPart(text="q")]),
@@ -205,7 +213,9 @@ _EMPTYISH = st.lists(
 )
 def test_validate_agrees_on_empty_content(msgs: list[Message], provider: str) -> None:
     """empty_content (fresh18 F2): no content, the string "", empty text blocks with and
-    without extra keys, each content spelling, ``tool_calls`` in extra, final or not."""
+    without extra keys, each content spelling, ``tool_calls`` in extra, final or not;
+    text of whitespace only, in a message, a tool result's content list or the system
+    (empty19 #1, #2)."""
     payload, cm = canon(msgs)
     got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
     assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]
@@ -355,3 +365,50 @@ def test_repair_splits_tool_messages_holding_several_results(msgs: list[Message]
     assert not any(m.role == "tool" and len(m.content) > 1 for m in r.messages)
     assert [v for v in cw.validate(r.messages, "openai") if v.code != "unwritable_message"] == []
     assert cw.repair_tool_pairs(r.messages, missing, format="openai").report.repairs == []
+
+
+_SPACES = st.text(
+    st.sampled_from([chr(c) for c in range(0x3001) if chr(c).isspace()] + ["\u180e", "\u200b", "x"]), max_size=3
+)
+
+
+@given(
+    st.lists(st.tuples(_SPACES, st.sampled_from([None, "text", "parts"]), st.booleans()), min_size=1, max_size=4),
+    st.sampled_from(["system", "user"]),
+)
+def test_validate_agrees_on_whitespace(texts: list[tuple[str, str | None, bool]], first: str) -> None:
+    """empty19 #1: one set of whitespace (Unicode White_Space) in the engine and the
+    reference, where ``str.isspace`` and ``char::is_whitespace`` part (U+001C..U+001F),
+    in message text, tool result content and the system."""
+    msgs = [Message(role=first, content=[TextPart(text="s")])]
+    for k, (text, kind, in_result) in enumerate(texts):
+        role = "assistant" if (k + (first == "system")) % 2 else "user"
+        part: TextPart | ToolResult = TextPart(text=text)
+        if in_result:
+            part = ToolResult(call_id="c1", content=[TextPart(text=text)], content_kind=kind)  # type: ignore[arg-type]
+        msgs.append(Message(role=role, content=[part], content_kind=kind))  # type: ignore[arg-type]
+    payload, cm = canon(msgs)
+    got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, "anthropic"))]
+    assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, "anthropic")]
+
+
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(
+            role="assistant",
+            content=[TextPart(text="x"), ToolCall(id="c1", name="f", arguments="{}")],
+            extra={"a": 1, "tool_calls": []},
+        ),
+        Message(role="user", content=[TextPart(text="z")]),
+    ],
+    "openai",
+    "drop",
+)
+@given(_EMPTYISH_MSGS, st.sampled_from(["openai", "anthropic"]), st.sampled_from(["stub", "drop"]))
+def test_repair_agrees_on_empty_content(msgs: list[Message], provider: str, missing: str) -> None:
+    """empty19 #3: dropping the last call of a message takes its ``"tool_calls": []``
+    (the rest of ``extra`` kept in order), in the engine as in the reference."""
+    payload, cm = canon(msgs)
+    got = ops(rs.repair_tool_pairs(payload, provider, missing, "conservative"))
+    assert got == ref.repair_tool_pairs(cm, missing, "conservative", provider)

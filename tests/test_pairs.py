@@ -542,6 +542,8 @@ def _found(msgs: Any, provider: str) -> list[tuple[int, str, str]]:
 
 _NO_CONTENT = "a user message has no content; only a final assistant message may be empty"
 _EMPTY_BLOCK = "content[0] is an empty text block; text blocks must be non-empty"
+_WHITESPACE_STRING = "content is a string of whitespace only; text must contain non-whitespace text"
+_WHITESPACE_BLOCK = "content[0] is a text block of whitespace only; text blocks must contain non-whitespace text"
 _EMPTY_CALLS = (
     "tool_calls is an empty list; the Chat Completions API takes a list of at least one call, or no tool_calls key"
 )
@@ -576,7 +578,7 @@ def test_empty_anthropic_content_cases() -> None:
             (1, "empty_content", "an assistant message has no content; only a final assistant message may be empty")
         ]
     # an empty text block is refused in any message, the final assistant one too, next to
-    # other blocks too (content[j] names the first)
+    # other blocks too (content[j] names it; one violation each, empty19 #2)
     block = {"type": "text", "text": ""}
     assert _found([q, {"role": "assistant", "content": [block]}], "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]
     tool_use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
@@ -584,9 +586,11 @@ def test_empty_anthropic_content_cases() -> None:
     assert _found(two, "anthropic") == [
         (1, "empty_content", "content[1] is an empty text block; text blocks must be non-empty")
     ]
-    # a block that is not text, or a text of one space, is content (not checked here)
+    # a block that is not text is content; a text of one space is not (empty19 #1)
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
-    assert _found([{"role": "user", "content": [image]}, ok, {"role": "user", "content": " "}], "anthropic") == []
+    assert _found([{"role": "user", "content": [image]}, ok, {"role": "user", "content": " "}], "anthropic") == [
+        (2, "empty_content", _WHITESPACE_STRING)
+    ]
     # the empty_content violation comes after the message's other violations
     assert [(i, c) for i, c, _ in _found([{"role": "assistant", "content": []}, q], "anthropic")] == [
         (0, "first_not_user"),
@@ -656,3 +660,225 @@ def test_repair_adds_no_empty_content() -> None:
     assert _found(r.messages, "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]
     for out in (cw.trim_turns(msgs, 1000).messages, cw.fit(msgs, 1000).messages):
         assert _found(out, "anthropic") == [(1, "empty_content", _EMPTY_BLOCK)]
+
+
+#: The Unicode White_Space property (PropList.txt): what validate takes for whitespace.
+_WHITE_SPACE = [0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B)]
+_WHITE_SPACE += [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+
+
+def test_validate_reports_whitespace_only_text() -> None:
+    """empty19 #1: the Messages API refuses a text block of whitespace only ("text content
+    blocks must contain non-whitespace text"), in any message, the final assistant one
+    too; a string content is one text block."""
+    q = {"role": "user", "content": "q"}
+    ok = {"role": "assistant", "content": "ok"}
+    for text in (" ", "\n\n", "\t \u3000"):
+        block = {"type": "text", "text": text}
+        assert _found([{"role": "user", "content": [block]}, ok, q], "anthropic") == [
+            (0, "empty_content", _WHITESPACE_BLOCK)
+        ]
+        assert _found([q, {"role": "assistant", "content": text}], "anthropic") == [
+            (1, "empty_content", _WHITESPACE_STRING)
+        ]
+        tool_use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+        msgs = [q, {"role": "assistant", "content": [{"type": "text", "text": "x"}, block, tool_use]}, carrier("t1")]
+        assert _found(msgs, "anthropic") == [
+            (
+                1,
+                "empty_content",
+                "content[1] is a text block of whitespace only; text blocks must contain non-whitespace text",
+            )
+        ]
+    # whitespace around other text is text
+    assert _found([{"role": "user", "content": [{"type": "text", "text": " q\n"}]}], "anthropic") == []
+    # OpenAI takes it
+    assert (
+        _found(
+            [{"role": "user", "content": " "}, {"role": "assistant", "content": [{"type": "text", "text": " "}]}],
+            "openai",
+        )
+        == []
+    )
+
+
+def test_whitespace_is_unicode_white_space() -> None:
+    """empty19 #1: whitespace is the Unicode White_Space property, its 25 code points, in
+    the engine and in ``_reference``; Python's ``str.isspace`` also takes U+001C..U+001F
+    (information separators, not White_Space), which are text here, as are U+180E (not
+    White_Space since Unicode 6.3), U+200B and U+FEFF."""
+    from contextwindow import _reference as ref
+    from contextwindow.messages import Message, TextPart
+
+    q = Message(role="user", content=[TextPart(text="q")])
+    assert len(_WHITE_SPACE) == 25
+    for cp in range(0x3001):
+        c = chr(cp)
+        if cp not in _WHITE_SPACE and not c.isspace() and cp not in (0x180E, 0x200B):
+            continue
+        msgs = [q, Message(role="assistant", content=[TextPart(text=c)], content_kind="parts")]
+        want = [(1, "empty_content")] if cp in _WHITE_SPACE else []
+        assert [(v.index, v.code) for v in cw.validate(msgs, "anthropic")] == want, hex(cp)
+        assert [(v.index, v.code) for v in ref.validate(msgs, "anthropic")] == want, hex(cp)
+    for cp in (0x1C, 0x1D, 0x1E, 0x1F):
+        assert chr(cp).isspace()  # where str.isspace and White_Space part
+    assert sorted(ord(c) for c in ref._WHITE_SPACE) == _WHITE_SPACE
+    for text in ("\ufeff", "\u200b", " \x1c "):
+        assert _found([q, Message(role="assistant", content=[TextPart(text=text)])], "anthropic") == []
+
+
+_TOOL_RESULT_EMPTY = "content[0].content[1] is an empty text block; text blocks must be non-empty"
+
+
+def test_validate_reports_blank_text_in_tool_results_and_system() -> None:
+    """empty19 #2: a text block is refused as empty or of whitespace only wherever it is:
+    in a ``tool_result``'s content list and in a ``system`` written as a list of text
+    blocks. A ``tool_result`` whose content is a string (``""`` too) or absent or ``[]``
+    is taken (the Messages API makes ``content`` optional there), and so is a ``system``
+    string (``""`` too) and an empty list."""
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
+    q = {"role": "user", "content": "q"}
+
+    def result(content: Any) -> dict[str, Any]:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": "t1"}
+        if content is not None:
+            block["content"] = content
+        return {"role": "user", "content": [block]}
+
+    text = {"type": "text", "text": "r"}
+    for blank, detail in (
+        ("", _TOOL_RESULT_EMPTY),
+        (
+            " \n",
+            _TOOL_RESULT_EMPTY.replace(
+                "an empty text block; text blocks must be non-empty",
+                "a text block of whitespace only; text blocks must contain non-whitespace text",
+            ),
+        ),
+    ):
+        msgs = [q, call, result([text, {"type": "text", "text": blank}])]
+        assert _found(msgs, "anthropic") == [(2, "empty_content", detail)]
+    for fine in (None, "", " ", [], [text]):
+        assert _found([q, call, result(fine)], "anthropic") == [], fine
+    # the system: a list of text blocks holds none blank; a string or no block is taken
+    for blank in ("", "\u3000"):
+        system = {"role": "system", "content": [{"type": "text", "text": "s"}, {"type": "text", "text": blank}]}
+        found = _found([system, q], "anthropic")
+        assert [(i, c) for i, c, _ in found] == [(0, "empty_content")]
+        assert found[0][2].startswith("content[1] is ")
+        assert _found([system, q], "openai") == []
+    for fine in ("", " ", []):
+        assert _found([{"role": "system", "content": fine}, q], "anthropic") == []
+
+
+def test_dropping_the_last_call_takes_an_empty_tool_calls_key_with_it() -> None:
+    """empty19 #3: a struct with a call and ``extra={"tool_calls": []}`` is written with
+    its call (the key is not written); ``missing="drop"`` removed the call and kept the
+    key, which the OpenAI adapter then wrote, so the output had an ``empty_content``
+    violation the input did not have. The key goes with the last call; other keys stay,
+    in their order."""
+    from contextwindow.messages import Message, TextPart, ToolCall
+
+    q = Message(role="user", content=[TextPart(text="q")])
+    z = Message(role="user", content=[TextPart(text="z")])
+    call = ToolCall(id="c1", name="f", arguments="{}")
+    for extra, left in (({"tool_calls": []}, None), ({"a": 1, "tool_calls": [], "b": [2]}, {"a": 1, "b": [2]})):
+        a = Message(role="assistant", content=[TextPart(text="x"), call], extra=extra)
+        msgs = [q, a, z]
+        assert [(v.index, v.code) for v in cw.validate(msgs, "openai")] == [(1, "unanswered_call")]
+        r = cw.repair_tool_pairs(msgs, missing="drop", format="openai")
+        assert [c.kind for c in r.report.repairs] == ["call_removed"]
+        assert r.messages[1] == Message(role="assistant", content=[TextPart(text="x")], extra=left)
+        if left is not None:
+            assert list(r.messages[1].extra) == ["a", "b"]
+        assert cw.validate(r.messages, "openai") == []
+        assert cw.adapters.message_to_openai(r.messages[1]) == {"role": "assistant", "content": "x", **(left or {})}
+        # "stub" keeps the call, and the key is still not written
+        stubbed = cw.repair_tool_pairs(msgs, format="openai")
+        assert stubbed.messages[1] is a and cw.validate(stubbed.messages, "openai") == []
+    # a call that stays keeps the key as it is (not written while a call is there)
+    two = Message(
+        role="assistant", content=[call, ToolCall(id="c2", name="f", arguments="{}")], extra={"tool_calls": []}
+    )
+    answer = cw.adapters.openai_to_message({"role": "tool", "tool_call_id": "c2", "content": "r"})
+    r = cw.repair_tool_pairs([q, two, answer], missing="drop", format="openai")
+    assert r.messages[1].extra == {"tool_calls": []} and cw.validate(r.messages, "openai") == []
+
+
+def test_validate_under_anthropic_rules_refuses_a_second_system_in_any_shape() -> None:
+    """empty19 #4: plain-text dicts read the same in both shapes and are detected as
+    OpenAI's; ``validate(dicts, "anthropic")`` then let two system messages pass, which
+    Anthropic refuses (its one top-level ``system``) and which ``format="anthropic"``
+    refused. The provider's rules apply whatever shape the messages were read in."""
+    d = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, {"role": "user", "content": "u"}]
+    want = (
+        'message 1, field role: an Anthropic request takes one system prompt, its top-level "system"; this is a second'
+    )
+    for fmt in (None, "openai", "anthropic"):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            cw.validate(d, "anthropic", format=fmt)
+        assert str(info.value) == want
+    assert cw.validate(d, "openai") == []  # OpenAI takes several
+    # a system message holding other than text, read as OpenAI's, is refused the same way
+    img = {"type": "image_url", "image_url": {"url": "https://x/i.png"}}
+    with pytest.raises(cw.InvalidMessageError, match=r"message 0, field content\[1\]: must be a text block"):
+        cw.validate([{"role": "system", "content": [{"type": "text", "text": "s"}, img]}, d[2]], "anthropic")
+    assert cw.validate([d[0], d[2]], "anthropic") == []
+
+
+def test_a_developer_struct_under_anthropic_rules_is_counted_and_reported() -> None:
+    """empty19 #5, a decision: ``developer`` is a role of the canonical model (a preamble
+    message), so a struct holding it is counted, trimmed and fitted under Anthropic's
+    rules as under OpenAI's, and ``validate`` reports it as ``role_not_allowed``; an
+    Anthropic dict cannot say the role and is refused (README, "Errors")."""
+    from contextwindow.messages import Message, TextPart
+
+    dev = Message(role="developer", content=[TextPart(text="be brief")])
+    q = Message(role="user", content=[TextPart(text="q")])
+    msgs = [dev, q]
+    found = [(v.index, v.code, v.detail) for v in cw.validate(msgs, "anthropic")]
+    assert found == [(0, "role_not_allowed", "role developer is not allowed in Anthropic messages")]
+    as_system = [Message(role="system", content=[TextPart(text="be brief")]), q]
+    assert cw.count_messages(msgs, format="anthropic") == cw.count_messages(as_system, format="anthropic")
+    for out in (cw.trim_turns(msgs, 1, format="anthropic"), cw.fit(msgs, 1, format="anthropic")):
+        assert out.messages[0] is dev  # the preamble is kept
+        assert [(v.index, v.code) for v in cw.validate(out.messages, "anthropic")] == [(0, "role_not_allowed")]
+    with pytest.raises(cw.InvalidMessageError, match='message 0, field role: unknown role "developer"'):
+        cw.count_messages(
+            [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "q"}], format="anthropic"
+        )
+
+
+def test_a_blank_block_is_one_violation_so_a_moved_result_adds_none() -> None:
+    """empty19 #2: one ``empty_content`` for each blank text block, not one per message:
+    repair moves a result holding one out of a message holding another, and a count per
+    message then grew from one to two (the output added a violation)."""
+    tu = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    blank_result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": " "}]}
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [tu]},
+        {"role": "user", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": [blank_result, {"type": "text", "text": ""}]},
+    ]
+    ws = "content[0].content[0] is a text block of whitespace only; text blocks must contain non-whitespace text"
+    found = _found(msgs, "anthropic")
+    assert [(i, c) for i, c, _ in found] == [
+        (1, "unanswered_call"),
+        (4, "orphan_result"),
+        (4, "empty_content"),
+        (4, "empty_content"),
+    ]
+    assert [d for _, c, d in found if c == "empty_content"] == [
+        ws,
+        "content[1] is an empty text block; text blocks must be non-empty",
+    ]
+    for missing in ("stub", "drop"):
+        r = cw.repair_tool_pairs(msgs, missing, format="anthropic")
+        assert [c.kind for c in r.report.repairs] == ["result_moved"]
+        assert r.messages[2]["content"][0] == blank_result
+        assert _found(r.messages, "anthropic") == [
+            (2, "empty_content", ws),
+            (4, "empty_content", "content[0] is an empty text block; text blocks must be non-empty"),
+        ]

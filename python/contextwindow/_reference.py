@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -822,6 +822,10 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 v(i, "empty_content")
         return out
     start = next((i for i, m in enumerate(msgs) if m.role != "system"), len(msgs))
+    for i in range(start):
+        if not _written_as_string(msgs[i].content, msgs[i].content_kind):
+            for _ in range(_blank_blocks(msgs[i].content)):
+                v(i, "empty_content")
     prev: str | None = None
     for i in range(start, len(msgs)):
         m = msgs[i]
@@ -861,8 +865,9 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 elif cid not in answered:
                     v(i, "unanswered_call", cid)
                 seen_calls.add(cid)
-        if m.role in ("user", "assistant") and _empty_anthropic(m, final=i == len(msgs) - 1):
-            v(i, "empty_content")
+        if m.role in ("user", "assistant"):
+            for _ in range(_empty_anthropic(m, final=i == len(msgs) - 1)):
+                v(i, "empty_content")
     return out
 
 
@@ -873,16 +878,51 @@ def _empty_tool_calls(m: Message) -> bool:
     return isinstance(calls, (list, tuple)) and not calls
 
 
-def _empty_anthropic(m: Message, *, final: bool) -> bool:
-    """Whether the Messages API refuses user or assistant message ``m``'s content: none
-    (no block, or the string ``""``; a final assistant message, a prefill, may have
-    none), or an empty text block (no message may hold one)."""
-    empty = [isinstance(q, TextPart) and q.text == "" for q in m.content]
-    only = m.content[0] if len(m.content) == 1 else None
-    string = isinstance(only, TextPart) and only.extra is None and empty[0] and m.content_kind != "parts"
-    if not m.content or string:
-        return not (final and m.role == "assistant")
-    return any(empty)
+#: The Unicode ``White_Space`` property, its 25 code points: whitespace as :func:`_blank`
+#: takes it (Rust's ``is_white_space`` in pairs.rs lists the same; ``char::is_whitespace``
+#: is this set). Not ``str.isspace``, which also takes U+001C..U+001F.
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _blank(text: str) -> bool:
+    """Whether ``text`` is empty or of whitespace only (:data:`_WHITE_SPACE`): what the
+    Messages API refuses in a text block."""
+    return all(c in _WHITE_SPACE for c in text)
+
+
+def _written_as_string(parts: Sequence[Any], kind: str | None) -> bool:
+    """Whether the Anthropic adapter writes ``parts`` spelled ``kind`` as a string (one
+    text part without extra keys, spelled ``"text"`` or not at all)."""
+    return len(parts) == 1 and isinstance(parts[0], TextPart) and parts[0].extra is None and kind in (None, "text")
+
+
+def _blank_blocks(parts: Sequence[Any]) -> int:
+    """How many text blocks of ``parts`` (written as blocks), and of the content lists of
+    the ``ToolResult`` parts among them, are empty or of whitespace only (one violation
+    each, so that a moved result takes its own along)."""
+    n = 0
+    for q in parts:
+        if isinstance(q, ToolResult):
+            if not _written_as_string(q.content, q.content_kind):
+                n += sum(isinstance(r, TextPart) and _blank(r.text) for r in q.content)
+        elif isinstance(q, TextPart) and _blank(q.text):
+            n += 1
+    return n
+
+
+def _empty_anthropic(m: Message, *, final: bool) -> int:
+    """How many ``empty_content`` violations user or assistant message ``m``'s content
+    makes: one when it has none (no block, or the string ``""``; a final assistant
+    message, a prefill, may have none), or is a string of whitespace only; else one for
+    each empty text block or one of whitespace only, also in a ``ToolResult``'s content
+    list (no message may hold one)."""
+    string = _written_as_string(m.content, m.content_kind)
+    if not m.content or (string and m.content[0].text == ""):  # type: ignore[union-attr]
+        return int(not (final and m.role == "assistant"))
+    return _blank_blocks(m.content)
 
 
 @dataclass
@@ -971,7 +1011,11 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
     for cid in open_ids:
         changes.append(_change("call_removed", i, cid))
     if kept:
-        out.append(Item(i, msgspec.structs.replace(m, content=kept)))
+        extra = m.extra
+        if not any(isinstance(q, ToolCall) for q in kept) and _empty_tool_calls(m):
+            # the adapter would write the empty list that the calls stood in for
+            extra = {k: val for k, val in m.extra.items() if k != "tool_calls"} or None  # type: ignore[union-attr]
+        out.append(Item(i, msgspec.structs.replace(m, content=kept, extra=extra)))
     else:
         changes.append(_change("message_dropped", i))
     return []

@@ -83,12 +83,15 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     of other content; the first message is a user message; roles alternate. Content the
     provider refuses as empty is ``empty_content``: under Anthropic's rules a user or
     assistant message with no content (``[]`` or ``""``; the final assistant message, a
-    prefill, may have none) or with an empty text block (in any message); under
-    OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message`` structs, a
-    message the provider's adapter cannot write
+    prefill, may have none), and, one violation each, a text block that is empty or of
+    whitespace only (Unicode ``White_Space``; a string content is one block), in any
+    message, in a ``tool_result``'s content list, and in a leading system message
+    written as a list of text blocks (a ``tool_result`` or system string is taken);
+    under OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message``
+    structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
-    ``unwritable_message``, so an empty answer means the conversation can be sent (text
-    of whitespace only, which the Messages API refuses too, is not checked).
+    ``unwritable_message``, so an empty answer means the conversation can be sent.
+    ``provider`` decides the rules, ``format`` only how the messages are read.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
@@ -99,11 +102,12 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         Violations in message order; empty when the conversation is valid.
 
     Raises:
-        InvalidMessageError: a message is malformed (for structs under Anthropic's rules,
-            a system message holding a part other than a ``TextPart``: ``message 0,
-            field content[1]: must be a text block``, as for a dict; a system message
-            after a leading one: ``message 2, field role: an Anthropic request takes one
-            system prompt, its top-level "system"; this is a second``).
+        InvalidMessageError: a message is malformed (under Anthropic's rules, whatever
+            ``format`` read the messages, structs and dicts alike: a system message
+            holding a part other than text: ``message 0, field content[1]: must be a
+            text block``; a system message after a leading one: ``message 2, field
+            role: an Anthropic request takes one system prompt, its top-level
+            "system"; this is a second``).
         ValueError: unknown provider.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
@@ -117,7 +121,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         # reads as Anthropic's, whose system rules then refused it under "openai")
         format = provider
     prep = _engine.prepare(messages, format)
-    if prep.format == "canonical" and provider == "anthropic":
+    if provider == "anthropic":
+        # the provider's rules, whatever shape the messages were read in: plain-text
+        # dicts, read alike in both shapes, are detected as OpenAI's (empty19 #4: a
+        # second system message passed, which format="anthropic" refused)
         _engine.anthropic_systems(prep.canonical)
     found = _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
     if prep.format == "canonical":

@@ -149,8 +149,9 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             ``result_outside_user_message``, ``call_outside_assistant``, ``duplicate_call``,
             ``empty_tool_message``, ``first_not_user``, ``not_alternating``,
             ``role_not_allowed``, ``empty_content`` (content the provider refuses as
-            empty: an Anthropic message with no content but a final assistant one, an
-            empty text block, OpenAI's ``"tool_calls": []``) or (``Message`` structs
+            empty: an Anthropic message with no content but a final assistant one, a
+            text block that is empty or of whitespace only, also in a ``tool_result``
+            or the system, OpenAI's ``"tool_calls": []``) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

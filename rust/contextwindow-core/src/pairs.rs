@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde::Serialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::error::quote;
 use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
@@ -64,9 +66,12 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// tool messages, and every call is answered before the next non-tool message.
 /// Anthropic: tool results sit in the user message right after their calls, ahead of
 /// other content; the first message is a user message; roles alternate; system prompts
-/// only lead; a user or assistant message holds no empty text block, and has content
-/// unless it is the final assistant message (`empty_content`). OpenAI: an assistant message has no
-/// `"tool_calls": []` (`empty_content`).
+/// only lead; a user or assistant message holds no text block that is empty or of
+/// whitespace only (see [`blank`]), its `tool_result` blocks none in their content lists
+/// (`empty_content`, one for each), and it has content unless it is the final assistant
+/// message (`empty_content`); the leading system message, when written as a list of text
+/// blocks, holds no such block either.
+/// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
         Format::OpenAI => validate_openai(messages),
@@ -197,28 +202,118 @@ fn empty_tool_calls(m: &Message) -> bool {
         .is_some_and(|t| matches!(t, serde_json::Value::Array(a) if a.is_empty()))
 }
 
-/// Why Anthropic's Messages API refuses the content of message `i` (`m`, a user or
-/// assistant message), if it does: no content (no block, or the string `""`), which only
-/// the final message may have when it is an assistant message (a prefill); or an empty
-/// text block, which no message may hold.
-fn empty_content_anthropic(messages: &[Message], i: usize, m: &Message) -> Option<String> {
-    let empty = |p: &Part| p.kind == PartKind::Text && p.text_str().is_empty();
-    // a lone text part without extra keys is written as a string unless spelled as blocks
-    let string = matches!(&m.content[..], [p] if empty(p) && p.extra.is_none())
-        && m.content_kind.as_deref() != Some("parts");
-    if m.content.is_empty() || string {
-        let prefill = m.role == Role::Assistant && i + 1 == messages.len();
-        return (!prefill).then(|| {
-            format!(
-                "{} message has no content; only a final assistant message may be empty",
-                with_article(m.role)
-            )
-        });
+/// Whether `c` is whitespace as [`blank`] takes it: the Unicode `White_Space` property,
+/// its 25 code points listed (the set `char::is_whitespace` tests, spelled out so that
+/// `_reference._WHITE_SPACE` can hold the same list; Python's `str.isspace` also takes
+/// U+001C..U+001F, which are not `White_Space`, and are content here).
+fn is_white_space(c: char) -> bool {
+    matches!(
+        c,
+        '\u{9}'..='\u{d}'
+            | ' '
+            | '\u{85}'
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+    )
+}
+
+/// Whether `text` is empty or of whitespace only ([`is_white_space`]): what the Messages
+/// API refuses in a text block ("text content blocks must be non-empty", "text content
+/// blocks must contain non-whitespace text"; which characters it takes for whitespace
+/// is not documented).
+fn blank(text: &str) -> bool {
+    text.chars().all(is_white_space)
+}
+
+/// Whether the Anthropic adapter writes `parts`, spelled `kind`, as a string: a single
+/// text part without extra keys, spelled `"text"` or not at all (`_emit` in adapters.py).
+fn written_as_string(parts: &[Part], kind: Option<&str>) -> bool {
+    matches!(parts, [p] if p.kind == PartKind::Text && p.extra.is_none())
+        && matches!(kind, None | Some("text"))
+}
+
+/// Why the Messages API refuses text block `p`, named `at`, if it does.
+fn blank_block(p: &Part, at: &str) -> Option<String> {
+    if p.kind != PartKind::Text || !blank(p.text_str()) {
+        None
+    } else if p.text_str().is_empty() {
+        Some(format!(
+            "{at} is an empty text block; text blocks must be non-empty"
+        ))
+    } else {
+        Some(format!(
+            "{at} is a text block of whitespace only; text blocks must contain \
+             non-whitespace text"
+        ))
     }
-    let j = m.content.iter().position(empty)?;
-    Some(format!(
-        "content[{j}] is an empty text block; text blocks must be non-empty"
-    ))
+}
+
+/// Each text block of `parts` (written as blocks), and of a `tool_result`'s content list
+/// among them, that the Messages API refuses as blank, in words, in order: one violation
+/// each, so that a result moved to another message takes its own with it (a count per
+/// message would grow when repair moves a result out of a message holding another). A
+/// `tool_result` whose content is written as a string, or has none, is not looked into.
+fn blank_blocks(parts: &[Part]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        if p.kind != PartKind::ToolResult {
+            out.extend(blank_block(p, &format!("content[{j}]")));
+            continue;
+        }
+        let inner = p.inner();
+        if !written_as_string(inner, p.content_kind.as_deref()) {
+            for (k, q) in inner.iter().enumerate() {
+                out.extend(blank_block(q, &format!("content[{j}].content[{k}]")));
+            }
+        }
+    }
+    out
+}
+
+/// Why Anthropic's Messages API refuses the content of message `i` (`m`, a user or
+/// assistant message), one reason a violation: no content (no block, or the string
+/// `""`), which only the final message may have when it is an assistant message (a
+/// prefill); or text of whitespace only, as the string or in a text block, or an empty
+/// text block (also in a `tool_result`'s content list), which no message may hold.
+fn empty_content_anthropic(messages: &[Message], i: usize, m: &Message) -> Vec<String> {
+    let string = written_as_string(&m.content, m.content_kind.as_deref());
+    if m.content.is_empty() || (string && m.content[0].text_str().is_empty()) {
+        let prefill = m.role == Role::Assistant && i + 1 == messages.len();
+        if prefill {
+            return Vec::new();
+        }
+        return vec![format!(
+            "{} message has no content; only a final assistant message may be empty",
+            with_article(m.role)
+        )];
+    }
+    if string {
+        if !blank(m.content[0].text_str()) {
+            return Vec::new();
+        }
+        return vec![
+            "content is a string of whitespace only; text must contain non-whitespace text"
+                .to_owned(),
+        ];
+    }
+    blank_blocks(&m.content)
+}
+
+/// Why the Messages API refuses system message `m` (one leading the conversation, its
+/// top-level `system`), one reason a violation: written as a list of text blocks, one
+/// of them is empty or of whitespace only. A `system` string, even `""`, is taken, and
+/// so is no system content.
+fn empty_system_anthropic(m: &Message) -> Vec<String> {
+    if written_as_string(&m.content, m.content_kind.as_deref()) {
+        return Vec::new();
+    }
+    blank_blocks(&m.content)
 }
 
 fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
@@ -227,6 +322,11 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
         .iter()
         .position(|m| m.role != Role::System)
         .unwrap_or(messages.len());
+    for (i, m) in messages.iter().enumerate().take(start) {
+        for detail in empty_system_anthropic(m) {
+            out.push(v(i, "empty_content", None, detail));
+        }
+    }
     let mut prev: Option<Role> = None;
     for (i, m) in messages.iter().enumerate().skip(start) {
         if !matches!(m.role, Role::User | Role::Assistant) {
@@ -319,7 +419,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
         };
         check_calls(&mut out, i, m, answered, "in the next user message");
         if matches!(m.role, Role::User | Role::Assistant) {
-            if let Some(detail) = empty_content_anthropic(messages, i, m) {
+            for detail in empty_content_anthropic(messages, i, m) {
                 out.push(v(i, "empty_content", None, detail));
             }
         }
@@ -473,6 +573,11 @@ fn without_repeated_calls<'a>(
 }
 
 /// Remove the given unanswered calls from an assistant message; `None` when it is empty.
+/// When no call remains, a `"tool_calls": []` among its unknown keys goes too: with calls
+/// the OpenAI adapter wrote the calls and not that key, without them it would write the
+/// empty list, which the Chat Completions API refuses (`empty_content`; empty19 #3: a
+/// struct with a call and that key came out of `missing="drop"` with a violation the
+/// input did not have).
 fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
     let drop_ids: HashSet<&str> = drop_ids.iter().copied().collect();
     let mut out = m.clone();
@@ -480,10 +585,62 @@ fn without_calls(m: &Message, drop_ids: &[&str]) -> Option<Message> {
         !(p.kind == PartKind::ToolCall && drop_ids.contains(&p.id.as_deref().unwrap_or("")))
     });
     if out.content.is_empty() {
-        None
-    } else {
-        Some(out)
+        return None;
     }
+    if !out.has_tool_calls() && empty_tool_calls(&out) {
+        out.extra = out.extra.as_deref().and_then(without_tool_calls_key);
+    }
+    Some(out)
+}
+
+/// The keys of a JSON object, in order, each with its value as written.
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entries, D::Error> {
+        struct Keys;
+        impl<'de> Visitor<'de> for Keys {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    out.push(entry);
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
+/// `extra` (a JSON object) without its `tool_calls` key, the other keys in their order
+/// and their values as written; `None` when no key remains. Unreadable: as it was.
+fn without_tool_calls_key(extra: &RawValue) -> Option<Box<RawValue>> {
+    let Ok(Entries(entries)) = serde_json::from_str::<Entries>(extra.get()) else {
+        return Some(extra.to_owned());
+    };
+    let mut text = String::from("{");
+    for (key, value) in entries.iter().filter(|(k, _)| k != "tool_calls") {
+        if text.len() > 1 {
+            text.push(',');
+        }
+        text.push_str(&quote_key(key));
+        text.push(':');
+        text.push_str(value.get());
+    }
+    if text.len() == 1 {
+        return None;
+    }
+    text.push('}');
+    Some(RawValue::from_string(text).unwrap_or_else(|_| extra.to_owned()))
+}
+
+/// `key` as a JSON string.
+fn quote_key(key: &str) -> String {
+    serde_json::to_string(key).unwrap_or_else(|_| format!("{key:?}"))
 }
 
 /// Message `i` without tool results, which do not belong in it (they are placed with

@@ -1059,3 +1059,72 @@ fn empty_content_is_a_violation() {
     let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
     assert_eq!(codes(&msgs, Format::OpenAI), vec![(1, "empty_content")]);
 }
+
+#[test]
+fn blank_text_is_a_violation_wherever_anthropic_reads_a_text_block() {
+    // empty19 #1, #2: text of whitespace only (Unicode White_Space; U+001C is text), one
+    // violation for each blank block, in a tool_result's content list and in a leading
+    // system written as blocks; a tool_result or system string is taken
+    let details = |msgs: &[Message]| -> Vec<(usize, String)> {
+        validate(msgs, Format::Anthropic)
+            .into_iter()
+            .filter(|v| v.code == "empty_content")
+            .map(|v| (v.index, v.detail))
+            .collect()
+    };
+    let ws = "is a text block of whitespace only; text blocks must contain non-whitespace text";
+    assert_eq!(
+        details(&[u("q"), a(" \u{3000}\u{85}")]),
+        vec![(
+            1,
+            "content is a string of whitespace only; text must contain non-whitespace text"
+                .to_owned()
+        )]
+    );
+    assert!(details(&[u("q"), a("\u{1c}")]).is_empty());
+    let json = r#"[{"role": "system", "content": [{"kind": "text", "text": "s"},
+                                                   {"kind": "text", "text": "\t"}]},
+                   {"role": "user", "content": [
+                      {"kind": "tool_result", "call_id": "t", "content": [
+                          {"kind": "text", "text": ""}, {"kind": "text", "text": "r"},
+                          {"kind": "text", "text": " "}]},
+                      {"kind": "tool_result", "call_id": "t", "content": [{"kind": "text", "text": " "}]},
+                      {"kind": "text", "text": "\u2028"}]}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        details(&msgs),
+        vec![
+            (0, format!("content[1] {ws}")),
+            (
+                1,
+                "content[0].content[0] is an empty text block; text blocks must be non-empty"
+                    .to_owned()
+            ),
+            (1, format!("content[0].content[2] {ws}")),
+            (1, format!("content[2] {ws}")),
+        ]
+    );
+    let system = Message::new(Role::System, vec![Part::text(" ")]);
+    assert!(details(&[system, u("q")]).is_empty());
+}
+
+#[test]
+fn dropping_the_last_call_takes_an_empty_tool_calls_key_along() {
+    // empty19 #3: the key, not written while the message had a call, would be written
+    let json = r#"[{"role": "user", "content": [{"kind": "text", "text": "q"}]},
+                   {"role": "assistant", "content": [{"kind": "text", "text": "x"},
+                      {"kind": "tool_call", "id": "c1", "name": "f", "arguments": "{}"}],
+                    "extra": {"a": 1e400, "tool_calls": [], "b": {"c": [1]}}},
+                   {"role": "user", "content": [{"kind": "text", "text": "z"}]}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    let (out, _) = repair(&msgs, Format::OpenAI, Missing::Drop);
+    let extra = out[1].msg.extra.as_ref().map(|r| r.get().to_owned());
+    assert_eq!(extra.as_deref(), Some(r#"{"a":1e400,"b":{"c": [1]}}"#));
+    assert!(validate(
+        &out.iter()
+            .map(|w| w.msg.clone().into_owned())
+            .collect::<Vec<_>>(),
+        Format::OpenAI
+    )
+    .is_empty());
+}
