@@ -13,6 +13,10 @@ Each shortcut is checked against the path it replaces, on the corpus (skipped wh
   (``is_real_user`` flags, ``resolve``'s answer) answer as without it.
 * ``fit._BreadcrumbCosts`` fills ``bc_cost``'s memo with the values ``bc_cost`` computes,
   in few native calls: ``fit`` gives the same result with it turned off.
+* ``ContextGuard.check``'s ``reuse_conversions`` scope (a list read once; resolve, the
+  segmentation and the tool names once per conversation, ``_engine.shaped``; kept fates
+  made once; decoded messages not walked again for odd keys): every hint and option gives
+  what it gives without the scope, and the work is done once.
 """
 
 from __future__ import annotations
@@ -296,3 +300,188 @@ def test_prepare_in_a_scope_reuses_a_list_only_while_it_holds_the_same_objects()
         assert replaced is not longer and replaced.canonical[2].content[0].text == "d"  # type: ignore[union-attr]
         assert replaced.canonical[0] is first.canonical[0]  # dicts still converted once
     assert _engine.prepare(msgs) is not replaced  # nothing is remembered after the scope
+
+
+@contextlib.contextmanager
+def no_scope() -> Iterator[None]:
+    """``ContextGuard.check`` without ``reuse_conversions``: every step reads, resolves and
+    segments its input afresh (what each shortcut of the scope must agree with)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_engine, "reuse_conversions", contextlib.nullcontext)
+        yield
+
+
+def guard_runs(msgs: list[Any], fmt: str | None, total: int, pcts: list[int]) -> list[Any]:
+    """guard.check by every hint, with the default options and with small caps (rule 1,
+    keep_recent, a pinned message), at several budgets."""
+    out: list[Any] = []
+    for pct in pcts:
+        budget = total * pct // 100
+        if budget <= 0:
+            continue
+        for hint in ("general", "planner_input", "step_dependency"):
+            guard = cw.ContextGuard(resolve_budget(2 * budget, budget, floor=0, env={}))
+            out.append(outcome(lambda g=guard, h=hint: g.check(msgs, h, format=fmt), msgs))
+        small = cw.ContextGuard(
+            resolve_budget(2 * budget, budget, floor=0, env={}),
+            max_message_chars=200,
+            keep_recent_results=1,
+            policy=FitPolicy(pinned=(0,) if msgs else ()),
+        )
+        out.append(outcome(lambda g=small: g.check(msgs, format=fmt), msgs))
+    return out
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_guard_equal_with_and_without_the_scope(path: Path) -> None:
+    # the scope's shortcuts (a list read once, resolve and the segmentation once per
+    # conversation, kept fates made once, decoded messages not checked again) change
+    # nothing a guard call returns
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    total = cw.count_messages(msgs, format=fmt)
+    fast = guard_runs(msgs, fmt, total, [3, 30, 90])
+    with no_scope():
+        slow = guard_runs(msgs, fmt, total, [3, 30, 90])
+    assert fast == slow
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.case(), st.sampled_from([5, 25, 50, 100]), st.booleans())
+def test_generated_guard_equal_with_and_without_the_scope(
+    c: tuple[str, list[cw.Message]], pct: int, as_dicts: bool
+) -> None:
+    provider, msgs = c
+    fmt: str | None = None
+    if as_dicts:
+        try:
+            msgs = [from_canonical(m, provider) for m in msgs]  # type: ignore[misc]
+            fmt = provider
+        except cw.InvalidMessageError:
+            pass
+    try:
+        total = cw.count_messages(msgs, format=fmt)
+    except cw.InvalidMessageError:
+        return
+    fast = guard_runs(msgs, fmt, total, [pct])
+    with no_scope():
+        slow = guard_runs(msgs, fmt, total, [pct])
+    assert fast == slow
+
+
+def _tool_turns(n: int) -> list[dict[str, Any]]:
+    """``n`` turns of a user message, a read_file call and its result (OpenAI dicts)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    for t in range(n):
+        out.append({"role": "user", "content": f"task {t}"})
+        call = {"id": f"c{t}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": f"c{t}", "content": "x" * 300})
+    out.append({"role": "user", "content": "go on"})
+    return out
+
+
+def test_shaped_answers_once_per_conversation_and_only_for_the_same_shapes() -> None:
+    msgs = _engine.decoded(_engine.prepare(_tool_turns(3)))
+    calls: list[int] = []
+
+    def resolve(m: list[cw.Message]) -> Any:
+        calls.append(1)
+        return ref.resolve(m)
+
+    with _engine.reuse_conversions():
+        first = _engine.shaped("r", msgs, _engine.call_shape, lambda: resolve(msgs))
+        # a result's text changed (what clearing does): the same shape, the same answer
+        cleared = list(msgs)
+        result = cleared[3].content[0]
+        cleared[3] = msgspec.structs.replace(
+            cleared[3], content=[msgspec.structs.replace(result, content=[cw.TextPart(text="[cleared]")])]
+        )
+        assert _engine.shaped("r", cleared, _engine.call_shape, lambda: resolve(cleared)) is first
+        assert first == ref.resolve(cleared) and len(calls) == 1
+        # another call id: another shape, worked out afresh
+        moved = list(cleared)
+        moved[3] = msgspec.structs.replace(moved[3], content=[msgspec.structs.replace(result, call_id="zz")])
+        again = _engine.shaped("r", moved, _engine.call_shape, lambda: resolve(moved))
+        assert again == ref.resolve(moved) != first and len(calls) == 2
+        # another length: afresh
+        _engine.shaped("r", moved[:-1], _engine.call_shape, lambda: resolve(moved[:-1]))
+        assert len(calls) == 3
+        # a message that stops being a real user message changes the segmentation's shape
+        seg = _engine.shaped("s", msgs, _engine.turn_shape, lambda: ref.segment(msgs))
+        notice = list(msgs)
+        notice[1] = msgspec.structs.replace(notice[1], content=[cw.TextPart(text="[Tool results] ok")])
+        assert _engine.turn_shape(notice[1]) != _engine.turn_shape(msgs[1])
+        assert _engine.shaped("s", notice, _engine.turn_shape, lambda: ref.segment(notice)) == ref.segment(notice)
+        assert ref.segment(notice) != seg
+    # outside a scope nothing is remembered
+    _engine.shaped("r", msgs, _engine.call_shape, lambda: resolve(msgs))
+    _engine.shaped("r", msgs, _engine.call_shape, lambda: resolve(msgs))
+    assert len(calls) == 5
+
+
+def test_read_leaves_the_list_prepared_and_read_in_the_scope() -> None:
+    msgs = _tool_turns(2)
+    with _engine.reuse_conversions():
+        got = _engine.read(msgs, None, "fim")
+        assert got.costs is not None  # the dict reader took it
+        assert _engine.prepare(msgs) is got.prep  # the same list: not prepared again
+        again = _engine.read(msgs, None, "fim")
+        assert again.prep is got.prep and again.costs == got.costs
+        assert all(a is b for a, b in zip(again.messages, got.messages, strict=True))
+        assert again.messages is not got.messages  # a list of the caller's own
+        msgs.append({"role": "assistant", "content": "ok"})  # the list changed: read anew
+        assert _engine.read(msgs, None, "fim").prep is not got.prep
+
+
+def test_decoded_messages_skip_the_key_checks_others_do_not() -> None:
+    # messages decoded from JSON hold only str keys and JSON values: encoding them in the
+    # scope skips the walk for odd keys; a message built by the caller is still walked
+    clash = cw.Message(role="user", content=[cw.TextPart(text="a")], extra={1: "a", "1": "b"})
+    with _engine.reuse_conversions():
+        msgs = _engine.read(_tool_turns(1), None, "fim").messages
+        assert _engine.encode_messages(msgs) == msgspec.json.encode(msgs)
+        with pytest.raises(cw.InvalidMessageError, match="appears more than once"):
+            _engine.encode_messages([*msgs, clash])
+        assert _engine._carried_fault([*msgs, msgspec.structs.replace(msgs[0], extra={"k": b"x"})]) == len(msgs)
+
+
+def test_guard_check_resolves_segments_and_reads_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the brief's profile: 3 resolves, 2 segmentations and 2 preparations of the input per
+    # check of an agent conversation whose first step clears results and whose history step
+    # evicts; a step that only clears results changes no shape, so each is done once now
+    msgs = _tool_turns(40)
+    total = cw.count_messages(msgs)
+    budget = total // 4
+    guard = cw.ContextGuard(resolve_budget(2 * budget, budget, floor=0, env={}), max_total_share=0.3)
+    calls: dict[str, int] = {"resolve": 0, "segment_turns": 0, "_prepare": 0}
+    real_resolve, real_prepare, real_native = ref.resolve, _engine._prepare, _engine.native
+
+    def resolve(m: Any) -> Any:
+        calls["resolve"] += 1
+        return real_resolve(m)
+
+    def prepare(*a: Any) -> Any:
+        calls["_prepare"] += 1
+        return real_prepare(*a)
+
+    class Native:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_native, name)
+
+        @staticmethod
+        def segment_turns(payload: bytes) -> Any:
+            calls["segment_turns"] += 1
+            return real_native.segment_turns(payload)
+
+    monkeypatch.setattr(ref, "resolve", resolve)
+    monkeypatch.setattr(_engine, "_prepare", prepare)
+    monkeypatch.setattr(_engine, "native", Native())
+    r = guard.check(msgs)
+    assert [e.step for e in r.events] == ["tool_output", "history"]  # cleared, then evicted
+    # one preparation: the first step's output (a new list); the input is read by the
+    # dict reader once
+    assert calls == {"resolve": 1, "segment_turns": 1, "_prepare": 1}
+    monkeypatch.undo()
+    with no_scope():
+        assert plain(guard.check(msgs)) == plain(r)

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar, get_args
 import msgspec
 
 from . import _native
+from . import _reference as ref
 from ._jsontext import (
     ENCODER,
     MAX_DEPTH,
@@ -204,7 +205,9 @@ def _encode(messages: Sequence[Message]) -> bytes:
         payload = _ENCODER.encode(messages)
     except UnicodeEncodeError:
         return _ENCODER.encode(clean_value(msgspec.to_builtins(messages, enc_hook=json_hook)))
-    if any((m.extra is not None and has_odd_keys(m.extra)) or _carries_odd_keys(m.content) for m in messages):
+    if any(
+        (m.extra is not None and has_odd_keys(m.extra)) or _carries_odd_keys(m.content) for m in _unchecked(messages)
+    ):
         clean_value(msgspec.to_builtins(messages, enc_hook=json_hook))  # raises KeyClash for two keys written alike
     return payload
 
@@ -636,10 +639,24 @@ def _carried_fault(messages: Sequence[Message]) -> int | None:
     """The index of the first message read from a dict whose carried values (its
     ``extra`` and its parts', :func:`_carried`) hold a value JSON cannot represent, or
     ``None``: the adapters checked every typed field already."""
+    scope = _SCOPE.get()
+    plain = scope.plain if scope is not None else {}
     for i, m in enumerate(messages):
+        if plain.get(id(m)) is m:
+            continue  # decoded from JSON: every value is of a JSON type
         if (m.extra is not None and json_fault(m.extra) is not None) or _carried(m.content):
             return i
     return None
+
+
+def _unchecked(messages: Sequence[Message]) -> Sequence[Message]:
+    """``messages`` but those a :func:`reuse_conversions` scope knows were decoded from
+    JSON (``_Scope.plain``): in those every key is a ``str``, so no two are written alike."""
+    scope = _SCOPE.get()
+    if scope is None or not scope.plain:
+        return messages
+    plain = scope.plain
+    return [m for m in messages if plain.get(id(m)) is not m]
 
 
 def _dict_fault(message: Any, index: int) -> InvalidMessageError | None:
@@ -667,6 +684,17 @@ class _Scope:
         self.costs: dict[Any, tuple[Any, Any]] = {}
         # (id(list), format) -> (the list, what prepare made of it)
         self.prepared: dict[Any, tuple[Any, Any]] = {}
+        # (id(Prepared), profile) -> (it, what read() gave for it: messages, costs)
+        self.reads: dict[Any, tuple[Any, list[Message], list[int] | None]] = {}
+        # id(message) -> the message, for the messages decoded from JSON in this scope
+        # (the reader's, decoded()'s): their keys are strs and their values of JSON types,
+        # so the checks of encode_messages and of _carried_fault find nothing in them
+        self.plain: dict[int, Message] = {}
+        # values made once per scope (see scoped())
+        self.made: dict[str, Any] = {}
+        # what is worked out once per conversation (see shaped()): kind -> (the messages
+        # of the latest list it was asked for, the answer)
+        self.shaped: dict[str, tuple[list[Message], Any]] = {}
 
 
 def _recall(memo: dict[Any, tuple[Any, Any]], key: Any, obj: Any) -> Any:
@@ -677,11 +705,75 @@ def _recall(memo: dict[Any, tuple[Any, Any]], key: Any, obj: Any) -> Any:
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("_SCOPE", default=None)
 
+_T = TypeVar("_T")
+
+
+def call_shape(m: Message) -> tuple[Any, ...]:
+    """All :func:`_reference.resolve` reads of a message: its role and each part's kind
+    with its call id; and a call's name (``compact._tool_names`` reads that too)."""
+    return (
+        m.role,
+        [
+            (1, p.id, p.name) if isinstance(p, ToolCall) else (2, p.call_id) if isinstance(p, ToolResult) else 0
+            for p in m.content
+        ],
+    )
+
+
+def turn_shape(m: Message) -> tuple[Any, ...]:
+    """All the segmentation reads of a message (``_reference.segment``, whose rules the
+    Rust engine's ``segment_turns`` shares): :func:`call_shape` and whether it is a real
+    user message (its role tells a preamble message)."""
+    return (call_shape(m), ref.is_real_user(m))
+
+
+def shaped(kind: str, msgs: Sequence[Message], shape: Callable[[Message], Any], compute: Callable[[], _T]) -> _T:
+    """``compute()``, an answer about ``msgs`` that reads of each message only what
+    ``shape`` gives. Inside :func:`reuse_conversions`, the answer last worked out under
+    ``kind`` is given again when ``msgs`` is as long as that list and each of its messages
+    is the one at the same index there or has the same shape: a step's output is mostly
+    its input's messages, and the ones it changed (a tool result cleared or cut) mostly
+    keep their shape, so the guard's steps resolve and segment one conversation once.
+    The answer is shared: callers only read it."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return compute()
+    hit = scope.shaped.get(kind)
+    if hit is not None:
+        old, value = hit
+        if len(old) == len(msgs) and all(a is b or shape(a) == shape(b) for a, b in zip(old, msgs, strict=True)):
+            scope.shaped[kind] = (list(msgs), value)  # the latest: the next list is mostly its messages
+            return value  # type: ignore[no-any-return]
+    value = compute()
+    scope.shaped[kind] = (list(msgs), value)
+    return value
+
+
+def scoped(key: str, make: Callable[[], _T]) -> _T:
+    """``make()``, made once per :func:`reuse_conversions` scope (under ``key``); outside
+    one, made anew on every call."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return make()
+    if key not in scope.made:
+        scope.made[key] = make()
+    return scope.made[key]  # type: ignore[no-any-return]
+
+
+def resolved(msgs: list[Message]) -> ref.Resolved:
+    """:func:`_reference.resolve` of ``msgs``, once per conversation in a
+    :func:`reuse_conversions` scope (:func:`shaped`)."""
+    return shaped("resolve", msgs, call_shape, lambda: ref.resolve(msgs))
+
 
 @contextmanager
 def reuse_conversions() -> Iterator[None]:
     """Within the block, :func:`prepare` converts each provider dict (by identity) once,
-    and :func:`message_costs` counts each canonical message once per profile.
+    and :func:`message_costs` counts each canonical message once per profile; a list
+    :func:`read` read already is not read again; answers that read only the shape of the
+    messages (:func:`resolved`, the segmentation, the tool names) are worked out once per
+    conversation (:func:`shaped`); messages decoded from JSON are not walked again for
+    keys JSON writes alike or values it cannot represent.
 
     For a caller that prepares and counts the same messages several times in one call,
     none of which it changes in between (``ContextGuard.check`` runs up to four steps on
@@ -1030,10 +1122,15 @@ def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
     scope = _SCOPE.get()
     if scope is not None and scope.messages:
         # the scope remembers conversions, decodings and costs of what an earlier step
-        # read: cheaper than reading again
+        # read: cheaper than reading again, and a list read already is not walked again
         prep = prepare(messages, format)
+        hit = scope.reads.get((id(prep), profile))
+        if hit is not None and hit[0] is prep:
+            return Read(prep, list(hit[1]), None if hit[2] is None else list(hit[2]))
         msgs = decoded(prep)
-        return Read(prep, msgs, None if profile is None else message_costs(msgs, profile, prep.payload))
+        costs = None if profile is None else message_costs(msgs, profile, prep.payload)
+        scope.reads[(id(prep), profile)] = (prep, list(msgs), None if costs is None else list(costs))
+        return Read(prep, msgs, costs)
     if fast_reader(messages, format):
         snapshot = messages.copy()  # indices stay right if another thread edits the list
         got = native.read_dicts(snapshot, format)
@@ -1050,12 +1147,19 @@ def read(messages: Any, format: str | None, profile: str | None = None) -> Read:
                 # what prepare, decoded and message_costs would remember: each dict's
                 # canonical message (decoded from the reader's JSON, which is what
                 # decoded() gives for the adapters' one), decoded as itself, and its cost
-                for d, m in zip(snapshot, msgs, strict=True):
-                    scope.messages[(id(d), fmt)] = (d, m)
-                    scope.decoded[id(m)] = (m, m)
+                ids = list(map(id, msgs))
+                keys = [(id(d), fmt) for d in snapshot]
+                scope.messages.update(zip(keys, zip(snapshot, msgs, strict=True), strict=True))
+                scope.decoded.update(zip(ids, zip(msgs, msgs, strict=True), strict=True))
+                scope.plain.update(zip(ids, msgs, strict=True))
                 if costs is not None:
-                    for m, c in zip(msgs, costs, strict=True):
-                        scope.costs[(id(m), profile)] = (m, c)
+                    cost_keys = [(k, profile) for k in ids]
+                    scope.costs.update(zip(cost_keys, zip(msgs, costs, strict=True), strict=True))
+                # what prepare would make of this list (the same messages, format and
+                # provider; the reader's JSON of them) and what read gives for it
+                scope.prepared[(id(messages), format)] = (messages, prep)
+                if costs is not None or profile is None:
+                    scope.reads[(id(prep), profile)] = (prep, list(msgs), None if costs is None else list(costs))
             return Read(prep, msgs, costs)
     prep = prepare(messages, format)
     return Read(prep, decoded(prep), None)
@@ -1093,6 +1197,7 @@ def decoded(prep: Prepared) -> list[Message]:
             if len(fresh) == len(unknown):
                 for i, d in zip(unknown, fresh, strict=True):
                     memo[id(prep.canonical[i])] = (prep.canonical[i], d)
+                    scope.plain[id(d)] = d
                     known[i] = d
                 return known  # type: ignore[return-value]
     out = _decode_payload(prep.payload)
@@ -1103,6 +1208,7 @@ def decoded(prep: Prepared) -> list[Message]:
             seen = _recall(memo, id(m), m)
             if seen is None:
                 memo[id(m)] = (m, out[i])
+                scope.plain[id(out[i])] = out[i]
             else:
                 out[i] = seen
     return out

@@ -229,9 +229,15 @@ def _costs(msgs: list[Message], profile: str) -> list[int]:
     return _engine.message_costs(msgs, profile)
 
 
-def _segment(payload: bytes) -> Segmentation:
-    """Preamble, turns and tool units from the Rust engine (``_reference.segment``'s rules)."""
-    return _SEG.decode(_engine.native.segment_turns(payload))
+def _segment(payload: bytes, msgs: list[Message] | None = None) -> Segmentation:
+    """Preamble, turns and tool units from the Rust engine (``_reference.segment``'s rules)
+    of ``payload``; with ``msgs`` (the messages it encodes), once per conversation in the
+    guard's steps (``_engine.shaped``: the answer reads only ``turn_shape``)."""
+    if msgs is None:
+        return _SEG.decode(_engine.native.segment_turns(payload))
+    return _engine.shaped(
+        "segment", msgs, _engine.turn_shape, lambda: _SEG.decode(_engine.native.segment_turns(payload))
+    )
 
 
 def _cost(m: Message, profile: str) -> int:
@@ -446,6 +452,16 @@ def _fates(n: int) -> list[dict[str, Any]]:
     return [{"index": i, "fate": "kept", "rule": "fits", "chars_removed": 0} for i in range(n)]
 
 
+def _kept_fates(n: int) -> list[Fate]:
+    """The fates of ``n`` messages kept as they were (rule ``fits``), as a new list; the
+    (frozen) ``Fate`` structs themselves are made once per :func:`_engine.reuse_conversions`
+    scope (the guard's steps report on one conversation)."""
+    made: list[Fate] = _engine.scoped("kept_fates", list)
+    for i in range(len(made), n):
+        made.append(Fate(index=i, fate="kept", rule="fits", chars_removed=0))
+    return made[:n]
+
+
 def _report(
     *,
     tokens_before: int,
@@ -453,10 +469,14 @@ def _report(
     budget: int | None,
     reason: str | None,
     turns: tuple[int, int],
-    fates: list[dict[str, Any]],
+    fates: list[dict[str, Any]] | list[Fate],
     inserted: int = 0,
     repairs: list[PairChange] | None = None,
 ) -> FitReport:
+    """The report; ``fates``: one per input message, as dicts (``Fate``'s fields) or
+    ``Fate`` structs."""
+    if fates and type(fates[0]) is not Fate:
+        fates = [Fate(**f) for f in fates]  # type: ignore[arg-type]
     return FitReport(
         tokens_before=tokens_before,
         tokens_after=tokens_after,
@@ -466,21 +486,36 @@ def _report(
         turns_before=turns[0],
         kept_turns=turns[1],
         dropped_turns=turns[0] - turns[1],
-        dropped_messages=sum(f["fate"] == "dropped" for f in fates),
-        truncated_messages=sum(f["fate"] == "truncated" for f in fates),
+        dropped_messages=sum(f.fate == "dropped" for f in fates),  # type: ignore[union-attr]
+        truncated_messages=sum(f.fate == "truncated" for f in fates),  # type: ignore[union-attr]
         inserted_messages=inserted,
         breadcrumb=False,
         repairs=repairs or [],
-        fates=[Fate(**f) for f in fates],
+        fates=fates,  # type: ignore[arg-type]
     )
 
 
 def _tool_names(msgs: list[Message]) -> list[list[str | None]]:
     """For each part of each message: the name of the call a tool result answers (the
     nearest preceding call with its id), else ``None``."""
-    results, _ = ref.resolve(msgs)
+    return _named_results(msgs)[0]
+
+
+def _named_results(msgs: list[Message]) -> tuple[list[list[str | None]], list[int]]:
+    """:func:`_tool_names`, and the indices of the messages holding a result it names (the
+    only ones clearing can change), in order. Worked out once per conversation in the
+    guard's steps (``_engine.shaped``: the answer reads only ``call_shape``)."""
+    return _engine.shaped("tool_names", msgs, _engine.call_shape, lambda: _names_of_calls(msgs))
+
+
+def _names_of_calls(msgs: list[Message]) -> tuple[list[list[str | None]], list[int]]:
+    results, _ = _engine.resolved(msgs)
     out: list[list[str | None]] = []
+    rows: list[int] = []
     for i, row in enumerate(results):
+        if not any(row):  # answers no call (most messages): no name
+            out.append([None] * len(row))
+            continue
         names: list[str | None] = []
         for p, c in enumerate(row):
             if c is not None and isinstance(msgs[i].content[p], ToolResult):
@@ -489,7 +524,9 @@ def _tool_names(msgs: list[Message]) -> list[list[str | None]]:
             else:
                 names.append(None)
         out.append(names)
-    return out
+        if any(n is not None for n in names):
+            rows.append(i)
+    return out, rows
 
 
 # --------------------------------------------------------------------------- layer 1
@@ -651,7 +688,7 @@ def _budget_tool_results(
     work = list(msgs)
     costs = list(read.costs) if read.costs is not None else _costs(work, name)
     tokens_before = sum(costs)
-    fates = _fates(len(msgs))
+    fate_of: dict[int, Fate] = {}  # the fates of the messages a rule changed (the rest: fits)
     # characters removed per (message, part, inner) slot, so a cut then a clearing count once
     removed: dict[tuple[int, int, int | None], int] = {}
     capped: dict[tuple[int, int, int | None], int] = {}  # the same, by rule 1
@@ -661,7 +698,7 @@ def _budget_tool_results(
     cap_keep: dict[tuple[int, int, int | None], int] = {}
     cleared: dict[tuple[int, int], int] = {}  # characters a cleared result held first
     reasons: set[str] = set()
-    seg = _segment(prep.payload)
+    seg = _segment(prep.payload, msgs)
 
     removed_in: dict[int, int] = {}  # the sum of `removed` by message (mark reads it)
 
@@ -670,11 +707,9 @@ def _budget_tool_results(
         removed[key] = n
 
     def mark(i: int, rule: str) -> None:
-        fates[i]["fate"] = "truncated"
-        fates[i]["rule"] = rule
         # the sum over `removed` for message i, kept up to date (a sum over all of
         # `removed` for every cleared result was quadratic in the results cleared)
-        fates[i]["chars_removed"] = removed_in.get(i, 0)
+        fate_of[i] = Fate(index=i, fate="truncated", rule=rule, chars_removed=removed_in.get(i, 0))
 
     # 1. per-message character cap (first seed)
     if cap is not None:
@@ -755,14 +790,11 @@ def _budget_tool_results(
             return new_text
 
         for i, m in enumerate(work):
-            observation = ref.is_observation(msgs[i])
             # a result alone costs at most its message (costs are additive over parts)
-            if (
-                m.pinned
-                or i in pinned_idx
-                or costs[i] <= limit
-                or not (observation or any(isinstance(p, ToolResult) for p in m.content))
-            ):
+            if m.pinned or i in pinned_idx or costs[i] <= limit:
+                continue
+            observation = ref.is_observation(msgs[i])
+            if not (observation or any(isinstance(p, ToolResult) for p in m.content)):
                 continue
             changed = False
             for p, part in enumerate(m.content):
@@ -820,7 +852,7 @@ def _budget_tool_results(
 
     # 3. the whole input over its share: clear the oldest output-heavy results
     if threshold is not None and sum(costs) > threshold:
-        names = _tool_names(msgs)
+        names, named = _named_results(msgs)
         current = seg.turns[-1][0] if seg.turns else len(work)
         spared: set[tuple[int, int]] = set()  # the newest `recent` results, when asked
         if recent is not None:
@@ -828,8 +860,9 @@ def _budget_tool_results(
             slots = [(i, p) for i, m in enumerate(work) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
             spared = set(slots[len(slots) - recent :]) if recent else set()
         total = sum(costs)
-        for i in range(min(current, len(work))):
-            if total <= threshold:
+        end = min(current, len(work))
+        for i in named:  # a message holding no named result has nothing to clear
+            if i >= end or total <= threshold:
                 break
             m = work[i]
             if m.pinned or i in pinned_idx:
@@ -882,6 +915,9 @@ def _budget_tool_results(
     reason = "tool_result_budget" if "tool_result_budget" in reasons else ("message_char_cap" if reasons else None)
     ops = [(i, None if work[i] is msgs[i] else work[i]) for i in range(len(msgs))]
     t = len(seg.turns)
+    fates = _kept_fates(len(msgs))
+    for i, f in fate_of.items():
+        fates[i] = f
     report = _report(
         tokens_before=tokens_before,
         tokens_after=sum(costs),

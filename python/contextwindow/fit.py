@@ -290,14 +290,18 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
-    resolved = ref.resolve(msgs)
+    resolved = _engine.resolved(msgs)  # once per conversation in the guard's steps
     st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", resolved)
     work = [it.msg(msgs) for it in st.work]
     real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
     # when repair changed nothing, the working list is the input: its calls and results
     # were resolved already
     same = len(work) == len(msgs) and all(it.new is None and it.src == w for w, it in enumerate(st.work))
-    seg = ref.segment(work, real, resolved[0] if same else None)
+    # once per conversation in the guard's steps (the segmentation reads only turn_shape;
+    # the Rust engine's, which budget_tool_results asked for, follows the same rules)
+    seg = _engine.shaped(
+        "segment", work, _engine.turn_shape, lambda: ref.segment(work, real, resolved[0] if same else None)
+    )
     nw = len(work)
     turn_of = [-1] * nw
     for t, (a, b) in enumerate(seg.turns):
