@@ -7,7 +7,7 @@ first, until the conversation fits a token budget:
 * **P0**, never evicted: the preamble (leading system/developer messages), pinned
   messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
   current request (the last real user message; still the request when repair moved a
-  tool result into it, see ``_current_request``) and the open tool call (see below).
+  tool result into it, see ``_reference.current_request``) and the open tool call (see below).
 * **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
   turn counts as one of them, and is always P1 or P0).
 * **P2**: older turns: their opening user message and long loose messages.
@@ -280,7 +280,7 @@ class _Plan:
     # the newest exchange after the current request (see _newest_exchange): left out of
     # the class passes when fit tries to keep it
     held: set[int]
-    # the current request (_current_request) when it is a tool-result carrier, else None
+    # the current request (_reference.current_request) when it is a carrier, else None
     carrier_request: int | None
 
 
@@ -311,7 +311,10 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         for w in items:
             unit_of[w] = u
     srcs = [it.src for it in st.work]
-    req = seg.current_request if same else _current_request(msgs, srcs, seg.current_request)
+    # the input's request stays the request when repair made it a carrier (a result moved
+    # into it): P0, the exchange after it held (before, the last real user message before
+    # it, or the last message, stood in for it, and the request could go as P1)
+    req = seg.current_request if same else ref.current_request(msgs, srcs, seg.current_request)
     nt = len(seg.turns)
     recent = max(1, pol.recent_turns)
     # the user message that opens each turn (the first real one; a breadcrumb or, in the
@@ -476,27 +479,6 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         held,
         req if req is not None and not real[req] else None,
     )
-
-
-def _current_request(msgs: list[Message], srcs: list[int | None], real_req: int | None) -> int | None:
-    """The current request among the work items of a repaired conversation: the input's
-    last real user message, found by origin as :func:`~contextwindow.trim_turns` finds it,
-    or the last real user message after repair (``real_req``) when that is later (an
-    orphan result repair dropped left only what the user wrote).
-
-    Repair can make the input's request a tool-result carrier: in Anthropic shape a
-    result moved out of the assistant message of its call goes into the next user
-    message, ahead of what the user wrote. The message then starts no turn (README
-    Turns), but it is still what the user asked: it stays P0, and the exchange after it
-    is held as after any request (before, the last real user message before it stood in
-    for it, and the request itself could be evicted as P1).
-    """
-    last = next((i for i in range(len(msgs) - 1, -1, -1) if ref.is_real_user(msgs[i])), None)
-    if last is None:
-        return real_req
-    lo = -1 if real_req is None else real_req
-    w = next((w for w in range(len(srcs) - 1, lo, -1) if srcs[w] == last), None)
-    return real_req if w is None else w
 
 
 def _is_results_text(m: Message) -> bool:
@@ -1026,7 +1008,7 @@ def _shrink_newest_turn(
         held = pinned or why in ("pinned", "priority_override") or (not why and plan.cls[w] not in order)
         # a request that repair made a carrier (a result moved into it) is no real user
         # message to trim_turns, which would take it for an older tool unit's results and
-        # could drop it: pinned, it stays whole (_current_request)
+        # could drop it: pinned, it stays whole
         held = held or w == plan.carrier_request
         keep_pinned[it.src] = held
     first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
