@@ -765,6 +765,48 @@ def anthropic_agent() -> list[dict[str, Any]]:
     return msgs
 
 
+def test_prune_middle_keeps_a_request_that_received_a_moved_result() -> None:
+    """An Anthropic call holding its own result before the ``tool_use``: repair moves the
+    result into the request after it, which is then a carrier (no real user message).
+    prune_middle kept the real user message before the call ("Read the config.") as the
+    current request and pruned the request itself; the request is found by origin now
+    (as in trim_turns and fit), kept with its call. keep_recent=4 keeps the last two
+    steps; 1 + 12 + 1 + 6 = 20 messages go."""
+    call = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "cfg"},
+            {"type": "tool_use", "id": "t1", "name": "read_file", "input": {}},
+        ],
+    }
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "first task"}, {"role": "assistant", "content": "ok"}]
+    for i in range(6):
+        msgs += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+    msgs += [{"role": "user", "content": "Read the config."}, call, {"role": "user", "content": "Now fix the bug."}]
+    for i in range(5):
+        msgs += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"[Tool results] out {i}"}]
+    r = cw.prune_middle(msgs, keep_recent=4, format="anthropic")
+    fates = [(f.fate, f.rule) for f in r.report.fates]
+    assert fates[0] == ("kept", "notice_added") and fates[23:] == [("kept", "recent_messages")] * 4
+    assert fates[14:17] == [("dropped", "middle_pruned"), ("repaired", "result_moved"), ("repaired", "result_moved")]
+    assert [i for i, f in enumerate(fates) if f == ("dropped", "middle_pruned")] == [
+        *range(1, 15),
+        *range(17, 23),
+    ]
+    assert r.messages[0]["content"][-1]["text"] == "[context compacted: 20 earlier messages removed]"
+    assert r.messages[1:3] == [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "cfg"},
+                {"type": "text", "text": "Now fix the bug."},
+            ],
+        },
+    ]
+    assert r.messages[3:] == msgs[23:] and cw.validate(r.messages, "anthropic") == []
+
+
 def test_prune_middle_anthropic_keeps_alternation() -> None:
     msgs = anthropic_agent()
     r = prune_middle(msgs, format="anthropic")
@@ -1010,11 +1052,14 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     assert all(a is b for a, b in zip(out[:pre], msgs[:pre], strict=True))
     fates = r.report.fates
     assert all(fates[i].fate != "dropped" for i, m in enumerate(msgs) if m.pinned)
+    # the current request stays: the input's last real user message, or the last one after
+    # repair when that is later (README Tool pairs; a request that received a moved result
+    # is a carrier after repair and still the request)
     real = [m for m in repaired if ref.is_real_user(m)]
-    if real:
-        idx = [i for i, m in enumerate(msgs) if m is real[-1]]
-        if idx:
-            assert fates[idx[0]].fate != "dropped"
+    idx = [i for i, m in enumerate(msgs) if real and m is real[-1]]
+    idx += [i for i, m in enumerate(msgs) if ref.is_real_user(m)][-1:]
+    if idx:
+        assert fates[max(idx)].fate != "dropped"
     assert out or not repaired
     assert r.report.tokens_after == cw.count_messages(out, format=provider)
     notices = sum(

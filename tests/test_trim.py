@@ -202,6 +202,46 @@ def test_request_that_repair_turned_into_carrier_is_kept() -> None:
     assert [(op.src, op.msg) for op in engine.messages] == ref.trim_turns(msgs, 0, "conservative", True, "anthropic")[0]
 
 
+def test_request_that_repair_made_real_is_the_request() -> None:
+    """The reverse of a request that repair made a carrier: what the user wrote beside an
+    orphan ``tool_result`` (its call long gone) is a carrier in the input and a real user
+    message once repair drops the orphan. trim_turns found the request by origin only,
+    the input's last real user message (here in the dropped old turn), so it never cut
+    the request: 78 tokens at 60 (``fits=False``), where the same conversation without
+    the orphan cuts the request by 107 characters and fits. The later of the two is the
+    request now (``fit`` took the later one already). Anthropic, conservative: old turn
+    83 + 83, the request 54, ``ls -la`` 6, its output 96."""
+
+    def conv(orphan: bool) -> list[Message]:
+        req: list[Any] = [TextPart(text="Now fix the bug. " * 10)]
+        if orphan:
+            req.insert(0, ToolResult(call_id="gone", content=[TextPart(text="x")]))
+        return [
+            Message(role="user", content=[TextPart(text="old q " * 40)]),
+            Message(role="assistant", content=[TextPart(text="old a " * 40)]),
+            Message(role="user", content=req),
+            Message(role="assistant", content=[TextPart(text="ls -la")]),
+            Message(role="user", content=[TextPart(text="[Tool results] " + "file.txt\n" * 30)]),
+        ]
+
+    msgs = conv(True)
+    assert cw.message_tokens(msgs, format="anthropic") == [83, 83, 54, 6, 96]
+    r = cw.trim_turns(msgs, 60, format="anthropic")
+    assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates] == [
+        ("dropped", "oldest_turn", 0),
+        ("dropped", "oldest_turn", 0),
+        ("truncated", "request_truncated", 107),
+        ("kept", "kept_turn", 0),
+        ("truncated", "tool_result_shrunk", 271),
+    ]
+    assert (r.report.fits, r.report.tokens_after) == (True, 60)
+    assert r.messages == cw.trim_turns(conv(False), 60, format="anthropic").messages
+    engine = _OUTCOME.decode(native.trim_turns(encode_messages(msgs), 60, "conservative", True, "anthropic"))
+    assert [(op.src, op.msg) for op in engine.messages] == ref.trim_turns(msgs, 60, "conservative", True, "anthropic")[
+        0
+    ]
+
+
 def test_bad_arguments() -> None:
     import pytest
 

@@ -641,6 +641,26 @@ def is_real_user(m: Message) -> bool:
     )
 
 
+def current_request(msgs: list[Message], srcs: list[int | None], real_req: int | None) -> int | None:
+    """The current request among the items of a repaired conversation (``srcs``: each
+    item's input index, ``None`` for a message repair made): the input's last real user
+    message, found by origin, or the last real user message after repair (``real_req``,
+    :attr:`Segmentation.current_request` of the items) when that is later.
+
+    Repair can make the input's request a tool-result carrier (a result moved out of the
+    assistant message of its call goes into the next user message, ahead of what the
+    user wrote): it starts no turn then, but is still what the user asked. And a message
+    holding an orphan result beside what the user wrote is a carrier in the input and a
+    real user message once repair drops the orphan: the later of the two is the request.
+    """
+    last = next((i for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), None)
+    if last is None:
+        return real_req
+    lo = -1 if real_req is None else real_req
+    w = next((w for w in range(len(srcs) - 1, lo, -1) if srcs[w] == last), None)
+    return real_req if w is None else w
+
+
 def is_observation(m: Message) -> bool:
     """A text-action agent's observation: a user message whose first part other than tool
     results is text starting with ``[Tool results]``. It never starts a turn, and
@@ -1776,9 +1796,7 @@ def _trim_turns_once(
     bc_at = start_of(bc_turn(dropped)) if dropped > 0 else None
     bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
     la, lb = seg.turns[-1]
-    # the current request: the input's last real user message, found by origin
-    real = [i for i, m in enumerate(msgs) if is_real_user(m)]
-    req = next((w for w, it in enumerate(st.work) if real and it.src == real[-1]), None)
+    req = current_request(msgs, [it.src for it in st.work], seg.current_request)
 
     def over() -> bool:
         return st.total() + bc_cost > budget

@@ -1218,6 +1218,11 @@ def prune_middle(
 
     pre = seg.preamble_end
     requests = [w for w in range(pre, n) if _is_request(wm[w])]
+    # the input's request stays the request when repair made it a carrier (a result moved
+    # into it): kept, not pruned from the middle
+    req = ref.current_request(msgs, [it.src for it in items], requests[-1] if requests else None)
+    if req is not None and (not requests or req > requests[-1]):
+        requests.append(req)
     old_notice = [w for w in range(n) if _is_notice_message(wm[w])]
     keep: set[int] = set(range(pre))
     if requests:

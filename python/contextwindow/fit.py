@@ -6,7 +6,8 @@ first, until the conversation fits a token budget:
 
 * **P0**, never evicted: the preamble (leading system/developer messages), pinned
   messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
-  current request (the last real user message) and the open tool call (see below).
+  current request (the last real user message; still the request when repair moved a
+  tool result into it, see ``_reference.current_request``) and the open tool call (see below).
 * **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
   turn counts as one of them, and is always P1 or P0).
 * **P2**: older turns: their opening user message and long loose messages.
@@ -279,6 +280,8 @@ class _Plan:
     # the newest exchange after the current request (see _newest_exchange): left out of
     # the class passes when fit tries to keep it
     held: set[int]
+    # the current request (_reference.current_request) when it is a carrier, else None
+    carrier_request: int | None
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -311,14 +314,17 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     for u, items in enumerate(seg.units):
         for w in items:
             unit_of[w] = u
-    req = seg.current_request
+    srcs = [it.src for it in st.work]
+    # the input's request stays the request when repair made it a carrier (a result moved
+    # into it): P0, the exchange after it held (before, the last real user message before
+    # it, or the last message, stood in for it, and the request could go as P1)
+    req = seg.current_request if same else ref.current_request(msgs, srcs, seg.current_request)
     nt = len(seg.turns)
     recent = max(1, pol.recent_turns)
     # the user message that opens each turn (the first real one; a breadcrumb or, in the
     # first turn, other messages may come before it)
     head_of = [next((w for w in range(a, b) if real[w]), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
-    srcs = [it.src for it in st.work]
     # our own breadcrumb and repair's placeholder: single-part messages only
     crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
     placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]
@@ -465,7 +471,18 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
 
     cands.sort(key=order)
     held = _newest_exchange(seg, work, req, unit_of, cls, why0, lambda w: override(w) not in (None, derived(w)))
-    return _Plan(st, seg, cls, why0, unpinned, turn_of, cands, [w for w in range(nw) if crumb[w]], held)
+    return _Plan(
+        st,
+        seg,
+        cls,
+        why0,
+        unpinned,
+        turn_of,
+        cands,
+        [w for w in range(nw) if crumb[w]],
+        held,
+        req if req is not None and not real[req] else None,
+    )
 
 
 def _is_results_text(m: Message) -> bool:
@@ -993,6 +1010,10 @@ def _shrink_newest_turn(
         why = plan.why0[w]
         pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
         held = pinned or why in ("pinned", "priority_override") or (not why and plan.cls[w] not in order)
+        # a request that repair made a carrier (a result moved into it) is no real user
+        # message to trim_turns, which would take it for an older tool unit's results and
+        # could drop it: pinned, it stays whole
+        held = held or w == plan.carrier_request
         keep_pinned[it.src] = held
     first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
     marked = [

@@ -1040,12 +1040,15 @@ fn trim_turns_once<'a>(
     };
     // The newest turn alone is over budget: work inside it. The current request is the
     // input's last real user message; repair may have made it a tool-result carrier
-    // (Anthropic stubs go into the next user message), so it is found by origin.
+    // (a result moved out of its call's assistant message goes into the next user
+    // message), so it is found by origin. Or the last real user message after repair when
+    // that is later: one that held only an orphan result beside what the user wrote.
     let last = seg.turns[t - 1].clone();
     let request = messages
         .iter()
         .rposition(Message::is_real_user)
-        .and_then(|i| st.work.iter().position(|w| w.src == Some(i)));
+        .and_then(|i| st.work.iter().position(|w| w.src == Some(i)))
+        .max(seg.current_request);
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
