@@ -371,6 +371,44 @@ def test_pinned_kept_and_unpinned_over_share() -> None:
     assert rules(r)[1] == "unpinned_over_share" and rules(r)[6] == "pinned" and r.report.tokens_after == 130
 
 
+def test_pinned_share_weighs_the_tool_unit_a_pin_keeps() -> None:
+    """fresh19 F1: a pin keeps its tool unit whole, so the share rule weighs the unit. A
+    pinned 36-token call kept its 298-token result, which the share never saw: fit gave
+    fits=False at 395 tokens where the same conversation without the pin fits at 65."""
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}],
+    }
+    ms: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "first " * 50},
+        call,
+        {"role": "tool", "tool_call_id": "a", "content": "A " * 300},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "now"},
+    ]
+    assert [cw.count_messages([m]) for m in ms] == [4, 53, 36, 298, 4, 4]
+    # budget 200: the unit (36 + 298 = 334) is over the share (100), so the call is
+    # unpinned and the result is as without the pin
+    for pin in ((2,), (3,), (2, 3)):
+        r = fit(ms, 200, FitPolicy(pinned=pin))
+        assert (r.report.fits, r.report.tokens_after) == (True, 65), pin
+        assert [rules(r)[i] for i in pin] == ["unpinned_over_share"] * len(pin)
+    guard = cw.ContextGuard(
+        cw.resolve_budget(context_window=300, max_output_tokens=100, floor=0), policy=FitPolicy(pinned=(2,))
+    )
+    assert (guard.check(ms).fits, guard.check(ms).tokens_after) == (True, 65)
+    # an old turn of 400 tokens before it: at 680 (share 340) the unit (334, counted once
+    # though both its messages are pinned) stays and the old turn goes; at 660 (share 330)
+    # both pins are unpinned, oldest first, and the unit stays as any P1 unit would
+    ms2 = [*ms[:1], {"role": "user", "content": "old " * 400}, {"role": "assistant", "content": "ok"}, *ms[1:]]
+    r = fit(ms2, 680, FitPolicy(pinned=(4, 5)))
+    assert rules(r) == ["preamble", "p2_evicted", "p3_evicted", "kept", "pinned", "pinned", "kept", "current_request"]
+    r = fit(ms2, 660, FitPolicy(pinned=(4, 5)))
+    assert rules(r)[4:6] == ["unpinned_over_share", "unpinned_over_share"] and r.report.tokens_after == 414
+
+
 def test_current_request_is_never_unpinned_or_evicted() -> None:
     msgs = [u("a" * 40), a("b" * 40), u("q" * 400)]  # 14 + 14 + 104 = 132
     r = fit(msgs, 50, FitPolicy(low_water=1.0, pinned=(2,), recent_turns=1), profile="fim")

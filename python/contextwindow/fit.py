@@ -55,6 +55,7 @@ native dict reader); planning and eviction are pure Python, linear in the messag
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +102,10 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
             budget (DESIGN.md section 5: 0.5); above it the oldest pinned messages are
             unpinned (demoted to their own class; Fate rule ``unpinned_over_share``)
             until the rest is under. The share is of ``budget``, not of the low-water mark.
+            A pin keeps its tool unit (the calls and their results) or text-action step
+            whole, so what it weighs is that unit's tokens, counted once however many of
+            its messages are pinned, less what stays for another reason (the preamble,
+            the request, an open call, class 0) (fresh19 F1).
         low_water: when the input does not fit, evict down to ``low_water * budget``
             tokens (issue 5 item 6: the kept prefix then stays byte-stable for the next
             calls of a growing conversation); 1.0 trims to the budget exactly. In (0, 1].
@@ -393,22 +398,6 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         cls[w] = derived(w) if own is None else own
         if cls[w] == 0:
             why0[w] = "priority_override"
-    # pinned over their share of the budget: unpin the oldest first
-    unpinned: set[int] = set()
-    if budget is not None:
-        share = int(budget * pol.pinned_share)
-        total = sum(st.costs[w] for w in pinned_items)
-        for w in pinned_items:
-            if total <= share:
-                break
-            total -= st.costs[w]
-            unpinned.add(w)
-            own = override(w)
-            cls[w] = derived(w) if own is None else own
-            why0[w] = "" if cls[w] else "priority_override"
-    for w in range(nw):
-        if why0[w]:
-            cls[w] = 0
     # a text-action step: an assistant message (no tool calls) and the `[Tool results]`
     # texts right after it that answer it go together, never one without the other
     # (fresh15 #2: the command went, its output stayed)
@@ -424,6 +413,36 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
                 step = list(range(w, e))
                 for v in step:
                     step_of[v] = step
+    # pinned over their share of the budget: unpin the oldest first. A pin keeps its tool
+    # unit or text-action step whole, so it weighs what it keeps (fresh19 F1: a pinned
+    # 36-token call kept its 298-token result, which the share never saw); what is kept
+    # for another reason (the preamble, the request, an open call, class 0) weighs nothing,
+    # and what two pins keep counts once
+    unpinned: set[int] = set()
+    if budget is not None:
+        share = int(budget * pol.pinned_share)
+        held = {
+            w: [
+                v for v in (seg.units[unit_of[w]] if w in unit_of else step_of.get(w, [w])) if why0[v] in ("", "pinned")
+            ]
+            for w in pinned_items
+        }
+        cover = Counter(v for items in held.values() for v in items)
+        total = sum(st.costs[v] for v in cover)
+        for w in pinned_items:
+            if total <= share:
+                break
+            for v in held[w]:
+                cover[v] -= 1
+                if not cover[v]:
+                    total -= st.costs[v]
+            unpinned.add(w)
+            own = override(w)
+            cls[w] = derived(w) if own is None else own
+            why0[w] = "" if cls[w] else "priority_override"
+    for w in range(nw):
+        if why0[w]:
+            cls[w] = 0
     # candidates: whole turns (opened by a real user message other than the request) and,
     # inside every turn, each tool unit, each text-action step and each loose message but
     # the opening one
