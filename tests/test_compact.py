@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextwindow as cw
+from contextwindow import _engine
 from contextwindow import _reference as ref
 from contextwindow.compact import (
     COMPACTION_NOTICE,
@@ -1054,12 +1055,18 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     assert all(fates[i].fate != "dropped" for i, m in enumerate(msgs) if m.pinned)
     # the current request stays: the input's last real user message, or the last one after
     # repair when that is later (README Tool pairs; a request that received a moved result
-    # is a carrier after repair and still the request)
-    real = [m for m in repaired if ref.is_real_user(m)]
-    idx = [i for i, m in enumerate(msgs) if real and m is real[-1]]
-    idx += [i for i, m in enumerate(msgs) if ref.is_real_user(m)][-1:]
-    if idx:
-        assert fates[max(idx)].fate != "dropped"
+    # is a carrier after repair and still the request); found by origin through the
+    # reference's repair: a message repair changed is a new object (an orphan result
+    # dropped beside an image made the last input message the request: matched by
+    # identity, the message before it was taken for the request)
+    canon = _engine.decoded(_engine.prepare(msgs, provider))  # lone surrogates replaced
+    work_st = ref._state(canon, ref.cost_model("conservative"), provider, False, "stub")
+    srcs = [it.src for it in work_st.work]
+    work = [it.msg(canon) for it in work_st.work]
+    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
+    req = ref.current_request(canon, srcs, real_req)
+    if req is not None and srcs[req] is not None:
+        assert fates[srcs[req]].fate != "dropped"
     assert out or not repaired
     assert r.report.tokens_after == cw.count_messages(out, format=provider)
     notices = sum(
