@@ -41,6 +41,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextwindow as cw
+from contextwindow import _engine
 from contextwindow import _reference as ref
 from contextwindow.fit import FitPolicy, Recovery, fit, priorities, recover_from_overflow
 from contextwindow.messages import Message, TextPart
@@ -708,15 +709,23 @@ def _check(msgs: list[Any], fmt: str, budget: int, pol: FitPolicy, profile: str,
             # never evicted, never cut (repair may add a stub result block to it)
             assert fates[i].fate in ("kept", "repaired") or fates[i].rule in ("orphan_result", "emptied_by_repair")
     repaired = cw.repair_tool_pairs(msgs, format=fmt).messages
-    real = [m for m in repaired if ref.is_real_user(_canon(m, fmt))]
-    if real:
-        idx = [i for i, m in enumerate(msgs) if m is real[-1]]
-        if idx:
-            assert fates[idx[0]].fate != "dropped"
-            if r.report.reason == "priority_budget":
-                assert fates[idx[0]].rule in ("current_request", "breadcrumb_added", "request_truncated")
-            if fates[idx[0]].rule == "request_truncated":  # cut only when that makes it fit
-                assert r.report.fits
+    # the current request: the input's last real user message, or the last one after
+    # repair when that is later, found by origin through the reference's repair (README
+    # Tool pairs; matched by identity, a request repair turned into a carrier was missed
+    # and an earlier message taken for it)
+    canon = _engine.decoded(_engine.prepare(msgs, fmt))
+    work_st = ref._state(canon, ref.cost_model("conservative"), fmt, False, "stub")
+    srcs = [it.src for it in work_st.work]
+    work = [it.msg(canon) for it in work_st.work]
+    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
+    req = ref.current_request(canon, srcs, real_req)
+    if req is not None and srcs[req] is not None:
+        i = srcs[req]
+        assert fates[i].fate != "dropped"
+        if r.report.reason == "priority_budget" and fates[i].fate != "repaired":  # a stub went in
+            assert fates[i].rule in ("current_request", "breadcrumb_added", "request_truncated")
+        if fates[i].rule == "request_truncated":  # cut only when that makes it fit
+            assert r.report.fits
     # 4. never empty
     assert out or not repaired
     assert r.report.tokens_after == cw.count_messages(out, profile, format=fmt)
