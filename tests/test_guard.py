@@ -160,6 +160,32 @@ def test_hint_priorities_move_only_derived_classes_before_the_newest_turn() -> N
         hint_priorities(msgs, "chat")
 
 
+def test_hint_priorities_read_the_input_as_the_caller_asked() -> None:
+    # OpenAI structs with two system messages and a tool result in a user message (an
+    # orphan: no call c1): hint_priorities segmented the structs again without the
+    # format, auto-detection read them as Anthropic's and refused the second system
+    # message (InvalidMessageError), in check and recover with a moving hint too. Read as
+    # OpenAI's: message 2 carries a result, so "x" opens the first turn and "go" the
+    # newest; before it, planner_input makes the carrier P3, step_dependency the
+    # assistant texts P3 and keeps the carrier at P2 (fit's classes: repair removes the
+    # orphan, so message 2 opens an older turn, P2).
+    M, T = cw.Message, cw.TextPart
+    msgs = [
+        M(role="system", content=[T(text="a")]),
+        M(role="system", content=[T(text="b")]),
+        M(role="user", content=[T(text="q"), cw.ToolResult(call_id="c1", content=[T(text="r")])]),
+        M(role="assistant", content=[T(text="a" * 200)]),
+        M(role="user", content=[T(text="x")]),
+        M(role="assistant", content=[T(text="y")]),
+        M(role="user", content=[T(text="go")]),
+    ]
+    assert cw.priorities(msgs, format="openai") == [0, 0, 2, 2, 1, 1, 0]
+    assert hint_priorities(msgs, "planner_input", format="openai") == [0, 0, 3, 2, 1, 1, 0]
+    assert hint_priorities(msgs, "step_dependency", format="openai") == [0, 0, 2, 3, 1, 3, 0]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim")
+    assert g.recover(msgs, hint="planner_input", format="openai").events
+
+
 def test_step_dependency_keeps_tool_results_and_trims_history_instead() -> None:
     # step 2 (clearing tool results) is skipped for step_dependency; the history step
     # evicts by the hint's classes down to 1,120: P3 first, oldest first: message 4

@@ -383,8 +383,12 @@ def hint_priorities(
     derived = priorities(messages, policy, profile=profile, format=format)
     if hint in ("general", "react_iteration"):
         return derived
-    msgs = _engine.prepare(messages, format).canonical
-    seg = segment_turns(msgs)
+    prep = _engine.prepare(messages, format)
+    msgs = prep.canonical
+    # read as the caller's messages were: auto-detection on the structs can say otherwise
+    # (an OpenAI struct list with a result in a user message read as Anthropic's, whose
+    # second system message is refused)
+    seg = segment_turns(msgs, format=prep.provider)
     newest = seg.turns[-1][0] if seg.turns else len(msgs)
     out = list(derived)
     for i, m in enumerate(msgs):
