@@ -160,6 +160,32 @@ def test_hint_priorities_move_only_derived_classes_before_the_newest_turn() -> N
         hint_priorities(msgs, "chat")
 
 
+def test_hint_priorities_read_the_input_as_the_caller_asked() -> None:
+    # OpenAI structs with two system messages and a tool result in a user message (an
+    # orphan: no call c1): hint_priorities segmented the structs again without the
+    # format, auto-detection read them as Anthropic's and refused the second system
+    # message (InvalidMessageError), in check and recover with a moving hint too. Read as
+    # OpenAI's: message 2 carries a result, so "x" opens the first turn and "go" the
+    # newest; before it, planner_input makes the carrier P3, step_dependency the
+    # assistant texts P3 and keeps the carrier at P2 (fit's classes: repair removes the
+    # orphan, so message 2 opens an older turn, P2).
+    M, T = cw.Message, cw.TextPart
+    msgs = [
+        M(role="system", content=[T(text="a")]),
+        M(role="system", content=[T(text="b")]),
+        M(role="user", content=[T(text="q"), cw.ToolResult(call_id="c1", content=[T(text="r")])]),
+        M(role="assistant", content=[T(text="a" * 200)]),
+        M(role="user", content=[T(text="x")]),
+        M(role="assistant", content=[T(text="y")]),
+        M(role="user", content=[T(text="go")]),
+    ]
+    assert cw.priorities(msgs, format="openai") == [0, 0, 2, 2, 1, 1, 0]
+    assert hint_priorities(msgs, "planner_input", format="openai") == [0, 0, 3, 2, 1, 1, 0]
+    assert hint_priorities(msgs, "step_dependency", format="openai") == [0, 0, 2, 3, 1, 3, 0]
+    g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim")
+    assert g.recover(msgs, hint="planner_input", format="openai").events
+
+
 def test_step_dependency_keeps_tool_results_and_trims_history_instead() -> None:
     # step 2 (clearing tool results) is skipped for step_dependency; the history step
     # evicts by the hint's classes down to 1,120: P3 first, oldest first: message 4
@@ -493,11 +519,15 @@ def test_recover_applies_the_guards_policy() -> None:
 
 
 def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
-    # eviction_order (3,) and no P3 message: recover_from_overflow cannot remove
-    # anything, so the middle is pruned: 5 messages, N = min(6, 5 // 3) = 1, kept: the
-    # first user message 0, the pinned message 2 (FitPolicy.pinned, dict input) and the
-    # request 4. Notice (47 characters): 4 + 47 // 4 = 15; 104 + 15 + 104 + 14 = 237.
-    # prune_middle used to see only Message.pinned and removed message 2.
+    # costs (fim): 4 + 400 // 4 = 104 four times, then 14: 430. Message 1 is P0 by
+    # override and 3 is pinned (FitPolicy.pinned, dict input), so neither turn 0 nor turn
+    # 1 can go whole and their opening user messages never go alone:
+    # recover_from_overflow removes nothing and the middle is pruned. 5 messages,
+    # N = min(6, 5 // 3) = 1, kept: the first user message 0, message 1 (class 0), the
+    # pinned message 3 and the request 4; only message 2 (P1) goes. Notice (47
+    # characters): 4 + 47 // 4 = 15; 104 + 104 + 15 + 104 + 14 = 341. prune_middle used
+    # to see only Message.pinned and removed message 3; then it ignored the classes and
+    # removed message 1 (fresh19 F2).
     msgs = [
         {"role": "user", "content": "p" * 400},
         {"role": "assistant", "content": "a" * 400},
@@ -505,13 +535,95 @@ def test_recover_prune_middle_keeps_policy_pinned_messages() -> None:
         {"role": "assistant", "content": "b" * 400},
         {"role": "user", "content": "w" * 40},
     ]
-    policy = cw.FitPolicy(pinned=(2,), eviction_order=(3,))
+    policy = cw.FitPolicy(pinned=(3,), priorities={1: 0})
+    assert cw.priorities(msgs, policy) == [2, 0, 1, 0, 0]
     g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
     r = g.recover(msgs, format="openai")  # the notice a message of its own
     [e] = r.events
-    assert e.step == "middle" and e.tokens_after == 237
-    notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
-    assert r.messages == [msgs[0], notice, msgs[2], msgs[4]]
+    assert isinstance(e, MiddlePruned) and (e.tokens_after, e.removed_messages) == (341, 1)
+    notice = {"role": "user", "content": "[context compacted: 1 earlier messages removed]"}
+    assert r.messages == [msgs[0], msgs[1], notice, msgs[3], msgs[4]]
+    assert [(f.fate, f.rule) for f in r.steps[1].report.fates] == [
+        ("kept", "first_user_message"),
+        ("kept", "policy_class"),
+        ("dropped", "middle_pruned"),
+        ("kept", "pinned"),
+        ("kept", "recent_messages"),
+    ]
+
+
+def _p0_agent() -> list[dict[str, Any]]:
+    """fresh19 F2: a system prompt, a task, 12 bash calls with their results, a request."""
+    conv: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "first"}]
+    for i in range(12):
+        conv += [call(i, "bash"), res(i, f"o{i} " * 50)]
+    conv.append({"role": "user", "content": "now"})
+    return conv
+
+
+@pytest.mark.parametrize("policy", ["every_message_p0", "eviction_order_2"])
+def test_recover_middle_pruning_spares_what_the_policy_never_evicts(policy: str) -> None:
+    # fresh19 F2: every message class 0, or eviction_order (2,) where every message is P0
+    # or P1 (both turns are recent): recover_from_overflow rightly removes nothing, and
+    # the middle pruning removed 9 of the 12 tool units anyway (27 messages -> 10). It
+    # spares them now, so nothing can go: no event, the input's own objects back.
+    conv = _p0_agent()
+    n = len(conv)
+    if policy == "every_message_p0":
+        pol = cw.FitPolicy(priorities=dict.fromkeys(range(n), 0))
+        assert cw.priorities(conv, pol) == [0] * n
+    else:
+        pol = cw.FitPolicy(eviction_order=(2,))
+        assert cw.priorities(conv, pol) == [0] + [1] * (n - 2) + [0]
+    assert not cw.recover_from_overflow(conv, budget=100_000, policy=pol).removed
+    g = ContextGuard(context_window=100_000, max_output_tokens=100, policy=pol)
+    r = g.recover(conv)
+    assert [s.step for s in r.steps] == ["overflow", "middle"]
+    assert r.steps[1].report.reason is None and r.steps[1].report.dropped_messages == 0
+    assert not r.changed and r.events == [] and len(r.messages) == n
+    assert all(a is b for a, b in zip(r.messages, conv, strict=True))
+    assert g.stats.messages_dropped == 0 and g.stats.compactions == 0
+
+
+def test_recover_middle_pruning_removes_what_the_eviction_order_allows() -> None:
+    # eviction_order (2,), recent_turns 2: turns [first], [h0 c0 r0] .. [h3 c3 r3],
+    # [now]. The older turns' opening messages h0-h2 are P2, their tool units P3, turn
+    # [h3 c3 r3] P1, the preamble, the request and "first" (by override) P0; call c0
+    # and result r1 are P2 by override, the rest of their units P3. recover_from_overflow
+    # removes nothing: a whole older turn or unit holds P3 (never evicted here) and an
+    # opening message never goes alone. The middle pruning may remove only P2, and tool
+    # units stay whole (c0 stays with r0, r1 with c1): 15 messages, N = min(6, 15 // 3) = 5
+    # (r2 .. now); "first" is the first user message. h0, h1, h2 go (fim: 4 + 60 // 4 = 19
+    # each, 57), the notice stands before c0 (4 + 47 // 4 = 15): 42 tokens fewer. Before,
+    # it removed 2-8: h0-h2 and the units of c0 and c1, whose P3 messages must stay.
+    conv: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "first"}]
+    for i in range(4):
+        conv += [{"role": "user", "content": f"h{i} " * 20}, call(i, "bash"), res(i, f"o{i} " * 50)]
+    conv.append({"role": "user", "content": "now"})
+    pol = cw.FitPolicy(eviction_order=(2,), priorities={1: 0, 3: 2, 7: 2})
+    assert cw.priorities(conv, pol) == [0, 0, 2, 2, 3, 2, 3, 2, 2, 3, 3, 1, 1, 1, 0]
+    assert cw.message_tokens(conv[2:3], "fim") == [19]
+    g = ContextGuard(resolve_budget(100_000, 100, floor=0, env={}), profile="fim", policy=pol)
+    r = g.recover(conv)
+    [e] = r.events
+    assert isinstance(e, MiddlePruned) and e.removed_messages == 3
+    assert e.tokens_before - e.tokens_after == 57 - 15
+    notice = {"role": "user", "content": "[context compacted: 3 earlier messages removed]"}
+    assert r.messages == [conv[0], conv[1], notice, *conv[3:5], *conv[6:8], *conv[9:]]
+    assert cw.validate(r.messages, "openai") == []
+    assert [(f.fate, f.rule) for f in r.steps[1].report.fates] == [
+        ("kept", "preamble"),
+        ("kept", "first_user_message"),
+        ("dropped", "middle_pruned"),
+        ("kept", "tool_unit"),
+        ("kept", "policy_class"),
+        ("dropped", "middle_pruned"),
+        ("kept", "policy_class"),
+        ("kept", "tool_unit"),
+        ("dropped", "middle_pruned"),
+        ("kept", "policy_class"),
+        *[("kept", "recent_messages")] * 5,
+    ]
 
 
 def test_broken_pairs_are_repaired_under_the_budget() -> None:
@@ -555,35 +667,36 @@ def test_recover_never_reports_a_middle_pruning_that_grows_the_request() -> None
 
 def test_recover_weighs_the_middle_pruning_against_the_repaired_input() -> None:
     """left17: recover compared the pruned size with the unrepaired input's count. fim:
-    "u" * 40 14, "a" * 40 14, "b" * 12 4 + 3 = 7, the unanswered call 6, "w" * 40 14: 55;
-    repaired, the stub "[tool result missing]" (4 + 21 // 4 = 9) answers c1: 64. Every
-    turn is recent and only P3 may go, so recover_from_overflow removes nothing (64, not
-    under 55). prune_middle (6 messages repaired, N = 2: the stub and the request, so the
-    call's unit) removes 1 and 2 (21 tokens) for the notice (47 characters: 15): 58,
-    under the 64 the pair repair alone sends, but not under 55, so the guard declined it
-    and sent the 64 tokens."""
+    "u" * 40 14, "a" * 40 14, "b" * 60 4 + 15 = 19, the unanswered call 6, "w" * 40 14:
+    67; repaired, the stub "[tool result missing]" (4 + 21 // 4 = 9) answers c1: 76.
+    Messages 1 and 3 are P0 by override, so no turn can go whole and "b", which opens
+    its turn, never goes alone: recover_from_overflow removes nothing (76, not under 67).
+    prune_middle (6 messages repaired, N = 2: the stub and the request, so the call's
+    unit; message 1 is class 0) removes "b" (19 tokens) for the notice (47 characters:
+    15): 72, under the 76 the pair repair alone sends, but not under 67, so the guard
+    declined it and sent the 76 tokens."""
     msgs = [
         {"role": "user", "content": "u" * 40},
         {"role": "assistant", "content": "a" * 40},
-        {"role": "user", "content": "b" * 12},
+        {"role": "user", "content": "b" * 60},
         call(1, "bash"),
         {"role": "user", "content": "w" * 40},
     ]
-    assert cw.message_tokens(msgs, "fim") == [14, 14, 7, 6, 14]
-    policy = cw.FitPolicy(eviction_order=(3,), recent_turns=10)
+    assert cw.message_tokens(msgs, "fim") == [14, 14, 19, 6, 14]
+    policy = cw.FitPolicy(priorities={1: 0, 3: 0})
     g = ContextGuard(resolve_budget(2_000, 0, floor=0, env={}), profile="fim", policy=policy)
     r = g.recover(msgs)
     assert [s.step for s in r.steps] == ["overflow", "middle"]
-    assert r.steps[0].report.tokens_after == 64
+    assert r.steps[0].report.tokens_after == 76
     [e] = r.events
     assert isinstance(e, MiddlePruned) and e.step == "middle"
-    assert (e.tokens_before, e.tokens_after, e.removed_messages) == (55, 58, 2)
-    notice = {"role": "user", "content": "[context compacted: 2 earlier messages removed]"}
+    assert (e.tokens_before, e.tokens_after, e.removed_messages) == (67, 72, 1)
+    notice = {"role": "user", "content": "[context compacted: 1 earlier messages removed]"}
     stub = {"role": "tool", "tool_call_id": "c1", "content": "[tool result missing]"}
-    assert r.messages == [msgs[0], notice, msgs[3], stub, msgs[4]]
+    assert r.messages == [msgs[0], msgs[1], notice, msgs[3], stub, msgs[4]]
     assert cw.validate(r.messages, "openai") == []
-    assert (r.tokens_before, r.tokens_after) == (55, 58)
-    assert g.stats.messages_dropped == 2 and g.stats.compactions == 1
+    assert (r.tokens_before, r.tokens_after) == (67, 72)
+    assert g.stats.messages_dropped == 1 and g.stats.compactions == 1
 
 
 def test_recover_weighs_the_overflow_eviction_against_the_repaired_input() -> None:
@@ -612,13 +725,12 @@ def test_recover_weighs_the_overflow_eviction_against_the_repaired_input() -> No
     stub = {"role": "tool", "tool_call_id": "c1", "content": "[tool result missing]"}
     assert r.messages == [msgs[0], msgs[2], msgs[3], stub, msgs[4]]
     assert (r.tokens_before, r.tokens_after) == (46, 50)
-    # never loops: on its own output (repaired) the middle goes (N = 5 // 3 = 1: "b", the
-    # call and its stub, 22 tokens, for the notice, 15: 43), then nothing
+    # never loops: on its own output (repaired) nothing changes. The middle pruning spares
+    # what eviction_order (3,) leaves out: "u" is P2, "b", the call and its stub P1
+    # (it removed the last three, 50 -> 43 tokens, before fresh19 F2)
+    assert cw.priorities(r.messages, policy) == [2, 1, 1, 1, 0]
     again = g.recover(r.messages)
-    assert [(type(e).__name__, e.tokens_before, e.tokens_after) for e in again.events] == [("MiddlePruned", 50, 43)]
-    notice = {"role": "user", "content": "[context compacted: 3 earlier messages removed]"}
-    assert again.messages == [msgs[0], notice, msgs[4]]
-    assert not g.recover(again.messages).changed
+    assert not again.changed and all(a is b for a, b in zip(again.messages, r.messages, strict=True))
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -738,6 +850,37 @@ def test_guard_properties(c: tuple[str, list[cw.Message]], pct: int, hint: str, 
     assert msgspec.to_builtins(run(msgs).messages) == msgspec.to_builtins(out)  # deterministic
     if r.fits:  # the next call of the loop sends the same request
         assert not run(out).events
+
+
+@given(case(), st.data(), st.sampled_from(cw.HINTS))
+def test_recover_middle_pruning_properties(c: tuple[str, list[cw.Message]], data: Any, hint: str) -> None:
+    """fresh19 F2 on generated conversations and policies: the middle pruning never
+    removes a message of a class the policy never evicts (class 0, or one outside
+    ``eviction_order``, by the hint's classes as the overflow step reads them); the output
+    passes validate for pairing; a protected message kept outside the tail and the
+    first/last user messages is named ``pinned`` or ``policy_class`` (or a tool unit's)."""
+    provider, msgs = c
+    n = len(msgs)
+    order = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3]), unique=True, min_size=1, max_size=3)))
+    over = data.draw(st.dictionaries(st.integers(0, n - 1), st.integers(0, 3), max_size=n)) if n else {}
+    pol = cw.FitPolicy(eviction_order=order, priorities=over)
+    g = ContextGuard(resolve_budget(100_000, 0, floor=0, env={}), policy=pol)
+    r = g.recover(msgs, hint=hint, format=provider)
+    assert _pairing(r.messages, provider) == []
+    middle = [s.report for s in r.steps if s.step == "middle"]
+    if not middle:
+        return
+    classes = hint_priorities(msgs, hint, pol, format=provider)
+    protected = [i for i, k in enumerate(classes) if k == 0 or k not in order]
+    fates = middle[0].fates
+    assert all(fates[i].rule != "middle_pruned" for i in protected)
+    assert middle[0].reason == "middle_pruned" or all(f.rule != "policy_class" for f in fates)
+    assert middle[0].reason != "middle_pruned" or all(
+        fates[i].rule in ("preamble", "first_user_message", "current_request", "recent_messages", "pinned")
+        or fates[i].rule in ("policy_class", "tool_unit", "alternation", "notice_added", "notice_removed")
+        or fates[i].fate != "kept"
+        for i in protected
+    )
 
 
 def test_single_turn_agent_loop_gets_old_output_cleared() -> None:

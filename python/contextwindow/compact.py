@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import msgspec
@@ -1164,11 +1164,36 @@ def prune_middle(
     >>> [m["content"] for m in prune_middle(msgs, keep_recent=2).messages]
     ['sys', 'task', '[context compacted: 8 earlier messages removed]', 'step 4', 'more 4']
     """
+    return _prune_middle(
+        messages, budget, keep_recent=keep_recent, pinned=pinned, profile=profile, format=format, protected=()
+    )
+
+
+def _prune_middle(
+    messages: Any,
+    budget: Any,
+    *,
+    keep_recent: int | None,
+    pinned: Iterable[int],
+    profile: str | None,
+    format: str | None,
+    protected: Collection[int],
+) -> TrimResult[Any]:
+    """:func:`prune_middle`, also keeping the input indices in ``protected``.
+
+    ``protected``: input indices a caller's policy never evicts
+    (:meth:`~contextwindow.ContextGuard.recover`: class 0, or a class outside
+    ``FitPolicy.eviction_order``). They are kept as pinned messages are, their tool units
+    whole; a kept one's fate rule is ``policy_class`` (unless an earlier rule, such as
+    ``recent_messages`` or ``pinned``, names why it stays). Indices out of range are
+    ignored (the caller computes them from the same input).
+    """
     name = resolve_profile(profile)
     limit = _budget_tokens(budget)
     if keep_recent is not None:
         keep_recent = _count("keep_recent", keep_recent, minimum=0)
     pinned_idx = _pinned_type(pinned)
+    protected = frozenset(protected)
     prep = _engine.prepare(messages, format)
     msgs = _engine.decoded(prep)
     _pinned_range(pinned_idx, len(msgs))
@@ -1231,7 +1256,10 @@ def prune_middle(
     def is_pinned(w: int) -> bool:
         return wm[w].pinned or items[w].src in pinned_idx
 
-    keep.update(w for w in range(n) if is_pinned(w))
+    def is_protected(w: int) -> bool:
+        return items[w].src in protected
+
+    keep.update(w for w in range(n) if is_pinned(w) or is_protected(w))
     tail = keep_recent if keep_recent is not None else min(6, n // 3)
     keep.update(range(max(pre, n - tail), n))
     keep.difference_update(old_notice)
@@ -1357,6 +1385,8 @@ def prune_middle(
             reason_of[w] = "first_user_message"
         elif is_pinned(w):
             reason_of[w] = "pinned"
+        elif is_protected(w):
+            reason_of[w] = "policy_class"
         elif unit_of.get(w):
             reason_of[w] = "tool_unit"
         else:

@@ -41,8 +41,10 @@ soon as the conversation fits:
 still says the context overflowed: :func:`contextwindow.fit.recover_from_overflow` (whole
 turns down to two thirds of the current size, or what the provider's count implies; second
 seed), then :func:`contextwindow.compact.prune_middle` when that could not remove anything
-(third seed, layer 2); when neither changed anything, broken tool pairs are still repaired
-(event reason ``tool_pairs``), so every output passes ``validate``.
+(third seed, layer 2), sparing what the policy never evicts as the first step does (pinned
+messages, class 0, classes outside ``eviction_order``, with their tool units); when neither
+changed anything, broken tool pairs are still repaired (event reason ``tool_pairs``), so
+every output passes ``validate``.
 
 Hints (first seed) say what the history step protects; they are carried on every event and
 on the result, for the LLM compaction step a later version adds:
@@ -71,7 +73,7 @@ from . import _engine
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
-from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _share, prune_middle
+from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _prune_middle, _share
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
@@ -381,8 +383,12 @@ def hint_priorities(
     derived = priorities(messages, policy, profile=profile, format=format)
     if hint in ("general", "react_iteration"):
         return derived
-    msgs = _engine.prepare(messages, format).canonical
-    seg = segment_turns(msgs)
+    prep = _engine.prepare(messages, format)
+    msgs = prep.canonical
+    # read as the caller's messages were: auto-detection on the structs can say otherwise
+    # (an OpenAI struct list with a result in a user message read as Anthropic's, whose
+    # second system message is refused)
+    seg = segment_turns(msgs, format=prep.provider)
     newest = seg.turns[-1][0] if seg.turns else len(msgs)
     out = list(derived)
     for i, m in enumerate(msgs):
@@ -848,7 +854,11 @@ class ContextGuard:
         Runs :func:`~contextwindow.fit.recover_from_overflow` (whole turns down to two
         thirds of the current estimate, or to what ``reported_tokens`` implies; second
         seed); when that cannot remove anything, :func:`~contextwindow.compact.prune_middle`
-        (third seed, layer 2). A step's result is kept only when it costs less than the
+        (third seed, layer 2), which keeps, besides what it always keeps, every message
+        the policy never evicts: pinned messages, class 0 and classes outside
+        ``eviction_order`` (by the classes the first step reads, the hint's; a tool unit
+        stays whole, so a protected call keeps its results and a protected result its
+        call; fate rule ``policy_class``). A step's result is kept only when it costs less than the
         input with its tool pairs repaired (what goes back otherwise: a stub for an
         unanswered call can make that more than the input, so a kept result can cost more
         than the input). Every output passes ``validate``, as :meth:`check`'s: when
@@ -913,7 +923,22 @@ class ContextGuard:
             stats["messages_dropped"] += rec.report.dropped_messages
             cur, cur_tokens = rec.messages, rec.report.tokens_after
         else:
-            r = prune_middle(cur, pinned=self.policy.pinned, profile=self.profile, format=fmt)
+            # the middle step spares what the policy never evicts, as the overflow step
+            # does: class 0 and classes outside eviction_order, by the classes fit gives
+            # (the hint's, as above), and pinned messages (fresh19 F2: every message P0,
+            # 27 messages became 10)
+            classes = priorities(messages, policy, profile=self.profile, format=fmt)
+            order = set(policy.eviction_order)
+            protected = {i for i, c in enumerate(classes) if c == 0 or c not in order}
+            r = _prune_middle(
+                cur,
+                None,
+                keep_recent=None,
+                pinned=policy.pinned,
+                profile=self.profile,
+                format=fmt,
+                protected=protected,
+            )
             steps.append(GuardStep(step="middle", report=r.report))
             # a notice can cost more than the few messages it replaces: then nothing helped.
             # Weighed against the repaired input, as prune_middle weighs it (left17: 55

@@ -38,7 +38,9 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             * ``budget_tool_results`` / ``micro_compact``: ``message_char_cap``,
               ``tool_result_cut``, ``tool_result_cleared``.
             * ``prune_middle``: ``first_user_message``, ``current_request``,
-              ``recent_messages``, ``pinned``, ``tool_unit``, ``alternation`` (kept),
+              ``recent_messages``, ``pinned``, ``policy_class`` (a class the policy
+              never evicts, in :meth:`~contextwindow.ContextGuard.recover`'s middle
+              step), ``tool_unit``, ``alternation`` (kept),
               ``middle_pruned``, ``notice_replaced``, ``notice_removed`` (dropped),
               ``notice_added`` (the notice became a text block of this message).
         chars_removed: characters (code points) cut from the message's text.
