@@ -421,18 +421,18 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     unpinned: set[int] = set()
     if budget is not None:
         share = int(budget * pol.pinned_share)
-        held = {
+        keeps = {
             w: [
                 v for v in (seg.units[unit_of[w]] if w in unit_of else step_of.get(w, [w])) if why0[v] in ("", "pinned")
             ]
             for w in pinned_items
         }
-        cover = Counter(v for items in held.values() for v in items)
+        cover = Counter(v for items in keeps.values() for v in items)
         total = sum(st.costs[v] for v in cover)
         for w in pinned_items:
             if total <= share:
                 break
-            for v in held[w]:
+            for v in keeps[w]:
                 cover[v] -= 1
                 if not cover[v]:
                     total -= st.costs[v]
