@@ -881,7 +881,7 @@ def nesting_errors(at: int = 0) -> Callable[[_F], _F]:
             except RecursionError:
                 messages = args[at] if len(args) > at else kwargs.get("messages")
                 index = deepest_message(messages)
-                if index is None:
+                if index is None or messages is None:
                     raise
                 reason, field = too_deep(messages[index])
                 raise InvalidMessageError(reason, index=index, field=field) from None

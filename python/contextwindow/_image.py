@@ -156,6 +156,7 @@ def image_tokens(width: int | None, height: int | None, detail: str | None, sour
     kind = shape(source)
     if kind == "openai" and detail == "low":
         return OPENAI_LOW
+    dims: tuple[int, int] | None
     if width and height and width > 0 and height > 0:
         dims = (width, height)
     else:

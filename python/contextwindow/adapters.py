@@ -580,13 +580,13 @@ def _anthropic_block_out(p: Part, j: int) -> Any:
         block = {"type": "tool_use", "id": p.id, "name": p.name, "input": value}
         return _merge(block, p.extra)
     if isinstance(p, ToolResult):
-        block = {"type": "tool_result", "tool_use_id": p.call_id}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": p.call_id}
         content = _emit(p.content_kind, p.content, _anthropic_block_out, _ABSENT)
         if content is not _ABSENT:
-            block["content"] = content
+            result["content"] = content
         if p.is_error:
-            block["is_error"] = True
-        return _merge(block, p.extra)
+            result["is_error"] = True
+        return _merge(result, p.extra)
     return p.raw
 
 

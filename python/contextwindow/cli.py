@@ -95,7 +95,7 @@ def _shown(path: str) -> str:
 _LINE_BREAKS = re.compile("(?:[ \t]*[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029])+[ \t]*")
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     """``exc`` as one line: each line break (any ``str.splitlines`` splits at) and the
     spaces and tabs around it become one space; every other character is kept, so a
     role or key the library quotes (``unknown role "a\u3000b"``; its line breaks already

@@ -349,6 +349,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         last = [u for u, items in enumerate(seg.units) if la <= items[0] < lb]
         if last and seg.units[last[-1]][-1] == lb - 1:
             open_units.add(last[-1])
+    req_like: int | None
     if req is None and nw > seg.preamble_end:
         req_like = nw - 1  # no real user message: the last message stands in for it
     else:

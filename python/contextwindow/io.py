@@ -629,7 +629,7 @@ def _jsonl(
         start += len(s) + 1
     if len(lines) < 2:
         return None
-    messages = []
+    messages: list[Any] = []
     guard = guard_depth and _parser_unbounded()
     for n, line, at in lines:
         try:
