@@ -340,3 +340,20 @@ def anthropic_agent(draw: Any) -> list[Message]:
     if draw(st.integers(0, 5)) == 0:
         msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))]))
     return msgs
+
+
+def request_source(msgs: list[Any], provider: str) -> int | None:
+    """The input index of a conversation's current request: its last real user message,
+    or the last real one after repair when that is later (README Tool pairs), found by
+    origin through the reference's repair, not by identity (a message repair changed is a
+    new object). ``None`` when there is none or repair made it."""
+    from contextwindow import _engine
+    from contextwindow import _reference as ref
+
+    canon = _engine.decoded(_engine.prepare(msgs, provider))  # lone surrogates replaced
+    state = ref._state(canon, ref.cost_model("conservative"), provider, False, "stub")
+    srcs = [it.src for it in state.work]
+    work = [it.msg(canon) for it in state.work]
+    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
+    req = ref.current_request(canon, srcs, real_req)
+    return None if req is None else srcs[req]

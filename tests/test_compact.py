@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextwindow as cw
-from contextwindow import _engine
 from contextwindow import _reference as ref
 from contextwindow.compact import (
     COMPACTION_NOTICE,
@@ -32,7 +31,7 @@ from contextwindow.compact import (
 from contextwindow.messages import Message, TextPart, ToolCall, ToolResult
 
 from shared_data import CASES, corpus_files, ids, load, need
-from strategies import case
+from strategies import case, request_source
 
 FIM = "fim"
 
@@ -1059,14 +1058,9 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     # reference's repair: a message repair changed is a new object (an orphan result
     # dropped beside an image made the last input message the request: matched by
     # identity, the message before it was taken for the request)
-    canon = _engine.decoded(_engine.prepare(msgs, provider))  # lone surrogates replaced
-    work_st = ref._state(canon, ref.cost_model("conservative"), provider, False, "stub")
-    srcs = [it.src for it in work_st.work]
-    work = [it.msg(canon) for it in work_st.work]
-    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
-    req = ref.current_request(canon, srcs, real_req)
-    if req is not None and srcs[req] is not None:
-        assert fates[srcs[req]].fate != "dropped"
+    req = request_source(msgs, provider)
+    if req is not None:
+        assert fates[req].fate != "dropped"
     assert out or not repaired
     assert r.report.tokens_after == cw.count_messages(out, format=provider)
     notices = sum(

@@ -41,13 +41,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextwindow as cw
-from contextwindow import _engine
 from contextwindow import _reference as ref
 from contextwindow.fit import FitPolicy, Recovery, fit, priorities, recover_from_overflow
 from contextwindow.messages import Message, TextPart
 
 from shared_data import PAIRING, corpus_files, ids, load, need
-from strategies import case, conversation
+from strategies import case, conversation, request_source
 
 BC = cw.BREADCRUMB
 EXACT = FitPolicy(low_water=1.0)  # trim to the budget exactly
@@ -713,14 +712,8 @@ def _check(msgs: list[Any], fmt: str, budget: int, pol: FitPolicy, profile: str,
     # repair when that is later, found by origin through the reference's repair (README
     # Tool pairs; matched by identity, a request repair turned into a carrier was missed
     # and an earlier message taken for it)
-    canon = _engine.decoded(_engine.prepare(msgs, fmt))
-    work_st = ref._state(canon, ref.cost_model("conservative"), fmt, False, "stub")
-    srcs = [it.src for it in work_st.work]
-    work = [it.msg(canon) for it in work_st.work]
-    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
-    req = ref.current_request(canon, srcs, real_req)
-    if req is not None and srcs[req] is not None:
-        i = srcs[req]
+    i = request_source(msgs, fmt)
+    if i is not None:
         assert fates[i].fate != "dropped"
         if r.report.reason == "priority_budget" and fates[i].fate != "repaired":  # a stub went in
             assert fates[i].rule in ("current_request", "breadcrumb_added", "request_truncated")

@@ -629,6 +629,21 @@ impl<'a, 'p> State<'a, 'p> {
         }
     }
 
+    /// Drop the turns of `seg` listed in `turns` (fate rule `rule`) and mark every other
+    /// turn's messages kept (`kept_turn`).
+    fn drop_turns(&mut self, seg: &Segmentation, turns: &[usize], rule: &'static str) {
+        let mut gone = vec![false; seg.turns.len()];
+        for &i in turns {
+            gone[i] = true;
+            self.drop_range(seg.turns[i].clone(), rule);
+        }
+        for (r, _) in seg.turns.iter().zip(&gone).filter(|(_, g)| !**g) {
+            for w in r.clone() {
+                self.set_fate(w, "kept", "kept_turn");
+            }
+        }
+    }
+
     fn drop_range(&mut self, idx: impl IntoIterator<Item = usize>, rule: &'static str) {
         for w in idx {
             self.set_keep(w, false);
@@ -1016,18 +1031,7 @@ fn trim_turns_once<'a>(
             dropped = 0;
         }
     }
-    let mut gone = vec![false; t];
-    for &i in &droppable[..dropped] {
-        gone[i] = true;
-        st.drop_range(seg.turns[i].clone(), "oldest_turn");
-    }
-    for (i, r) in seg.turns.iter().enumerate() {
-        if !gone[i] {
-            for w in r.clone() {
-                st.set_fate(w, "kept", "kept_turn");
-            }
-        }
-    }
+    st.drop_turns(&seg, &droppable[..dropped], "oldest_turn");
     let bc_at = if dropped > 0 {
         bc_turn(dropped).map(|i| seg.turns[i].start)
     } else {
@@ -1246,18 +1250,7 @@ pub fn trim_turn_count<'a>(
     for w in 0..seg.preamble_end {
         st.set_fate(w, "kept", "preamble");
     }
-    let mut gone = vec![false; t];
-    for &i in &droppable {
-        gone[i] = true;
-        st.drop_range(seg.turns[i].clone(), "turn_limit");
-    }
-    for (i, r) in seg.turns.iter().enumerate() {
-        if !gone[i] {
-            for w in r.clone() {
-                st.set_fate(w, "kept", "kept_turn");
-            }
-        }
-    }
+    st.drop_turns(&seg, &droppable, "turn_limit");
     // the breadcrumb goes before the first kept turn after a dropped one (the newest
     // turn is never droppable, so there is one)
     let consecutive = droppable
