@@ -214,6 +214,13 @@ def _own_results(draw: Any, results: list[ToolResult]) -> tuple[list[ToolResult]
     return [copy], results
 
 
+#: The role of a struct holding tool results read as Anthropic's: a user message, or a
+#: ``tool`` one, which ``message_to_anthropic`` writes as a user message and the library
+#: takes as one under Anthropic's rules (fresh19 F5: an orphan one repair emptied was
+#: dropped, leaving an assistant message first, as a user one is not).
+_anthropic_user = st.sampled_from(["user", "user", "tool"])
+
+
 @st.composite
 def conversation(draw: Any, provider: str) -> list[Message]:
     msgs: list[Message] = []
@@ -243,7 +250,7 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             msgs.append(Message(role=role, content=[*_text_parts(draw), r]))
         elif kind == "orphan":
             r = ToolResult(call_id=draw(st.sampled_from(IDS)), content=[TextPart(text=draw(any_text))])
-            role = "tool" if provider == "openai" else "user"
+            role = "tool" if provider == "openai" else draw(_anthropic_user)
             msgs.append(Message(role=role, content=[r]))
         else:
             ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=draw(st.integers(0, 7)) > 0))
@@ -270,7 +277,7 @@ def conversation(draw: Any, provider: str) -> list[Message]:
                 msgs.extend(Message(role="tool", content=[r]) for r in results)
             elif results:
                 tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
-                msgs.append(Message(role="user", content=[*results, *tail]))
+                msgs.append(Message(role=draw(_anthropic_user), content=[*results, *tail]))
     if draw(st.booleans()):
         msgs.append(Message(role="user", content=[TextPart(text=draw(any_text))]))
     return msgs
@@ -286,7 +293,7 @@ def case(draw: Any) -> tuple[str, list[Message]]:
 
 
 @st.composite
-def anthropic_agent(draw: Any) -> list[Message]:
+def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
     """An Anthropic agent conversation whose roles alternate (a user message first, after
     an optional system message), so every output must pass ``validate`` whole, role rules
     included. Steps: chat, calls answered in the next user message (sometimes with text
@@ -294,16 +301,21 @@ def anthropic_agent(draw: Any) -> list[Message]:
     user message after the ``tool_use``, no result), orphan-only user messages (an id no
     call made, or one a call made long ago), first, in the middle or last, and assistant
     messages holding only a ``tool_result`` block, and results (or a copy of one) in
-    the message of their calls, then a plain user message when none is left. Parts come
+    the message of their calls, then a plain user message when none is left. With
+    ``tool_structs``, a message of results or an orphan is sometimes a ``tool`` struct (a
+    user message under Anthropic's rules, as ``message_to_anthropic`` writes it; not yet
+    for ``fit``, the guard and ``prune_middle``, whose role checks see it as no user
+    message: see ``test_pairs.test_fit_and_prune_take_a_tool_struct_as_a_user_message``). Parts come
     from the strategies above: big texts, CJK, emoji, images, pinned messages, our own
     breadcrumb and ``[Tool results]`` text."""
     msgs: list[Message] = []
     if draw(st.booleans()):
         msgs.append(Message(role="system", content=[TextPart(text=draw(text))]))
+    results_role = _anthropic_user if tool_structs else st.just("user")
 
     def orphan() -> Message:
         r = ToolResult(call_id=draw(st.sampled_from([*IDS, "zz"])), content=[TextPart(text=draw(any_text))])
-        return Message(role="user", content=[r])
+        return Message(role=draw(results_role), content=[r])
 
     def user() -> Message:
         return Message(role="user", content=_text_parts(draw), pinned=draw(st.integers(0, 12)) == 0)
@@ -333,7 +345,7 @@ def anthropic_agent(draw: Any) -> list[Message]:
             if own:  # results in the calls' own message (fresh16a F6)
                 msgs[-1] = Message(role="assistant", content=[*msgs[-1].content, *own], pinned=pinned)
             tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
-            msgs.append(Message(role="user", content=[*results, *tail]) if results else user())
+            msgs.append(Message(role=draw(results_role), content=[*results, *tail]) if results else user())
         else:
             msgs.append(Message(role="assistant", content=_text_parts(draw) or [TextPart(text="ok")], pinned=pinned))
             msgs.append(orphan() if kind == "orphan" else user())

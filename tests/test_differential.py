@@ -248,7 +248,7 @@ def test_trim_turn_count_agrees(c: tuple[str, list[Message]], max_turns: int) ->
     assert got == ref.trim_turn_count(cm, max_turns, "conservative", True, provider)
 
 
-@given(anthropic_agent(), st.integers(0, 100), st.integers(0, 4), st.sampled_from(PROFILES))
+@given(anthropic_agent(tool_structs=True), st.integers(0, 100), st.integers(0, 4), st.sampled_from(PROFILES))
 def test_anthropic_agent_agrees(msgs: list[Message], pct: int, max_turns: int, profile: str) -> None:
     """Orphan-only carriers (placeholders) and interrupted calls (stubs that go with their
     call's turn), on alternating Anthropic conversations."""

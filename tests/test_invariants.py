@@ -117,10 +117,14 @@ def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
 ROLE_ORDER = {"first_not_user", "not_alternating", "role_not_allowed"}
 
 
-@given(anthropic_agent(), st.integers(0, 120), st.integers(0, 4), st.sampled_from(["conservative", "fim"]))
+@given(
+    anthropic_agent(tool_structs=True), st.integers(0, 120), st.integers(0, 4), st.sampled_from(["conservative", "fim"])
+)
 def test_anthropic_outputs_validate_whole(msgs: list[Message], pct: int, max_turns: int, profile: str) -> None:
     """Alternating Anthropic input: every output passes ``validate`` whole, role rules
-    included (fresh7 N1: an emptied orphan carrier made two assistant messages meet), and
+    included (fresh7 N1: an emptied orphan carrier made two assistant messages meet;
+    fresh19 F5: so did an orphan ``tool`` struct, which is a user message here, or it
+    left an assistant message first), and
     the last real user message stays the current request (N2: an interrupted call merged
     it into the call's turn)."""
     assert not [v for v in cw.validate(msgs, "anthropic") if v.code in ROLE_ORDER]

@@ -425,10 +425,18 @@ def test_drop_falls_back_to_a_stub_when_anthropic_roles_would_not_alternate() ->
 
 
 def test_violation_details_use_the_wire_role_names() -> None:
-    msgs = [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "x", "content": "r"}]
+    """A tool message is a user message under Anthropic's rules (as ``message_to_anthropic``
+    writes it, fresh19 F5), so the role Anthropic does not allow is the developer's here."""
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "developer", "content": "d"},
+        {"role": "tool", "tool_call_id": "x", "content": "r"},
+    ]
     details = [v.detail for v in cw.validate(msgs, "anthropic", format="openai")]
-    assert any("role tool is not allowed" in d for d in details)
-    assert not any("Tool" in d for d in details)
+    assert details == [
+        "role developer is not allowed in Anthropic messages",
+        'tool_result "x" does not answer a tool_use of the previous message',
+    ]
 
 
 def test_violation_text_says_a_user_message() -> None:
@@ -882,3 +890,143 @@ def test_a_blank_block_is_one_violation_so_a_moved_result_adds_none() -> None:
             (2, "empty_content", ws),
             (4, "empty_content", "content[0] is an empty text block; text blocks must be non-empty"),
         ]
+
+
+# ------------------------------------------- a tool struct read as Anthropic's (fresh19 F5)
+
+_M, _T, _TR, _TC = cw.Message, cw.TextPart, cw.ToolResult, cw.ToolCall
+
+
+def _orphan_first(role: str) -> list[cw.Message]:
+    return [
+        _M(role="system", content=[_T(text="s")]),
+        _M(role=role, content=[_TR(call_id="zz", content=[_T(text="o")])]),
+        _M(role="assistant", content=[_T(text="a")]),
+        _M(role="user", content=[_T(text="now")]),
+    ]
+
+
+@pytest.mark.parametrize("role", ["user", "tool"])
+def test_an_emptied_tool_struct_stays_as_the_placeholder_as_a_user_one_does(role: str) -> None:
+    """fresh19 F5: an orphan ``Message(role="tool")`` read as Anthropic's was dropped by
+    repair, leaving an assistant message first (``first_not_user``, 39 of 400 random
+    broken struct conversations); a user struct stayed as the placeholder. Under
+    Anthropic's rules a tool struct is the user message ``message_to_anthropic`` writes:
+    it stays holding ``RESULTS_REMOVED``, with its role, reported as the user one is."""
+    s = _orphan_first(role)
+    r = cw.repair_tool_pairs(s, format="anthropic")
+    assert [m.role for m in r.messages] == ["system", role, "assistant", "user"]
+    assert r.messages[1].content == [_T(text=cw.messages.RESULTS_REMOVED)]
+    assert [a is b for a, b in zip(r.messages, s, strict=True)] == [True, False, True, True]
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [
+        ("orphan_result_dropped", 1, "zz"),
+        ("placeholder_inserted", 1, None),
+    ]
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("kept", "fits"),
+        ("repaired", "orphan_result"),
+        ("kept", "fits"),
+        ("kept", "fits"),
+    ]
+    assert cw.validate(r.messages, "anthropic") == []
+    assert cw.adapters.message_to_anthropic(r.messages[1]) == {"role": "user", "content": cw.messages.RESULTS_REMOVED}
+    # the input's only fault is the orphan (a tool struct is no role_not_allowed here)
+    assert [(v.index, v.code) for v in cw.validate(s, "anthropic")] == [(1, "orphan_result")]
+    for budget in (0, 10, 100):  # trim_turns never drops the one turn: its output too
+        out = cw.trim_turns(s, budget, format="anthropic").messages
+        assert [m.role for m in out] == ["system", role, "assistant", "user"]
+        assert cw.validate(out, "anthropic") == []
+
+
+def test_an_emptied_tool_struct_between_assistant_messages_stays() -> None:
+    """fresh19 F5, in the middle: dropped, the orphan tool struct made two assistant
+    messages meet (``not_alternating``)."""
+    s = [
+        _M(role="user", content=[_T(text="q")]),
+        _M(role="assistant", content=[_T(text="a")]),
+        _M(role="tool", content=[_TR(call_id="zz", content=[_T(text="o")])]),
+        _M(role="assistant", content=[_T(text="b")]),
+        _M(role="user", content=[_T(text="now")]),
+    ]
+    r = cw.repair_tool_pairs(s, format="anthropic")
+    assert [m.role for m in r.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert r.messages[2].content == [_T(text=cw.messages.RESULTS_REMOVED)]
+    assert [c.kind for c in r.report.repairs] == ["orphan_result_dropped", "placeholder_inserted"]
+    assert cw.validate(r.messages, "anthropic") == []
+    # an orphan tool struct between user messages goes, as a user one does
+    s2 = [s[0], s[1], _M(role="user", content=[_T(text="more")]), s[2], s[4]]
+    r2 = cw.repair_tool_pairs(s2, format="anthropic")
+    assert [m.role for m in r2.messages] == ["user", "assistant", "user", "user"]
+    assert [c.kind for c in r2.report.repairs] == ["orphan_result_dropped", "message_dropped"]
+    assert [(f.fate, f.rule) for f in r2.report.fates][3] == ("dropped", "emptied_by_repair")
+
+
+def test_a_tool_struct_answering_the_calls_before_it_is_a_valid_anthropic_user_message() -> None:
+    """A tool struct holding the results of the calls before it is what
+    ``message_to_anthropic`` writes as the user message answering them: ``validate`` took
+    it as a fault (``unanswered_call``, ``role_not_allowed``,
+    ``result_outside_user_message``), and repair moved its results into a new user
+    message, whose next user message then met it (``not_alternating``, a fault the input
+    did not have). Now it is valid and repair leaves it as it is."""
+    s = [
+        _M(role="user", content=[_T(text="q")]),
+        _M(role="assistant", content=[_TC(id="c1", name="f", arguments="{}")]),
+        _M(role="tool", content=[_TR(call_id="c1", content=[_T(text="o")])]),
+        _M(role="assistant", content=[_T(text="done")]),
+        _M(role="user", content=[_T(text="next")]),
+    ]
+    assert cw.validate(s, "anthropic") == []
+    r = cw.repair_tool_pairs(s, format="anthropic")
+    assert r.report.reason is None and r.report.repairs == []
+    assert all(a is b for a, b in zip(r.messages, s, strict=True)) and len(r.messages) == len(s)
+    t = cw.trim_turns(s, 0, format="anthropic")  # the current request alone
+    assert [m.role for m in t.messages] == ["user"] and cw.validate(t.messages, "anthropic") == []
+    # the call's result in a tool struct after a plain user message moves there, and
+    # the emptied tool struct goes (between two user messages it would stay as nothing)
+    s2 = [s[0], s[1], _M(role="user", content=[_T(text="wait")]), s[2]]
+    r2 = cw.repair_tool_pairs(s2, format="anthropic")
+    assert [m.role for m in r2.messages] == ["user", "assistant", "user"]
+    assert r2.messages[2].content == [s[2].content[0], _T(text="wait")]
+    assert [(c.kind, c.index) for c in r2.report.repairs] == [("result_moved", 3), ("message_dropped", 3)]
+    assert cw.validate(r2.messages, "anthropic") == []
+
+
+def test_validate_takes_a_tool_struct_as_an_anthropic_user_message() -> None:
+    """Under Anthropic's rules a tool struct is checked as the user message
+    ``message_to_anthropic`` writes (role order, results, content); ``developer`` is
+    still a role Anthropic has not (``role_not_allowed``)."""
+    tool_text = _M(role="tool", content=[_T(text="x")])
+    user = _M(role="user", content=[_T(text="q")])
+    assistant = _M(role="assistant", content=[_T(text="a")])
+    assert cw.validate([tool_text, assistant], "anthropic") == []
+    found = cw.validate([user, tool_text], "anthropic")
+    assert [(v.index, v.code, v.detail) for v in found] == [
+        (1, "not_alternating", "two messages in a row have the same role")
+    ]
+    assert [(v.index, v.code) for v in cw.validate([assistant, tool_text], "anthropic")] == [(0, "first_not_user")]
+    empty = _M(role="tool", content=[])
+    assert [(v.index, v.code, v.detail) for v in cw.validate([user, assistant, empty], "anthropic")] == [
+        (2, "empty_content", "a tool message has no content; only a final assistant message may be empty")
+    ]
+    dev = _M(role="developer", content=[_T(text="d")])
+    assert [(v.index, v.code) for v in cw.validate([user, dev], "anthropic")] == [(1, "role_not_allowed")]
+    # OpenAI's rules are unchanged: a tool message answers the assistant's calls
+    assert [(v.index, v.code) for v in cw.validate([user, tool_text], "openai")] == [(1, "empty_tool_message")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fit.py (_Navigator.alternates) and compact.prune_middle check Anthropic role order on raw roles,"
+    " so a tool struct is no user message there (fresh19 F5, left to the helpers owning those files)",
+)
+def test_fit_and_prune_take_a_tool_struct_as_a_user_message() -> None:
+    """fit evicts the placeholder repair keeps for an orphan tool struct, leaving the
+    assistant message first; prune_middle removes the assistant message between the
+    current request and such a placeholder. A user struct there gives a valid output."""
+    from contextwindow.compact import prune_middle
+
+    s = _orphan_first("tool")
+    assert cw.validate(cw.fit(s, 21, format="anthropic").messages, "anthropic") == []
+    turns = [_M(role=r, content=[_T(text=f"{r[0]}{k}")]) for k in range(3) for r in ("user", "assistant")]
+    s2 = [*turns, _M(role="tool", content=[_TR(call_id="c1", content=[_T(text="x")])])]
+    assert cw.validate(prune_middle(s2, keep_recent=1, format="anthropic").messages, "anthropic") == []

@@ -849,14 +849,15 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
     prev: str | None = None
     for i in range(start, len(msgs)):
         m = msgs[i]
-        if m.role not in ("user", "assistant"):
+        role = anthropic_role(m.role)  # a tool struct is written as a user message
+        if role not in ("user", "assistant"):
             v(i, "role_not_allowed")
-        elif prev is None and m.role != "user":
+        elif prev is None and role != "user":
             v(i, "first_not_user")
-        elif prev == m.role:
+        elif prev == role:
             v(i, "not_alternating")
-        prev = m.role
-        if has_results(m) and m.role != "user":
+        prev = role
+        if has_results(m) and role != "user":
             for cid in _result_ids(m):
                 v(i, "result_outside_user_message", cid)
         elif has_results(m):
@@ -877,7 +878,7 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
             v(i, "call_outside_assistant")
         elif has_calls(m):
             nxt = msgs[i + 1] if i + 1 < len(msgs) else None
-            answered = set(_result_ids(nxt)) if nxt is not None and nxt.role == "user" else set()
+            answered = set(_result_ids(nxt)) if nxt is not None and anthropic_role(nxt.role) == "user" else set()
             seen_calls = set()
             for cid in _call_ids(m):
                 if cid in seen_calls:
@@ -885,10 +886,17 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 elif cid not in answered:
                     v(i, "unanswered_call", cid)
                 seen_calls.add(cid)
-        if m.role in ("user", "assistant"):
+        if role in ("user", "assistant"):
             for _ in range(_empty_anthropic(m, final=i == len(msgs) - 1)):
                 v(i, "empty_content")
     return out
+
+
+def anthropic_role(role: str) -> str:
+    """The role a message has in an Anthropic request: a ``tool`` message (a ``Message``
+    struct can have that role) is a user message of ``tool_result`` blocks, as
+    ``message_to_anthropic`` writes it (Rust ``Role::in_anthropic``); any other is itself."""
+    return "user" if role == "tool" else role
 
 
 def _empty_tool_calls(m: Message) -> bool:
@@ -1155,14 +1163,17 @@ def repair(
     owed: tuple[int, list[str]] | None = None
     emptied: list[tuple[int, int]] = []  # user messages emptied: (position in out, change index)
     for i, m in enumerate(msgs):
+        # a tool struct is a user message here, as it is written (fresh19 F5: dropped when
+        # emptied, it left an assistant message first)
+        user = anthropic_role(m.role) == "user"
         if owed is not None:
             caller, stubs = owed
             owed = None
-            if m.role == "user":
+            if user:
                 out.append(rebuild_user(i, (caller, stubs)))
                 continue
             out.append(Item(None, Message(role="user", content=owed_parts(caller, stubs, None))))
-        if m.role == "user":
+        if user:
             out.append(rebuild_user(i, None))
             continue
         base = _strip_results(msgs, results, i, changes)
@@ -1209,14 +1220,15 @@ def _settle_placeholders(
     ``placeholder_inserted``): a user message when no user message is left before or
     after the run, an assistant message when two user messages would meet."""
     gone: set[int] = set()
+    roles = [anthropic_role(it.msg(msgs).role) for it in out]  # as written: a tool struct is a user message
     k = 0
     while k < len(emptied):
         end = k
         while end + 1 < len(emptied) and emptied[end + 1][0] == emptied[end][0] + 1:
             end += 1
         first, last = emptied[k][0], emptied[end][0]
-        before = next((r for r in (it.msg(msgs).role for it in reversed(out[:first])) if r != "system"), None)
-        after = out[last + 1].msg(msgs).role if last + 1 < len(out) else None
+        before = next((r for r in reversed(roles[:first]) if r != "system"), None)
+        after = roles[last + 1] if last + 1 < len(out) else None
         if before == "user" and after == "user":
             needed: str | None = "assistant"
         elif before != "user" and after != "user":
@@ -1224,7 +1236,7 @@ def _settle_placeholders(
         else:
             needed = None
         run = emptied[k : end + 1]
-        keep = next((pos for pos, _ in run if out[pos].msg(msgs).role == needed), None)
+        keep = next((pos for pos, _ in run if roles[pos] == needed), None)
         for pos, c in run:
             if pos == keep:
                 changes[c] = _change("placeholder_inserted", changes[c].index)

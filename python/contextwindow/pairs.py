@@ -80,7 +80,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     OpenAI: every tool message answers a call of the assistant message before its run of
     tool messages; every call is answered before the next non-tool message. Anthropic:
     ``tool_result`` blocks sit in the user message right after their ``tool_use``, ahead
-    of other content; the first message is a user message; roles alternate. Content the
+    of other content; the first message is a user message; roles alternate; a ``tool``
+    message (OpenAI's, or a ``Message`` struct) is checked as the user message of
+    ``tool_result`` blocks :func:`~contextwindow.adapters.message_to_anthropic` writes it
+    as, and a ``developer`` one is ``role_not_allowed``. Content the
     provider refuses as empty is ``empty_content``: under Anthropic's rules a user or
     assistant message with no content (``[]`` or ``""``; the final assistant message, a
     prefill, may have none), and, one violation each, a text block that is empty or of

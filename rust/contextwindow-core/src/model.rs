@@ -54,6 +54,16 @@ impl Role {
             Role::Tool => "tool",
         }
     }
+
+    /// The role a message has in an Anthropic request: a `tool` message (a `Message`
+    /// struct can have that role) is a user message of `tool_result` blocks, as the
+    /// adapters' `message_to_anthropic` writes it; every other role is itself.
+    pub fn in_anthropic(self) -> Role {
+        match self {
+            Role::Tool => Role::User,
+            r => r,
+        }
+    }
 }
 
 impl std::fmt::Display for Role {

@@ -329,21 +329,23 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
     }
     let mut prev: Option<Role> = None;
     for (i, m) in messages.iter().enumerate().skip(start) {
-        if !matches!(m.role, Role::User | Role::Assistant) {
+        // a `tool` struct is written as a user message (`Role::in_anthropic`)
+        let role = m.role.in_anthropic();
+        if !matches!(role, Role::User | Role::Assistant) {
             out.push(v(
                 i,
                 "role_not_allowed",
                 None,
                 format!("role {} is not allowed in Anthropic messages", m.role),
             ));
-        } else if prev.is_none() && m.role != Role::User {
+        } else if prev.is_none() && role != Role::User {
             out.push(v(
                 i,
                 "first_not_user",
                 None,
                 "the first message must be a user message".into(),
             ));
-        } else if prev == Some(m.role) {
+        } else if prev == Some(role) {
             out.push(v(
                 i,
                 "not_alternating",
@@ -351,8 +353,8 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 "two messages in a row have the same role".into(),
             ));
         }
-        prev = Some(m.role);
-        if m.has_tool_results() && m.role != Role::User {
+        prev = Some(role);
+        if m.has_tool_results() && role != Role::User {
             for id in result_ids(m) {
                 out.push(v(
                     i,
@@ -413,12 +415,12 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
         }
         let answered = || -> HashSet<&str> {
             match messages.get(i + 1) {
-                Some(n) if n.role == Role::User => result_ids(n).collect(),
+                Some(n) if n.role.in_anthropic() == Role::User => result_ids(n).collect(),
                 _ => HashSet::new(),
             }
         };
         check_calls(&mut out, i, m, answered, "in the next user message");
-        if matches!(m.role, Role::User | Role::Assistant) {
+        if matches!(role, Role::User | Role::Assistant) {
             for detail in empty_content_anthropic(messages, i, m) {
                 out.push(v(i, "empty_content", None, detail));
             }
@@ -859,8 +861,12 @@ fn repair_anthropic<'a>(
     let mut emptied: Vec<(usize, usize)> = Vec::new();
     for i in 0..n {
         let m = &messages[i];
+        // A `tool` struct is a user message here, as it is written (`Role::in_anthropic`):
+        // results stay in it, and emptied it goes or stays as a user message does (fresh19
+        // F5: dropped, it left an assistant message first).
+        let user = m.role.in_anthropic() == Role::User;
         if let Some((caller, stubs)) = owed.take() {
-            if m.role == Role::User {
+            if user {
                 let (w, empty) = rebuild_user(
                     messages,
                     res,
@@ -884,7 +890,7 @@ fn repair_anthropic<'a>(
                 &mut changes,
             ));
         }
-        if m.role == Role::User {
+        if user {
             let (w, empty) = rebuild_user(messages, res, &belongs, i, None, &mut changes);
             if empty {
                 emptied.push((out.len(), changes.len() - 1));
@@ -943,7 +949,8 @@ fn repair_anthropic<'a>(
 /// by side, an assistant message first, or an assistant message last, which Anthropic
 /// reads as the start of the answer), an assistant message when user messages would meet
 /// (found by a tester: an orphan result that was a user message's only block made the
-/// output fail `validate`).
+/// output fail `validate`). Roles are taken as written for Anthropic
+/// ([`Role::in_anthropic`]): a `tool` struct is a user message (fresh19 F5).
 fn settle_placeholders<'a>(
     out: Vec<Work<'a>>,
     emptied: &[(usize, usize)],
@@ -960,12 +967,13 @@ fn settle_placeholders<'a>(
             end += 1;
         }
         let (first, last) = (emptied[k].0, emptied[end].0);
+        // roles as written for Anthropic: a `tool` struct is a user message
         let before = out[..first]
             .iter()
             .rev()
-            .map(|w| w.msg.role)
+            .map(|w| w.msg.role.in_anthropic())
             .find(|&r| r != Role::System);
-        let after = out.get(last + 1).map(|w| w.msg.role);
+        let after = out.get(last + 1).map(|w| w.msg.role.in_anthropic());
         let user = Some(Role::User);
         let needed = if before == user && after == user {
             Some(Role::Assistant)
@@ -977,7 +985,7 @@ fn settle_placeholders<'a>(
         let keep = emptied[k..=end]
             .iter()
             .map(|&(pos, _)| pos)
-            .find(|&pos| Some(out[pos].msg.role) == needed);
+            .find(|&pos| Some(out[pos].msg.role.in_anthropic()) == needed);
         for &(pos, c) in &emptied[k..=end] {
             if Some(pos) == keep {
                 changes[c].kind = "placeholder_inserted";

@@ -455,13 +455,32 @@ fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
         assert_eq!(segment(&fixed).turns.len(), segment(&msgs).turns.len());
     }
     // a user message before it: it goes
-    let msgs = [u("hi"), orphan];
+    let msgs = [u("hi"), orphan.clone()];
     let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
     assert_eq!(out.len(), 1);
     assert_eq!(
         kinds(&changes),
         vec![("orphan_result_dropped", 1), ("message_dropped", 1)]
     );
+    // a `tool` struct is the user message it is written as (fresh19 F5: dropped, it left
+    // an assistant message first): it stays, keeping its role, and passes validate
+    let mut tool = orphan;
+    tool.role = Role::Tool;
+    for (msgs, at) in [
+        (vec![sys("s"), tool.clone(), a("a"), u("q")], 1),
+        (vec![u("hi"), a("a"), tool.clone(), a("b"), u("q")], 2),
+    ] {
+        let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+        assert_eq!(out.len(), msgs.len());
+        assert_eq!(out[at].msg.role, Role::Tool);
+        assert_eq!(out[at].msg.first_text(), Some(RESULTS_REMOVED));
+        assert_eq!(
+            kinds(&changes),
+            vec![("orphan_result_dropped", at), ("placeholder_inserted", at)]
+        );
+        let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+        assert!(validate(&fixed, Format::Anthropic).is_empty());
+    }
 }
 
 #[test]
