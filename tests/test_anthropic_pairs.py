@@ -430,7 +430,7 @@ def _texts(m: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in c if b.get("type") == "text")
 
 
-@given(anthropic_agent(), st.integers(0, 110), st.integers(0, 8))
+@given(anthropic_agent(tool_structs=True), st.integers(0, 110), st.integers(0, 8))
 def test_fit_guard_prune_validate_whole(msgs: list[Message], pct: int, keep: int) -> None:
     """The same, on canonical messages from ``strategies.anthropic_agent`` (pinned
     messages, big texts, images, partial results): ``fit``, the guard and

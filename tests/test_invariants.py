@@ -193,7 +193,7 @@ def test_fit_and_guard_keep_the_request(c: Case, pct: int, profile: str, pinned:
     _fit_and_guard(*c, pct, profile, pinned)
 
 
-@given(anthropic_agent(), st.integers(0, 120), st.sampled_from(["conservative", "fim"]), st.booleans())
+@given(anthropic_agent(tool_structs=True), st.integers(0, 120), st.sampled_from(["conservative", "fim"]), st.booleans())
 def test_anthropic_fit_and_guard_validate_whole(msgs: list[Message], pct: int, profile: str, pinned: bool) -> None:
     """Alternating Anthropic agent conversations (interrupted calls, orphan-only user
     messages that repair turns into the placeholder): the properties above, and every fit

@@ -1014,11 +1014,6 @@ def test_validate_takes_a_tool_struct_as_an_anthropic_user_message() -> None:
     assert [(v.index, v.code) for v in cw.validate([user, tool_text], "openai")] == [(1, "empty_tool_message")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fit.py (_Navigator.alternates) and compact.prune_middle check Anthropic role order on raw roles,"
-    " so a tool struct is no user message there (fresh19 F5, left to the helpers owning those files)",
-)
 def test_fit_and_prune_take_a_tool_struct_as_a_user_message() -> None:
     """fit evicts the placeholder repair keeps for an orphan tool struct, leaving the
     assistant message first; prune_middle removes the assistant message between the

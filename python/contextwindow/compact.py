@@ -1283,10 +1283,12 @@ def _prune_middle(
                         grew = True
             if anthropic:
                 kept = sorted(w for w in keep if w >= pre)
+                # a tool struct is written as a user message of tool_result blocks
+                role = [ref.anthropic_role(m.role) for m in wm]
                 for a, b in itertools.pairwise(kept):
-                    if b - a > 1 and wm[a].role == wm[b].role:
+                    if b - a > 1 and role[a] == role[b]:
                         c = next(
-                            (c for c in range(b - 1, a, -1) if c not in old_notice and wm[c].role != wm[b].role),
+                            (c for c in range(b - 1, a, -1) if c not in old_notice and role[c] != role[b]),
                             None,
                         )
                         if c is not None:

@@ -651,7 +651,13 @@ class _Nav:
             new_head = head
             while new_head is not None and new_head in drop:
                 new_head = self.next_kept(new_head + 1)
-            if head is not None and new_head is not None and st.m(head).role == "user" != st.m(new_head).role:
+            # a tool struct is written as a user message of tool_result blocks (repair19)
+            role = ref.anthropic_role
+            if (
+                head is not None
+                and new_head is not None
+                and role(st.m(head).role) == "user" != role(st.m(new_head).role)
+            ):
                 return False
         # every gap the removal opens (the loop spans one candidate: a unit or a turn)
         w = lo
@@ -661,7 +667,11 @@ class _Nav:
                 while end + 1 <= hi and (end + 1 in drop or not st.keep[end + 1]):
                     end += 1
                 a, b = kept_before(w), kept_after(end)
-                if a is not None and b is not None and st.m(a).role == st.m(b).role:
+                if (
+                    a is not None
+                    and b is not None
+                    and ref.anthropic_role(st.m(a).role) == ref.anthropic_role(st.m(b).role)
+                ):
                     return False
                 w = end + 1
             else:
