@@ -107,6 +107,9 @@ def test_repair_valid_and_idempotent(c: Case, missing: str) -> None:
     provider, msgs = c
     once = cw.repair_tool_pairs(msgs, missing, format=provider).messages
     assert pairing_violations(once, provider) == []
+    # and no empty message of its own making (fresh19b #1: "drop" left an empty carrier)
+    empty = lambda ms: sum(v.code == "empty_content" for v in cw.validate(ms, provider))  # noqa: E731
+    assert empty(once) <= empty(msgs)
     twice = cw.repair_tool_pairs(once, missing, format=provider)
     assert twice.report.reason is None
     assert all(a is b for a, b in zip(twice.messages, once, strict=True)) and len(twice.messages) == len(once)

@@ -1025,3 +1025,32 @@ def test_fit_and_prune_take_a_tool_struct_as_a_user_message() -> None:
     turns = [_M(role=r, content=[_T(text=f"{r[0]}{k}")]) for k in range(3) for r in ("user", "assistant")]
     s2 = [*turns, _M(role="tool", content=[_TR(call_id="c1", content=[_T(text="x")])])]
     assert cw.validate(prune_middle(s2, keep_recent=1, format="anthropic").messages, "anthropic") == []
+
+
+def test_dropping_a_trailing_call_adds_no_empty_user_message() -> None:
+    """fresh19b #1: ``missing="drop"`` in Anthropic shape removed the unanswered call of
+    an assistant message that keeps other content and then appended
+    ``{"role": "user", "content": []}`` (the carrier for its results, with none), which
+    ``validate`` and the API refuse. Nothing is owed, so no message is added."""
+    call = {"type": "tool_use", "id": "t1", "name": "w", "input": {}}
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "write the file"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Writing."}, call]},
+    ]
+    r = cw.repair_tool_pairs(msgs, missing="drop")
+    assert r.messages == [msgs[0], {"role": "assistant", "content": [{"type": "text", "text": "Writing."}]}]
+    assert cw.validate(r.messages, "anthropic") == []
+    assert [c.kind for c in r.report.repairs] == ["call_removed"] and r.report.inserted_messages == 0
+    # another assistant message after it: the two stay side by side, as in the input (no
+    # new violation; stubbing would put a user message of results between them)
+    more = [*msgs, {"role": "assistant", "content": "more"}]
+    r = cw.repair_tool_pairs(more, missing="drop")
+    assert [m["role"] for m in r.messages] == ["user", "assistant", "assistant"]
+    assert [v.code for v in cw.validate(r.messages, "anthropic")] == ["not_alternating"]
+    assert "not_alternating" in [v.code for v in cw.validate(more, "anthropic")]
+    # the reference agrees
+    from contextwindow import _reference as ref
+
+    canon = cw.adapters.to_canonical(msgs, "anthropic")
+    ops, _ = ref.repair_tool_pairs(canon, "drop", "conservative", "anthropic")
+    assert len(ops) == 2

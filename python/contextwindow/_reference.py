@@ -1172,7 +1172,10 @@ def repair(
             if user:
                 out.append(rebuild_user(i, (caller, stubs)))
                 continue
-            out.append(Item(None, Message(role="user", content=owed_parts(caller, stubs, None))))
+            # nothing owed (the calls were dropped, missing="drop"): no message (fresh19b #1:
+            # an empty user message was added, which Anthropic refuses)
+            if parts := owed_parts(caller, stubs, None):
+                out.append(Item(None, Message(role="user", content=parts)))
         if user:
             out.append(rebuild_user(i, None))
             continue
@@ -1188,8 +1191,8 @@ def repair(
                 owed = (i, open_ids)
             continue
         out.append(base)
-    if owed is not None:
-        out.append(Item(None, Message(role="user", content=owed_parts(owed[0], owed[1], None))))
+    if owed is not None and (parts := owed_parts(owed[0], owed[1], None)):
+        out.append(Item(None, Message(role="user", content=parts)))
     return _settle_placeholders(out, emptied, changes, msgs), changes
 
 

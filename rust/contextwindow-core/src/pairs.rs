@@ -882,7 +882,7 @@ fn repair_anthropic<'a>(
                 continue;
             }
             // No user message follows the calls: create one.
-            out.push(carrier_for(
+            out.extend(carrier_for(
                 messages,
                 &belongs,
                 caller,
@@ -928,7 +928,7 @@ fn repair_anthropic<'a>(
         });
     }
     if let Some((caller, stubs)) = owed.take() {
-        out.push(carrier_for(
+        out.extend(carrier_for(
             messages,
             &belongs,
             caller,
@@ -1025,19 +1025,22 @@ fn owed_parts(
     parts
 }
 
-/// A new user message holding the results owed to `caller` and its stubs.
+/// A new user message holding the results owed to `caller` and its stubs; `None` when
+/// there are none.
 fn carrier_for<'a>(
     messages: &[Message],
     belongs: &[Vec<(usize, usize)>],
     caller: usize,
     stubs: &[&str],
     changes: &mut Vec<PairChange>,
-) -> Work<'a> {
+) -> Option<Work<'a>> {
     let parts = owed_parts(messages, belongs, caller, stubs, None, changes);
-    Work {
+    // nothing owed (the calls were dropped, `missing="drop"`): no message (fresh19b #1:
+    // an empty user message was added, which Anthropic refuses)
+    (!parts.is_empty()).then(|| Work {
         src: None,
         msg: Cow::Owned(Message::new(Role::User, parts)),
-    }
+    })
 }
 
 /// Rebuild user message `i`: results owed to the previous caller first (its own ones
