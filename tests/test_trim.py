@@ -684,3 +684,32 @@ def test_fits_once_fits_for_every_larger_budget(c: tuple[str, list[cw.Message]])
         fits = cw.trim_turns(msgs, budget, format=provider, profile="fim").report.fits
         assert fits or not met, budget
         met = met or fits
+
+
+def test_struct_chat_with_an_anthropic_image_source_is_read_as_anthropic() -> None:
+    """fresh19b #2: a struct chat of text and images whose ``source`` is an Anthropic
+    source object was read as OpenAI's, so the breadcrumb became a user message of its
+    own beside the first kept one (``user, user``: not_alternating for Anthropic). Such a
+    source is Anthropic's mark, as the image block is for dicts; a URL string stays
+    neutral (OpenAI's rules, documented in README Shapes)."""
+    from contextwindow.messages import ImagePart
+
+    def chat(src: Any) -> list[Message]:
+        img = ImagePart(source=src, width=800, height=600)
+        return [
+            Message(role="user", content=[img, TextPart(text="What is this? " + "x" * 400)]),
+            Message(role="assistant", content=[TextPart(text="A cat. " + "y" * 400)]),
+            Message(role="user", content=[img, TextPart(text="And this one?")]),
+        ]
+
+    s = chat({"type": "url", "url": "https://example.com/cat.png"})
+    r = cw.trim_turns(s, cw.count_messages(s) - 50)
+    # the first turn goes; the breadcrumb leads the request as a text block
+    assert [[type(p).__name__ for p in m.content] for m in r.messages] == [["TextPart", "ImagePart", "TextPart"]]
+    assert r.messages[0].content[0].text == BC and r.report.fits
+    assert cw.validate(r.messages, "anthropic") == []
+    assert cw.count_messages(s) == cw.count_messages(s, format="anthropic")
+    s = chat("https://example.com/cat.png")
+    r = cw.trim_turns(s, cw.count_messages(s) - 50)
+    assert [m.role for m in r.messages] == ["user", "user"] and r.messages[0].content[0].text == BC
+    assert cw.count_messages(s) == cw.count_messages(s, format="openai")

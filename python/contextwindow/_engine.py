@@ -265,6 +265,13 @@ def _provider_of(messages: Sequence[Message], detected: InputFormat) -> Provider
             return "openai"
         if m.role == "user" and any(isinstance(p, ToolResult) for p in m.content):
             return "anthropic"
+    # an image whose source is an Anthropic source object (a dict: base64 data or a URL
+    # with its "type"), as the Anthropic adapter reads one, is Anthropic's mark, as the
+    # block is for dicts (fresh19b #2: a chat of text and such images was read as
+    # OpenAI's, and the breadcrumb became a user message of its own beside the first kept
+    # one); an image given as a URL string stays neutral
+    if any(isinstance(p, ImagePart) and isinstance(p.source, Mapping) for m in messages for p in m.content):
+        return "anthropic"
     return "openai"
 
 
