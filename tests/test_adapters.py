@@ -1122,3 +1122,26 @@ def test_canonical_format_with_dicts_says_what_it_takes() -> None:
     with pytest.raises(InvalidMessageError, match="format='canonical' takes Message structs, got dict") as info:
         count_messages([{"role": "user", "content": "hi"}], format="canonical")
     assert info.value.index == 0
+
+
+def test_writers_refuse_structs_the_engine_refuses() -> None:
+    """fresh19b #3: message_to_anthropic raised AttributeError on a str content or dict
+    arguments; message_to_openai wrote dict arguments, an unknown role or bytes text out.
+    Both now refuse as count_messages does, naming the field."""
+    from contextwindow.adapters import message_to_anthropic, message_to_openai
+    from contextwindow.errors import InvalidMessageError
+
+    call = ToolCall(id="a", name="f", arguments={"x": 1})  # type: ignore[arg-type]
+    cases = [
+        (Message(role="user", content="hello"), "field content: must be a list of parts"),  # type: ignore[arg-type]
+        (Message(role="assistant", content=[call]), "field content[0].arguments: must be a string"),
+        (Message(role="wizard", content=[TextPart(text="x")]), 'field role: unknown role "wizard"'),  # type: ignore[arg-type]
+        (Message(role="user", content=[TextPart(text=b"x")]), "field content[0].text: must be a string"),  # type: ignore[arg-type]
+    ]
+    for m, words in cases:
+        for write in (message_to_openai, message_to_anthropic):
+            with pytest.raises(InvalidMessageError) as e:
+                write(m)
+            assert str(e.value) == words, (write.__name__, m)
+            with pytest.raises(InvalidMessageError):
+                cw.count_messages([m])

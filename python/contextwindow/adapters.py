@@ -355,6 +355,19 @@ def _required(kind: ContentKind | None) -> ContentKind | None:
     return None if kind in ("null", "absent") else kind
 
 
+def _checked(m: Message) -> None:
+    """Refuse a struct the engine's entry points refuse (a field of the wrong type, an
+    unknown role, ``content`` that is not a list of parts, tool call arguments that are
+    not a string), in the same words, naming the field only (fresh19b #3: the writers
+    raised ``AttributeError`` or wrote such a message out)."""
+    from . import _engine  # _engine imports this module
+
+    try:
+        _engine._check_canonical([m])
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(exc.reason, field=exc.field) from None
+
+
 def message_to_openai(m: Message) -> dict[str, Any]:
     """Convert a canonical :class:`Message` to an OpenAI chat message dict.
 
@@ -371,7 +384,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 
     Raises:
         InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
-            without exactly one :class:`ToolResult`, a result outside a tool message).
+            without exactly one :class:`ToolResult`, a result outside a tool message), or
+            is a struct the engine refuses (a field of the wrong type, an unknown role),
+            named by its field as ``count_messages`` names it.
 
     >>> d = message_to_openai(
     ...     Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")])
@@ -379,6 +394,7 @@ def message_to_openai(m: Message) -> dict[str, Any]:
     >>> d["content"], d["tool_calls"][0]["function"]
     (None, {'name': 'f', 'arguments': '{}'})
     """
+    _checked(m)
     out: dict[str, Any] = {"role": m.role}
     if m.role == "tool":
         result = m.content[0] if len(m.content) == 1 else None
@@ -605,12 +621,15 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
             object holds two keys that differ only in lone surrogates (one key once
             replaced: ``content[0].arguments.a: the key "\ufffd" appears more than
             once``), an OpenAI custom tool call (its input is free text; a ``tool_use``
-            takes an object: ``content[0]``), an image without source.
+            takes an object: ``content[0]``), an image without source; a struct the
+            engine refuses (a field of the wrong type, an unknown role), named by its
+            field as ``count_messages`` names it.
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]
     [{'type': 'tool_result', 'tool_use_id': 't1', 'content': '42'}]
     """
+    _checked(m)
     out: dict[str, Any] = {"role": "user" if m.role == "tool" else m.role}
     content = _emit(m.content_kind, m.content, _anthropic_block_out, [])
     if content is not _ABSENT:
