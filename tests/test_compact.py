@@ -1434,3 +1434,29 @@ def test_an_observation_whose_prefix_carries_a_combining_mark_is_cut_once() -> N
     assert r.messages[1].content[0].text == "[Tool results]\u0301\n[... 100 characters (49 lines) removed ...]"
     again = budget_tool_results(r.messages, 1, format="openai", max_message_chars=500)
     assert again.report.reason is None and again.messages[1] is r.messages[1]
+
+
+def test_prune_middle_notice_joins_a_tool_struct_read_as_anthropic() -> None:
+    """Hypothesis (the Anthropic prune property test drawing tool structs): the messages
+    before an orphan's placeholder, a ``tool`` struct, were pruned and the notice became a
+    user message of its own before it; a tool struct is a user message for Anthropic, so
+    two user messages met. The notice now goes into the placeholder."""
+    from contextwindow.messages import ImagePart, OpaquePart
+
+    def th() -> OpaquePart:
+        return OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""})
+
+    img = ImagePart(source="https://example.com/a.png")
+    result = ToolResult(call_id="c1", content=[TextPart(text="")])
+    msgs = [
+        Message(role="user", content=[TextPart(text="[Tool results] ")]),
+        Message(role="assistant", content=[ToolCall(id="c1", name="read_file", arguments=""), result]),
+        Message(role="user", content=[ToolResult(call_id="c1", content=[img, TextPart(text="")])]),
+        Message(role="assistant", content=[th()]),
+        Message(role="tool", content=[result]),
+        *[Message(role=r, content=[img, th()], pinned=True) for r in ("assistant", "user") * 3],
+    ]
+    r = prune_middle(msgs, keep_recent=7, format="anthropic")
+    assert [m.role for m in r.messages] == ["tool", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert r.messages[0].content[0].text.startswith("[context compacted: 4 earlier messages removed]")
+    assert cw.validate(r.messages, "anthropic") == []

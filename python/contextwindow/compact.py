@@ -1353,7 +1353,7 @@ def _prune_middle(
             standalone_at = after if after is not None else n
         else:
             target = (requests[-1], "trail")
-    elif after is not None and cur(after).role == "user":
+    elif after is not None and ref.anthropic_role(cur(after).role) == "user":  # a tool struct is one
         target = (after, "after_results" if ref.has_results(cur(after)) else "lead")
     elif before is None and after is not None:
         # nothing kept before the gap and an assistant message after it: the notice leads
@@ -1361,10 +1361,10 @@ def _prune_middle(
         # (found by hypothesis: merged into a later user message, it started with the
         # assistant)
         standalone_at = after
-    elif before is not None and cur(before).role == "user":
+    elif before is not None and ref.anthropic_role(cur(before).role) == "user":
         target = (before, "trail")
     else:
-        later = next((w for w in range(first_gone, n) if w in keep and cur(w).role == "user"), None)
+        later = next((w for w in range(first_gone, n) if w in keep and ref.anthropic_role(cur(w).role) == "user"), None)
         if later is not None:
             target = (later, "after_results" if ref.has_results(cur(later)) else "lead")
         else:
