@@ -436,14 +436,12 @@ fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
     let kinds = |c: &[contextwindow_core::pairs::PairChange]| {
         c.iter().map(|c| (c.kind, c.index)).collect::<Vec<_>>()
     };
-    for (msgs, at) in [
-        (vec![u("hi"), a("a"), orphan.clone(), a("b"), u("q")], 2), // assistants would meet
-        (vec![orphan.clone(), a("a"), u("q")], 0),                  // an assistant first
-        (vec![u("hi"), a("a"), orphan.clone()], 2),                 // an assistant last
-    ] {
-        let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    // the placeholder stays where a run of removals would break the role order, keeping
+    // the role of the message it replaces
+    let placeholder = |msgs: &[Message], at: usize, role: Role| {
+        let (out, changes) = repair(msgs, Format::Anthropic, Missing::Stub);
         assert_eq!(out.len(), msgs.len());
-        assert_eq!(out[at].msg.role, Role::User);
+        assert_eq!(out[at].msg.role, role);
         assert_eq!(out[at].msg.first_text(), Some(RESULTS_REMOVED));
         assert_eq!(
             kinds(&changes),
@@ -451,6 +449,14 @@ fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
         );
         let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
         assert!(validate(&fixed, Format::Anthropic).is_empty());
+        fixed
+    };
+    for (msgs, at) in [
+        (vec![u("hi"), a("a"), orphan.clone(), a("b"), u("q")], 2), // assistants would meet
+        (vec![orphan.clone(), a("a"), u("q")], 0),                  // an assistant first
+        (vec![u("hi"), a("a"), orphan.clone()], 2),                 // an assistant last
+    ] {
+        let fixed = placeholder(&msgs, at, Role::User);
         // the placeholder never starts a turn
         assert_eq!(segment(&fixed).turns.len(), segment(&msgs).turns.len());
     }
@@ -470,16 +476,7 @@ fn repair_anthropic_keeps_emptied_user_message_as_placeholder() {
         (vec![sys("s"), tool.clone(), a("a"), u("q")], 1),
         (vec![u("hi"), a("a"), tool.clone(), a("b"), u("q")], 2),
     ] {
-        let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
-        assert_eq!(out.len(), msgs.len());
-        assert_eq!(out[at].msg.role, Role::Tool);
-        assert_eq!(out[at].msg.first_text(), Some(RESULTS_REMOVED));
-        assert_eq!(
-            kinds(&changes),
-            vec![("orphan_result_dropped", at), ("placeholder_inserted", at)]
-        );
-        let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
-        assert!(validate(&fixed, Format::Anthropic).is_empty());
+        placeholder(&msgs, at, Role::Tool);
     }
 }
 
