@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow._engine import encode_messages
 from contextwindow.adapters import from_canonical
-from contextwindow.messages import Message
+from contextwindow.messages import ImagePart, Message, TextPart, ToolResult
 
 from shared_data import corpus_files, ids, load, need
 from strategies import case
@@ -336,3 +336,32 @@ def test_large_newest_turn_with_a_counter() -> None:
     rust = cw.trim_turns(msgs, 5000)
     py = cw.trim_turns(msgs, 5000, token_counter=lambda ms: cw.count_messages(ms))
     assert py.messages == rust.messages and py.report == rust.report
+
+
+def test_two_system_structs_beside_an_anthropic_image_source_are_counted() -> None:
+    """Found by hypothesis in .ci/run after fresh19b #2: an Anthropic image source made any
+    struct list Anthropic's, so two system messages beside one were refused as a second
+    system prompt. Only a plain chat (user and assistant messages) is read as Anthropic's
+    for such an image; this list keeps OpenAI's rules and is counted."""
+    img = ImagePart(source={"type": "url", "url": "https://example.com/a.png"})
+    msgs = [
+        Message(role="system", content=[TextPart(text="")]),
+        Message(role="system", content=[TextPart(text="")]),
+        Message(role="user", content=[img]),
+    ]
+    assert cw.count_messages(msgs) == cw.count_messages(msgs, format="openai")
+
+
+def test_two_system_structs_beside_results_in_a_user_message_are_counted() -> None:
+    """Found by hypothesis (600 examples): results in a user message made a struct list
+    Anthropic's although it held two system messages, which Anthropic's rules refuse as
+    a second system prompt; OpenAI's rules count it (repair places the result)."""
+    result = ToolResult(call_id="c1", content=[TextPart(text="")])
+    msgs = [
+        Message(role="system", content=[TextPart(text="")]),
+        Message(role="system", content=[TextPart(text="")]),
+        Message(role="user", content=[TextPart(text="q"), result]),
+    ]
+    assert cw.count_messages(msgs) == cw.count_messages(msgs, format="openai")
+    # one leading system message: results in a user message are still Anthropic's mark
+    assert cw.count_messages(msgs[1:]) == cw.count_messages(msgs[1:], format="anthropic")

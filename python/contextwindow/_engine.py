@@ -251,27 +251,34 @@ class Prepared:
 def _provider_of(messages: Sequence[Message], detected: InputFormat) -> Provider:
     """Whose rules the engine applies when the caller did not say.
 
-    A plain chat (only user and assistant messages, only text) is valid in both shapes;
-    the engine then places the breadcrumb as a leading text block of the first kept user
-    message, which both providers accept, rather than as a message of its own, which
-    would break Anthropic's alternation.
+    A plain chat (only user and assistant messages, only text and images whose source is
+    an Anthropic source object) is valid in both shapes; the engine then places the
+    breadcrumb as a leading text block of the first kept user message, which both
+    providers accept, rather than as a message of its own, which would break Anthropic's
+    alternation.
     """
-    if all(m.role in ("user", "assistant") and all(isinstance(p, TextPart) for p in m.content) for m in messages):
+
+    # a plain chat may hold images whose source is an Anthropic source object (a dict, as
+    # the Anthropic adapter reads one; fresh19b #2: such a chat was read as OpenAI's and
+    # the breadcrumb became a user message of its own beside the first kept one); an
+    # image given as a URL string leaves it OpenAI's, as any other sign of a shape does
+    def plain(p: object) -> bool:
+        return isinstance(p, TextPart) or (isinstance(p, ImagePart) and isinstance(p.source, Mapping))
+
+    if all(m.role in ("user", "assistant") and all(plain(p) for p in m.content) for m in messages):
         return "anthropic"
     if detected in ("openai", "anthropic"):
         return detected  # type: ignore[return-value]
+    # a system message after the first is OpenAI's (Anthropic takes one leading system
+    # prompt and refuses a second): results in a user message do not outweigh it (found
+    # by hypothesis: such structs were read as Anthropic's and refused as a second system
+    # prompt, where OpenAI's rules count them and repair the results)
+    one_system = all(m.role != "system" for m in messages[1:])
     for m in messages:
         if m.role == "tool":
             return "openai"
-        if m.role == "user" and any(isinstance(p, ToolResult) for p in m.content):
+        if m.role == "user" and one_system and any(isinstance(p, ToolResult) for p in m.content):
             return "anthropic"
-    # an image whose source is an Anthropic source object (a dict: base64 data or a URL
-    # with its "type"), as the Anthropic adapter reads one, is Anthropic's mark, as the
-    # block is for dicts (fresh19b #2: a chat of text and such images was read as
-    # OpenAI's, and the breadcrumb became a user message of its own beside the first kept
-    # one); an image given as a URL string stays neutral
-    if any(isinstance(p, ImagePart) and isinstance(p.source, Mapping) for m in messages for p in m.content):
-        return "anthropic"
     return "openai"
 
 
