@@ -1008,7 +1008,7 @@ fn cjk_start<S: Sink + Copy>(
     {
         return (local, i);
     }
-    // SAFETY: `Simd::for_scan` found AVX2 on this CPU.
+    // SAFETY: `Simd::for_scan` found AVX2, BMI1, BMI2, LZCNT and POPCNT on this CPU.
     let (counted, j, c) = unsafe { cjk::blocks(local, v, groups, b, i, *consumed) };
     *consumed = c;
     if j > i {
