@@ -1143,5 +1143,8 @@ def test_writers_refuse_structs_the_engine_refuses() -> None:
             with pytest.raises(InvalidMessageError) as e:
                 write(m)
             assert str(e.value) == words, (write.__name__, m)
+        for fmt in ("openai", "anthropic"):  # the public from_canonical checks too
+            with pytest.raises(InvalidMessageError, match="field "):
+                cw.adapters.from_canonical(m, fmt)
             with pytest.raises(InvalidMessageError):
                 cw.count_messages([m])

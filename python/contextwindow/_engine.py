@@ -44,9 +44,9 @@ from .adapters import (
     _unknown_role,
     anthropic_to_message,
     detect_format,
-    from_canonical,
     openai_to_message,
     to_canonical,
+    written,
 )
 from .errors import InvalidMessageError
 from .messages import ContentKind, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
@@ -1105,7 +1105,7 @@ def _build(
         elif format == "canonical":
             out.append(msg)
         else:
-            out.append(from_canonical(msg, format))
+            out.append(written(msg, format))
     return TrimResult(messages=out, report=report)
 
 

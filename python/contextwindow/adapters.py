@@ -395,6 +395,12 @@ def message_to_openai(m: Message) -> dict[str, Any]:
     (None, {'name': 'f', 'arguments': '{}'})
     """
     _checked(m)
+    return _to_openai(m)
+
+
+def _to_openai(m: Message) -> dict[str, Any]:
+    """:func:`message_to_openai` of a struct known to be well formed (the engine's own
+    output, decoded from its JSON), without the struct check."""
     out: dict[str, Any] = {"role": m.role}
     if m.role == "tool":
         result = m.content[0] if len(m.content) == 1 else None
@@ -630,6 +636,12 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
     [{'type': 'tool_result', 'tool_use_id': 't1', 'content': '42'}]
     """
     _checked(m)
+    return _to_anthropic(m)
+
+
+def _to_anthropic(m: Message) -> dict[str, Any]:
+    """:func:`message_to_anthropic` of a struct known to be well formed, without the
+    struct check."""
     out: dict[str, Any] = {"role": "user" if m.role == "tool" else m.role}
     content = _emit(m.content_kind, m.content, _anthropic_block_out, [])
     if content is not _ABSENT:
@@ -742,10 +754,22 @@ def from_canonical(m: Message, format: Format) -> Any:
     >>> from_canonical(Message(role="user", content=[TextPart(text="hi")]), "anthropic")
     {'role': 'user', 'content': 'hi'}
     """
+    if format in ("openai", "anthropic"):
+        _checked(m)
+    return written(m, format)
+
+
+def written(m: Message, format: Format) -> Any:
+    """:func:`from_canonical` of a struct known to be well formed (the engine's output,
+    decoded from its own JSON), without the struct check the public writers make.
+
+    >>> written(Message(role="user", content=[TextPart(text="hi")]), "openai")
+    {'role': 'user', 'content': 'hi'}
+    """
     if format == "canonical":
         return m
     if format == "openai":
-        return message_to_openai(m)
+        return _to_openai(m)
     if format == "anthropic":
-        return message_to_anthropic(m)
+        return _to_anthropic(m)
     raise ValueError(f"unknown format {shown(format)}: expected openai, anthropic or canonical")

@@ -23,7 +23,7 @@ from . import _engine
 from . import _reference as ref
 from ._engine import Prepared, encode_messages, nesting_errors
 from ._jsontext import clean_str, shown
-from .adapters import from_canonical
+from .adapters import written
 from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
 from .estimate import (
@@ -115,7 +115,7 @@ def counter_cost(token_counter: Callable[[list[Any]], Any], prep: Prepared, msgs
     name = f"token_counter {callable_name(token_counter)}"
 
     def count(m: Message, index: int | None) -> int:
-        shaped = prep.original[index] if index is not None else from_canonical(m, prep.format)
+        shaped = prep.original[index] if index is not None else written(m, prep.format)
         return call_counter(token_counter, [shaped], name, index)
 
     return MessageCost(count, msgs)
