@@ -412,3 +412,64 @@ def test_repair_agrees_on_empty_content(msgs: list[Message], provider: str, miss
     payload, cm = canon(msgs)
     got = ops(rs.repair_tool_pairs(payload, provider, missing, "conservative"))
     assert got == ref.repair_tool_pairs(cm, missing, "conservative", provider)
+
+
+@st.composite
+def early_results(draw: st.DrawFn) -> tuple[str, list[Message]]:
+    """Conversations where tool results come before their calls (moved20), ids shared or
+    reused (``call_0``), beside user text, calls and results in place."""
+    provider = draw(st.sampled_from(["openai", "anthropic"]))
+    ids = st.sampled_from(["a", "b", "call_0"])
+    msgs: list[Message] = []
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["user", "assistant", "results", "results", "calls", "calls"]))
+        if kind == "user":
+            msgs.append(Message(role="user", content=[TextPart(text=draw(st.sampled_from(["q", "next", "x y"])))]))
+        elif kind == "assistant":
+            msgs.append(Message(role="assistant", content=[TextPart(text="ok")]))
+        elif kind == "calls":
+            cids = draw(st.lists(ids, min_size=1, max_size=2, unique=True))
+            msgs.append(Message(role="assistant", content=[ToolCall(id=c, name="f", arguments="{}") for c in cids]))
+        else:
+            rids = draw(st.lists(ids, min_size=1, max_size=2, unique=True))
+            results = [ToolResult(call_id=c, content=[TextPart(text=f"out {c}")]) for c in rids]
+            if provider == "openai":
+                msgs.extend(Message(role="tool", content=[r]) for r in results)
+            else:
+                tail = [TextPart(text="see")] if draw(st.booleans()) else []
+                msgs.append(Message(role="user", content=[*results, *tail]))
+    return provider, msgs
+
+
+@example(
+    (
+        "openai",
+        [
+            Message(role="user", content=[TextPart(text="hi")]),
+            Message(role="tool", content=[ToolResult(call_id="c1", content=[TextPart(text="result text")])]),
+            Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")]),
+            Message(role="user", content=[TextPart(text="next")]),
+        ],
+    ),
+    "stub",
+    50,
+)
+@given(early_results(), st.sampled_from(["stub", "drop"]), st.integers(0, 100))
+def test_early_results_agree(c: tuple[str, list[Message]], missing: str, pct: int) -> None:
+    """moved20: a result before its call moves after it where that is unambiguous, in the
+    engine as in the reference (repair, trim_turns); the repaired list breaks no pairing
+    rule and a second repair changes nothing."""
+    import contextwindow as cw
+
+    provider, msgs = c
+    payload, cm = canon(msgs)
+    got = ops(rs.repair_tool_pairs(payload, provider, missing, "conservative"))
+    assert got == ref.repair_tool_pairs(cm, missing, "conservative", provider)
+    budget = sum(ref.message_tokens(m, ref.PROFILES["fim"]) for m in cm) * pct // 100
+    got = ops(rs.trim_turns(payload, budget, "fim", True, provider))
+    assert got == ref.trim_turns(cm, budget, "fim", True, provider)
+    r = cw.repair_tool_pairs(msgs, missing, format=provider)
+    pairing = {"orphan_result", "duplicate_result", "unanswered_call", "result_outside_tool_message"}
+    pairing |= {"result_outside_user_message", "duplicate_call", "call_outside_assistant", "result_after_content"}
+    assert [v for v in cw.validate(r.messages, provider) if v.code in pairing] == []
+    assert cw.repair_tool_pairs(r.messages, missing, format=provider).report.repairs == []

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 import contextwindow as cw
-from contextwindow.messages import MISSING_RESULT
+from contextwindow.adapters import to_canonical
+from contextwindow.messages import MISSING_RESULT, RESULTS_REMOVED
 
 
 def call(*ids: str) -> dict[str, Any]:
@@ -1054,3 +1056,133 @@ def test_dropping_a_trailing_call_adds_no_empty_user_message() -> None:
     canon = cw.adapters.to_canonical(msgs, "anthropic")
     ops, _ = ref.repair_tool_pairs(canon, "drop", "conservative", "anthropic")
     assert len(ops) == 2
+
+
+# --------------------------------------------------------------------------- a result before its call (moved20)
+
+
+def test_result_before_its_call_moves_after_it() -> None:
+    """moved20: a tool result that comes before its call was dropped as an orphan and the
+    call given the stub (the result's text lost). Where it is unambiguous (its id is that
+    of one call, made later by the assistant, and of no other result) it moves after the
+    call, as a separated result does."""
+    msgs = [u("hi"), res("c1", "result text"), call("c1"), u("next")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [msgs[0], msgs[2], msgs[1], msgs[3]]
+    assert all(x is msgs[i] for x, i in zip(r.messages, [0, 2, 1, 3], strict=True))
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("result_moved", 1, "c1")]
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("kept", "fits"),
+        ("repaired", "result_moved"),
+        ("kept", "fits"),
+        ("kept", "fits"),
+    ]
+    assert r.report.inserted_messages == 0
+    assert cw.validate(r.messages, "openai") == []
+    # the same messages in another order: the same tokens
+    assert r.report.tokens_after == r.report.tokens_before == cw.count_messages(msgs)
+    again = cw.repair_tool_pairs(r.messages)
+    assert again.report.repairs == [] and all(x is y for x, y in zip(again.messages, r.messages, strict=True))
+    # "drop" keeps the call, which has its result now
+    assert cw.repair_tool_pairs(msgs, "drop").messages == r.messages
+    # the call's results in place first, then the early one
+    two = [u("hi"), res("c1", "early"), call("c1", "c2"), res("c2"), u("next")]
+    r2 = cw.repair_tool_pairs(two)
+    assert r2.messages == [two[0], two[2], two[3], two[1], two[4]]
+    assert [(c.kind, c.index, c.call_id) for c in r2.report.repairs] == [("result_moved", 1, "c1")]
+    # Message structs: the same
+    canon = to_canonical(msgs)
+    out = cw.repair_tool_pairs(canon, format="openai").messages
+    assert [m is canon[i] for m, i in zip(out, [0, 2, 1, 3], strict=True)] == [True] * 4
+
+
+def test_result_before_its_call_moves_anthropic() -> None:
+    """moved20, Anthropic shape: a ``tool_result`` block in a user message before the
+    assistant's ``tool_use`` goes into the user message after it, ahead of its content;
+    the message it left keeps what else it held, or, emptied, stays as the placeholder
+    where its going would put two assistant messages side by side."""
+    block = {"type": "tool_result", "tool_use_id": "t1", "content": "THE OUTPUT"}
+    see = {"type": "text", "text": "see"}
+    hm = {"role": "assistant", "content": "hm"}
+    msgs = [u("q"), hm, {"role": "user", "content": [block, see]}, use("t1"), u("next")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [
+        msgs[0],
+        msgs[1],
+        {"role": "user", "content": [see]},
+        msgs[3],
+        {"role": "user", "content": [block, {"type": "text", "text": "next"}]},
+    ]
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("result_moved", 2, "t1")]
+    fates = [(f.fate, f.rule) for f in r.report.fates]
+    assert fates[2] == fates[4] == ("repaired", "result_moved") and fates[3] == ("kept", "fits")
+    assert cw.validate(r.messages, "anthropic") == []
+    assert cw.repair_tool_pairs(r.messages).report.repairs == []
+    # the block alone in its message: the message stays as the placeholder
+    alone = [u("q"), hm, {"role": "user", "content": [block]}, use("t1"), u("next")]
+    r = cw.repair_tool_pairs(alone)
+    assert r.messages[2] == {"role": "user", "content": [{"type": "text", "text": RESULTS_REMOVED}]}
+    assert r.messages[4] == {"role": "user", "content": [block, {"type": "text", "text": "next"}]}
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [
+        ("placeholder_inserted", 2, None),
+        ("result_moved", 2, "t1"),
+    ]
+    assert cw.validate(r.messages, "anthropic") == []
+    # the next user message was the current request: it still is (fit keeps it whole)
+    f = cw.fit(alone, 10_000)
+    assert f.messages == r.messages and f.report.fits
+
+
+def test_result_before_its_call_with_a_reused_id_is_dropped() -> None:
+    """moved20: where the id is reused (agents reuse ids like ``call_0``), the early result
+    is not moved: it goes as an orphan and an unanswered call gets the stub, as before."""
+    stub = {"role": "tool", "tool_call_id": "k", "content": MISSING_RESULT}
+    # two results with the id
+    msgs = [u("hi"), res("k", "x"), res("k", "y"), call("k"), u("next")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [msgs[0], msgs[3], stub, msgs[4]]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [
+        ("orphan_result_dropped", 1),
+        ("orphan_result_dropped", 2),
+        ("stub_inserted", 3),
+    ]
+    # the call answered after it
+    msgs = [u("hi"), res("call_0", "early"), call("call_0"), res("call_0", "own"), u("next")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [msgs[0], msgs[2], msgs[3], msgs[4]]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("orphan_result_dropped", 1)]
+    # two later calls with the id
+    msgs = [u("hi"), res("k", "x"), call("k"), u("n"), call("k"), u("m")]
+    r = cw.repair_tool_pairs(msgs)
+    assert r.messages == [msgs[0], msgs[2], stub, msgs[3], msgs[4], stub, msgs[5]]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [
+        ("orphan_result_dropped", 1),
+        ("stub_inserted", 2),
+        ("stub_inserted", 4),
+    ]
+    # a call with the id in the result's own (user) message is no call, but the id is
+    # not one call's alone: as before
+    stray = {
+        "role": "user",
+        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}, *carrier("t")["content"]],
+    }
+    r = cw.repair_tool_pairs([u("q"), {"role": "assistant", "content": "a"}, stray, use("t"), u("n")])
+    assert ("result_moved", 2) not in [(c.kind, c.index) for c in r.report.repairs]
+
+
+def test_result_before_its_call_in_a_request_body() -> None:
+    """moved20: the gateway's body path moves the early result as repair does; the body's
+    token count is that of its messages, moved or not."""
+    msgs = [u("hi"), res("c1", "result text"), call("c1"), u("next")]
+    body = json.dumps({"model": "m", "messages": msgs}).encode()
+    out, rep = cw.fit_request(body, budget=10_000, provider="openai", report=True)
+    assert json.loads(out)["messages"] == [msgs[0], msgs[2], msgs[1], msgs[3]]
+    assert [(c.kind, c.index) for c in rep.report.repairs] == [("result_moved", 1)]
+    assert rep.report.tokens_after == cw.count_request(body) == cw.count_messages(msgs)
+    anth = [u("q"), {"role": "assistant", "content": "hm"}, carrier("t1", text="see"), use("t1"), u("next")]
+    anth[2]["content"][0]["content"] = "THE OUTPUT"
+    body = json.dumps({"model": "m", "max_tokens": 10, "messages": anth}).encode()
+    out, rep = cw.fit_request(body, budget=10_000, provider="anthropic", report=True)
+    assert json.loads(out)["messages"] == cw.repair_tool_pairs(anth, format="anthropic").messages
+    assert json.loads(out)["messages"][4]["content"][0]["content"] == "THE OUTPUT"
+    assert [(c.kind, c.index) for c in rep.report.repairs] == [("result_moved", 2)]

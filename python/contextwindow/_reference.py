@@ -1062,12 +1062,53 @@ def whole_tool_message(m: Message) -> bool:
     return m.role == "tool" and not (len(m.content) > 1 and all(isinstance(p, ToolResult) for p in m.content))
 
 
+def _with_early_results(msgs: list[Message], resolved: Resolved) -> Resolved:
+    """``resolved`` with each result that comes before its call resolved to that call, where
+    that is unambiguous: the result's id is that of one tool call in the whole conversation
+    (none before the result, none in its own message, none repeated), made by an assistant
+    message after the result's, and of no other result (a reused id keeps the result an
+    orphan). Repair then moves it after its call (``result_moved``). ``resolved`` itself
+    is not changed (the engine caches it); returned as it is when there is no such result."""
+    results, answered_by = resolved
+    orphans = [
+        (j, p)
+        for j, m in enumerate(msgs)
+        for p, q in enumerate(m.content)
+        if isinstance(q, ToolResult) and results[j][p] is None
+    ]
+    if not orphans:
+        return resolved
+    result_count: dict[str, int] = {}
+    calls: dict[str, tuple[int, tuple[int, int]]] = {}  # per id: how many calls, the first
+    for i, m in enumerate(msgs):
+        for p, q in enumerate(m.content):
+            if isinstance(q, ToolResult):
+                result_count[q.call_id] = result_count.get(q.call_id, 0) + 1
+            elif isinstance(q, ToolCall):
+                k, at = calls.get(q.id, (0, (i, p)))
+                calls[q.id] = (k + 1, at)
+    new_results: list[list[tuple[int, int] | None]] | None = None
+    new_answered: list[list[list[int]]] = answered_by
+    for j, p in orphans:
+        cid = msgs[j].content[p].call_id  # type: ignore[union-attr]
+        k, c = calls.get(cid, (0, (0, 0)))
+        if k != 1 or result_count[cid] != 1 or c[0] <= j or msgs[c[0]].role != "assistant" or answered_by[c[0]][c[1]]:
+            continue
+        if new_results is None:
+            new_results = [list(row) for row in results]
+            new_answered = [[list(x) for x in row] for row in answered_by]
+        new_results[j][p] = c
+        new_answered[c[0]][c[1]].append(j)
+    return resolved if new_results is None else (new_results, new_answered)
+
+
 def repair(
     msgs: list[Message], provider: str, missing: str = "stub", resolved: Resolved | None = None
 ) -> tuple[list[Item], list[PairChange]]:
-    """Drop orphan results, move separated results next to their call, stub or drop
+    """Drop orphan results, move separated results next to their call (from before it
+    too, where its id is unambiguous: :func:`_with_early_results`), stub or drop
     unanswered calls. ``resolved``: :func:`resolve` of ``msgs``, when the caller has it."""
-    results, answered_by = resolve(msgs) if resolved is None else resolved
+    results, answered_by = _with_early_results(msgs, resolve(msgs) if resolved is None else resolved)
     n = len(msgs)
     out: list[Item] = []
     changes: list[PairChange] = []
@@ -1103,8 +1144,11 @@ def repair(
             open_ids = _emit_caller(base, msgs, answered_by, i, missing, False, out, changes)
             zone_end = next((j for j in range(i + 1, n) if msgs[j].role != "tool"), n)
             mine = belongs.get(i, [])
-            for j in [j for j in mine if j < zone_end] + [j for j in mine if j >= zone_end]:
-                if j >= zone_end:
+            # its tool messages right after it first; then the others, in input order (one
+            # before the call too: _with_early_results)
+            inside = [j for j in mine if i < j < zone_end]
+            for j in inside + [j for j in mine if j not in inside]:
+                if j < i or j >= zone_end:
                     ids = _result_ids(msgs[j])
                     changes.append(_change("result_moved", j, ids[0] if ids else None))
                 out.append(Item(j, None))

@@ -33,7 +33,8 @@ def repair_tool_pairs(
     Drops results whose call does not exist (a result answers the nearest preceding call
     with its id; one inside the assistant message of its own call answers that call when
     no result in another message does) and a call's second result; moves a result that
-    is separated from its call back next to it (one in its call's own message too); for a
+    is separated from its call back next to it (one in its call's own message too, and one
+    before its call when its id is that of that call alone and of no other result); for a
     call without a result either inserts ``[tool result missing]`` right after the call's
     results (``missing="stub"``) or removes the call, and its message when nothing else
     remains (``"drop"``). In Anthropic shape results go into the next user message, ahead

@@ -1,7 +1,7 @@
 //! Tool-pair validation and repair (DESIGN.md section 4).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -509,7 +509,8 @@ fn change(kind: &'static str, index: usize, call_id: Option<&str>) -> PairChange
 }
 
 /// Repair tool pairs: drop orphan results, move separated results next to their call
-/// (from its own message too: [`resolve`]), stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
+/// (from its own message too: [`resolve`]; from before it, where its id is unambiguous:
+/// `with_early_results`), stub or drop unanswered calls. Returns the input unchanged (every item borrowed, same
 /// order) when there is nothing to repair. Idempotent.
 pub fn repair(
     messages: &[Message],
@@ -527,10 +528,82 @@ pub(crate) fn repair_resolved<'a>(
     format: Format,
     missing: Missing,
 ) -> (Vec<Work<'a>>, Vec<PairChange>) {
+    let res = with_early_results(messages, res);
     match format {
-        Format::OpenAI => repair_openai(messages, res, missing),
-        Format::Anthropic => repair_anthropic(messages, res, missing),
+        Format::OpenAI => repair_openai(messages, &res, missing),
+        Format::Anthropic => repair_anthropic(messages, &res, missing),
     }
+}
+
+/// `res` with each result that comes before its call resolved to that call, where that
+/// is unambiguous: the result's id is that of one tool call in the whole conversation
+/// (none before the result, none in its own message, none repeated), made by an
+/// assistant message after the result's, and of no other result (agents reuse ids like
+/// `call_0`: a reused id keeps the result an orphan, dropped). Repair then moves the
+/// result after its call as any separated result (`result_moved`; before, it was
+/// dropped as an orphan and the call stubbed, and its text was lost). Borrowed when
+/// there is no such result (`_reference._with_early_results`).
+fn with_early_results<'r>(messages: &[Message], res: &'r Resolution) -> Cow<'r, Resolution> {
+    let orphan = |j: usize, p: usize, part: &Part| {
+        part.kind == PartKind::ToolResult && res.results[j][p].is_none()
+    };
+    let any_orphan = messages.iter().enumerate().any(|(j, m)| {
+        m.content
+            .iter()
+            .enumerate()
+            .any(|(p, part)| orphan(j, p, part))
+    });
+    if !any_orphan {
+        return Cow::Borrowed(res);
+    }
+    // per id: how many results; how many calls, and the call when there is one
+    let mut result_count: HashMap<&str, usize> = HashMap::new();
+    let mut calls: HashMap<&str, (usize, CallRef)> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        for (p, part) in m.content.iter().enumerate() {
+            match part.kind {
+                PartKind::ToolResult => {
+                    *result_count
+                        .entry(part.call_id.as_deref().unwrap_or(""))
+                        .or_default() += 1;
+                }
+                PartKind::ToolCall => {
+                    let at = CallRef {
+                        message: i,
+                        part: p,
+                    };
+                    calls
+                        .entry(part.id.as_deref().unwrap_or(""))
+                        .or_insert((0, at))
+                        .0 += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out: Option<Resolution> = None;
+    for (j, m) in messages.iter().enumerate() {
+        for (p, part) in m.content.iter().enumerate() {
+            if !orphan(j, p, part) {
+                continue;
+            }
+            let id = part.call_id.as_deref().unwrap_or("");
+            let Some(&(1, c)) = calls.get(id) else {
+                continue;
+            };
+            let later = c.message > j && messages[c.message].role == Role::Assistant;
+            if result_count.get(id) != Some(&1)
+                || !later
+                || !res.answered_by[c.message][c.part].is_empty()
+            {
+                continue;
+            }
+            let r = out.get_or_insert_with(|| res.clone());
+            r.results[j][p] = Some(c);
+            r.answered_by[c.message][c.part].push(j);
+        }
+    }
+    out.map_or(Cow::Borrowed(res), Cow::Owned)
 }
 
 /// Unanswered call ids of message `i`, in call order.
@@ -807,10 +880,12 @@ fn repair_openai<'a>(
         let zone_end = (i + 1..n)
             .find(|&j| messages[j].role != Role::Tool)
             .unwrap_or(n);
+        // its tool messages right after it first; then the others, in input order (one
+        // before the call too: `with_early_results`)
         let (inside, outside): (Vec<usize>, Vec<usize>) =
-            belongs[i].iter().partition(|&&j| j < zone_end);
+            belongs[i].iter().partition(|&&j| i < j && j < zone_end);
         for j in inside.into_iter().chain(outside.iter().copied()) {
-            if j >= zone_end {
+            if j < i || j >= zone_end {
                 let id = result_ids(&messages[j]).next();
                 changes.push(change("result_moved", j, id));
             }

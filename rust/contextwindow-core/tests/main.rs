@@ -525,6 +525,145 @@ fn repair_moves_a_result_out_of_its_calls_own_message() {
     assert_eq!(changes[0].kind, "result_moved");
 }
 
+fn kinds_of(
+    changes: &[contextwindow_core::pairs::PairChange],
+) -> Vec<(&'static str, usize, Option<&str>)> {
+    changes
+        .iter()
+        .map(|c| (c.kind, c.index, c.call_id.as_deref()))
+        .collect()
+}
+
+#[test]
+fn repair_moves_a_result_that_comes_before_its_call() {
+    // moved20: the result was dropped as an orphan and the call stubbed (its text lost)
+    let msgs = vec![u("hi"), res("c1", "result text"), call(&["c1"]), u("next")];
+    let (out, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    let srcs: Vec<Option<usize>> = out.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, [Some(0), Some(2), Some(1), Some(3)]);
+    assert!(out.iter().all(|w| !w.changed()));
+    assert_eq!(kinds_of(&changes), vec![("result_moved", 1, Some("c1"))]);
+    let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+    assert!(validate(&fixed, Format::OpenAI).is_empty());
+    assert!(repair(&fixed, Format::OpenAI, Missing::Stub).1.is_empty());
+    // the call's other results first: the early one after them
+    let msgs = vec![
+        u("hi"),
+        res("c1", "early"),
+        call(&["c1", "c2"]),
+        res("c2", "x"),
+        u("n"),
+    ];
+    let (out, changes) = repair(&msgs, Format::OpenAI, Missing::Drop);
+    let srcs: Vec<Option<usize>> = out.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, [Some(0), Some(2), Some(3), Some(1), Some(4)]);
+    assert_eq!(kinds_of(&changes), vec![("result_moved", 1, Some("c1"))]);
+    // Anthropic: into the user message after the call, ahead of its content; the
+    // emptied carrier stays as the placeholder between two assistant messages
+    let early = Message::new(Role::User, res("t1", "result text").content);
+    let msgs = vec![u("q"), a("hm"), early, call(&["t1"]), u("next")];
+    let (out, changes) = repair(&msgs, Format::Anthropic, Missing::Stub);
+    let srcs: Vec<Option<usize>> = out.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, [Some(0), Some(1), Some(2), Some(3), Some(4)]);
+    assert_eq!(out[2].msg.content[0].text_str(), RESULTS_REMOVED);
+    assert_eq!(out[4].msg.content.len(), 2);
+    assert!(part_eq(&out[4].msg.content[0], &msgs[2].content[0]));
+    assert_eq!(out[4].msg.content[1].text_str(), "next");
+    assert_eq!(
+        kinds_of(&changes),
+        vec![
+            ("placeholder_inserted", 2, None),
+            ("result_moved", 2, Some("t1"))
+        ]
+    );
+    let fixed: Vec<Message> = out.iter().map(|w| w.msg.clone().into_owned()).collect();
+    assert!(validate(&fixed, Format::Anthropic).is_empty());
+    let fates = repair_fates(&msgs);
+    assert_eq!(fates[2], ("repaired", "placeholder_inserted"));
+    assert_eq!(fates[4], ("repaired", "result_moved"));
+}
+
+#[test]
+fn repair_drops_an_early_result_whose_id_is_reused() {
+    // two results with the id: neither is moved (agents reuse ids like `call_0`)
+    let msgs = vec![
+        u("hi"),
+        res("k", "x"),
+        res("k", "y"),
+        call(&["k"]),
+        u("next"),
+    ];
+    let (_, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    assert_eq!(
+        kinds_of(&changes),
+        vec![
+            ("orphan_result_dropped", 1, Some("k")),
+            ("orphan_result_dropped", 2, Some("k")),
+            ("stub_inserted", 3, Some("k"))
+        ]
+    );
+    // two later calls with the id
+    let msgs = vec![
+        u("hi"),
+        res("k", "x"),
+        call(&["k"]),
+        u("n"),
+        call(&["k"]),
+        u("m"),
+    ];
+    let (_, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    assert_eq!(
+        kinds_of(&changes),
+        vec![
+            ("orphan_result_dropped", 1, Some("k")),
+            ("stub_inserted", 2, Some("k")),
+            ("stub_inserted", 4, Some("k"))
+        ]
+    );
+    // an earlier call with the id (answered): the later result is its duplicate
+    let msgs = vec![
+        u("hi"),
+        call(&["k"]),
+        res("k", "a"),
+        u("n"),
+        res("k", "x"),
+        call(&["j"]),
+        u("m"),
+    ];
+    let (_, changes) = repair(&msgs, Format::OpenAI, Missing::Stub);
+    assert_eq!(
+        kinds_of(&changes),
+        vec![
+            ("orphan_result_dropped", 4, Some("k")),
+            ("stub_inserted", 5, Some("j"))
+        ]
+    );
+}
+
+#[test]
+fn trim_keeps_a_moved_result_with_its_call() {
+    // the moved result is in its call's unit: the turn goes or stays whole
+    let msgs = vec![
+        u(&"o".repeat(400)),
+        a("old"),
+        u("hi"),
+        res("c1", "result text"),
+        call(&["c1"]),
+        u("next"),
+    ];
+    let all = trim_turns(&msgs, 10_000, opts(Format::OpenAI));
+    let srcs: Vec<Option<usize>> = all.messages.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, [Some(0), Some(1), Some(2), Some(4), Some(3), Some(5)]);
+    let fates: Vec<(&str, &str)> = all.report.fates.iter().map(|f| (f.fate, f.rule)).collect();
+    assert_eq!(fates[3], ("repaired", "result_moved"));
+    assert_eq!(all.report.turns_before, 3);
+    // a budget that drops the first turn only: the moved result stays after its call
+    let out = trim_turns(&msgs, 60, opts(Format::OpenAI));
+    assert!(out.report.fits);
+    let srcs: Vec<Option<usize>> = out.messages.iter().map(|w| w.src).collect();
+    assert_eq!(srcs, [None, Some(2), Some(4), Some(3), Some(5)]);
+}
+
 #[test]
 fn interrupted_call_opens_a_turn_and_its_stub_goes_with_the_call() {
     // fresh7 tester, N2: a tool_use, then a plain user message
