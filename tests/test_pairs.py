@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import contextwindow as cw
 from contextwindow.adapters import to_canonical
+from contextwindow.cli import main
 from contextwindow.messages import MISSING_RESULT, RESULTS_REMOVED
 
 
@@ -487,16 +489,34 @@ _Q = cw.Message(role="user", content=[cw.TextPart(text="q")])
             [_Q, _calls("a", "b"), _tool("a"), _tool("b")],
             [("result_moved", 2, "a"), ("result_moved", 2, "b"), ("message_dropped", 2, None)],
         ),
-        # b's call comes after the tool message: b answers nothing (dropped), its call is
-        # stubbed; was left in place, an orphan_result in the output
+        # b's call comes after the tool message: b's result moves after it (moved20: it
+        # was dropped and the call stubbed; before that it was left in place, an
+        # orphan_result in the output)
         (
             [_Q, _calls("a"), _tool("a", "b"), _Q, _calls("b")],
-            [_Q, _calls("a"), _tool("a"), _Q, _calls("b"), cw.Message(role="tool", content=[_stub("b")])],
+            [_Q, _calls("a"), _tool("a"), _Q, _calls("b"), _tool("b")],
+            [("result_moved", 2, "a"), ("message_dropped", 2, None), ("result_moved", 2, "b")],
+        ),
+        # the same with b's id reused by a second call: b answers nothing (dropped), its
+        # calls are stubbed
+        (
+            [_Q, _calls("a"), _tool("a", "b"), _Q, _calls("b"), _tool("b"), _Q, _calls("b")],
+            [
+                _Q,
+                _calls("a"),
+                _tool("a"),
+                _Q,
+                _calls("b"),
+                _tool("b"),
+                _Q,
+                _calls("b"),
+                cw.Message(role="tool", content=[_stub("b")]),
+            ],
             [
                 ("result_moved", 2, "a"),
                 ("orphan_result_dropped", 2, "b"),
                 ("message_dropped", 2, None),
-                ("stub_inserted", 4, "b"),
+                ("stub_inserted", 7, "b"),
             ],
         ),
         # results for two assistant messages: each goes to its call (the whole message
@@ -1186,3 +1206,14 @@ def test_result_before_its_call_in_a_request_body() -> None:
     assert json.loads(out)["messages"] == cw.repair_tool_pairs(anth, format="anthropic").messages
     assert json.loads(out)["messages"][4]["content"][0]["content"] == "THE OUTPUT"
     assert [(c.kind, c.index) for c in rep.report.repairs] == [("result_moved", 2)]
+
+
+def test_result_before_its_call_in_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """moved20: ``contextwindow repair`` moves the early result as repair_tool_pairs does."""
+    msgs = [u("hi"), res("c1", "result text"), call("c1"), u("next")]
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"model": "m", "messages": msgs}))
+    assert main(["repair", str(f), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"model": "m", "messages": [msgs[0], msgs[2], msgs[1], msgs[3]]}
+    assert [(c["kind"], c["index"]) for c in json.loads(captured.err)["repairs"]] == [("result_moved", 1)]
