@@ -999,9 +999,17 @@ def test_corpus(path: Path) -> None:
 
 def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | None]]:
     # not pairing faults: roles, a message the adapter cannot write (an image with no
-    # source) and one with empty content, which prune_middle keeps as they are (checked
-    # apart: never more empty_content than the input has)
-    alternation = {"first_not_user", "not_alternating", "role_not_allowed", "unwritable_message", "empty_content"}
+    # source), one with empty content and a prefill ending in whitespace, which
+    # prune_middle keeps as they are (checked apart: never more empty_content than the
+    # input has)
+    alternation = {
+        "first_not_user",
+        "not_alternating",
+        "role_not_allowed",
+        "unwritable_message",
+        "empty_content",
+        "trailing_whitespace",
+    }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
 
@@ -1011,9 +1019,10 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     snapshot = msgspec.to_builtins(msgs)
     # a content rule may drop a message's image with no source, which the adapter cannot
     # write: an unwritable_message violation may go, none may come; so may an
-    # empty_content one, for a blank text block in a tool result it replaces (empty19 #2)
+    # empty_content one, for a blank text block in a tool result it replaces (empty19 #2),
+    # and a trailing_whitespace one, for a prefill whose end a cut replaces by its marker
     unwritable = "unwritable_message"
-    may_go = (unwritable, "empty_content")
+    may_go = (unwritable, "empty_content", "trailing_whitespace")
     before = codes(cw.validate(msgs, provider))
     valid_before = [c for c in before if c[1] not in may_go]
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
@@ -1028,7 +1037,8 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         assert len(r.messages) == len(msgs)
         after = codes(cw.validate(r.messages, provider))
         assert [c for c in after if c[1] not in may_go] == valid_before
-        assert {c for c in after if c[1] == unwritable} <= {c for c in before if c[1] == unwritable}
+        for code in (unwritable, "trailing_whitespace"):
+            assert {c for c in after if c[1] == code} <= {c for c in before if c[1] == code}
         for i in range(len(msgs)):  # none comes, in any message
             assert after.count((i, "empty_content", None)) <= before.count((i, "empty_content", None))
         assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))

@@ -90,8 +90,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     whitespace only (Unicode ``White_Space``; a string content is one block), in any
     message, in a ``tool_result``'s content list, and in a leading system message
     written as a list of text blocks (a ``tool_result`` or system string is taken);
-    under OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message``
-    structs, a message the provider's adapter cannot write
+    under OpenAI's, an assistant message with ``"tool_calls": []``. Under Anthropic's
+    rules a final assistant message (a prefill) whose last part is text ending in
+    whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). For
+    ``Message`` structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
     ``unwritable_message``, so an empty answer means the conversation can be sent.
     ``provider`` decides the rules, ``format`` only how the messages are read.
