@@ -1657,6 +1657,68 @@ def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
     assert cw.validate(ok, "openai") == []
 
 
+def test_validate_reports_an_unwritable_message_another_violation_names() -> None:
+    """small20 (a helper's leftover): a call with non-JSON arguments and no result, bound
+    for Anthropic, got ``unanswered_call`` alone (a message another violation named was
+    not checked for writing), while the repaired output, the stub added, got
+    ``unwritable_message``: validating the input did not tell that the request fails
+    either way. Now every message the adapter cannot write is reported, but for where
+    an OpenAI message's tool results are, which the pairing violations name and repair
+    mends: what else in it the adapter cannot write is then reported."""
+    q = cw.Message(role="user", content=[cw.TextPart(text="q")])
+    call = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="not json")])
+    args = (1, "unwritable_message", "field content[0].arguments: tool call arguments are not JSON")
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, call], "anthropic")]
+    assert found == [(1, "unanswered_call", 'tool call "c" has no result in the next user message'), args]
+    repaired = cw.repair_tool_pairs([q, call], format="anthropic").messages
+    assert [(v.index, v.code, v.detail) for v in cw.validate(repaired, "anthropic")] == [args]
+    # OpenAI takes any arguments string: the call is the one fault
+    assert [(v.index, v.code) for v in cw.validate([q, call], "openai")] == [(1, "unanswered_call")]
+    # a custom call bound for Anthropic, unanswered, likewise
+    custom = cw.Message(
+        role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="x", extra={"type": "custom"})]
+    )
+    assert [(v.index, v.code) for v in cw.validate([q, custom], "anthropic")] == [
+        (1, "unanswered_call"),
+        (1, "unwritable_message"),
+    ]
+    # OpenAI: a result in a user message is result_outside_tool_message alone (the
+    # adapter's "a ToolResult cannot be an OpenAI content part" is that), but an image
+    # beside it with no source is reported (the user message keeps it after repair)
+    ok_call = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}")])
+    placed = cw.Message(role="user", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r")])])
+    assert [(v.index, v.code) for v in cw.validate([q, ok_call, placed], "openai")] == [
+        (1, "unanswered_call"),
+        (2, "result_outside_tool_message"),
+    ]
+    image = cw.Message(role="user", content=[*placed.content, cw.ImagePart(width=10, height=10)])
+    no_source = "field content: image has no source an OpenAI image_url can hold"
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, ok_call, image], "openai")]
+    assert [f[:2] for f in found] == [
+        (1, "unanswered_call"),
+        (2, "result_outside_tool_message"),
+        (2, "unwritable_message"),
+    ]
+    assert found[2][2] == no_source
+    repaired = cw.repair_tool_pairs([q, ok_call, image], format="openai").messages
+    assert [(v.index, v.code, v.detail) for v in cw.validate(repaired, "openai")] == [
+        (3, "unwritable_message", no_source)
+    ]
+    # a tool message holding an orphan beside its result: orphan_result alone; an image
+    # without a source inside one of its results is reported, named in the message
+    tool = cw.Message(role="tool", content=[cw.ToolResult(call_id="c"), cw.ToolResult(call_id="zz")])
+    assert [(v.index, v.code) for v in cw.validate([q, ok_call, tool], "openai")] == [(2, "orphan_result")]
+    bad = cw.ToolResult(call_id="c", content=[cw.ImagePart(width=10, height=10)], content_kind="parts")
+    tool = cw.Message(role="tool", content=[cw.ToolResult(call_id="zz"), bad])
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, ok_call, tool], "openai")]
+    assert found == [
+        (2, "orphan_result", 'tool result "zz" does not answer a call of the preceding assistant message'),
+        (2, "unwritable_message", "field content[1].content: image has no source an OpenAI image_url can hold"),
+    ]
+    repaired = cw.repair_tool_pairs([q, ok_call, tool], format="openai").messages
+    assert [(v.index, v.code) for v in cw.validate(repaired, "openai")] == [(2, "unwritable_message")]
+
+
 @pytest.mark.parametrize(
     ("messages", "text"),
     [
