@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow import _engine, _native
 from contextwindow.cli import main
-from contextwindow.io import _deepest, load_conversation
+from contextwindow.io import _deepest, _top_keys, load_conversation
 
 from shared_data import corpus_files, ids
 
@@ -629,6 +629,49 @@ def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
         msgs.append({"role": "user", "content": "a", "x": x})
     with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
         cw.count_messages(msgs)
+
+
+@pytest.mark.parametrize("limit", [None, 100_000])
+def test_a_body_then_junk_and_a_deep_message_first_key_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: int | None
+) -> None:
+    """small20 (helpers' leftovers of cli18 and tools19): a file whose line 1 is a request
+    body and line 2 is not JSON got the JSONL words for a log of bodies (``line 1: a
+    request body ... pass one request body per file``), where it is one body with junk
+    after it: now the document's syntax error, ``trailing characters`` at line 2, the
+    byte the gateway names. And a one-message file too deep for the parser, its deep key
+    before ``"role"``, was named by that key (``x: is nested too deeply``), the scan
+    having stopped before it read ``role``: now ``message 0``, as the dict path says. A
+    body's deep unknown key is still named by its key. Bytes by hand: ``{"messages":
+    []}`` is 16 bytes, so line 2 starts at byte 17; ``_deep_message(2100)`` is 4,234, in
+    ``{"messages": [...]}`` 4,250."""
+    body = '{"messages": []}'
+    deep_body = '{"messages": [' + _deep_message(2100) + "]}"
+    deep_first = '{"x":' + _deep(2100) + ',"role":"user","content":"a"}'
+    cases = [
+        (f"{body}\njunk\n", "invalid JSON: line 2, column 1: trailing characters (byte 17)"),
+        (f"{deep_body}\njunk\n", "invalid JSON: line 2, column 1: trailing characters (byte 4251)"),
+        # a body, then a line of JSON: a log of bodies, as before
+        (f"{body}\n{body}\n", f"line 1: {_BODY_LINE}"),
+        (f"{body}\n{_OK}\n", f"line 1: {_BODY_LINE}"),
+        (f"{deep_body}\n{body}\n", f"line 1: {_BODY_LINE}"),
+        (deep_first, f"message 0: {TOO_DEEP}"),
+        ('{"x":' + _deep(2100) + ',"messages":[]}', f"x: {TOO_DEEP}"),
+        ('{"x":' + _deep(2100) + ',"messages":[' + _OK + "]}", f"x: {TOO_DEEP}"),
+    ]
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        for i, (text, said) in enumerate(cases):
+            f = write(tmp_path, f"{i}.json", text)
+            assert main(["count", f]) == 2
+            assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
+    finally:
+        sys.setrecursionlimit(before)
+    # the gateway names the same byte
+    with pytest.raises(cw.InvalidRequestError, match=r"^invalid request body at byte 17: trailing characters$"):
+        cw.fit_request(f"{body}\njunk\n".encode(), budget=100)
 
 
 # strings full of what the depth scan must skip: brackets, quotes, backslashes, escapes
@@ -1799,3 +1842,18 @@ def test_a_key_json_cannot_write_names_the_message_and_field(messages: list[Any]
         cw.count_messages(messages)
     assert str(info.value) == f"{field}: holds a value JSON cannot represent ({what})"
     assert cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="a", extra={1: 1, 2.5: 2})])]) > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.dictionaries(_JSON_TEXT, _JSON_VALUES, max_size=4),
+    ascii_only=st.booleans(),
+    indent=st.sampled_from([None, 1]),
+)
+def test_top_keys_are_the_objects_keys(value: dict[str, Any], ascii_only: bool, indent: int | None) -> None:
+    """small20: ``_top_keys``, which names a deep one-message file ``message 0``, reads
+    every key of the top-level object, whatever its values hold (brackets and quotes in
+    strings, runs of brackets)."""
+    assert _top_keys(json.dumps(value, ensure_ascii=ascii_only, indent=indent)) == set(value)
+    deep = {**value, "x": [[[[[]]]]], "role": "user"}
+    assert _top_keys(json.dumps(deep, ensure_ascii=ascii_only, indent=indent)) == set(deep)
