@@ -338,6 +338,41 @@ def test_message_char_cap_spares_pinned_and_preamble() -> None:
     assert budget_tool_results(msgs, 10**9, max_message_chars=None).report.reason is None
 
 
+def test_the_cap_spares_a_request_holding_an_orphan_beside_its_text() -> None:
+    """small20 (a helper's leftover): the cap found the current request in the input as
+    it is, where a user message holding an orphan result beside what the user wrote is a
+    carrier, not a request: the older user message was taken for the request and the
+    real one was cut (``please summari`` + the marker). The request is the one after
+    repair (the orphan dropped), as trim_turns, fit and prune_middle take it (README Tool
+    pairs); the cap still cuts other messages."""
+    text = "please summarise: " + "x" * 80
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a" * 100},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "zz", "content": "r"},
+                {"type": "text", "text": text},
+            ],
+        },
+    ]
+    r = budget_tool_results(msgs, 10**6, format="anthropic", max_message_chars=50)
+    assert r.messages[2] is msgs[2]
+    # the assistant text: 15 characters and a 35-character marker make 50
+    assert r.messages[1]["content"] == "a" * 15 + "\n[Truncated: 85 characters removed]"
+    assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates] == [
+        ("kept", "fits", 0),
+        ("truncated", "message_char_cap", 85),
+        ("kept", "fits", 0),
+    ]
+    # the request is the repaired conversation's last real user message, as trim sees it
+    assert request_source(msgs, "anthropic") == 2
+    # the guard's cap (the same rule) spares it too
+    guard = cw.ContextGuard(cw.resolve_budget(context_window=10**6, max_output_tokens=50), max_message_chars=50)
+    assert guard.check(msgs, format="anthropic").messages[-1]["content"][-1] == {"type": "text", "text": text}
+
+
 # fresh14 finding 2: the cap cut tool results head-only, so the error at the end of a long
 # build log was lost even when the conversation fitted easily; with a small window rule 2
 # then cut the cut text (two markers, the end of the head kept as its "tail").
@@ -999,9 +1034,17 @@ def test_corpus(path: Path) -> None:
 
 def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | None]]:
     # not pairing faults: roles, a message the adapter cannot write (an image with no
-    # source) and one with empty content, which prune_middle keeps as they are (checked
-    # apart: never more empty_content than the input has)
-    alternation = {"first_not_user", "not_alternating", "role_not_allowed", "unwritable_message", "empty_content"}
+    # source), one with empty content and a prefill ending in whitespace, which
+    # prune_middle keeps as they are (checked apart: never more empty_content than the
+    # input has)
+    alternation = {
+        "first_not_user",
+        "not_alternating",
+        "role_not_allowed",
+        "unwritable_message",
+        "empty_content",
+        "trailing_whitespace",
+    }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
 
@@ -1011,9 +1054,10 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     snapshot = msgspec.to_builtins(msgs)
     # a content rule may drop a message's image with no source, which the adapter cannot
     # write: an unwritable_message violation may go, none may come; so may an
-    # empty_content one, for a blank text block in a tool result it replaces (empty19 #2)
+    # empty_content one, for a blank text block in a tool result it replaces (empty19 #2),
+    # and a trailing_whitespace one, for a prefill whose end a cut replaces by its marker
     unwritable = "unwritable_message"
-    may_go = (unwritable, "empty_content")
+    may_go = (unwritable, "empty_content", "trailing_whitespace")
     before = codes(cw.validate(msgs, provider))
     valid_before = [c for c in before if c[1] not in may_go]
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
@@ -1028,7 +1072,8 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         assert len(r.messages) == len(msgs)
         after = codes(cw.validate(r.messages, provider))
         assert [c for c in after if c[1] not in may_go] == valid_before
-        assert {c for c in after if c[1] == unwritable} <= {c for c in before if c[1] == unwritable}
+        for code in (unwritable, "trailing_whitespace"):
+            assert {c for c in after if c[1] == code} <= {c for c in before if c[1] == code}
         for i in range(len(msgs)):  # none comes, in any message
             assert after.count((i, "empty_content", None)) <= before.count((i, "empty_content", None))
         assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))
@@ -1039,6 +1084,14 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         assert (r.report.reason is None) == (not changed)
         again = run(r.messages)
         assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+    # the character cap never cuts the current request's own content, found as trim
+    # finds it (small20: one holding an orphan beside its text was cut)
+    req = request_source(msgs, provider)
+    if req is not None:
+        capped = budget_tool_results(msgs, 10**9, format=provider, max_message_chars=100).messages[req]
+        own = [[q for q in m.content if not isinstance(q, ToolResult)] for m in (capped, msgs[req])]
+        assert own[0] == own[1]
 
     r = prune_middle(msgs, keep_recent=keep if keep < 8 else None, format=provider)
     out = r.messages

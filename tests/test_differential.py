@@ -151,6 +151,9 @@ _EMPTYISH = st.lists(
             TextPart(text=" "),
             TextPart(text="\x1c"),
             TextPart(text="\u3000\x85"),
+            TextPart(text="ok "),  # a prefill ending in whitespace (trailing_whitespace)
+            TextPart(text="a\u2028"),
+            TextPart(text="b\x1f"),
             TextPart(text="", extra={"cache_control": {"type": "ephemeral"}}),
             ToolResult(call_id="c1", content=[TextPart(text=" ")]),
             ToolResult(call_id="c1", content=[TextPart(text="")], content_kind="parts"),
@@ -211,11 +214,18 @@ _EMPTYISH_MSGS = st.lists(
     [Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")], extra={"tool_calls": []})],
     "openai",
 )
+@example(
+    [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="x"), TextPart(text="ok ")], content_kind="parts"),
+    ],
+    "anthropic",
+)
 def test_validate_agrees_on_empty_content(msgs: list[Message], provider: str) -> None:
     """empty_content (fresh18 F2): no content, the string "", empty text blocks with and
     without extra keys, each content spelling, ``tool_calls`` in extra, final or not;
     text of whitespace only, in a message, a tool result's content list or the system
-    (empty19 #1, #2)."""
+    (empty19 #1, #2); a final assistant message ending in whitespace (small20)."""
     payload, cm = canon(msgs)
     got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
     assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]

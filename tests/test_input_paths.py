@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow import _engine, _native
 from contextwindow.cli import main
-from contextwindow.io import _deepest, load_conversation
+from contextwindow.io import _deepest, _top_keys, load_conversation
 
 from shared_data import corpus_files, ids
 
@@ -629,6 +629,49 @@ def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
         msgs.append({"role": "user", "content": "a", "x": x})
     with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
         cw.count_messages(msgs)
+
+
+@pytest.mark.parametrize("limit", [None, 100_000])
+def test_a_body_then_junk_and_a_deep_message_first_key_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: int | None
+) -> None:
+    """small20 (helpers' leftovers of cli18 and tools19): a file whose line 1 is a request
+    body and line 2 is not JSON got the JSONL words for a log of bodies (``line 1: a
+    request body ... pass one request body per file``), where it is one body with junk
+    after it: now the document's syntax error, ``trailing characters`` at line 2, the
+    byte the gateway names. And a one-message file too deep for the parser, its deep key
+    before ``"role"``, was named by that key (``x: is nested too deeply``), the scan
+    having stopped before it read ``role``: now ``message 0``, as the dict path says. A
+    body's deep unknown key is still named by its key. Bytes by hand: ``{"messages":
+    []}`` is 16 bytes, so line 2 starts at byte 17; ``_deep_message(2100)`` is 4,234, in
+    ``{"messages": [...]}`` 4,250."""
+    body = '{"messages": []}'
+    deep_body = '{"messages": [' + _deep_message(2100) + "]}"
+    deep_first = '{"x":' + _deep(2100) + ',"role":"user","content":"a"}'
+    cases = [
+        (f"{body}\njunk\n", "invalid JSON: line 2, column 1: trailing characters (byte 17)"),
+        (f"{deep_body}\njunk\n", "invalid JSON: line 2, column 1: trailing characters (byte 4251)"),
+        # a body, then a line of JSON: a log of bodies, as before
+        (f"{body}\n{body}\n", f"line 1: {_BODY_LINE}"),
+        (f"{body}\n{_OK}\n", f"line 1: {_BODY_LINE}"),
+        (f"{deep_body}\n{body}\n", f"line 1: {_BODY_LINE}"),
+        (deep_first, f"message 0: {TOO_DEEP}"),
+        ('{"x":' + _deep(2100) + ',"messages":[]}', f"x: {TOO_DEEP}"),
+        ('{"x":' + _deep(2100) + ',"messages":[' + _OK + "]}", f"x: {TOO_DEEP}"),
+    ]
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        for i, (text, said) in enumerate(cases):
+            f = write(tmp_path, f"{i}.json", text)
+            assert main(["count", f]) == 2
+            assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
+    finally:
+        sys.setrecursionlimit(before)
+    # the gateway names the same byte
+    with pytest.raises(cw.InvalidRequestError, match=r"^invalid request body at byte 17: trailing characters$"):
+        cw.fit_request(f"{body}\njunk\n".encode(), budget=100)
 
 
 # strings full of what the depth scan must skip: brackets, quotes, backslashes, escapes
@@ -1657,6 +1700,68 @@ def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
     assert cw.validate(ok, "openai") == []
 
 
+def test_validate_reports_an_unwritable_message_another_violation_names() -> None:
+    """small20 (a helper's leftover): a call with non-JSON arguments and no result, bound
+    for Anthropic, got ``unanswered_call`` alone (a message another violation named was
+    not checked for writing), while the repaired output, the stub added, got
+    ``unwritable_message``: validating the input did not tell that the request fails
+    either way. Now every message the adapter cannot write is reported, but for where
+    an OpenAI message's tool results are, which the pairing violations name and repair
+    mends: what else in it the adapter cannot write is then reported."""
+    q = cw.Message(role="user", content=[cw.TextPart(text="q")])
+    call = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="not json")])
+    args = (1, "unwritable_message", "field content[0].arguments: tool call arguments are not JSON")
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, call], "anthropic")]
+    assert found == [(1, "unanswered_call", 'tool call "c" has no result in the next user message'), args]
+    repaired = cw.repair_tool_pairs([q, call], format="anthropic").messages
+    assert [(v.index, v.code, v.detail) for v in cw.validate(repaired, "anthropic")] == [args]
+    # OpenAI takes any arguments string: the call is the one fault
+    assert [(v.index, v.code) for v in cw.validate([q, call], "openai")] == [(1, "unanswered_call")]
+    # a custom call bound for Anthropic, unanswered, likewise
+    custom = cw.Message(
+        role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="x", extra={"type": "custom"})]
+    )
+    assert [(v.index, v.code) for v in cw.validate([q, custom], "anthropic")] == [
+        (1, "unanswered_call"),
+        (1, "unwritable_message"),
+    ]
+    # OpenAI: a result in a user message is result_outside_tool_message alone (the
+    # adapter's "a ToolResult cannot be an OpenAI content part" is that), but an image
+    # beside it with no source is reported (the user message keeps it after repair)
+    ok_call = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}")])
+    placed = cw.Message(role="user", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r")])])
+    assert [(v.index, v.code) for v in cw.validate([q, ok_call, placed], "openai")] == [
+        (1, "unanswered_call"),
+        (2, "result_outside_tool_message"),
+    ]
+    image = cw.Message(role="user", content=[*placed.content, cw.ImagePart(width=10, height=10)])
+    no_source = "field content: image has no source an OpenAI image_url can hold"
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, ok_call, image], "openai")]
+    assert [f[:2] for f in found] == [
+        (1, "unanswered_call"),
+        (2, "result_outside_tool_message"),
+        (2, "unwritable_message"),
+    ]
+    assert found[2][2] == no_source
+    repaired = cw.repair_tool_pairs([q, ok_call, image], format="openai").messages
+    assert [(v.index, v.code, v.detail) for v in cw.validate(repaired, "openai")] == [
+        (3, "unwritable_message", no_source)
+    ]
+    # a tool message holding an orphan beside its result: orphan_result alone; an image
+    # without a source inside one of its results is reported, named in the message
+    tool = cw.Message(role="tool", content=[cw.ToolResult(call_id="c"), cw.ToolResult(call_id="zz")])
+    assert [(v.index, v.code) for v in cw.validate([q, ok_call, tool], "openai")] == [(2, "orphan_result")]
+    bad = cw.ToolResult(call_id="c", content=[cw.ImagePart(width=10, height=10)], content_kind="parts")
+    tool = cw.Message(role="tool", content=[cw.ToolResult(call_id="zz"), bad])
+    found = [(v.index, v.code, v.detail) for v in cw.validate([q, ok_call, tool], "openai")]
+    assert found == [
+        (2, "orphan_result", 'tool result "zz" does not answer a call of the preceding assistant message'),
+        (2, "unwritable_message", "field content[1].content: image has no source an OpenAI image_url can hold"),
+    ]
+    repaired = cw.repair_tool_pairs([q, ok_call, tool], format="openai").messages
+    assert [(v.index, v.code) for v in cw.validate(repaired, "openai")] == [(2, "unwritable_message")]
+
+
 @pytest.mark.parametrize(
     ("messages", "text"),
     [
@@ -1737,3 +1842,18 @@ def test_a_key_json_cannot_write_names_the_message_and_field(messages: list[Any]
         cw.count_messages(messages)
     assert str(info.value) == f"{field}: holds a value JSON cannot represent ({what})"
     assert cw.count_messages([cw.Message(role="user", content=[cw.TextPart(text="a", extra={1: 1, 2.5: 2})])]) > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.dictionaries(_JSON_TEXT, _JSON_VALUES, max_size=4),
+    ascii_only=st.booleans(),
+    indent=st.sampled_from([None, 1]),
+)
+def test_top_keys_are_the_objects_keys(value: dict[str, Any], ascii_only: bool, indent: int | None) -> None:
+    """small20: ``_top_keys``, which names a deep one-message file ``message 0``, reads
+    every key of the top-level object, whatever its values hold (brackets and quotes in
+    strings, runs of brackets)."""
+    assert _top_keys(json.dumps(value, ensure_ascii=ascii_only, indent=indent)) == set(value)
+    deep = {**value, "x": [[[[[]]]]], "role": "user"}
+    assert _top_keys(json.dumps(deep, ensure_ascii=ascii_only, indent=indent)) == set(deep)

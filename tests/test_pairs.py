@@ -753,8 +753,88 @@ def test_whitespace_is_unicode_white_space() -> None:
     for cp in (0x1C, 0x1D, 0x1E, 0x1F):
         assert chr(cp).isspace()  # where str.isspace and White_Space part
     assert sorted(ord(c) for c in ref._WHITE_SPACE) == _WHITE_SPACE
-    for text in ("\ufeff", "\u200b", " \x1c "):
+    for text in ("\ufeff", "\u200b", " \x1c"):
         assert _found([q, Message(role="assistant", content=[TextPart(text=text)])], "anthropic") == []
+
+
+_PREFILL_SPACE = (
+    "the final assistant message (a prefill) ends in whitespace; final assistant content cannot end with "
+    "trailing whitespace"
+)
+
+
+def test_validate_reports_a_prefill_ending_in_whitespace() -> None:
+    """small20 (a helper's leftover of fresh16b #2): the Messages API refuses a final
+    assistant message, a prefill, that ends in whitespace ("final assistant content
+    cannot end with trailing whitespace"); Anthropic's rules report it as
+    ``trailing_whitespace``, OpenAI's do not (Chat Completions takes it). Only the final
+    message's last part counts, and a blank one is ``empty_content`` alone."""
+    from contextwindow import _engine
+    from contextwindow import _reference as ref
+
+    q = {"role": "user", "content": "Write a haiku."}
+    space = [(1, "trailing_whitespace", _PREFILL_SPACE)]
+    cases: list[tuple[list[Any], list[tuple[int, str, str]]]] = [
+        ([q, {"role": "assistant", "content": "Sure: "}], space),
+        ([q, {"role": "assistant", "content": "Sure:\n"}], space),
+        ([q, {"role": "assistant", "content": "Sure:\u3000"}], space),  # White_Space
+        (
+            [q, {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b\t"}]}],
+            space,
+        ),
+        # only the last part: whitespace inside is text
+        ([q, {"role": "assistant", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}]}], []),
+        ([q, {"role": "assistant", "content": " Sure:"}], []),
+        # not White_Space: text
+        ([q, {"role": "assistant", "content": "Sure:\u200b"}], []),
+        ([q, {"role": "assistant", "content": "Sure:\x1c"}], []),
+        # not the final message
+        ([q, {"role": "assistant", "content": "Sure: "}, {"role": "user", "content": "go"}], []),
+        # a blank prefill is empty_content alone; an empty one is taken
+        ([q, {"role": "assistant", "content": " "}], [(1, "empty_content", _WHITESPACE_STRING)]),
+        ([q, {"role": "assistant", "content": ""}], []),
+        # a final user message is not a prefill
+        ([{"role": "user", "content": "q "}], []),
+        # the last part is a call (unanswered): not text
+        (
+            [
+                q,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look. "},
+                        {"type": "tool_use", "id": "c", "name": "f", "input": {}},
+                    ],
+                },
+            ],
+            [(1, "unanswered_call", 'tool call "c" has no result in the next user message')],
+        ),
+    ]
+    for msgs, want in cases:
+        assert _found(msgs, "anthropic") == want, msgs
+        canonical = _engine.prepare(msgs, "anthropic").canonical
+        assert [(v.index, v.code) for v in ref.validate(canonical, "anthropic")] == [(i, c) for i, c, _ in want], msgs
+        # OpenAI takes it (and a blank one): only the unanswered call is reported
+        calls = [(i, c) for i, c, _ in want if c == "unanswered_call"]
+        assert [(i, c) for i, c, _ in _found(msgs, "openai")] == calls, msgs
+        assert [(v.index, v.code) for v in ref.validate(canonical, "openai")] == calls, msgs
+    # structs: the provider's rules
+    structs = [
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="ok ")]),
+    ]
+    assert _found(structs, "anthropic") == space
+    assert _found(structs, "openai") == []
+    # a tool struct is a user message in an Anthropic request: not a prefill
+    tool = cw.Message(role="tool", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r ")])])
+    call = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="f", arguments="{}")])
+    assert _found([structs[0], call, tool], "anthropic") == []
+    # trim_turns and fit keep such a prefill as it is (validate reports, nothing rewrites
+    # it): their output carries the same violation
+    msgs = cases[0][0]
+    for out in (cw.trim_turns(msgs, 10**6, format="anthropic"), cw.fit(msgs, 10**6, format="anthropic")):
+        assert out.messages == msgs
+        assert _found(out.messages, "anthropic") == space
 
 
 _TOOL_RESULT_EMPTY = "content[0].content[1] is an empty text block; text blocks must be non-empty"

@@ -889,6 +889,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         if role in ("user", "assistant"):
             for _ in range(_empty_anthropic(m, final=i == len(msgs) - 1)):
                 v(i, "empty_content")
+        if role == "assistant" and i == len(msgs) - 1 and _prefill_ends_in_space(m):
+            v(i, "trailing_whitespace")
     return out
 
 
@@ -951,6 +953,16 @@ def _empty_anthropic(m: Message, *, final: bool) -> int:
     if not m.content or (string and m.content[0].text == ""):  # type: ignore[union-attr]
         return int(not (final and m.role == "assistant"))
     return _blank_blocks(m.content)
+
+
+def _prefill_ends_in_space(m: Message) -> bool:
+    """Whether assistant message ``m``, the final message of an Anthropic request (a
+    prefill), ends in whitespace (:data:`_WHITE_SPACE`), which the Messages API refuses:
+    its last part is a ``TextPart`` (a string content is one) that is not blank (that is
+    ``empty_content``) and whose last character is whitespace (Rust
+    ``prefill_ends_in_space``)."""
+    last = m.content[-1] if m.content else None
+    return isinstance(last, TextPart) and not _blank(last.text) and last.text[-1] in _WHITE_SPACE
 
 
 @dataclass

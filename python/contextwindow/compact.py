@@ -240,6 +240,29 @@ def _segment(payload: bytes, msgs: list[Message] | None = None) -> Segmentation:
     )
 
 
+def _request(msgs: list[Message], real_req: int | None, provider: str) -> int | None:
+    """The current request of ``msgs`` by input index, as trim_turns, fit and
+    prune_middle take it (README Tool pairs, ``_reference.current_request``): the last
+    real user message (``real_req``, the input's segmentation), or a later message that
+    is one once the tool pairs are repaired: a user message holding an orphan result
+    beside what the user wrote is a carrier as it is, and the request once repair drops
+    the orphan (small20: the cap cut it). Repairs only when a message after ``real_req``
+    holds results beside other content (a pure-Python repair, so not on every call)."""
+    start = 0 if real_req is None else real_req + 1
+    mixed = (
+        any(isinstance(q, ToolResult) for q in m.content) and any(not isinstance(q, ToolResult) for q in m.content)
+        for m in msgs[start:]
+    )
+    if not any(mixed):
+        return real_req
+    work, _ = ref.repair(msgs, provider, "stub")
+    srcs = [it.src for it in work]
+    last = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w].msg(msgs))), None)
+    req = ref.current_request(msgs, srcs, last)
+    src = None if req is None else srcs[req]
+    return real_req if src is None or (real_req is not None and src < real_req) else src
+
+
 def _cost(m: Message, profile: str) -> int:
     return _costs([m], profile)[0]
 
@@ -562,7 +585,9 @@ def budget_tool_results(
        output), its ``[Tool results]`` prefix kept; any other text to its head plus
        ``"\\n[Truncated: N characters removed]"``.
        Pinned messages, the preamble and the current request (the last real user
-       message) are never cut. Fate rule ``message_char_cap``.
+       message, or a later one holding an orphan result beside its text, which is the
+       request once repair drops the orphan, as :func:`~contextwindow.trim_turns` takes
+       it) are never cut. Fate rule ``message_char_cap``.
     2. **One result over its share.** A tool result whose tokens (the result as a message
        of its own, per-message overhead included) exceed ``max_result_share`` x
        ``context_window`` is cut to head + tail at line boundaries (grapheme boundaries
@@ -699,6 +724,7 @@ def _budget_tool_results(
     cleared: dict[tuple[int, int], int] = {}  # characters a cleared result held first
     reasons: set[str] = set()
     seg = _segment(prep.payload, msgs)
+    request = _request(msgs, seg.current_request, prep.provider)
 
     removed_in: dict[int, int] = {}  # the sum of `removed` by message (mark reads it)
 
@@ -716,7 +742,7 @@ def _budget_tool_results(
         for i, m in enumerate(work):
             # the current request is P0 (DESIGN.md section 5): trimming cuts it only when it
             # alone is over budget, never for a character cap
-            if i < seg.preamble_end or m.pinned or i in pinned_idx or i == seg.current_request:
+            if i < seg.preamble_end or m.pinned or i in pinned_idx or i == request:
                 continue
             total = _text_chars(m)
             if total <= cap:
@@ -884,7 +910,7 @@ def _budget_tool_results(
                 grows = _result_chars(cleared_part) - _result_chars(part)
                 if grows >= 0 and not _non_text(part):
                     continue  # as micro_compact: a marker no shorter than the text
-                capped_here = cap is not None and i >= seg.preamble_end and i != seg.current_request
+                capped_here = cap is not None and i >= seg.preamble_end and i != request
                 if grows > 0 and capped_here and _text_chars(m) + grows > cap:
                     # a result of images alone becomes a marker longer than its text: not
                     # when that puts the message over the character cap (rule 1 would cut

@@ -446,6 +446,36 @@ def _deepest(text: str, limit: int) -> tuple[int, int, int, list[str | int], set
     return values, deepest, at, path, top_keys
 
 
+_RUN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[+|\]+|\{+|\}+|,')
+
+
+def _top_keys(text: str) -> set[str]:
+    """The keys of the object ``text`` starts with, all of them, found without parsing
+    (as :func:`_deepest` finds them, which stops at its limit): runs of one bracket are
+    one step, so a value nested thousands of levels deep by runs of brackets is skipped
+    in a few steps."""
+    keys: set[str] = set()
+    depth, expect_key = 0, False
+    for m in _RUN.finditer(text):
+        t = m.group()
+        if t[0] in "[{":
+            depth += len(t)
+            expect_key = depth == 1 and t == "{"
+        elif t[0] in "]}":
+            depth -= len(t)
+            if depth <= 0:
+                break
+        elif t == ",":
+            expect_key = depth == 1
+        elif expect_key:
+            try:
+                keys.add(json.loads(t))
+            except ValueError:
+                keys.add(t[1:-1])
+            expect_key = False
+    return keys
+
+
 def _parser_unbounded() -> bool:
     """Whether a caller raised the recursion limit past the CLI's own, so msgspec would
     walk a text as deep as it nests (and overflow the C stack) instead of giving up."""
@@ -495,6 +525,11 @@ def _too_deep(text: str, where: str) -> InvalidRequestError:
     limit (fresh15 #5); a caller of :func:`load_conversation` with a lower recursion
     limit gets the parser's own, unnamed."""
     _, _, _, path, top_keys = _deepest(text, min(sys.getrecursionlimit(), MAX_DEPTH + 3))
+    if path and isinstance(path[0], str) and not {"messages", "role"} & top_keys:
+        # the scan stopped inside the value of key path[0]: keys after it were not read
+        # (small20: a one message file whose deep key came before "role" was named by
+        # that key, where the dict path names message 0)
+        top_keys = _top_keys(text)
     if path and isinstance(path[0], int):  # a list of messages
         place = f"message {path[0]}"
     elif path[:1] == ["messages"] and len(path) > 1 and isinstance(path[1], int):
@@ -631,14 +666,22 @@ def _jsonl(
         return None
     messages: list[Any] = []
     guard = guard_depth and _parser_unbounded()
-    for n, line, at in lines:
+
+    def body_then_junk(k: int) -> bool:
+        # the first line is a request body and the next is not JSON: one body with
+        # something after it, not JSONL of bodies; the document's error says where
+        # (small20: "trailing characters" at line 2, as the gateway says; it was
+        # "line 1: a request body ..., pass one request body per file")
+        return k == 0 and _native.json_syntax_error(lines[1][1], True) is not None
+
+    for k, (n, line, at) in enumerate(lines):
         try:
             if guard and _deeper_than_any_place(line):
                 raise RecursionError  # as the parser would, had it a limit
             value, surrogates = _decode(line)
         except RecursionError:
             error = _deep_line(line, n, len(text[:at].encode()), len(messages), where)
-            if error is None:
+            if error is None or (str(error) == str(_body_line(where, n)) and body_then_junk(k)):
                 return None  # the first line is not a message: the whole document
             raise error from None
         except msgspec.MsgspecError as exc:
@@ -651,6 +694,8 @@ def _jsonl(
                 return None
             raise InvalidRequestError(f"{where}: line {n}: expected one message object per line")
         if "messages" in value and "role" not in value:
+            if body_then_junk(k):
+                return None
             # a log of request bodies, one a line (fresh18 F3: it was "message 0, field
             # role: is missing", naming no line)
             raise _body_line(where, n)

@@ -12,7 +12,7 @@ from ._jsontext import shown
 from .adapters import from_canonical
 from .errors import InvalidMessageError
 from .estimate import DEFAULT_PROFILE, resolve_profile
-from .messages import Message
+from .messages import Message, TextPart, ToolResult
 from .report import TrimResult, Violation
 
 __all__ = ["repair_tool_pairs", "validate"]
@@ -91,10 +91,13 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     whitespace only (Unicode ``White_Space``; a string content is one block), in any
     message, in a ``tool_result``'s content list, and in a leading system message
     written as a list of text blocks (a ``tool_result`` or system string is taken);
-    under OpenAI's, an assistant message with ``"tool_calls": []``. For ``Message``
-    structs, a message the provider's adapter cannot write
-    (:func:`~contextwindow.adapters.from_canonical`) and no other violation names is
-    ``unwritable_message``, so an empty answer means the conversation can be sent.
+    under OpenAI's, an assistant message with ``"tool_calls": []``. Under Anthropic's
+    rules a final assistant message (a prefill) whose last part is text ending in
+    whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). For
+    ``Message`` structs, a message the provider's adapter cannot write
+    (:func:`~contextwindow.adapters.from_canonical`) is ``unwritable_message``, beside
+    its other violations (but for the placement of an OpenAI message's tool results,
+    which they name), so an empty answer means the conversation can be sent.
     ``provider`` decides the rules, ``format`` only how the messages are read.
 
     Args:
@@ -136,23 +139,65 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     return found
 
 
+#: The OpenAI writer's words for a tool result where Chat Completions has no place for it
+#: (a tool message holding other than one, a result in another message): the placement
+#: that the engine's pairing violations name and repair mends.
+_PLACEMENT = frozenset(
+    {"a tool message must hold exactly one ToolResult", "a ToolResult cannot be an OpenAI content part"}
+)
+
+
 def _unwritable(canonical: list[Message], provider: str, found: list[Violation]) -> list[Violation]:
     """``found`` with an ``unwritable_message`` violation for each ``Message`` struct the
     provider's adapter cannot write (:func:`~contextwindow.adapters.from_canonical`: an
     OpenAI tool message holding two results, an image with no source a provider takes,
-    a custom tool call bound for Anthropic), where no violation names that message
-    already, in message order; so passing ``validate`` means the conversation can be
-    written and sent (fresh17b #5). Dicts were read by the adapters: they can be."""
+    a custom tool call bound for Anthropic, tool call arguments that are not a JSON
+    object bound for Anthropic), in message order; so passing ``validate`` means the
+    conversation can be written and sent (fresh17b #5). A message that another
+    violation names is reported too (small20: non-JSON arguments in a call without a
+    result were not, and the repaired output, the stub added, was), but for the
+    placement of its tool results (:data:`_PLACEMENT`), which that violation names:
+    its parts are then checked without it. Dicts were read by the adapters: they can
+    be."""
     named = {v.index for v in found}
     extra: list[Violation] = []
     for i, m in enumerate(canonical):
-        if i in named:
-            continue
-        try:
-            from_canonical(m, provider)  # type: ignore[arg-type]
-        except InvalidMessageError as exc:
+        exc = _write_error(m, provider)
+        if exc is not None and i in named and exc.reason in _PLACEMENT:
+            exc = _error_beside_placement(m, provider)
+        if exc is not None:
             detail = exc.reason if exc.field is None else f"field {exc.field}: {exc.reason}"
             extra.append(Violation(index=i, code="unwritable_message", detail=detail))
     if not extra:
         return found
     return sorted(found + extra, key=lambda v: v.index)  # stable: the engine's first
+
+
+def _write_error(m: Message, provider: str) -> InvalidMessageError | None:
+    """Why the provider's adapter cannot write ``m``, or ``None`` when it can."""
+    try:
+        from_canonical(m, provider)  # type: ignore[arg-type]
+    except InvalidMessageError as exc:
+        return exc
+    return None
+
+
+def _error_beside_placement(m: Message, provider: str) -> InvalidMessageError | None:
+    """What else keeps the OpenAI adapter from writing ``m``, whose tool results are
+    misplaced (:data:`_PLACEMENT`): ``m`` with each result an empty text part (a message
+    other than a tool message), then each result as a tool message of its own (where
+    repair puts it), its field named as in ``m`` (``content[k].content`` for a result's
+    content)."""
+    results = [(k, p) for k, p in enumerate(m.content) if isinstance(p, ToolResult)]
+    if m.role != "tool":
+        rest = [TextPart(text="") if isinstance(p, ToolResult) else p for p in m.content]
+        exc = _write_error(msgspec.structs.replace(m, content=rest), provider)
+        if exc is not None:
+            return exc
+    for k, result in results:
+        exc = _write_error(Message(role="tool", content=[result]), provider)
+        if exc is not None:
+            # a tool message's fields name its result's content
+            field = f"content[{k}]" if exc.field is None else f"content[{k}].{exc.field}"
+            return InvalidMessageError(exc.reason, field=field)
+    return None

@@ -153,7 +153,9 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             ``role_not_allowed``, ``empty_content`` (content the provider refuses as
             empty: an Anthropic message with no content but a final assistant one, a
             text block that is empty or of whitespace only, also in a ``tool_result``
-            or the system, OpenAI's ``"tool_calls": []``) or (``Message`` structs
+            or the system, OpenAI's ``"tool_calls": []``), ``trailing_whitespace``
+            (Anthropic: the final message is an assistant message, a prefill, whose
+            last part is text ending in whitespace) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

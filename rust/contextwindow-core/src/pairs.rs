@@ -19,7 +19,8 @@ pub struct Violation {
     /// Machine-readable kind: `orphan_result`, `duplicate_result`, `unanswered_call`,
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
-    /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`.
+    /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`,
+    /// `trailing_whitespace`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,7 +71,8 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// whitespace only (see [`blank`]), its `tool_result` blocks none in their content lists
 /// (`empty_content`, one for each), and it has content unless it is the final assistant
 /// message (`empty_content`); the leading system message, when written as a list of text
-/// blocks, holds no such block either.
+/// blocks, holds no such block either; the final message, when it is an assistant
+/// message (a prefill), does not end in whitespace (`trailing_whitespace`).
 /// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
@@ -425,8 +427,33 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 out.push(v(i, "empty_content", None, detail));
             }
         }
+        if role == Role::Assistant && i + 1 == messages.len() && prefill_ends_in_space(m) {
+            out.push(v(
+                i,
+                "trailing_whitespace",
+                None,
+                "the final assistant message (a prefill) ends in whitespace; final \
+                 assistant content cannot end with trailing whitespace"
+                    .into(),
+            ));
+        }
     }
     out
+}
+
+/// Whether assistant message `m`, the final message of an Anthropic request (a prefill
+/// the model continues), ends in whitespace ([`is_white_space`]), which the Messages API
+/// refuses ("final assistant content cannot end with trailing whitespace"): its last part
+/// is a text part (a string content is one) that is not blank (a blank one is
+/// `empty_content` already) and whose last character is whitespace.
+fn prefill_ends_in_space(m: &Message) -> bool {
+    match m.content.last() {
+        Some(p) if p.kind == PartKind::Text => {
+            let text = p.text_str();
+            !blank(text) && text.ends_with(is_white_space)
+        }
+        _ => false,
+    }
 }
 
 /// What to do with a tool call that has no result.

@@ -1216,6 +1216,36 @@ fn empty_content_is_a_violation() {
 }
 
 #[test]
+fn a_prefill_ending_in_whitespace_is_a_violation() {
+    // small20: the Messages API refuses a final assistant message ending in whitespace;
+    // Chat Completions takes it; only the final message's last part counts, and a blank
+    // prefill is empty_content alone
+    let codes = |msgs: &[Message], f: Format| -> Vec<(usize, &'static str)> {
+        validate(msgs, f)
+            .iter()
+            .map(|v| (v.index, v.code))
+            .collect()
+    };
+    let space = vec![(1, "trailing_whitespace")];
+    assert_eq!(codes(&[u("q"), a("Sure: ")], Format::Anthropic), space);
+    assert_eq!(
+        codes(&[u("q"), a("Sure:\u{2028}")], Format::Anthropic),
+        space
+    );
+    assert!(codes(&[u("q"), a("Sure: ")], Format::OpenAI).is_empty());
+    assert!(codes(&[u("q"), a("Sure:\u{1c}")], Format::Anthropic).is_empty());
+    assert!(codes(&[u("q"), a("Sure: "), u("go")], Format::Anthropic).is_empty());
+    assert_eq!(
+        codes(&[u("q"), a(" ")], Format::Anthropic),
+        vec![(1, "empty_content")]
+    );
+    let two = Message::new(Role::Assistant, vec![Part::text("a "), Part::text("b")]);
+    assert!(codes(&[u("q"), two], Format::Anthropic).is_empty());
+    let two = Message::new(Role::Assistant, vec![Part::text("a"), Part::text("b\n")]);
+    assert_eq!(codes(&[u("q"), two], Format::Anthropic), space);
+}
+
+#[test]
 fn blank_text_is_a_violation_wherever_anthropic_reads_a_text_block() {
     // empty19 #1, #2: text of whitespace only (Unicode White_Space; U+001C is text), one
     // violation for each blank block, in a tool_result's content list and in a leading
