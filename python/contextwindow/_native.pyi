@@ -50,13 +50,14 @@ def count_many_dicts(conversations: list[Any], format: str | None, profile: str)
     """Total tokens of each conversation of dicts; ``None`` where :func:`count_dicts` would be."""
 
 def trim_turns_dicts(
-    messages: Any, format: str | None, budget: int, profile: str, breadcrumb: bool
+    messages: Any, format: str | None, budget: int, profile: str, breadcrumb: bool, pinned: list[int] = ...
 ) -> tuple[Literal["openai", "anthropic"], Literal["openai", "anthropic"], str] | None:
     """``trim_turns`` on dicts read as :func:`count_dicts` reads them: ``(format, provider,
-    outcome JSON)`` (the outcome as :func:`trim_turns`), or ``None`` (use the Python adapters)."""
+    outcome JSON)`` (the outcome as :func:`trim_turns`), or ``None`` (use the Python adapters).
+    ``pinned``: input indices to treat as pinned (``ValueError`` for one out of range)."""
 
 def trim_turn_count_dicts(
-    messages: Any, format: str | None, max_turns: int, profile: str, breadcrumb: bool
+    messages: Any, format: str | None, max_turns: int, profile: str, breadcrumb: bool, pinned: list[int] = ...
 ) -> tuple[Literal["openai", "anthropic"], Literal["openai", "anthropic"], str] | None:
     """``trim_turn_count`` on dicts (see :func:`trim_turns_dicts`)."""
 
@@ -69,18 +70,26 @@ def validate(messages: bytes, format: str) -> str:
 def repair_tool_pairs(messages: bytes, format: str, missing: str, profile: str) -> str:
     """JSON ``{"messages": [ops], "report": {...}}``; an op is ``{"src": i}`` or ``{"src": i|null, "msg": {...}}``."""
 
-def trim_turns(messages: bytes, budget: int, profile: str, breadcrumb: bool, format: str) -> str:
+def trim_turns(
+    messages: bytes, budget: int, profile: str, breadcrumb: bool, format: str, pinned: list[int] = ...
+) -> str:
+    """Same outcome JSON as :func:`repair_tool_pairs`; ``pinned``: input indices to treat as pinned."""
+
+def trim_turn_count(
+    messages: bytes, max_turns: int, profile: str, breadcrumb: bool, format: str, pinned: list[int] = ...
+) -> str:
     """Same outcome JSON as :func:`repair_tool_pairs`."""
 
-def trim_turn_count(messages: bytes, max_turns: int, profile: str, breadcrumb: bool, format: str) -> str:
-    """Same outcome JSON as :func:`repair_tool_pairs`."""
-
-def fit_request(body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool) -> tuple[bytes, str]:
+def fit_request(
+    body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool, pinned: list[int] = ...
+) -> tuple[bytes, str]:
     """Trim a raw OpenAI/Anthropic request body (``provider=None`` detects): the new body, and
     JSON ``{"provider", "budget", "tool_tokens", "report": {...}}``. A bad body raises
     ``InvalidRequestError`` (with ``offset``) or ``InvalidMessageError`` (with ``index``/``field``)."""
 
-def fit_request_body(body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool) -> bytes:
+def fit_request_body(
+    body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool, pinned: list[int] = ...
+) -> bytes:
     """``fit_request``'s new body without its report (the same bytes): old turns that no trim to
     the budget could keep are not estimated. Same errors."""
 

@@ -346,6 +346,21 @@ def _budget_lines(b: Budget) -> str:
     return "\n".join([head, *(f"  rule {r}" for r in b.rules)])
 
 
+def _pins(pins: list[int], conv: Conversation) -> set[int]:
+    """``fit --pin`` indices (of the file's messages) as indices of ``conv.messages``, where
+    a lifted Anthropic ``system`` is message 0.
+
+    Raises:
+        ValueError: an index that is not one of the file's messages.
+    """
+    n = len(conv.messages) - conv.system_lifted
+    for i in pins:
+        if not 0 <= i < n:
+            where = f"0..{n - 1}" if n else "it has none"
+            raise ValueError(f"--pin {i} is not an index of the file's messages ({where})")
+    return {i + conv.system_lifted for i in pins}
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         conv = seen.conv = _load(args.file, args.format)
@@ -367,6 +382,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             profile=args.profile,
             breadcrumb=not args.no_breadcrumb,
             format=_rules_format(args, conv),
+            pinned=_pins(args.pin, conv),
         )
     if resolved is not None:
         print(_budget_lines(resolved), file=sys.stderr)
@@ -576,6 +592,15 @@ def _parser() -> argparse.ArgumentParser:
         help="write the fitted conversation to this file, not stdout (- is stdout); the summary then goes to stdout",
     )
     f.add_argument("--no-breadcrumb", action="store_true", help="do not insert the breadcrumb")
+    f.add_argument(
+        "--pin",
+        type=_int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="never drop the turn of message N (0-based, in the file's messages; an Anthropic top-level system"
+        " is not one of them); repeatable",
+    )
     common(f, json_help=_REPORT_JSON_HELP)
     f.set_defaults(run=_cmd_fit, parser=f)
 

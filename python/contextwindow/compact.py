@@ -211,7 +211,8 @@ def _pinned_type(pinned: Any) -> set[int]:
 def _pinned_range(pinned: set[int], n: int) -> set[int]:
     for i in sorted(pinned):
         if not 0 <= i < n:
-            raise ValueError(f"pinned index {shown(i)} is not a message index (0..{n - 1})")
+            where = f"0..{n - 1}" if n else "there are no messages"
+            raise ValueError(f"pinned index {shown(i)} is not a message index ({where})")
     return pinned
 
 

@@ -40,12 +40,14 @@ messages kept unchanged) keeps its escapes, and a body that fits comes back unto
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal, overload
 
 import msgspec
 
 from . import _engine
 from ._jsontext import as_int, int_cause, shown
+from .compact import _pinned_type
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
 
@@ -116,6 +118,7 @@ def fit_request(
     provider: Provider | None = ...,
     breadcrumb: bool = ...,
     report: Literal[False] = ...,
+    pinned: Iterable[int] = ...,
 ) -> bytes: ...
 
 
@@ -128,6 +131,7 @@ def fit_request(
     provider: Provider | None = ...,
     breadcrumb: bool = ...,
     report: Literal[True],
+    pinned: Iterable[int] = ...,
 ) -> tuple[bytes, RequestReport]: ...
 
 
@@ -139,6 +143,7 @@ def fit_request(
     provider: Provider | None = None,
     breadcrumb: bool = True,
     report: bool = False,
+    pinned: Iterable[int] = (),
 ) -> bytes | tuple[bytes, RequestReport]:
     """Trim the messages of a raw request body to a token budget and return the new body.
 
@@ -157,6 +162,10 @@ def fit_request(
         report: also return a :class:`RequestReport`. Without it, the messages of old
             turns that no trim to the budget could keep are not estimated (the body is the
             same): a body that loses half its turns costs about half the estimation.
+        pinned: indices into the body's ``messages`` array (an Anthropic top-level
+            ``system`` is not in it, and is kept anyway) of messages to treat as pinned:
+            their turns are never dropped, as :func:`~contextwindow.trim_turns`'
+            ``pinned``.
 
     Returns:
         The new body (the ``body`` object itself when it already fits and was ``bytes``),
@@ -170,8 +179,10 @@ def fit_request(
         InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``),
             or repeats a key (``message 0: the key "role" appears more than once``, with
             ``offset``).
-        ValueError: unknown profile or provider, a budget that is not an int >= 0.
-        TypeError: ``body`` is not bytes-like, ``breadcrumb`` or ``report`` is not a bool.
+        ValueError: unknown profile or provider, a budget that is not an int >= 0, a
+            ``pinned`` index past the ``messages`` array.
+        TypeError: ``body`` is not bytes-like, ``breadcrumb`` or ``report`` is not a
+            bool, ``pinned`` is not a collection of ints.
 
     >>> body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
     >>> fit_request(body, budget=100) is body   # fits: the same object, no copy
@@ -194,7 +205,11 @@ def fit_request(
     for name, flag in (("breadcrumb", breadcrumb), ("report", report)):
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    args = (data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb)
+    pins = sorted(_pinned_type(pinned))
+    if pins and not (0 <= pins[0] and pins[-1] <= _MAX):
+        bad = pins[0] if pins[0] < 0 else pins[-1]
+        raise ValueError(f"invalid argument pinned: index {bad} is not an index of the body's messages")
+    args = (data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb, pins)
     if not report:
         # the body alone: old turns that cannot be kept are not estimated (same body)
         return _engine.native.fit_request_body(*args)

@@ -22,13 +22,16 @@ must be shortened; a dropped message is never counted again. A counter that adds
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
+from .compact import _pinned_range, _pinned_type
 from .estimate import DEFAULT_PROFILE, PROFILES
 from .estimator import Estimator, counter_cost
 from .report import TrimResult
@@ -80,8 +83,15 @@ def _costs(
     return profile, None, None
 
 
-def _python_cost(prep: _engine.Prepared, est: Estimator | None, counter: TokenCounter | None) -> tuple[Any, Any]:
-    msgs = _engine.decoded(prep)
+def _python_cost(
+    prep: _engine.Prepared, est: Estimator | None, counter: TokenCounter | None, pins: set[int]
+) -> tuple[Any, Any]:
+    """The canonical messages (those at ``pins`` pinned) and their cost model for the
+    pure-Python engine."""
+    msgs = [
+        msgspec.structs.replace(m, pinned=True) if i in pins and not m.pinned else m
+        for i, m in enumerate(_engine.decoded(prep))
+    ]
     if counter is not None:
         return msgs, counter_cost(counter, prep, msgs)
     assert est is not None
@@ -94,13 +104,37 @@ def _flag(breadcrumb: object) -> bool:
     return breadcrumb
 
 
-def _fast_trim(native: Callable[..., Any], messages: Any, format: str | None, limit: int, *rest: Any) -> Any:
+def _unpinned(
+    ops: Sequence[tuple[int | None, Any]], original: Sequence[Any], pins: set[int]
+) -> list[tuple[int | None, Any]]:
+    """The pure-Python engine's ops with a changed message that only ``pins`` pinned
+    unpinned again, as it came in (the Rust engine does the same)."""
+    return [
+        (src, msgspec.structs.replace(m, pinned=False))
+        if m is not None and src in pins and m.pinned and not original[src].pinned
+        else (src, m)
+        for src, m in ops
+    ]
+
+
+def _pins(pinned: Any, messages: Any) -> set[int]:
+    """``pinned`` checked: its type, then its range when ``messages`` is a list (else the
+    engine's reading raises first, and the range is checked after it)."""
+    pins = _pinned_type(pinned)
+    if pins and isinstance(messages, Sequence) and not isinstance(messages, (str, bytes, bytearray)):
+        _pinned_range(pins, len(messages))
+    return pins
+
+
+def _fast_trim(
+    native: Callable[..., Any], messages: Any, format: str | None, limit: int, pins: set[int], *rest: Any
+) -> Any:
     """A trim through the native dict reader (one walk, no JSON), or ``None`` when it does
     not take the input and the caller must use the Python adapters."""
     if not _engine.fast_reader(messages, format):
         return None
     snapshot = messages.copy()  # indices stay right if another thread edits the list
-    read = native(snapshot, format, limit, *rest)
+    read = native(snapshot, format, limit, *rest, sorted(pins))
     if read is None:
         return None
     fmt, _provider, out = read
@@ -118,6 +152,7 @@ def trim_turns(
     token_counter: TokenCounter | None = None,
     estimator: Estimator | None = None,
     tokenizer: Callable[[str], int] | None = None,
+    pinned: Iterable[int] = (),
 ) -> TrimResult[Any]:
     """Fit a conversation into a token budget by dropping whole turns, oldest first.
 
@@ -163,6 +198,9 @@ def trim_turns(
             with one message at a time in the caller's shape.
         estimator: an :class:`~contextwindow.Estimator` (profile, tokenizer, calibrator).
         tokenizer: ``str -> tokens``, replacing ``profile``'s text rule.
+        pinned: input indices to treat as pinned (dicts have no ``pinned`` field; as
+            ``prune_middle``'s and ``FitPolicy.pinned``), added to ``Message.pinned``.
+            Changed messages come back with the ``pinned`` they came in with.
 
     Returns:
         ``TrimResult(messages, report)``; messages in the caller's shape.
@@ -172,10 +210,12 @@ def trim_turns(
         TokenCounterError: the counter or tokenizer raised, or returned something other
             than an ``int >= 0`` (names it and the message index).
         ValueError: unknown profile, a budget that is not an int >= 0 (a string or a
-            bool too, as in :func:`~contextwindow.fit`), more than one cost source, or
-            ``profile`` together with ``token_counter``.
+            bool too, as in :func:`~contextwindow.fit`), more than one cost source,
+            ``profile`` together with ``token_counter``, or a ``pinned`` index that is
+            not a message index.
         TypeError: ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
-            ``Estimator``, or ``breadcrumb`` not a bool.
+            ``Estimator``, ``breadcrumb`` not a bool, or ``pinned`` not a collection of
+            ints.
 
     >>> msgs = [{"role": "system", "content": "sys"},
     ...         {"role": "user", "content": "old " * 100}, {"role": "assistant", "content": "ok"},
@@ -189,17 +229,19 @@ def trim_turns(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     budget = _check_n(budget, "budget")
+    pins = _pins(pinned, messages)
     if est is None and counter is None and isinstance(breadcrumb, bool):
-        fast = _fast_trim(_engine.native.trim_turns_dicts, messages, format, budget, name, breadcrumb)
+        fast = _fast_trim(_engine.native.trim_turns_dicts, messages, format, budget, pins, name, breadcrumb)
         if fast is not None:
             return fast
     prep = _engine.prepare(messages, format)
+    _pinned_range(pins, len(prep.original))
     if est is None and counter is None:
-        out = _engine.native.trim_turns(prep.payload, budget, name, _flag(breadcrumb), prep.provider)
+        out = _engine.native.trim_turns(prep.payload, budget, name, _flag(breadcrumb), prep.provider, sorted(pins))
         return _engine.apply(prep, out)
-    msgs, cost = _python_cost(prep, est, counter)
+    msgs, cost = _python_cost(prep, est, counter, pins)
     ops, report = ref.trim_turns(msgs, budget, cost, _flag(breadcrumb), prep.provider)
-    return _engine.apply_ops(prep, ops, report)
+    return _engine.apply_ops(prep, _unpinned(ops, _engine.decoded(prep), pins), report)
 
 
 @nesting_errors()
@@ -213,6 +255,7 @@ def trim_turn_count(
     token_counter: TokenCounter | None = None,
     estimator: Estimator | None = None,
     tokenizer: Callable[[str], int] | None = None,
+    pinned: Iterable[int] = (),
 ) -> TrimResult[Any]:
     """Keep the newest ``max(1, max_turns)`` whole turns (plus the preamble).
 
@@ -231,6 +274,7 @@ def trim_turn_count(
             :func:`trim_turns`).
         estimator: an :class:`~contextwindow.Estimator` for the report's counts.
         tokenizer: ``str -> tokens``, replacing ``profile``'s text rule in the report.
+        pinned: input indices to treat as pinned, as in :func:`trim_turns`.
 
     Returns:
         ``TrimResult(messages, report)`` with ``report.reason == "turn_limit"`` when
@@ -239,8 +283,10 @@ def trim_turn_count(
     Raises:
         InvalidMessageError: a message is malformed.
         TokenCounterError: the counter or tokenizer failed (see :func:`trim_turns`).
-        ValueError: unknown profile, negative ``max_turns`` or conflicting cost sources.
-        TypeError: a cost source of the wrong type, or ``breadcrumb`` not a bool.
+        ValueError: unknown profile, negative ``max_turns``, conflicting cost sources or a
+            ``pinned`` index that is not a message index.
+        TypeError: a cost source of the wrong type, ``breadcrumb`` not a bool, or
+            ``pinned`` not a collection of ints.
 
     >>> msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
     ...         {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
@@ -251,14 +297,18 @@ def trim_turn_count(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     max_turns = _check_n(max_turns, "max_turns")
+    pins = _pins(pinned, messages)
     if est is None and counter is None and isinstance(breadcrumb, bool):
-        fast = _fast_trim(_engine.native.trim_turn_count_dicts, messages, format, max_turns, name, breadcrumb)
+        fast = _fast_trim(_engine.native.trim_turn_count_dicts, messages, format, max_turns, pins, name, breadcrumb)
         if fast is not None:
             return fast
     prep = _engine.prepare(messages, format)
+    _pinned_range(pins, len(prep.original))
     if est is None and counter is None:
-        out = _engine.native.trim_turn_count(prep.payload, max_turns, name, _flag(breadcrumb), prep.provider)
+        out = _engine.native.trim_turn_count(
+            prep.payload, max_turns, name, _flag(breadcrumb), prep.provider, sorted(pins)
+        )
         return _engine.apply(prep, out)
-    msgs, cost = _python_cost(prep, est, counter)
+    msgs, cost = _python_cost(prep, est, counter, pins)
     ops, report = ref.trim_turn_count(msgs, max_turns, cost, _flag(breadcrumb), prep.provider)
-    return _engine.apply_ops(prep, ops, report)
+    return _engine.apply_ops(prep, _unpinned(ops, _engine.decoded(prep), pins), report)

@@ -6,6 +6,7 @@
 //! new message.
 
 use serde::Serialize;
+use std::borrow::Cow;
 
 use crate::estimate::{profile, vocab, VOCAB_NAMES};
 use crate::features::{scan, FEATURE_NAMES};
@@ -19,7 +20,7 @@ use crate::Result;
 struct Op<'a> {
     src: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    msg: Option<&'a Message>,
+    msg: Option<Cow<'a, Message>>,
 }
 
 #[derive(Serialize)]
@@ -29,12 +30,26 @@ struct OutcomeJson<'a> {
 }
 
 fn outcome_json(o: &Outcome<'_>) -> Result<String> {
+    outcome_json_pinned(o, &[], &[])
+}
+
+/// [`outcome_json`] of a trim of `original` with the messages at `pins` pinned
+/// ([`with_pins`]): a changed message that only `pins` pinned goes out unpinned, as it
+/// came in.
+fn outcome_json_pinned(o: &Outcome<'_>, original: &[Message], pins: &[usize]) -> Result<String> {
     let messages = o
         .messages
         .iter()
         .map(|w| Op {
             src: w.src,
-            msg: w.changed().then_some(&*w.msg),
+            msg: w.changed().then(|| match w.src {
+                Some(s) if w.msg.pinned && pins.contains(&s) && !original[s].pinned => {
+                    let mut m = w.msg.clone().into_owned();
+                    m.pinned = false;
+                    Cow::Owned(m)
+                }
+                _ => Cow::Borrowed(&*w.msg),
+            }),
         })
         .collect();
     Ok(serde_json::to_string(&OutcomeJson {
@@ -176,50 +191,85 @@ pub fn repair_tool_pairs(
     outcome_json(&o)
 }
 
-/// `trim_turns`: outcome JSON.
+/// `messages` with the messages at `pins` (input indices) pinned: borrowed when `pins` is
+/// empty. Errors with [`crate::Error::InvalidArgument`] naming the first index that is
+/// not a message index.
+pub fn with_pins<'m>(messages: &'m [Message], pins: &[usize]) -> Result<Cow<'m, [Message]>> {
+    if pins.is_empty() {
+        return Ok(Cow::Borrowed(messages));
+    }
+    let mut owned = messages.to_vec();
+    for &i in pins {
+        let m = owned
+            .get_mut(i)
+            .ok_or_else(|| crate::Error::InvalidArgument {
+                name: "pinned".into(),
+                reason: format!(
+                    "index {i} is not a message index ({})",
+                    if messages.is_empty() {
+                        "there are no messages".to_string()
+                    } else {
+                        format!("0..{}", messages.len() - 1)
+                    }
+                ),
+            })?;
+        m.pinned = true;
+    }
+    Ok(Cow::Owned(owned))
+}
+
+/// `trim_turns`: outcome JSON. `pins`: input indices to treat as pinned.
 pub fn trim_turns_json(
     messages_json: &str,
     budget: u64,
     profile_name: &str,
     breadcrumb: bool,
     format: &str,
+    pins: &[usize],
 ) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    trim_turns_parsed(&msgs, budget, profile_name, breadcrumb, format)
+    trim_turns_parsed(&msgs, budget, profile_name, breadcrumb, format, pins)
 }
 
-/// `trim_turns` on already built messages: outcome JSON.
+/// `trim_turns` on already built messages: outcome JSON. `pins`: input indices to treat
+/// as pinned.
 pub fn trim_turns_parsed(
     messages: &[Message],
     budget: u64,
     profile_name: &str,
     breadcrumb: bool,
     format: &str,
+    pins: &[usize],
 ) -> Result<String> {
-    let o = trim_turns(messages, budget, opts(profile_name, breadcrumb, format)?);
-    outcome_json(&o)
+    let pinned = with_pins(messages, pins)?;
+    let o = trim_turns(&pinned, budget, opts(profile_name, breadcrumb, format)?);
+    outcome_json_pinned(&o, messages, pins)
 }
 
-/// `trim_turn_count`: outcome JSON.
+/// `trim_turn_count`: outcome JSON. `pins`: input indices to treat as pinned.
 pub fn trim_turn_count_json(
     messages_json: &str,
     max_turns: u64,
     profile_name: &str,
     breadcrumb: bool,
     format: &str,
+    pins: &[usize],
 ) -> Result<String> {
     let msgs = parse_messages(messages_json)?;
-    trim_turn_count_parsed(&msgs, max_turns, profile_name, breadcrumb, format)
+    trim_turn_count_parsed(&msgs, max_turns, profile_name, breadcrumb, format, pins)
 }
 
-/// `trim_turn_count` on already built messages: outcome JSON.
+/// `trim_turn_count` on already built messages: outcome JSON. `pins`: input indices to
+/// treat as pinned.
 pub fn trim_turn_count_parsed(
     messages: &[Message],
     max_turns: u64,
     profile_name: &str,
     breadcrumb: bool,
     format: &str,
+    pins: &[usize],
 ) -> Result<String> {
-    let o = trim_turn_count(messages, max_turns, opts(profile_name, breadcrumb, format)?);
-    outcome_json(&o)
+    let pinned = with_pins(messages, pins)?;
+    let o = trim_turn_count(&pinned, max_turns, opts(profile_name, breadcrumb, format)?);
+    outcome_json_pinned(&o, messages, pins)
 }

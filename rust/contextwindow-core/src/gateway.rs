@@ -2558,7 +2558,21 @@ pub fn fit_request<'b>(
     provider: Option<&str>,
     breadcrumb: bool,
 ) -> Result<FittedRequest<'b>> {
-    fit(body, budget, profile_name, provider, breadcrumb, true)
+    fit(body, budget, profile_name, provider, breadcrumb, &[], true)
+}
+
+/// [`fit_request`] with the messages at `pins` (indices into the body's `messages`
+/// array; an Anthropic top-level `system` is not in it) pinned: `trim_turns` never drops
+/// their turns. An index past the array is an [`Error::InvalidArgument`].
+pub fn fit_request_pinned<'b>(
+    body: &'b [u8],
+    budget: u64,
+    profile_name: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+    pins: &[usize],
+) -> Result<FittedRequest<'b>> {
+    fit(body, budget, profile_name, provider, breadcrumb, pins, true)
 }
 
 /// The body [`fit_request`] writes, without its report: the messages of old turns that
@@ -2571,7 +2585,28 @@ pub fn fit_request_body<'b>(
     provider: Option<&str>,
     breadcrumb: bool,
 ) -> Result<Cow<'b, [u8]>> {
-    Ok(fit(body, budget, profile_name, provider, breadcrumb, false)?.body)
+    Ok(fit(body, budget, profile_name, provider, breadcrumb, &[], false)?.body)
+}
+
+/// [`fit_request_body`] with pinned messages, as [`fit_request_pinned`].
+pub fn fit_request_body_pinned<'b>(
+    body: &'b [u8],
+    budget: u64,
+    profile_name: &str,
+    provider: Option<&str>,
+    breadcrumb: bool,
+    pins: &[usize],
+) -> Result<Cow<'b, [u8]>> {
+    Ok(fit(
+        body,
+        budget,
+        profile_name,
+        provider,
+        breadcrumb,
+        pins,
+        false,
+    )?
+    .body)
 }
 
 /// [`fit_request`]; `report` false: [`fit_request_body`] (the report's `tokens_before`
@@ -2582,11 +2617,13 @@ fn fit<'b>(
     profile_name: &str,
     provider: Option<&str>,
     breadcrumb: bool,
+    pins: &[usize],
     report: bool,
 ) -> Result<FittedRequest<'b>> {
     let p = profile(profile_name)?;
     let clean = replace_lone_surrogates(body);
     let req = parse(&clean, parse_provider(provider)?, false)?;
+    let canonical = pinned(&req, pins)?;
     let tool_tokens = tools_tokens(p, &req.tools);
     let opts = TrimOptions {
         profile: p,
@@ -2595,9 +2632,9 @@ fn fit<'b>(
     };
     let room = budget.saturating_sub(tool_tokens);
     let outcome = if report {
-        trim_turns(&req.canonical, room, opts)
+        trim_turns(&canonical, room, opts)
     } else {
-        trim_turns_kept_only(&req.canonical, room, opts)
+        trim_turns_kept_only(&canonical, room, opts)
     };
     let n = req.canonical.len();
     let unchanged = outcome.messages.len() == n
@@ -2618,6 +2655,34 @@ fn fit<'b>(
         tool_tokens,
         report: outcome.report,
     })
+}
+
+/// The request's canonical messages with those at `pins` (indices into the body's
+/// `messages` array) pinned; borrowed when there are none.
+fn pinned<'r>(req: &'r Request<'_>, pins: &[usize]) -> Result<Cow<'r, [Message]>> {
+    if pins.is_empty() {
+        return Ok(Cow::Borrowed(&req.canonical));
+    }
+    let lift = usize::from(req.system.is_some());
+    let n = req.raw.len();
+    let mut out = req.canonical.clone();
+    for &i in pins {
+        if i >= n {
+            return Err(Error::InvalidArgument {
+                name: "pinned".into(),
+                reason: format!(
+                    "index {i} is not an index of the body's messages ({})",
+                    if n == 0 {
+                        "there are none".to_string()
+                    } else {
+                        format!("0..{}", n - 1)
+                    }
+                ),
+            });
+        }
+        out[i + lift].pinned = true;
+    }
+    Ok(Cow::Owned(out))
 }
 
 fn internal(reason: &str) -> Error {

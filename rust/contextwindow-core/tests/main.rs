@@ -1005,12 +1005,12 @@ fn bad_json_is_an_error_not_a_panic() {
         r#"[{"role": "user", "content": [{"kind": "x"}]}]"#,
     ] {
         assert!(
-            api::trim_turns_json(bad, 10, "fim", true, "openai").is_err(),
+            api::trim_turns_json(bad, 10, "fim", true, "openai", &[]).is_err(),
             "{bad:?}"
         );
     }
-    assert!(api::trim_turns_json("[]", 10, "nope", true, "openai").is_err());
-    assert!(api::trim_turns_json("[]", 10, "fim", true, "gemini").is_err());
+    assert!(api::trim_turns_json("[]", 10, "nope", true, "openai", &[]).is_err());
+    assert!(api::trim_turns_json("[]", 10, "fim", true, "gemini", &[]).is_err());
     assert_eq!(api::count_messages("[]", "fim").unwrap(), Vec::<u64>::new());
 }
 
@@ -1312,4 +1312,72 @@ fn dropping_the_last_call_takes_an_empty_tool_calls_key_along() {
         Format::OpenAI
     )
     .is_empty());
+}
+
+/// `pins`: input indices trimmed as pinned messages are (a system prompt of 5 `fim`
+/// tokens, turns of 28, 28 and 14): at a budget of 50 the pinned turn 1 stays and turn 2
+/// goes; an index past the messages is an error naming it. The gateway's indices are the
+/// body's `messages` array's.
+#[test]
+fn pinned_indices() {
+    use contextwindow_core::{api, gateway};
+    let chat = r#"[{"role":"system","content":"s"},
+        {"role":"user","content":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+        {"role":"assistant","content":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+        {"role":"user","content":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"},
+        {"role":"assistant","content":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"},
+        {"role":"user","content":"cccccccccccccccccccccccccccccccccccccccc"}]"#;
+    let body = format!(r#"{{"model":"m","messages":{chat}}}"#);
+    let fitted = gateway::fit_request_pinned(body.as_bytes(), 50, "fim", None, true, &[1]).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&fitted.body).unwrap();
+    let heads: Vec<&str> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["content"].as_str().unwrap()[..1])
+        .collect();
+    assert_eq!(heads, ["s", "a", "a", "c"]);
+    assert_eq!(fitted.report.tokens_after, 47);
+    let plain = gateway::fit_request(body.as_bytes(), 50, "fim", None, true).unwrap();
+    assert_eq!(plain.report.tokens_after, 35);
+    let err = gateway::fit_request_pinned(body.as_bytes(), 50, "fim", None, true, &[6])
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "invalid argument pinned: index 6 is not an index of the body's messages (0..5)"
+    );
+    // Anthropic: the top-level system is not in the array, message 0 is the first user's
+    let anthropic = format!(
+        r#"{{"model":"m","max_tokens":5,"system":"s","messages":[{}}}"#,
+        &chat[chat.find("{\"role\":\"user\"").unwrap()..]
+    );
+    let fitted =
+        gateway::fit_request_pinned(anthropic.as_bytes(), 50, "fim", None, true, &[0]).unwrap();
+    assert_eq!(fitted.report.tokens_after, 47);
+    let r = |c: &str| c.repeat(40);
+    let msgs = [
+        sys("s"),
+        u(&r("a")),
+        a(&r("a")),
+        u(&r("b")),
+        a(&r("b")),
+        u(&r("c")),
+    ];
+    let out = api::trim_turns_parsed(&msgs, 50, "fim", true, "openai", &[2]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kept: Vec<u64> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| op["src"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept, [0, 1, 2, 5]);
+    assert_eq!(
+        api::trim_turns_parsed(&msgs, 50, "fim", true, "openai", &[9])
+            .err()
+            .unwrap()
+            .to_string(),
+        "invalid argument pinned: index 9 is not a message index (0..5)"
+    );
 }

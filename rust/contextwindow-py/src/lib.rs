@@ -170,7 +170,7 @@ where
 /// `trim_turns` on a list of dicts read in one walk: `(format, provider, outcome JSON)`,
 /// or `None` when the dict reader does not take the input.
 #[pyfunction]
-#[pyo3(signature = (messages, format, budget, profile, breadcrumb))]
+#[pyo3(signature = (messages, format, budget, profile, breadcrumb, pinned = Vec::new()))]
 fn trim_turns_dicts(
     py: Python<'_>,
     messages: &Bound<'_, PyAny>,
@@ -178,15 +178,16 @@ fn trim_turns_dicts(
     budget: u64,
     profile: &str,
     breadcrumb: bool,
+    pinned: Vec<usize>,
 ) -> PyResult<TrimRead> {
     trim_read(py, messages, format, |msgs, provider| {
-        api::trim_turns_parsed(msgs, budget, profile, breadcrumb, provider)
+        api::trim_turns_parsed(msgs, budget, profile, breadcrumb, provider, &pinned)
     })
 }
 
 /// `trim_turn_count` on a list of dicts read in one walk (see `trim_turns_dicts`).
 #[pyfunction]
-#[pyo3(signature = (messages, format, max_turns, profile, breadcrumb))]
+#[pyo3(signature = (messages, format, max_turns, profile, breadcrumb, pinned = Vec::new()))]
 fn trim_turn_count_dicts(
     py: Python<'_>,
     messages: &Bound<'_, PyAny>,
@@ -194,9 +195,10 @@ fn trim_turn_count_dicts(
     max_turns: u64,
     profile: &str,
     breadcrumb: bool,
+    pinned: Vec<usize>,
 ) -> PyResult<TrimRead> {
     trim_read(py, messages, format, |msgs, provider| {
-        api::trim_turn_count_parsed(msgs, max_turns, profile, breadcrumb, provider)
+        api::trim_turn_count_parsed(msgs, max_turns, profile, breadcrumb, provider, &pinned)
     })
 }
 
@@ -321,6 +323,7 @@ fn repair_tool_pairs(
 }
 
 #[pyfunction]
+#[pyo3(signature = (messages, budget, profile, breadcrumb, format, pinned = Vec::new()))]
 fn trim_turns(
     py: Python<'_>,
     messages: &[u8],
@@ -328,14 +331,16 @@ fn trim_turns(
     profile: &str,
     breadcrumb: bool,
     format: &str,
+    pinned: Vec<usize>,
 ) -> PyResult<String> {
     let json = utf8(py, messages)?;
     run(py, || {
-        api::trim_turns_json(&json, budget, profile, breadcrumb, format)
+        api::trim_turns_json(&json, budget, profile, breadcrumb, format, &pinned)
     })
 }
 
 #[pyfunction]
+#[pyo3(signature = (messages, max_turns, profile, breadcrumb, format, pinned = Vec::new()))]
 fn trim_turn_count(
     py: Python<'_>,
     messages: &[u8],
@@ -343,17 +348,18 @@ fn trim_turn_count(
     profile: &str,
     breadcrumb: bool,
     format: &str,
+    pinned: Vec<usize>,
 ) -> PyResult<String> {
     let json = utf8(py, messages)?;
     run(py, || {
-        api::trim_turn_count_json(&json, max_turns, profile, breadcrumb, format)
+        api::trim_turn_count_json(&json, max_turns, profile, breadcrumb, format, &pinned)
     })
 }
 
 /// `fit_request`: the new body (the very `body` object when nothing changed) and the
 /// report as JSON.
 #[pyfunction]
-#[pyo3(signature = (body, budget, profile, provider, breadcrumb))]
+#[pyo3(signature = (body, budget, profile, provider, breadcrumb, pinned = Vec::new()))]
 fn fit_request<'py>(
     py: Python<'py>,
     body: Bound<'py, PyBytes>,
@@ -361,10 +367,12 @@ fn fit_request<'py>(
     profile: &str,
     provider: Option<&str>,
     breadcrumb: bool,
+    pinned: Vec<usize>,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     let data = body.as_bytes();
     let (out, report) = run(py, || {
-        let fitted = gateway::fit_request(data, budget, profile, provider, breadcrumb)?;
+        let fitted =
+            gateway::fit_request_pinned(data, budget, profile, provider, breadcrumb, &pinned)?;
         let report = fitted.report_json()?;
         Ok((fitted.body, report))
     })?;
@@ -386,7 +394,7 @@ fn new_body<'py>(
 /// `fit_request` without its report: the new body (the very `body` object when nothing
 /// changed); old turns that cannot be kept are not estimated.
 #[pyfunction]
-#[pyo3(signature = (body, budget, profile, provider, breadcrumb))]
+#[pyo3(signature = (body, budget, profile, provider, breadcrumb, pinned = Vec::new()))]
 fn fit_request_body<'py>(
     py: Python<'py>,
     body: Bound<'py, PyBytes>,
@@ -394,10 +402,11 @@ fn fit_request_body<'py>(
     profile: &str,
     provider: Option<&str>,
     breadcrumb: bool,
+    pinned: Vec<usize>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let data = body.as_bytes();
     let out = run(py, || {
-        gateway::fit_request_body(data, budget, profile, provider, breadcrumb)
+        gateway::fit_request_body_pinned(data, budget, profile, provider, breadcrumb, &pinned)
     })?;
     Ok(new_body(py, &body, out))
 }
