@@ -1297,3 +1297,41 @@ def test_result_before_its_call_in_the_cli(tmp_path: Path, capsys: pytest.Captur
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"model": "m", "messages": [msgs[0], msgs[2], msgs[1], msgs[3]]}
     assert [(c["kind"], c["index"]) for c in json.loads(captured.err)["repairs"]] == [("result_moved", 1)]
+
+
+def test_drop_mode_trims_the_whitespace_of_a_final_prefill_it_leaves() -> None:
+    """``missing="drop"`` removing the calls of the final assistant message leaves its text
+    as a prefill; the whitespace the calls followed goes too, so the output adds no
+    ``trailing_whitespace`` (small20's leftover: ``"Let me look. "`` stayed, and the Messages
+    API refuses it). Rust and the reference alike; not the last message, or OpenAI's shape:
+    the text stays as it is."""
+    from contextwindow import _reference as ref
+
+    call = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me look. \n\u3000"}, call]},
+    ]
+    r = cw.repair_tool_pairs(msgs, missing="drop")
+    assert r.messages[1] == {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}]}
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1)]
+    assert cw.validate(r.messages, "anthropic") == []
+    assert msgs[1]["content"][0]["text"] == "Let me look. \n\u3000"  # the input as it was
+    structs = to_canonical(msgs, "anthropic")
+    items, _ = ref.repair(structs, "anthropic", "drop")
+    assert items[1].msg(structs).content[0].text == "Let me look."
+    # a user message after it: not a prefill, the text stays
+    later = [*msgs, {"role": "user", "content": "go on"}]
+    r = cw.repair_tool_pairs(later, missing="drop")
+    assert r.messages[1]["content"][0]["text"] == "Let me look. \n\u3000"
+    # OpenAI's rules take a final assistant message ending in whitespace
+    openai = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "Let me look. ",
+            "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+    ]
+    r = cw.repair_tool_pairs(openai, missing="drop")
+    assert r.messages[1] == {"role": "assistant", "content": "Let me look. "}

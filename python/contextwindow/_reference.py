@@ -965,6 +965,19 @@ def _prefill_ends_in_space(m: Message) -> bool:
     return isinstance(last, TextPart) and not _blank(last.text) and last.text[-1] in _WHITE_SPACE
 
 
+def _trim_prefill_end(m: Message) -> Message:
+    """``m``, a final assistant message the repair changed, without the whitespace its
+    text ends in (:func:`_prefill_ends_in_space`)."""
+    if not _prefill_ends_in_space(m):
+        return m
+    last = m.content[-1]
+    assert isinstance(last, TextPart)
+    text = last.text
+    while text and text[-1] in _WHITE_SPACE:
+        text = text[:-1]
+    return msgspec.structs.replace(m, content=[*m.content[:-1], msgspec.structs.replace(last, text=text)])
+
+
 @dataclass
 class Item:
     """A message of a working list: its input index (None if new) and, when changed,
@@ -1243,6 +1256,11 @@ def repair(
             continue
         if m.role == "assistant" and has_calls(m):
             open_ids = _emit_caller(base, msgs, answered_by, i, missing, True, out, changes)
+            if out and out[-1].src == i and out[-1].new is not None and i == len(msgs) - 1:
+                # the final message, changed (calls removed): a prefill ending in
+                # whitespace is refused, so the whitespace the calls followed goes too
+                # (Rust trim_prefill_end)
+                out[-1] = Item(i, _trim_prefill_end(out[-1].new))
             if out and out[-1].src == i:
                 owed = (i, open_ids)
             continue

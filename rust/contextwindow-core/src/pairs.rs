@@ -456,6 +456,20 @@ fn prefill_ends_in_space(m: &Message) -> bool {
     }
 }
 
+/// `m`, a final assistant message the repair changed, without the whitespace its text
+/// ends in ([`prefill_ends_in_space`]): `missing="drop"` removing the calls that followed
+/// `"Let me look. "` must not leave a prefill the Messages API refuses.
+fn trim_prefill_end(m: &mut Message) {
+    if prefill_ends_in_space(m) {
+        if let Some(p) = m.content.last_mut() {
+            p.text = p
+                .text
+                .as_deref()
+                .map(|t| t.trim_end_matches(is_white_space).to_owned());
+        }
+    }
+}
+
 /// What to do with a tool call that has no result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
@@ -1019,6 +1033,13 @@ fn repair_anthropic<'a>(
                 &mut changes,
             );
             let caller_kept = out.last().is_some_and(|w| w.src == Some(i));
+            if caller_kept && i + 1 == n {
+                // the final message, changed (calls removed): a prefill ending in
+                // whitespace is refused, so the whitespace the calls followed goes too
+                if let Some(w) = out.last_mut().filter(|w| w.changed()) {
+                    trim_prefill_end(w.msg.to_mut());
+                }
+            }
             if caller_kept {
                 owed = Some((i, open));
             }
