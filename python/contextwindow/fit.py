@@ -57,7 +57,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -877,13 +878,16 @@ def fit_target(
     """
     if read is None:
         read = _engine.Read(prep, _engine.decoded(prep), None)
-    # decoded and counted once for every run below
+    # decoded, counted, repaired and planned once for every run below (up to four: with
+    # and without the breadcrumb, holding the newest exchange back or not); each run
+    # works on its own copy of the plan's state
     cost = _NativeCost(prep, read.messages, profile, read.costs)
-    r, held = _fit_variants(prep, cost, budget, target, policy, reason, False)
+    plan = _plan(prep, policy, cost, budget)
+    r, held = _fit_variants(prep, plan, budget, target, policy, reason, False)
     if held and any(r.report.fates[s].fate == "dropped" for s in held):
         # the newest exchange after the request went: keep it when a result fits with it
         # at no cost to the request (fresh14 findings 1 and 4), see _worth_holding
-        kept, _ = _fit_variants(prep, cost, budget, target, policy, reason, True)
+        kept, _ = _fit_variants(prep, plan, budget, target, policy, reason, True)
         if _worth_holding(kept.report, r.report, held, read.messages):
             return kept
     return r
@@ -891,22 +895,24 @@ def fit_target(
 
 def _fit_variants(
     prep: _engine.Prepared,
-    cost: _NativeCost,
+    plan: _Plan,
     budget: int,
     target: int,
     policy: FitPolicy,
     reason: str,
     hold: bool,
 ) -> tuple[TrimResult[Any], list[int]]:
-    """:func:`_fit_once` with the breadcrumb, and without it when that is better."""
-    r, held = _fit_once(prep, cost, budget, target, policy, reason, hold)
+    """:func:`_fit_once` with the breadcrumb, and without it when that is better
+    (``plan``: :func:`_plan` of the input for ``policy`` and ``budget``, left as it is)."""
+    r, held = _fit_once(prep, _fresh(plan, policy.breadcrumb), budget, target, policy, reason, hold)
     if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
         return r, held
     # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
     # result does not fit, or fits only by cutting, the run without it may fit with less
     # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
     # eviction was undone and only cutting the request was left)
-    bare, _ = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason, hold)
+    bare_policy = msgspec.structs.replace(policy, breadcrumb=False)
+    bare, _ = _fit_once(prep, _fresh(plan, False), budget, target, bare_policy, reason, hold)
     if _cut_rank(bare.report) > _cut_rank(r.report):
         return bare, held
     return r, held
@@ -956,9 +962,27 @@ def _cut_rank(report: Any) -> tuple[bool, int, int]:
     return (report.fits, -_request_cut(report), -total)
 
 
+def _fresh(plan: _Plan, breadcrumb: bool) -> _Plan:
+    """``plan`` with a copy of its state, whose breadcrumb setting is ``breadcrumb``: what
+    :func:`_plan` gives for a policy that differs in ``breadcrumb`` only (the setting is
+    read by the state alone, when it prices and places the breadcrumb). A run of
+    :func:`_fit_once` changes the state it works on (what is kept, cut, stubbed, the
+    fates); the classes and candidates of the plan only ever are read. The state's memos
+    (a stub head without its stubs, the breadcrumb's cost at a message) are pure
+    functions of the item or message they are kept for, so the copies share them."""
+    st = copy.copy(plan.st)
+    st.breadcrumb = breadcrumb
+    st.work = list(st.work)
+    st.costs = list(st.costs)
+    st.keep = list(st.keep)
+    st.saved = list(st.saved)
+    st.fates = [dict(f) for f in st.fates]
+    return replace(plan, st=st)
+
+
 def _fit_once(
     prep: _engine.Prepared,
-    cost: _NativeCost,
+    plan: _Plan,
     budget: int,
     target: int,
     policy: FitPolicy,
@@ -967,8 +991,8 @@ def _fit_once(
 ) -> tuple[TrimResult[Any], list[int]]:
     """:func:`fit_target` with the policy's breadcrumb setting as given; with ``hold``
     the newest exchange after the request is left out of the class passes. Also returns
-    the input indices of that exchange (empty when nothing was evicted)."""
-    plan = _plan(prep, policy, cost, budget)
+    the input indices of that exchange (empty when nothing was evicted). ``plan``: the
+    input's plan for ``policy`` and ``budget`` (:func:`_fresh`), which the run changes."""
     st, seg = plan.st, plan.seg
     nt = len(seg.turns)
     if st.total() <= budget or not seg.turns:
