@@ -90,7 +90,9 @@ def agent_messages(
                     t = _text(rng, 0, 10)
                     if t:
                         blocks.append({"type": "text", "text": t})
-                    blocks += [{"type": "tool_use", "id": i, "name": "read_file", "input": {"path": "a.py"}} for i in ids]
+                    blocks += [
+                        {"type": "tool_use", "id": i, "name": "read_file", "input": {"path": "a.py"}} for i in ids
+                    ]
                     out.append({"role": "assistant", "content": blocks})
                     res = [
                         {"type": "tool_result", "tool_use_id": i, "content": _text(rng, 5, 400)}
@@ -120,9 +122,14 @@ def agent_messages(
             )
             out.append({"role": "tool", "tool_call_id": "last", "content": _text(rng, 3000, 4000)})
         else:
-            out.append({"role": "assistant", "content": [{"type": "tool_use", "id": "last", "name": "grep", "input": {}}]})
             out.append(
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "last", "content": _text(rng, 3000, 4000)}]}
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "last", "name": "grep", "input": {}}]}
+            )
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "last", "content": _text(rng, 3000, 4000)}],
+                }
             )
     elif tail == "step":
         out.append({"role": "assistant", "content": "run: make test"})
@@ -169,7 +176,7 @@ def _outputs() -> dict[str, Any]:
     """Every output of the case set: fit's messages and report, the guard's result and
     events, recover_from_overflow's and priorities'."""
     out: dict[str, Any] = {}
-    for name, msgs, fmt in _cases():
+    for name, msgs, _fmt in _cases():
         total = cw.count_messages(msgs)
         for frac in (2.0, 0.5, 0.1, 0.02, 0.0):
             budget = int(total * frac)
@@ -178,7 +185,7 @@ def _outputs() -> dict[str, Any]:
                 try:
                     r = cw.fit(msgs, budget, pol)
                     out[key + "/fit"] = (r.messages, r.report)
-                except Exception as exc:  # noqa: BLE001 - the error is part of the output
+                except Exception as exc:
                     out[key + "/fit"] = repr(exc)
             if frac == 0.0:
                 continue
@@ -188,7 +195,7 @@ def _outputs() -> dict[str, Any]:
                 try:
                     g = guard.check(msgs, hint)
                     out[f"{name}/{frac}/guard/{hint}"] = g
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     out[f"{name}/{frac}/guard/{hint}"] = repr(exc) + repr(getattr(exc, "result", None))
             rec = cw.recover_from_overflow(msgs, budget=max(budget, 1))
             out[f"{name}/{frac}/recover"] = rec

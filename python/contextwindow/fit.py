@@ -44,20 +44,23 @@ A conversation without a real user message has no current request; its last mess
 stands in for it (P0), so the output is never empty.
 
 Costs are the Rust estimator's (``contextwindow.estimate.message_tokens``), additive over
-messages. Pair repair runs first (the same rules as ``repair_tool_pairs``; repair,
-segmentation and breadcrumb placement use ``_reference``, which the differential tests
-hold equal to the Rust engine), and eviction only ever removes whole units, so every
-output passes ``validate``. Dict input is read, counted and decoded once, in Rust (the
-native dict reader); planning and eviction are pure Python, linear in the messages: about
+messages. Pair repair runs first (``repair_tool_pairs``, the Rust engine's; the
+segmentation of the repaired list is the engine's too, and the breadcrumb placement
+``_reference``'s, which the differential tests hold equal to the engine), and eviction
+only ever removes whole units, so every output passes ``validate``. Dict input is read,
+counted and decoded once, in Rust (the native dict reader), and repaired, segmented and
+classed once per call however many runs it takes (with and without the breadcrumb,
+holding the newest exchange back); planning and eviction are pure Python, linear in the
+messages, with Python's cyclic garbage collector paused (``_engine.gc_paused``): about
 6-8x ``trim_turns`` (all Rust) on the 1,000-message agent conversation of
 ``benches/conftest.py``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Mapping
-import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,7 +73,8 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
-from .report import TrimResult
+from .report import PairChange, TrimResult
+from .turns import _SEG
 
 __all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
 
@@ -295,21 +299,57 @@ def _is_placeholder(m: Message) -> bool:
     return len(m.content) == 1 and ref.first_text(m) == RESULTS_REMOVED
 
 
+class _Changes(msgspec.Struct):
+    """The part of a repair's report :func:`_repaired` reads (its other fields, a fate per
+    message among them, are skipped unread)."""
+
+    repairs: list[PairChange]
+
+
+class _Repair(msgspec.Struct):
+    """The Rust engine's repair outcome, as :func:`_repaired` reads it."""
+
+    messages: list[_engine._Op]
+    report: _Changes
+
+
+_REPAIR = msgspec.json.Decoder(_Repair)
+
+
+def _repaired(prep: _engine.Prepared, msgs: list[Message]) -> tuple[list[ref.Item], list[PairChange]]:
+    """The pair repair of ``msgs`` (decoded from ``prep.payload``) by the Rust engine, as
+    :func:`_reference.repair` gives it: an item per message of the repaired list (its
+    input index, and the new message when repair changed it) and the changes. The
+    engine's report prices its result: the cheapest profile does, as only the messages
+    and the changes are read here."""
+    out = _REPAIR.decode(_engine.native.repair_tool_pairs(prep.payload, prep.provider, "stub", "fim"))
+    item = ref.Item
+    return [item(op.src, op.msg) for op in out.messages], out.report.repairs
+
+
 def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
-    resolved = _engine.resolved(msgs)  # once per conversation in the guard's steps
-    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", resolved)
+    # pair repair and segmentation are the Rust engine's (the rules of _reference.repair
+    # and _reference.segment, which the differential tests hold equal to it): the pure
+    # Python ones resolved the calls and results twice, once for repair and once more to
+    # segment what repair changed, most of fit's time on long conversations
+    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", repaired=_repaired(prep, msgs))
     work = [it.msg(msgs) for it in st.work]
     real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
-    # when repair changed nothing, the working list is the input: its calls and results
-    # were resolved already
+    # when repair changed nothing, the working list is the input, whose JSON is at hand
     same = len(work) == len(msgs) and all(it.new is None and it.src == w for w, it in enumerate(st.work))
     # once per conversation in the guard's steps (the segmentation reads only turn_shape;
-    # the Rust engine's, which budget_tool_results asked for, follows the same rules)
+    # budget_tool_results asks the Rust engine for it too)
     seg = _engine.shaped(
-        "segment", work, _engine.turn_shape, lambda: ref.segment(work, real, resolved[0] if same else None)
+        "segment",
+        work,
+        _engine.turn_shape,
+        # the messages are the payload's and the engine's, decoded from JSON: nothing in
+        # them for encode_messages' checks to find (a key JSON writes like another, a
+        # lone surrogate), which walk every message in Python
+        lambda: _SEG.decode(_engine.native.segment_turns(prep.payload if same else _engine._ENCODER.encode(work))),
     )
     nw = len(work)
     turn_of = [-1] * nw
@@ -1212,9 +1252,10 @@ def fit(
     """
     name = resolve_profile(profile)
     budget = _usable(budget)
-    read = _engine.read(messages, format, name)
-    pol = _check_policy(policy, len(read.messages))
-    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
+    with _engine.gc_paused():  # see gc_paused: a third of the time on long inputs
+        read = _engine.read(messages, format, name)
+        pol = _check_policy(policy, len(read.messages))
+        return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
 
 
 @nesting_errors()
