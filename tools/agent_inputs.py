@@ -1,7 +1,7 @@
 """Generated agent conversations of any size, for timing ``fit`` and ``ContextGuard.check``
 (and for checking that a speed-up changes no output).
 
-    python tools/agent_inputs.py time [N ...]        # best-of-5 timings of fit / guard.check
+    python tools/agent_inputs.py time [N ...]        # least CPU time of fit / guard.check / trim_turns
     python tools/agent_inputs.py save DIR            # outputs of a set of inputs and policies
     python tools/agent_inputs.py compare DIR         # the same outputs again, compared exactly
 
@@ -204,11 +204,13 @@ def _outputs() -> dict[str, Any]:
 
 
 def _best(fn: Any, rounds: int = 5) -> float:
+    """The least CPU time of ``rounds`` calls (CPU time: other jobs on the machine move
+    wall-clock times by 2-3x)."""
     best = float("inf")
     for _ in range(rounds):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time.process_time() - t)
     return best
 
 
@@ -228,13 +230,17 @@ def main(argv: list[str]) -> None:
         sizes = [int(a) for a in argv[1:]] or [1000, 20000, 200000]
         for n in sizes:
             msgs = agent_messages(n)
-            budget = 32_000
+            budget = min(32_000, cw.count_messages(msgs) // 4)  # never one that fits
             guard = cw.ContextGuard(cw.resolve_budget(budget * 2, budget, env={}))
             rounds = 5 if n <= 20000 else 3
             tf = _best(lambda m=msgs, b=budget: cw.fit(m, b), rounds)
             tg = _best(lambda m=msgs, g=guard: g.check(m), rounds)
             tt = _best(lambda m=msgs, b=budget: cw.trim_turns(m, b), rounds)
-            print(f"{n:>7} messages: fit {tf:.3f} s  guard.check {tg:.3f} s  trim_turns {tt:.3f} s", flush=True)
+            print(
+                f"{n:>7} messages, budget {budget}, CPU time: fit {tf:.3f} s  guard.check {tg:.3f} s  "
+                f"trim_turns {tt:.3f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
