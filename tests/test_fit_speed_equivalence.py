@@ -535,46 +535,14 @@ def _call(t: int) -> dict[str, Any]:
     return {"id": f"c{t}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
 
 
-def test_collector_paused_during_fit_and_check_and_restored() -> None:
-    import gc
-    import threading
+def test_guard_runs_no_pair_repair_for_a_prefill_ending_in_whitespace() -> None:
+    """``trailing_whitespace`` is no pair violation: the guard's check skips the repair that
+    would change nothing (small20's note), and the check's output keeps the prefill."""
+    from contextwindow import guard as g
 
-    seen: list[bool] = []
-    guard = cw.ContextGuard(resolve_budget(200, 100, floor=0, env={}))
-    guard.subscribe(lambda e: seen.append(gc.isenabled()))
-    msgs = [
-        {"role": "user", "content": "x " * 300},
-        {"role": "assistant", "content": "y"},
-        {"role": "user", "content": "z"},
-    ]
-    assert gc.isenabled()
-    guard.check(msgs)
-    assert seen and not any(seen)  # the events are sent from inside the check
-    assert gc.isenabled()
-    fit(msgs, 10)
-    assert gc.isenabled()
-    # a caller who turned it off keeps it off
-    gc.disable()
-    try:
-        fit(msgs, 10)
-        guard.check(msgs)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-    # nested and concurrent blocks: back on when the last one ends
-    with _engine.gc_paused():
-        with _engine.gc_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-        done = threading.Event()
-        t = threading.Thread(target=lambda: (fit(msgs, 10), done.set()))
-        t.start()
-        t.join()
-        assert done.is_set() and not gc.isenabled()
-    assert gc.isenabled()
-    # an error inside gives it back too
-    with pytest.raises(ValueError):
-        fit(msgs, -1)
-    with pytest.raises(cw.InvalidMessageError):
-        fit([{"role": "user", "content": 5}], 10)
-    assert gc.isenabled()
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Sure: "}]
+    prep = _engine.prepare(msgs, "anthropic")
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["trailing_whitespace"]
+    assert g._pair_repair(prep, "conservative") is None
+    out = cw.ContextGuard(resolve_budget(10_000, 100, floor=0, env={})).check(msgs, format="anthropic")
+    assert out.messages == msgs

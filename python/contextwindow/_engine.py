@@ -9,10 +9,8 @@ message is converted to the caller's shape.
 from __future__ import annotations
 
 import functools
-import gc
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -780,39 +778,6 @@ def resolved(msgs: list[Message]) -> ref.Resolved:
     """:func:`_reference.resolve` of ``msgs``, once per conversation in a
     :func:`reuse_conversions` scope (:func:`shaped`)."""
     return shaped("resolve", msgs, call_shape, lambda: ref.resolve(msgs))
-
-
-_GC_LOCK = threading.Lock()
-# [calls inside gc_paused() now, whether the first of them turned the collector off]
-_GC_PAUSE = [0, False]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Within the block, Python's cyclic garbage collector does not run (reference
-    counting frees memory as always); on leaving it, the collector is back as it was.
-
-    ``fit`` and ``ContextGuard.check`` make a few objects per message (decoded messages,
-    work items, fates, candidates); every so many allocations the collector runs, and its
-    full passes walk every live object, the caller's message dicts included, again and
-    again: 1.5 s of ``fit``'s 6.4 s and 4.1 s of ``ContextGuard.check``'s 12.7 s on a
-    200,000-message conversation. What they make holds no reference cycle the collector
-    would have to free. Nested and concurrent blocks (threads) count: the collector comes
-    back when the last one ends, and only if the first one turned it off (a caller who
-    turned it off keeps it off).
-    """
-    with _GC_LOCK:
-        if _GC_PAUSE[0] == 0:
-            _GC_PAUSE[1] = gc.isenabled()
-            gc.disable()
-        _GC_PAUSE[0] += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_PAUSE[0] -= 1
-            if _GC_PAUSE[0] == 0 and _GC_PAUSE[1]:
-                gc.enable()
 
 
 @contextmanager

@@ -51,7 +51,7 @@ only ever removes whole units, so every output passes ``validate``. Dict input i
 counted and decoded once, in Rust (the native dict reader), and repaired, segmented and
 classed once per call however many runs it takes (with and without the breadcrumb,
 holding the newest exchange back); planning and eviction are pure Python, linear in the
-messages, with Python's cyclic garbage collector paused (``_engine.gc_paused``): about
+messages: about
 6-8x ``trim_turns`` (all Rust) on the 1,000-message agent conversation of
 ``benches/conftest.py``.
 """
@@ -1252,10 +1252,9 @@ def fit(
     """
     name = resolve_profile(profile)
     budget = _usable(budget)
-    with _engine.gc_paused():  # see gc_paused: a third of the time on long inputs
-        read = _engine.read(messages, format, name)
-        pol = _check_policy(policy, len(read.messages))
-        return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
+    read = _engine.read(messages, format, name)
+    pol = _check_policy(policy, len(read.messages))
+    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
 
 
 @nesting_errors()

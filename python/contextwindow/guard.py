@@ -408,9 +408,11 @@ def hint_priorities(
 
 
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
-#: validate codes no pair repair changes: role order, and empty content (the library
-#: leaves such a message as it is)
-_NOT_PAIRS = frozenset({"first_not_user", "not_alternating", "role_not_allowed", "empty_content"})
+#: validate codes no pair repair changes: role order, empty content and a prefill ending
+#: in whitespace (the library leaves such a message as it is)
+_NOT_PAIRS = frozenset(
+    {"first_not_user", "not_alternating", "role_not_allowed", "empty_content", "trailing_whitespace"}
+)
 
 
 def _pair_repair(p: Any, profile: str) -> Any:
@@ -657,9 +659,7 @@ class ContextGuard:
         hint = _hint(hint)
         # the steps below read lists that share most of their dicts, and change none:
         # each dict is converted to a canonical message once
-        # the collector paused: its full passes over every live object were a third of
-        # the time on long conversations (see _engine.gc_paused)
-        with _engine.reuse_conversions(), _engine.gc_paused():
+        with _engine.reuse_conversions():
             return self._check(messages, hint, format)
 
     def _check(self, messages: Any, hint: str, format: str | None) -> GuardResult:
