@@ -485,3 +485,64 @@ def test_guard_check_resolves_segments_and_reads_once(monkeypatch: pytest.Monkey
     monkeypatch.undo()
     with no_scope():
         assert plain(guard.check(msgs)) == plain(r)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(strat.case())
+def test_fit_plans_on_the_engines_repair_and_segmentation(c: tuple[str, list[cw.Message]]) -> None:
+    # fit._plan asks the Rust engine for the pair repair and the segmentation of what it
+    # repaired: they are _reference.repair's and _reference.segment's, item for item
+    from contextwindow.fit import _SEG, _repaired
+
+    provider, given = c
+    prep = _engine.prepare(given, provider)
+    msgs = _engine.decoded(prep)
+    work, changes = _repaired(prep, msgs)
+    assert (work, changes) == ref.repair(msgs, provider, "stub")
+    repaired = [it.msg(msgs) for it in work]
+    assert _SEG.decode(_engine.native.segment_turns(_engine._ENCODER.encode(repaired))) == ref.segment(repaired)
+
+
+def test_fit_runs_on_copies_of_one_plan() -> None:
+    # fit plans once; each run (with and without the breadcrumb, holding the newest
+    # exchange back) works on its own copy of the state: the plan itself stays as made
+    from contextwindow.fit import _fit_once, _fresh, _NativeCost, _plan
+
+    msgs = [{"role": "system", "content": "s"}]
+    for t in range(30):
+        msgs += [
+            {"role": "user", "content": f"task {t} " + "x " * 30},
+            {"role": "assistant", "content": None, "tool_calls": [_call(t)]},
+            {"role": "tool", "tool_call_id": f"c{t}", "content": "out " * 40},
+            {"role": "assistant", "content": "ok"},
+        ]
+    msgs.append({"role": "user", "content": "now"})
+    read = _engine.read(msgs, None, "fim")
+    plan = _plan(read.prep, FitPolicy(), _NativeCost(read.prep, read.messages, "fim", read.costs), 200)
+    before = (list(plan.st.work), list(plan.st.costs), [dict(f) for f in plan.st.fates], list(plan.st.keep))
+    one = _fresh(plan, True)
+    assert one.st is not plan.st and one.cls is plan.cls and one.st.breadcrumb
+    assert not _fresh(plan, False).st.breadcrumb
+    r, _ = _fit_once(read.prep, one, 200, 140, FitPolicy(), "priority_budget")
+    assert r.report.dropped_messages > 0 and not all(one.st.keep)
+    assert (plan.st.work, plan.st.costs, plan.st.fates, plan.st.keep) == before
+    # and a second run on a fresh copy gives the same as the first
+    again, _ = _fit_once(read.prep, _fresh(plan, True), 200, 140, FitPolicy(), "priority_budget")
+    assert plain(again) == plain(r)
+
+
+def _call(t: int) -> dict[str, Any]:
+    return {"id": f"c{t}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+
+
+def test_guard_runs_no_pair_repair_for_a_prefill_ending_in_whitespace() -> None:
+    """``trailing_whitespace`` is no pair violation: the guard's check skips the repair that
+    would change nothing (small20's note), and the check's output keeps the prefill."""
+    from contextwindow import guard as g
+
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Sure: "}]
+    prep = _engine.prepare(msgs, "anthropic")
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["trailing_whitespace"]
+    assert g._pair_repair(prep, "conservative") is None
+    out = cw.ContextGuard(resolve_budget(10_000, 100, floor=0, env={})).check(msgs, format="anthropic")
+    assert out.messages == msgs

@@ -1629,8 +1629,11 @@ def _state(
     breadcrumb: bool,
     missing: str,
     resolved: Resolved | None = None,
+    repaired: tuple[list[Item], list[PairChange]] | None = None,
 ) -> _State:
-    work, repairs = repair(msgs, provider, missing, resolved)
+    """The working state of ``msgs`` after pair repair; ``repaired``: :func:`repair`'s
+    answer for ``msgs``, when the caller has it (``fit`` asks the Rust engine's)."""
+    work, repairs = repair(msgs, provider, missing, resolved) if repaired is None else repaired
     st = _State(msgs, cost, provider, breadcrumb, work, repairs, sum(cost.message_tokens(m) for m in msgs))
     st.costs = [cost.message_tokens(it.msg(msgs)) for it in work]
     st.keep = [True] * len(work)

@@ -44,20 +44,24 @@ A conversation without a real user message has no current request; its last mess
 stands in for it (P0), so the output is never empty.
 
 Costs are the Rust estimator's (``contextwindow.estimate.message_tokens``), additive over
-messages. Pair repair runs first (the same rules as ``repair_tool_pairs``; repair,
-segmentation and breadcrumb placement use ``_reference``, which the differential tests
-hold equal to the Rust engine), and eviction only ever removes whole units, so every
-output passes ``validate``. Dict input is read, counted and decoded once, in Rust (the
-native dict reader); planning and eviction are pure Python, linear in the messages: about
+messages. Pair repair runs first (``repair_tool_pairs``, the Rust engine's; the
+segmentation of the repaired list is the engine's too, and the breadcrumb placement
+``_reference``'s, which the differential tests hold equal to the engine), and eviction
+only ever removes whole units, so every output passes ``validate``. Dict input is read,
+counted and decoded once, in Rust (the native dict reader), and repaired, segmented and
+classed once per call however many runs it takes (with and without the breadcrumb,
+holding the newest exchange back); planning and eviction are pure Python, linear in the
+messages: about
 6-8x ``trim_turns`` (all Rust) on the 1,000-message agent conversation of
 ``benches/conftest.py``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -69,7 +73,8 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
-from .report import TrimResult
+from .report import PairChange, TrimResult
+from .turns import _SEG
 
 __all__ = ["FitPolicy", "Recovery", "fit", "priorities", "recover_from_overflow"]
 
@@ -294,21 +299,57 @@ def _is_placeholder(m: Message) -> bool:
     return len(m.content) == 1 and ref.first_text(m) == RESULTS_REMOVED
 
 
+class _Changes(msgspec.Struct):
+    """The part of a repair's report :func:`_repaired` reads (its other fields, a fate per
+    message among them, are skipped unread)."""
+
+    repairs: list[PairChange]
+
+
+class _Repair(msgspec.Struct):
+    """The Rust engine's repair outcome, as :func:`_repaired` reads it."""
+
+    messages: list[_engine._Op]
+    report: _Changes
+
+
+_REPAIR = msgspec.json.Decoder(_Repair)
+
+
+def _repaired(prep: _engine.Prepared, msgs: list[Message]) -> tuple[list[ref.Item], list[PairChange]]:
+    """The pair repair of ``msgs`` (decoded from ``prep.payload``) by the Rust engine, as
+    :func:`_reference.repair` gives it: an item per message of the repaired list (its
+    input index, and the new message when repair changed it) and the changes. The
+    engine's report prices its result: the cheapest profile does, as only the messages
+    and the changes are read here."""
+    out = _REPAIR.decode(_engine.native.repair_tool_pairs(prep.payload, prep.provider, "stub", "fim"))
+    item = ref.Item
+    return [item(op.src, op.msg) for op in out.messages], out.report.repairs
+
+
 def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
-    resolved = _engine.resolved(msgs)  # once per conversation in the guard's steps
-    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", resolved)
+    # pair repair and segmentation are the Rust engine's (the rules of _reference.repair
+    # and _reference.segment, which the differential tests hold equal to it): the pure
+    # Python ones resolved the calls and results twice, once for repair and once more to
+    # segment what repair changed, most of fit's time on long conversations
+    st = ref._state(msgs, cost, prep.provider, pol.breadcrumb, "stub", repaired=_repaired(prep, msgs))
     work = [it.msg(msgs) for it in st.work]
     real = [ref.is_real_user(m) for m in work]  # asked once per message, here and below
-    # when repair changed nothing, the working list is the input: its calls and results
-    # were resolved already
+    # when repair changed nothing, the working list is the input, whose JSON is at hand
     same = len(work) == len(msgs) and all(it.new is None and it.src == w for w, it in enumerate(st.work))
     # once per conversation in the guard's steps (the segmentation reads only turn_shape;
-    # the Rust engine's, which budget_tool_results asked for, follows the same rules)
+    # budget_tool_results asks the Rust engine for it too)
     seg = _engine.shaped(
-        "segment", work, _engine.turn_shape, lambda: ref.segment(work, real, resolved[0] if same else None)
+        "segment",
+        work,
+        _engine.turn_shape,
+        # the messages are the payload's and the engine's, decoded from JSON: nothing in
+        # them for encode_messages' checks to find (a key JSON writes like another, a
+        # lone surrogate), which walk every message in Python
+        lambda: _SEG.decode(_engine.native.segment_turns(prep.payload if same else _engine._ENCODER.encode(work))),
     )
     nw = len(work)
     turn_of = [-1] * nw
@@ -877,13 +918,16 @@ def fit_target(
     """
     if read is None:
         read = _engine.Read(prep, _engine.decoded(prep), None)
-    # decoded and counted once for every run below
+    # decoded, counted, repaired and planned once for every run below (up to four: with
+    # and without the breadcrumb, holding the newest exchange back or not); each run
+    # works on its own copy of the plan's state
     cost = _NativeCost(prep, read.messages, profile, read.costs)
-    r, held = _fit_variants(prep, cost, budget, target, policy, reason, False)
+    plan = _plan(prep, policy, cost, budget)
+    r, held = _fit_variants(prep, plan, budget, target, policy, reason, False)
     if held and any(r.report.fates[s].fate == "dropped" for s in held):
         # the newest exchange after the request went: keep it when a result fits with it
         # at no cost to the request (fresh14 findings 1 and 4), see _worth_holding
-        kept, _ = _fit_variants(prep, cost, budget, target, policy, reason, True)
+        kept, _ = _fit_variants(prep, plan, budget, target, policy, reason, True)
         if _worth_holding(kept.report, r.report, held, read.messages):
             return kept
     return r
@@ -891,22 +935,24 @@ def fit_target(
 
 def _fit_variants(
     prep: _engine.Prepared,
-    cost: _NativeCost,
+    plan: _Plan,
     budget: int,
     target: int,
     policy: FitPolicy,
     reason: str,
     hold: bool,
 ) -> tuple[TrimResult[Any], list[int]]:
-    """:func:`_fit_once` with the breadcrumb, and without it when that is better."""
-    r, held = _fit_once(prep, cost, budget, target, policy, reason, hold)
+    """:func:`_fit_once` with the breadcrumb, and without it when that is better
+    (``plan``: :func:`_plan` of the input for ``policy`` and ``budget``, left as it is)."""
+    r, held = _fit_once(prep, _fresh(plan, policy.breadcrumb), budget, target, policy, reason, hold)
     if not policy.breadcrumb or (r.report.fits and not r.report.truncated_messages):
         return r, held
     # the breadcrumb is a courtesy, never paid for with the request (fresh8 N1): when the
     # result does not fit, or fits only by cutting, the run without it may fit with less
     # cut (dropping a turn smaller than the breadcrumb gains nothing with it, so the
     # eviction was undone and only cutting the request was left)
-    bare, _ = _fit_once(prep, cost, budget, target, msgspec.structs.replace(policy, breadcrumb=False), reason, hold)
+    bare_policy = msgspec.structs.replace(policy, breadcrumb=False)
+    bare, _ = _fit_once(prep, _fresh(plan, False), budget, target, bare_policy, reason, hold)
     if _cut_rank(bare.report) > _cut_rank(r.report):
         return bare, held
     return r, held
@@ -956,9 +1002,27 @@ def _cut_rank(report: Any) -> tuple[bool, int, int]:
     return (report.fits, -_request_cut(report), -total)
 
 
+def _fresh(plan: _Plan, breadcrumb: bool) -> _Plan:
+    """``plan`` with a copy of its state, whose breadcrumb setting is ``breadcrumb``: what
+    :func:`_plan` gives for a policy that differs in ``breadcrumb`` only (the setting is
+    read by the state alone, when it prices and places the breadcrumb). A run of
+    :func:`_fit_once` changes the state it works on (what is kept, cut, stubbed, the
+    fates); the classes and candidates of the plan only ever are read. The state's memos
+    (a stub head without its stubs, the breadcrumb's cost at a message) are pure
+    functions of the item or message they are kept for, so the copies share them."""
+    st = copy.copy(plan.st)
+    st.breadcrumb = breadcrumb
+    st.work = list(st.work)
+    st.costs = list(st.costs)
+    st.keep = list(st.keep)
+    st.saved = list(st.saved)
+    st.fates = [dict(f) for f in st.fates]
+    return replace(plan, st=st)
+
+
 def _fit_once(
     prep: _engine.Prepared,
-    cost: _NativeCost,
+    plan: _Plan,
     budget: int,
     target: int,
     policy: FitPolicy,
@@ -967,8 +1031,8 @@ def _fit_once(
 ) -> tuple[TrimResult[Any], list[int]]:
     """:func:`fit_target` with the policy's breadcrumb setting as given; with ``hold``
     the newest exchange after the request is left out of the class passes. Also returns
-    the input indices of that exchange (empty when nothing was evicted)."""
-    plan = _plan(prep, policy, cost, budget)
+    the input indices of that exchange (empty when nothing was evicted). ``plan``: the
+    input's plan for ``policy`` and ``budget`` (:func:`_fresh`), which the run changes."""
     st, seg = plan.st, plan.seg
     nt = len(seg.turns)
     if st.total() <= budget or not seg.turns:

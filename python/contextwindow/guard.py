@@ -408,9 +408,11 @@ def hint_priorities(
 
 
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
-#: validate codes no pair repair changes: role order, and empty content (the library
-#: leaves such a message as it is)
-_NOT_PAIRS = frozenset({"first_not_user", "not_alternating", "role_not_allowed", "empty_content"})
+#: validate codes no pair repair changes: role order, empty content and a prefill ending
+#: in whitespace (the library leaves such a message as it is)
+_NOT_PAIRS = frozenset(
+    {"first_not_user", "not_alternating", "role_not_allowed", "empty_content", "trailing_whitespace"}
+)
 
 
 def _pair_repair(p: Any, profile: str) -> Any:
