@@ -89,11 +89,11 @@ fn bench(c: &mut Criterion) {
         });
         for (name, budget) in [("fits", total), ("half", total / 2), ("2000", 2000)] {
             g.bench_function(format!("fit_request/{profile}/{name}"), |b| {
-                b.iter(|| fit_request(black_box(&body), budget, profile, None, true))
+                b.iter(|| fit_request(black_box(&body), budget, profile, None, true, &[]))
             });
             // the body alone (Python's `fit_request(report=False)`): kept turns estimated
             g.bench_function(format!("fit_request_body/{profile}/{name}"), |b| {
-                b.iter(|| fit_request_body(black_box(&body), budget, profile, None, true))
+                b.iter(|| fit_request_body(black_box(&body), budget, profile, None, true, &[]))
             });
         }
     }

@@ -2550,21 +2550,11 @@ impl FittedRequest<'_> {
 
 /// Trim the messages of a request body to `budget` tokens (tool definitions count
 /// against it) with `trim_turns`, and write the body back: every other top-level key is
-/// left byte for byte, every message kept unchanged is its original bytes.
+/// left byte for byte, every message kept unchanged is its original bytes. The messages at
+/// `pins` (indices into the body's `messages` array; an Anthropic top-level `system` is
+/// not in it) are pinned: `trim_turns` never drops their turns; an index past the array
+/// is an [`Error::InvalidArgument`].
 pub fn fit_request<'b>(
-    body: &'b [u8],
-    budget: u64,
-    profile_name: &str,
-    provider: Option<&str>,
-    breadcrumb: bool,
-) -> Result<FittedRequest<'b>> {
-    fit(body, budget, profile_name, provider, breadcrumb, &[], true)
-}
-
-/// [`fit_request`] with the messages at `pins` (indices into the body's `messages`
-/// array; an Anthropic top-level `system` is not in it) pinned: `trim_turns` never drops
-/// their turns. An index past the array is an [`Error::InvalidArgument`].
-pub fn fit_request_pinned<'b>(
     body: &'b [u8],
     budget: u64,
     profile_name: &str,
@@ -2579,17 +2569,6 @@ pub fn fit_request_pinned<'b>(
 /// no trim to the budget could keep are not estimated (`trim::trim_turns_kept_only`), so
 /// a body that loses half its turns costs about half the estimation. Same errors.
 pub fn fit_request_body<'b>(
-    body: &'b [u8],
-    budget: u64,
-    profile_name: &str,
-    provider: Option<&str>,
-    breadcrumb: bool,
-) -> Result<Cow<'b, [u8]>> {
-    Ok(fit(body, budget, profile_name, provider, breadcrumb, &[], false)?.body)
-}
-
-/// [`fit_request_body`] with pinned messages, as [`fit_request_pinned`].
-pub fn fit_request_body_pinned<'b>(
     body: &'b [u8],
     budget: u64,
     profile_name: &str,
@@ -3165,7 +3144,7 @@ mod tests {
     use super::*;
 
     fn offset_of(body: &[u8]) -> Option<usize> {
-        match fit_request(body, 100, "conservative", None, true) {
+        match fit_request(body, 100, "conservative", None, true, &[]) {
             Err(Error::InvalidRequest { offset, .. }) => offset,
             other => panic!("expected InvalidRequest, got {other:?}"),
         }
@@ -3313,7 +3292,7 @@ mod tests {
         // `provider = "openai"` does (a message of its own), not as the undeclared body
         // (a leading text block); "anthropic" and any other value keep the block
         let fit = |body: &str, provider: Option<&str>| {
-            let f = fit_request(body.as_bytes(), 40, "conservative", provider, true).unwrap();
+            let f = fit_request(body.as_bytes(), 40, "conservative", provider, true, &[]).unwrap();
             String::from_utf8(f.body.into_owned()).unwrap()
         };
         let old = "old ".repeat(50);
@@ -3494,13 +3473,20 @@ mod tests {
         );
         // a plain chat: with the shape named, the breadcrumb is a message of its own and the
         // kept message keeps its bytes
-        let fitted =
-            fit_request(body.as_bytes(), 40, "conservative", Some("openai"), true).unwrap();
+        let fitted = fit_request(
+            body.as_bytes(),
+            40,
+            "conservative",
+            Some("openai"),
+            true,
+            &[],
+        )
+        .unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
         assert!(out.contains(kept));
         // detected, it gets the dict path's placement: a leading text block
-        let detected = fit_request(body.as_bytes(), 40, "conservative", None, true).unwrap();
+        let detected = fit_request(body.as_bytes(), 40, "conservative", None, true, &[]).unwrap();
         let out = String::from_utf8(detected.body.into_owned()).unwrap();
         assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
         assert!(
@@ -3508,7 +3494,8 @@ mod tests {
             "{out}"
         );
         assert_eq!(fitted.report.dropped_turns, 1);
-        let fits = fit_request(body.as_bytes(), 1_000_000, "conservative", None, true).unwrap();
+        let fits =
+            fit_request(body.as_bytes(), 1_000_000, "conservative", None, true, &[]).unwrap();
         assert!(matches!(fits.body, Cow::Borrowed(_)));
     }
 
@@ -3527,13 +3514,13 @@ mod tests {
         // the last message takes the breadcrumb (changed: written anew, with U+FFFD);
         // everything around the messages is the body's bytes
         let body = format!("{head}{messages}{tail}");
-        let fitted = fit_request(body.as_bytes(), 120, "conservative", None, true).unwrap();
+        let fitted = fit_request(body.as_bytes(), 120, "conservative", None, true, &[]).unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         assert!(out.starts_with(head) && out.ends_with(tail), "{out}");
         assert!(out.contains("x\u{fffd}y"), "{out}");
         // a message kept unchanged is its original bytes, lone surrogate included
         let body = format!(r#"{{"messages": {messages}}}"#);
-        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true, &[]).unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         assert_eq!(out, format!(r#"{{"messages": [{kept}]}}"#));
         assert_eq!(
@@ -3545,7 +3532,7 @@ mod tests {
         let body = format!(
             r#"{{"system": "s\udbff", "tools": [{{"name": "\ud800g", "input_schema": {{}}}}], "messages": {messages}}}"#
         );
-        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true).unwrap();
+        let fitted = fit_request(body.as_bytes(), 5, "conservative", None, true, &[]).unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         assert!(
             out.starts_with(r#"{"system": "s\udbff", "tools": [{"name": "\ud800g", "#),
@@ -3931,7 +3918,7 @@ mod tests {
         let dup = format!(
             r#"{{"messages":[{{"role":"user","content":"hi"}},{{"role":"assistant","content":"ok","tool_calls":[{call},{call}]}},{{"role":"tool","tool_call_id":"c1","content":"1"}}]}}"#
         );
-        let fitted = fit_request(dup.as_bytes(), 1_000_000, "fim", None, true).unwrap();
+        let fitted = fit_request(dup.as_bytes(), 1_000_000, "fim", None, true, &[]).unwrap();
         let out = String::from_utf8(fitted.body.into_owned()).unwrap();
         let want = r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"cu\u0073tom","x":1,"custom":{"name":"f","input":"a b","y":2}}],"content":"ok"}"#;
         assert!(out.contains(want), "{out}");
@@ -4145,7 +4132,7 @@ mod tests {
             let body = format!(r#"{{"messages": [{}]}}"#, msgs.join(", "));
             let want = (index, field.to_owned(), reason.to_owned());
             assert_eq!(message_error(body.as_bytes()), want, "{body}");
-            assert!(fit_request(body.as_bytes(), 100, "fim", None, true).is_err());
+            assert!(fit_request(body.as_bytes(), 100, "fim", None, true, &[]).is_err());
         }
         // null, a string, a bool: read
         let ok = [
@@ -4514,7 +4501,7 @@ mod tests {
             format!("{:?}", Err::<u64, _>(want)),
             "{body}"
         );
-        let fit = fit_request(body.as_bytes(), budget, "conservative", None, true);
+        let fit = fit_request(body.as_bytes(), budget, "conservative", None, true, &[]);
         assert_eq!(
             format!("{:?}", fit.err()),
             format!("{:?}", got.err()),
@@ -4599,7 +4586,7 @@ mod tests {
         // copied byte for byte: nothing here decides what the provider or the engine sees
         // differently from what contextwindow counted
         let body = br#"{"model":"a","model":"b","messages":[{"role":"user","content":"hi","x":{"k":1,"k":2}}]}"#;
-        let fitted = fit_request(body, 1000, "conservative", None, true).unwrap();
+        let fitted = fit_request(body, 1000, "conservative", None, true, &[]).unwrap();
         assert!(matches!(fitted.body, Cow::Borrowed(_)));
     }
 

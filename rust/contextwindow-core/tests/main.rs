@@ -1328,7 +1328,7 @@ fn pinned_indices() {
         {"role":"assistant","content":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"},
         {"role":"user","content":"cccccccccccccccccccccccccccccccccccccccc"}]"#;
     let body = format!(r#"{{"model":"m","messages":{chat}}}"#);
-    let fitted = gateway::fit_request_pinned(body.as_bytes(), 50, "fim", None, true, &[1]).unwrap();
+    let fitted = gateway::fit_request(body.as_bytes(), 50, "fim", None, true, &[1]).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&fitted.body).unwrap();
     let heads: Vec<&str> = v["messages"]
         .as_array()
@@ -1338,9 +1338,9 @@ fn pinned_indices() {
         .collect();
     assert_eq!(heads, ["s", "a", "a", "c"]);
     assert_eq!(fitted.report.tokens_after, 47);
-    let plain = gateway::fit_request(body.as_bytes(), 50, "fim", None, true).unwrap();
+    let plain = gateway::fit_request(body.as_bytes(), 50, "fim", None, true, &[]).unwrap();
     assert_eq!(plain.report.tokens_after, 35);
-    let err = gateway::fit_request_pinned(body.as_bytes(), 50, "fim", None, true, &[6])
+    let err = gateway::fit_request(body.as_bytes(), 50, "fim", None, true, &[6])
         .err()
         .unwrap();
     assert_eq!(
@@ -1352,8 +1352,7 @@ fn pinned_indices() {
         r#"{{"model":"m","max_tokens":5,"system":"s","messages":[{}}}"#,
         &chat[chat.find("{\"role\":\"user\"").unwrap()..]
     );
-    let fitted =
-        gateway::fit_request_pinned(anthropic.as_bytes(), 50, "fim", None, true, &[0]).unwrap();
+    let fitted = gateway::fit_request(anthropic.as_bytes(), 50, "fim", None, true, &[0]).unwrap();
     assert_eq!(fitted.report.tokens_after, 47);
     let r = |c: &str| c.repeat(40);
     let msgs = [

@@ -371,8 +371,7 @@ fn fit_request<'py>(
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     let data = body.as_bytes();
     let (out, report) = run(py, || {
-        let fitted =
-            gateway::fit_request_pinned(data, budget, profile, provider, breadcrumb, &pinned)?;
+        let fitted = gateway::fit_request(data, budget, profile, provider, breadcrumb, &pinned)?;
         let report = fitted.report_json()?;
         Ok((fitted.body, report))
     })?;
@@ -406,7 +405,7 @@ fn fit_request_body<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let data = body.as_bytes();
     let out = run(py, || {
-        gateway::fit_request_body_pinned(data, budget, profile, provider, breadcrumb, &pinned)
+        gateway::fit_request_body(data, budget, profile, provider, breadcrumb, &pinned)
     })?;
     Ok(new_body(py, &body, out))
 }
