@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from ._jsontext import as_int, int_cause, shown
-from .errors import ContextOverflowError
+from .errors import ContextOverflowError, _reduce_error
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -322,6 +322,11 @@ class ReserveError(ValueError):
         self.window = window
         self.source = source
         super().__init__(f"output reserve max_output_tokens={reserve:,} {_too_large(reserve, window)}{hint}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # message and attributes, without __init__'s arguments (fresh20a F2: unpickling
+        # it raised TypeError, so a ProcessPoolExecutor worker's error broke the pool)
+        return _reduce_error(self)
 
 
 def _too_large(reserve: int, window: int) -> str:
