@@ -570,6 +570,22 @@ def test_a_bare_preview_suffix_is_another_model() -> None:
     assert resolve_budget(model="o1-preview", env={}).usable == 128_000 - 32_768
 
 
+def test_openai_preview_aliases_are_listed() -> None:
+    """fresh20a F3: the model_limits docstring listed ``-preview`` among the suffixes
+    stripped, but only Gemini's ``-preview-MM-DD`` is (a bare one can be another model:
+    o1-preview). gpt-4-turbo-preview, OpenAI's alias of gpt-4-0125-preview, fell through
+    to the 32,000 guess; the real preview aliases are now in the table (128,000 / 4,096,
+    OpenAI's model pages), and an unlisted bare preview is still not guessed."""
+    turbo = ModelLimits(128_000, 4_096)
+    for name in ("gpt-4-turbo-preview", "openai/gpt-4-turbo-preview", "gpt-4-0125-preview", "GPT-4-1106-preview"):
+        assert model_limits(name) == turbo, name
+    assert model_limits("gpt-4-turbo-preview") == model_limits("gpt-4-turbo")
+    b = resolve_budget(model="gpt-4-turbo-preview", env={})
+    assert b.capacity_known and (b.context_window, b.max_output_tokens, b.usable) == (128_000, 4_096, 123_904)
+    assert model_limits("gpt-4o-mini-preview") is None and model_limits("o3-preview") is None
+    assert "``-preview``)" not in (model_limits.__doc__ or "")
+
+
 def test_legacy_chat_models_are_in_the_table() -> None:
     # gpt-4: 8,192 shared by prompt and output, no published output limit; the first
     # seed's 64,000 default reserve would swallow the window, so half of it is reserved

@@ -127,6 +127,19 @@ def test_constructor_and_scale_checks() -> None:
     assert "observations=0" in repr(cal)
 
 
+@pytest.mark.parametrize("name", ["alpha", "min_factor", "max_factor"])
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000], ids=["1e400", "-1e400", "1e5000"])
+def test_an_int_past_the_float_range_is_a_value_error_naming_it(name: str, value: int) -> None:
+    """fresh20a F5: ``Calibrator(max_factor=10**400)`` raised a bare OverflowError (int too
+    large to convert to float); the documented error is a ValueError naming the argument.
+    10**5000 has more digits than Python turns into a string: the message does not quote it."""
+    with pytest.raises(ValueError) as got:
+        cw.Calibrator(**{name: value})
+    assert type(got.value) is ValueError
+    assert str(got.value) == f"{name} must be finite, got an int too large for a float (beyond 1.8e308)"
+    assert got.value.__cause__ is None and got.value.__suppress_context__
+
+
 def test_eight_threads_observing_concurrently() -> None:
     cal = cw.Calibrator(alpha=0.3)
     same = cw.Calibrator(alpha=0.3)

@@ -253,6 +253,40 @@ def test_accuracy_skips_junk_and_fails_when_nothing_is_left(tmp_path: Path, caps
     assert f"{tmp_path / 'deep.json'}: message 0: is nested too deeply" in err and f"{tmp_path / 'bad.json'}: " in err
 
 
+def test_accuracy_names_the_skipped_files_when_none_is_readable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh20a F6: with every file unreadable, the error said "no conversation files"
+    and named none of them; each is now a warning line, as when some file is read."""
+    from contextwindow.accuracy import NoConversationsError, measure
+
+    d = tmp_path / "d1"
+    d.mkdir()
+    (d / "x.json").write_text("garbage\n")
+    why = f"{d / 'x.json'}: invalid JSON: line 1, column 1: expected value (byte 0)"
+    assert main(["accuracy", str(d), "--reference", "cl100k"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"contextwindow: warning: skipped {why}",
+        f"contextwindow: error: {d}: no conversation files with text (*.json, *.jsonl) in the all split",
+    ]
+    # the Python API names the first and counts them; .skipped lists them all
+    (d / "y.jsonl").write_text("[1]\n")
+    with pytest.raises(NoConversationsError) as got:
+        measure(d, lambda s: 1)
+    assert isinstance(got.value, ValueError)
+    assert [p for p, _ in got.value.skipped] == [str(d / "x.json"), str(d / "y.jsonl")]
+    assert str(got.value) == (
+        f"{d}: no conversation files with text (*.json, *.jsonl) in the all split; "
+        f"skipped 2 files that could not be read as a conversation: {why} (and 1 more)"
+    )
+    # a directory with no candidate file at all says only that
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NoConversationsError, match=r"in the all split$") as none:
+        measure(empty, lambda s: 1)
+    assert none.value.skipped == []
+
+
 def test_count_reports_good_files_when_one_is_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found by the fresh-install review: one missing file hid the counts of the others."""
     good = write(tmp_path, "good.json", json.dumps([{"role": "user", "content": "hello"}]))

@@ -4,6 +4,7 @@ real tokenizers (tiktoken's cl100k_base, mistral-common's Tekken ``tekken_240911
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -866,7 +867,8 @@ def test_repeated_false_positive_is_not_undercounted() -> None:
     """fresh17 #1: each text repeats a piece the 2^20-bit conservative filter passed (the
     word, or a CJK/kana pair taken as one 2-character token); conservative estimated 490
     for 4,500 real tokens and 5,660 for 20,000-30,000. Now within 5% of the larger real
-    count, or over it (measured: 4,509, 31,396, 31,396, 20,327)."""
+    count, or over it (measured: 4,508, 31,410, 31,410, 20,314; 4,509, 31,396, 31,396, 20,327
+    when the filters grew)."""
     pytest.importorskip("tiktoken")
     pytest.importorskip("mistral_common")
     from contextwindow.accuracy import reference_counter
@@ -875,6 +877,17 @@ def test_repeated_false_positive_is_not_undercounted() -> None:
     for t in FALSE_POSITIVE_TEXTS:
         real = max(cl100k(t), tekken(t))
         assert cw.estimate_tokens(t) >= 0.95 * real, t[:4]
+
+
+def test_readme_false_positive_figures_are_current() -> None:
+    """fresh20a F8: README Known limits quoted 4,509 and 31,396, measured when the filters
+    grew to 2^22 bits; later estimation changes made them 4,508 and 31,410. Pinned here with
+    the README's sentence, so the next change that moves them updates both."""
+    assert cw.estimate_tokens(FALSE_POSITIVE_TEXTS[0]) == 4_508
+    assert cw.estimate_tokens(FALSE_POSITIVE_TEXTS[1]) == 31_410
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert "was estimated 490 and is now 4,508" in readme
+    assert '`"瓑鎑"` x 5,000 (30,000 real) 5,660, now 31,410.' in readme
 
 
 def test_random_words_rarely_test_positive() -> None:

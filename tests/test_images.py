@@ -237,3 +237,53 @@ def test_corpus_images_with_pillow() -> None:
         assert _image.inline_dims(source) == (w, h)
         msg = {"role": "user", "content": [{"type": "image", "source": source}]}
         assert cw.count_messages([msg], format=fmt) == OVERHEAD + _image.anthropic_tokens(w, h)
+
+
+def _openai_image(detail: Any) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": detail}}
+
+
+def test_a_detail_openai_refuses_is_reported_and_priced_as_high() -> None:
+    """fresh20a F7: any ``detail`` string was taken silently and priced as ``"high"``;
+    the Chat Completions API takes ``"low"``, ``"high"`` and ``"auto"`` only. ``validate``
+    reports the others (``detail_not_allowed``, one each); counting is unchanged: an
+    image of unknown size is 1,445 (1,448 with the message's 3), ``"low"`` 85 (88)."""
+    from contextwindow import _reference as ref
+    from contextwindow._engine import prepare
+
+    m = [{"role": "user", "content": [_openai_image("Low")]}]
+    assert cw.count_messages(m) == 1_448
+    [v] = cw.validate(m, "openai")
+    assert (v.index, v.code, v.call_id) == (0, "detail_not_allowed", None)
+    assert v.detail == 'image detail "Low" is not "low", "high" or "auto", the values the Chat Completions API takes'
+    assert cw.count_messages([{"role": "user", "content": [_openai_image("low")]}]) == 88
+    for ok in ("low", "high", "auto"):
+        assert cw.validate([{"role": "user", "content": [_openai_image(ok)]}], "openai") == []
+    assert (
+        cw.validate([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}], "openai") == []
+    )
+    # every other value, in a message and in a tool result, in order; Anthropic's rules
+    # do not see it (its image blocks have no detail)
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": [_openai_image("HIGH"), _openai_image("high"), _openai_image("")]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": [_openai_image("ultra")]},
+    ]
+    got = cw.validate(msgs, "openai")
+    assert [(v.index, v.code) for v in got] == [(0, "detail_not_allowed")] * 2 + [(2, "detail_not_allowed")]
+    assert ['"HIGH"' in got[0].detail, '""' in got[1].detail, '"ultra"' in got[2].detail] == [True] * 3
+    assert [(v.index, v.code) for v in ref.validate(prepare(msgs, None).canonical, "openai")] == [
+        (v.index, v.code) for v in got
+    ]
+    # a struct with such a detail, and the same rule in the pure-Python engine
+    structs = [cw.Message(role="user", content=[cw.ImagePart(source="https://x/a.png", detail="ultra")])]
+    assert [v.code for v in cw.validate(structs, "openai")] == ["detail_not_allowed"]
+    assert [v.code for v in ref.validate(structs, "openai")] == ["detail_not_allowed"]
+    assert cw.validate(structs, "anthropic") == []
+    assert cw.count_messages(structs) == cw.count_messages(
+        [cw.Message(role="user", content=[cw.ImagePart(source="https://x/a.png", detail="high")])]
+    )

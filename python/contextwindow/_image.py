@@ -66,7 +66,8 @@ def _ceil_div(a: int, b: int) -> int:
 def openai_tokens(w: int, h: int, detail: str | None = None) -> int:
     """OpenAI tokens of an image of ``w`` x ``h`` pixels (both at least 1).
 
-    ``detail="low"`` costs 85. Otherwise the image is scaled to fit 2048x2048, then its short
+    ``detail="low"`` costs 85. Otherwise (``"high"``, ``"auto"``, ``None`` or any other
+    value, which the API refuses and ``validate`` reports) the image is scaled to fit 2048x2048, then its short
     side down to 768 (integer division, never below 1 pixel, never scaled up), and costs
     85 + 170 per 512-pixel tile.
 

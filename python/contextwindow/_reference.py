@@ -796,6 +796,22 @@ def _result_ids(m: Message) -> list[str]:
     return [q.call_id for q in m.content if isinstance(q, ToolResult)]
 
 
+#: The ``detail`` values the Chat Completions API takes for an image (Rust ``OPENAI_DETAILS``).
+OPENAI_DETAILS = ("low", "high", "auto")
+
+
+def _refused_details(m: Message) -> list[str]:
+    """The ``detail`` of each image of ``m`` (its parts, then each tool result's parts, in
+    order) that the Chat Completions API refuses (fresh20a F7)."""
+    out: list[str] = []
+    for p in m.content:
+        inner = p.content if isinstance(p, ToolResult) else []
+        for q in [p, *inner]:
+            if isinstance(q, ImagePart) and q.detail is not None and q.detail not in OPENAI_DETAILS:
+                out.append(q.detail)
+    return out
+
+
 def validate(msgs: list[Message], provider: str) -> list[Violation]:
     """Provider rule violations (same codes and order as the Rust engine; detail omitted)."""
     out: list[Violation] = []
@@ -807,6 +823,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         owner: int | None = None
         seen: set[str] = set()
         for i, m in enumerate(msgs):
+            for _ in _refused_details(m):
+                v(i, "detail_not_allowed")
             if m.role == "tool":
                 ids = _result_ids(m)
                 if not ids:

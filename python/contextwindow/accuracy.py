@@ -266,6 +266,19 @@ class Report:
         return "\n".join(lines)
 
 
+class NoConversationsError(ValueError):
+    """:func:`measure` found no conversation file with text in the split.
+
+    Attributes:
+        skipped: ``(file, why)`` for each file left out as not a conversation; the
+            message names the first and counts them.
+        summary: the message without the files skipped.
+    """
+
+    skipped: list[tuple[str, str]]
+    summary: str
+
+
 def _files(root: Path, split: str) -> Iterable[tuple[str, Path]]:
     for f in sorted(root.rglob("*")):
         if not f.is_file() or f.suffix not in (".json", ".jsonl"):
@@ -296,7 +309,9 @@ def measure(
 
     Raises:
         ValueError: unknown profile or split, ``directory`` is not a directory, or it holds
-            no conversation file with text (files that are not conversations are skipped).
+            no conversation file with text (files that are not conversations are skipped;
+            then a :class:`NoConversationsError`, naming the first file skipped and why,
+            its ``skipped`` listing them all).
         ImportError: the reference tokenizer is not installed.
 
     >>> import pathlib, tempfile
@@ -343,5 +358,15 @@ def measure(
             if sum(real):
                 convs[p].errors[key] = (sum(est) - sum(real)) / sum(real)
     if not files:
-        raise ValueError(f"{root}: no conversation files with text (*.json, *.jsonl) in the {split} split")
+        msg = summary = f"{root}: no conversation files with text (*.json, *.jsonl) in the {split} split"
+        if skipped:
+            # say why (fresh20a F6: with no file readable, the unreadable ones went unnamed)
+            path, why = skipped[0]
+            first = why if why.startswith(path) else f"{path}: {why}"
+            more = f" (and {len(skipped) - 1:,} more)" if len(skipped) > 1 else ""
+            n = f"{len(skipped):,} file{'s' if len(skipped) > 1 else ''}"
+            msg += f"; skipped {n} that could not be read as a conversation: {first}{more}"
+        err = NoConversationsError(msg)
+        err.skipped, err.summary = skipped, summary
+        raise err
     return Report(name, split, files, segs, convs, skipped)

@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from ._jsontext import as_int, int_cause, shown
-from .errors import ContextOverflowError
+from .errors import ContextOverflowError, _reduce_error
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -96,6 +96,9 @@ MODELS: Mapping[str, ModelLimits] = {
     **_m(128_000, 4_096, "gpt-4o-2024-05-13"),
     **_m(128_000, 16_384, "gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
     **_m(128_000, 4_096, "gpt-4-turbo", "gpt-4-turbo-2024-04-09"),
+    # gpt-4-turbo-preview points at gpt-4-0125-preview; both previews 128,000 / 4,096. A
+    # bare "-preview" is not stripped (o1-preview is not o1), so the aliases are listed
+    **_m(128_000, 4_096, "gpt-4-turbo-preview", "gpt-4-0125-preview", "gpt-4-1106-preview"),
     **_m(1_047_576, 32_768, "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano"),
     **_m(200_000, 100_000, "o1", "o3", "o3-mini", "o4-mini"),
     **_m(128_000, 32_768, "o1-preview", "o1-preview-2024-09-12"),
@@ -218,7 +221,10 @@ def model_limits(model: str, models: Mapping[str, Any] | None = None) -> ModelLi
     The name is matched case-insensitively, first as given, then without a provider
     prefix (``openai/gpt-4o``, ``models/gemini-1.5-pro``, Bedrock's
     ``anthropic.claude-...-v1:0``), then without date or version suffixes one at a time
-    (``-2024-08-06``, ``-20250514``, ``@20250514``, ``-latest``, ``-002``, ``-preview``).
+    (``-2024-08-06``, ``-20250514``, ``@20250514``, ``-latest``, ``-002``, Gemini's
+    dated ``-preview-05-06``). A bare ``-preview`` is kept: it often names another model
+    (``o1-preview`` is not ``o1``), so a preview is found only when the table or
+    ``models`` lists it (``gpt-4-turbo-preview`` is listed; ``o3-preview`` is not known).
     At each step the caller's ``models`` win over the built-in :data:`MODELS`.
 
     Args:
@@ -322,6 +328,11 @@ class ReserveError(ValueError):
         self.window = window
         self.source = source
         super().__init__(f"output reserve max_output_tokens={reserve:,} {_too_large(reserve, window)}{hint}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # message and attributes, without __init__'s arguments (fresh20a F2: unpickling
+        # it raised TypeError, so a ProcessPoolExecutor worker's error broke the pool)
+        return _reduce_error(self)
 
 
 def _too_large(reserve: int, window: int) -> str:

@@ -44,7 +44,10 @@ def _finite(value: Any, name: str) -> float:
     if isinstance(value, float):
         x = value
     elif (n := as_int(value)) is not None:  # an int, numpy.int64, ... (a bool is not one)
-        x = float(n)
+        try:
+            x = float(n)
+        except OverflowError:  # fresh20a F5: 10**400 raised a bare OverflowError
+            raise ValueError(f"{name} must be finite, got an int too large for a float (beyond 1.8e308)") from None
     else:
         raise ValueError(f"{name} must be a number, got {shown(value)}") from int_cause(value)
     if not math.isfinite(x):
@@ -253,6 +256,36 @@ class Calibrator:
         with self._lock:
             self._ema = 1.0
             self._n = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The settings and the average, read under the lock (the lock is not state).
+
+        A calibrator pickles and copies (``copy.deepcopy``) with its factor and count of
+        observations, each copy with a lock of its own, so a calibration can be saved and
+        restored across restarts, and an :class:`~contextwindow.Estimator` holding one
+        pickles too (fresh20a F2: ``cannot pickle '_thread.lock' object``).
+
+        >>> import pickle
+        >>> cal = Calibrator(alpha=0.5)
+        >>> _ = cal.observe(1000, 1200)
+        >>> back = pickle.loads(pickle.dumps(cal))
+        >>> back.factor, back.observations, back.alpha
+        (1.2, 1, 0.5)
+        """
+        with self._lock:
+            return {
+                "alpha": self._alpha,
+                "min_factor": self._min,
+                "max_factor": self._max,
+                "ema": self._ema,
+                "observations": self._n,
+            }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`__getstate__` saved, with a new lock."""
+        self._alpha, self._min, self._max = state["alpha"], state["min_factor"], state["max_factor"]
+        self._ema, self._n = state["ema"], state["observations"]
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         with self._lock:

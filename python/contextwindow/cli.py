@@ -242,8 +242,15 @@ def _cmd_count(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
+def _warn_skipped(skipped: list[tuple[str, str]]) -> None:
+    """One warning line per file ``accuracy`` left out, so a mistyped corpus does not
+    quietly shrink the sample."""
+    for path, why in skipped:
+        print(f"contextwindow: warning: skipped {why if why.startswith(path) else f'{path}: {why}'}", file=sys.stderr)
+
+
 def _cmd_accuracy(args: argparse.Namespace) -> int:
-    from .accuracy import measure
+    from .accuracy import NoConversationsError, measure
 
     profiles = args.profile or list(PROFILES)
     try:
@@ -251,9 +258,12 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"contextwindow: error: {exc}", file=sys.stderr)
         return 2
-    for path, why in reports[0].skipped if reports else ():
-        # one line per file left out, so a mistyped corpus does not quietly shrink the sample
-        print(f"contextwindow: warning: skipped {why if why.startswith(path) else f'{path}: {why}'}", file=sys.stderr)
+    except NoConversationsError as exc:
+        # every file skipped: each is named as when some are read (fresh20a F6), then the error
+        _warn_skipped(exc.skipped)
+        print(f"contextwindow: error: {exc.summary}", file=sys.stderr)
+        return 2
+    _warn_skipped(reports[0].skipped if reports else [])
     if args.json:
         _print_json([r.to_dict() for r in reports])
     else:

@@ -7,6 +7,9 @@ Errors about the caller's input are also ``ValueError`` so that code written for
 
 from __future__ import annotations
 
+import copyreg
+from typing import Any
+
 from ._jsontext import clean_str
 
 __all__ = [
@@ -18,8 +21,24 @@ __all__ = [
 ]
 
 
+def _reduce_error(exc: BaseException) -> tuple[Any, ...]:
+    """Pickle an exception as its ``args`` (the message) and its attributes, rebuilt
+    without calling ``__init__``: a class whose ``__init__`` takes keyword-only or other
+    arguments than the message (``TokenCounterError``'s ``counter``, ``ReserveError``'s
+    ``window``) could not be unpickled, so an error raised in a ``ProcessPoolExecutor``
+    worker broke the pool (fresh20a F2). ``copy.copy``/``copy.deepcopy`` use it too."""
+    return (copyreg.__newobj__, (type(exc), *exc.args), dict(exc.__dict__))  # type: ignore[attr-defined]
+
+
 class ContextWindowError(Exception):
-    """Base class of every error raised by contextwindow on purpose."""
+    """Base class of every error raised by contextwindow on purpose.
+
+    Every one pickles (and copies) with its message and attributes, so it crosses a
+    process boundary (``ProcessPoolExecutor``, ``multiprocessing``) as raised.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_error(self)
 
 
 def _printable(text: str) -> str:

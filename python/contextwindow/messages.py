@@ -73,7 +73,9 @@ class ImagePart(msgspec.Struct, tag="image", **_OPTS):
     Attributes:
         width: width in pixels when known, else ``None``.
         height: height in pixels when known, else ``None``.
-        detail: OpenAI ``detail`` (``"low"``, ``"high"``, ``"auto"``) when given.
+        detail: OpenAI ``detail`` (``"low"``, ``"high"``, ``"auto"``) when given; any
+            other string is counted as ``"high"`` and reported by ``validate(...,
+            "openai")`` as ``detail_not_allowed``.
         source: the provider's reference to the image, kept verbatim: an URL or data URL
             string for OpenAI, the ``source`` object for Anthropic. Its type tells the
             estimator which provider's image rule applies (see ``contextwindow.estimate``);

@@ -93,7 +93,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     written as a list of text blocks (a ``tool_result`` or system string is taken);
     under OpenAI's, an assistant message with ``"tool_calls": []``. Under Anthropic's
     rules a final assistant message (a prefill) whose last part is text ending in
-    whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). For
+    whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). Under
+    OpenAI's rules an image whose ``detail`` is not ``"low"``, ``"high"`` or ``"auto"``
+    (``"Low"``, ``""``), in a message or a tool result, is ``detail_not_allowed``, one
+    violation each (counting prices such an image as ``"high"``). For
     ``Message`` structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) is ``unwritable_message``, beside
     its other violations (but for the placement of an OpenAI message's tool results,

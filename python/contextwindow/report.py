@@ -155,7 +155,9 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             text block that is empty or of whitespace only, also in a ``tool_result``
             or the system, OpenAI's ``"tool_calls": []``), ``trailing_whitespace``
             (Anthropic: the final message is an assistant message, a prefill, whose
-            last part is text ending in whitespace) or (``Message`` structs
+            last part is text ending in whitespace), ``detail_not_allowed`` (OpenAI:
+            an image's ``detail`` other than ``"low"``, ``"high"`` or ``"auto"``) or
+            (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

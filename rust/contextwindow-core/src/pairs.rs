@@ -20,7 +20,7 @@ pub struct Violation {
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`,
-    /// `trailing_whitespace`.
+    /// `trailing_whitespace`, `detail_not_allowed`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -73,7 +73,9 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// message (`empty_content`); the leading system message, when written as a list of text
 /// blocks, holds no such block either; the final message, when it is an assistant
 /// message (a prefill), does not end in whitespace (`trailing_whitespace`).
-/// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`).
+/// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`), and an
+/// image's `detail` is `"low"`, `"high"` or `"auto"` (`detail_not_allowed`, one for each
+/// other, in the message's parts and its tool results' parts, reported first).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
         Format::OpenAI => validate_openai(messages),
@@ -110,11 +112,43 @@ fn check_calls<'m>(
     }
 }
 
+/// The `detail` values the Chat Completions API takes for an image (it refuses any
+/// other, `"Low"` too; counting prices every other as `"high"`: fresh20a F7).
+pub const OPENAI_DETAILS: [&str; 3] = ["low", "high", "auto"];
+
+/// The `detail` of each image of `m` (its parts, then each tool result's parts, in
+/// order) that the Chat Completions API refuses.
+fn refused_details(m: &Message) -> Vec<&str> {
+    let mut out = Vec::new();
+    for p in &m.content {
+        let inner = p.content.as_deref().unwrap_or(&[]);
+        for q in std::iter::once(p).chain(inner.iter()) {
+            if q.kind != PartKind::Image {
+                continue;
+            }
+            if let Some(d) = q.detail.as_deref() {
+                if !OPENAI_DETAILS.contains(&d) {
+                    out.push(d);
+                }
+            }
+        }
+    }
+    out
+}
+
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner_calls: HashSet<&str> = HashSet::new(); // calls of the run's assistant
     let mut seen: HashSet<&str> = HashSet::new(); // call ids answered in this run
     for (i, m) in messages.iter().enumerate() {
+        for d in refused_details(m) {
+            let detail = format!(
+                "image detail {} is not \"low\", \"high\" or \"auto\", the values the Chat \
+                 Completions API takes",
+                quote(d)
+            );
+            out.push(v(i, "detail_not_allowed", None, detail));
+        }
         if m.role == Role::Tool {
             let results: Vec<&str> = result_ids(m).collect();
             if results.is_empty() {

@@ -1216,6 +1216,43 @@ fn empty_content_is_a_violation() {
 }
 
 #[test]
+fn an_image_detail_openai_refuses_is_a_violation() {
+    // fresh20a F7: "Low", "ultra" and "" were taken silently (and priced as "high");
+    // the Chat Completions API takes "low", "high" and "auto" only
+    let json = r#"[{"role": "user", "content": [
+                      {"kind": "image", "detail": "Low", "source": "https://x/a.png"},
+                      {"kind": "image", "detail": "low", "source": "https://x/b.png"},
+                      {"kind": "image", "detail": "auto"}, {"kind": "image", "detail": "high"},
+                      {"kind": "image"}, {"kind": "image", "detail": ""}]},
+                   {"role": "assistant", "content": [{"kind": "tool_call", "id": "c",
+                      "name": "f", "arguments": "{}"}]},
+                   {"role": "tool", "content": [{"kind": "tool_result", "call_id": "c",
+                      "content": [{"kind": "image", "detail": "ultra"}]}]}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    let found = validate(&msgs, Format::OpenAI);
+    let got: Vec<(usize, &str, &str)> = found
+        .iter()
+        .map(|v| (v.index, v.code, v.detail.as_str()))
+        .collect();
+    let says = |d: &str| {
+        format!(
+            "image detail \"{d}\" is not \"low\", \"high\" or \"auto\", the values the Chat \
+             Completions API takes"
+        )
+    };
+    assert_eq!(
+        got,
+        vec![
+            (0, "detail_not_allowed", says("Low").as_str()),
+            (0, "detail_not_allowed", says("").as_str()),
+            (2, "detail_not_allowed", says("ultra").as_str()),
+        ]
+    );
+    // Anthropic's blocks have no detail: the adapter does not write it
+    assert!(validate(&msgs[..1], Format::Anthropic).is_empty());
+}
+
+#[test]
 fn a_prefill_ending_in_whitespace_is_a_violation() {
     // small20: the Messages API refuses a final assistant message ending in whitespace;
     // Chat Completions takes it; only the final message's last part counts, and a blank
