@@ -1913,7 +1913,7 @@ def _trim_turns_once(
 
     if over():
         units = [u for u in seg.units if la <= u[0] < lb]
-        gone = []
+        gone_units: list[list[int]] = []
         for u in units[:-1]:
             if not over():
                 break
@@ -1925,8 +1925,8 @@ def _trim_turns_once(
             for w in u:
                 st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_tool_unit")
-            gone.append(u)
-        for u in reversed(gone):  # refill, newest first, what still fits
+            gone_units.append(u)
+        for u in reversed(gone_units):  # refill, newest first, what still fits
             if st.total() + sum(st.costs[w] for w in u) + bc_cost <= budget:
                 for w in u:
                     st.set_keep(w, True)
@@ -1978,10 +1978,10 @@ def _trim_turns_once(
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
         # a shortcut: no cut is tried when even every part cut to its marker would leave
         # the conversation over budget (the restore below keeps the rule otherwise)
-        saving = 0
-        for n, i in cands2:  # each text cut down to its marker alone
-            saving += max(0, st.costs[w] - st.cost.message_tokens(_with_text(st.m(w), i, None, marker(-n))))
-        if st.total() + bc_cost > budget + saving:
+        cut_saving = 0
+        for neg_len, i in cands2:  # each text cut down to its marker alone
+            cut_saving += max(0, st.costs[w] - st.cost.message_tokens(_with_text(st.m(w), i, None, marker(-neg_len))))
+        if st.total() + bc_cost > budget + cut_saving:
             cands2 = []
         # the request as it was, put back when its cuts do not make it fit: a part whose
         # marker would cost as much as its text is never cut, so the saving above can be

@@ -19,7 +19,7 @@ from . import _engine
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
-from .messages import Message, TextPart, ToolCall, ToolResult
+from .messages import Message, Role, TextPart, ToolCall, ToolResult
 from .turns import segment_turns
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Roles in the order the by-role table lists them.
-ROLE_ORDER = ("system", "developer", "user", "assistant", "tool")
+ROLE_ORDER: tuple[Role, ...] = ("system", "developer", "user", "assistant", "tool")
 #: Characters of text shown for each of the largest messages.
 PREVIEW_CHARS = 60
 #: Tool name shown for results whose call is not in the conversation.

@@ -884,8 +884,13 @@ def _budget_tool_results(
         spared: set[tuple[int, int]] = set()  # the newest `recent` results, when asked
         if recent is not None:
             current = len(work)
-            slots = [(i, p) for i, m in enumerate(work) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
-            spared = set(slots[len(slots) - recent :]) if recent else set()
+            results = [
+                (wi, pi)
+                for wi, wmsg in enumerate(work)
+                for pi, q in enumerate(wmsg.content)
+                if isinstance(q, ToolResult)
+            ]
+            spared = set(results[len(results) - recent :]) if recent else set()
         total = sum(costs)
         end = min(current, len(work))
         for i in named:  # a message holding no named result has nothing to clear
@@ -911,8 +916,8 @@ def _budget_tool_results(
                 grows = _result_chars(cleared_part) - _result_chars(part)
                 if grows >= 0 and not _non_text(part):
                     continue  # as micro_compact: a marker no shorter than the text
-                capped_here = cap is not None and i >= seg.preamble_end and i != request
-                if grows > 0 and capped_here and _text_chars(m) + grows > cap:
+                capped_here = i >= seg.preamble_end and i != request
+                if grows > 0 and capped_here and cap is not None and _text_chars(m) + grows > cap:
                     # a result of images alone becomes a marker longer than its text: not
                     # when that puts the message over the character cap (rule 1 would cut
                     # it on the next call, so a second call would not be a no-op)
@@ -1086,6 +1091,20 @@ def _is_notice_message(m: Message) -> bool:
     )
 
 
+def _notice_sum(parts: Iterable[Part]) -> int:
+    """The message counts of the compaction notices among ``parts`` (0 for other parts)."""
+    return sum(_notice_count(q.text) or 0 for q in parts if isinstance(q, TextPart))
+
+
+def _op_message(msgs: list[Message], src: int | None, msg: Message | None) -> Message:
+    """The message an op ``(src, msg)`` stands for: ``msg``, or the input's ``msgs[src]``
+    when it is unchanged (``msg`` is ``None``)."""
+    if msg is not None:
+        return msg
+    assert src is not None, "an op with neither a source nor a message"
+    return msgs[src]
+
+
 def _notice_blocks(m: Message) -> list[int]:
     """Indices of notice text blocks inside a user message that holds more than that."""
     if m.role != "user" or _is_notice_message(m):
@@ -1244,7 +1263,7 @@ def _prune_middle(
     def finish(
         out: list[tuple[int | None, Message | None]], reason: str | None, inserted: int, dropped_turns: int
     ) -> TrimResult[Any]:
-        tokens_after = sum(_costs([msg if msg is not None else msgs[src] for src, msg in out], name))  # type: ignore[index]
+        tokens_after = sum(_costs([_op_message(msgs, src, msg) for src, msg in out], name))
         changed = len(out) != len(msgs) or any(msg is not None or src != i for i, (src, msg) in enumerate(out))
         if reason is None and changed:
             reason = "tool_pairs"
@@ -1331,10 +1350,10 @@ def _prune_middle(
         return as_is()
 
     # the notice: old notices' counts plus the input messages removed now
-    previous = sum(_notice_count(wm[w].content[0].text) or 0 for w in old_notice)  # type: ignore[union-attr]
+    previous = _notice_sum(wm[w].content[0] for w in old_notice)
     # notice blocks count whether their message stays or goes (an earlier notice may lead a
     # message that is in the middle now)
-    previous += sum(_notice_count(wm[w].content[p].text) or 0 for w in range(n) for p in _notice_blocks(wm[w]))  # type: ignore[union-attr]
+    previous += _notice_sum(wm[w].content[p] for w in range(n) for p in _notice_blocks(wm[w]))
     count = previous + sum(1 for w in gone if items[w].src is not None)
     notice = COMPACTION_NOTICE.format(n=count)
     new: dict[int, Message] = {}
@@ -1444,8 +1463,8 @@ def _prune_middle(
             continue
         if it.src is None:
             inserted += 1
-        m = new.get(w, it.new)
-        out.append((it.src, None if it.src is not None and m is msgs[it.src] else m))
+        m_out = new.get(w, it.new)
+        out.append((it.src, None if it.src is not None and m_out is msgs[it.src] else m_out))
     if standalone_at == n:
         out.append((None, Message(role="user", content=[TextPart(text=notice)])))
         inserted += 1
