@@ -1544,3 +1544,27 @@ def test_fit_and_repair_keep_lone_surrogates_in_lists_and_jsonl(
         out = capsys.readouterr().out
         got = json.loads(out) if name == "s.json" else [json.loads(line) for line in out.splitlines()]
         assert len(got) == 1 and "\ufffd" in json.dumps(got[0], ensure_ascii=False) and "\udbff" not in str(got)
+
+
+def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fresh20b #11: ``inspect`` printed one row per turn (50,000 for a 200,000-message log,
+    most of its 26 s). With more turns than ``--top``: the ``--top`` largest in turn order,
+    and one row summing the rest. ``fim`` by hand: the preamble 5 tokens, turns of 14, 24,
+    34, 5 and 104 (186 in all)."""
+    monkeypatch.setenv("COLUMNS", "120")
+    texts = ["a" * 40, "b" * 80, "c" * 120, "d" * 4, "e" * 400]
+    msgs = [{"role": "system", "content": "s"}, *({"role": "user", "content": t} for t in texts)]
+    f = write(tmp_path, "c.json", json.dumps(msgs))
+    assert main(["inspect", f, "--profile", "fim", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
+    cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
+    assert cells == [["3", "3", "34", "18.3%"], ["5", "5", "104", "55.9%"], ["4 more", "4 messages", "48", "25.8%"]]
+    # the default --top (10) lists every one of these 6 rows; --json always lists all
+    assert main(["inspect", f, "--profile", "fim"]) == 0
+    out = capsys.readouterr().out
+    assert "more" not in out[out.index("\nby turn") : out.index("\nlargest messages")]
+    assert main(["inspect", f, "--profile", "fim", "--top", "2", "--json"]) == 0
+    assert [t["tokens"] for t in json.loads(capsys.readouterr().out)["by_turn"]] == [5, 14, 24, 34, 5, 104]

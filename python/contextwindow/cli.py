@@ -421,7 +421,7 @@ def _bar(share: float) -> Any:
     return Bar(size=1.0, begin=0.0, end=max(0.0, min(1.0, share)), width=_BAR_WIDTH)
 
 
-def _render_breakdown(path: str, b: Breakdown, conv: Conversation) -> None:
+def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -464,10 +464,22 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation) -> None:
         row(t, r.role, str(r.messages), f"{r.tokens:,}", pct(r.share), _bar(r.share))
     console.print(t)
     t = table("by turn", "turn", "messages", "tokens")
-    for tr in b.by_turn:
+    # with more turns than --top, the --top largest (in turn order) and the rest in one row
+    # (fresh20b #11: 50,000 rows for a 200,000-message log, most of inspect's 26 s)
+    shown = range(len(b.by_turn))
+    if len(b.by_turn) > top:
+        shown = sorted(sorted(shown, key=lambda k: (-b.by_turn[k].tokens, k))[:top])
+    for k in shown:
+        tr = b.by_turn[k]
         name = "preamble" if tr.turn == 0 else str(tr.turn)
         span = num(tr.start) if tr.messages == 1 else f"{num(tr.start)}-{num(tr.end - 1)}"
         row(t, name, span, f"{tr.tokens:,}", pct(tr.share), _bar(tr.share))
+    rest = [b.by_turn[k] for k in sorted(set(range(len(b.by_turn))) - set(shown))]
+    if rest:
+        share = sum(tr.share for tr in rest)
+        msgs = sum(tr.messages for tr in rest)
+        label = f"{len(rest):,} more"
+        row(t, label, _n(msgs, "message"), f"{sum(tr.tokens for tr in rest):,}", pct(share), _bar(share))
     console.print(t)
     if b.by_tool:
         t = table("by tool", "tool", "calls", "call tokens", "result tokens")
@@ -499,7 +511,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         _print_json({"file": conv.path, **msgspec.structs.asdict(b)})
     else:
         try:
-            _render_breakdown(conv.path, b, conv)
+            _render_breakdown(conv.path, b, conv, args.top)
         except ImportError as exc:  # rich is a dependency; a broken install gets one line
             raise ContextWindowError(
                 f"inspect needs the 'rich' package for its tables ({exc}); --json does not"
@@ -616,7 +628,12 @@ def _parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="show where a conversation's tokens go: by role, turn, tool, largest messages")
     i.add_argument("file", metavar="FILE", help=_FILE_HELP)
-    i.add_argument("--top", type=_int, default=10, help="how many of the largest messages to list (default 10)")
+    i.add_argument(
+        "--top",
+        type=_int,
+        default=10,
+        help="how many of the largest messages, and of the largest turns when there are more, to list (default 10)",
+    )
     common(i)
     i.set_defaults(run=_cmd_inspect, parser=i)
 
