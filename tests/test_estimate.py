@@ -794,10 +794,11 @@ def test_an_openai_refusal_counts_as_the_message_text() -> None:
         assert cw.count_messages(declined, profile) == cw.count_messages(as_content, profile), profile
     body = json.dumps({"model": "m", "messages": declined}).encode()
     assert cw.count_request(body) == cw.count_messages(declined)
-    # exact mode: 12 words x 40 = 480 words of refusal, 1 of "hi", 3 per message (cl100k's
-    # overhead; conservative takes the larger family overhead, 3)
+    # exact mode: 12 words x 40 = 480 words of refusal, 1 of "hi", 4 per message (cl100k's
+    # overhead, 3 format tokens and the role; conservative takes the larger family
+    # overhead, 4)
     words = cw.Estimator(tokenizer=lambda s: len(s.split()))
-    assert words.count_messages(declined) == 480 + 1 + 2 * 3
+    assert words.count_messages(declined) == 480 + 1 + 2 * 4
     # null is no refusal: nothing beyond the overhead; a number or an object is refused
     # (fresh16a F5: it was read as no refusal, silently)
     bare = cw.count_messages([{"role": "assistant", "content": None}])

@@ -514,11 +514,14 @@ def main() -> None:
         reals[fam] = y
         heldout = {c: summary(err[ok & hold & (cls == c) & (src == "corpus")]) for c in ("prose", "code", "cjk")}
         if fam == "cl100k":
-            # OpenAI's documented chat format: 3 tokens per message (cookbook "How to count
-            # tokens with tiktoken"). How tool calls and tool definitions are rendered is not
-            # published: no overhead beyond their JSON text, which is longer than the
-            # TypeScript-like rendering the cookbook's function counter assumes.
-            overheads = (3, 0, 0)
+            # OpenAI's documented chat format (cookbook "How to count tokens with tiktoken",
+            # num_tokens_from_messages): 3 format tokens per message plus the role, one
+            # cl100k token for every role (system, user, assistant, tool, developer): 4.
+            # Its 3 per request (the primed reply) are left to the caller (README Known
+            # limits). How tool calls and tool definitions are rendered is not published:
+            # no overhead beyond their JSON text, which is longer than the TypeScript-like
+            # rendering the cookbook's function counter assumes.
+            overheads = (4, 0, 0)
         else:
             overheads = tekken_overheads()
         out["families"][fam] = {
