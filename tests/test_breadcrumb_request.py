@@ -181,29 +181,29 @@ def test_nothing_fits_gives_the_smaller_variant() -> None:
 
 
 def test_nothing_fits_never_keeps_more_than_a_larger_budget() -> None:
-    """The fresh tester's case (conservative): costs 4, 5, 4, 6. Below 10 nothing fits;
-    with the breadcrumb (about 13 tokens) dropping the old turn (9) would grow the
-    conversation, so that variant is the input (19). The result is [system, request]
-    (10) at every budget from 0 to 18, the input from 19 on; before, budgets 0-9 gave the
-    input whole and 10-18 two messages."""
+    """The fresh tester's case (conservative): costs 5, 6, 5, 7 (4 per message). Below 12
+    nothing fits; with the breadcrumb (about 14 tokens) dropping the old turn (11) would
+    grow the conversation, so that variant is the input (23). The result is [system,
+    request] (12) at every budget from 0 to 22, the input from 23 on; before, budgets 0-11
+    gave the input whole and 12-22 two messages (at 3 per message: 4, 5, 4, 6, 10, 19)."""
     m = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hello there"},
         {"role": "assistant", "content": "hi"},
         {"role": "user", "content": "q2"},
     ]
-    assert cw.message_tokens(m) == [4, 5, 4, 6]
+    assert cw.message_tokens(m) == [5, 6, 5, 7]
     body = json.dumps({"messages": m}).encode()
     kept = []
     for budget in range(0, 26):
         r = cw.trim_turns(m, budget)
-        want = m if budget >= 19 else [m[0], m[3]]
+        want = m if budget >= 23 else [m[0], m[3]]
         assert r.messages == want, budget
-        assert r.report.fits == (budget >= 10)
+        assert r.report.fits == (budget >= 12)
         out, rep = cw.fit_request(body, budget=budget, report=True)
         assert json.loads(out)["messages"] == want and rep.report.tokens_after == r.report.tokens_after
         kept.append(r.report.tokens_after)
-    assert kept == [10] * 19 + [19] * 7
+    assert kept == [12] * 23 + [23] * 3
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])

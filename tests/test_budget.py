@@ -521,10 +521,10 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
         "recover_from_overflow": lambda b: cw.recover_from_overflow(long, 2**64, budget=b).target,
     }
     long = [{"role": "user", "content": "hi " * 5_000}]
-    # 4,901 tokens; a budget of 50 under the reported count: 4,901 x 50 // 2**64 = 0; no limit:
-    # the reported count (read as 2**63 - 1 too) is not over it, the two-thirds rule: 3,267
+    # 4,902 tokens; a budget of 50 under the reported count: 4,902 x 50 // 2**64 = 0; no limit:
+    # the reported count (read as 2**63 - 1 too) is not over it, the two-thirds rule: 3,268
     assert token_entries["recover_from_overflow"](50) == 0
-    assert token_entries["recover_from_overflow"](10**30) == 3_267
+    assert token_entries["recover_from_overflow"](10**30) == 3_268
     huge = types.SimpleNamespace(usable=10**30, context_window=0, capacity=-3)
     for name, call in token_entries.items():
         if name != "recover_from_overflow":

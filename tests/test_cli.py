@@ -1198,8 +1198,9 @@ def test_a_format_key_that_names_no_provider_is_an_unknown_key(
     f = write(tmp_path, "ollama.json", body)
     assert main(["count", f, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
-    # "Why is the sky blue?": 9 tokens with its message overhead (the tester's count_request)
-    assert row["tokens"] == cw.count_request(body) == 9
+    # "Why is the sky blue?": 10 tokens with its message overhead (the tester's
+    # count_request said 9 at 3 per message; the role token makes it 4)
+    assert row["tokens"] == cw.count_request(body) == 10
     assert row["format"] == "openai"
     assert main(["validate", f]) == 0
     capsys.readouterr()
@@ -1257,18 +1258,19 @@ def test_a_corpus_openai_key_reads_the_same_in_the_cli_and_the_gateway(
 ) -> None:
     """The tester's third reproducer: ``"format": "openai"`` next to a top-level
     ``system``. The key names the shape, so the body is OpenAI's on both paths and its
-    ``system`` is an unknown key (not counted, copied): "hi" is 4 tokens."""
+    ``system`` is an unknown key (not counted, copied): "hi" is 5 tokens (1 + 4 per message)."""
     doc = {"format": "openai", "system": "You are a pirate. " * 50, "messages": [{"role": "user", "content": "hi"}]}
     body = json.dumps(doc).encode()
     f = write(tmp_path, "fo.json", body)
     assert main(["count", f, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
-    assert (row["tokens"], row["format"]) == (4, "openai")
-    assert cw.count_request(body) == 4
-    assert cw.fit_request(body, budget=4, report=True)[1].provider == "openai"
-    # --format anthropic reads the top-level system: 253 tokens on both paths
+    assert (row["tokens"], row["format"]) == (5, "openai")
+    assert cw.count_request(body) == 5
+    assert cw.fit_request(body, budget=5, report=True)[1].provider == "openai"
+    # --format anthropic reads the top-level system: 255 tokens on both paths (253 at 3
+    # per message: the system and "hi" are 2 messages)
     assert main(["count", f, "--json", "--format", "anthropic"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["tokens"] == cw.count_request(body, provider="anthropic") == 253
+    assert json.loads(capsys.readouterr().out)[0]["tokens"] == cw.count_request(body, provider="anthropic") == 255
 
 
 def test_a_corpus_key_spelled_with_escapes_is_read_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

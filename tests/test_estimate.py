@@ -18,8 +18,8 @@ from contextwindow._engine import native
 from shared_data import CORPUS
 
 
-def overheads(profile: str = "conservative") -> tuple[int, int, int]:
-    """Per-message, per-call and per-tool overheads of a profile."""
+def overheads(profile: str = "conservative") -> tuple[int, int, int, int]:
+    """Per-message, per-call, per-tool and per-name overheads of a profile."""
     return native.profile_overheads(profile)
 
 
@@ -305,7 +305,7 @@ def test_images_counted_by_size_never_base64_length() -> None:
 
 @pytest.mark.parametrize("profile", ["conservative", "cl100k", "tekken", "fim"])
 def test_tool_schemas_and_arguments_count(profile: str) -> None:
-    m, per_call, per_tool = overheads(profile)
+    m, per_call, per_tool, _ = overheads(profile)
     call = {
         "role": "assistant",
         "content": None,
@@ -337,7 +337,7 @@ def test_tekken_overheads_match_mistral_common() -> None:
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.tekken_overheads() == overheads("tekken")
+    assert mod.tekken_overheads() == overheads("tekken")[:3]
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
@@ -785,6 +785,33 @@ def test_a_message_nested_too_deeply_is_named() -> None:
 REFUSAL = "I cannot help with that request because it asks for private data. " * 40
 
 
+def test_a_name_costs_its_text_and_one_token_more_in_openai_profiles() -> None:
+    """fresh20a F1: OpenAI's recipe adds 1 per ``name`` beside the name's text; cl100k
+    and conservative do now (5 + 1 + the name's tokens), tekken, fim and bytes4 add only
+    the text. By hand: "bob" is 1 cl100k token, 2 conservative and tekken tokens, 1 fim
+    and bytes4 token; "hi" alone is 5, 5, 3, 5, 5."""
+    from contextwindow import _reference as ref
+
+    named = [{"role": "user", "name": "bob", "content": "hi"}]
+    plain = [{"role": "user", "content": "hi"}]
+    want = {"cl100k": 5 + 1 + 1, "conservative": 5 + 1 + 2, "tekken": 3 + 2, "fim": 5 + 1, "bytes4": 5 + 1}
+    body = json.dumps({"messages": named}).encode()
+    structs = cw.adapters.to_canonical(named, "openai")
+    for profile, n in want.items():
+        assert (
+            cw.count_messages(plain, profile) + cw.estimate_tokens("bob", profile) + ref.PROFILES[profile].name_overhead
+            == n
+        )
+        assert cw.count_messages(named, profile) == n, profile
+        assert cw.count_request(body, profile=profile) == n, profile
+        assert ref.message_tokens(structs[0], ref.PROFILES[profile]) == n, profile
+    # an empty name is a name: the 1 without text; a null one is none
+    assert cw.count_messages([{**named[0], "name": ""}], "cl100k") == 6
+    assert cw.count_messages([{**named[0], "name": None}], "cl100k") == 5
+    # the exact path (a tokenizer) adds it too: 4 + len("hi") + 1 + len("bob")
+    assert cw.Estimator("cl100k", tokenizer=len).count_messages(named) == 10
+
+
 def test_an_openai_refusal_counts_as_the_message_text() -> None:
     """An assistant message that declined carries its text in ``refusal`` (``content``
     null); the model reads it back, so it counts as that text would as ``content``. It
@@ -795,10 +822,11 @@ def test_an_openai_refusal_counts_as_the_message_text() -> None:
         assert cw.count_messages(declined, profile) == cw.count_messages(as_content, profile), profile
     body = json.dumps({"model": "m", "messages": declined}).encode()
     assert cw.count_request(body) == cw.count_messages(declined)
-    # exact mode: 12 words x 40 = 480 words of refusal, 1 of "hi", 3 per message (cl100k's
-    # overhead; conservative takes the larger family overhead, 3)
+    # exact mode: 12 words x 40 = 480 words of refusal, 1 of "hi", 4 per message (cl100k's
+    # overhead, 3 format tokens and the role; conservative takes the larger family
+    # overhead, 4)
     words = cw.Estimator(tokenizer=lambda s: len(s.split()))
-    assert words.count_messages(declined) == 480 + 1 + 2 * 3
+    assert words.count_messages(declined) == 480 + 1 + 2 * 4
     # null is no refusal: nothing beyond the overhead; a number or an object is refused
     # (fresh16a F5: it was read as no refusal, silently)
     bare = cw.count_messages([{"role": "assistant", "content": None}])

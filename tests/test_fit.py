@@ -374,7 +374,8 @@ def test_pinned_kept_and_unpinned_over_share() -> None:
 def test_pinned_share_weighs_the_tool_unit_a_pin_keeps() -> None:
     """fresh19 F1: a pin keeps its tool unit whole, so the share rule weighs the unit. A
     pinned 36-token call kept its 298-token result, which the share never saw: fit gave
-    fits=False at 395 tokens where the same conversation without the pin fits at 65."""
+    fits=False at 395 tokens where the same conversation without the pin fits at 65 (at 3
+    per message; 4 per message now: 37, 299 and 69)."""
     call = {
         "role": "assistant",
         "content": None,
@@ -388,25 +389,25 @@ def test_pinned_share_weighs_the_tool_unit_a_pin_keeps() -> None:
         {"role": "assistant", "content": "done"},
         {"role": "user", "content": "now"},
     ]
-    assert [cw.count_messages([m]) for m in ms] == [4, 53, 36, 298, 4, 4]
-    # budget 200: the unit (36 + 298 = 334) is over the share (100), so the call is
+    assert [cw.count_messages([m]) for m in ms] == [5, 54, 37, 299, 5, 5]
+    # budget 200: the unit (37 + 299 = 336) is over the share (100), so the call is
     # unpinned and the result is as without the pin
     for pin in ((2,), (3,), (2, 3)):
         r = fit(ms, 200, FitPolicy(pinned=pin))
-        assert (r.report.fits, r.report.tokens_after) == (True, 65), pin
+        assert (r.report.fits, r.report.tokens_after) == (True, 69), pin
         assert [rules(r)[i] for i in pin] == ["unpinned_over_share"] * len(pin)
     guard = cw.ContextGuard(
         cw.resolve_budget(context_window=300, max_output_tokens=100, floor=0), policy=FitPolicy(pinned=(2,))
     )
-    assert (guard.check(ms).fits, guard.check(ms).tokens_after) == (True, 65)
-    # an old turn of 400 tokens before it: at 680 (share 340) the unit (334, counted once
+    assert (guard.check(ms).fits, guard.check(ms).tokens_after) == (True, 69)
+    # an old turn of 400 tokens before it: at 680 (share 340) the unit (336, counted once
     # though both its messages are pinned) stays and the old turn goes; at 660 (share 330)
     # both pins are unpinned, oldest first, and the unit stays as any P1 unit would
     ms2 = [*ms[:1], {"role": "user", "content": "old " * 400}, {"role": "assistant", "content": "ok"}, *ms[1:]]
     r = fit(ms2, 680, FitPolicy(pinned=(4, 5)))
     assert rules(r) == ["preamble", "p2_evicted", "p3_evicted", "kept", "pinned", "pinned", "kept", "current_request"]
     r = fit(ms2, 660, FitPolicy(pinned=(4, 5)))
-    assert rules(r)[4:6] == ["unpinned_over_share", "unpinned_over_share"] and r.report.tokens_after == 414
+    assert rules(r)[4:6] == ["unpinned_over_share", "unpinned_over_share"] and r.report.tokens_after == 421
 
 
 def test_current_request_is_never_unpinned_or_evicted() -> None:
@@ -929,7 +930,8 @@ def test_an_eviction_the_breadcrumb_makes_larger_is_undone(text_action: bool) ->
 
 def test_an_eviction_the_breadcrumb_makes_larger_is_undone_reproducer() -> None:
     # fresh16b #5, the finding's reproducer (conservative profile): 44 tokens (the
-    # breadcrumb, "build" and "path" gone) at budgets 45-52, 37 at 53
+    # breadcrumb, "build" and "path" gone) at budgets 45-52, 37 at 53 (3 per message; at 4
+    # every cost below is 1 more and the 4 messages kept are 41 from budget 41 on)
     fn = {"name": "bash", "arguments": '{"cmd": "make"}'}
     msgs = [
         sys_("You are a helpful build agent. " * 3),
@@ -939,10 +941,10 @@ def test_an_eviction_the_breadcrumb_makes_larger_is_undone_reproducer() -> None:
         a("path"),
         u("delta"),
     ]
-    assert cw.message_tokens(msgs) == [25, 4, 41, 591, 4, 4]
-    for budget in range(37, 60):
+    assert cw.message_tokens(msgs) == [26, 5, 42, 592, 5, 5]
+    for budget in range(41, 64):
         r = fit(msgs, budget)
-        assert r.report.tokens_after == 25 + 4 + 4 + 4, budget
+        assert r.report.tokens_after == 26 + 5 + 5 + 5, budget
         assert kept(r, msgs) == [0, 1, 4, 5], budget
 
 
@@ -1162,13 +1164,14 @@ def test_request_cut_only_as_the_last_resort(budget: int) -> None:
 
 
 def test_breadcrumb_fallback_same_on_the_findings_chat() -> None:
-    """fresh8 N1 repro, conservative profile: 35 tokens, system + request alone 25 (39 and
-    27 when the tester found it); the breadcrumb next to them never fits under the total."""
+    """fresh8 N1 repro, conservative profile: 39 tokens, system + request alone 27 at 4 per
+    message (35 and 25 at 3; 39 and 27 when the tester found it); the breadcrumb next to
+    them never fits under the total."""
     req = u("Please fix the failing test in tests/test_io.py and explain the cause briefly.")
     msgs = [sys_("Be terse."), u("old question"), {"role": "assistant", "content": "old answer"}, req]
     alone = cw.count_messages([msgs[0], req])
     total = cw.count_messages(msgs)
-    assert (total, alone) == (35, 25)
+    assert (total, alone) == (39, 27)
     assert alone + cw.count_messages([u(BC)]) >= total
     for budget in range(alone, total):
         r = fit(msgs, budget)
@@ -1238,10 +1241,11 @@ def test_placeholder_mid_turn_evicted_with_a_neighbour() -> None:
 
 
 def test_nothing_fits_gives_the_smaller_breadcrumb_variant() -> None:
-    """fresh14 #7 (conservative): system 4, an old turn of 30 "hello there" and 30 "hi"
-    (15 tokens with its breadcrumb in its place), request 6. Below 10 nothing fits; fit
-    returned the variant with the breadcrumb (25 tokens) where budget 12 keeps 10. Now the
-    smaller, [system, request], as trim_turns does."""
+    """fresh14 #7 (conservative): system 5, an old turn of 30 "hello there" and 30 "hi"
+    (16 tokens with its breadcrumb in its place), request 7 (4 per message; at 3 these
+    were 4, 15, 6 and the totals below 10 and 25). Below 12 nothing fits; fit returned the
+    variant with the breadcrumb (28 tokens) where budget 14 keeps 12. Now the smaller,
+    [system, request], as trim_turns does."""
     m = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hello there " * 30},
@@ -1249,7 +1253,7 @@ def test_nothing_fits_gives_the_smaller_breadcrumb_variant() -> None:
         {"role": "user", "content": "q2"},
     ]
     kept = [fit(m, b).report.tokens_after for b in range(30)]
-    assert kept == [10] * 25 + [25] * 5
+    assert kept == [12] * 28 + [28] * 2
     r = fit(m, 9)
     assert not r.report.fits and r.messages == [m[0], m[3]] and not r.report.breadcrumb
     assert [cw.trim_turns(m, b).report.tokens_after for b in range(30)] == kept

@@ -57,8 +57,8 @@ def request_cut(r: Any) -> int:
 
 
 def prefill_chat() -> list[dict[str, Any]]:
-    """Conservative: system 7, old question 102, old answer 102, request 11, prefill 4;
-    the breadcrumb costs 15 in its own message."""
+    """Conservative: system 8, old question 103, old answer 103, request 12, prefill 5;
+    the breadcrumb costs 16 in its own message (4 per message; 1 less each at 3)."""
     return [
         sys_("Answer in JSON."),
         u("old question " * 50),
@@ -71,34 +71,36 @@ def prefill_chat() -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("budget", "prefill", "tokens", "out"),
     [
-        (40, "kept", 37, [0, "BC", 3, 4]),  # 7 + 15 + 11 + 4: over the low-water mark 28
-        (25, "kept", 22, [0, 3, 4]),  # the breadcrumb left out: 7 + 11 + 4
-        (21, "dropped", 18, [0, 3]),  # 22 > 21: the prefill goes, the request stays whole
+        # the finding's budgets 40, 25 and 21 at 3 per message, plus 1 per message kept
+        (44, "kept", 41, [0, "BC", 3, 4]),  # 8 + 16 + 12 + 5: over the low-water mark 30
+        (28, "kept", 25, [0, 3, 4]),  # the breadcrumb left out: 8 + 12 + 5
+        (23, "dropped", 20, [0, 3]),  # 25 > 23: the prefill goes, the request stays whole
     ],
 )
 def test_prefill_kept_when_the_result_fits_with_it(budget: int, prefill: str, tokens: int, out: list[Any]) -> None:
     """fresh14 finding 4: at 40 the prefill went to reach the low-water mark (28), leaving
-    33 where 37 fits with it. It stays now whenever a result fits with it and the request
-    whole (trim_turns' 37 at 40), and goes only below that."""
+    33 where 37 fits with it (3 per message; at 4: budget 44, 41). It stays now whenever a
+    result fits with it and the request whole (trim_turns' 41 at 44), and goes only below
+    that."""
     msgs = prefill_chat()
-    assert cw.message_tokens(msgs) == [7, 102, 102, 11, 4]
+    assert cw.message_tokens(msgs) == [8, 103, 103, 12, 5]
     r = fit(msgs, budget)
     assert [f.fate for f in r.report.fates] == ["kept", "dropped", "dropped", "kept", prefill]
     assert r.report.fates[4].rule == ("kept" if prefill == "kept" else "p1_evicted")
     assert (r.report.fits, r.report.tokens_after) == (True, tokens)
     idx = [next((i for i, m in enumerate(msgs) if m is x), "BC") for x in r.messages]
     assert idx == out
-    if budget == 40:
-        assert r.messages == cw.trim_turns(msgs, 40).messages
+    if budget == 44:
+        assert r.messages == cw.trim_turns(msgs, 44).messages
 
 
 def test_prefill_kept_without_a_system_message() -> None:
     """fresh14 finding 4's second reproducer: 26 tokens with the prefill dropped; now
-    11 + 4 = 15 (no breadcrumb: it would cost more than it leaves room for)."""
+    12 + 5 = 17 (no breadcrumb: it would cost more than it leaves room for)."""
     msgs = prefill_chat()[1:]
     r = fit(msgs, 28, format="openai")
     assert [f.fate for f in r.report.fates] == ["dropped", "dropped", "kept", "kept"]
-    assert (r.report.fits, r.report.tokens_after, r.messages) == (True, 15, msgs[2:])
+    assert (r.report.fits, r.report.tokens_after, r.messages) == (True, 17, msgs[2:])
 
 
 def anthropic_prefill_chat() -> list[dict[str, Any]]:
@@ -107,9 +109,11 @@ def anthropic_prefill_chat() -> list[dict[str, Any]]:
 
 def test_anthropic_prefill() -> None:
     """fresh14 finding 4, Anthropic shape: at 150 the prefill went (118 tokens); it stays
-    now (125, trim_turns' result). At 100 the request alone is over the budget: it is cut
-    by 99 characters either way and the prefill goes, as before: keeping it would cut the
-    request further (trim_turns keeps it with 135 characters cut)."""
+    now (127, trim_turns' result; 125 at 3 per message). At 101 (100 at 3 per message) the
+    request alone is over the budget: it is cut by 99 characters either way and the
+    prefill goes, as before: keeping it would cut the request further (trim_turns keeps it
+    with 135 characters cut at 102, the budget that leaves its two messages the room they
+    had at 100)."""
     msgs = anthropic_prefill_chat()
     r = fit(msgs, 150, format="anthropic")
     assert [(f.fate, f.rule) for f in r.report.fates] == [
@@ -118,30 +122,31 @@ def test_anthropic_prefill() -> None:
         ("kept", "breadcrumb_added"),
         ("kept", "kept"),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 125) and r.messages[-1] is msgs[3]
+    assert (r.report.fits, r.report.tokens_after) == (True, 127) and r.messages[-1] is msgs[3]
     assert msgspec.to_builtins(r.messages) == msgspec.to_builtins(cw.trim_turns(msgs, 150, format="anthropic").messages)
-    r = fit(msgs, 100, format="anthropic")
+    r = fit(msgs, 101, format="anthropic")
     assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates][2:] == [
         ("truncated", "request_truncated", 99),
         ("dropped", "p1_evicted", 0),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 99)
-    t = cw.trim_turns(msgs, 100, format="anthropic")
+    assert (r.report.fits, r.report.tokens_after) == (True, 100)
+    t = cw.trim_turns(msgs, 102, format="anthropic")
     assert request_cut(t) == 135 and t.report.fates[3].fate == "kept"
 
 
 def test_guard_keeps_a_prefill_that_fits() -> None:
     """fresh14 finding 4 through the guard, which falls back on fit: usable 40 gave 33
-    tokens without the prefill; now 37 with it. Anthropic shape at usable 150: the
-    request alone came back; now the breadcrumb, the request and the prefill."""
+    tokens without the prefill; now 37 with it (3 per message; at 4: usable 44, 41).
+    Anthropic shape at usable 150: the request alone came back; now the breadcrumb, the
+    request and the prefill."""
     msgs = prefill_chat()
-    g = cw.ContextGuard(cw.resolve_budget(context_window=140, max_output_tokens=100)).check(msgs)
-    assert (g.fits, g.tokens_after) == (True, 37)
+    g = cw.ContextGuard(cw.resolve_budget(context_window=144, max_output_tokens=100)).check(msgs)
+    assert (g.fits, g.tokens_after) == (True, 41)
     assert [m["content"] for m in g.messages] == [msgs[0]["content"], BC, msgs[3]["content"], "["]
     assert g.messages[-1] is msgs[4]
     anth = anthropic_prefill_chat()
     g = cw.ContextGuard(cw.resolve_budget(context_window=250, max_output_tokens=100)).check(anth, format="anthropic")
-    assert (g.fits, g.tokens_after, len(g.messages)) == (True, 125, 2)
+    assert (g.fits, g.tokens_after, len(g.messages)) == (True, 127, 2)
     assert g.messages[-1] is anth[3] and g.messages[0]["content"][0]["text"] == BC
 
 
@@ -149,8 +154,9 @@ def test_guard_keeps_a_prefill_that_fits() -> None:
 
 
 def text_action() -> list[dict[str, Any]]:
-    """fresh15 #2 (conservative): system 4, an old turn of 44 + 44, the request 10, the
-    command ``ls -la`` 6, its output (``[Tool results]`` and 100 lines) 301."""
+    """fresh15 #2 (conservative): system 5, an old turn of 45 + 45, the request 11, the
+    command ``ls -la`` 7, its output (``[Tool results]`` and 100 lines) 302 (4 per
+    message; 1 less each at 3)."""
     return [
         sys_("sys"),
         u("old question " * 20),
@@ -164,14 +170,15 @@ def text_action() -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("budget", "output", "tokens"),
     [
-        # 4 + 10 + 6 + 301 = 321 > 315: the old turn goes, and the output is cut as a tool
-        # result (obs16) to at most 315 - 20 = 295 tokens (294: the cut ends at a line), so
-        # the step stays; no breadcrumb (15 tokens), which would cost the newest turn more
+        # the finding's budgets at 3 per message (315, 320, 321, 400), plus 1 per message kept.
+        # 5 + 11 + 7 + 302 = 325 > 319: the old turn goes, and the output is cut as a tool
+        # result (obs16) to at most 319 - 23 = 296 tokens (295: the cut ends at a line), so
+        # the step stays; no breadcrumb (16 tokens), which would cost the newest turn more
         # of its output
-        (315, "truncated", 314),
-        (320, "truncated", 320),
-        (321, "kept", 321),  # the old turn goes (its breadcrumb would not fit), the step stays whole
-        (400, "kept", 336),  # over the low-water mark 280: the step is not evicted to reach it
+        (319, "truncated", 318),
+        (324, "truncated", 324),
+        (325, "kept", 325),  # the old turn goes (its breadcrumb would not fit), the step stays whole
+        (405, "kept", 341),  # 5 + 16 + 11 + 7 + 302, over the low-water mark 283: the step stays
     ],
 )
 def test_command_and_its_output_stay_or_go_together(budget: int, output: str, tokens: int) -> None:
@@ -181,8 +188,8 @@ def test_command_and_its_output_stay_or_go_together(budget: int, output: str, to
     trim_turns cuts a ``[Tool results]`` text as a tool result, the output is cut at 315-320
     (before, both went there). The guard cuts it to half its window first."""
     msgs = text_action()
-    assert cw.message_tokens(msgs) == [4, 44, 44, 10, 6, 301]
-    assert cw.count_messages([cw.messages.Message(role="user", content=[cw.messages.TextPart(text=BC)])]) == 15
+    assert cw.message_tokens(msgs) == [5, 45, 45, 11, 7, 302]
+    assert cw.count_messages([cw.messages.Message(role="user", content=[cw.messages.TextPart(text=BC)])]) == 16
     r = fit(msgs, budget)
     assert [f.fate for f in r.report.fates][3:] == ["kept", "kept", output]
     assert (r.report.fits, r.report.tokens_after) == (True, tokens)
@@ -191,7 +198,7 @@ def test_command_and_its_output_stay_or_go_together(budget: int, output: str, to
     # the guard's step 1 cuts the output first, as a tool result over half the window
     # (fresh16b #3; before, it left a [Tool results] text whole and gave fit's result):
     # at most (budget + 10) // 2 tokens, its prefix and its last line kept; then it all
-    # fits (108 + 10 + 6 + at most 205 <= budget) and nothing else goes
+    # fits (113 + at most 207 <= budget) and nothing else goes
     g = cw.ContextGuard(cw.resolve_budget(context_window=budget + 10, max_output_tokens=10, floor=0)).check(msgs)
     assert g.messages[:5] == msgs[:5] and [type(e).__name__ for e in g.events] == ["ToolResultTruncated"]
     out = g.messages[-1]["content"]
@@ -202,7 +209,7 @@ def test_command_and_its_output_stay_or_go_together(budget: int, output: str, to
 
 
 def build_fails() -> list[dict[str, Any]]:
-    """fresh14 finding 1 (conservative): system 14, request 187, command 16, output 31."""
+    """fresh14 finding 1 (conservative): system 15, request 188, command 17, output 32."""
     return [
         sys_("You are an agent. Reply with a shell command."),
         u("Find why the build fails. " + "Context line. " * 60),
@@ -212,49 +219,52 @@ def build_fails() -> list[dict[str, Any]]:
 
 
 def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> None:
-    """fresh14 finding 1's reproducer: the request alone (187 tokens) is over the budget
+    """fresh14 finding 1's reproducer: the request alone (188 tokens) is over the budget
     (100). Keeping the step would cut the request further (trim_turns cuts 695 of its 866
     characters, the command to its marker and the output to its ``[Tool results]``
     prefix). The request's cut is monotone in the budget only if it is the same as
     without the step: below the budget where the step can no longer fit, fit keeps far
     more of the request. So the step goes, whole; at
     every budget the request keeps as much as it does without the step, and the step is
-    back whole once 248 tokens fit everything."""
+    back whole once 252 tokens fit everything (budgets here are the finding's at 3 per
+    message plus 1 per message kept: 100 is 102 for the system and the cut request, 104
+    for trim_turns' four messages)."""
     msgs = build_fails()
-    assert cw.message_tokens(msgs) == [14, 187, 16, 31]
-    r = fit(msgs, 100)
+    assert cw.message_tokens(msgs) == [15, 188, 17, 32]
+    r = fit(msgs, 102)
     assert fates(r) == [
         ("kept", "preamble", 0),
         ("truncated", "request_truncated", 543),
         ("dropped", "p1_evicted", 0),
         ("dropped", "p1_evicted", 0),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 100)
-    assert request_cut(r) == request_cut(fit(msgs[:2], 100))
-    assert request_cut(cw.trim_turns(msgs, 100)) == 695
+    assert (r.report.fits, r.report.tokens_after) == (True, 102)
+    assert request_cut(r) == request_cut(fit(msgs[:2], 102))
+    assert request_cut(cw.trim_turns(msgs, 104)) == 695
     cuts = []
-    for b in range(40, 260):
+    for b in range(40, 264):
         r = fit(msgs, b)
         assert (r.report.fates[2].fate == "dropped") == (r.report.fates[3].fate == "dropped")
         assert request_cut(r) == request_cut(fit(msgs[:2], b)), b
         cuts.append(request_cut(r))
     assert cuts == sorted(cuts, reverse=True) and cuts[-1] == 0
-    assert fit(msgs, 248).report.reason is None
+    assert fit(msgs, 252).report.reason is None
 
 
 def test_request_kept_whole_over_an_answer_cut_to_its_marker() -> None:
     """fresh15 #3, corpus ``llamafactory_glaive_toolcall_zh/idx094.json``: at budgets
     30-38 the request was cut to its marker so that the newest tool unit and answer could
-    stay, themselves cut to markers, where budget 24 kept the request whole. The request
-    is now whole at every budget from 24 (its own 24 tokens) and its cut never grows."""
+    stay, themselves cut to markers, where budget 24 kept the request whole (3 per
+    message; 1 more each at 4). The request is now whole at every budget from 25 (its own
+    25 tokens) and its cut never grows from 16 on, where a cut request first fits."""
     path = CORPUS / "llamafactory_glaive_toolcall_zh" / "idx094.json"
     if not path.exists():
         pytest.skip("the shared corpus is not beside the repo")
     msgs = json.loads(path.read_text())["messages"]
-    cuts = [request_cut(fit(msgs, b)) for b in range(15, 400)]
+    cuts = [request_cut(fit(msgs, b)) for b in range(16, 401)]
     assert cuts == sorted(cuts, reverse=True)
-    assert cuts[24 - 15 :] == [0] * (400 - 24)
-    for b in (30, 38):
+    assert cuts[25 - 16 :] == [0] * (401 - 25)
+    for b in (31, 39):
         r = fit(msgs, b)
         assert r.messages == [msgs[6]] and r.report.fits
 
@@ -332,8 +342,8 @@ def own_result_call() -> dict[str, Any]:
 
 
 def moved_into_request() -> list[dict[str, Any]]:
-    """Conservative, Anthropic: system 8, the call with its result 58, the request 8, the
-    command ``ls -la`` 6 and its output 37 (117 in all). Repaired, the request holds the
+    """Conservative, Anthropic: system 9, the call with its result 59, the request 9, the
+    command ``ls -la`` 7 and its output 38 (122 in all; 1 less each at 3 per message). Repaired, the request holds the
     result: a carrier, no turn start, but still the request."""
     return [
         sys_("You are an agent."),
@@ -349,14 +359,15 @@ def test_request_that_received_a_moved_result_stays_and_keeps_its_exchange() -> 
     after repair, the output (the last message) stood in for the request and the request
     went as P1 with the call: at 116, 51 tokens were left (system, command, output). The
     request is now found by origin, as ``trim_turns`` finds it: P0, and the exchange after
-    it is held. At 116 the plain run evicts the exchange (74 <= the low-water mark 81)
-    though it fits with the output cut by 41 characters (116); at 80 it goes: the request
-    and its call alone are 74, and 74 + 6 + 37 = 117 > 80 (the output's prefix alone would
-    not fit in what is left)."""
+    it is held. The budgets below are 116 and 80 at 3 per message plus 1 per message
+    kept. At 121 the plain run evicts the exchange (77 <= the low-water mark 84) though it
+    fits with the output cut by 41 characters (121); at 83 it goes: the request and its
+    call alone are 77, and 77 + 7 + 38 = 122 > 83 (the output's prefix alone would not
+    fit in what is left)."""
     msgs = moved_into_request()
-    assert cw.message_tokens(msgs, format="anthropic") == [8, 58, 8, 6, 37]
+    assert cw.message_tokens(msgs, format="anthropic") == [9, 59, 9, 7, 38]
     assert cw.priorities(msgs, format="anthropic") == [0, 1, 0, 1, 1]
-    r = fit(msgs, 116, format="anthropic")
+    r = fit(msgs, 121, format="anthropic")
     assert fates(r) == [
         ("kept", "preamble", 0),
         ("repaired", "result_moved", 0),
@@ -364,26 +375,27 @@ def test_request_that_received_a_moved_result_stays_and_keeps_its_exchange() -> 
         ("kept", "kept", 0),
         ("truncated", "tool_result_shrunk", 41),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 116)
+    assert (r.report.fits, r.report.tokens_after) == (True, 121)
     assert r.messages[3] is msgs[3]
-    r = fit(msgs, 80, format="anthropic")
+    r = fit(msgs, 83, format="anthropic")
     assert [f.fate for f in r.report.fates] == ["kept", "repaired", "repaired", "dropped", "dropped"]
-    assert (r.report.fits, r.report.tokens_after) == (True, 74)
+    assert (r.report.fits, r.report.tokens_after) == (True, 77)
     assert [m["role"] for m in r.messages] == ["system", "assistant", "user"]
     assert r.messages[2]["content"][-1] == {"type": "text", "text": "Now fix the bug."}
 
 
 def test_request_that_received_a_moved_result_is_not_evicted_for_an_older_message() -> None:
-    """The same with an older turn and a real user message before the call (83 + 83, then
-    7): that message stood in for the request, and at 65 fit kept it and the breadcrumb
-    (19) and evicted the request with everything after it. Now the old turn goes, the
-    breadcrumb joins that message (19), and the call and the request stay: 19 + 38 + 8 =
-    65; the exchange goes (65 + 6 + 37 > 65). The older message is P1 but goes only with
-    its turn, which holds the request, so it stays."""
+    """The same with an older turn and a real user message before the call (84 + 84, then
+    8; 1 less each at 3 per message): that message stood in for the request, and at 65
+    (3 per message) fit kept it and the breadcrumb and evicted the request with
+    everything after it. Now, at 68 (65 plus 1 for each of the 3 messages kept), the old
+    turn goes, the breadcrumb joins that message (20), and the call and the request stay:
+    20 + 39 + 9 = 68; the exchange goes (68 + 7 + 38 > 68). The older message is P1 but
+    goes only with its turn, which holds the request, so it stays."""
     msgs = [u("old q " * 40), a("old a " * 40), u("Read the config."), own_result_call(), *moved_into_request()[2:]]
     msgs[3]["content"][0]["content"] = "cfg"
-    assert cw.message_tokens(msgs, format="anthropic") == [83, 83, 7, 38, 8, 6, 37]
-    r = fit(msgs, 65, format="anthropic")
+    assert cw.message_tokens(msgs, format="anthropic") == [84, 84, 8, 39, 9, 7, 38]
+    r = fit(msgs, 68, format="anthropic")
     assert fates(r) == [
         ("dropped", "p1_evicted", 0),
         ("dropped", "p1_evicted", 0),
@@ -393,7 +405,7 @@ def test_request_that_received_a_moved_result_is_not_evicted_for_an_older_messag
         ("dropped", "p1_evicted", 0),
         ("dropped", "p1_evicted", 0),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 65)
+    assert (r.report.fits, r.report.tokens_after) == (True, 68)
     assert r.messages[-1]["content"][-1] == {"type": "text", "text": "Now fix the bug."}
 
 
@@ -401,9 +413,11 @@ def test_request_that_received_a_moved_result_survives_the_newest_turn_shrink() 
     """When eviction is not enough, fit runs trim_turns on what is left, where the request
     holding the moved result is no real user message: trim_turns took it for the results
     of an older tool unit of the newest turn and dropped it (``oldest_tool_unit``). It is
-    passed as pinned now. Conservative, Anthropic: system 8, the call 58, the request 29,
-    then two tool units of 40 + 180 (535). At 314 the older unit goes (P1: 315) and the
-    newest (the open tool call) has its result cut by 42 characters: 314, as trim_turns."""
+    passed as pinned now. Conservative, Anthropic: system 9, the call 59, the request 30,
+    then two tool units of 41 + 181 (542; 1 less a message at 3 per message). At 319 (314
+    at 3 per message, plus 1 for each of the 5 messages kept) the older unit goes (P1:
+    320) and the newest (the open tool call) has its result cut by 42 characters: 319, as
+    trim_turns."""
     tool = "file.txt\n" * 60
     msgs = [
         sys_("You are an agent."),
@@ -420,8 +434,8 @@ def test_request_that_received_a_moved_result_survives_the_newest_turn_shrink() 
             for i in ("t2", "t3")
         ),
     ]
-    assert cw.message_tokens(msgs, format="anthropic") == [8, 58, 29, 40, 180, 40, 180]
-    r = fit(msgs, 314, format="anthropic")
+    assert cw.message_tokens(msgs, format="anthropic") == [9, 59, 30, 41, 181, 41, 181]
+    r = fit(msgs, 319, format="anthropic")
     assert fates(r) == [
         ("kept", "preamble", 0),
         ("repaired", "result_moved", 0),
@@ -431,8 +445,8 @@ def test_request_that_received_a_moved_result_survives_the_newest_turn_shrink() 
         ("kept", "open_tool_call", 0),
         ("truncated", "tool_result_shrunk", 42),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 314)
-    assert r.messages == cw.trim_turns(msgs, 314, format="anthropic").messages
+    assert (r.report.fits, r.report.tokens_after) == (True, 319)
+    assert r.messages == cw.trim_turns(msgs, 319, format="anthropic").messages
     assert not any(m.get("pinned") for m in r.messages)
 
 
@@ -553,7 +567,8 @@ def test_pinned_share_edge_cuts_the_request_at_the_larger_budget() -> None:
     (unpinned_over_share) and the request stays whole. The request's cut is monotone only
     at budgets where the share rule unpins the same messages (README Known limits).
     (With the 2^20-bit vocabulary filters the pinned message was 14 tokens and the
-    budgets 27, 28, 29; the 2^22-bit filters' refit makes it 13, `_reference` agrees.)"""
+    budgets 27, 28, 29; the 2^22-bit filters' refit makes it 13, `_reference` agrees.
+    At 4 per message, 1 more each: pinned 14, request 17 (31), budgets 27 to 30.)"""
     xs = "[Tool results] " + "x" * 380
     msgs = [
         Message(role="user", content=[TextPart(text="hello" * 5)], pinned=True),
@@ -563,13 +578,13 @@ def test_pinned_share_edge_cuts_the_request_at_the_larger_budget() -> None:
         Message(role="assistant", content=[TextPart(text="")]),
         Message(role="user", content=[TextPart(text=xs)]),
     ]
-    assert cw.message_tokens(msgs[:2]) == [13, 16]
-    r25, r26, r27, r28 = (fit(msgs, b, format="openai") for b in (25, 26, 27, 28))
-    assert unpinned(r25) == {0} and request_cut(r25) == 0 and r25.report.tokens_after == 16
-    for r in (r26, r27):  # 29 > 27, and a cut does not fit
+    assert cw.message_tokens(msgs[:2]) == [14, 17]
+    r27, r28, r29, r30 = (fit(msgs, b, format="openai") for b in (27, 28, 29, 30))
+    assert unpinned(r27) == {0} and request_cut(r27) == 0 and r27.report.tokens_after == 17
+    for r in (r28, r29):  # 31 > 29, and a cut does not fit
         assert unpinned(r) == set() and not r.report.fits and request_cut(r) == 0
     assert (
-        unpinned(r28) == set() and request_cut(r28) == 39 and (r28.report.fits, r28.report.tokens_after) == (True, 28)
+        unpinned(r30) == set() and request_cut(r30) == 39 and (r30.report.fits, r30.report.tokens_after) == (True, 30)
     )
 
 

@@ -736,7 +736,8 @@ def test_a_format_key_names_the_shape_only_when_it_is_a_provider() -> None:
         assert cw.fit_request(body, budget=100, report=True)[1].provider == want
     # over the body's marks: a top-level system is an unknown key of an OpenAI body
     body = json.dumps({"format": "openai", "system": "s " * 100, "messages": plain}).encode()
-    assert cw.count_request(body) == cw.count_request(body, provider="openai") == 4
+    # "hi": 1 token + 4 per message
+    assert cw.count_request(body) == cw.count_request(body, provider="openai") == 5
     # provider= still wins
     assert cw.fit_request(body, budget=100, provider="anthropic", report=True)[1].provider == "anthropic"
     # a body read in the shape its key names gets no "(read as an Anthropic body for ...)"

@@ -1016,9 +1016,9 @@ def test_guard_with_a_pin_evicts_the_placeholder() -> None:
 
 
 def test_guard_drops_the_old_turn_not_the_request() -> None:
-    """fresh8 N1 through the guard: capacities 25, 29 and 33 (window - 10), [system,
-    request] 25 tokens, all 35: the old turn goes, the breadcrumb is left out, the request
-    stays whole."""
+    """fresh8 N1 through the guard: capacities 27, 31 and 35 (window - 10), [system,
+    request] 27 tokens, all 39 (4 per message; 25, 35 and capacities 25, 29, 33 at 3):
+    the old turn goes, the breadcrumb is left out, the request stays whole."""
     req = {"role": "user", "content": "Please fix the failing test in tests/test_io.py and explain the cause briefly."}
     msgs = [
         {"role": "system", "content": "Be terse."},
@@ -1026,11 +1026,11 @@ def test_guard_drops_the_old_turn_not_the_request() -> None:
         {"role": "assistant", "content": "old answer"},
         req,
     ]
-    assert (cw.count_messages(msgs), cw.count_messages([msgs[0], req])) == (35, 25)
-    for window in (35, 39, 43):
+    assert (cw.count_messages(msgs), cw.count_messages([msgs[0], req])) == (39, 27)
+    for window in (37, 41, 45):
         r = ContextGuard(resolve_budget(context_window=window, max_output_tokens=10, floor=1)).check(msgs)
         assert r.messages == [msgs[0], req] and r.messages[1] is req
-        assert (r.fits, r.tokens_after) == (True, 25)
+        assert (r.fits, r.tokens_after) == (True, 27)
 
 
 def test_guard_never_does_worse_than_fit_on_its_input() -> None:

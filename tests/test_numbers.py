@@ -138,13 +138,14 @@ def test_the_cli_counts_them_alike_and_fit_request_sends_them_as_written(num: st
 
 def test_the_finding() -> None:
     # fresh10 F-num: 52 against 49 (-0 written -0.0) and 71 against 70 (e+308), by the
-    # default profile; now both doors count the dict path's text
+    # default profile at 3 per message; now both doors count the dict path's text, and at
+    # 4 per message the 3 messages are 49 + 3 = 52 and 70 + 3 = 73
     raw = (
         b'{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use",'
         b'"id":"t","name":"f","input":{"x":NUM}}]},{"role":"user","content":[{"type":"tool_result",'
         b'"tool_use_id":"t","content":"r"}]}]}'
     )
-    for num, expected in ((b"-0", 49), (b"1.7976931348623157e308", 70)):
+    for num, expected in ((b"-0", 52), (b"1.7976931348623157e308", 73)):
         body = raw.replace(b"NUM", num)
         assert cw.count_messages(json.loads(body)["messages"]) == expected
         assert cw.count_request(body) == expected

@@ -210,7 +210,8 @@ def test_request_that_repair_made_real_is_the_request() -> None:
     the request: 78 tokens at 60 (``fits=False``), where the same conversation without
     the orphan cuts the request by 107 characters and fits. The later of the two is the
     request now (``fit`` took the later one already). Anthropic, conservative: old turn
-    83 + 83, the request 54, ``ls -la`` 6, its output 96."""
+    84 + 84, the request 55, ``ls -la`` 7, its output 97 (1 less each at 3 per message;
+    the budget 60 of then is 63 for the 3 messages kept)."""
 
     def conv(orphan: bool) -> list[Message]:
         req: list[Any] = [TextPart(text="Now fix the bug. " * 10)]
@@ -225,8 +226,8 @@ def test_request_that_repair_made_real_is_the_request() -> None:
         ]
 
     msgs = conv(True)
-    assert cw.message_tokens(msgs, format="anthropic") == [83, 83, 54, 6, 96]
-    r = cw.trim_turns(msgs, 60, format="anthropic")
+    assert cw.message_tokens(msgs, format="anthropic") == [84, 84, 55, 7, 97]
+    r = cw.trim_turns(msgs, 63, format="anthropic")
     assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates] == [
         ("dropped", "oldest_turn", 0),
         ("dropped", "oldest_turn", 0),
@@ -234,10 +235,10 @@ def test_request_that_repair_made_real_is_the_request() -> None:
         ("kept", "kept_turn", 0),
         ("truncated", "tool_result_shrunk", 271),
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 60)
-    assert r.messages == cw.trim_turns(conv(False), 60, format="anthropic").messages
-    engine = _OUTCOME.decode(native.trim_turns(encode_messages(msgs), 60, "conservative", True, "anthropic"))
-    assert [(op.src, op.msg) for op in engine.messages] == ref.trim_turns(msgs, 60, "conservative", True, "anthropic")[
+    assert (r.report.fits, r.report.tokens_after) == (True, 63)
+    assert r.messages == cw.trim_turns(conv(False), 63, format="anthropic").messages
+    engine = _OUTCOME.decode(native.trim_turns(encode_messages(msgs), 63, "conservative", True, "anthropic"))
+    assert [(op.src, op.msg) for op in engine.messages] == ref.trim_turns(msgs, 63, "conservative", True, "anthropic")[
         0
     ]
 
@@ -615,12 +616,13 @@ FRESH15_4 = [
 ]
 
 
-@pytest.mark.parametrize("budget", [100, 300, 626])
+@pytest.mark.parametrize("budget", [104, 304, 630])
 def test_fresh15_4_the_request_stays_whole_and_the_observation_is_cut(budget: int) -> None:
     """fresh15 #4 (default profile): at 100 nothing could meet the budget (672 tokens,
     fits False); at 626 the request was cut to one character and the 1,815-character
     ``ls`` output stayed whole. Now the request and the command stay whole at every such
-    budget, and the output is cut to the most head and tail that fits, prefix kept."""
+    budget, and the output is cut to the most head and tail that fits, prefix kept.
+    (Budgets at 3 per message; 4 more for the 4 messages kept at 4 per message.)"""
     msgs = FRESH15_4
     r = cw.trim_turns(msgs, budget)
     assert r.report.fits and r.report.tokens_after <= budget
@@ -653,14 +655,15 @@ def test_fresh15_4_the_request_stays_whole_and_the_observation_is_cut(budget: in
 
 def test_one_token_more_of_budget_never_stops_a_fit() -> None:
     """fresh18 F1: at budget 20 the request was left whole (21 tokens, fits=False) where
-    18 and 19 fit with a cut that removes 27 characters; now 20 makes that cut too."""
+    18 and 19 fit with a cut that removes 27 characters; now 20 makes that cut too (3
+    per message; at 4 every figure is 1 more)."""
     m = [{"role": "user", "content": "世界[Tool results]  ok.a b한국어\r\n"}]
-    assert cw.count_messages(m) == 21
-    for budget in (18, 19, 20):
+    assert cw.count_messages(m) == 22
+    for budget in (19, 20, 21):
         r = cw.trim_turns(m, budget)
-        assert (r.report.fits, r.report.tokens_after) == (True, 18), budget
+        assert (r.report.fits, r.report.tokens_after) == (True, 19), budget
         assert r.messages[0]["content"] == "世界\n[... 27 characters removed ...]\n"
-    assert cw.trim_turns(m, 21).messages == m
+    assert cw.trim_turns(m, 22).messages == m
 
 
 @pytest.mark.skipif(not (CORPUS / "claude_code_viewer/5c0375b4_sidechain1.json").exists(), reason="no corpus")

@@ -514,11 +514,15 @@ def main() -> None:
         reals[fam] = y
         heldout = {c: summary(err[ok & hold & (cls == c) & (src == "corpus")]) for c in ("prose", "code", "cjk")}
         if fam == "cl100k":
-            # OpenAI's documented chat format: 3 tokens per message (cookbook "How to count
-            # tokens with tiktoken"). How tool calls and tool definitions are rendered is not
-            # published: no overhead beyond their JSON text, which is longer than the
-            # TypeScript-like rendering the cookbook's function counter assumes.
-            overheads = (3, 0, 0)
+            # OpenAI's documented chat format (cookbook "How to count tokens with tiktoken",
+            # num_tokens_from_messages): 3 format tokens per message plus the role, one
+            # cl100k token for every role (system, user, assistant, tool, developer): 4.
+            # Its 1 per message with a name (beside the name's text) is name_overhead;
+            # its 3 per request (the primed reply) are left to the caller (README Known
+            # limits). How tool calls and tool definitions are rendered is not published:
+            # no overhead beyond their JSON text, which is longer than the TypeScript-like
+            # rendering the cookbook's function counter assumes.
+            overheads = (4, 0, 0)
         else:
             overheads = tekken_overheads()
         out["families"][fam] = {
@@ -527,6 +531,8 @@ def main() -> None:
             "message_overhead": overheads[0],
             "tool_call_overhead": overheads[1],
             "tool_overhead": overheads[2],
+            # Mistral's request encoder drops a message's name: nothing to add
+            "name_overhead": 1 if fam == "cl100k" else 0,
             "heldout_corpus": heldout,
         }
         print(fam, json.dumps(heldout), file=sys.stderr)

@@ -21,7 +21,7 @@ def count_features(text: str, family: str) -> list[tuple[str, int]]:
 def vocab_data(family: str) -> tuple[bytes, bytes]:
     """The family's Bloom filter (2**17 bytes) and cost table (17,088 bytes), as embedded."""
 
-def profile_overheads(profile: str) -> tuple[int, int, int]:
+def profile_overheads(profile: str) -> tuple[int, int, int, int]:
     """Per-message, per-tool-call and per-tool overheads of ``profile``, in tokens."""
 
 def estimate_many(texts: list[str], profile: str) -> list[int]:

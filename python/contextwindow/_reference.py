@@ -416,12 +416,22 @@ class Profile:
     message_overhead: int
     tool_call_overhead: int
     tool_overhead: int
+    name_overhead: int  # per message with a name, beside the name's text
     image_fixed: int | None  # None: the provider rules of contextwindow._image
 
 
 def _fitted(name: str) -> Profile:
     fam = _DATA["families"][name]
-    return Profile(name, "fitted", name, fam["message_overhead"], fam["tool_call_overhead"], fam["tool_overhead"], None)
+    return Profile(
+        name,
+        "fitted",
+        name,
+        fam["message_overhead"],
+        fam["tool_call_overhead"],
+        fam["tool_overhead"],
+        fam["name_overhead"],
+        None,
+    )
 
 
 def _max_overhead(key: str) -> int:
@@ -436,12 +446,13 @@ PROFILES = {
         _max_overhead("message_overhead"),
         _max_overhead("tool_call_overhead"),
         _max_overhead("tool_overhead"),
+        _max_overhead("name_overhead"),
         None,
     ),
     "cl100k": _fitted("cl100k"),
     "tekken": _fitted("tekken"),
-    "fim": Profile("fim", "fim", None, 4, 0, 0, 765),
-    "bytes4": Profile("bytes4", "bytes4", None, 4, 0, 0, 765),
+    "fim": Profile("fim", "fim", None, 4, 0, 0, 0, 765),
+    "bytes4": Profile("bytes4", "bytes4", None, 4, 0, 0, 0, 765),
 }
 
 
@@ -494,7 +505,7 @@ def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None
 
 
 def message_tokens(m: Message, p: Profile, text: Callable[[str], int] | None = None) -> int:
-    """Overhead + name + refusal + every part; ``text`` replaces the profile's text rule
+    """Overhead + name (its overhead and text) + refusal + every part; ``text`` replaces the profile's text rule
     when given. A string ``refusal`` among the message's other keys (an OpenAI assistant
     message that declined) is text the model reads back; any other value counts nothing."""
     t = text or (lambda s: text_tokens(s, p))
@@ -503,7 +514,8 @@ def message_tokens(m: Message, p: Profile, text: Callable[[str], int] | None = N
         refusal = ""
     # extras are kept as given; lone surrogates count as U+FFFD, as in every other text
     refusal = refusal.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return p.message_overhead + t(m.name or "") + t(refusal) + sum(part_tokens(q, p, t) for q in m.content)
+    name = 0 if m.name is None else p.name_overhead + t(m.name)
+    return p.message_overhead + name + t(refusal) + sum(part_tokens(q, p, t) for q in m.content)
 
 
 # --------------------------------------------------------------------------- cost models

@@ -15,7 +15,9 @@ Profiles:
   more than a little waste: on held-out agent transcripts at most a few percent of text
   segments are undercounted by more than 5% by either family.
 * ``cl100k``: fitted against tiktoken's ``cl100k_base`` (GPT-4, GPT-3.5 and the many
-  models sharing that vocabulary); 3 tokens per message (OpenAI's chat format).
+  models sharing that vocabulary); 4 tokens per message (OpenAI's chat format: 3 and
+  the role) and 1 per ``name`` beside its text; the 3 tokens OpenAI adds per request to
+  prime the reply are not counted.
 * ``tekken``: fitted against Mistral's Tekken tokenizer (mistral-common); per-message,
   per-tool-call and per-tool overheads measured with mistral-common's request encoder.
 * ``fim``: the FIM One rule: ASCII 4 characters a token, every code point >= 128 at 1.5
@@ -338,7 +340,8 @@ def count_messages(
 ) -> int:
     """Estimate the tokens of a conversation as sent to the model.
 
-    Message cost = per-message overhead + name + text parts + images + tool-call names
+    Message cost = per-message overhead + name (text, plus the profile's per-name
+    overhead: 1 for ``cl100k`` and ``conservative``) + text parts + images + tool-call names
     and argument text (+ per-call overhead) + tool results. Additive: the count of a list
     is the sum of the counts of its messages. ``tools`` (the request's tool definitions)
     add, per tool, the estimate of its compact JSON text (every key included: ``anyOf``,

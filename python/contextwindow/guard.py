@@ -654,7 +654,7 @@ class ContextGuard:
 
         >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
         >>> guard.check([{"role": "user", "content": "hi"}]).tokens_after
-        4
+        5
         """
         hint = _hint(hint)
         # the steps below read lists that share most of their dicts, and change none:

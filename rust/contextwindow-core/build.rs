@@ -48,10 +48,11 @@ fn main() {
                     .unwrap_or_else(|| panic!("{at}.{k}: non-negative integer"))
             };
             overheads.push(format!(
-                "({}, {}, {})",
+                "({}, {}, {}, {})",
                 o("message_overhead"),
                 o("tool_call_overhead"),
-                o("tool_overhead")
+                o("tool_overhead"),
+                o("name_overhead")
             ));
         }
         let hex = f["run_chars"]
@@ -85,7 +86,7 @@ fn main() {
         "pub const SCALE: i64 = {scale};\n\
          pub const FEATURES: [&str; {n}] = [{names}];\n\
          pub static WEIGHTS: [[i64; crate::features::N_FEATURES]; 3] = [{weights}];\n\
-         pub const OVERHEADS: [(u64, u64, u64); 2] = [{overheads}];\n\
+         pub const OVERHEADS: [(u64, u64, u64, u64); 2] = [{overheads}];\n\
          pub const MARGIN_PERCENT: i64 = {margin};\n\
          pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n\
          pub static RUN_CHARS: [[u8; 128]; 3] = [{runs}];\n",

@@ -185,6 +185,8 @@ pub struct Profile {
     pub tool_call_overhead: u64,
     /// Tokens added per tool definition on top of its JSON text.
     pub tool_overhead: u64,
+    /// Tokens added per message that has a `name`, on top of the name's text.
+    pub name_overhead: u64,
     pub image: ImageModel,
 }
 
@@ -196,6 +198,7 @@ pub const FIM: Profile = Profile {
     message_overhead: 4,
     tool_call_overhead: 0,
     tool_overhead: 0,
+    name_overhead: 0,
     image: ImageModel::Fixed(765),
 };
 
@@ -206,6 +209,7 @@ pub const BYTES4: Profile = Profile {
     message_overhead: 4,
     tool_call_overhead: 0,
     tool_overhead: 0,
+    name_overhead: 0,
     image: ImageModel::Fixed(765),
 };
 
@@ -217,6 +221,7 @@ pub const CL100K: Profile = Profile {
     message_overhead: data::OVERHEADS[0].0,
     tool_call_overhead: data::OVERHEADS[0].1,
     tool_overhead: data::OVERHEADS[0].2,
+    name_overhead: data::OVERHEADS[0].3,
     image: ImageModel::Provider,
 };
 
@@ -228,6 +233,7 @@ pub const TEKKEN: Profile = Profile {
     message_overhead: data::OVERHEADS[1].0,
     tool_call_overhead: data::OVERHEADS[1].1,
     tool_overhead: data::OVERHEADS[1].2,
+    name_overhead: data::OVERHEADS[1].3,
     image: ImageModel::Provider,
 };
 
@@ -243,6 +249,7 @@ pub const CONSERVATIVE: Profile = Profile {
     message_overhead: max(data::OVERHEADS[0].0, data::OVERHEADS[1].0),
     tool_call_overhead: max(data::OVERHEADS[0].1, data::OVERHEADS[1].1),
     tool_overhead: max(data::OVERHEADS[0].2, data::OVERHEADS[1].2),
+    name_overhead: max(data::OVERHEADS[0].3, data::OVERHEADS[1].3),
     image: ImageModel::Provider,
 };
 
@@ -356,10 +363,12 @@ impl Profile {
         }
     }
 
-    /// Tokens of a message: overhead + name + refusal + every part.
+    /// Tokens of a message: overhead + name (its overhead and text) + refusal + every part.
     pub fn message_tokens(&self, m: &Message) -> u64 {
         self.message_overhead
-            + self.text_tokens(m.name.as_deref().unwrap_or(""))
+            + m.name
+                .as_deref()
+                .map_or(0, |n| self.name_overhead + self.text_tokens(n))
             + m.extra
                 .as_deref()
                 .map_or(0, |e| self.text_tokens(&refusal(e)))

@@ -146,6 +146,36 @@ fn message_cost_counts_calls_and_results() {
 }
 
 #[test]
+fn a_name_costs_its_text_and_the_profiles_name_overhead() {
+    // OpenAI's recipe (fresh20a F1): 3 format tokens and the role per message (4), 1 more
+    // per name beside its text; conservative takes the larger family's; tekken, fim and
+    // bytes4 add nothing for a name
+    let mut bob = u("hi");
+    bob.name = Some("bob".into());
+    assert_eq!((CL100K.message_overhead, CL100K.name_overhead), (4, 1));
+    assert_eq!(
+        (CONSERVATIVE.message_overhead, CONSERVATIVE.name_overhead),
+        (4, 1)
+    );
+    assert_eq!((TEKKEN.message_overhead, TEKKEN.name_overhead), (2, 0));
+    assert_eq!((FIM.name_overhead, BYTES4.name_overhead), (0, 0));
+    // "hi" and "bob" are 1 cl100k token each: 4 + 1 + 1 + 1
+    assert_eq!(CL100K.message_tokens(&bob), 7);
+    assert_eq!(CL100K.message_tokens(&u("hi")), 5);
+    // fim: 4 + "hi" 1 + "bob" 1, no name overhead
+    assert_eq!(FIM.message_tokens(&bob), 6);
+    for p in [&CONSERVATIVE, &CL100K, &TEKKEN, &FIM, &BYTES4] {
+        assert_eq!(
+            p.message_tokens(&bob),
+            p.message_tokens(&u("hi")) + p.name_overhead + p.text_tokens("bob")
+        );
+    }
+    // an empty name is a name: its overhead, no text
+    bob.name = Some(String::new());
+    assert_eq!(CL100K.message_tokens(&bob), 6);
+}
+
+#[test]
 fn segmentation_table() {
     // (messages, preamble_end, turns, units, current_request)
     type Case = (
@@ -917,7 +947,7 @@ fn trim_cuts_a_tool_results_text_before_the_request() {
     let seen_cut = "[Tool results]\n[... 386 characters removed ...]\n".to_owned();
     assert_eq!(texts(&out)[1..], [request, "ls -la".to_owned(), seen_cut]);
     assert_eq!((out.report.tokens_after, out.report.fits), (200, true));
-    // the finding's own conversation (default profile): every budget from 100 up keeps
+    // the finding's own conversation (default profile): every budget from 104 up keeps
     // the request and the command whole and cuts the 1,815-character observation
     let mut msgs = vec![
         sys("You are an agent."),
@@ -931,7 +961,9 @@ fn trim_cuts_a_tool_results_text_before_the_request() {
         profile: &CONSERVATIVE,
         ..opts(Format::OpenAI)
     };
-    for budget in [100, 300, 626] {
+    // the budgets of fresh15 #4 at 3 per message, plus 1 for each of the 4 messages kept
+    // at 4 (tests/test_trim.py)
+    for budget in [104, 304, 630] {
         let out = trim_turns(&msgs, budget, conservative);
         assert!(
             out.report.fits && out.report.tokens_after <= budget,
@@ -952,9 +984,9 @@ fn trim_cuts_a_tool_results_text_before_the_request() {
         );
         assert_eq!(out.report.fates[3].fate, "kept");
     }
-    // pinned, it is not cut: the request is, as before
+    // pinned, it is not cut: the request is, as before (626 at 3 per message)
     msgs[5].pinned = true;
-    let out = trim_turns(&msgs, 626, conservative);
+    let out = trim_turns(&msgs, 630, conservative);
     assert_eq!(out.report.fates[3].rule, "request_truncated");
     assert_eq!(out.report.fates[5].fate, "kept");
 }

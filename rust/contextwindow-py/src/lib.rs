@@ -237,11 +237,16 @@ fn count_features(py: Python<'_>, text: &str, family: &str) -> PyResult<Vec<(&'s
     run(py, || api::count_features(text, family))
 }
 
-/// A profile's per-message, per-tool-call and per-tool overheads, in tokens.
+/// A profile's per-message, per-tool-call, per-tool and per-name overheads, in tokens.
 #[pyfunction]
-fn profile_overheads(py: Python<'_>, profile: &str) -> PyResult<(u64, u64, u64)> {
+fn profile_overheads(py: Python<'_>, profile: &str) -> PyResult<(u64, u64, u64, u64)> {
     let p = estimate::profile(profile).map_err(|e| to_py(py, e))?;
-    Ok((p.message_overhead, p.tool_call_overhead, p.tool_overhead))
+    Ok((
+        p.message_overhead,
+        p.tool_call_overhead,
+        p.tool_overhead,
+        p.name_overhead,
+    ))
 }
 
 /// A family's Bloom filter and cost table, as embedded (for the Python reference).
