@@ -247,16 +247,16 @@ def test_a_detail_openai_refuses_is_reported_and_priced_as_high() -> None:
     """fresh20a F7: any ``detail`` string was taken silently and priced as ``"high"``;
     the Chat Completions API takes ``"low"``, ``"high"`` and ``"auto"`` only. ``validate``
     reports the others (``detail_not_allowed``, one each); counting is unchanged: an
-    image of unknown size is 1,445 (1,448 with the message's 3), ``"low"`` 85 (88)."""
+    image of unknown size is 1,445 (1,449 with the message's 4), ``"low"`` 85 (89)."""
     from contextwindow import _reference as ref
     from contextwindow._engine import prepare
 
     m = [{"role": "user", "content": [_openai_image("Low")]}]
-    assert cw.count_messages(m) == 1_448
+    assert cw.count_messages(m) == 1_449
     [v] = cw.validate(m, "openai")
     assert (v.index, v.code, v.call_id) == (0, "detail_not_allowed", None)
     assert v.detail == 'image detail "Low" is not "low", "high" or "auto", the values the Chat Completions API takes'
-    assert cw.count_messages([{"role": "user", "content": [_openai_image("low")]}]) == 88
+    assert cw.count_messages([{"role": "user", "content": [_openai_image("low")]}]) == 89
     for ok in ("low", "high", "auto"):
         assert cw.validate([{"role": "user", "content": [_openai_image(ok)]}], "openai") == []
     assert (
