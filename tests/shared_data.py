@@ -73,7 +73,10 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
       blocks, so the count can only fall);
     * ``trailing_whitespace`` when ``given`` has it (a prefill ending in whitespace: the
       strategies draw a final assistant message of any text, which the library keeps as
-      it is and whose cuts keep its end).
+      it is and whose cuts keep its end);
+    * ``tool_name_not_allowed``, ``call_id_not_allowed`` and ``reused_call_id`` when
+      ``given`` has at least as many of each (Anthropic: the strategies draw ids reused
+      across messages; the library renames no id and drops no message for it).
     """
     import contextwindow as cw
     from contextwindow.adapters import from_canonical
@@ -89,4 +92,8 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
         found = [v for v in found if v.code != "empty_content"]
     if any(v.code == "trailing_whitespace" for v in cw.validate(given, provider)):
         found = [v for v in found if v.code != "trailing_whitespace"]
+    for code in ("tool_name_not_allowed", "call_id_not_allowed", "reused_call_id"):
+        n = sum(v.code == code for v in found)
+        if n and n <= sum(v.code == code for v in cw.validate(given, provider)):
+            found = [v for v in found if v.code != code]
     return found

@@ -1148,3 +1148,63 @@ def test_writers_refuse_structs_the_engine_refuses() -> None:
                 cw.adapters.from_canonical(m, fmt)
             with pytest.raises(InvalidMessageError):
                 cw.count_messages([m])
+
+
+_BIG_CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "read_file", "arguments": '{"p": "' + "x" * 800 + '"}'},
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "reason"),
+    [
+        ({"tool_calls": [_BIG_CALL]}, "extra.tool_calls", "a Message carries tool calls as ToolCall parts"),
+        (
+            {"function_call": {"name": "f", "arguments": "{}"}},
+            "extra.function_call",
+            "a Message carries tool calls as ToolCall parts",
+        ),
+        ({"content": "smuggled text"}, "extra.content", "a Message's own field"),
+        ({"role": "system"}, "extra.role", "a Message's own field"),
+    ],
+)
+def test_struct_extra_cannot_smuggle_calls_or_fields(extra: dict[str, Any], field: str, reason: str) -> None:
+    """fresh20b #5: a struct's ``extra`` holding ``tool_calls`` or ``function_call`` was
+    written by the adapters but neither counted nor paired (13 tokens counted, a
+    5,403-token request with an unanswered call written); ``content`` and ``role`` were
+    dropped or written. Every path taking structs refuses them, naming the field."""
+    ms = [
+        Message(role="user", content=[TextPart(text="read it")]),
+        Message(role="assistant", content=[TextPart(text="ok")], extra=extra),
+        Message(role="user", content=[TextPart(text="next")]),
+    ]
+    calls: list[Callable[[], object]] = [
+        lambda: cw.count_messages(ms, format="openai"),
+        lambda: cw.count_messages(ms),
+        lambda: cw.validate(ms, "openai"),
+        lambda: cw.validate(ms, "anthropic"),
+        lambda: cw.trim_turns(ms, 100, format="openai"),
+        lambda: cw.repair_tool_pairs(ms),
+        lambda: cw.fit(ms, 100),
+        lambda: cw.count_many([ms]),
+    ]
+    for call in calls:
+        with pytest.raises(
+            InvalidMessageError, match=f"^(conversation 0: )?message 1, field {field}: {reason}"
+        ) as info:
+            call()
+        assert (info.value.index, info.value.field) == (1, field)
+    for write in (message_to_openai, message_to_anthropic, lambda m: from_canonical(m, "openai")):
+        with pytest.raises(InvalidMessageError, match=f"^field {field}: {reason}"):
+            write(ms[1])
+
+
+@pytest.mark.parametrize("extra", [{"tool_calls": None}, {"tool_calls": []}, {"function_call": None}, {"k": 1}])
+def test_struct_extra_keeps_what_reading_a_dict_leaves(extra: dict[str, Any]) -> None:
+    """What the adapters leave in ``extra`` when they read a dict (``tool_calls`` null or
+    ``[]``, ``function_call`` null) still round-trips (fresh20b #5 refuses the rest)."""
+    m = Message(role="assistant", content=[TextPart(text="ok")], extra=extra)
+    assert message_to_openai(m) == {"role": "assistant", "content": "ok", **extra}
+    assert cw.count_messages([Message(role="user", content=[TextPart(text="q")]), m]) > 0

@@ -483,3 +483,22 @@ def test_early_results_agree(c: tuple[str, list[Message]], missing: str, pct: in
     pairing |= {"result_outside_user_message", "duplicate_call", "call_outside_assistant", "result_after_content"}
     assert [v for v in cw.validate(r.messages, provider) if v.code in pairing] == []
     assert cw.repair_tool_pairs(r.messages, missing, format=provider).report.repairs == []
+
+
+_CALL_IDS = st.sampled_from(["a", "b", "", "x.y", "toolu_ü", "call-0"])
+_CALL_NAMES = st.sampled_from(["f", "", "a.b", "x" * 64, "x" * 65, "é"])
+
+
+@given(st.lists(st.lists(st.tuples(_CALL_IDS, _CALL_NAMES), min_size=1, max_size=3), min_size=1, max_size=4))
+def test_validate_agrees_on_call_ids_and_names(turns: list[list[tuple[str, str]]]) -> None:
+    """fresh20b #4, #6: tool_use ids reused across messages and ids or names off
+    Anthropic's patterns, reported alike by the engine and the reference."""
+    msgs = [Message(role="user", content=[TextPart(text="go")])]
+    for calls in turns:
+        msgs.append(Message(role="assistant", content=[ToolCall(id=i, name=n, arguments="{}") for i, n in calls]))
+        results = [ToolResult(call_id=i, content=[TextPart(text="r")]) for i, _ in calls]
+        msgs.append(Message(role="user", content=results))
+    payload, cm = canon(msgs)
+    for provider in ("anthropic", "openai"):
+        got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
+        assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]

@@ -947,3 +947,14 @@ def test_a_false_positive_still_counts_as_one_token() -> None:
     489.9, rounded up."""
     assert cw.count_features(" fbbbelgqirmnrz", "conservative")["known"] == 1
     assert cw.estimate_tokens(" fbbbelgqirmnrz" * 500) == 490
+
+
+def test_batches_of_none_name_the_argument() -> None:
+    """fresh20b Minor: ``estimate_many(None)`` raised Python's ``'NoneType' object is not
+    iterable``, naming no argument; ``count_many(None)`` already named its own."""
+    with pytest.raises(TypeError, match=r"^texts must be a list of str, got NoneType$"):
+        cw.estimate_many(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^texts must be a list of str, got int$"):
+        cw.estimate_many(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^conversations must be a list of message lists, got NoneType$"):
+        cw.count_many(None)  # type: ignore[arg-type]

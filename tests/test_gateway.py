@@ -769,3 +769,26 @@ def test_the_body_alone_is_the_body_with_the_report_at_every_budget(provider: st
         for budget in range(total + 2):
             out, _ = cw.fit_request(body, budget=budget, provider=provider, report=True)
             assert cw.fit_request(body, budget=budget, provider=provider) == out, budget
+
+
+def test_a_pinned_message_fate_counts_the_lifted_system_first() -> None:
+    """fresh20b #8: in an Anthropic body with a top-level system, ``pinned=[i]`` counts the
+    ``messages`` array and the report counts the system as message 0, so the pinned
+    message's fate is ``fates[i + 1]`` (documented next to ``pinned``)."""
+    msgs: list[dict[str, Any]] = []
+    for t in range(5):
+        msgs += [
+            {"role": "user", "content": f"question {t} " + "word " * 80},
+            {"role": "assistant", "content": f"answer {t} " + "word " * 80},
+        ]
+    msgs.append({"role": "user", "content": "final"})
+    raw = json.dumps({"model": "claude", "system": "You are helpful.", "messages": msgs}).encode()
+    body, rep = cw.fit_request(raw, budget=300, pinned=[2], report=True)
+    fates = rep.report.fates
+    assert len(fates) == len(msgs) + 1
+    assert (fates[0].fate, fates[3].fate) == ("kept", "kept")  # the system, messages[2]
+    assert fates[2].fate == "dropped"  # messages[1], "answer 0"
+    kept = [json.dumps(m["content"]) for m in json.loads(body)["messages"]]
+    # the breadcrumb goes into the pinned message, now the first one
+    assert fates[3].rule == "breadcrumb_added" and "question 1 " in kept[0]
+    assert not any("answer 0 " in c for c in kept)

@@ -1335,3 +1335,77 @@ def test_drop_mode_trims_the_whitespace_of_a_final_prefill_it_leaves() -> None:
     ]
     r = cw.repair_tool_pairs(openai, missing="drop")
     assert r.messages[1] == {"role": "assistant", "content": "Let me look. "}
+
+
+def _anthropic_tool_loop(ids: list[str], name: str = "bash") -> list[dict[str, Any]]:
+    """A user request, then for each id an assistant ``tool_use`` and its result, then a
+    final answer and a new request (fresh20b #4's shape)."""
+    ms: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
+    for k, i in enumerate(ids):
+        ms.append({"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": name, "input": {}}]})
+        ms.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": f"r{k}"}]})
+    return [*ms, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "thanks"}]
+
+
+def test_anthropic_tool_use_id_reused_across_messages_is_reported() -> None:
+    """fresh20b #4: Anthropic refuses a request whose tool_use ids repeat ("tool_use ids
+    must be unique"), across messages too; validate passed it. Reported once per reusing
+    message and id, naming the first user; OpenAI's rules leave it alone."""
+    ms = _anthropic_tool_loop(["toolu_1", "toolu_1", "toolu_2", "toolu_1"])
+    found = cw.validate(ms, "anthropic", format="anthropic")
+    assert [(v.index, v.code, v.call_id) for v in found] == [
+        (3, "reused_call_id", "toolu_1"),
+        (7, "reused_call_id", "toolu_1"),
+    ]
+    assert found[0].detail == 'tool call id "toolu_1" is already used by message 1; tool_use ids must be unique'
+    openai_ms: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
+    for k, i in enumerate(["call_0", "call_0", "call_1", "call_0"]):
+        call = {"id": i, "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        openai_ms.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        openai_ms.append({"role": "tool", "tool_call_id": i, "content": f"r{k}"})
+    assert cw.validate(openai_ms, "openai") == []  # OpenAI's rules: no known refusal
+    # repair does not rename ids: the violation stays, and repair adds nothing
+    assert cw.repair_tool_pairs(ms, format="anthropic").report.repairs == []
+    # an id twice in one message, also used before: duplicate_call (repair mends it) and
+    # one reused_call_id
+    two = {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}] * 2}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "x"}]}
+    ms2 = [*_anthropic_tool_loop(["a"])[:3], two, result]
+    got = [(v.index, v.code) for v in cw.validate(ms2, "anthropic", format="anthropic")]
+    assert got == [(3, "duplicate_call"), (3, "reused_call_id")]
+
+
+@pytest.mark.parametrize(
+    ("call_id", "name", "codes"),
+    [
+        ("", "read", ["call_id_not_allowed"]),
+        ("functions.read:0", "read", ["call_id_not_allowed"]),
+        ("toolu_ü", "read", ["call_id_not_allowed"]),
+        ("t1", "", ["tool_name_not_allowed"]),
+        ("t1", "read.file", ["tool_name_not_allowed"]),
+        ("t1", "x" * 65, ["tool_name_not_allowed"]),
+        ("a b", "a b", ["tool_name_not_allowed", "call_id_not_allowed"]),
+        ("t-1_A9", "x" * 64, []),
+    ],
+)
+def test_anthropic_tool_use_id_and_name_patterns(call_id: str, name: str, codes: list[str]) -> None:
+    """fresh20b #6: the Messages API checks a tool_use id against ^[a-zA-Z0-9_-]+$ and a
+    name against ^[a-zA-Z0-9_-]{1,64}$; validate passed "", Kimi's "functions.read:0"
+    and an empty name. OpenAI's rules report neither."""
+    ms = _anthropic_tool_loop([call_id], name)
+    found = cw.validate(ms, "anthropic", format="anthropic")
+    assert [(v.index, v.code, v.call_id) for v in found] == [(1, c, call_id) for c in codes]
+    if codes and codes[0] == "call_id_not_allowed":
+        assert found[0].detail == f'tool_use id "{call_id}" does not match ^[a-zA-Z0-9_-]+$'
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+    openai_ms = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "r"},
+    ]
+    assert cw.validate(openai_ms, "openai") == []
+    # the same on Message structs, and trim keeps the violation as the input has it
+    structs = to_canonical(ms, "anthropic")
+    assert [v.code for v in cw.validate(structs, "anthropic")] == codes
+    out = cw.trim_turns(ms, 10_000, format="anthropic").messages
+    assert [v.code for v in cw.validate(out, "anthropic", format="anthropic")] == codes

@@ -449,6 +449,37 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
     return None
 
 
+_CALLS_IN_EXTRA = "a Message carries tool calls as ToolCall parts; in extra they would be written uncounted"
+_FIELD_IN_EXTRA = "a Message's own field; in extra it would be written uncounted or dropped"
+#: Keys of a ``Message``'s ``extra`` that the writers would send but counting, ``validate``
+#: and pairing never see (an assistant's ``tool_calls``, ``function_call``), or that stand
+#: for one of its fields (``role``, ``content``): the adapters never leave them there when
+#: they read a dict (but ``tool_calls`` null or ``[]`` and ``function_call`` null, kept
+#: verbatim, and ``tool_calls`` on another role than assistant, an unknown key there), so
+#: a struct holding them was built so (fresh20b #5).
+_SMUGGLED = {
+    "extra.role": _FIELD_IN_EXTRA,
+    "extra.content": _FIELD_IN_EXTRA,
+    "extra.tool_calls": _CALLS_IN_EXTRA,
+    "extra.function_call": _CALLS_IN_EXTRA,
+}
+
+
+def _smuggled(extra: Mapping[str, Any], role: str) -> str | None:
+    """The field (``extra.tool_calls``) of the first key of :data:`_SMUGGLED` that the
+    ``extra`` of a message with ``role`` holds, or ``None``."""
+    if "role" in extra:
+        return "extra.role"
+    if "content" in extra:
+        return "extra.content"
+    calls = extra.get("tool_calls")
+    if role == "assistant" and calls is not None and not (isinstance(calls, list) and not calls):
+        return "extra.tool_calls"
+    if extra.get("function_call") is not None:
+        return "extra.function_call"
+    return None
+
+
 def _message_fault(m: Message) -> tuple[str, str, bool] | None:
     """:func:`_struct_fault` for one message: ``(field, reason, typed)`` or ``None``."""
     role = m.role
@@ -485,6 +516,9 @@ def _message_fault(m: Message) -> tuple[str, str, bool] | None:
     if extra is not None:
         if not isinstance(extra, Mapping):
             return "extra", "must be a dict", True
+        smuggled = _smuggled(extra, role)
+        if smuggled is not None:
+            return smuggled, _SMUGGLED[smuggled], False
         refusal = extra.get("refusal")
         if refusal is not None and not isinstance(refusal, str):
             return "refusal", _STRING, False

@@ -877,6 +877,7 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
             for _ in range(_blank_blocks(msgs[i].content)):
                 v(i, "empty_content")
     prev: str | None = None
+    used: set[str] = set()
     for i in range(start, len(msgs)):
         m = msgs[i]
         role = anthropic_role(m.role)  # a tool struct is written as a user message
@@ -916,12 +917,39 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 elif cid not in answered:
                     v(i, "unanswered_call", cid)
                 seen_calls.add(cid)
+        if m.role == "assistant":
+            _check_calls_anthropic(m, i, used, v)
         if role in ("user", "assistant"):
             for _ in range(_empty_anthropic(m, final=i == len(msgs) - 1)):
                 v(i, "empty_content")
         if role == "assistant" and i == len(msgs) - 1 and _prefill_ends_in_space(m):
             v(i, "trailing_whitespace")
     return out
+
+
+_ANTHROPIC_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _check_calls_anthropic(m: Message, i: int, used: set[str], v: Callable[[int, str, str | None], None]) -> None:
+    """Anthropic's rules for the tool calls of assistant message ``i`` (Rust
+    ``check_calls_anthropic``): a name not matching ``^[a-zA-Z0-9_-]{1,64}$``
+    (``tool_name_not_allowed``), an id not matching ``^[a-zA-Z0-9_-]+$``
+    (``call_id_not_allowed``), an id an earlier message used (``reused_call_id``, once for
+    each id in ``m``). ``used`` gains the ids of ``m``."""
+    here: set[str] = set()
+    for q in m.content:
+        if not isinstance(q, ToolCall):
+            continue
+        if not _ANTHROPIC_TOKEN.fullmatch(q.name) or len(q.name) > 64:
+            v(i, "tool_name_not_allowed", q.id)
+        if not _ANTHROPIC_TOKEN.fullmatch(q.id):
+            v(i, "call_id_not_allowed", q.id)
+        if q.id in here:
+            continue
+        here.add(q.id)
+        if q.id in used:
+            v(i, "reused_call_id", q.id)
+        used.add(q.id)
 
 
 def anthropic_role(role: str) -> str:

@@ -137,15 +137,15 @@ def estimate_many(texts: Iterable[str], profile: str | None = DEFAULT_PROFILE) -
         Tokens of each text, in order.
 
     Raises:
-        TypeError: ``texts`` is a single ``str``, bytes or a mapping, or an item is not a
-            ``str`` (the error names its index).
+        TypeError: ``texts`` is a single ``str``, bytes, a mapping or not iterable
+            (``None``), or an item is not a ``str`` (the error names its index).
         ValueError: unknown profile.
 
     >>> estimate_many(["abcdefgh", "", "你好世界"], profile="fim")
     [2, 0, 2]
     """
     profile = resolve_profile(profile)
-    if isinstance(texts, (str, bytes, bytearray, Mapping)):
+    if isinstance(texts, (str, bytes, bytearray, Mapping)) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
     items = list(texts)
     for i, t in enumerate(items):

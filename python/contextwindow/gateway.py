@@ -165,7 +165,9 @@ def fit_request(
         pinned: indices into the body's ``messages`` array (an Anthropic top-level
             ``system`` is not in it, and is kept anyway) of messages to treat as pinned:
             their turns are never dropped, as :func:`~contextwindow.trim_turns`'
-            ``pinned``.
+            ``pinned``. The report counts a top-level ``system`` as its message 0, so
+            in such a body ``pinned=[i]``'s fate is ``report.fates[i + 1]``
+            (:class:`RequestReport`).
 
     Returns:
         The new body (the ``body`` object itself when it already fits and was ``bytes``),

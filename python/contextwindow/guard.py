@@ -408,10 +408,20 @@ def hint_priorities(
 
 
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
-#: validate codes no pair repair changes: role order, empty content and a prefill ending
-#: in whitespace (the library leaves such a message as it is)
+#: validate codes no pair repair changes: role order, empty content, a prefill ending in
+#: whitespace (the library leaves such a message as it is) and Anthropic's rules on
+#: tool_use ids and names (no rule renames an id)
 _NOT_PAIRS = frozenset(
-    {"first_not_user", "not_alternating", "role_not_allowed", "empty_content", "trailing_whitespace"}
+    {
+        "first_not_user",
+        "not_alternating",
+        "role_not_allowed",
+        "empty_content",
+        "trailing_whitespace",
+        "tool_name_not_allowed",
+        "call_id_not_allowed",
+        "reused_call_id",
+    }
 )
 
 

@@ -96,7 +96,12 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). Under
     OpenAI's rules an image whose ``detail`` is not ``"low"``, ``"high"`` or ``"auto"``
     (``"Low"``, ``""``), in a message or a tool result, is ``detail_not_allowed``, one
-    violation each (counting prices such an image as ``"high"``). For
+    violation each (counting prices such an image as ``"high"``). Under Anthropic's
+    rules a ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$`` is
+    ``tool_name_not_allowed``, an id not matching ``^[a-zA-Z0-9_-]+$``
+    ``call_id_not_allowed`` (``""``, Kimi's ``functions.read:0``), and an id an earlier
+    assistant message already used ``reused_call_id`` ("tool_use ids must be unique";
+    one inside a message is ``duplicate_call``); OpenAI's rules report neither. For
     ``Message`` structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) is ``unwritable_message``, beside
     its other violations (but for the placement of an OpenAI message's tool results,

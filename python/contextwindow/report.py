@@ -156,8 +156,11 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             or the system, OpenAI's ``"tool_calls": []``), ``trailing_whitespace``
             (Anthropic: the final message is an assistant message, a prefill, whose
             last part is text ending in whitespace), ``detail_not_allowed`` (OpenAI:
-            an image's ``detail`` other than ``"low"``, ``"high"`` or ``"auto"``) or
-            (``Message`` structs
+            an image's ``detail`` other than ``"low"``, ``"high"`` or ``"auto"``),
+            ``tool_name_not_allowed``, ``call_id_not_allowed`` (Anthropic: a
+            ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$``, an id not matching
+            ``^[a-zA-Z0-9_-]+$``), ``reused_call_id`` (Anthropic: a ``tool_use`` id an
+            earlier message already used) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

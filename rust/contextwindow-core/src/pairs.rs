@@ -20,7 +20,8 @@ pub struct Violation {
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`,
-    /// `trailing_whitespace`, `detail_not_allowed`.
+    /// `trailing_whitespace`, `detail_not_allowed`, `tool_name_not_allowed`,
+    /// `call_id_not_allowed`, `reused_call_id`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,7 +73,10 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// (`empty_content`, one for each), and it has content unless it is the final assistant
 /// message (`empty_content`); the leading system message, when written as a list of text
 /// blocks, holds no such block either; the final message, when it is an assistant
-/// message (a prefill), does not end in whitespace (`trailing_whitespace`).
+/// message (a prefill), does not end in whitespace (`trailing_whitespace`); a tool call's
+/// name matches `^[a-zA-Z0-9_-]{1,64}$` (`tool_name_not_allowed`), its id
+/// `^[a-zA-Z0-9_-]+$` (`call_id_not_allowed`), and no id is used by two assistant
+/// messages (`reused_call_id`; see [`check_calls_anthropic`]).
 /// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`), and an
 /// image's `detail` is `"low"`, `"high"` or `"auto"` (`detail_not_allowed`, one for each
 /// other, in the message's parts and its tool results' parts, reported first).
@@ -364,6 +368,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
         }
     }
     let mut prev: Option<Role> = None;
+    let mut used: HashMap<&str, usize> = HashMap::new();
     for (i, m) in messages.iter().enumerate().skip(start) {
         // a `tool` struct is written as a user message (`Role::in_anthropic`)
         let role = m.role.in_anthropic();
@@ -456,6 +461,9 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             }
         };
         check_calls(&mut out, i, m, answered, "in the next user message");
+        if m.role == Role::Assistant {
+            check_calls_anthropic(&mut out, i, m, &mut used);
+        }
         if matches!(role, Role::User | Role::Assistant) {
             for detail in empty_content_anthropic(messages, i, m) {
                 out.push(v(i, "empty_content", None, detail));
@@ -473,6 +481,60 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
         }
     }
     out
+}
+
+/// Whether `s` matches `^[a-zA-Z0-9_-]+$`, the pattern the Messages API checks a
+/// `tool_use` id against (and, with at most 64 characters, its name).
+fn anthropic_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Anthropic's rules for the tool calls of assistant message `i` (`m`), one call at a
+/// time: a name not matching `^[a-zA-Z0-9_-]{1,64}$` (`tool_name_not_allowed`), an id not
+/// matching `^[a-zA-Z0-9_-]+$` (`call_id_not_allowed`), and an id an earlier message
+/// already used (`reused_call_id`, once for each id in `m`: "tool_use ids must be
+/// unique" holds across the request; an id repeated inside `m` is `duplicate_call`,
+/// which repair mends, where this one it leaves to the caller). `used` maps each id
+/// seen to its first message.
+fn check_calls_anthropic<'m>(
+    out: &mut Vec<Violation>,
+    i: usize,
+    m: &'m Message,
+    used: &mut HashMap<&'m str, usize>,
+) {
+    let mut here: HashSet<&str> = HashSet::new();
+    for p in m.tool_calls() {
+        let id = p.id.as_deref().unwrap_or("");
+        let name = p.name.as_deref().unwrap_or("");
+        if !anthropic_token(name) || name.len() > 64 {
+            let detail = format!(
+                "tool_use name {} does not match ^[a-zA-Z0-9_-]{{1,64}}$",
+                quote(name)
+            );
+            out.push(v(i, "tool_name_not_allowed", Some(id), detail));
+        }
+        if !anthropic_token(id) {
+            let detail = format!("tool_use id {} does not match ^[a-zA-Z0-9_-]+$", quote(id));
+            out.push(v(i, "call_id_not_allowed", Some(id), detail));
+        }
+        if !here.insert(id) {
+            continue;
+        }
+        match used.get(id) {
+            Some(&first) => {
+                let detail = format!(
+                    "tool call id {} is already used by message {first}; tool_use ids must be unique",
+                    quote(id)
+                );
+                out.push(v(i, "reused_call_id", Some(id), detail));
+            }
+            None => {
+                used.insert(id, i);
+            }
+        }
+    }
 }
 
 /// Whether assistant message `m`, the final message of an Anthropic request (a prefill
