@@ -90,7 +90,7 @@ def test_trim_and_fit_keep_the_thinking_message(fn: Any) -> None:
 def test_trim_turns_pure_python_engine_keeps_it() -> None:
     """A token counter runs the pure-Python engine (_reference)."""
     msgs = loop()
-    r = cw.trim_turns(msgs, 800, format=A, token_counter=lambda text: len(text) // 4)
+    r = cw.trim_turns(msgs, 800, format=A, token_counter=lambda ms: len(json.dumps(ms, default=str)) // 4)
     check_kept(msgs, r.messages)
 
 
