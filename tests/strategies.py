@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from contextwindow._reference import is_real_user, is_thinking, repair
+from contextwindow._reference import is_real_user, is_thinking, repair, validate
 from contextwindow.messages import (
     BREADCRUMB,
     ImagePart,
@@ -371,11 +371,13 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
     if draw(st.integers(0, 5)) == 0:
         msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))]))
     # A result repair moves (one in its call's own message, an orphan answering an old
-    # call) can land in a real user message, which is then no turn boundary: the turn
-    # before it and its thinking block join the newest turn, whose first assistant message
-    # then lacks one (thinking_not_first). Valid input has no such result, so thinking
-    # blocks stay only where repair moves none (README Known limits).
-    if any(c.kind == "result_moved" for c in repair(msgs, "anthropic", "stub")[1]):
+    # call) into a real user message, or stubs it puts into an empty one, make that message
+    # a result carrier, no turn boundary: the turn before joins the newest turn, whose
+    # first assistant message then lacks a thinking block (thinking_not_first). Valid input
+    # has neither, so thinking blocks stay only where repair's output keeps the thinking
+    # rules (README Known limits).
+    repaired = [it.msg(msgs) for it in repair(msgs, "anthropic", "stub")[0]]
+    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")):
         msgs = [
             msgspec.structs.replace(m, content=[q for q in m.content if not is_thinking(q)] or [TextPart(text="ok")])
             if m.role == "assistant"

@@ -1044,6 +1044,8 @@ def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | No
         "unwritable_message",
         "empty_content",
         "trailing_whitespace",
+        "thinking_not_first",  # the input's thinking blocks, kept as they are
+        "thinking_last",
     }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 

@@ -1959,8 +1959,8 @@ def _trim_turns_once(
     req = current_request(msgs, [it.src for it in st.work], seg.current_request)
     # the first assistant message of the newest turn when it starts with a thinking block
     # stays as a pinned one does, its tool unit whole (fresh20b #1)
-    ta = thinking_anchor(msgs, provider)
-    anchor = next((w for w, it in enumerate(st.work) if ta is not None and it.src == ta), None)
+    # (found in the repaired list, the one sent)
+    anchor = thinking_anchor([it.msg(msgs) for it in st.work], provider)
 
     def over() -> bool:
         return st.total() + bc_cost > budget

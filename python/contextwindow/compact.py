@@ -1302,13 +1302,13 @@ def _prune_middle(
     # the first assistant message of the newest turn when it starts with a thinking block
     # (Anthropic) is kept as a pinned one is: the API refuses the request without it
     # (fresh20b #1)
-    anchor = ref.thinking_anchor(msgs, provider)
+    anchor = ref.thinking_anchor(wm, provider)  # in the repaired list, the one sent
 
     def is_pinned(w: int) -> bool:
         return wm[w].pinned or items[w].src in pinned_idx
 
     def is_anchor(w: int) -> bool:
-        return anchor is not None and items[w].src == anchor
+        return w == anchor
 
     def is_protected(w: int) -> bool:
         return items[w].src in protected

@@ -379,8 +379,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # (Anthropic): P0 (rule thinking_block), held as a pinned message is, its tool unit
     # whole, and not subject to the share rule: the API refuses the request without it
     # (fresh20b #1)
-    ta = ref.thinking_anchor(msgs, prep.provider)
-    anchor = next((w for w in range(nw) if ta is not None and srcs[w] == ta), None)
+    anchor = ref.thinking_anchor(work, prep.provider)  # in the repaired list, the one sent
     # our own breadcrumb and repair's placeholder: single-part messages only
     crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
     placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]

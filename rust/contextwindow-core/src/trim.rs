@@ -1056,9 +1056,10 @@ fn trim_turns_once<'a>(
         .and_then(|i| st.work.iter().position(|w| w.src == Some(i)))
         .max(seg.current_request);
     // the first assistant message of the newest turn when it starts with a thinking
-    // block stays as a pinned one does, its tool unit whole (fresh20b #1)
-    let anchor = thinking_anchor(messages, st.opts.format)
-        .and_then(|i| st.work.iter().position(|w| w.src == Some(i)));
+    // block stays as a pinned one does, its tool unit whole (fresh20b #1); found in the
+    // repaired list, the one sent (a result repair moved into the request makes it no
+    // turn boundary)
+    let anchor = thinking_anchor(&st.work, st.opts.format);
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
