@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
+from contextwindow._reference import is_real_user, is_thinking, repair, validate
 from contextwindow.messages import (
     BREADCRUMB,
     ImagePart,
@@ -184,12 +185,14 @@ def image_part(draw: Any) -> ImagePart:
     return ImagePart(width=width, height=height, detail=detail, source=source)
 
 
-def _text_parts(draw: Any) -> list[Any]:
+def _text_parts(draw: Any, thinking: bool = True) -> list[Any]:
+    """Text parts, sometimes an image, and (``thinking``) sometimes a thinking block first,
+    where Claude puts it, when other parts follow (a message ending in one is refused)."""
     parts: list[Any] = [TextPart(text=t) for t in draw(st.lists(any_text, max_size=2))]
     if draw(st.integers(0, 9)) == 0:
         parts.append(draw(image_part()))
-    if draw(st.integers(0, 14)) == 0:
-        parts.append(OpaquePart(type="thinking", raw={"type": "thinking", "thinking": draw(text)}))
+    if thinking and parts and draw(st.integers(0, 14)) == 0:
+        parts.insert(0, OpaquePart(type="thinking", raw={"type": "thinking", "thinking": draw(text)}))
     return parts
 
 
@@ -320,6 +323,15 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
     def user() -> Message:
         return Message(role="user", content=_text_parts(draw), pinned=draw(st.integers(0, 12)) == 0)
 
+    def turn_first() -> bool:
+        """Whether an assistant message appended now is the first of the newest turn."""
+        for m in reversed(msgs):
+            if m.role == "assistant":
+                return False
+            if is_real_user(m):
+                return True
+        return True
+
     msgs.append(orphan() if draw(st.integers(0, 4)) == 0 else user())
     for _ in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(["chat", "tools", "tools", "interrupted", "orphan", "stray"]))
@@ -333,6 +345,11 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
                 ToolCall(id=i, name=draw(st.sampled_from(["read_file", "search"])), arguments=draw(text)) for i in ids
             ]
             pre = [TextPart(text=draw(text))] if draw(st.booleans()) else []
+            # extended thinking: the first assistant message after a real user message
+            # sometimes starts with a thinking block (only there: valid input)
+            if turn_first() and draw(st.integers(0, 2)) == 0:
+                kind_ = draw(st.sampled_from(["thinking", "redacted_thinking"]))
+                pre = [OpaquePart(type=kind_, raw={"type": kind_, "thinking": draw(text), "signature": "s"}), *pre]
             msgs.append(Message(role="assistant", content=pre + calls, pinned=pinned))
             if kind == "interrupted":
                 msgs.append(user())
@@ -347,10 +364,26 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
             tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
             msgs.append(Message(role=draw(results_role), content=[*results, *tail]) if results else user())
         else:
-            msgs.append(Message(role="assistant", content=_text_parts(draw) or [TextPart(text="ok")], pinned=pinned))
+            # a thinking block only where valid input has one (see turn_first)
+            content = _text_parts(draw, thinking=turn_first()) or [TextPart(text="ok")]
+            msgs.append(Message(role="assistant", content=content, pinned=pinned))
             msgs.append(orphan() if kind == "orphan" else user())
     if draw(st.integers(0, 5)) == 0:
         msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))]))
+    # A result repair moves (one in its call's own message, an orphan answering an old
+    # call) into a real user message, or stubs it puts into an empty one, make that message
+    # a result carrier, no turn boundary: the turn before joins the newest turn, whose
+    # first assistant message then lacks a thinking block (thinking_not_first). Valid input
+    # has neither, so thinking blocks stay only where repair's output keeps the thinking
+    # rules (README Known limits).
+    repaired = [it.msg(msgs) for it in repair(msgs, "anthropic", "stub")[0]]
+    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")):
+        msgs = [
+            msgspec.structs.replace(m, content=[q for q in m.content if not is_thinking(q)] or [TextPart(text="ok")])
+            if m.role == "assistant"
+            else m
+            for m in msgs
+        ]
     return msgs
 
 

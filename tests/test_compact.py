@@ -1049,6 +1049,8 @@ def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | No
         "empty_content",
         "trailing_whitespace",
         *ID_RULES,
+        "thinking_not_first",  # the input's thinking blocks, kept as they are
+        "thinking_last",
     }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
@@ -1377,11 +1379,13 @@ def test_prune_middle_anthropic_notice_leads_when_an_assistant_would() -> None:
         Message(role="assistant", content=[OpaquePart(type="thinking", raw=thinking)], pinned=True),
         Message(role="user", content=[], pinned=True),
     ]
-    # the empty user message is refused by the Messages API (empty_content); the pruned
-    # output keeps it as it is, and adds no violation
-    assert codes(cw.validate(msgs, "anthropic")) == [(2, "empty_content", None)]
+    # the empty user message is refused by the Messages API (empty_content), and so is the
+    # assistant message holding only a thinking block (thinking_last, fresh20b #2: after
+    # the other violations); the pruned output keeps them as they are, and adds none
+    held = [(2, "empty_content", None), (1, "thinking_last", None)]
+    assert codes(cw.validate(msgs, "anthropic")) == held
     r = prune_middle(msgs, keep_recent=0, format="anthropic")
-    assert codes(cw.validate(r.messages, "anthropic")) == [(2, "empty_content", None)]
+    assert codes(cw.validate(r.messages, "anthropic")) == held
     assert [m.role for m in r.messages] == ["user", "assistant", "user"]
     assert r.messages[0].content == [TextPart(text="[context compacted: 1 earlier messages removed]")]
     assert r.messages[1] is msgs[1] and r.messages[2] is msgs[2]
@@ -1517,4 +1521,7 @@ def test_prune_middle_notice_joins_a_tool_struct_read_as_anthropic() -> None:
     r = prune_middle(msgs, keep_recent=7, format="anthropic")
     assert [m.role for m in r.messages] == ["tool", "assistant", "user", "assistant", "user", "assistant", "user"]
     assert r.messages[0].content[0].text.startswith("[context compacted: 4 earlier messages removed]")
-    assert cw.validate(r.messages, "anthropic") == []
+    # the assistant messages ending in a thinking block are the input's (thinking_last,
+    # fresh20b #2), kept as they are; nothing else
+    assert {v.code for v in cw.validate(r.messages, "anthropic")} == {"thinking_last"}
+    assert {v.code for v in cw.validate(msgs, "anthropic")} >= {"thinking_last"}

@@ -502,3 +502,28 @@ def test_validate_agrees_on_call_ids_and_names(turns: list[list[tuple[str, str]]
     for provider in ("anthropic", "openai"):
         got = [(v["index"], v["code"], v.get("call_id")) for v in msgspec.json.decode(rs.validate(payload, provider))]
         assert got == [(v.index, v.code, v.call_id) for v in ref.validate(cm, provider)]
+
+
+@given(anthropic_agent(tool_structs=True), st.data(), st.integers(0, 100))
+def test_thinking_rules_agree(msgs: list[Message], data: st.DataObject, pct: int) -> None:
+    """Thinking blocks anywhere in assistant messages (first, between parts, last, alone):
+    validate's thinking_not_first / thinking_last, repair's drop rule and the trims'
+    thinking anchor agree (fresh20b #1, #2)."""
+    out = []
+    for m in msgs:
+        if m.role == "assistant" and data.draw(st.integers(0, 2)) == 0:
+            kind = data.draw(st.sampled_from(["thinking", "redacted_thinking"]))
+            at = data.draw(st.integers(0, len(m.content)))
+            think = OpaquePart(type=kind, raw={"type": kind, "thinking": "t", "signature": "s"})
+            m = msgspec.structs.replace(m, content=[*m.content[:at], think, *m.content[at:]])
+        out.append(m)
+    payload, cm = canon(out)
+    got = [(v["index"], v["code"]) for v in msgspec.json.decode(rs.validate(payload, "anthropic"))]
+    assert got == [(v.index, v.code) for v in ref.validate(cm, "anthropic")]
+    for missing in ("stub", "drop"):
+        got_ops = ops(rs.repair_tool_pairs(payload, "anthropic", missing, "fim"))
+        assert got_ops == ref.repair_tool_pairs(cm, missing, "fim", "anthropic")
+    budget = sum(ref.message_tokens(m, ref.PROFILES["fim"]) for m in cm) * pct // 100
+    assert ops(rs.trim_turns(payload, budget, "fim", True, "anthropic")) == ref.trim_turns(
+        cm, budget, "fim", True, "anthropic"
+    )

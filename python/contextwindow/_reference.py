@@ -673,6 +673,27 @@ def current_request(msgs: list[Message], srcs: list[int | None], real_req: int |
     return real_req if w is None else w
 
 
+def is_thinking(part: Part) -> bool:
+    """Whether ``part`` is an Anthropic extended-thinking block (``thinking`` or
+    ``redacted_thinking``, kept opaque)."""
+    return isinstance(part, OpaquePart) and part.type in ("thinking", "redacted_thinking")
+
+
+def thinking_anchor(msgs: Sequence[Message], provider: str) -> int | None:
+    """Under Anthropic rules, the first assistant message of the newest turn (after the
+    last real user message; the conversation's first assistant message when there is none)
+    when its first part is a thinking block. With extended thinking on, the API refuses a
+    request whose final assistant turn does not start with one, so every trim keeps this
+    message as it keeps a pinned one (fresh20b #1)."""
+    if provider != "anthropic":
+        return None
+    start = next((i + 1 for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), 0)
+    a = next((i for i in range(start, len(msgs)) if msgs[i].role == "assistant"), None)
+    if a is None or not msgs[a].content or not is_thinking(msgs[a].content[0]):
+        return None
+    return a
+
+
 def is_observation(m: Message) -> bool:
     """A text-action agent's observation: a user message whose first part other than tool
     results is text starting with ``[Tool results]``. It never starts a turn, and
@@ -924,6 +945,31 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 v(i, "empty_content")
         if role == "assistant" and i == len(msgs) - 1 and _prefill_ends_in_space(m):
             v(i, "trailing_whitespace")
+    out.extend(_thinking_violations(msgs))
+    return out
+
+
+def _thinking_violations(msgs: list[Message]) -> list[Violation]:
+    """The Messages API's rules for extended-thinking blocks, in message order, after the
+    other Anthropic violations (Rust ``thinking_violations``): ``thinking_not_first`` at
+    the newest turn's first assistant message (after the last real user message) when an
+    assistant message of that turn holds a thinking block but that first one does not
+    start with one (fresh20b #1), ``thinking_last`` at an assistant message whose final
+    block is a thinking block (fresh20b #2)."""
+    start = next((i + 1 for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), 0)
+    newest = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
+    not_first = None
+    if newest:
+        a = newest[0]
+        opens = bool(msgs[a].content) and is_thinking(msgs[a].content[0])
+        if not opens and any(is_thinking(q) for i in newest for q in msgs[i].content):
+            not_first = a
+    out: list[Violation] = []
+    for i, m in enumerate(msgs):
+        if i == not_first:
+            out.append(Violation(index=i, code="thinking_not_first", detail="", call_id=None))
+        if m.role == "assistant" and m.content and is_thinking(m.content[-1]):
+            out.append(Violation(index=i, code="thinking_last", detail="", call_id=None))
     return out
 
 
@@ -1116,6 +1162,10 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
         return open_ids
     m = base.msg(msgs)
     kept = [q for q in m.content if not (isinstance(q, ToolCall) and q.id in open_ids)]
+    # left ending in a thinking block (the API refuses an assistant message whose final
+    # block is one: fresh20b #2), it counts as emptied
+    if kept and is_thinking(kept[-1]):
+        kept = []
     if not kept and keep_whole:  # dropping it whole would break Anthropic alternation
         out.append(base)
         return open_ids
@@ -1947,6 +1997,10 @@ def _trim_turns_once(
     bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
     la, lb = seg.turns[-1]
     req = current_request(msgs, [it.src for it in st.work], seg.current_request)
+    # the first assistant message of the newest turn when it starts with a thinking block
+    # stays as a pinned one does, its tool unit whole (fresh20b #1)
+    # (found in the repaired list, the one sent)
+    anchor = thinking_anchor([it.msg(msgs) for it in st.work], provider)
 
     def over() -> bool:
         return st.total() + bc_cost > budget
@@ -1960,7 +2014,7 @@ def _trim_turns_once(
             # nor a call whose stubs sit in the real user message after it (before the
             # first real user message): two user messages would meet
             stubbed = u[-1] + 1 < len(st.work) and st.stub_head[u[-1] + 1]
-            if stubbed or any(st.m(w).pinned or w == req for w in u):
+            if stubbed or any(st.m(w).pinned or w in (req, anchor) for w in u):
                 continue
             for w in u:
                 st.set_keep(w, False)
@@ -2004,7 +2058,7 @@ def _trim_turns_once(
         cands3 = []
         for w in range(req + 1, lb):
             m = st.m(w)
-            if not st.keep[w] or m.pinned or m.role != "assistant":
+            if not st.keep[w] or m.pinned or w == anchor or m.role != "assistant":
                 continue
             for p, part in enumerate(m.content):
                 if isinstance(part, TextPart) and part.text:

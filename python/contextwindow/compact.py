@@ -1299,13 +1299,21 @@ def _prune_middle(
     if requests:
         keep.update((requests[0], requests[-1]))
 
+    # the first assistant message of the newest turn when it starts with a thinking block
+    # (Anthropic) is kept as a pinned one is: the API refuses the request without it
+    # (fresh20b #1)
+    anchor = ref.thinking_anchor(wm, provider)  # in the repaired list, the one sent
+
     def is_pinned(w: int) -> bool:
         return wm[w].pinned or items[w].src in pinned_idx
+
+    def is_anchor(w: int) -> bool:
+        return w == anchor
 
     def is_protected(w: int) -> bool:
         return items[w].src in protected
 
-    keep.update(w for w in range(n) if is_pinned(w) or is_protected(w))
+    keep.update(w for w in range(n) if is_pinned(w) or is_protected(w) or is_anchor(w))
     tail = keep_recent if keep_recent is not None else min(6, n // 3)
     keep.update(range(max(pre, n - tail), n))
     keep.difference_update(old_notice)
@@ -1433,6 +1441,8 @@ def _prune_middle(
             reason_of[w] = "first_user_message"
         elif is_pinned(w):
             reason_of[w] = "pinned"
+        elif is_anchor(w):
+            reason_of[w] = "thinking_block"
         elif is_protected(w):
             reason_of[w] = "policy_class"
         elif unit_of.get(w):

@@ -7,7 +7,11 @@ first, until the conversation fits a token budget:
 * **P0**, never evicted: the preamble (leading system/developer messages), pinned
   messages (``Message.pinned``, or ``FitPolicy.pinned`` indices for dict input), the
   current request (the last real user message; still the request when repair moved a
-  tool result into it, see ``_reference.current_request``) and the open tool call (see below).
+  tool result into it, see ``_reference.current_request``), the open tool call (see below)
+  and, under Anthropic rules, the newest turn's first assistant message when it starts with
+  a ``thinking``/``redacted_thinking`` block (rule ``thinking_block``, its tool unit whole,
+  not subject to ``pinned_share``: with extended thinking on, the API refuses a request
+  whose final assistant turn does not start with one).
 * **P1**: the other messages of the newest ``FitPolicy.recent_turns`` turns (the current
   turn counts as one of them, and is always P1 or P0).
 * **P2**: older turns: their opening user message and long loose messages.
@@ -282,7 +286,7 @@ class _Plan:
     st: Any  # ref._State
     seg: Any  # Segmentation of the working list
     cls: list[int]  # class per work item
-    why0: list[str]  # for P0 items, the rule: preamble, pinned, current_request, open_tool_call
+    why0: list[str]  # for P0 items, the rule: preamble, pinned, current_request, open_tool_call, thinking_block
     unpinned: set[int]  # work items unpinned by pinned_share
     turn_of: list[int]  # turn index per work item (-1 for the preamble)
     cands: list[tuple[int, list[int], int | None]]  # (first item, items, turn index if whole turn)
@@ -371,6 +375,11 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
     # first turn, other messages may come before it)
     head_of = [next((w for w in range(a, b) if real[w]), None) for a, b in seg.turns]
     pinned_idx = set(pol.pinned)
+    # the first assistant message of the newest turn when it starts with a thinking block
+    # (Anthropic): P0 (rule thinking_block), held as a pinned message is, its tool unit
+    # whole, and not subject to the share rule: the API refuses the request without it
+    # (fresh20b #1)
+    anchor = ref.thinking_anchor(work, prep.provider)  # in the repaired list, the one sent
     # our own breadcrumb and repair's placeholder: single-part messages only
     crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
     placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]
@@ -436,6 +445,9 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int
         if s is not None and (msgs[s].pinned or s in pinned_idx):
             why0[w] = "pinned"
             pinned_items.append(w)
+            continue
+        if w == anchor:
+            why0[w] = "thinking_block"
             continue
         cls[w] = derived(w) if own is None else own
         if cls[w] == 0:
@@ -1103,7 +1115,9 @@ def _shrink_newest_turn(
             continue
         why = plan.why0[w]
         pinned = (msgs[it.src].pinned or it.src in policy.pinned) and w not in plan.unpinned
-        held = pinned or why in ("pinned", "priority_override") or (not why and plan.cls[w] not in order)
+        held = (
+            pinned or why in ("pinned", "priority_override", "thinking_block") or (not why and plan.cls[w] not in order)
+        )
         # a request that repair made a carrier (a result moved into it) is no real user
         # message to trim_turns, which would take it for an older tool unit's results and
         # could drop it: pinned, it stays whole
@@ -1207,7 +1221,7 @@ def fit(
 
     Report: ``reason="priority_budget"``; each input message's Fate rule is one of
     ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
-    ``priority_override`` (class 0 by override), ``kept``, ``p1_evicted``,
+    ``thinking_block`` (see the module docs), ``priority_override`` (class 0 by override), ``kept``, ``p1_evicted``,
     ``p2_evicted``, ``p3_evicted`` (the message's own class), ``unpinned_over_share`` (a
     pinned message demoted by the share rule, kept, cut or dropped: see ``fate``), or a repair
     rule (``orphan_result``, ``result_moved``, ...; repair runs first),

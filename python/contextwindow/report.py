@@ -33,12 +33,14 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
               ``result_moved``, ``stub_inserted``, ``call_removed``, ``results_reordered``,
               ``placeholder_inserted``.
             * ``fit``: ``preamble``, ``pinned``, ``current_request``, ``open_tool_call``,
+              ``thinking_block`` (Anthropic: the newest turn's first assistant message,
+              which starts with a thinking block),
               ``priority_override``, ``unpinned_over_share``, ``kept``, ``p1_evicted``,
               ``p2_evicted``, ``p3_evicted`` (the class the message was evicted from).
             * ``budget_tool_results`` / ``micro_compact``: ``message_char_cap``,
               ``tool_result_cut``, ``tool_result_cleared``.
             * ``prune_middle``: ``first_user_message``, ``current_request``,
-              ``recent_messages``, ``pinned``, ``policy_class`` (a class the policy
+              ``recent_messages``, ``pinned``, ``thinking_block``, ``policy_class`` (a class the policy
               never evicts, in :meth:`~contextwindow.ContextGuard.recover`'s middle
               step), ``tool_unit``, ``alternation`` (kept),
               ``middle_pruned``, ``notice_replaced``, ``notice_removed`` (dropped),

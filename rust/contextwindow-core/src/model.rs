@@ -177,6 +177,16 @@ impl Part {
             && matches!(self.inner(), [p] if p.kind == PartKind::Text && p.text_str() == MISSING_RESULT)
     }
 
+    /// Whether this is an Anthropic extended-thinking block (`thinking` or
+    /// `redacted_thinking`, kept opaque).
+    pub fn is_thinking(&self) -> bool {
+        self.kind == PartKind::Opaque
+            && matches!(
+                self.type_.as_deref(),
+                Some("thinking" | "redacted_thinking")
+            )
+    }
+
     /// The text of a text part, `""` for other kinds.
     pub fn text_str(&self) -> &str {
         self.text.as_deref().unwrap_or("")
@@ -347,6 +357,28 @@ impl Message {
         out.content.retain(|p| !p.is_missing_result());
         Some(out)
     }
+}
+
+/// Under Anthropic rules, the first assistant message of the newest turn (after the last
+/// real user message; the conversation's first assistant message when there is none)
+/// when its first part is a thinking block ([`Part::is_thinking`]). With extended
+/// thinking on, the API refuses a request whose final assistant turn does not start with
+/// one, so every trim keeps this message as it keeps a pinned one (fresh20b #1).
+pub fn thinking_anchor<M: AsRef<Message>>(messages: &[M], format: Format) -> Option<usize> {
+    if format != Format::Anthropic {
+        return None;
+    }
+    let start = messages
+        .iter()
+        .rposition(|m| m.as_ref().is_real_user())
+        .map_or(0, |i| i + 1);
+    let a = (start..messages.len()).find(|&i| messages[i].as_ref().role == Role::Assistant)?;
+    messages[a]
+        .as_ref()
+        .content
+        .first()
+        .is_some_and(Part::is_thinking)
+        .then_some(a)
 }
 
 /// Provider shape the messages came in; decides where synthetic content goes and

@@ -480,6 +480,53 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             ));
         }
     }
+    out.extend(thinking_violations(messages));
+    out
+}
+
+/// The Messages API's rules for extended-thinking blocks ([`Part::is_thinking`]), in
+/// message order, after the other Anthropic violations: `thinking_not_first` at the
+/// newest turn's first assistant message (after the last real user message) when an
+/// assistant message of that turn holds a thinking block but that first message does not
+/// start with one (with thinking on, the API refuses it: fresh20b #1), and
+/// `thinking_last` at an assistant message whose final block is a thinking block ("The
+/// final block in an assistant message cannot be `thinking`": fresh20b #2).
+fn thinking_violations(messages: &[Message]) -> Vec<Violation> {
+    let start = messages
+        .iter()
+        .rposition(Message::is_real_user)
+        .map_or(0, |i| i + 1);
+    let newest: Vec<usize> = (start..messages.len())
+        .filter(|&i| messages[i].role == Role::Assistant)
+        .collect();
+    let not_first = newest.first().copied().filter(|&a| {
+        !messages[a].content.first().is_some_and(Part::is_thinking)
+            && newest
+                .iter()
+                .any(|&i| messages[i].content.iter().any(Part::is_thinking))
+    });
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if Some(i) == not_first {
+            out.push(v(
+                i,
+                "thinking_not_first",
+                None,
+                "the final assistant turn holds a thinking block but its first assistant \
+                 message does not start with one; with thinking enabled a final assistant \
+                 message must start with a thinking block"
+                    .into(),
+            ));
+        }
+        if m.role == Role::Assistant && m.content.last().is_some_and(Part::is_thinking) {
+            out.push(v(
+                i,
+                "thinking_last",
+                None,
+                "the final block in an assistant message cannot be a thinking block".into(),
+            ));
+        }
+    }
     out
 }
 
@@ -893,7 +940,8 @@ fn strip_results<'a>(
 }
 
 /// Emit assistant message `i` (as `base`), applying `missing`; returns the unanswered
-/// ids to stub. With `keep_whole`, a message that dropping would empty is stubbed instead.
+/// ids to stub. With `keep_whole`, a message that dropping would empty (or leave ending in
+/// a thinking block) is stubbed instead.
 fn emit_caller<'a>(
     base: Cow<'a, Message>,
     messages: &'a [Message],
@@ -905,8 +953,14 @@ fn emit_caller<'a>(
 ) -> Vec<&'a str> {
     let open = unanswered(messages, res, i);
     let base = without_repeated_calls(base, i, changes);
+    // A message left ending in a thinking block (only a thinking block, mostly: the
+    // calls followed it) counts as emptied: the Messages API refuses an assistant message
+    // whose final block is one (fresh20b #2).
     let remaining = match missing {
-        Missing::Drop if !open.is_empty() => Some(without_calls(&base, &open)),
+        Missing::Drop if !open.is_empty() => Some(
+            without_calls(&base, &open)
+                .filter(|m| !m.content.last().is_some_and(Part::is_thinking)),
+        ),
         _ => None,
     };
     // Dropping an Anthropic assistant message whole would put two user messages side

@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
-use crate::model::{Format, Message, Part, PartKind, Role, BREADCRUMB, TOOL_RESULTS_PREFIX};
+use crate::model::{
+    thinking_anchor, Format, Message, Part, PartKind, Role, BREADCRUMB, TOOL_RESULTS_PREFIX,
+};
 use crate::pairs::{part_eq, repair_resolved, Missing, PairChange, Work};
 use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
 
@@ -1053,6 +1055,11 @@ fn trim_turns_once<'a>(
         .rposition(Message::is_real_user)
         .and_then(|i| st.work.iter().position(|w| w.src == Some(i)))
         .max(seg.current_request);
+    // the first assistant message of the newest turn when it starts with a thinking
+    // block stays as a pinned one does, its tool unit whole (fresh20b #1); found in the
+    // repaired list, the one sent (a result repair moved into the request makes it no
+    // turn boundary)
+    let anchor = thinking_anchor(&st.work, st.opts.format);
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
@@ -1067,7 +1074,7 @@ fn trim_turns_once<'a>(
                 let stubbed = st.stub_head.get(u[u.len() - 1] + 1) == Some(&true);
                 if stubbed
                     || u.iter()
-                        .any(|&w| st.work[w].msg.pinned || Some(w) == request)
+                        .any(|&w| st.work[w].msg.pinned || Some(w) == request || Some(w) == anchor)
                 {
                     continue;
                 }
@@ -1147,7 +1154,7 @@ fn trim_turns_once<'a>(
             let mut cands: Vec<(usize, usize, usize)> = Vec::new(); // (len, w, part)
             for w in (r + 1..last.end).filter(|&w| {
                 let m = &st.work[w].msg;
-                st.keep[w] && !m.pinned && m.role == Role::Assistant
+                st.keep[w] && !m.pinned && Some(w) != anchor && m.role == Role::Assistant
             }) {
                 for (p, part) in st.work[w].msg.content.iter().enumerate() {
                     if part.kind == PartKind::Text && !part.text_str().is_empty() {

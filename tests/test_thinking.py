@@ -1,0 +1,298 @@
+"""Anthropic extended-thinking blocks (fresh20b findings 1 and 2).
+
+In a tool loop with thinking on, the first assistant message of the current turn (after
+the last real user message) starts with a ``thinking`` block; the Messages API refuses a
+request whose final assistant turn does not start with one, and an assistant message whose
+final block is one. Every trim keeps that first message as it keeps a pinned one (its tool
+unit whole), ``validate`` reports both rules, and ``repair_tool_pairs(missing="drop")``
+never leaves a message ending in a thinking block.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.adapters import anthropic_to_message
+from contextwindow.messages import Message, OpaquePart, TextPart, ToolCall
+
+A = "anthropic"
+THINK = {"type": "thinking", "thinking": "Read the test, then run it.", "signature": "EqQBsig"}
+
+
+def loop() -> list[dict[str, Any]]:
+    """The finding's reproducer: one turn, a thinking block before the first call, a large
+    first result (200 lines) and a second call without thinking."""
+    return [
+        {"role": "user", "content": "fix the failing test"},
+        {
+            "role": "assistant",
+            "content": [
+                copy.deepcopy(THINK),
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "t.py"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "def test():\n    assert f() == 2\n" * 200}
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_2", "name": "bash", "input": {"cmd": "pytest"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": "FAILED test_x.py::test - assert 1 == 2\n" * 20,
+                }
+            ],
+        },
+    ]
+
+
+def firsts(msgs: list[dict[str, Any]]) -> list[str]:
+    return [m["content"][0]["type"] for m in msgs if m["role"] == "assistant"]
+
+
+def check_kept(msgs: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    """The thinking message stays as it came in, with both its call and its result (the
+    unit whole), the second unit too, and the output validates."""
+    assert out[1] == msgs[1]
+    assert firsts(out) == ["thinking", "tool_use"]
+    assert out[2]["content"][0]["tool_use_id"] == "toolu_1"
+    assert cw.validate(out, A, format=A) == []
+
+
+@pytest.mark.parametrize("fn", [cw.trim_turns, cw.fit])
+def test_trim_and_fit_keep_the_thinking_message(fn: Any) -> None:
+    msgs = loop()
+    r = fn(msgs, 800, format=A)
+    check_kept(msgs, r.messages)
+    assert r.report.fits
+    fates = {f.index: (f.fate, f.rule) for f in r.report.fates}
+    # before: messages 1 and 2 went (oldest_tool_unit / p1_evicted); now the first result
+    # is cut to fit instead
+    assert fates[1] == ("kept", "kept_turn" if fn is cw.trim_turns else "thinking_block")
+    assert fates[2][0] == "truncated"
+    assert fates[2][1] == "tool_result_shrunk"
+
+
+def test_trim_turns_pure_python_engine_keeps_it() -> None:
+    """A token counter runs the pure-Python engine (_reference)."""
+    msgs = loop()
+    r = cw.trim_turns(msgs, 800, format=A, token_counter=lambda ms: len(json.dumps(ms, default=str)) // 4)
+    check_kept(msgs, r.messages)
+
+
+def test_trim_turns_on_structs_keeps_it_and_comes_back_unpinned() -> None:
+    msgs = [anthropic_to_message(m) for m in loop()]
+    r = cw.trim_turns(msgs, 800, format=A)
+    assert r.messages[1] == msgs[1]
+    assert not r.messages[1].pinned
+    assert isinstance(r.messages[1].content[0], OpaquePart)
+
+
+def test_prune_middle_keeps_it() -> None:
+    """prune_middle keeps it as a pinned message: nothing in the middle may go here, so it
+    cannot fit (it does not cut results) and says so; before, it dropped messages 1-2."""
+    msgs = loop()
+    r = cw.prune_middle(msgs, 800, format=A)
+    assert r.messages == msgs
+    assert not r.report.fits
+    assert cw.validate(r.messages, A, format=A) == []
+
+
+def test_prune_middle_keeps_it_when_the_middle_goes() -> None:
+    """A longer turn: the middle unit goes, the thinking message stays (rule thinking_block)."""
+    msgs = loop()
+    msgs[4:4] = [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "x " * 400}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3", "name": "bash", "input": {}}]},
+    ]
+    msgs[4], msgs[6] = msgs[6], msgs[4]
+    msgs[6]["content"][0]["tool_use_id"] = "toolu_3"
+    msgs[5]["content"][0]["id"] = "toolu_3"
+    # 0 request, 1 thinking+call 1, 2 result 1, 3 call 2, 4 result 2, 5 call 3, 6 result 3
+    msgs[4]["content"][0]["tool_use_id"] = "toolu_2"
+    assert cw.validate(msgs, A, format=A) == []
+    r = cw.prune_middle(msgs, 600, format=A, keep_recent=2)
+    assert r.messages[1] == msgs[1]
+    assert cw.validate(r.messages, A, format=A) == []
+    fates = {f.index: (f.fate, f.rule) for f in r.report.fates}
+    assert fates[1] == ("kept", "thinking_block")
+    assert fates[3][0] == "dropped"
+
+
+def test_guard_check_keeps_it() -> None:
+    msgs = loop()
+    g = cw.ContextGuard(cw.resolve_budget(context_window=1800, max_output_tokens=1000)).check(msgs, format=A)
+    check_kept(msgs, g.messages)
+    assert g.fits
+
+
+def test_fit_request_keeps_it() -> None:
+    msgs = loop()
+    body = {"model": "claude-sonnet-4", "thinking": {"type": "enabled", "budget_tokens": 2000}, "messages": msgs}
+    out = json.loads(cw.fit_request(json.dumps(body).encode(), budget=800))
+    check_kept(msgs, out["messages"])
+
+
+def test_fit_share_rule_does_not_unpin_it() -> None:
+    """A tiny pinned_share unpins every pinned message over it, not this one (no pin: the
+    share rule does not weigh it)."""
+    msgs = loop()
+    r = cw.fit(msgs, 800, cw.FitPolicy(pinned_share=0.01), format=A)
+    check_kept(msgs, r.messages)
+
+
+def test_openai_shape_unchanged() -> None:
+    """The same loop as structs under OpenAI rules: no anchor, the oldest unit goes as
+    before (thinking blocks are Anthropic's)."""
+    msgs = [anthropic_to_message(m) for m in loop()]
+    assert ref.thinking_anchor(msgs, "openai") is None
+    assert ref.thinking_anchor(msgs, "anthropic") == 1
+    r = cw.trim_turns(msgs, 800, format="openai")
+    fates = {f.index: (f.fate, f.rule) for f in r.report.fates}
+    assert fates[1] == ("dropped", "oldest_tool_unit")
+
+
+def test_older_turns_unchanged() -> None:
+    """A new request after the loop: the loop is an older turn, its thinking block may go
+    (the API only asks for it in the final assistant turn), and the whole turn goes."""
+    msgs = [*loop(), {"role": "assistant", "content": "The fix is in f."}, {"role": "user", "content": "thanks, now b"}]
+    assert ref.thinking_anchor([anthropic_to_message(m) for m in msgs], A) is None
+    r = cw.trim_turns(msgs, 200, format=A)
+    fates = {f.index: (f.fate, f.rule) for f in r.report.fates}
+    assert all(fates[i] == ("dropped", "oldest_turn") for i in range(6))
+    assert cw.validate(r.messages, A, format=A) == []
+
+
+def test_anchor_is_the_first_assistant_of_the_turn_only() -> None:
+    """A later assistant message that starts with thinking is no anchor; nor is a first one
+    that does not start with it; redacted_thinking counts."""
+    ms = [anthropic_to_message(m) for m in loop()]
+    think = Message(role="assistant", content=[OpaquePart(type="thinking", raw=THINK), *ms[3].content])
+    later = [*ms[:3], think, ms[4]]
+    later[1] = Message(role="assistant", content=ms[1].content[1:])
+    assert ref.thinking_anchor(later, A) is None
+    red = [ms[0], Message(role="assistant", content=[OpaquePart(type="redacted_thinking", raw={}), *ms[1].content[1:]])]
+    assert ref.thinking_anchor(red, A) == 1
+
+
+# validate (finding 1's second half, finding 2)
+
+
+def codes(msgs: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    return [(v.index, v.code) for v in cw.validate(msgs, A, format=A)]
+
+
+def test_validate_thinking_not_first() -> None:
+    """Reported at the newest turn's first assistant message when an assistant message of
+    that turn holds a thinking block and that first one does not start with one."""
+    msgs = loop()
+    assert codes(msgs) == []
+    # the finding's trimmed output: no thinking block left in the turn, nothing to say
+    # (the API refuses it only when the request enables thinking, which validate cannot see)
+    assert codes([msgs[0], msgs[3], msgs[4]]) == []
+    # the thinking block in the turn's second assistant message, not its first
+    second = copy.deepcopy(msgs[3])
+    second["content"].insert(0, copy.deepcopy(THINK))
+    first = copy.deepcopy(msgs[1])
+    del first["content"][0]
+    assert codes([msgs[0], first, msgs[2], second, msgs[4]]) == [(1, "thinking_not_first")]
+    # text before the thinking block in the first message: not first either
+    texted = copy.deepcopy(msgs[1])
+    texted["content"].insert(0, {"type": "text", "text": "hm"})
+    assert codes([msgs[0], texted, msgs[2]]) == [(1, "thinking_not_first")]
+    # an older turn: only the newest turn counts
+    older = [msgs[0], first, msgs[2], second, msgs[4], {"role": "assistant", "content": "done"}]
+    assert codes([*older, {"role": "user", "content": "next"}]) == []
+    assert codes([*older, {"role": "user", "content": "next"}, {"role": "assistant", "content": "ok"}]) == []
+
+
+def test_validate_thinking_last() -> None:
+    """Finding 2's output: an assistant message holding only a thinking block; and one
+    ending in redacted_thinking after text. OpenAI rules do not look at thinking blocks."""
+    only = [{"role": "user", "content": "read t.py"}, {"role": "assistant", "content": [copy.deepcopy(THINK)]}]
+    assert codes(only) == [(1, "thinking_last")]
+    red = {"type": "redacted_thinking", "data": "abc"}
+    ends = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}, red]},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": [red, {"type": "text", "text": "b"}]},
+    ]
+    assert codes(ends) == [(1, "thinking_last")]
+    structs = [anthropic_to_message(m) for m in only]
+    assert [v.code for v in cw.validate(structs, "openai")] == []
+
+
+# repair(missing="drop") (finding 2)
+
+
+def interrupted() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "read t.py"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Let me check the file.", "signature": "EqQBsig"},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "t.py"}},
+            ],
+        },
+        {"role": "user", "content": "never mind, say hi"},
+    ]
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+def test_drop_does_not_leave_only_a_thinking_block(prefill: bool) -> None:
+    """Only the thinking block would stay: the message counts as emptied, and an Anthropic
+    assistant message that dropping would empty is stubbed instead (alternation), so the
+    call stays with a stub result: valid; before, message 1 was the thinking block alone."""
+    msgs = interrupted()[: 2 if prefill else 3]
+    r = cw.repair_tool_pairs(msgs, "drop", format=A)
+    assert r.messages[1] == msgs[1]
+    assert r.messages[2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "[tool result missing]",
+    }
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("stub_inserted", 1)]
+    assert cw.validate(r.messages, A, format=A) == []
+
+
+def test_drop_keeps_thinking_then_text() -> None:
+    """Text after the thinking block: the call goes, the message ends in text: valid."""
+    msgs = interrupted()
+    msgs[1]["content"].insert(1, {"type": "text", "text": "Reading it."})
+    r = cw.repair_tool_pairs(msgs, "drop", format=A)
+    assert r.messages[1]["content"] == msgs[1]["content"][:2]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1)]
+    assert cw.validate(r.messages, A, format=A) == []
+
+
+def test_drop_openai_structs_drop_the_thinking_only_message() -> None:
+    """OpenAI rules (no alternation to keep): a message left with only its thinking block
+    goes whole (message_dropped), as an emptied one does."""
+    ms = [
+        Message(role="user", content=[TextPart(text="read t.py")]),
+        Message(
+            role="assistant",
+            content=[OpaquePart(type="thinking", raw=THINK), ToolCall(id="c1", name="read_file", arguments="{}")],
+        ),
+        Message(role="user", content=[TextPart(text="never mind")]),
+    ]
+    r = cw.repair_tool_pairs(ms, "drop", format="openai")
+    assert [m.role for m in r.messages] == ["user", "user"]
+    assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1), ("message_dropped", 1)]
+    assert ref.repair_tool_pairs(ms, "drop", "fim", "openai")[0] == [(0, None), (2, None)]
