@@ -466,7 +466,7 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int) -> 
     t = table("by turn", "turn", "messages", "tokens")
     # with more turns than --top, the --top largest (in turn order) and the rest in one row
     # (fresh20b #11: 50,000 rows for a 200,000-message log, most of inspect's 26 s)
-    shown = range(len(b.by_turn))
+    shown: list[int] = list(range(len(b.by_turn)))
     if len(b.by_turn) > top:
         shown = sorted(sorted(shown, key=lambda k: (-b.by_turn[k].tokens, k))[:top])
     for k in shown:
