@@ -610,6 +610,23 @@ def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
         (f"[{_deep_message(1500)},{_deep_message(3000)}]", f"message 0: {TOO_DEEP}"),
         (f'{{"messages": [{_OK}, {_deep_message(1500)}, {_deep_message(3000)}]}}', f"message 1: {TOO_DEEP}"),
     ]
+    _count_errors(tmp_path, capsys, cases, limit)
+    # the dict path names the first of the list's messages too
+    msgs = []
+    for n in (1500, 3000):
+        x: list[Any] = []
+        for _ in range(n - 1):
+            x = [x]
+        msgs.append({"role": "user", "content": "a", "x": x})
+    with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
+        cw.count_messages(msgs)
+
+
+def _count_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cases: list[tuple[str, str]], limit: int | None
+) -> None:
+    """``contextwindow count`` on each case's text exits 2 saying exactly its words, at
+    the recursion limit ``limit`` (``None``: as it is)."""
     before = sys.getrecursionlimit()
     try:
         if limit is not None:
@@ -620,15 +637,6 @@ def test_a_file_too_deep_for_the_parser_is_read_as_a_shallow_one_is(
             assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
     finally:
         sys.setrecursionlimit(before)
-    # the dict path names the first of the list's messages too
-    msgs = []
-    for n in (1500, 3000):
-        x: list[Any] = []
-        for _ in range(n - 1):
-            x = [x]
-        msgs.append({"role": "user", "content": "a", "x": x})
-    with pytest.raises(cw.InvalidMessageError, match=r"^message 0: is nested too deeply$"):
-        cw.count_messages(msgs)
 
 
 @pytest.mark.parametrize("limit", [None, 100_000])
@@ -659,16 +667,7 @@ def test_a_body_then_junk_and_a_deep_message_first_key_are_named(
         ('{"x":' + _deep(2100) + ',"messages":[]}', f"x: {TOO_DEEP}"),
         ('{"x":' + _deep(2100) + ',"messages":[' + _OK + "]}", f"x: {TOO_DEEP}"),
     ]
-    before = sys.getrecursionlimit()
-    try:
-        if limit is not None:
-            sys.setrecursionlimit(limit)
-        for i, (text, said) in enumerate(cases):
-            f = write(tmp_path, f"{i}.json", text)
-            assert main(["count", f]) == 2
-            assert capsys.readouterr().err == f"contextwindow: error: {f}: {said}\n", i
-    finally:
-        sys.setrecursionlimit(before)
+    _count_errors(tmp_path, capsys, cases, limit)
     # the gateway names the same byte
     with pytest.raises(cw.InvalidRequestError, match=r"^invalid request body at byte 17: trailing characters$"):
         cw.fit_request(f"{body}\njunk\n".encode(), budget=100)
