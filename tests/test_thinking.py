@@ -296,3 +296,36 @@ def test_drop_openai_structs_drop_the_thinking_only_message() -> None:
     assert [m.role for m in r.messages] == ["user", "user"]
     assert [(c.kind, c.index) for c in r.report.repairs] == [("call_removed", 1), ("message_dropped", 1)]
     assert ref.repair_tool_pairs(ms, "drop", "fim", "openai")[0] == [(0, None), (2, None)]
+
+
+def test_fit_leaves_no_prefill_ending_in_whitespace_it_exposed() -> None:
+    """Found by hypothesis (test_fit_guard_prune_validate_whole): fit evicted the messages
+    after a pinned assistant message whose text ends in a space, which became the final
+    message, a prefill the Messages API refuses (``trailing_whitespace``); the guard,
+    which fits the same way, too. The exposed prefill loses its trailing whitespace, as
+    repair's does; the input's own final message is left as it is."""
+    from contextwindow.messages import Message, OpaquePart, TextPart, ToolResult
+
+    think = OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""})
+    msgs = [
+        Message(role="user", content=[TextPart(text="hello" * 800)], pinned=True),
+        Message(role="assistant", content=[think, TextPart(text="[Tool results] ")], pinned=True),
+        Message(role="user", content=[ToolResult(call_id="c1", content=[TextPart(text="")])]),
+        Message(role="assistant", content=[TextPart(text="")]),
+    ]
+    assert [v.code for v in cw.validate(msgs, "anthropic")] == ["orphan_result"]
+    r = cw.fit(msgs, 48, format="anthropic")
+    assert [m.role for m in r.messages] == ["user", "assistant"]
+    assert r.messages[1].content == [think, TextPart(text="[Tool results]")]
+    assert cw.validate(r.messages, "anthropic") == []
+    assert r.report.tokens_after == cw.count_messages(r.messages, format="anthropic")
+    guard = cw.ContextGuard(cw.resolve_budget(context_window=98, max_output_tokens=50, floor=0))
+    with pytest.raises(cw.ContextOverflowError) as e:
+        guard.check(msgs, format="anthropic")
+    assert cw.validate(e.value.result.messages, "anthropic") == []  # type: ignore[attr-defined]
+    # the input's own final prefill ending in a space stays as the input has it
+    own = [
+        Message(role="user", content=[TextPart(text="q")]),
+        Message(role="assistant", content=[TextPart(text="ok ")]),
+    ]
+    assert cw.fit(own, 1000, format="anthropic").messages == own

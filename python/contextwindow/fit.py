@@ -1087,7 +1087,33 @@ def _fit_once(
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
         if report0.fits or report0.tokens_after < report.tokens_after:
             ops, report = ops0, report0
+    ops, report = _unexposed_prefill(prep, plan, ops, report, budget)
     return _engine.apply_ops(prep, ops, report), held
+
+
+def _unexposed_prefill(
+    prep: _engine.Prepared, plan: _Plan, ops: list[tuple[int | None, Message | None]], report: Any, budget: int
+) -> tuple[list[tuple[int | None, Message | None]], Any]:
+    """Under Anthropic rules, an assistant message that eviction leaves last (a prefill it
+    was not in the input) without the whitespace its text ends in, which the Messages API
+    refuses (``trailing_whitespace``), as repair treats a final message whose calls it
+    removes (:func:`_reference._trim_prefill_end`). Found by hypothesis: the messages
+    after a pinned ``[thinking, "[Tool results] "]`` were evicted. The report's
+    ``tokens_after`` (and ``fits``) follow; the message's fate is kept."""
+    if prep.provider != "anthropic" or not ops:
+        return ops, report
+    src, new = ops[-1]
+    msgs = plan.st.msgs
+    if src is None or src == len(msgs) - 1:
+        return ops, report  # a message the engine made, or the input's own final message
+    m = new if new is not None else msgs[src]
+    if m.role != "assistant" or not ref._prefill_ends_in_space(m):
+        return ops, report
+    trimmed = ref._trim_prefill_end(m)
+    cost = plan.st.cost
+    after = report.tokens_after - cost.message_tokens(m) + cost.message_tokens(trimmed)
+    report = msgspec.structs.replace(report, tokens_after=after, fits=after <= budget)
+    return [*ops[:-1], (src, trimmed)], report
 
 
 def _shrink_newest_turn(
