@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use crate::estimate::{profile, vocab, VOCAB_NAMES};
 use crate::features::{scan, FEATURE_NAMES};
-use crate::model::{parse_messages, Format, Message};
+use crate::model::{parse_messages, pinned_at, Format, Message};
 use crate::pairs::{validate, Missing};
 use crate::trim::{repair_report, trim_turn_count, trim_turns, Outcome, Report, TrimOptions};
 use crate::turns::segment;
@@ -195,27 +195,12 @@ pub fn repair_tool_pairs(
 /// empty. Errors with [`crate::Error::InvalidArgument`] naming the first index that is
 /// not a message index.
 pub fn with_pins<'m>(messages: &'m [Message], pins: &[usize]) -> Result<Cow<'m, [Message]>> {
-    if pins.is_empty() {
-        return Ok(Cow::Borrowed(messages));
-    }
-    let mut owned = messages.to_vec();
-    for &i in pins {
-        let m = owned
-            .get_mut(i)
-            .ok_or_else(|| crate::Error::InvalidArgument {
-                name: "pinned".into(),
-                reason: format!(
-                    "index {i} is not a message index ({})",
-                    if messages.is_empty() {
-                        "there are no messages".to_string()
-                    } else {
-                        format!("0..{}", messages.len() - 1)
-                    }
-                ),
-            })?;
-        m.pinned = true;
-    }
-    Ok(Cow::Owned(owned))
+    pinned_at(
+        messages,
+        pins,
+        0,
+        ("a message index", "there are no messages"),
+    )
 }
 
 /// `trim_turns`: outcome JSON. `pins`: input indices to treat as pinned.

@@ -2637,31 +2637,15 @@ fn fit<'b>(
 }
 
 /// The request's canonical messages with those at `pins` (indices into the body's
-/// `messages` array) pinned; borrowed when there are none.
+/// `messages` array, after a lifted system) pinned; borrowed when there are none.
 fn pinned<'r>(req: &'r Request<'_>, pins: &[usize]) -> Result<Cow<'r, [Message]>> {
-    if pins.is_empty() {
-        return Ok(Cow::Borrowed(&req.canonical));
-    }
     let lift = usize::from(req.system.is_some());
-    let n = req.raw.len();
-    let mut out = req.canonical.clone();
-    for &i in pins {
-        if i >= n {
-            return Err(Error::InvalidArgument {
-                name: "pinned".into(),
-                reason: format!(
-                    "index {i} is not an index of the body's messages ({})",
-                    if n == 0 {
-                        "there are none".to_string()
-                    } else {
-                        format!("0..{}", n - 1)
-                    }
-                ),
-            });
-        }
-        out[i + lift].pinned = true;
-    }
-    Ok(Cow::Owned(out))
+    crate::model::pinned_at(
+        &req.canonical,
+        pins,
+        lift,
+        ("an index of the body's messages", "there are none"),
+    )
 }
 
 fn internal(reason: &str) -> Error {

@@ -413,3 +413,35 @@ impl AsRef<Message> for Message {
         self
     }
 }
+
+/// `messages` with those at `pins` pinned, the indices counted from `messages[first]` (a
+/// request body's `messages` array after a lifted system): borrowed when `pins` is empty.
+/// An index past the messages is a [`crate::Error::InvalidArgument`] saying it is not
+/// `what.0`, with the range, or `what.1` when there is none.
+pub fn pinned_at<'m>(
+    messages: &'m [Message],
+    pins: &[usize],
+    first: usize,
+    what: (&str, &str),
+) -> crate::Result<std::borrow::Cow<'m, [Message]>> {
+    if pins.is_empty() {
+        return Ok(std::borrow::Cow::Borrowed(messages));
+    }
+    let n = messages.len().saturating_sub(first);
+    let mut out = messages.to_vec();
+    for &i in pins {
+        if i >= n {
+            let range = if n == 0 {
+                what.1.to_string()
+            } else {
+                format!("0..{}", n - 1)
+            };
+            return Err(crate::Error::InvalidArgument {
+                name: "pinned".into(),
+                reason: format!("index {i} is not {} ({range})", what.0),
+            });
+        }
+        out[first + i].pinned = true;
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}
