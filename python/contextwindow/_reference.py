@@ -111,6 +111,28 @@ def bloom_bits(key: bytes, remix: bool = False) -> tuple[int, int, int, int]:
 
 
 @dataclass(frozen=True)
+class PairChars:
+    """The characters of a vocabulary's n-gram tokens (``pair_chars`` in the profile data,
+    from ``tools/fit_profiles.py``): ``first`` and ``second`` of its 2-character tokens,
+    ``triple`` the first of its 3-character ones, ``spaced`` the first after the space of
+    its tokens of a space and 1-3 CJK, kana or hangul characters. A pair is looked up in
+    the Bloom filter only when its characters are in ``first`` and ``second``, a
+    3-character key only when its first is in ``triple``, a space and what follows only
+    when the character after the space is in ``spaced`` (the scanner's characters table,
+    ``char_table`` in Rust)."""
+
+    first: frozenset[int]
+    second: frozenset[int]
+    triple: frozenset[int]
+    spaced: frozenset[int]
+
+    @staticmethod
+    def of(lists: dict[str, str]) -> PairChars:
+        """From the profile data's strings of characters."""
+        return PairChars(*(frozenset(map(ord, lists[k])) for k in ("first", "second", "triple", "spaced")))
+
+
+@dataclass(frozen=True)
 class Vocab:
     """A tokenizer family's Bloom filter of short tokens and standalone-cost table, and the
     mask of letter pairs rare inside tokens (bit ``26 * a + b``, case folded)."""
@@ -122,6 +144,21 @@ class Vocab:
     # characters per token in a long run of each ASCII character (the tokenizer's count
     # of 240 in a row): 4 for "(" in cl100k, 2 in Tekken, 60 for "-" in cl100k
     runs: bytes = bytes([1]) * 128
+    # the characters of its n-gram tokens; None: every pair goes to the Bloom filter
+    pairs: PairChars | None = None
+
+    def may_pair(self, a: int, b: int) -> bool:
+        """Whether the characters ``a``, ``b`` can be a 2-character token (then the
+        Bloom filter decides)."""
+        return self.pairs is None or (a in self.pairs.first and b in self.pairs.second)
+
+    def may_triple(self, a: int) -> bool:
+        """Whether a 3-character token can start with ``a``."""
+        return self.pairs is None or a in self.pairs.triple
+
+    def may_follow_space(self, a: int) -> bool:
+        """Whether a token of a space and CJK, kana or hangul can go on with ``a``."""
+        return self.pairs is None or a in self.pairs.spaced
 
     def is_rare(self, a: int, b: int) -> bool:
         k = 26 * ((a | 0x20) - 0x61) + ((b | 0x20) - 0x61)
@@ -272,7 +309,7 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
     def spaced_ngram(q: int) -> int:
         # CJK-ish characters (1-3) after the space at q - 1 that make one token with it, or
         # 0: tokenizers keep the space before a word with the word, as with letters
-        if not cjk_char(q):
+        if not cjk_char(q) or not vocab.may_follow_space(ord(b[q : q + 3].decode())):
             return 0
         if cjk_char(q + 3) and b[q - 1 : q + 6] in vocab:
             return 3 if cjk_char(q + 6) and b[q - 1 : q + 9] in vocab else 2
@@ -300,9 +337,16 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
             na_prev_letter = g in LETTER_GROUPS
             if i >= consumed:
                 hit = 0
-                if size == 3 and g in NGRAM_GROUPS and char_in(i + 3, NGRAM_GROUPS) and b[i : i + 6] in vocab:
+                if (
+                    size == 3
+                    and g in NGRAM_GROUPS
+                    and char_in(i + 3, NGRAM_GROUPS)
+                    and vocab.may_pair(cp, ord(b[i + 3 : i + 6].decode()))
+                    and b[i : i + 6] in vocab
+                ):
                     # a 2-character token, extended to 3 when that is a token too
-                    hit = 3 if char_in(i + 6, NGRAM_GROUPS) and b[i : i + 9] in vocab else 2
+                    third = char_in(i + 6, NGRAM_GROUPS) and vocab.may_triple(cp)
+                    hit = 3 if third and b[i : i + 9] in vocab else 2
                 if hit:
                     f[_IX["ngrams"]] += 1
                     consumed = i + 3 * hit
@@ -391,15 +435,17 @@ def _data() -> tuple[dict[str, Any], dict[str, Vocab]]:
 
     data = msgspec.json.decode(_native.PROFILE_JSON)
     rare = bytes.fromhex(data["rare_bigrams"])
+
     # run_chars is absent only from an engine built before the data had it (while
     # tools/fit_profiles.py rewrites the data); build.rs requires it
-    vocabs = {
-        name: Vocab(*_native.vocab_data(name), rare, REMIX[name], bytes.fromhex(fam.get("run_chars", "01" * 128)))
-        for name, fam in data["families"].items()
-    }
+    def vocab(name: str, entry: dict[str, Any], remix: bool) -> Vocab:
+        runs = bytes.fromhex(entry.get("run_chars", "01" * 128))
+        pairs = PairChars.of(entry["pair_chars"]) if "pair_chars" in entry else None
+        return Vocab(*_native.vocab_data(name), rare, remix, runs, pairs)
+
+    vocabs = {name: vocab(name, fam, REMIX[name]) for name, fam in data["families"].items()}
     # the conservative profile's own vocabulary (keys of both families, larger costs)
-    cons = data["conservative"]
-    vocabs["conservative"] = Vocab(*_native.vocab_data("conservative"), rare, False, bytes.fromhex(cons["run_chars"]))
+    vocabs["conservative"] = vocab("conservative", data["conservative"], False)
     return data, vocabs
 
 

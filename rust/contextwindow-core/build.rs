@@ -17,6 +17,7 @@ fn main() {
     let mut weights = Vec::new();
     let mut overheads = Vec::new();
     let mut runs = Vec::new();
+    let mut pair_chars = Vec::new();
     // the two families, then the conservative profile's own vocabulary (no overheads:
     // it takes the larger of the families')
     for (key, fam) in [
@@ -67,6 +68,28 @@ fn main() {
             })
             .collect();
         runs.push(format!("[{}]", bytes.join(", ")));
+        // the characters of the n-gram tokens (`char_table`), as strings of them
+        let lists: Vec<String> = ["first", "second", "triple", "spaced"]
+            .iter()
+            .map(|k| {
+                let s = f["pair_chars"][k]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{at}.pair_chars.{k}: string"));
+                let cps: Vec<String> = s
+                    .chars()
+                    .map(|c| {
+                        let cp = c as u32;
+                        assert!(
+                            (0x800..0x10000).contains(&cp),
+                            "{at}.pair_chars.{k}: U+{cp:04X} is not a 3-byte character"
+                        );
+                        cp.to_string()
+                    })
+                    .collect();
+                format!("&[{}]", cps.join(", "))
+            })
+            .collect();
+        pair_chars.push(format!("[{}]", lists.join(", ")));
     }
     let rare = v["rare_bigrams"]
         .as_str()
@@ -89,13 +112,15 @@ fn main() {
          pub const OVERHEADS: [(u64, u64, u64, u64); 2] = [{overheads}];\n\
          pub const MARGIN_PERCENT: i64 = {margin};\n\
          pub const RARE_BIGRAMS: [u8; 85] = [{rare}];\n\
-         pub static RUN_CHARS: [[u8; 128]; 3] = [{runs}];\n",
+         pub static RUN_CHARS: [[u8; 128]; 3] = [{runs}];\n\
+         pub const PAIR_CHARS: [[&[u16]; 4]; 3] = [{pair_chars}];\n",
         n = names.len(),
         names = names.join(", "),
         weights = weights.join(", "),
         overheads = overheads.join(", "),
         rare = rare.join(", "),
         runs = runs.join(", "),
+        pair_chars = pair_chars.join(", "),
     );
     let dest = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("profile_data.rs");
     fs::write(dest, out).expect("write profile_data.rs");

@@ -13,7 +13,7 @@
 
 #[cfg(test)]
 use crate::features::scan;
-use crate::features::{scan_into, Sink, Vocab, Vocabs, N_FEATURES};
+use crate::features::{char_table, scan_into, Sink, Vocab, Vocabs, GROUP_TABLE, N_FEATURES};
 use crate::model::{Message, Part, PartKind};
 
 mod data {
@@ -61,10 +61,29 @@ pub const VOCAB_NAMES: [&str; 3] = ["cl100k", "tekken", "conservative"];
 /// Letter pairs rare inside tokens of both families (`data/profiles.json`).
 pub static RARE_BIGRAMS: [u8; crate::features::RARE_BYTES] = data::RARE_BIGRAMS;
 
+/// The vocabularies' characters tables ([`crate::features::char_table`]), built at
+/// compile time from their cost tables and the characters of their n-gram tokens.
+static CL100K_CHARS: [u8; 0x10000] = char_table(
+    &GROUP_TABLE,
+    include_bytes!("../data/cl100k.cost"),
+    data::PAIR_CHARS[0],
+);
+static TEKKEN_CHARS: [u8; 0x10000] = char_table(
+    &GROUP_TABLE,
+    include_bytes!("../data/tekken.cost"),
+    data::PAIR_CHARS[1],
+);
+static CONSERVATIVE_CHARS: [u8; 0x10000] = char_table(
+    &GROUP_TABLE,
+    include_bytes!("../data/conservative.cost"),
+    data::PAIR_CHARS[2],
+);
+
 const CL100K_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/cl100k.bloom"),
     table: include_bytes!("../data/cl100k.cost"),
+    chars: &CL100K_CHARS,
     cjk_blocks: true,
     remix: false,
     runs: &data::RUN_CHARS[0],
@@ -74,6 +93,7 @@ const TEKKEN_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/tekken.bloom"),
     table: include_bytes!("../data/tekken.cost"),
+    chars: &TEKKEN_CHARS,
     cjk_blocks: false,
     remix: true,
     runs: &data::RUN_CHARS[1],
@@ -86,6 +106,7 @@ const CONSERVATIVE_VOCAB: Vocab = Vocab {
     rare: &RARE_BIGRAMS,
     bloom: include_bytes!("../data/conservative.bloom"),
     table: include_bytes!("../data/conservative.cost"),
+    chars: &CONSERVATIVE_CHARS,
     cjk_blocks: true,
     remix: false,
     runs: &data::RUN_CHARS[2],
@@ -112,6 +133,17 @@ pub fn vocab(name: &str) -> Option<Vocab> {
         .iter()
         .position(|f| *f == name)
         .map(|i| VOCABS[i])
+}
+
+/// The characters of a built-in vocabulary's n-gram tokens, as its characters table
+/// holds them ([`crate::features::char_table`]): the first and second characters of its
+/// 2-character tokens, the first of its 3-character ones, and the first after the space
+/// of its tokens of a space and CJK, kana or hangul characters.
+pub fn pair_chars(name: &str) -> Option<[&'static [u16]; 4]> {
+    VOCAB_NAMES
+        .iter()
+        .position(|f| *f == name)
+        .map(|i| data::PAIR_CHARS[i])
 }
 
 /// Fitted weights of a vocabulary (an index into [`VOCAB_NAMES`]), in 1/SCALE tokens

@@ -175,6 +175,68 @@ pub struct Vocab {
     /// Characters per token in a long run of each ASCII character (the tokenizer's own
     /// count of 240 in a row): 4 for `(` in cl100k, 2 in Tekken, 60 for `-` in cl100k.
     pub runs: &'static [u8; 128],
+    /// Every BMP code point's entry for the CJK loops ([`char_table`]): its cost, its
+    /// n-gram group, and whether it can start or end one of the vocabulary's 2-character
+    /// tokens or start a 3-character one.
+    pub chars: &'static [u8; 0x10000],
+}
+
+/// Bits of a [`char_table`] entry that hold the standalone cost less one (BMP).
+pub const CHAR_COST: u8 = 0x03;
+/// Bits 2-3 of a [`char_table`] entry: the group of a character the CJK blocks take
+/// (CJK 1, kana 2, symbols 3), 0 for other characters and for uppercase ones.
+pub const CHAR_GROUP_SHIFT: u8 = 2;
+/// Bit of a [`char_table`] entry: the character is the first after the space of a token
+/// that is a space and 1-3 CJK, kana or hangul characters.
+pub const SPACED_FIRST: u8 = 0x10;
+/// Bit of a [`char_table`] entry: the character is the first of a 2-character token.
+pub const PAIR_FIRST: u8 = 0x20;
+/// Bit of a [`char_table`] entry: the character is the second of a 2-character token.
+pub const PAIR_SECOND: u8 = 0x40;
+/// Bit of a [`char_table`] entry: the character is the first of a 3-character token.
+pub const TRIPLE_FIRST: u8 = 0x80;
+
+/// A vocabulary's characters table (`groups`: [`GROUP_TABLE`]): one byte per BMP code point holding its standalone
+/// cost less one (from the cost table `cost`), its group for the CJK blocks
+/// ([`CHAR_GROUP_SHIFT`]), and the flags [`PAIR_FIRST`], [`PAIR_SECOND`],
+/// [`TRIPLE_FIRST`] and [`SPACED_FIRST`] from `pairs` (the first characters of the
+/// vocabulary's 2-character tokens of n-gram characters, their second characters, the
+/// first characters of its 3-character ones, and the first characters after the space of
+/// its tokens of a space and CJK, kana or hangul: `pair_chars` in `data/profiles.json`,
+/// from `tools/fit_profiles.py`). A pair of characters is looked up in the Bloom filter
+/// only when the first has [`PAIR_FIRST`] and the second [`PAIR_SECOND`] (about one pair
+/// in 16 of the corpus's CJK text for `conservative`), a space and what follows it only
+/// when the character after the space has [`SPACED_FIRST`]. Built at compile time.
+pub const fn char_table(
+    groups: &[u8; 0x10000],
+    cost: &[u8; TABLE_BYTES],
+    pairs: [&[u16]; 4],
+) -> [u8; 0x10000] {
+    let mut t = [0u8; 0x10000];
+    let mut cp = 0;
+    while cp < 0x10000 {
+        let c = (cost[cp >> 2] >> ((cp & 3) * 2)) & 3;
+        let e = groups[cp];
+        let g = match e {
+            G_CJK => 1,
+            G_KANA => 2,
+            G_SYM => 3,
+            _ => 0,
+        };
+        t[cp] = c | g << CHAR_GROUP_SHIFT;
+        cp += 1;
+    }
+    let flags = [PAIR_FIRST, PAIR_SECOND, TRIPLE_FIRST, SPACED_FIRST];
+    let mut k = 0;
+    while k < 4 {
+        let mut j = 0;
+        while j < pairs[k].len() {
+            t[pairs[k][j] as usize] |= flags[k];
+            j += 1;
+        }
+        k += 1;
+    }
+    t
 }
 
 /// The key hash a family's filter uses: `h` itself, or, when `remix`, `h` rotated left by
@@ -205,7 +267,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
 }
 
 #[inline(always)]
-fn mix(lo: u64, hi: u64, len: usize) -> u64 {
+pub(crate) fn mix(lo: u64, hi: u64, len: usize) -> u64 {
     mum(lo ^ MIX_LO, hi ^ MIX_HI ^ len as u64)
 }
 
@@ -235,7 +297,7 @@ fn halves(bytes: &[u8], s: usize, len: usize) -> (u64, u64) {
 }
 
 /// Mask keeping the first `n` bytes of a word.
-const fn first_bytes(n: usize) -> u64 {
+pub(crate) const fn first_bytes(n: usize) -> u64 {
     if n >= 8 {
         u64::MAX
     } else {
@@ -296,7 +358,7 @@ impl Vocab {
     /// [`Vocab::contains`] of a key hashed already: the word is the hash's top 16 bits,
     /// the bits its four lowest 6-bit fields; one load, no branch.
     #[inline(always)]
-    fn contains_hash(&self, h: u64) -> bool {
+    pub(crate) fn contains_hash(&self, h: u64) -> bool {
         let h = family_hash(h, self.remix);
         let at = (h >> BLOOM_SHIFT) as usize * 8;
         let mut w = [0u8; 8];
@@ -307,6 +369,28 @@ impl Vocab {
             | 1u64 << ((h >> 12) & 63)
             | 1u64 << ((h >> 18) & 63);
         word & m == m
+    }
+
+    /// Whether the characters `a` and `b` (code points below 2^16) can be one of the
+    /// vocabulary's 2-character tokens: `a` starts one and `b` ends one ([`char_table`]);
+    /// the Bloom filter then decides.
+    #[inline(always)]
+    pub fn may_pair(&self, a: u32, b: u32) -> bool {
+        self.chars[a as usize & 0xFFFF] & PAIR_FIRST != 0
+            && self.chars[b as usize & 0xFFFF] & PAIR_SECOND != 0
+    }
+
+    /// Whether one of the vocabulary's 3-character tokens can start with `a` (below 2^16).
+    #[inline(always)]
+    pub fn may_triple(&self, a: u32) -> bool {
+        self.chars[a as usize & 0xFFFF] & TRIPLE_FIRST != 0
+    }
+
+    /// Whether one of the vocabulary's tokens of a space and CJK, kana or hangul
+    /// characters can go on with `a` (below 2^16) after the space.
+    #[inline(always)]
+    pub fn may_follow_space(&self, a: u32) -> bool {
+        self.chars[a as usize & 0xFFFF] & SPACED_FIRST != 0
     }
 
     /// Tokens of code point `cp` on its own (1 to 4; 4 outside the table).
@@ -372,7 +456,7 @@ const UPPER_FLAG: u8 = 0x80;
 /// worked out at compile time: the scanner reads a code point's group and case in one
 /// load, and no call pays for building the table (built on first use, it cost the
 /// process's first estimate about half a millisecond).
-static GROUP_TABLE: [u8; 0x10000] = {
+pub(crate) static GROUP_TABLE: [u8; 0x10000] = {
     let mut t = [0u8; 0x10000];
     let mut cp = 0;
     while cp < 0x10000 {
@@ -1054,6 +1138,8 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             // loop below, with the group known (its weights are constants) and no stop
             // for the blocks (they never take hangul)
             let v = &vocabs[0];
+            // the character's entry of the characters table: its cost and pair flags
+            let mut c = v.chars[cp as usize & 0xFFFF];
             while entry == G_HANGUL && i + 16 <= n {
                 let w = load8(b, i);
                 if (w >> 24) as u8 & 0xF0 != 0xE0 {
@@ -1068,19 +1154,25 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                     | (((w >> 32) as u32 & 0x3F) << 6)
                     | ((w >> 40) as u32 & 0x3F);
                 let entry1 = groups[cp1 as usize];
+                let c1 = v.chars[cp1 as usize];
                 if i < consumed[0] {
                     // inside an n-gram: counted with it
-                } else if is_ngram_group(entry1 & !UPPER_FLAG)
+                } else if c & PAIR_FIRST != 0
+                    && c1 & PAIR_SECOND != 0
                     && v.contains_hash(mix(w & first_bytes(6), 0, 6))
                 {
-                    let m = ngram_chars(v, groups, b, i, w);
+                    // (a character with PAIR_SECOND is of an n-gram group)
+                    let m = ngram_chars(v, groups, b, i, w, c & TRIPLE_FIRST != 0);
                     out.add(0, F_NGRAMS, 1);
                     consumed[0] = i + 3 * m;
                 } else {
-                    standalone(out, 0, v, G_HANGUL, cp);
+                    // `standalone`, the cost from the entry (hangul is in the BMP)
+                    out.add(0, F_CH + G_HANGUL as usize, 1);
+                    out.add(0, F_EX + G_HANGUL as usize, (c & CHAR_COST) as u64);
                 }
                 i += 3;
                 cp = cp1;
+                c = c1;
                 entry = entry1;
             }
             if i + 16 > n {
@@ -1100,8 +1192,8 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 continue;
             }
             let v = &vocabs[k];
-            if pair && v.contains_hash(mix(w & first_bytes(6), 0, 6)) {
-                let m = ngram_chars(v, groups, b, i, w);
+            if pair && v.may_pair(cp, cp1) && v.contains_hash(mix(w & first_bytes(6), 0, 6)) {
+                let m = ngram_chars(v, groups, b, i, w, v.may_triple(cp));
                 out.add(k, F_NGRAMS, 1);
                 consumed[k] = i + 3 * m;
                 continue;
@@ -1171,7 +1263,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 continue;
             }
             let v = &vocabs[k];
-            if pair && v.contains_hash(h2) {
+            if pair && v.may_pair(cp, cp1) && v.contains_hash(h2) {
                 let tri = *h3.get_or_insert_with(|| {
                     let at = i + 6;
                     let third = at + 3 <= n
@@ -1180,7 +1272,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                     third.then(|| hash_at(b, i, i + 9))
                 });
                 let m = match tri {
-                    Some(h) if v.contains_hash(h) => 3,
+                    Some(h) if v.may_triple(cp) && v.contains_hash(h) => 3,
                     _ => 2,
                 };
                 out.add(k, F_NGRAMS, 1);
@@ -1253,11 +1345,20 @@ fn two_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
 }
 
 /// Characters (2 or 3) of the n-gram at `i`, whose first two characters are a token of
-/// `v`: 3 when the third is a 3-byte character of an n-gram group and the three are a
-/// token too. `w` holds the 8 bytes from `i`, and 16 are readable from `i`.
+/// `v`: 3 when a 3-character token can start with the first (`triple`,
+/// [`Vocab::may_triple`]), the third is a 3-byte character of an n-gram group and the
+/// three are a token too. `w` holds the 8 bytes from `i`, and 16 are readable from `i`.
 #[inline(always)]
-fn ngram_chars(v: &Vocab, groups: &[u8; 0x10000], b: &[u8], i: usize, w: u64) -> usize {
-    let third = (w >> 48) as u8 & 0xF0 == 0xE0
+fn ngram_chars(
+    v: &Vocab,
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    i: usize,
+    w: u64,
+    triple: bool,
+) -> usize {
+    let third = triple
+        && (w >> 48) as u8 & 0xF0 == 0xE0
         && is_ngram_group(groups[decode3(b, i + 6) as usize] & !UPPER_FLAG);
     if third && v.contains_hash(mix(w, b[i + 8] as u64, 9)) {
         3
@@ -1304,7 +1405,7 @@ fn spaced_ngrams<const K: usize>(
                 | ((x >> 16) as u32 & 0x3F);
             x as u8 & 0xF0 == 0xE0 && is_cjkish(groups[cp as usize] & !UPPER_FLAG)
         };
-        if !cjkish(w >> 8) {
+        if !cjkish(w >> 8) || !v.may_follow_space(decode3(b, j)) {
             return hit;
         }
         hit[0] = if cjkish(w >> 32) && v.contains_hash(mix(w & first_bytes(7), 0, 7)) {
@@ -1325,10 +1426,14 @@ fn spaced_ngrams<const K: usize>(
     if !cjk_char(groups, b, j) {
         return hit;
     }
+    let first = decode3(b, j);
     let h2 = cjk_char(groups, b, j + 3).then(|| hash_at(b, j - 1, j + 6));
     let mut h3: Option<Option<u64>> = None;
     let mut h1: Option<u64> = None;
     for (m, v) in hit.iter_mut().zip(vocabs) {
+        if !v.may_follow_space(first) {
+            continue;
+        }
         if matches!(h2, Some(h) if v.contains_hash(h)) {
             let tri = *h3.get_or_insert_with(|| {
                 cjk_char(groups, b, j + 6).then(|| hash_at(b, j - 1, j + 9))
@@ -1605,6 +1710,68 @@ mod tests {
         // box drawing: "──" is a token of both, "───" of Tekken only
         let [cl100k, tekken] = scan("────────", &families);
         assert_eq!((cl100k[F_NGRAMS], tekken[F_NGRAMS]), (4, 3));
+    }
+
+    #[test]
+    fn char_tables_hold_each_code_points_cost_group_and_pair_flags() {
+        for name in crate::estimate::VOCAB_NAMES {
+            let v = crate::estimate::vocab(name).unwrap();
+            for cp in 0..0x10000u32 {
+                let e = v.chars[cp as usize];
+                assert_eq!((e & CHAR_COST) as u64 + 1, v.cost(cp), "{name} U+{cp:04X}");
+                let code = e >> CHAR_GROUP_SHIFT & 3;
+                let want = match GROUP_TABLE[cp as usize] {
+                    G_CJK => 1,
+                    G_KANA => 2,
+                    G_SYM => 3,
+                    _ => 0,
+                };
+                assert_eq!(code, want, "{name} U+{cp:04X}");
+            }
+        }
+        // conservative: "これ" is a token of both families, "こ" starts it, "れ" ends it
+        let v = crate::estimate::vocab("conservative").unwrap();
+        assert!(v.may_pair('こ' as u32, 'れ' as u32));
+        assert!(v.contains("これ".as_bytes()));
+        // the flags hold what the data lists, and no more
+        let lists = crate::estimate::pair_chars("conservative").unwrap();
+        for (list, flag) in lists
+            .iter()
+            .zip([PAIR_FIRST, PAIR_SECOND, TRIPLE_FIRST, SPACED_FIRST])
+        {
+            let set: std::collections::HashSet<u32> = list.iter().map(|&c| c as u32).collect();
+            for cp in 0..0x10000u32 {
+                assert_eq!(
+                    v.chars[cp as usize] & flag != 0,
+                    set.contains(&cp),
+                    "U+{cp:04X}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bloom_false_positive_pairs_are_no_ngrams() {
+        // "おこ" tests positive in conservative's Bloom filter but is no token of either
+        // family (2 cl100k and 2 Tekken tokens, tests/test_estimate.py): its characters
+        // start and end no 2-character token, so it is two kana read alone; "→但" the
+        // same in cl100k's. "これ" (1 token in both) stays an n-gram.
+        for (name, text) in [("conservative", "おこ"), ("cl100k", "→但")] {
+            let v = crate::estimate::vocab(name).unwrap();
+            assert!(
+                v.contains(text.as_bytes()),
+                "{name}: {text} is a false positive"
+            );
+            let [f] = scan(text, &[v]);
+            assert_eq!(f[F_NGRAMS], 0, "{name}: {text}");
+            // with the text padded to take the CJK blocks (24 characters and more)
+            let long = format!("{text}{}", "中文".repeat(16));
+            let [g] = scan(&long, &[v]);
+            let [h] = scan(&"中文".repeat(16), &[v]);
+            assert_eq!(g[F_NGRAMS], h[F_NGRAMS], "{name}: {text} in a run");
+        }
+        let [f] = scan("これ", &[crate::estimate::vocab("conservative").unwrap()]);
+        assert_eq!(f[F_NGRAMS], 1);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Runs of CJK, kana and symbol characters eight at a time, for one vocabulary (AVX2).
 //!
-//! In a block of eight 3-byte characters the vector lanes decode the code points, read
-//! their group and standalone cost (scalar loads: on the AMD Zen 5 this was measured on,
-//! the table gathers cost more than eight loads), and hash each character's 2-character
-//! key and probe the vocabulary's Bloom filter: the same 6-byte key, the same hash
-//! ([`super::mix`]'s 128-bit product, built from four 32-bit products) and the same filter word
-//! and bits as the scalar loop. Only the characters whose pair tests positive take the
-//! scalar path (the greedy 2- or 3-character n-gram). The counts are the scalar loop's
+//! In a block of eight 3-byte characters the vector lanes decode the code points and read
+//! each one's entry of the vocabulary's characters table ([`super::char_table`]: scalar
+//! loads; on the AMD Zen 5 this was measured on, a gather costs more than eight loads),
+//! which holds its group, its standalone cost and whether it can start or end a
+//! 2-character token. Only a pair whose first character can start one and second end one
+//! (about one in 16 of the corpus's CJK pairs for `conservative`) is hashed and looked up
+//! in the Bloom filter, as the scalar loop does; a hit takes the scalar path (the greedy
+//! 2- or 3-character n-gram). The counts are the scalar loop's
 //! ([`super::three_byte_run`]), checked at every alignment by `fast_equals_scalar`.
 //!
 //! A block takes its characters up to the first that is not a 3-byte CJK, kana or
@@ -21,8 +22,8 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::{
-    decode3, is_ngram_group, load8, ngram_chars, Sink, Vocab, BLOOM_BYTES, BLOOM_SHIFT, F_CH, F_EX,
-    F_NGRAMS, UPPER_FLAG,
+    decode3, first_bytes, load8, mix, ngram_chars, Sink, Vocab, CHAR_COST, CHAR_GROUP_SHIFT, F_CH,
+    F_EX, F_NGRAMS, PAIR_FIRST, PAIR_SECOND, TRIPLE_FIRST,
 };
 use super::{G_CJK, G_KANA, G_SYM};
 
@@ -33,7 +34,7 @@ thread_local! {
 }
 
 /// Positive pairs in a block from which the run goes to the scalar loop instead.
-const DENSE: u32 = 4;
+const DENSE: u32 = 6;
 
 /// Bytes of blocks per call at most, so that the 32-bit lane sums (at most 4 a block)
 /// cannot overflow.
@@ -85,7 +86,6 @@ pub(super) unsafe fn blocks<S: Sink>(
         0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, 0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8,
         -1, 9, 10, 11, -1,
     );
-    let next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7);
     // per group (CJK, kana, symbols): characters read alone, and their tokens beyond
     // one, summed lane by lane
     let mut sums = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 3];
@@ -115,17 +115,26 @@ pub(super) unsafe fn blocks<S: Sink>(
             ),
             _mm256_and_si256(_mm256_srli_epi32(y, 16), _mm256_set1_epi32(0x3F)),
         );
-        // group entries, read with eight scalar loads: a table gather measured slower
+        // entries of the family's character table (block group, cost, pair flags), read
+        // with eight scalar loads: a table gather measured slower
         let mut cps = [0u32; 8];
         // SAFETY: `cps` holds 8 dwords; no alignment needed.
         unsafe { _mm256_storeu_si256(cps.as_mut_ptr().cast(), cp) };
         let lanes = |x: [i32; 8]| _mm256_setr_epi32(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
-        let entry = lanes(cps.map(|c| groups[(c & 0xFFFF) as usize] as i32));
-        let is = |g: u8| _mm256_cmpeq_epi32(entry, _mm256_set1_epi32(g as i32));
-        let ok = _mm256_and_si256(
-            leads,
-            _mm256_or_si256(_mm256_or_si256(is(G_CJK), is(G_KANA)), is(G_SYM)),
+        let entry = lanes(cps.map(|c| v.chars[(c & 0xFFFF) as usize] as i32));
+        let code = _mm256_and_si256(
+            _mm256_srli_epi32::<{ CHAR_GROUP_SHIFT as i32 }>(entry),
+            _mm256_set1_epi32(3),
         );
+        let is = |g: u8| {
+            let c = match g {
+                G_CJK => 1,
+                G_KANA => 2,
+                _ => 3,
+            };
+            _mm256_cmpeq_epi32(code, _mm256_set1_epi32(c))
+        };
+        let ok = _mm256_andnot_si256(_mm256_cmpeq_epi32(code, _mm256_setzero_si256()), leads);
         // the block's characters up to the first that does not qualify
         let ok = _mm256_movemask_ps(_mm256_castsi256_ps(ok)) as u32;
         let len = (!ok).trailing_zeros();
@@ -133,50 +142,26 @@ pub(super) unsafe fn blocks<S: Sink>(
             break;
         }
         let valid = (1u32 << len) - 1;
-        // the character after the last that qualifies: the last one's pair needs it a
-        // 3-byte character of an n-gram group
+        // the flags of each lane's entry, moved to its sign bit
+        let flag = |shift: __m256i| {
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_sllv_epi32(entry, shift))) as u32
+        };
+        let first = flag(_mm256_set1_epi32(31 - PAIR_FIRST.trailing_zeros() as i32));
+        let second = flag(_mm256_set1_epi32(31 - PAIR_SECOND.trailing_zeros() as i32));
+        let triple = flag(_mm256_set1_epi32(31 - TRIPLE_FIRST.trailing_zeros() as i32));
+        // the character after the last that qualifies: the partner of the last one's pair
         let after = i + 3 * len as usize;
-        let pair_last = b[after] & 0xF0 == 0xE0
-            && is_ngram_group(groups[decode3(b, after) as usize] & !UPPER_FLAG);
-        let pairable = (valid >> 1) | (pair_last as u32) << (len - 1);
-        let y8 = b[i + 24] as u32 | (b[i + 25] as u32) << 8 | (b[i + 26] as u32) << 16;
-        let ynext = _mm256_blend_epi32::<0x80>(
-            _mm256_permutevar8x32_epi32(y, next),
-            _mm256_set1_epi32(y8 as i32),
-        );
-        // the 6-byte keys of characters j, j+1, four 64-bit lanes per half
-        let pairs = [
-            _mm256_or_si256(
-                _mm256_cvtepu32_epi64(_mm256_castsi256_si128(y)),
-                _mm256_slli_epi64(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(ynext)), 24),
-            ),
-            _mm256_or_si256(
-                _mm256_cvtepu32_epi64(_mm256_extracti128_si256::<1>(y)),
-                _mm256_slli_epi64(
-                    _mm256_cvtepu32_epi64(_mm256_extracti128_si256::<1>(ynext)),
-                    24,
-                ),
-            ),
-        ];
-        let m6 = _mm256_set1_epi64x((M6 & 0xFFFF_FFFF) as i64);
-        // SAFETY: AVX2 (this function's target feature).
-        let hits = unsafe { probe(v, pairs[0], m6) | probe(v, pairs[1], m6) << 4 };
-        let cand = hits & pairable;
+        let second_after =
+            b[after] & 0xF0 == 0xE0 && v.chars[decode3(b, after) as usize] & PAIR_SECOND != 0;
+        // pairs whose characters can be a token's: their keys go to the Bloom filter
+        let cand =
+            first & valid & ((second >> 1) & (valid >> 1) | (second_after as u32) << (len - 1));
         if cand.count_ones() >= DENSE {
             // pairs on most characters (a rule of box drawing, say): the scalar loop,
             // which skips the characters an n-gram consumes, is faster from here
             break;
         }
-        // standalone costs: bits 2(cp & 3) of the cost table's byte cp >> 2 (below 16,384
-        // of its 17,088 bytes), read with scalar loads as the groups are
-        let tb = lanes(cps.map(|c| v.table[((c & 0xFFFF) >> 2) as usize] as i32));
-        let extra = _mm256_and_si256(
-            _mm256_srlv_epi32(
-                tb,
-                _mm256_slli_epi32(_mm256_and_si256(cp, _mm256_set1_epi32(3)), 1),
-            ),
-            _mm256_set1_epi32(3),
-        );
+        let extra = _mm256_and_si256(entry, _mm256_set1_epi32(CHAR_COST as i32));
         // characters inside an n-gram: those an earlier one consumes, then greedily each
         // character not consumed yet whose pair tests positive starts one of 2 or 3
         // characters (3 when its 3-character key does too)
@@ -190,7 +175,12 @@ pub(super) unsafe fn blocks<S: Sink>(
         while cand != 0 {
             let j = cand.trailing_zeros();
             let p = i + 3 * j as usize;
-            let m = ngram_chars(v, groups, b, p, load8(b, p));
+            let w = load8(b, p);
+            cand &= cand - 1;
+            if !v.contains_hash(mix(w & first_bytes(6), 0, 6)) {
+                continue;
+            }
+            let m = ngram_chars(v, groups, b, p, w, triple >> j & 1 != 0);
             taken += 1;
             c = p + 3 * m;
             let end = j + m as u32;
@@ -256,71 +246,4 @@ fn lane_sums(v: [(std::arch::x86_64::__m256i, std::arch::x86_64::__m256i); 3]) -
     // SAFETY: `out` holds 8 dwords; no alignment needed.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_set_m128i(hi, lo)) };
     out
-}
-
-/// [`super::mix`]'s multiplier for a key of 6 bytes (`hi` 0).
-const M6: u64 = 0xD6E8_FEB8_6659_FD93 ^ 6;
-
-/// Which of four keys (64-bit lanes: `lo` of [`super::mix`]) test positive in `v`'s Bloom
-/// filter, as bits 0-3. `ml` holds the low halves of each lane's multiplier (`hi ^
-/// 0xD6E8_FEB8_6659_FD93 ^ len`), whose high half is the constant's for keys of 6 and 9
-/// bytes alike. The 128-bit product is built from four 32-bit ones; then
-/// [`super::family_hash`], and [`Vocab`]'s word and four bits.
-///
-/// # Safety
-/// The CPU must have AVX2, BMI1, BMI2, LZCNT and POPCNT (`words::Simd::Avx2`).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
-unsafe fn probe(v: &Vocab, key: std::arch::x86_64::__m256i, ml: std::arch::x86_64::__m256i) -> u32 {
-    use std::arch::x86_64::*;
-    const C: u64 = 0x9E37_79B9_7F4A_7C15;
-    let low32 = _mm256_set1_epi64x(0xFFFF_FFFF);
-    let x = _mm256_xor_si256(key, _mm256_set1_epi64x(C as i64));
-    let xh = _mm256_srli_epi64(x, 32);
-    let mh = _mm256_set1_epi64x((M6 >> 32) as i64);
-    let p0 = _mm256_mul_epu32(x, ml);
-    let p1 = _mm256_mul_epu32(x, mh);
-    let p2 = _mm256_mul_epu32(xh, ml);
-    let p3 = _mm256_mul_epu32(xh, mh);
-    let lo = _mm256_add_epi64(p0, _mm256_slli_epi64(_mm256_add_epi64(p1, p2), 32));
-    let mid = _mm256_add_epi64(
-        _mm256_add_epi64(_mm256_srli_epi64(p0, 32), _mm256_and_si256(p1, low32)),
-        _mm256_and_si256(p2, low32),
-    );
-    let hi = _mm256_add_epi64(
-        _mm256_add_epi64(p3, _mm256_srli_epi64(p1, 32)),
-        _mm256_add_epi64(_mm256_srli_epi64(p2, 32), _mm256_srli_epi64(mid, 32)),
-    );
-    let mut h = _mm256_xor_si256(lo, hi);
-    if v.remix {
-        h = _mm256_or_si256(_mm256_slli_epi64(h, 26), _mm256_srli_epi64(h, 38));
-    }
-    // the filter words, read with four scalar loads (a gather measured slower): word
-    // indices are h >> BLOOM_SHIFT < BLOOM_BYTES / 8 (2^16)
-    let word = {
-        let mut at = [0u64; 4];
-        // SAFETY: `at` holds 4 qwords; no alignment needed.
-        unsafe {
-            _mm256_storeu_si256(
-                at.as_mut_ptr().cast(),
-                _mm256_srli_epi64::<{ BLOOM_SHIFT as i32 }>(h),
-            )
-        };
-        let w = at.map(|a| {
-            let a = (a as usize & (BLOOM_BYTES / 8 - 1)) * 8;
-            let mut x = [0u8; 8];
-            x.copy_from_slice(&v.bloom[a..a + 8]);
-            i64::from_le_bytes(x)
-        });
-        _mm256_setr_epi64x(w[0], w[1], w[2], w[3])
-    };
-    let six = _mm256_set1_epi64x(63);
-    let one = _mm256_set1_epi64x(1);
-    let bit = |s: __m256i| _mm256_sllv_epi64(one, _mm256_and_si256(s, six));
-    let m = _mm256_or_si256(
-        _mm256_or_si256(bit(h), bit(_mm256_srli_epi64(h, 6))),
-        _mm256_or_si256(bit(_mm256_srli_epi64(h, 12)), bit(_mm256_srli_epi64(h, 18))),
-    );
-    let hit = _mm256_cmpeq_epi64(_mm256_and_si256(word, m), m);
-    _mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u32
 }

@@ -94,14 +94,16 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 if len == 3
                     && is_ngram_group(g)
                     && ngram_char(b, i + 3)
+                    && v.may_pair(cp, decode(b, i + 3).0)
                     && v.contains_at(b, i, i + 6)
                 {
                     // a 2-character token, extended to 3 when that is a token too
-                    let m = if ngram_char(b, i + 6) && v.contains_at(b, i, i + 9) {
-                        3
-                    } else {
-                        2
-                    };
+                    let m =
+                        if ngram_char(b, i + 6) && v.may_triple(cp) && v.contains_at(b, i, i + 9) {
+                            3
+                        } else {
+                            2
+                        };
                     f[F_NGRAMS] += 1;
                     *c = i + 3 * m;
                     continue;
@@ -270,7 +272,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
 /// CJK-ish characters (1 to 3) after the space at `j - 1` that make one token of `v`
 /// with it, or 0: 2 tried first, extended to 3, else 1 (see [`super::scan`]).
 fn spaced_ngram(v: &Vocab, b: &[u8], j: usize) -> usize {
-    if !cjk_char(b, j) {
+    if !cjk_char(b, j) || !v.may_follow_space(decode(b, j).0) {
         return 0;
     }
     if cjk_char(b, j + 3) && v.contains_at(b, j - 1, j + 6) {
