@@ -149,13 +149,14 @@ pub(super) unsafe fn blocks<S: Sink>(
         let first = flag(_mm256_set1_epi32(31 - PAIR_FIRST.trailing_zeros() as i32));
         let second = flag(_mm256_set1_epi32(31 - PAIR_SECOND.trailing_zeros() as i32));
         let triple = flag(_mm256_set1_epi32(31 - TRIPLE_FIRST.trailing_zeros() as i32));
-        // the character after the last that qualifies: the partner of the last one's pair
-        let after = i + 3 * len as usize;
-        let second_after =
-            b[after] & 0xF0 == 0xE0 && v.chars[decode3(b, after) as usize] & PAIR_SECOND != 0;
+        // each character's partner: the next lane, when it is a 3-byte character (the
+        // first that does not qualify included: it is read in place, the lanes before it
+        // being 3-byte characters), and for the eighth the character after the block
+        let threes = _mm256_movemask_ps(_mm256_castsi256_ps(leads)) as u32;
+        let ninth =
+            (b[i + 24] & 0xF0 == 0xE0) & (v.chars[decode3(b, i + 24) as usize] & PAIR_SECOND != 0);
         // pairs whose characters can be a token's: their keys go to the Bloom filter
-        let cand =
-            first & valid & ((second >> 1) & (valid >> 1) | (second_after as u32) << (len - 1));
+        let cand = first & valid & ((second & threes) >> 1 | (ninth as u32) << 7);
         if cand.count_ones() >= DENSE {
             // pairs on most characters (a rule of box drawing, say): the scalar loop,
             // which skips the characters an n-gram consumes, is faster from here
