@@ -120,8 +120,12 @@ pub(super) unsafe fn blocks<S: Sink>(
         let mut cps = [0u32; 8];
         // SAFETY: `cps` holds 8 dwords; no alignment needed.
         unsafe { _mm256_storeu_si256(cps.as_mut_ptr().cast(), cp) };
-        let lanes = |x: [i32; 8]| _mm256_setr_epi32(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
-        let entry = lanes(cps.map(|c| v.chars[(c & 0xFFFF) as usize] as i32));
+        // the eight entries packed into one word by a tree of ors (inserted one by one
+        // into a vector, each waited for the last), then widened to the lanes
+        let e = cps.map(|c| v.chars[(c & 0xFFFF) as usize] as u64);
+        let packed = ((e[0] | e[1] << 8) | (e[2] << 16 | e[3] << 24))
+            | ((e[4] << 32 | e[5] << 40) | (e[6] << 48 | e[7] << 56));
+        let entry = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(packed as i64));
         let code = _mm256_and_si256(
             _mm256_srli_epi32::<{ CHAR_GROUP_SHIFT as i32 }>(entry),
             _mm256_set1_epi32(3),
