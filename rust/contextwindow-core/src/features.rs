@@ -1143,7 +1143,38 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             while entry == G_HANGUL && i + 16 <= n {
                 let w = load8(b, i);
                 if (w >> 24) as u8 & 0xF0 != 0xE0 {
-                    break;
+                    if (w >> 24) as u8 != b' ' || (w >> 32) as u8 & 0xF0 != 0xE0 || i + 20 > n {
+                        break;
+                    }
+                    // the word's last syllable, then one space and another 3-byte
+                    // character: what the loop below does for both, here (the next word
+                    // is hangul, most often, and goes on in this loop)
+                    if !letter {
+                        out.add(0, F_NA_WORDS, 1);
+                    }
+                    if i >= consumed[0] {
+                        out.add(0, F_CH + G_HANGUL as usize, 1);
+                        out.add(0, F_EX + G_HANGUL as usize, (c & CHAR_COST) as u64);
+                    }
+                    let j = i + 4;
+                    let [m] = spaced_ngrams(vocabs, groups, b, j)[..] else {
+                        unreachable!("one family")
+                    };
+                    if m > 0 {
+                        // the space and 1-3 characters after it are one token
+                        out.add(0, F_NGRAMS, 1);
+                        consumed[0] = j + 3 * m;
+                    } else {
+                        // a space alone is a token
+                        out.add(0, F_KNOWN, 1);
+                    }
+                    letter = false;
+                    prev_upper = false;
+                    i = j;
+                    cp = decode3(b, i);
+                    c = v.chars[cp as usize & 0xFFFF];
+                    entry = groups[cp as usize];
+                    continue;
                 }
                 if !letter {
                     out.add(0, F_NA_WORDS, 1);
