@@ -1157,9 +1157,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                         out.add(0, F_EX + G_HANGUL as usize, (c & CHAR_COST) as u64);
                     }
                     let j = i + 4;
-                    let [m] = spaced_ngrams(vocabs, groups, b, j)[..] else {
-                        unreachable!("one family")
-                    };
+                    let m = spaced_ngrams(vocabs, groups, b, j)[0];
                     if m > 0 {
                         // the space and 1-3 characters after it are one token
                         out.add(0, F_NGRAMS, 1);
