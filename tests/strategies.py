@@ -321,7 +321,10 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
         return Message(role=draw(results_role), content=[r])
 
     def user() -> Message:
-        return Message(role="user", content=_text_parts(draw), pinned=draw(st.integers(0, 12)) == 0)
+        # no thinking block: only assistant messages hold them (a user message that did
+        # made the newest turn reach back past its thinking-led first assistant message
+        # once a trim emptied the request: thinking_not_first, from input no API takes)
+        return Message(role="user", content=_text_parts(draw, thinking=False), pinned=draw(st.integers(0, 12)) == 0)
 
     def turn_first() -> bool:
         """Whether an assistant message appended now is the first of the newest turn."""

@@ -329,3 +329,52 @@ def test_fit_leaves_no_prefill_ending_in_whitespace_it_exposed() -> None:
         Message(role="assistant", content=[TextPart(text="ok ")]),
     ]
     assert cw.fit(own, 1000, format="anthropic").messages == own
+
+
+def test_no_breadcrumb_into_an_empty_user_message() -> None:
+    """Hypothesis (test_anthropic_outputs_validate_whole, this session): with every turn
+    but the pinned messages dropped, the breadcrumb went into the first kept turn's user
+    message, which was pinned and empty; the breadcrumb alone is no user's words, so that
+    message stopped being a turn boundary, the newest turn reached back to an assistant
+    message without a thinking block, and the output broke the thinking rule
+    (thinking_not_first at index 3). The breadcrumb now stays out of an empty message (its
+    cost with it), in the engine and in ``_reference``."""
+    from contextwindow import ImagePart, ToolResult
+
+    img = ImagePart(source="https://example.com/a.png")
+    call = ToolCall(id="c1", name="read_file", arguments="")
+
+    def think(sig: bool = False) -> OpaquePart:
+        raw = {"type": "thinking", "thinking": "", **({"signature": "s"} if sig else {})}
+        return OpaquePart(type="thinking", raw=raw)
+
+    msgs = [
+        Message(role="user", content=[ToolResult(call_id="c1", content=[TextPart(text="")])]),
+        Message(role="assistant", content=[ToolResult(call_id="c2", content=[TextPart(text="")])], pinned=True),
+        Message(role="user", content=[img], pinned=True),
+        Message(role="assistant", content=[think(), img], pinned=True),
+        Message(role="user", content=[img], pinned=True),
+        Message(role="assistant", content=[TextPart(text="ok")], pinned=True),
+        Message(role="user", content=[]),
+        Message(role="assistant", content=[TextPart(text="ok")]),
+        Message(role="user", content=[], pinned=True),
+        Message(role="assistant", content=[think(True), call], pinned=True),
+        Message(role="user", content=[img], pinned=True),
+        Message(role="assistant", content=[TextPart(text="")]),
+    ]
+    assert not [v for v in cw.validate(msgs, "anthropic") if v.code.startswith("thinking")]
+    for r in (
+        cw.trim_turn_count(msgs, 0, format="anthropic"),
+        cw.trim_turns(msgs, 0, profile="conservative", format="anthropic"),
+    ):
+        assert not [v for v in cw.validate(r.messages, "anthropic") if v.code.startswith("thinking")]
+        # the pinned empty user message is kept as it is, and the breadcrumb is left out
+        assert not r.report.breadcrumb
+        assert any(m.role == "user" and m.content == [] and m.pinned for m in r.messages)
+        assert all(ref.first_text(m) != cw.BREADCRUMB for m in r.messages)
+    ref_out, ref_report = ref.trim_turn_count(msgs, 0, provider="anthropic")
+    engine = cw.trim_turn_count(msgs, 0, format="anthropic").messages
+    # (the reference's output: input index and the message when changed)
+    ref_msgs = [m if m is not None else msgs[i] for i, m in ref_out if i is not None or m is not None]
+    assert [m.content for m in ref_msgs] == [m.content for m in engine]
+    assert not ref_report.breadcrumb

@@ -1688,7 +1688,14 @@ class _State:
             self.fates[src]["rule"] = rule
 
     def has_bc(self, w: int | None) -> bool:
-        return self.provider == "anthropic" and w is not None and first_text(self.m(w)) == BREADCRUMB
+        # Anthropic: the breadcrumb is prepended to message w, but not when it leads with
+        # one, nor when w holds nothing (the breadcrumb alone is no user's words: w would
+        # be no turn boundary, and its turn would join the one before)
+        return (
+            self.provider == "anthropic"
+            and w is not None
+            and (not self.m(w).content or first_text(self.m(w)) == BREADCRUMB)
+        )
 
     def bc_cost(self, w: int | None) -> int:
         """Tokens the breadcrumb adds: its own message (OpenAI), or the cost of prepending
@@ -1901,7 +1908,7 @@ def _finish(
                 out.append(Item(None, Message(role="user", content=[TextPart(text=BREADCRUMB)])))
                 inserted += 1
                 breadcrumb = True
-            elif first_text(it.msg(st.msgs)) != BREADCRUMB:
+            elif first_text(it.msg(st.msgs)) != BREADCRUMB and it.msg(st.msgs).content:
                 it = Item(it.src, _with_breadcrumb(it.msg(st.msgs)))
                 breadcrumb = True
                 if it.src is not None and st.fates[it.src]["fate"] == "kept":

@@ -670,9 +670,16 @@ impl<'a, 'p> State<'a, 'p> {
         }
     }
 
+    /// Whether no breadcrumb goes into work item `first` (Anthropic's rules, where it is
+    /// prepended to that user message): it leads with one already, or it holds nothing,
+    /// and the breadcrumb alone, no user's words, would make it no turn boundary (the
+    /// turn it starts would join the one before, and a thinking-led turn's rules with it).
     fn already_has_breadcrumb(&self, first: Option<usize>) -> bool {
         match (self.opts.format, first) {
-            (Format::Anthropic, Some(w)) => self.work[w].msg.first_text() == Some(BREADCRUMB),
+            (Format::Anthropic, Some(w)) => {
+                let m = &self.work[w].msg;
+                m.content.is_empty() || m.first_text() == Some(BREADCRUMB)
+            }
             _ => false,
         }
     }
@@ -815,7 +822,10 @@ impl<'a, 'p> State<'a, 'p> {
                             breadcrumb = true;
                         }
                         Format::Anthropic => {
-                            if item.msg.first_text() != Some(BREADCRUMB) {
+                            // (not into an empty message: `already_has_breadcrumb`)
+                            if item.msg.first_text() != Some(BREADCRUMB)
+                                && !item.msg.content.is_empty()
+                            {
                                 let m = item.msg.to_mut();
                                 m.content.insert(0, Part::text(BREADCRUMB));
                                 m.fix_content_kind();
