@@ -379,8 +379,14 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
     # first assistant message then lacks a thinking block (thinking_not_first). Valid input
     # has neither, so thinking blocks stay only where repair's output keeps the thinking
     # rules (README Known limits).
+    # The same when repair leaves no real user message at all (the first a text-action
+    # observation, the rest carriers): no current request, so no newest turn whose
+    # thinking-led start the trims keep, and fit may evict it (found by
+    # test_fit_guard_prune_validate_whole: thinking_not_first).
     repaired = [it.msg(msgs) for it in repair(msgs, "anthropic", "stub")[0]]
-    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")):
+    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")) or not any(
+        is_real_user(m) for m in repaired
+    ):
         msgs = [
             msgspec.structs.replace(m, content=[q for q in m.content if not is_thinking(q)] or [TextPart(text="ok")])
             if m.role == "assistant"
