@@ -214,6 +214,44 @@ def test_pair_chars_are_the_vocabularys() -> None:
         assert cl100k(text) == 2 and tekken(text) == 2
 
 
+# fresh21: a run of two or more spaces before a non-ASCII character was one whitespace
+# piece, so the gap cost a token less than one space: "我  们" counted as "我 们" (3 where
+# cl100k spends 4), "我  们  " x 500 1,945 for 2,999. Tokenizers split the run's last
+# space off ("\\s+(?!\\S)"), as the scanner already did before digits: "我", " ", " ",
+# "们" (2 known pieces). (real counts: test_double_spaces_are_the_real_tokens)
+DOUBLE_SPACED = (
+    ("我 们", {"known": 1, "ch_cjk": 2}),
+    ("我  们", {"known": 2, "ch_cjk": 2}),
+    ("我   们", {"known": 2, "ch_cjk": 2}),  # "  " is one known piece
+    ("\t\t们", {"known": 2, "ch_cjk": 1}),
+    ("Привет  мир", {"known": 2, "non_ascii_words": 2, "ch_cyrl": 9}),
+    ("我  ", {"known": 1, "ch_cjk": 1}),  # trailing: the run stays one piece
+)
+
+
+def test_double_spaces_before_non_ascii_cost_their_token() -> None:
+    from contextwindow import _reference as ref
+
+    for family in ("cl100k", "tekken", "conservative"):
+        for text, want in DOUBLE_SPACED:
+            got = {k: v for k, v in cw.count_features(text, family).items() if v and k != "bytes"}
+            assert got == want, (family, text)
+            engine = cw.count_features(text, family) | {"bytes": 0}
+            assert ref.features(text, ref.VOCABS[family]) | {"bytes": 0} == engine
+
+
+def test_double_spaces_are_the_real_tokens() -> None:
+    """The counts the test above relies on, and the estimates they give."""
+    pytest.importorskip("tiktoken")
+    pytest.importorskip("mistral_common")
+    from contextwindow.accuracy import reference_counter
+
+    cl100k = reference_counter("cl100k")
+    assert [cl100k(t) for t in ("我 们", "我  们", "我   们", "\t\t们")] == [3, 4, 4, 3]
+    assert [cl100k(t) for t in ("我", " ", "  ", " 们")] == [1, 1, 1, 2]
+    assert cl100k("我  们  " * 500) == 2999 and cw.estimate_tokens("我  们  " * 500) >= 2999 * 0.95
+
+
 def test_spaced_hangul_pieces_are_the_real_tokens() -> None:
     """The tokenizations the two tests above rely on, from the real tokenizers."""
     pytest.importorskip("tiktoken")

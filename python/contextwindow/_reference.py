@@ -418,9 +418,10 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                     if j - 1 > a_end:
                         piece(a_end, j - 1, "unknown_space")
                     prefix = j - 1
-                elif kinds[j] == "dg":
+                elif kinds[j] == "dg" or (kinds[j] == "na" and j < n):
                     # a digit run takes no leading whitespace, but the run's last byte is
-                    # a piece of its own before it ("   5": "  ", " ", "5")
+                    # a piece of its own before it ("   5": "  ", " ", "5"); so before a
+                    # non-ASCII character ("我  们": the run as one piece lost a token)
                     if j - 1 > a_end:
                         piece(a_end, j - 1, "unknown_space")
                     piece(j - 1, j, "unknown_space")

@@ -1656,8 +1656,10 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
                 if spaced.iter().any(|&m| m > 0) {
                     // the families whose token holds the space and the characters after
                     // it: one n-gram, the rest of the run a piece; the others: as below
-                    space_piece_for(out, vocabs, b, a_end, j - 1, spaced.map(|m| m > 0));
-                    space_piece_for(out, vocabs, b, a_end, j, spaced.map(|m| m == 0));
+                    // (a family without it splits the run's last byte off before the
+                    // CJK-ish character, as below: the run less it is a piece for all)
+                    space_piece(out, vocabs, b, a_end, j - 1);
+                    space_piece_for(out, vocabs, b, j - 1, j, spaced.map(|m| m == 0));
                     for (k, (c, m)) in consumed.iter_mut().zip(spaced).enumerate() {
                         if m > 0 {
                             out.add(k, F_NGRAMS, 1);
@@ -1668,9 +1670,12 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         space_piece(out, vocabs, b, a_end, j - 1);
                         prefix = Some(j - 1);
-                    } else if next == DG {
+                    } else if next == DG || (next == NA && j < n) {
                         // a digit run takes no leading whitespace, but the run's last
-                        // byte is a piece of its own before it ("   5": "  ", " ", "5")
+                        // byte is a piece of its own before it ("   5": "  ", " ", "5");
+                        // so before a non-ASCII character ("我  们": "我", " ", " ", "们"
+                        // in the scanner's pieces; cl100k's " 们" is 2 tokens: the run
+                        // as one piece lost a token, fresh21)
                         space_piece(out, vocabs, b, a_end, j - 1);
                         space_piece(out, vocabs, b, j - 1, j);
                     } else {

@@ -242,8 +242,10 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 ws(i, a_end, [true; K]);
                 prefix = None;
                 if spaced.iter().any(|&m| m > 0) {
-                    ws(a_end, j - 1, spaced.map(|m| m > 0));
-                    ws(a_end, j, spaced.map(|m| m == 0));
+                    // (the run is followed by a 3-byte character: a family without the
+                    // n-gram splits its last byte off, as below)
+                    ws(a_end, j - 1, [true; K]);
+                    ws(j - 1, j, spaced.map(|m| m == 0));
                     for ((f, c), m) in out.iter_mut().zip(consumed.iter_mut()).zip(spaced) {
                         if m > 0 {
                             f[F_NGRAMS] += 1;
@@ -254,8 +256,9 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                     if is_letter(next) || (next == PU && b[j - 1] == b' ') {
                         ws(a_end, j - 1, [true; K]);
                         prefix = Some(j - 1);
-                    } else if next == DG {
-                        // the last whitespace byte before digits is a piece of its own
+                    } else if next == DG || (next == NA && j < n) {
+                        // the last whitespace byte before digits or a non-ASCII character
+                        // is a piece of its own
                         ws(a_end, j - 1, [true; K]);
                         ws(j - 1, j, [true; K]);
                     } else {
