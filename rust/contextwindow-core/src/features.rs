@@ -1143,12 +1143,22 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             while entry == G_HANGUL && i + 16 <= n {
                 let w = load8(b, i);
                 if (w >> 24) as u8 & 0xF0 != 0xE0 {
-                    if (w >> 24) as u8 != b' ' || (w >> 32) as u8 & 0xF0 != 0xE0 || i + 20 > n {
+                    // the bytes between this syllable and the next 3-byte character: one
+                    // space, or a punctuation mark and a space (`. `, `, `)
+                    let (b3, b4, b5) = ((w >> 24) as u8, (w >> 32) as u8, (w >> 40) as u8);
+                    let gap = if b3 == b' ' && b4 & 0xF0 == 0xE0 {
+                        1
+                    } else if KIND[b3 as usize] == PU && b4 == b' ' && b5 & 0xF0 == 0xE0 {
+                        2
+                    } else {
+                        break;
+                    };
+                    if i + 19 + gap > n {
                         break;
                     }
-                    // the word's last syllable, then one space and another 3-byte
-                    // character: what the loop below does for both, here (the next word
-                    // is hangul, most often, and goes on in this loop)
+                    // the word's last syllable, then the gap and another 3-byte character:
+                    // what the loop below and the main loop do for them, here (the next
+                    // word is hangul, most often, and goes on in this loop)
                     if !letter {
                         out.add(0, F_NA_WORDS, 1);
                     }
@@ -1156,7 +1166,11 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                         out.add(0, F_CH + G_HANGUL as usize, 1);
                         out.add(0, F_EX + G_HANGUL as usize, (c & CHAR_COST) as u64);
                     }
-                    let j = i + 4;
+                    if gap == 2 {
+                        // a single punctuation mark before a space is a piece, a token
+                        out.add(0, F_KNOWN, 1);
+                    }
+                    let j = i + 3 + gap;
                     let m = spaced_ngrams(vocabs, groups, b, j)[0];
                     if m > 0 {
                         // the space and 1-3 characters after it are one token
@@ -1172,6 +1186,12 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                     cp = decode3(b, i);
                     c = v.chars[cp as usize & 0xFFFF];
                     entry = groups[cp as usize];
+                    if retry > 0 && matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM) {
+                        // CJK after the gap: back to the caller, for the blocks to try
+                        na_prev.letter = false;
+                        na_prev.upper = false;
+                        return (i, true);
+                    }
                     continue;
                 }
                 if !letter {
@@ -1237,8 +1257,26 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             // one space and another 3-byte character (words of Korean, or CJK text with
             // spaces): what the main loop's whitespace arm does for that space, here,
             // and the run goes on (the call per word cost Korean text about a third)
-            if i + 17 <= n && b[i] == b' ' && (0xE0..0xF0).contains(&b[i + 1]) {
-                let j = i + 1;
+            // (so for a punctuation mark and a space: `. ` in Korean, `, ` in Chinese
+            // beside ASCII; the mark alone is a piece, a token, as in the main loop)
+            let gap = if i + 17 <= n && b[i] == b' ' && (0xE0..0xF0).contains(&b[i + 1]) {
+                1
+            } else if i + 18 <= n
+                && KIND[b[i] as usize] == PU
+                && b[i + 1] == b' '
+                && (0xE0..0xF0).contains(&b[i + 2])
+            {
+                2
+            } else {
+                0
+            };
+            if gap > 0 {
+                if gap == 2 {
+                    for k in 0..K {
+                        out.add(k, F_KNOWN, 1);
+                    }
+                }
+                let j = i + gap;
                 let spaced = spaced_ngrams(vocabs, groups, b, j);
                 for (k, m) in spaced.into_iter().enumerate() {
                     if m > 0 {
@@ -1255,6 +1293,12 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 i = j;
                 cp = decode3(b, i);
                 entry = groups[cp as usize];
+                if retry > 0 && matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM) {
+                    // CJK after the gap: back to the caller, for the blocks to try
+                    na_prev.letter = false;
+                    na_prev.upper = false;
+                    return (i, true);
+                }
                 continue;
             }
             na_prev.letter = letter;
@@ -2141,6 +2185,10 @@ mod fast_equals_scalar {
              \u{0}\u{1b}[0m 1234567 ---- abcdefghijklmnopqrstuvwxyz \u{20000}\u{1D400} \
              HTTPResponse camelCaseWord !!\n\n's ПРИВЕТ МИР PRÜFUNG ÄẞÄ ＡＢ ΑΘΗΝΑ",
             "오늘날의 교육 체계는 학생들의  심층\n 작업 능력, 개발을\t완전히 지원하지 못하고 있는 경우가",
+            // a punctuation mark and a space between 3-byte characters (counted inside
+            // the run), and the same at the text's end and before ASCII
+            "한국어 문장입니다. 다음 문장, 그리고! 中文. 日本; 한국. 끝. a. 가",
+            "가. 나. 다. 라. 마. 바. 사. 아. 자. 차. 카. 타. 파. 하. 中, 文. 本: 日. ",
             "╭ Warning ──────────────╮\n│   Ignored build scripts   │\n╰────────────────────────╯",
             // runs of 2-byte characters with single and double spaces, capitals after
             // capitals, ASCII letters inside words and a 3-byte dash after a space
