@@ -1060,6 +1060,21 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     }
 }
 
+/// Whether the scalar loop of [`three_byte_run`] hands the run back to its caller, for the
+/// blocks to try, at the character whose group table entry is `entry`, right after a gap
+/// (a space, or a punctuation mark and a space): a CJK, kana or symbol character, and the
+/// blocks are in use (`retry` above 0). Then `na_prev` is set for the byte before it, a
+/// space: neither a letter nor uppercase.
+#[inline(always)]
+fn back_to_blocks(retry: u32, entry: u8, na_prev: &mut NaPrev) -> bool {
+    let back = retry > 0 && matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM);
+    if back {
+        na_prev.letter = false;
+        na_prev.upper = false;
+    }
+    back
+}
+
 /// Characters the scalar loop of [`three_byte_run`] counts before the blocks try again (at
 /// a CJK, kana or symbol character), after a try that took something. A try that
 /// declines costs about as much as a character or two, so the wait doubles after each,
@@ -1186,10 +1201,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                     cp = decode3(b, i);
                     c = v.chars[cp as usize & 0xFFFF];
                     entry = groups[cp as usize];
-                    if retry > 0 && matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM) {
-                        // CJK after the gap: back to the caller, for the blocks to try
-                        na_prev.letter = false;
-                        na_prev.upper = false;
+                    if back_to_blocks(retry, entry, na_prev) {
                         return (i, true);
                     }
                     continue;
@@ -1293,10 +1305,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                 i = j;
                 cp = decode3(b, i);
                 entry = groups[cp as usize];
-                if retry > 0 && matches!(entry & !UPPER_FLAG, G_CJK | G_KANA | G_SYM) {
-                    // CJK after the gap: back to the caller, for the blocks to try
-                    na_prev.letter = false;
-                    na_prev.upper = false;
+                if back_to_blocks(retry, entry, na_prev) {
                     return (i, true);
                 }
                 continue;
