@@ -129,10 +129,12 @@ impl<const F: usize> Vocabs<1> for Builtin<F> {
 
 /// A built-in vocabulary by name ([`VOCAB_NAMES`]).
 pub fn vocab(name: &str) -> Option<Vocab> {
-    VOCAB_NAMES
-        .iter()
-        .position(|f| *f == name)
-        .map(|i| VOCABS[i])
+    vocab_index(name).map(|i| VOCABS[i])
+}
+
+/// The index of a built-in vocabulary in [`VOCAB_NAMES`] (and in the data's tables).
+fn vocab_index(name: &str) -> Option<usize> {
+    VOCAB_NAMES.iter().position(|f| *f == name)
 }
 
 /// The characters of a built-in vocabulary's n-gram tokens, as its characters table
@@ -140,10 +142,7 @@ pub fn vocab(name: &str) -> Option<Vocab> {
 /// 2-character tokens, the first of its 3-character ones, and the first after the space
 /// of its tokens of a space and CJK, kana or hangul characters.
 pub fn pair_chars(name: &str) -> Option<[&'static [u16]; 4]> {
-    VOCAB_NAMES
-        .iter()
-        .position(|f| *f == name)
-        .map(|i| data::PAIR_CHARS[i])
+    vocab_index(name).map(|i| data::PAIR_CHARS[i])
 }
 
 /// Fitted weights of a vocabulary (an index into [`VOCAB_NAMES`]), in 1/SCALE tokens

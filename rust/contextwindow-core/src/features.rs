@@ -1060,6 +1060,50 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     }
 }
 
+/// Where the next 3-byte character starts when the bytes from `at` are a gap inside a run
+/// of them: one space, or a punctuation mark and a space (`. `, `, ` between Korean or
+/// Chinese words); `None` otherwise, or when fewer than 16 bytes are readable from it.
+#[inline(always)]
+fn gap_end(b: &[u8], at: usize) -> Option<usize> {
+    let lead = |q: usize| q < b.len() && b[q] & 0xF0 == 0xE0;
+    let j = if at < b.len() && b[at] == b' ' && lead(at + 1) {
+        at + 1
+    } else if at + 1 < b.len() && KIND[b[at] as usize] == PU && b[at + 1] == b' ' && lead(at + 2) {
+        at + 2
+    } else {
+        return None;
+    };
+    (j + 16 <= b.len()).then_some(j)
+}
+
+/// Count the gap `b[at..j]` ([`gap_end`]) for every family, as the main loop counts it:
+/// a punctuation mark is a piece (a token); the space is one too, or, where the family
+/// has it, one n-gram with the 1-3 characters after it (`spaced_ngrams`), which its
+/// n-gram end `consumed` then covers.
+#[inline(always)]
+fn count_gap<S: Sink, const K: usize>(
+    out: &mut S,
+    vocabs: &[Vocab; K],
+    groups: &[u8; 0x10000],
+    b: &[u8],
+    (at, j): (usize, usize),
+    consumed: &mut [usize; K],
+) {
+    if j - at == 2 {
+        for k in 0..K {
+            out.add(k, F_KNOWN, 1);
+        }
+    }
+    for (k, m) in spaced_ngrams(vocabs, groups, b, j).into_iter().enumerate() {
+        if m > 0 {
+            out.add(k, F_NGRAMS, 1);
+            consumed[k] = j + 3 * m;
+        } else {
+            out.add(k, F_KNOWN, 1);
+        }
+    }
+}
+
 /// Whether the scalar loop of [`three_byte_run`] hands the run back to its caller, for the
 /// blocks to try, at the character whose group table entry is `entry`, right after a gap
 /// (a space, or a punctuation mark and a space): a CJK, kana or symbol character, and the
@@ -1158,22 +1202,13 @@ fn three_byte_run_in<S: Sink, const K: usize>(
             while entry == G_HANGUL && i + 16 <= n {
                 let w = load8(b, i);
                 if (w >> 24) as u8 & 0xF0 != 0xE0 {
-                    // the bytes between this syllable and the next 3-byte character: one
-                    // space, or a punctuation mark and a space (`. `, `, `)
-                    let (b3, b4, b5) = ((w >> 24) as u8, (w >> 32) as u8, (w >> 40) as u8);
-                    let gap = if b3 == b' ' && b4 & 0xF0 == 0xE0 {
-                        1
-                    } else if KIND[b3 as usize] == PU && b4 == b' ' && b5 & 0xF0 == 0xE0 {
-                        2
-                    } else {
+                    // a gap (a space, or a mark and a space) and another 3-byte
+                    // character: the word's last syllable and the gap are counted here, as
+                    // the loop below and the main loop count them (the next word is
+                    // hangul, most often, and goes on in this loop)
+                    let Some(j) = gap_end(b, i + 3) else {
                         break;
                     };
-                    if i + 19 + gap > n {
-                        break;
-                    }
-                    // the word's last syllable, then the gap and another 3-byte character:
-                    // what the loop below and the main loop do for them, here (the next
-                    // word is hangul, most often, and goes on in this loop)
                     if !letter {
                         out.add(0, F_NA_WORDS, 1);
                     }
@@ -1181,20 +1216,7 @@ fn three_byte_run_in<S: Sink, const K: usize>(
                         out.add(0, F_CH + G_HANGUL as usize, 1);
                         out.add(0, F_EX + G_HANGUL as usize, (c & CHAR_COST) as u64);
                     }
-                    if gap == 2 {
-                        // a single punctuation mark before a space is a piece, a token
-                        out.add(0, F_KNOWN, 1);
-                    }
-                    let j = i + 3 + gap;
-                    let m = spaced_ngrams(vocabs, groups, b, j)[0];
-                    if m > 0 {
-                        // the space and 1-3 characters after it are one token
-                        out.add(0, F_NGRAMS, 1);
-                        consumed[0] = j + 3 * m;
-                    } else {
-                        // a space alone is a token
-                        out.add(0, F_KNOWN, 1);
-                    }
+                    count_gap(out, vocabs, groups, b, (i + 3, j), consumed);
                     letter = false;
                     prev_upper = false;
                     i = j;
@@ -1266,40 +1288,12 @@ fn three_byte_run_in<S: Sink, const K: usize>(
         }
         i += 3;
         if !more {
-            // one space and another 3-byte character (words of Korean, or CJK text with
-            // spaces): what the main loop's whitespace arm does for that space, here,
-            // and the run goes on (the call per word cost Korean text about a third)
-            // (so for a punctuation mark and a space: `. ` in Korean, `, ` in Chinese
-            // beside ASCII; the mark alone is a piece, a token, as in the main loop)
-            let gap = if i + 17 <= n && b[i] == b' ' && (0xE0..0xF0).contains(&b[i + 1]) {
-                1
-            } else if i + 18 <= n
-                && KIND[b[i] as usize] == PU
-                && b[i + 1] == b' '
-                && (0xE0..0xF0).contains(&b[i + 2])
-            {
-                2
-            } else {
-                0
-            };
-            if gap > 0 {
-                if gap == 2 {
-                    for k in 0..K {
-                        out.add(k, F_KNOWN, 1);
-                    }
-                }
-                let j = i + gap;
-                let spaced = spaced_ngrams(vocabs, groups, b, j);
-                for (k, m) in spaced.into_iter().enumerate() {
-                    if m > 0 {
-                        // the space and 1-3 characters after it are one token
-                        out.add(k, F_NGRAMS, 1);
-                        consumed[k] = j + 3 * m;
-                    } else {
-                        // a space alone is a token
-                        out.add(k, F_KNOWN, 1);
-                    }
-                }
+            // a gap (one space, or a punctuation mark and a space) and another 3-byte
+            // character (words of Korean, CJK text with spaces, `. ` in Korean): what the
+            // main loop does for the gap, here, and the run goes on (the call per word
+            // cost Korean text about a third)
+            if let Some(j) = gap_end(b, i) {
+                count_gap(out, vocabs, groups, b, (i, j), consumed);
                 letter = false;
                 prev_upper = false;
                 i = j;
