@@ -637,6 +637,33 @@ def test_recover_removed_false_keeps_input() -> None:
     assert recover_from_overflow([], budget=10).removed is False
 
 
+def test_recover_larger_overflow_never_removes_less() -> None:
+    """fresh22 #2: a target below the smallest result (the system prompt and the request
+    cut to its marker) made ``fit`` leave the request whole, so a provider reporting a
+    larger overflow got the whole input back with ``removed=False`` where a smaller report
+    got it cut. The target is raised to the smallest at which something goes."""
+    msgs = [sys_("s" * 8), u("x" * 400)]  # fim: 6 + 104 = 110
+    # the smallest result: fit leaves everything at 17 and cuts the request at 18
+    assert fit(msgs, budget=17, profile="fim").report.tokens_after == 110
+    assert fit(msgs, budget=18, profile="fim").report.tokens_after == 18
+    # reported 200 for budget 100: target 110 * 100 // 200 = 55, reachable as before
+    r = recover_from_overflow(msgs, 200, budget=100, profile="fim")
+    assert (r.target, r.report.tokens_after, r.removed) == (55, 55, True)
+    # reported 1,000: target 11 is below 18; was the input whole and removed=False
+    afters = []
+    for n in (200, 1000, 4000, 10**6):
+        r = recover_from_overflow(msgs, n, budget=100, profile="fim")
+        assert r.removed and r.report.tokens_after < 110 and r.report.budget == r.target
+        afters.append(r.report.tokens_after)
+        if n > 200:
+            assert r.target == 18 and r.report.tokens_after == 18 and r.report.fits
+            assert r.messages[1]["content"].startswith("x\n[... 399 characters removed")
+    assert afters == sorted(afters, reverse=True)  # more reported, never less removed
+    # and a retry loop on the output still ends
+    out = recover_from_overflow(msgs, 10**6, budget=100, profile="fim").messages
+    assert recover_from_overflow(out, 10**6, budget=100, profile="fim").removed is False
+
+
 # --------------------------------------------------------------------------- errors
 
 

@@ -147,7 +147,10 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
             ``target``).
         removed: whether anything was removed (tokens after < tokens before); ``False``
             means retrying cannot help.
-        target: the token target trimmed to (estimated tokens).
+        target: the token target trimmed to (estimated tokens): ``E * B // N`` or two
+            thirds of the estimate, or, with a reported count, the smallest target at
+            which something goes when nothing can at ``E * B // N``
+            (:func:`recover_from_overflow`).
 
     >>> Recovery(messages=[], report=None, removed=False, target=0).removed
     False
@@ -1357,7 +1360,13 @@ def recover_from_overflow(
     ratio so that its count lands under the budget: ``target = E * B // N`` (when
     ``N > B``; otherwise the count does not say how much to remove and the two-thirds
     rule applies). Then :func:`fit` evicts down to the target exactly (no low-water
-    mark). ``removed`` is ``True`` only when tokens went down, so calling this again on
+    mark). When the provider's count sets the target and even the smallest result (what
+    is never evicted, the current request cut to its marker) is above it, :func:`fit`
+    would leave everything in place; the target is then raised to the smallest one at
+    which something goes (found by bisection), so a larger reported overflow never removes
+    less than a smaller one. Under the two-thirds rule such a conversation comes back
+    whole with ``removed=False``, as from :func:`fit`.
+    ``removed`` is ``True`` only when tokens went down, so calling this again on
     its own output either removes more or returns ``removed=False``: a retry loop ends.
     Never empty: P0 messages (preamble, pinned, current request, open tool calls) stay.
 
@@ -1401,10 +1410,53 @@ def recover_from_overflow(
     if read.costs is None:
         read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
     current = sum(read.costs)  # type: ignore[arg-type]
-    if reported_tokens is not None and reported_tokens > usable:
-        target = current * usable // reported_tokens
+    scaled = reported_tokens is not None and reported_tokens > usable
+    if scaled:
+        target = current * usable // reported_tokens  # type: ignore[operator]
     else:
         target = current * 2 // 3
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
+    if scaled and r.report.tokens_after >= r.report.tokens_before and target + 1 < current:
+        r, target = _smallest_removal(prep, r, target, current, pol, name, read)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)
+
+
+def _smallest_removal(
+    prep: _engine.Prepared,
+    r: TrimResult[Any],
+    target: int,
+    current: int,
+    policy: FitPolicy,
+    profile: str,
+    read: _engine.Read,
+) -> tuple[TrimResult[Any], int]:
+    """The fit at the smallest target in ``(target, current)`` that removes something,
+    and that target; ``(r, target)`` when none does.
+
+    :func:`fit` leaves the current request whole when even the request cut to its marker
+    (with what else is never evicted) is above the target, so a target below that
+    smallest result removes nothing: without this a provider reporting a larger overflow
+    got back the whole input and ``removed=False`` where a smaller report got the input cut
+    down (fresh22 #2). Found by bisection (about ``log2(current)`` fits), on the rule that
+    removing something at a target means removing something at every larger one below
+    ``current``.
+    """
+
+    def removes(t: int) -> TrimResult[Any] | None:
+        got = fit_target(prep, t, t, policy, profile, REASON_OVERFLOW, read=read)
+        return got if got.report.tokens_after < got.report.tokens_before else None
+
+    hi = current - 1
+    best = removes(hi)
+    if best is None:
+        return r, target
+    lo = target  # removes nothing at lo, something at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = removes(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, best = mid, got
+    return best, hi
