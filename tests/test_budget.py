@@ -89,6 +89,16 @@ def test_bad_environment_names_the_variable(env: dict[str, str], var: str) -> No
         resolve_budget(env=env)
 
 
+def test_environment_integer_past_pythons_digit_limit_is_named_as_such() -> None:
+    """fresh22 #4: an integer of 5,000 digits was "not an integer number of tokens"; it is
+    one, which ``int`` refuses only for Python's digit limit (4,300 by default)."""
+    with pytest.raises(ValueError, match=r"LLM_CONTEXT_SIZE is an integer of more digits than Python reads \(4,300\)"):
+        resolve_budget(env={"LLM_CONTEXT_SIZE": "9" * 5_000})
+    with pytest.raises(ValueError, match="must be an integer number of tokens"):  # not digits: as before
+        resolve_budget(env={"LLM_CONTEXT_SIZE": "9" * 5_000 + "k"})
+    assert resolve_budget(env={"LLM_CONTEXT_SIZE": "9" * 40}).context_window == 10**40 - 1
+
+
 def test_blank_environment_counts_as_unset() -> None:
     assert resolve_budget(env={"LLM_CONTEXT_SIZE": "", "LLM_MAX_OUTPUT_TOKENS": "  "}).usable == 64_000
     # Python's digit separator: 100,000 - 36,000 = 64,000

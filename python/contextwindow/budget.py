@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -521,9 +522,15 @@ def _env_int(env: Mapping[str, str], var: str, *, minimum: int) -> int | None:
     raw = env.get(var)
     if raw is None or not str(raw).strip():
         return None
+    text = str(raw).strip()
     try:
-        value = int(str(raw).strip())  # Python's int syntax: "128000", "128_000"
+        value = int(text)  # Python's int syntax: "128000", "128_000"
     except ValueError:
+        if re.fullmatch(r"[+-]?\d+(?:_\d+)*", text):  # an integer past Python's digit limit (fresh22 #4)
+            raise ValueError(
+                f"environment variable {var} is an integer of more digits than Python reads"
+                f" ({getattr(sys, 'get_int_max_str_digits', lambda: 4300)():,}), got {shown(raw)}"
+            ) from None
         raise ValueError(f"environment variable {var} must be an integer number of tokens, got {shown(raw)}") from None
     if value < minimum:
         raise ValueError(f"environment variable {var} must be >= {minimum}, got {shown(raw)}")
