@@ -1411,8 +1411,8 @@ def recover_from_overflow(
         read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
     current = sum(read.costs)  # type: ignore[arg-type]
     scaled = reported_tokens is not None and reported_tokens > usable
-    if scaled:
-        target = current * usable // reported_tokens  # type: ignore[operator]
+    if reported_tokens is not None and scaled:
+        target = current * usable // reported_tokens
     else:
         target = current * 2 // 3
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
