@@ -641,7 +641,7 @@ def test_recover_larger_overflow_never_removes_less() -> None:
     """fresh22 #2: a target below the smallest result (the system prompt and the request
     cut to its marker) made ``fit`` leave the request whole, so a provider reporting a
     larger overflow got the whole input back with ``removed=False`` where a smaller report
-    got it cut. The target is raised to the smallest at which something goes."""
+    got it cut. The target is raised to the smallest the fit meets."""
     msgs = [sys_("s" * 8), u("x" * 400)]  # fim: 6 + 104 = 110
     # the smallest result: fit leaves everything at 17 and cuts the request at 18
     assert fit(msgs, budget=17, profile="fim").report.tokens_after == 110
@@ -662,6 +662,28 @@ def test_recover_larger_overflow_never_removes_less() -> None:
     # and a retry loop on the output still ends
     out = recover_from_overflow(msgs, 10**6, budget=100, profile="fim").messages
     assert recover_from_overflow(out, 10**6, budget=100, profile="fim").removed is False
+
+
+def test_recover_larger_overflow_never_keeps_the_request_whole_again() -> None:
+    """fresh22b #1: when old turns can go, a target below the request cut to its marker
+    dropped them and kept the request whole (fits False): reported 2,500 kept 68 tokens
+    where 2,000 kept 17 (``conservative``). Now the smallest target the fit meets."""
+    req = "Please go through the failing tests one by one and explain each failure in detail. " * 4
+    msgs = [u("a" * 400), a("b" * 400), u(req)]  # fim: 104 + 104 + 87 = 295
+    # fit keeps the request whole at 11 (the old turn goes: 87, not met) and cuts it at 12
+    low = fit(msgs, budget=11, profile="fim").report
+    assert (low.tokens_after, low.fits) == (87, False)
+    assert fit(msgs, budget=12, profile="fim").report.tokens_after == 12
+    afters = []
+    for n in (1000, 2000, 2500, 100_000):  # targets 29, 14, 11, 0
+        r = recover_from_overflow(msgs, n, budget=100, profile="fim")
+        assert r.removed and r.report.fits and r.report.tokens_after <= r.target == r.report.budget
+        afters.append(r.report.tokens_after)
+    assert afters == [29, 14, 12, 12]
+    # the same file under the default profile, the finding's figures
+    r17 = recover_from_overflow(msgs, 2000, budget=100)
+    r25 = recover_from_overflow(msgs, 2500, budget=100)
+    assert r17.report.tokens_after == 17 and r25.report.tokens_after <= 17
 
 
 # --------------------------------------------------------------------------- errors

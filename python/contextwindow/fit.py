@@ -148,8 +148,8 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
         removed: whether anything was removed (tokens after < tokens before); ``False``
             means retrying cannot help.
         target: the token target trimmed to (estimated tokens): ``E * B // N`` or two
-            thirds of the estimate, or, with a reported count, the smallest target at
-            which something goes when nothing can at ``E * B // N``
+            thirds of the estimate, or, with a reported count, the smallest target the
+            fit meets when it cannot meet ``E * B // N``
             (:func:`recover_from_overflow`).
 
     >>> Recovery(messages=[], report=None, removed=False, target=0).removed
@@ -1362,10 +1362,10 @@ def recover_from_overflow(
     rule applies). Then :func:`fit` evicts down to the target exactly (no low-water
     mark). When the provider's count sets the target and even the smallest result (what
     is never evicted, the current request cut to its marker) is above it, :func:`fit`
-    would leave everything in place; the target is then raised to the smallest one at
-    which something goes (found by bisection), so a larger reported overflow never removes
-    less than a smaller one. Under the two-thirds rule such a conversation comes back
-    whole with ``removed=False``, as from :func:`fit`.
+    would keep the request whole (and maybe everything); the target is then raised to the
+    smallest one the fit meets (found by bisection), so a larger reported overflow never
+    keeps more than a smaller one. Under the two-thirds rule such a conversation keeps its
+    request whole, as from :func:`fit` (``removed=False`` when nothing else can go).
     ``removed`` is ``True`` only when tokens went down, so calling this again on
     its own output either removes more or returns ``removed=False``: a retry loop ends.
     Never empty: P0 messages (preamble, pinned, current request, open tool calls) stay.
@@ -1416,13 +1416,13 @@ def recover_from_overflow(
     else:
         target = current * 2 // 3
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
-    if scaled and r.report.tokens_after >= r.report.tokens_before and target + 1 < current:
-        r, target = _smallest_removal(prep, r, target, current, pol, name, read)
+    if scaled and not r.report.fits and target + 1 < current:
+        r, target = _smallest_fit(prep, r, target, current, pol, name, read)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)
 
 
-def _smallest_removal(
+def _smallest_fit(
     prep: _engine.Prepared,
     r: TrimResult[Any],
     target: int,
@@ -1431,32 +1431,35 @@ def _smallest_removal(
     profile: str,
     read: _engine.Read,
 ) -> tuple[TrimResult[Any], int]:
-    """The fit at the smallest target in ``(target, current)`` that removes something,
-    and that target; ``(r, target)`` when none does.
+    """The fit at the smallest target in ``(target, current)`` that it meets, and that
+    target, when it keeps fewer tokens than ``r`` (the fit at ``target``, which did not
+    meet it); else ``(r, target)``.
 
     :func:`fit` leaves the current request whole when even the request cut to its marker
-    (with what else is never evicted) is above the target, so a target below that
-    smallest result removes nothing: without this a provider reporting a larger overflow
-    got back the whole input and ``removed=False`` where a smaller report got the input cut
-    down (fresh22 #2). Found by bisection (about ``log2(current)`` fits), on the rule that
-    removing something at a target means removing something at every larger one below
-    ``current``.
+    (with what else is never evicted) is above the target, so below that smallest result
+    a target keeps more than a slightly larger one: a provider reporting a larger overflow
+    got more back than a smaller report (the whole input and ``removed=False``, fresh22
+    #2; or the old turns dropped and the request whole, 68 tokens where a smaller report
+    got 17, fresh22b #1). Found by bisection (about ``log2(current)`` fits), on the rule
+    that a target the fit meets is met by every larger one below ``current``.
     """
 
-    def removes(t: int) -> TrimResult[Any] | None:
+    def meets(t: int) -> TrimResult[Any] | None:
         got = fit_target(prep, t, t, policy, profile, REASON_OVERFLOW, read=read)
-        return got if got.report.tokens_after < got.report.tokens_before else None
+        return got if got.report.fits else None
 
     hi = current - 1
-    best = removes(hi)
+    best = meets(hi)
     if best is None:
         return r, target
-    lo = target  # removes nothing at lo, something at hi
+    lo = target  # not met at lo, met at hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        got = removes(mid)
+        got = meets(mid)
         if got is None:
             lo = mid
         else:
             hi, best = mid, got
+    if best.report.tokens_after >= r.report.tokens_after:
+        return r, target
     return best, hi

@@ -876,8 +876,13 @@ class ContextGuard:
         than the input). Every output passes ``validate``, as :meth:`check`'s: when
         neither step changes anything, broken tool pairs are still repaired
         (:func:`~contextwindow.repair_tool_pairs`; a ``HistoryTrimmed`` event, step
-        ``history``, reason ``tool_pairs``). Never loops: a second call on that output
-        changes nothing; a result with no events means the caller should stop retrying.
+        ``history``, reason ``tool_pairs``). Never loops: each call on the previous
+        output removes more or changes nothing, and a result with no events means the
+        caller should stop retrying (a second call does trim again: to two thirds of its
+        input once more, or to what ``reported_tokens`` implies, so pass the provider's
+        count for the messages being passed, not a stale one: with the first count again
+        each call shaves off a little, and a loop can take hundreds of calls to end;
+        fresh22b #2).
 
         Args:
             messages: the conversation that overflowed, any accepted shape.
