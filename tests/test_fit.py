@@ -1047,7 +1047,9 @@ def test_policy_index_errors_name_the_real_range() -> None:
         # README, Errors: a collection of the wrong type (pinned indices, ...) is a
         # TypeError, and so is an item of the wrong type in it (fresh11 N6: a str key in
         # priorities was a ValueError while pinned="0" was a TypeError) ...
-        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple of ints, got str"),
+        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple or list of ints, got str"),
+        # a list is taken, so the words name it (fresh22b #4: a set was "must be a tuple")
+        (cw.FitPolicy(pinned={1}), TypeError, "pinned must be a tuple or list of ints, got set"),
         (cw.FitPolicy(pinned=("0",)), TypeError, "pinned must hold message indices (int), got str"),
         (cw.FitPolicy(pinned=(True,)), TypeError, "pinned must hold message indices (int), got bool"),
         (cw.FitPolicy(pinned=(1.0,)), TypeError, "pinned must hold message indices (int), got float"),
@@ -1056,7 +1058,7 @@ def test_policy_index_errors_name_the_real_range() -> None:
         (cw.FitPolicy(priorities={None: 1}), TypeError, "priorities keys must be message indices (int), got NoneType"),
         (cw.FitPolicy(priorities={0: "1"}), TypeError, "priorities values must be classes (int 0-3), got str"),
         (cw.FitPolicy(priorities={0: 1.0}), TypeError, "priorities values must be classes (int 0-3), got float"),
-        (cw.FitPolicy(eviction_order=3), TypeError, "eviction_order must be a tuple of ints, got int"),
+        (cw.FitPolicy(eviction_order=3), TypeError, "eviction_order must be a tuple or list of ints, got int"),
         (cw.FitPolicy(eviction_order=("3",)), TypeError, "eviction_order must hold classes (int), got str"),
         (cw.FitPolicy(breadcrumb="no"), TypeError, "breadcrumb must be a bool, got str"),
         # ... an int out of range is a ValueError

@@ -99,7 +99,7 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         eviction_order: the classes to evict, in order; default ``(3, 2, 1)``. Classes
             left out are never evicted. Only 1, 2 and 3, each at most once.
         pinned: input indices to treat as pinned (for dict input, which has no
-            ``pinned`` field); added to ``Message.pinned``. A tuple of ints: another
+            ``pinned`` field); added to ``Message.pinned``. A tuple or list of ints: another
             type, or an item that is not an int, is a ``TypeError``; an index outside
             the messages a ``ValueError`` (README, Errors).
         priorities: ``{input index: class 0-3}`` overrides, winning over
@@ -179,7 +179,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         )
     for name in ("eviction_order", "pinned"):
         if not isinstance(getattr(p, name), (tuple, list)):
-            raise TypeError(f"{name} must be a tuple of ints, got {type(getattr(p, name)).__name__}")
+            raise TypeError(f"{name} must be a tuple or list of ints, got {type(getattr(p, name)).__name__}")
     # README, Errors: a collection of the wrong type, or an item of the wrong type in it,
     # is a TypeError; an int out of range a ValueError (fresh11 N6)
     order = []
