@@ -1410,11 +1410,10 @@ def recover_from_overflow(
     if read.costs is None:
         read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
     current = sum(read.costs)  # type: ignore[arg-type]
-    scaled = reported_tokens is not None and reported_tokens > usable
-    if reported_tokens is not None and scaled:
-        target = current * usable // reported_tokens
+    if reported_tokens is not None and reported_tokens > usable:
+        scaled, target = True, current * usable // reported_tokens
     else:
-        target = current * 2 // 3
+        scaled, target = False, current * 2 // 3
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
     if scaled and not r.report.fits and target + 1 < current:
         r, target = _smallest_fit(prep, r, target, current, pol, name, read)
