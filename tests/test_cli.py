@@ -1570,3 +1570,49 @@ def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
     assert "more" not in out[out.index("\nby turn") : out.index("\nlargest messages")]
     assert main(["inspect", f, "--profile", "fim", "--top", "2", "--json"]) == 0
     assert [t["tokens"] for t in json.loads(capsys.readouterr().out)["by_turn"]] == [5, 14, 24, 34, 5, 104]
+
+
+def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the schema of response_format counts as the gateway counts it (count_request, fit_request)
+    schema = {"type": "object", "properties": {"verdict": {"type": "string", "description": "why " * 30}}}
+    doc = {
+        "model": "m",
+        "messages": chat(6),
+        "response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": schema}},
+    }
+    body = json.dumps(doc).encode()
+    f = write(tmp_path, "req.json", body)
+    text = json.dumps(doc["response_format"]["json_schema"], separators=(",", ":"))
+    tokens = cw.estimate_tokens(text)
+    assert tokens > 30
+    total = cw.count_request(body)
+    assert total == cw.count_messages(doc["messages"]) + tokens
+    assert main(["count", f, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["tokens"], row["schema_tokens"], row["tool_tokens"]) == (total, tokens, 0)
+    assert main(["count", f]) == 0
+    assert f"{total:,} tokens ({tokens:,} for the output schema)" in capsys.readouterr().out
+    budget = total - 1
+    out_path = tmp_path / "o.json"
+    assert main(["fit", f, "--budget", str(budget), "-o", str(out_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    new, rep = cw.fit_request(body, budget=budget, report=True)
+    assert json.loads(out_path.read_bytes()) == json.loads(new)
+    assert (report["budget"], report["schema_tokens"], report["report"]["budget"]) == (
+        budget,
+        rep.schema_tokens,
+        rep.report.budget,
+    )
+    assert rep.report.budget == budget - tokens and rep.report.dropped_turns >= 1
+    assert main(["fit", f, "--budget", str(budget), "-o", str(out_path)]) == 0
+    assert f"(budget {budget:,}; the output schema takes {tokens:,}) fits" in capsys.readouterr().out
+    # with tools too, and a budget the schemas alone use up
+    doc["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    f = write(tmp_path, "req2.json", json.dumps(doc))
+    tools = cw.count_messages([], tools=doc["tools"])
+    assert main(["fit", f, "--budget", str(tools + tokens), "-o", str(out_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"tool schemas take {tools:,}; the output schema {tokens:,})" in out
+    assert f"the schemas alone take {tools + tokens:,} tokens of the budget of {tools + tokens:,}" in out

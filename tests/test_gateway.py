@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import contextwindow as cw
 from contextwindow.adapters import from_canonical
 from contextwindow.errors import ContextWindowError, InvalidMessageError, InvalidRequestError
+from contextwindow.estimate import output_schema_texts
 
 from shared_data import case_files, corpus_files, ids, load, need
 from strategies import case
@@ -50,7 +51,8 @@ def python_path(doc: dict[str, Any], budget: int, fmt: str, **kw: Any) -> tuple[
     tools = doc.get("tools")
     profile = kw.get("profile", "conservative")
     tool_tokens = cw.count_messages([], profile, tools=tools) if tools else 0
-    r = cw.trim_turns(messages, max(0, budget - tool_tokens), format=fmt, **kw)
+    schema_tokens = sum(cw.estimate_tokens(t, profile) for t in output_schema_texts(doc))
+    r = cw.trim_turns(messages, max(0, budget - tool_tokens - schema_tokens), format=fmt, **kw)
     out = list(r.messages)
     expected = dict(doc)
     if lifted:
@@ -188,6 +190,131 @@ def test_anthropic_system_and_tools_detected() -> None:
         )
         for budget in (0, 60, 150, total // 2, total):
             check(doc, body, budget, None)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}, "risks": {"type": "array", "items": {"type": "string"}}},
+    "required": ["summary", "risks"],
+    "additionalProperties": False,
+}
+
+
+def test_count_request_adds_the_structured_output_schema() -> None:
+    # fim: a message is 4 + characters // 4, a text of ASCII characters // 4 (at least 1)
+    msgs = [{"role": "user", "content": "abcdefgh"}]
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}
+    body = json.dumps({"model": "m", "response_format": rf, "messages": msgs}).encode()
+    # '{"name":"r","schema":{"type":"object"}}' is 39 characters: 9 tokens
+    assert cw.count_request(body, profile="fim") == 6 + 9
+    for key, value in (
+        ("output_config", {"format": {"type": "json_schema", "schema": {"type": "object"}}}),
+        ("output_format", {"type": "json_schema", "schema": {"type": "object"}}),
+    ):
+        # '{"type":"object"}' is 17 characters: 4 tokens
+        body = json.dumps({"model": "m", key: value, "messages": msgs}).encode()
+        assert cw.count_request(body, profile="fim") == 6 + 4
+    # JSON mode has no schema: nothing added
+    body = json.dumps({"response_format": {"type": "json_object"}, "messages": msgs}).encode()
+    assert cw.count_request(body, profile="fim") == 6
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_fit_request_takes_the_structured_output_schema_off_the_budget(fmt: str) -> None:
+    # a new user's structured-output schema was not counted (README Known limits, before)
+    msgs = [
+        {"role": "user", "content": "review the first file " * 40},
+        {"role": "assistant", "content": "first review " * 40},
+        {"role": "user", "content": "now the second"},
+    ]
+    doc = wrap(fmt, msgs)
+    key = "response_format" if fmt == "openai" else "output_config"
+    if fmt == "openai":
+        doc[key] = {"type": "json_schema", "json_schema": {"name": "review", "schema": SCHEMA}}
+    else:
+        doc[key] = {"format": {"type": "json_schema", "schema": SCHEMA}}
+    body = json.dumps(doc).encode()
+    (text,) = output_schema_texts(doc)
+    schema = cw.estimate_tokens(text)
+    assert schema > 20
+    total = cw.count_request(body)
+    assert total == cw.count_messages(msgs, format=fmt) + schema
+    _, rep = cw.fit_request(body, budget=total, report=True)
+    assert (rep.schema_tokens, rep.tool_tokens, rep.report.budget, rep.report.reason) == (
+        schema,
+        0,
+        total - schema,
+        None,
+    )
+    # one token short: the old turn goes, which it would not without the schema
+    out, rep = cw.fit_request(body, budget=total - 1, report=True)
+    assert rep.report.dropped_turns == 1 and rep.report.fits
+    assert json.loads(out)[key] == doc[key]
+    for budget in (0, schema, total // 2, total - 1, total):
+        check(doc, body, budget, fmt)
+
+
+_JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.text(max_size=8))
+_SCHEMA_LIKE = st.recursive(
+    _JSON_LEAF,
+    lambda inner: st.dictionaries(st.text(max_size=6), inner, max_size=3) | st.lists(inner, max_size=3),
+    max_leaves=8,
+)
+_OBJECT = st.dictionaries(st.text(max_size=6), _SCHEMA_LIKE, max_size=3)
+_FORMAT = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["json_schema"] * 4 + ["json_object", "text", "JSON_SCHEMA", None, 1]),
+        "json_schema": st.one_of(_OBJECT, st.just("r")),
+        "schema": st.one_of(_OBJECT, st.just("r")),
+    }
+)
+
+
+SCHEMA_SHAPES: list[tuple[str, Any, int]] = [
+    # (key, value, schemas counted)
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA}}, 1),
+    ("response_format", {"json_schema": {"schema": SCHEMA}, "type": "json_schema", "x": 1}, 1),
+    ("response_format", {"type": "json_schema", "json_schema": {}}, 1),
+    ("output_config", {"effort": "low", "format": {"type": "json_schema", "schema": SCHEMA}}, 1),
+    ("output_format", {"type": "json_schema", "schema": SCHEMA}, 1),
+    ("response_format", {"type": "json_object"}, 0),
+    ("response_format", {"type": "text"}, 0),
+    ("response_format", {"type": "json_schema", "schema": SCHEMA}, 0),  # Anthropic's field
+    ("response_format", {"type": "json_schema", "json_schema": "r"}, 0),
+    ("response_format", {"json_schema": {"schema": SCHEMA}}, 0),
+    ("response_format", "json", 0),
+    ("response_format", None, 0),
+    ("output_config", {"type": "json_schema", "schema": SCHEMA}, 0),  # not under "format"
+    ("output_config", {"format": {"type": "json_schema"}}, 0),
+    ("output_format", {"type": "JSON_SCHEMA", "schema": SCHEMA}, 0),
+    ("output_format", {"type": "json_schema", "json_schema": SCHEMA}, 0),  # OpenAI's field
+    ("format", {"type": "json_schema", "schema": SCHEMA}, 0),  # Ollama's key
+    ("text", {"format": {"type": "json_schema", "schema": SCHEMA}}, 0),  # the Responses API's
+]
+
+
+@pytest.mark.parametrize(("key", "value", "n"), SCHEMA_SHAPES)
+def test_which_structured_output_schemas_count(key: str, value: Any, n: int) -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    texts = output_schema_texts({key: value})
+    assert len(texts) == n
+    body = json.dumps({"messages": msgs, key: value}).encode()
+    assert cw.count_request(body) == cw.count_messages(msgs) + sum(cw.estimate_tokens(t) for t in texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["response_format", "output_config", "output_format", "format"]),
+    st.one_of(_FORMAT, st.fixed_dictionaries({"format": _FORMAT, "effort": st.text(max_size=4)}), _SCHEMA_LIKE),
+)
+def test_the_gateway_counts_the_schemas_the_cli_counts(key: str, value: Any) -> None:
+    # two implementations of one rule: the gateway's (Rust) and output_schema_texts (the CLI's)
+    assume(value not in ("openai", "anthropic"))  # a "format" of those names the shape
+    msgs = [{"role": "user", "content": "hi"}]
+    body = json.dumps({"messages": msgs, key: value}).encode()
+    texts = output_schema_texts({key: value})
+    want = cw.count_messages(msgs, format="openai") + sum(cw.estimate_tokens(t) for t in texts)
+    assert cw.count_request(body, provider="openai") == want
 
 
 def test_openai_tool_chain_shrinks_result() -> None:

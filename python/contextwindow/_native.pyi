@@ -84,7 +84,7 @@ def fit_request(
     body: bytes, budget: int, profile: str, provider: str | None, breadcrumb: bool, pinned: list[int] = ...
 ) -> tuple[bytes, str]:
     """Trim a raw OpenAI/Anthropic request body (``provider=None`` detects): the new body, and
-    JSON ``{"provider", "budget", "tool_tokens", "report": {...}}``. A bad body raises
+    JSON ``{"provider", "budget", "tool_tokens", "schema_tokens", "report": {...}}``. A bad body raises
     ``InvalidRequestError`` (with ``offset``) or ``InvalidMessageError`` (with ``index``/``field``)."""
 
 def fit_request_body(
@@ -102,4 +102,5 @@ def nests_as_deep(text: str, limit: int) -> bool:
     level 1); brackets inside strings do not count, a string never closed ends the search."""
 
 def count_request(body: bytes, profile: str, provider: str | None) -> int:
-    """Tokens of a raw request body's messages (Anthropic ``system`` included) plus its tools."""
+    """Tokens of a raw request body's messages (Anthropic ``system`` included), its tools and
+    its structured-output schema."""

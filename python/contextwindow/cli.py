@@ -35,7 +35,7 @@ from .budget import (
     resolve_budget,
 )
 from .errors import ContextWindowError, InvalidMessageError
-from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
+from .estimate import DEFAULT_PROFILE, PROFILES, count_messages, estimate_tokens, output_schema_texts
 from .io import CLI_RECURSION_LIMIT, Conversation, dump_conversation, escape_line_breaks, load_conversation
 from .pairs import repair_tool_pairs, validate
 from .report import FitReport
@@ -156,6 +156,23 @@ def _tools_tokens(conv: Conversation, profile: str) -> int:
     return count_messages([], profile, tools=conv.tools, format=conv.format)
 
 
+def _schema_tokens(conv: Conversation, profile: str) -> int:
+    """Tokens of a request body's structured-output schema (``response_format``,
+    ``output_config``, ``output_format``), its compact JSON text, as ``count_request``
+    counts it."""
+    if not isinstance(conv.document, dict):
+        return 0
+    return sum(estimate_tokens(t, profile) for t in output_schema_texts(conv.document))
+
+
+def _fixed_note(tools: int, schema: int) -> str:
+    """``tool schemas take 117; the output schema 40`` (``""`` when both are 0)."""
+    parts = [f"tool schemas take {tools:,}"] if tools else []
+    if schema:
+        parts.append(f"the output schema {schema:,}" if tools else f"the output schema takes {schema:,}")
+    return "; ".join(parts)
+
+
 def _report_stream(args: argparse.Namespace) -> Any:
     """Where ``fit`` and ``repair`` print their summary or ``--json`` report: stdout when
     ``-o`` takes the conversation to a file, else stderr, as the conversation is on
@@ -176,10 +193,12 @@ def _write(conv: Conversation, messages: list[Any], out: str | None) -> None:
             raise OSError(exc.errno, exc.strerror, out) from None
 
 
-def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out: int) -> str:
+def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out: int, schema: int = 0) -> str:
+    note = _fixed_note(tools, schema)
+    fixed = tools + schema
     lines = [
-        f"{path}: {r.tokens_before + tools:,} -> {r.tokens_after + tools:,} tokens"
-        f" (budget {budget:,}{f'; tool schemas take {tools:,}' if tools else ''})"
+        f"{path}: {r.tokens_before + fixed:,} -> {r.tokens_after + fixed:,} tokens"
+        f" (budget {budget:,}{f'; {note}' if note else ''})"
         f" {'fits' if r.fits else 'DOES NOT FIT'}",
         f"  turns: kept {r.kept_turns} of {r.turns_before}, dropped {r.dropped_turns};"
         f" messages: {n_in} -> {n_out} (dropped {r.dropped_messages},"
@@ -190,11 +209,10 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
     else:
         rules = sorted({f.rule for f in r.fates if f.fate != "kept"})
         lines.append(f"  why: {r.reason}" + (f" ({', '.join(rules)})" if rules else ""))
-    if not r.fits and tools and tools >= budget:
+    if not r.fits and fixed and fixed >= budget:
         # not the messages' fault: the report's budget for them is 0 (left17)
-        lines.append(
-            f"  the tool schemas alone take {tools:,} tokens of the budget of {budget:,}: none is left for the messages"
-        )
+        what = "the tool schemas" if not schema else "the output schema" if not tools else "the schemas"
+        lines.append(f"  {what} alone take {fixed:,} tokens of the budget of {budget:,}: none is left for the messages")
     elif not r.fits:
         lines.append("  nothing more can be removed without losing the preamble, pinned messages or the request")
     return "\n".join(lines)
@@ -212,6 +230,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
                 conv = seen.conv = _load(path, args.format)
                 msgs_tokens = count_messages(conv.messages, args.profile, format=conv.format)
                 tools = _tools_tokens(conv, args.profile)
+                schema = _schema_tokens(conv, args.profile)
                 seg = segment_turns(conv.messages, format=conv.format)
         except _Located as exc:
             # one bad file does not hide the counts of the others
@@ -223,9 +242,10 @@ def _cmd_count(args: argparse.Namespace) -> int:
                 "file": conv.path,
                 "format": conv.format,
                 "profile": args.profile,
-                "tokens": msgs_tokens + tools,
+                "tokens": msgs_tokens + tools + schema,
                 "message_tokens": msgs_tokens,
                 "tool_tokens": tools,
+                "schema_tokens": schema,
                 "messages": len(conv.messages),
                 "turns": len(seg.turns),
             }
@@ -234,7 +254,10 @@ def _cmd_count(args: argparse.Namespace) -> int:
         _print_json(rows)
     else:
         for r in rows:
-            tools_note = f" ({r['tool_tokens']:,} for tool schemas)" if r["tool_tokens"] else ""
+            fixed = [f"{r['tool_tokens']:,} for tool schemas"] if r["tool_tokens"] else []
+            if r["schema_tokens"]:
+                fixed.append(f"{r['schema_tokens']:,} for the output schema")
+            tools_note = f" ({', '.join(fixed)})" if fixed else ""
             print(
                 f"{r['file']}: {r['tokens']:,} tokens{tools_note}, {_n(r['messages'], 'message')},"
                 f" {_n(r['turns'], 'turn')} [{r['format']}, {r['profile']}]"
@@ -375,15 +398,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         conv = seen.conv = _load(args.file, args.format)
         tools = _tools_tokens(conv, args.profile)
+        schema = _schema_tokens(conv, args.profile)
+    fixed = tools + schema
     resolved: Budget | None = None
     if args.model is not None:
         # about the options, not the file: no file name in the error
-        resolved = _model_budget(args, tools)
+        resolved = _model_budget(args, fixed)
         # the request may use the messages' budget plus the schemas, never more than the
         # model accepts (schemas alone can exceed it)
-        budget, whole = resolved.usable, min(resolved.usable + tools, resolved.capacity)
+        budget, whole = resolved.usable, min(resolved.usable + fixed, resolved.capacity)
     else:
-        budget, whole = max(0, args.budget - tools), args.budget
+        budget, whole = max(0, args.budget - fixed), args.budget
     with _about(args.file) as seen:
         seen.conv = conv
         res = trim_turns(
@@ -401,13 +426,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     _write(conv, res.messages, args.output)
     if args.json:
         # the report's budget and counts are for the messages; the request adds the tools
-        out: dict[str, Any] = {"file": conv.path, "budget": whole, "tool_tokens": tools}
+        # and the output schema
+        out: dict[str, Any] = {"file": conv.path, "budget": whole, "tool_tokens": tools, "schema_tokens": schema}
         if resolved is not None:
             out["resolved_budget"] = resolved
         out["report"] = report
         _print_json(out, _report_stream(args))
         return code
-    text = _summary(conv.path, report, whole, tools, len(conv.messages), len(res.messages))
+    text = _summary(conv.path, report, whole, tools, len(conv.messages), len(res.messages), schema)
     print(text, file=_report_stream(args))
     return code
 
@@ -600,7 +626,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     f.add_argument("file", metavar="FILE", help=_FILE_HELP)
     which = f.add_mutually_exclusive_group(required=True)
-    which.add_argument("--budget", type=_int, help="token budget for the whole request (tools included)")
+    which.add_argument(
+        "--budget", type=_int, help="token budget for the whole request (tool and output schemas included)"
+    )
     which.add_argument(
         "--model", help="take the budget from this model's context window and output limit (model table)"
     )

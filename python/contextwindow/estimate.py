@@ -308,6 +308,36 @@ def tool_texts(tools: Any) -> list[str]:
     return out
 
 
+#: Top-level keys of a request body that can carry a structured-output JSON schema.
+OUTPUT_SCHEMA_KEYS = ("response_format", "output_config", "output_format")
+
+
+def output_schema_texts(body: Mapping[str, Any]) -> list[str]:
+    """The compact JSON text of each structured-output schema a request body sends, as
+    the gateway reads them (``gateway::output_schemas`` in Rust): OpenAI chat's
+    ``response_format.json_schema`` when ``response_format.type`` is ``"json_schema"``,
+    Anthropic's ``output_config.format.schema`` and ``output_format.schema`` (the beta
+    spelling) when that format's ``type`` is ``"json_schema"``. Anything else under these
+    keys adds nothing. ``body`` is a decoded request body (a file the CLI read: JSON
+    values only).
+
+    >>> output_schema_texts({"response_format": {"type": "json_schema",
+    ...     "json_schema": {"name": "r", "schema": {"type": "object"}}}})
+    ['{"name":"r","schema":{"type":"object"}}']
+    """
+    out = []
+    for key in OUTPUT_SCHEMA_KEYS:
+        fmt = body.get(key)
+        if key == "output_config":
+            fmt = fmt.get("format") if isinstance(fmt, Mapping) else None
+        if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+            continue
+        schema = fmt.get("json_schema" if key == "response_format" else "schema")
+        if isinstance(schema, Mapping):
+            out.append(ENCODER.encode(schema).decode())
+    return out
+
+
 def tools_tokens(texts: list[str], profile: str, text_tokens: Callable[[str], int]) -> int:
     """Tokens of tool definitions: per tool, its JSON text plus the profile's per-tool
     overhead."""

@@ -15,8 +15,13 @@ engine and rules as :func:`~contextwindow.trim_turns`, and writes the body back:
 * a body that already fits comes back unchanged: the very ``bytes`` object given.
 
 Tool definitions count against the budget as the CLI's ``fit`` counts them: per tool, its
-compact JSON text plus the profile's per-tool overhead. The messages then get
-``budget - tool tokens``. ``provider=None`` detects the shape: a top-level ``"format"`` whose
+compact JSON text plus the profile's per-tool overhead. So does a structured-output
+schema, which the provider puts before the model too: OpenAI's
+``response_format.json_schema`` (when ``response_format.type`` is ``"json_schema"``) and
+Anthropic's ``output_config.format.schema`` or beta ``output_format.schema`` (when the
+format's ``type`` is ``"json_schema"``), each as its compact JSON text (how a provider
+renders it is not published; the text is what the gateway can count). The messages then
+get ``budget - tool tokens - schema tokens``. ``provider=None`` detects the shape: a top-level ``"format"`` whose
 value is exactly ``"openai"`` or ``"anthropic"`` names it as ``provider`` would, a plain
 chat's breadcrumb placement included (the convention of the corpus files, which the CLI
 reads the same way; any other ``format``, such as Ollama's ``"json"`` or a JSON schema, is
@@ -64,8 +69,10 @@ class RequestReport(msgspec.Struct, frozen=True, kw_only=True):
         provider: the shape the body was read in, ``"openai"`` or ``"anthropic"``.
         budget: the request's token budget, as given.
         tool_tokens: tokens of the tool definitions, taken off the budget first.
+        schema_tokens: tokens of the structured-output schema (``response_format``,
+            ``output_config``, ``output_format``; module docs), taken off the budget first.
         report: the :class:`~contextwindow.FitReport` of the messages; its ``budget`` is
-            ``budget - tool_tokens``. In an Anthropic body with a top-level ``system``,
+            ``budget - tool_tokens - schema_tokens``. In an Anthropic body with a top-level ``system``,
             message 0 of ``report.fates`` is that system prompt and body message ``i`` is
             ``i + 1``.
 
@@ -77,6 +84,7 @@ class RequestReport(msgspec.Struct, frozen=True, kw_only=True):
     budget: int
     tool_tokens: int
     report: FitReport
+    schema_tokens: int = 0
 
 
 _REPORT = msgspec.json.Decoder(RequestReport)
@@ -154,7 +162,8 @@ def fit_request(
     Args:
         body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON
             (``bytes``, ``bytearray`` or ``memoryview``).
-        budget: tokens the request may use: messages plus tool definitions.
+        budget: tokens the request may use: messages, tool definitions and a
+            structured-output schema.
         profile: name of a built-in profile (``None``: ``conservative``).
         provider: ``"openai"`` or ``"anthropic"``; ``None`` detects it from the body
             (a top-level ``"format": "openai"|"anthropic"`` names it; module docs).
@@ -220,11 +229,14 @@ def fit_request(
 
 
 def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None) -> int:
-    """Estimate the tokens of a raw request body: its messages plus its tool definitions.
+    """Estimate the tokens of a raw request body: its messages, tool definitions and
+    structured-output schema.
 
     Equal to ``count_messages(messages, profile, tools=tools)`` on the parsed body (with an
-    Anthropic top-level ``system`` counted as a leading system message), without building
-    Python objects.
+    Anthropic top-level ``system`` counted as a leading system message), plus
+    ``estimate_tokens`` of the compact JSON text of a structured-output schema
+    (``response_format``, ``output_config``, ``output_format``: module docs), without
+    building Python objects.
 
     Args:
         body: an OpenAI chat or Anthropic Messages request body, UTF-8 JSON.

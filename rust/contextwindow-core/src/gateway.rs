@@ -12,7 +12,8 @@
 //! The mapping to canonical [`Message`]s mirrors `python/contextwindow/adapters.py`
 //! (its spec), so the engine sees what `trim_turns` sees on the same messages, and the
 //! budget counts tool schemas like the CLI's `fit`: per tool, its compact JSON text plus
-//! the profile's per-tool overhead.
+//! the profile's per-tool overhead; a structured-output schema (OpenAI `response_format`,
+//! Anthropic `output_config`/`output_format`) counts as its compact JSON text.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -298,8 +299,11 @@ impl<'de, M: Deserialize<'de>> Deserialize<'de> for Top<'de, M> {
                     let v: &'de RawValue = map.next_value()?;
                     // one scan per `system`, `tools` or `format` key until the first
                     // repeat (a repeated `format`: fresh16b #8)
-                    let read_here =
-                        k == "messages" || k == "system" || k == "tools" || k == "format";
+                    let read_here = k == "messages"
+                        || k == "system"
+                        || k == "tools"
+                        || k == "format"
+                        || OUTPUT_SCHEMA_KEYS.contains(&k.as_ref());
                     if repeat.is_none()
                         && read_here
                         && (k == "messages" || out.iter().any(|(e, _)| *e == k))
@@ -1815,6 +1819,8 @@ struct Request<'a> {
     rules: Format,
     /// Compact JSON text of each tool definition.
     tools: Vec<String>,
+    /// Compact JSON text of each structured-output schema ([`output_schemas`]).
+    schemas: Vec<String>,
 }
 
 /// `"openai"`, `"anthropic"` or `None` (detect).
@@ -2063,6 +2069,7 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
             ))
         }
     }
+    let schemas = output_schemas(&cx, &top)?;
     // A message that is not an object is `None` here and refused when the conversion below
     // comes to it, so an earlier message's field error is named first, as the dict path
     // (`to_canonical`) and the CLI name the first bad message (fresh8 N7).
@@ -2187,7 +2194,59 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
         system,
         canonical,
         tools,
+        schemas,
     })
+}
+
+/// The top-level keys that carry a structured-output JSON schema ([`output_schemas`]).
+const OUTPUT_SCHEMA_KEYS: [&str; 3] = ["response_format", "output_config", "output_format"];
+
+/// Compact JSON text of each structured-output schema the body sends, which the provider
+/// puts before the model as it puts the tool definitions: OpenAI chat's
+/// `response_format.json_schema` (its `name`, `description`, `schema`, `strict`) when
+/// `response_format.type` is `"json_schema"`; Anthropic's `output_config.format.schema`
+/// (structured outputs) and `output_format.schema` (their beta spelling) when that
+/// format's `type` is `"json_schema"`. Counted as their text, as a tool definition is:
+/// how a provider renders a schema is not published. Anything else under these keys
+/// (`{"type": "json_object"}`, `{"type": "text"}`, a value of another shape) adds nothing
+/// and is copied as it was; a key repeated in an object read on the way is refused, as
+/// in the tools.
+fn output_schemas(cx: &Ctx<'_>, top: &Obj<'_>) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for key in OUTPUT_SCHEMA_KEYS {
+        let Some(v) = top.get(key) else { continue };
+        let Some(mut format) = cx.obj(v, || Place::Other(key.to_owned()))? else {
+            continue;
+        };
+        let mut place = key.to_owned();
+        if key == "output_config" {
+            let Some(v) = format.get("format") else {
+                continue;
+            };
+            place.push_str(".format");
+            let Some(inner) = cx.obj(v, || Place::Other(place.clone()))? else {
+                continue;
+            };
+            format = inner;
+        }
+        if !cx.str_is(format.get("type"), "json_schema") {
+            continue;
+        }
+        let field = if key == "response_format" {
+            "json_schema"
+        } else {
+            "schema"
+        };
+        match format.get(field) {
+            Some(schema) if kind(schema) == Kind::Obj => {
+                let at = format!("{place}.{field}");
+                let text = cx.compact(schema, || Place::Other(at.clone()));
+                out.push(text.map_err(|e| nested_at(&at, e))?);
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// What reading the top level gives [`parse`]: the top-level entries, each message's
@@ -2392,6 +2451,11 @@ fn tools_tokens(p: &Profile, tools: &[String]) -> u64 {
         .sum()
 }
 
+/// Tokens of the structured-output schemas: their text, no overhead (none is published).
+fn schemas_tokens(p: &Profile, schemas: &[String]) -> u64 {
+    schemas.iter().map(|s| p.text_tokens(s)).sum()
+}
+
 /// Why `text` is not JSON: with `one_value`, not one JSON value, as the gateway reads a
 /// body (the same byte and words as `fit_request`'s error: a second value after the
 /// first is "trailing characters" where it starts); else not a sequence of JSON values
@@ -2499,15 +2563,16 @@ pub fn nests_as_deep(text: &[u8], limit: usize) -> bool {
     false
 }
 
-/// Tokens of a request body: its messages (an Anthropic `system` included) plus its tool
+/// Tokens of a request body: its messages (an Anthropic `system` included), its tool
 /// definitions (compact JSON text + per-tool overhead), like
-/// `count_messages(messages, tools=tools)` on the parsed body.
+/// `count_messages(messages, tools=tools)` on the parsed body, and its structured-output
+/// schema (compact JSON text, [`output_schemas`]).
 pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
     let p = profile(profile_name)?;
     let body = replace_lone_surrogates(body);
     let req = parse(&body, parse_provider(provider)?, true)?;
     let msgs: u64 = req.canonical.iter().map(|m| p.message_tokens(m)).sum();
-    Ok(msgs + tools_tokens(p, &req.tools))
+    Ok(msgs + tools_tokens(p, &req.tools) + schemas_tokens(p, &req.schemas))
 }
 
 /// A fitted request body and what was done to it.
@@ -2521,19 +2586,23 @@ pub struct FittedRequest<'a> {
     pub budget: u64,
     /// Tokens of the tool definitions, taken off the budget before trimming.
     pub tool_tokens: u64,
+    /// Tokens of the structured-output schema (OpenAI `response_format`, Anthropic
+    /// `output_config`/`output_format`), taken off the budget before trimming.
+    pub schema_tokens: u64,
     /// The trim report for the messages (index 0 is the system prompt of an Anthropic
-    /// body that has one; the report's budget is `budget - tool_tokens`).
+    /// body that has one; the report's budget is `budget - tool_tokens - schema_tokens`).
     pub report: Report,
 }
 
 impl FittedRequest<'_> {
-    /// `{"provider", "budget", "tool_tokens", "report"}` as JSON.
+    /// `{"provider", "budget", "tool_tokens", "schema_tokens", "report"}` as JSON.
     pub fn report_json(&self) -> Result<String> {
         #[derive(Serialize)]
         struct J<'a> {
             provider: &'static str,
             budget: u64,
             tool_tokens: u64,
+            schema_tokens: u64,
             report: &'a Report,
         }
         Ok(serde_json::to_string(&J {
@@ -2543,13 +2612,14 @@ impl FittedRequest<'_> {
             },
             budget: self.budget,
             tool_tokens: self.tool_tokens,
+            schema_tokens: self.schema_tokens,
             report: &self.report,
         })?)
     }
 }
 
-/// Trim the messages of a request body to `budget` tokens (tool definitions count
-/// against it) with `trim_turns`, and write the body back: every other top-level key is
+/// Trim the messages of a request body to `budget` tokens (tool definitions and a
+/// structured-output schema count against it) with `trim_turns`, and write the body back: every other top-level key is
 /// left byte for byte, every message kept unchanged is its original bytes. The messages at
 /// `pins` (indices into the body's `messages` array; an Anthropic top-level `system` is
 /// not in it) are pinned: `trim_turns` never drops their turns; an index past the array
@@ -2604,12 +2674,13 @@ fn fit<'b>(
     let req = parse(&clean, parse_provider(provider)?, false)?;
     let canonical = pinned(&req, pins)?;
     let tool_tokens = tools_tokens(p, &req.tools);
+    let schema_tokens = schemas_tokens(p, &req.schemas);
     let opts = TrimOptions {
         profile: p,
         breadcrumb,
         format: req.rules,
     };
-    let room = budget.saturating_sub(tool_tokens);
+    let room = budget.saturating_sub(tool_tokens.saturating_add(schema_tokens));
     let outcome = if report {
         trim_turns(&canonical, room, opts)
     } else {
@@ -2632,6 +2703,7 @@ fn fit<'b>(
         provider: req.format,
         budget,
         tool_tokens,
+        schema_tokens,
         report: outcome.report,
     })
 }
@@ -3534,6 +3606,119 @@ mod tests {
         let tool = r#"{"name":"f","input_schema":{}}"#;
         let want = 2 * (p.message_overhead + 2) + p.text_tokens(tool) + p.tool_overhead;
         assert_eq!(count_request(body, "fim", None).unwrap(), want);
+    }
+
+    #[test]
+    fn count_includes_a_structured_output_schema() {
+        // fim: a message is 4 + its characters / 4; a text of ASCII is its characters / 4
+        let user = r#""messages": [{"role": "user", "content": "abcdefgh"}]"#;
+        let count = |rest: &str| {
+            let body = format!("{{{user}, {rest}}}");
+            count_request(body.as_bytes(), "fim", None).unwrap()
+        };
+        assert_eq!(count(r#""model": "m""#), 6);
+        // OpenAI: the json_schema object, compact: {"name":"r","schema":{"type":"object"}}
+        // is 39 characters, 9 tokens
+        let openai = r#""response_format": {"type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"type": "object"}}}"#;
+        assert_eq!(count(openai), 6 + 9);
+        // Anthropic: the schema, compact: {"type":"object"} is 17 characters, 4 tokens
+        let ga = r#""output_config": {"effort": "low",
+            "format": {"type": "json_schema", "schema": {"type": "object"}}}"#;
+        assert_eq!(count(ga), 6 + 4);
+        let beta = r#""output_format": {"type": "json_schema", "schema": {"type": "object"}}"#;
+        assert_eq!(count(beta), 6 + 4);
+        // no schema, or not one read as such: nothing added
+        for other in [
+            r#""response_format": {"type": "json_object"}"#,
+            r#""response_format": {"type": "text"}"#,
+            r#""response_format": {"json_schema": {"name": "r", "schema": {}}}"#,
+            r#""response_format": {"type": "json_schema", "json_schema": "r"}"#,
+            r#""response_format": "json""#,
+            r#""response_format": null"#,
+            r#""output_config": {"effort": "low"}"#,
+            r#""output_config": {"format": {"type": "json_schema"}}"#,
+            r#""output_format": {"type": "json", "schema": {"type": "object"}}"#,
+            r#""format": {"type": "json_schema", "schema": {"type": "object"}}"#,
+        ] {
+            assert_eq!(count(other), 6, "{other}");
+        }
+    }
+
+    #[test]
+    fn fit_takes_the_structured_output_schema_off_the_budget() {
+        let schema = r#"{"name": "answer", "schema": {"type": "object", "properties":
+            {"summary": {"type": "string"}}, "required": ["summary"]}}"#;
+        let body = format!(
+            r#"{{"model": "m", "response_format": {{"type": "json_schema", "json_schema": {schema}}},
+            "messages": [{{"role": "user", "content": "{old}"}}, {{"role": "assistant", "content": "ok"}},
+            {{"role": "user", "content": "go"}}]}}"#,
+            old = "word ".repeat(200)
+        );
+        let p = profile("fim").unwrap();
+        let compact = r#"{"name":"answer","schema":{"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"]}}"#;
+        let schema_tokens = p.text_tokens(compact);
+        assert_eq!(schema_tokens, 110 / 4); // 110 characters
+        let whole = count_request(body.as_bytes(), "fim", None).unwrap();
+        // (4 + 250) + (4 + 1: a text is at least 1) twice, plus the schema
+        assert_eq!(whole, 254 + 5 + 5 + schema_tokens);
+        // a budget the messages alone fit in, the schema with them not
+        let budget = whole - 1;
+        let fitted = fit_request(body.as_bytes(), budget, "fim", None, true, &[]).unwrap();
+        assert_eq!(fitted.schema_tokens, schema_tokens);
+        assert_eq!(fitted.tool_tokens, 0);
+        assert_eq!(fitted.report.budget, Some(budget - schema_tokens));
+        assert!(fitted.report.fits);
+        assert_eq!(fitted.report.dropped_turns, 1);
+        let out = std::str::from_utf8(&fitted.body).unwrap();
+        // the schema itself is kept byte for byte
+        assert!(
+            out.contains(&format!(r#""json_schema": {schema}}},"#)),
+            "{out}"
+        );
+        let json: Value = serde_json::from_str(&fitted.report_json().unwrap()).unwrap();
+        assert_eq!(json["schema_tokens"], schema_tokens);
+        assert_eq!(json["tool_tokens"], 0);
+        // the same body without the schema: the same budget keeps everything
+        let plain = body.replacen(r#""response_format""#, r#""response_formats""#, 1);
+        let kept = fit_request(plain.as_bytes(), budget, "fim", None, true, &[]).unwrap();
+        assert!(matches!(kept.body, Cow::Borrowed(_)));
+        assert_eq!(kept.schema_tokens, 0);
+    }
+
+    #[test]
+    fn a_repeated_key_in_a_structured_output_schema_is_refused() {
+        let msgs = r#""messages": [{"role": "user", "content": "hi"}]"#;
+        for (rest, reason) in [
+            (
+                r#""response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "type": "array"}}}"#,
+                r#"response_format.json_schema.schema: the key "type" appears more than once"#,
+            ),
+            (
+                r#""response_format": {"type": "text", "type": "json_schema", "json_schema": {}}"#,
+                r#"response_format: the key "type" appears more than once"#,
+            ),
+            (
+                r#""output_config": {"format": {"type": "json_schema", "schema": {}, "schema": {"a": 1}}}"#,
+                r#"output_config.format: the key "schema" appears more than once"#,
+            ),
+            (
+                r#""output_format": {}, "output_format": {}"#,
+                r#"the key "output_format" appears more than once"#,
+            ),
+        ] {
+            let body = format!("{{{msgs}, {rest}}}");
+            let err = count_request(body.as_bytes(), "fim", None).unwrap_err();
+            let Error::InvalidRequest {
+                reason: got,
+                offset,
+            } = &err
+            else {
+                panic!("{err:?}");
+            };
+            assert_eq!(got, reason, "{body}");
+            assert!(offset.is_some(), "{body}");
+        }
     }
 
     fn message_error(body: &[u8]) -> (usize, String, String) {
