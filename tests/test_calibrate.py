@@ -286,3 +286,30 @@ def test_estimator_observe_of_nothing_names_the_messages() -> None:
     with pytest.raises(ValueError, match=r"^messages estimate 0 tokens: nothing to calibrate against"):
         est.observe([], reported=5)
     assert est.observe([{"role": "user", "content": "a" * 40}], reported=28) == 2.0  # the first ratio (28/14) alone
+
+
+def test_a_positive_estimate_never_scales_to_zero() -> None:
+    """fresh23 #8, fresh23b #5: with a tiny min_factor, scale(1) and scale(5) were 0 (the
+    product, rounded to 6 decimals, was 0.000000), and a trim called 3,000 tokens 1."""
+    from contextwindow.calibrate import scale_tokens
+
+    cal = cw.Calibrator(alpha=1, min_factor=1e-7)
+    cal.observe(10**7, 1)  # factor 1e-7
+    assert cal.factor == 1e-7
+    assert (cal.scale(0), cal.scale(1), cal.scale(5), cal.scale(10**7), cal.scale(10**8)) == (0, 1, 1, 1, 10)
+    assert scale_tokens(3, 1e-300) == 1
+
+
+@given(st.integers(1, 10**12), st.integers(0, 10**6), st.floats(0.05, 1.0), st.floats(1.0, 5.0))
+def test_a_budget_divided_by_the_factor_scales_back_within_the_budget(
+    budget: int, reported: int, lo: float, hi: float
+) -> None:
+    """The README's recipe for the profile-only functions (fresh23 #3, fresh23b #1): a count
+    up to ``budget * den // num`` (``num / den`` the factor) scales to at most ``budget``."""
+    cal = cw.Calibrator(alpha=1, min_factor=lo, max_factor=hi)
+    cal.observe(10**6, max(1, reported))
+    num, den = cal.factor.as_integer_ratio()
+    fitting = budget * den // num
+    assert cal.scale(fitting) <= budget
+    # and it is the largest such count but for the 6-decimal rounding: 2 more is over
+    assert cal.scale(fitting + 2) > budget or cal.factor * 2 < 1

@@ -276,8 +276,7 @@ def test_accuracy_names_the_skipped_files_when_none_is_readable(
     assert isinstance(got.value, ValueError)
     assert [p for p, _ in got.value.skipped] == [str(d / "x.json"), str(d / "y.jsonl")]
     assert str(got.value) == (
-        f"{d}: no conversation files with text (*.json, *.jsonl) in the all split; "
-        f"skipped 2 files that could not be read as a conversation: {why} (and 1 more)"
+        f"{d}: no conversation files with text (*.json, *.jsonl) in the all split; skipped 2 files: {why} (and 1 more)"
     )
     # a directory with no candidate file at all says only that
     empty = tmp_path / "empty"
@@ -285,6 +284,19 @@ def test_accuracy_names_the_skipped_files_when_none_is_readable(
     with pytest.raises(NoConversationsError, match=r"in the all split$") as none:
         measure(empty, lambda s: 1)
     assert none.value.skipped == []
+    # a link to nothing and a file with no text are named too (fresh23b #3, fresh23 #9)
+    (empty / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    (empty / "none.json").write_text("[]")
+    (empty / "images.json").write_text(
+        json.dumps([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/a.png"}}]}])
+    )
+    with pytest.raises(NoConversationsError) as got:
+        measure(empty, lambda s: 1)
+    assert got.value.skipped == [
+        (str(empty / "gone.json"), f"{empty / 'gone.json'}: cannot read: No such file or directory"),
+        (str(empty / "images.json"), "holds no text to score"),
+        (str(empty / "none.json"), "holds no text to score"),
+    ]
 
 
 def test_count_reports_good_files_when_one_is_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1616,3 +1628,26 @@ def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
     out = capsys.readouterr().out
     assert f"tool schemas take {tools:,}; the output schema {tokens:,})" in out
     assert f"the schemas alone take {tools + tokens:,} tokens of the budget of {tools + tokens:,}" in out
+
+
+def test_accuracy_prints_the_tables_it_can_when_a_reference_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fresh23b #6: without mistral-common, "--reference cl100k --reference tekken" printed nothing
+    import contextwindow.accuracy as acc
+
+    def counter(name: str) -> Any:
+        if name == "tekken":
+            raise ImportError("the tekken reference needs: pip install mistral-common")
+        return lambda s: len(s.split())
+
+    monkeypatch.setattr(acc, "reference_counter", counter)
+    (tmp_path / "ok.json").write_text(json.dumps([{"role": "user", "content": "hello there " * 20}]))
+    args = ["accuracy", str(tmp_path), "--profile", "fim", "--json"]
+    assert main([*args, "--reference", "cl100k", "--reference", "tekken"]) == 2
+    out, err = capsys.readouterr()
+    assert [r["reference"] for r in json.loads(out)] == ["cl100k"]
+    assert err == "contextwindow: error: the tekken reference needs: pip install mistral-common\n"
+    assert main([*args, "--reference", "tekken"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "pip install mistral-common" in err

@@ -254,6 +254,18 @@ def test_bad_tokenizer_is_a_typed_error_naming_the_message(tokenizer: Any, match
     assert msgspec.json.encode(msgs) == snapshot
 
 
+def test_a_tokenizer_failing_on_a_tool_schema_names_the_tool() -> None:
+    # fresh23b #4: tools are counted first, and the error named nothing
+    est = cw.Estimator(tokenizer=lambda s: 1 // 0 if "bad" in s else 1)
+    tools = [{"name": "a", "input_schema": {}}, {"name": "bad", "input_schema": {}}]
+    with pytest.raises(
+        cw.TokenCounterError, match=r"^tokenizer <lambda> on tools\[1\]: raised ZeroDivisionError"
+    ) as info:
+        est.count_messages([u("hi")], tools=tools)
+    assert (info.value.tool, info.value.index) == (1, None)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
 def test_constructor_checks() -> None:
     with pytest.raises(ValueError, match="unknown profile"):
         cw.Estimator("cl99k")

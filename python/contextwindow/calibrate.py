@@ -68,10 +68,11 @@ def scale_tokens(tokens: int, factor: float) -> int:
     product), rounded half to even to 6 decimals, then the ceiling; so a factor ``>= 1``
     never gives less than ``tokens``, and no count is too large (fresh16a F4: through a
     float, ``2**53 + 1`` at factor 1.0 came back as ``2**53`` and ``10**400`` raised
-    ``OverflowError``).
+    ``OverflowError``). A positive count never scales below 1, whatever the factor
+    (fresh23 #8: at a ``min_factor`` of ``1e-7`` a non-empty request was priced at 0).
 
-    >>> scale_tokens(100, 1.1), scale_tokens(7, 0.9), scale_tokens(0, 1.5)
-    (110, 7, 0)
+    >>> scale_tokens(100, 1.1), scale_tokens(7, 0.9), scale_tokens(0, 1.5), scale_tokens(5, 1e-7)
+    (110, 7, 0, 1)
     >>> scale_tokens(2**53 + 1, 1.0) - 2**53, scale_tokens(2**63 - 1, 1.5)
     (1, 13835058055282163711)
     """
@@ -81,7 +82,7 @@ def scale_tokens(tokens: int, factor: float) -> int:
     q, r = divmod(tokens * num * _MICRO, den)  # the product in millionths, and the rest
     if 2 * r > den or (2 * r == den and q & 1):  # round half to even, as round() does
         q += 1
-    return -(-q // _MICRO)
+    return max(1, -(-q // _MICRO)) if tokens > 0 else 0
 
 
 class Calibrator:
@@ -220,7 +221,8 @@ class Calibrator:
             tokens: an uncalibrated estimate, ``>= 0``.
 
         Returns:
-            The calibrated estimate in tokens; 0 stays 0. The product of ``tokens`` and
+            The calibrated estimate in tokens; 0 stays 0, any other count stays at least
+            1 (however small the factor: ``min_factor`` takes any value above 0). The product of ``tokens`` and
             the factor as stored is exact (no float product, for any int) and rounded to
             6 decimals before the ceiling, so ``scale(100)`` at factor 1.1 is 110, not 111,
             and at a factor ``>= 1`` the result is never below ``tokens``. The factor itself

@@ -276,22 +276,27 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     from .accuracy import NoConversationsError, measure
 
     profiles = args.profile or list(PROFILES)
+    reports = []
+    missing = []  # a reference not installed: the others' tables still print (fresh23b #6)
     try:
-        reports = [measure(args.dir, ref, profiles, args.split) for ref in args.reference]
-    except ImportError as exc:
-        print(f"contextwindow: error: {exc}", file=sys.stderr)
-        return 2
+        for ref in args.reference:
+            try:
+                reports.append(measure(args.dir, ref, profiles, args.split))
+            except ImportError as exc:
+                missing.append(str(exc))
     except NoConversationsError as exc:
         # every file skipped: each is named as when some are read (fresh20a F6), then the error
         _warn_skipped(exc.skipped)
         print(f"contextwindow: error: {exc.summary}", file=sys.stderr)
         return 2
     _warn_skipped(reports[0].skipped if reports else [])
-    if args.json:
+    if reports and args.json:
         _print_json([r.to_dict() for r in reports])
-    else:
+    elif reports:
         print("\n\n".join(r.markdown() for r in reports))
-    return 0
+    for why in missing:
+        print(f"contextwindow: error: {why}", file=sys.stderr)
+    return 2 if missing else 0
 
 
 def _model_budget(args: argparse.Namespace, tools: int) -> Budget:

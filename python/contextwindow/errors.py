@@ -133,6 +133,8 @@ class TokenCounterError(ContextWindowError, ValueError):
         index: position, in the caller's list, of the message being counted; ``None`` for
             a message contextwindow made (breadcrumb, stub result, shortened copy) or a
             text outside any message.
+        tool: position, in ``tools``, of the tool definition being counted (its JSON
+            text is counted first, before the messages); ``None`` otherwise.
         reason: what went wrong, in words.
 
     When the callable itself raised, that exception is the ``__cause__``.
@@ -141,10 +143,11 @@ class TokenCounterError(ContextWindowError, ValueError):
     'tokenizer enc on message 2: returned str, expected an int >= 0'
     """
 
-    def __init__(self, reason: str, *, counter: str, index: int | None = None):
+    def __init__(self, reason: str, *, counter: str, index: int | None = None, tool: int | None = None):
         counter, reason = _printable(counter), _printable(reason)
         self.counter = counter
         self.index = index
+        self.tool = tool
         self.reason = reason
-        where = f" on message {index}" if index is not None else ""
+        where = f" on message {index}" if index is not None else f" on tools[{tool}]" if tool is not None else ""
         super().__init__(f"{counter}{where}: {reason}")

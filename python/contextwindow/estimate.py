@@ -63,7 +63,7 @@ from ._jsontext import (
     nested_deeper,
     shown,
 )
-from .errors import InvalidMessageError, InvalidRequestError
+from .errors import InvalidMessageError, InvalidRequestError, TokenCounterError
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -344,7 +344,14 @@ def tools_tokens(texts: list[str], profile: str, text_tokens: Callable[[str], in
     if not texts:
         return 0
     per_tool = int(_engine.native.profile_overheads(profile)[2])
-    return sum(text_tokens(t) + per_tool for t in texts)
+    total = 0
+    for i, t in enumerate(texts):
+        try:
+            total += text_tokens(t) + per_tool
+        except TokenCounterError as exc:  # a caller's tokenizer: name the tool (fresh23b #4)
+            named = TokenCounterError(exc.reason, counter=exc.counter, tool=i)
+            raise named from exc.__cause__
+    return total
 
 
 def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], int] = int) -> int:

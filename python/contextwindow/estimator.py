@@ -58,6 +58,14 @@ def as_count(value: Any, counter: str, index: int | None = None) -> int:
         raise TokenCounterError(
             f"returned {type(value).__name__}, expected an int >= 0{hint}", counter=counter, index=index
         ) from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # an __index__ that raises (fresh23 #5)
+        raise TokenCounterError(
+            f"returned {type(value).__name__}, whose __index__ raised {type(exc).__name__}: {exc}",
+            counter=counter,
+            index=index,
+        ) from exc
     if n < 0:
         raise TokenCounterError(f"returned {n}, expected an int >= 0", counter=counter, index=index)
     return n
@@ -68,8 +76,14 @@ def call_counter(fn: Callable[[Any], Any], arg: Any, counter: str, index: int | 
     :class:`TokenCounterError` naming it (and the message index when known)."""
     try:
         value = fn(arg)
+    except MemoryError:  # not the counter's fault: as out of memory anywhere (fresh23 #5)
+        raise
     except Exception as exc:
-        raise TokenCounterError(f"raised {type(exc).__name__}: {exc}", counter=counter, index=index) from exc
+        hint = ""
+        if isinstance(exc, (TypeError, KeyError, AttributeError)) and counter.startswith("token_counter "):
+            # the easy mix-up of three keywords (fresh23 #6)
+            hint = " (token_counter gets a list of messages; for a str -> int tokenizer pass tokenizer=)"
+        raise TokenCounterError(f"raised {type(exc).__name__}: {exc}{hint}", counter=counter, index=index) from exc
     return as_count(value, counter, index)
 
 
