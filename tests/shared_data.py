@@ -76,7 +76,10 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
       it is and whose cuts keep its end);
     * ``tool_name_not_allowed``, ``call_id_not_allowed`` and ``reused_call_id`` when
       ``given`` has at least as many of each (Anthropic: the strategies draw ids reused
-      across messages; the library renames no id and drops no message for it).
+      across messages; the library renames no id and drops no message for it);
+    * ``image_not_allowed`` when ``given`` has at least as many (OpenAI: the strategies
+      draw images in assistant messages and tool results; the library moves no image, and
+      a result moved by repair takes its images with it, still in a tool result).
     """
     import contextwindow as cw
     from contextwindow.adapters import from_canonical
@@ -92,7 +95,7 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
         found = [v for v in found if v.code != "empty_content"]
     if any(v.code == "trailing_whitespace" for v in cw.validate(given, provider)):
         found = [v for v in found if v.code != "trailing_whitespace"]
-    for code in ("tool_name_not_allowed", "call_id_not_allowed", "reused_call_id"):
+    for code in ("tool_name_not_allowed", "call_id_not_allowed", "reused_call_id", "image_not_allowed"):
         n = sum(v.code == code for v in found)
         if n and n <= sum(v.code == code for v in cw.validate(given, provider)):
             found = [v for v in found if v.code != code]

@@ -1051,6 +1051,7 @@ def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | No
         *ID_RULES,
         "thinking_not_first",  # the input's thinking blocks, kept as they are
         "thinking_last",
+        "image_not_allowed",  # the input's images outside user messages (checked apart)
     }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
@@ -1062,9 +1063,10 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     # a content rule may drop a message's image with no source, which the adapter cannot
     # write: an unwritable_message violation may go, none may come; so may an
     # empty_content one, for a blank text block in a tool result it replaces (empty19 #2),
-    # and a trailing_whitespace one, for a prefill whose end a cut replaces by its marker
+    # and a trailing_whitespace one, for a prefill whose end a cut replaces by its marker,
+    # and an image_not_allowed one, for an image in a tool result a rule clears
     unwritable = "unwritable_message"
-    may_go = (unwritable, "empty_content", "trailing_whitespace")
+    may_go = (unwritable, "empty_content", "trailing_whitespace", "image_not_allowed")
     before = codes(cw.validate(msgs, provider))
     valid_before = [c for c in before if c[1] not in may_go]
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
@@ -1082,7 +1084,8 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         for code in (unwritable, "trailing_whitespace"):
             assert {c for c in after if c[1] == code} <= {c for c in before if c[1] == code}
         for i in range(len(msgs)):  # none comes, in any message
-            assert after.count((i, "empty_content", None)) <= before.count((i, "empty_content", None))
+            for code in ("empty_content", "image_not_allowed"):
+                assert after.count((i, code, None)) <= before.count((i, code, None))
         assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))
         assert all(r.messages[i] is m for i, m in enumerate(msgs) if m.pinned)
         assert r.report.tokens_after == cw.count_messages(r.messages, format=provider)
@@ -1104,7 +1107,7 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     out = r.messages
     assert msgspec.to_builtins(msgs) == snapshot
     assert pairing(out, provider) == []
-    for code in ("empty_content", *ID_RULES):
+    for code in ("empty_content", "image_not_allowed", *ID_RULES):
         assert sum(c[1] == code for c in codes(cw.validate(out, provider))) <= sum(c[1] == code for c in before)
     repaired = cw.repair_tool_pairs(msgs, format=provider).messages
     if not cw.validate(repaired, provider):

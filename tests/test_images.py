@@ -274,7 +274,11 @@ def test_a_detail_openai_refuses_is_reported_and_priced_as_high() -> None:
         {"role": "tool", "tool_call_id": "c", "content": [_openai_image("ultra")]},
     ]
     got = cw.validate(msgs, "openai")
-    assert [(v.index, v.code) for v in got] == [(0, "detail_not_allowed")] * 2 + [(2, "detail_not_allowed")]
+    # (an image in a tool result is image_not_allowed too, after its detail)
+    assert [(v.index, v.code) for v in got] == [(0, "detail_not_allowed")] * 2 + [
+        (2, "detail_not_allowed"),
+        (2, "image_not_allowed"),
+    ]
     assert ['"HIGH"' in got[0].detail, '""' in got[1].detail, '"ultra"' in got[2].detail] == [True] * 3
     assert [(v.index, v.code) for v in ref.validate(prepare(msgs, None).canonical, "openai")] == [
         (v.index, v.code) for v in got
@@ -287,3 +291,38 @@ def test_a_detail_openai_refuses_is_reported_and_priced_as_high() -> None:
     assert cw.count_messages(structs) == cw.count_messages(
         [cw.Message(role="user", content=[cw.ImagePart(source="https://x/a.png", detail="high")])]
     )
+
+
+def test_an_image_outside_a_user_message_is_reported_under_openai_rules() -> None:
+    """fresh23 #2: Chat Completions answers HTTP 400 "Image URLs are only allowed for
+    messages with role 'user', but this message with role 'tool' contains an image URL";
+    ``validate`` passed it. One ``image_not_allowed`` per image of a non-user message or
+    of a tool result; counting and trimming are unchanged, and no repair moves it."""
+    from contextwindow import _reference as ref
+    from contextwindow._engine import prepare
+
+    img = {"type": "image_url", "image_url": {"url": "https://x/a.png"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": [{"type": "text", "text": "s"}, img]},
+        {"role": "user", "content": [img, {"type": "text", "text": "look"}]},
+        {"role": "assistant", "content": [img], "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "shot"}, img, img]},
+        {"role": "user", "content": "thanks"},
+    ]
+    got = cw.validate(msgs, "openai")
+    assert [(v.index, v.code) for v in got] == [(0, "image_not_allowed"), (2, "image_not_allowed")] + [
+        (3, "image_not_allowed")
+    ] * 2
+    assert got[0].detail == (
+        "content[1] is an image in a system message; the Chat Completions API takes images only in user messages"
+    )
+    assert got[3].detail.startswith('content[2] of the result of tool call "c1" is an image;')
+    assert [(v.index, v.code) for v in ref.validate(prepare(msgs, None).canonical, "openai")] == [
+        (v.index, v.code) for v in got
+    ]
+    # the user's own image is fine; the same images as Anthropic blocks are not this rule
+    assert cw.validate(msgs[1:2], "openai") == []
+    # a repair leaves them where they are, and says nothing of them
+    r = cw.repair_tool_pairs(msgs, format="openai")
+    assert r.messages == msgs and r.report.repairs == []

@@ -892,6 +892,18 @@ def _refused_details(m: Message) -> list[str]:
     return out
 
 
+def _refused_images(m: Message) -> int:
+    """How many images of ``m`` the Chat Completions API refuses: those of a message whose
+    role is not ``user``, and those of a tool result (the Rust ``refused_images``)."""
+    n = 0
+    for p in m.content:
+        if isinstance(p, ImagePart) and m.role != "user":
+            n += 1
+        if isinstance(p, ToolResult):
+            n += sum(isinstance(q, ImagePart) for q in p.content)
+    return n
+
+
 def validate(msgs: list[Message], provider: str) -> list[Violation]:
     """Provider rule violations (same codes and order as the Rust engine; detail omitted)."""
     out: list[Violation] = []
@@ -905,6 +917,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         for i, m in enumerate(msgs):
             for _ in _refused_details(m):
                 v(i, "detail_not_allowed")
+            for _ in range(_refused_images(m)):
+                v(i, "image_not_allowed")
             if m.role == "tool":
                 ids = _result_ids(m)
                 if not ids:

@@ -409,8 +409,9 @@ def hint_priorities(
 
 _VIOLATIONS = msgspec.json.Decoder(list[Violation])
 #: validate codes no pair repair changes: role order, empty content, a prefill ending in
-#: whitespace (the library leaves such a message as it is) and Anthropic's rules on
-#: tool_use ids and names (no rule renames an id)
+#: whitespace (the library leaves such a message as it is), OpenAI's rules on images
+#: (no rule moves or drops one) and Anthropic's rules on tool_use ids and names (no rule
+#: renames an id)
 _NOT_PAIRS = frozenset(
     {
         "first_not_user",
@@ -418,6 +419,8 @@ _NOT_PAIRS = frozenset(
         "role_not_allowed",
         "empty_content",
         "trailing_whitespace",
+        "detail_not_allowed",
+        "image_not_allowed",
         "tool_name_not_allowed",
         "call_id_not_allowed",
         "reused_call_id",

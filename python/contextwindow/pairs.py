@@ -96,7 +96,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     whitespace is ``trailing_whitespace`` (the API refuses it; OpenAI's takes it). Under
     OpenAI's rules an image whose ``detail`` is not ``"low"``, ``"high"`` or ``"auto"``
     (``"Low"``, ``""``), in a message or a tool result, is ``detail_not_allowed``, one
-    violation each (counting prices such an image as ``"high"``). Under Anthropic's
+    violation each (counting prices such an image as ``"high"``), and an image anywhere but
+    in a user message (an assistant, system, developer or tool message, or a tool result:
+    "Image URLs are only allowed for messages with role 'user'", the API's HTTP 400) is
+    ``image_not_allowed``, one violation each; no repair moves it. Under Anthropic's
     rules a ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$`` is
     ``tool_name_not_allowed``, an id not matching ``^[a-zA-Z0-9_-]+$``
     ``call_id_not_allowed`` (``""``, Kimi's ``functions.read:0``), and an id an earlier

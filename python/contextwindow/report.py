@@ -159,6 +159,8 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             (Anthropic: the final message is an assistant message, a prefill, whose
             last part is text ending in whitespace), ``detail_not_allowed`` (OpenAI:
             an image's ``detail`` other than ``"low"``, ``"high"`` or ``"auto"``),
+            ``image_not_allowed`` (OpenAI: an image outside a user message, in another
+            role's message or a tool result),
             ``tool_name_not_allowed``, ``call_id_not_allowed`` (Anthropic: a
             ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$``, an id not matching
             ``^[a-zA-Z0-9_-]+$``), ``reused_call_id`` (Anthropic: a ``tool_use`` id an

@@ -20,8 +20,8 @@ pub struct Violation {
     /// `result_after_content`, `result_outside_tool_message`, `empty_tool_message`,
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`,
-    /// `trailing_whitespace`, `detail_not_allowed`, `tool_name_not_allowed`,
-    /// `call_id_not_allowed`, `reused_call_id`.
+    /// `trailing_whitespace`, `detail_not_allowed`, `image_not_allowed`,
+    /// `tool_name_not_allowed`, `call_id_not_allowed`, `reused_call_id`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,9 +77,11 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// name matches `^[a-zA-Z0-9_-]{1,64}$` (`tool_name_not_allowed`), its id
 /// `^[a-zA-Z0-9_-]+$` (`call_id_not_allowed`), and no id is used by two assistant
 /// messages (`reused_call_id`; see [`check_calls_anthropic`]).
-/// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`), and an
+/// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`), an
 /// image's `detail` is `"low"`, `"high"` or `"auto"` (`detail_not_allowed`, one for each
-/// other, in the message's parts and its tool results' parts, reported first).
+/// other, in the message's parts and its tool results' parts, reported first), and images
+/// are in user messages only (`image_not_allowed`, one for each image of another role's
+/// message or of a tool result, reported next; see [`refused_images`]).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
         Format::OpenAI => validate_openai(messages),
@@ -140,6 +142,39 @@ fn refused_details(m: &Message) -> Vec<&str> {
     out
 }
 
+/// Where each image of `m` is that the Chat Completions API refuses, in words, in order:
+/// every image of a message whose role is not `user` (its parts), and every image of a
+/// tool result (a tool message's content takes text parts only). The API's own words
+/// for it: "Image URLs are only allowed for messages with role 'user', but this message
+/// with role 'tool' contains an image URL" (HTTP 400; the same for `assistant`); its
+/// reference gives system and developer messages text parts only.
+fn refused_images(m: &Message) -> Vec<String> {
+    let mut out = Vec::new();
+    for (j, p) in m.content.iter().enumerate() {
+        if p.kind == PartKind::Image && m.role != Role::User {
+            out.push(format!(
+                "content[{j}] is an image in {} message; the Chat Completions API takes \
+                 images only in user messages",
+                with_article(m.role)
+            ));
+        }
+        if p.kind == PartKind::ToolResult {
+            let id = p.call_id.as_deref().unwrap_or("");
+            for (k, q) in p.inner().iter().enumerate() {
+                if q.kind == PartKind::Image {
+                    out.push(format!(
+                        "content[{k}] of the result of tool call {} is an image; the Chat \
+                         Completions API takes images only in user messages, a tool \
+                         message's content text only",
+                        quote(id)
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner_calls: HashSet<&str> = HashSet::new(); // calls of the run's assistant
@@ -152,6 +187,9 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                 quote(d)
             );
             out.push(v(i, "detail_not_allowed", None, detail));
+        }
+        for detail in refused_images(m) {
+            out.push(v(i, "image_not_allowed", None, detail));
         }
         if m.role == Role::Tool {
             let results: Vec<&str> = result_ids(m).collect();

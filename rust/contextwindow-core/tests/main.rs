@@ -1278,10 +1278,63 @@ fn an_image_detail_openai_refuses_is_a_violation() {
             (0, "detail_not_allowed", says("Low").as_str()),
             (0, "detail_not_allowed", says("").as_str()),
             (2, "detail_not_allowed", says("ultra").as_str()),
+            (2, "image_not_allowed", IN_RESULT),
         ]
     );
     // Anthropic's blocks have no detail: the adapter does not write it
     assert!(validate(&msgs[..1], Format::Anthropic).is_empty());
+}
+
+const IN_RESULT: &str = "content[0] of the result of tool call \"c\" is an image; the Chat \
+                         Completions API takes images only in user messages, a tool \
+                         message's content text only";
+
+#[test]
+fn an_image_outside_a_user_message_is_a_violation_under_openai_rules() {
+    // fresh23 #2: Chat Completions answers HTTP 400 "Image URLs are only allowed for
+    // messages with role 'user', but this message with role 'tool' contains an image URL"
+    // (the same for 'assistant'); system and developer messages take text parts only
+    let json = r#"[{"role": "system", "content": [{"kind": "text", "text": "s"},
+                      {"kind": "image", "source": "https://x/s.png"}]},
+                   {"role": "developer", "content": [{"kind": "image"}]},
+                   {"role": "user", "content": [{"kind": "image"}, {"kind": "text", "text": "q"}]},
+                   {"role": "assistant", "content": [{"kind": "image"}, {"kind": "text", "text": "a"},
+                      {"kind": "tool_call", "id": "c", "name": "f", "arguments": "{}"}]},
+                   {"role": "tool", "content": [{"kind": "tool_result", "call_id": "c",
+                      "content": [{"kind": "image", "detail": "Low"}, {"kind": "text", "text": "r"}]}]}]"#;
+    let msgs: Vec<Message> = serde_json::from_str(json).unwrap();
+    let got: Vec<(usize, &str, String)> = validate(&msgs, Format::OpenAI)
+        .into_iter()
+        .map(|v| (v.index, v.code, v.detail))
+        .collect();
+    let in_role = |j: usize, role: &str| {
+        format!(
+            "content[{j}] is an image in {role} message; the Chat Completions API takes \
+             images only in user messages"
+        )
+    };
+    assert_eq!(
+        got,
+        vec![
+            (0, "image_not_allowed", in_role(1, "a system")),
+            (1, "image_not_allowed", in_role(0, "a developer")),
+            (3, "image_not_allowed", in_role(0, "an assistant")),
+            // the bad detail first, then the place
+            (
+                4,
+                "detail_not_allowed",
+                "image detail \"Low\" is not \"low\", \"high\" or \"auto\", the values the \
+                 Chat Completions API takes"
+                    .to_owned()
+            ),
+            (4, "image_not_allowed", IN_RESULT.to_owned()),
+        ]
+    );
+    // the user's image is fine; Anthropic's rules do not have this one
+    assert!(validate(&msgs[2..3], Format::OpenAI).is_empty());
+    assert!(!validate(&msgs, Format::Anthropic)
+        .iter()
+        .any(|v| v.code == "image_not_allowed"));
 }
 
 #[test]
