@@ -1651,3 +1651,26 @@ def test_accuracy_prints_the_tables_it_can_when_a_reference_is_missing(
     assert main([*args, "--reference", "tekken"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "pip install mistral-common" in err
+
+
+def test_inspect_shows_the_structured_output_schema_as_count_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    schema = {"type": "object", "properties": {"verdict": {"type": "string", "description": "why " * 30}}}
+    doc = {
+        "model": "m",
+        "messages": chat(2),
+        "output_format": {"type": "json_schema", "schema": schema},
+    }
+    f = write(tmp_path, "req.json", json.dumps(doc))
+    tokens = cw.estimate_tokens(json.dumps(schema, separators=(",", ":")))
+    total = cw.count_request(json.dumps(doc).encode())
+    assert total == cw.count_messages(doc["messages"]) + tokens
+    assert main(["inspect", f, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["schema_tokens"], got["total_tokens"] + got["schema_tokens"]) == (tokens, total)
+    assert main(["inspect", f]) == 0
+    assert f": {total:,} tokens (" in capsys.readouterr().out
+    assert main(["inspect", f]) == 0
+    assert f" + {tokens:,} output schema)" in capsys.readouterr().out

@@ -452,15 +452,17 @@ def _bar(share: float) -> Any:
     return Bar(size=1.0, begin=0.0, end=max(0.0, min(1.0, share)), width=_BAR_WIDTH)
 
 
-def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int) -> None:
+def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, schema: int = 0) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
     schemas = f" + {b.tool_schema_tokens:,} tool schemas" if b.tool_schema_tokens else ""
+    if schema:
+        schemas += f" + {schema:,} output schema"
     console.print(
-        f"{path}: {b.total_tokens:,} tokens ({b.message_tokens:,} in {_n(b.messages, 'message')}{schemas}),"
+        f"{path}: {b.total_tokens + schema:,} tokens ({b.message_tokens:,} in {_n(b.messages, 'message')}{schemas}),"
         f" {_n(b.turns, 'turn')} [{b.format}, {b.profile}]",
         markup=False,
         soft_wrap=True,
@@ -538,11 +540,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     with _about(args.file) as seen:
         conv = seen.conv = _load(args.file, args.format)
         b = token_breakdown(conv.messages, tools=conv.tools, profile=args.profile, format=conv.format, top=args.top)
+        # a request body's structured-output schema, as count and fit take it (the
+        # breakdown itself sees messages and tools only)
+        schema = _schema_tokens(conv, args.profile)
     if args.json:
-        _print_json({"file": conv.path, **msgspec.structs.asdict(b)})
+        _print_json({"file": conv.path, **msgspec.structs.asdict(b), "schema_tokens": schema})
     else:
         try:
-            _render_breakdown(conv.path, b, conv, args.top)
+            _render_breakdown(conv.path, b, conv, args.top, schema)
         except ImportError as exc:  # rich is a dependency; a broken install gets one line
             raise ContextWindowError(
                 f"inspect needs the 'rich' package for its tables ({exc}); --json does not"
