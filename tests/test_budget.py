@@ -567,6 +567,22 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
         assert str(got.value) == want
 
 
+def test_guard_refuses_a_number_for_budget_and_says_what_to_pass() -> None:
+    # fresh25 #3: the README's fit takes a number; the guard needs the window and reserve
+    import contextwindow as cw
+
+    want = (
+        "budget must be a Budget from resolve_budget, got int (a number is a token budget for fit, trim_turns"
+        " and the gateway; this needs the window and the output reserve too: pass"
+        " resolve_budget(context_window=..., max_output_tokens=...), or those keywords)"
+    )
+    with pytest.raises(TypeError) as got:
+        cw.ContextGuard(5000)  # type: ignore[arg-type]
+    assert str(got.value) == want
+    guard = cw.ContextGuard(context_window=5000, max_output_tokens=1000)
+    assert (guard.budget.context_window, guard.budget.usable) == (5000, 4000)
+
+
 def test_budget_serializes() -> None:
     import msgspec
 

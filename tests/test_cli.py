@@ -227,6 +227,22 @@ def test_accuracy_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "| fim | prose | 1 |" in capsys.readouterr().out
 
 
+def test_accuracy_scores_a_file_reached_through_a_link_once(tmp_path: Path) -> None:
+    # fresh25 #7: a link to a file of the directory scored that file twice
+    from contextwindow.accuracy import measure
+
+    words = [{"role": "user", "content": "word " * 30}, {"role": "assistant", "content": "reply " * 25}]
+    (tmp_path / "a.json").write_text(json.dumps(words))
+    once = measure(tmp_path, lambda s: len(s.split()), profiles=["fim"])
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "c.json").symlink_to(tmp_path / "a.json")
+    twice = measure(tmp_path, lambda s: len(s.split()), profiles=["fim"])
+    assert (once.files, twice.files) == (1, 1)
+    assert twice.to_dict() == once.to_dict()
+
+
 def test_accuracy_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "c.json", "[]")
     assert main(["accuracy", f, "--reference", "cl100k"]) == 2
@@ -1620,6 +1636,9 @@ def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
     assert rep.report.budget == budget - tokens and rep.report.dropped_turns >= 1
     assert main(["fit", f, "--budget", str(budget), "-o", str(out_path)]) == 0
     assert f"(budget {budget:,}; the output schema takes {tokens:,}) fits" in capsys.readouterr().out
+    # a budget the schema alone uses up (fresh25 #5: "the output schema alone take")
+    assert main(["fit", f, "--budget", str(tokens), "-o", str(out_path)]) == 1
+    assert f"the output schema alone takes {tokens:,} tokens of the budget of {tokens:,}" in capsys.readouterr().out
     # with tools too, and a budget the schemas alone use up
     doc["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     f = write(tmp_path, "req2.json", json.dumps(doc))

@@ -219,6 +219,43 @@ def test_count_request_adds_the_structured_output_schema() -> None:
     assert cw.count_request(body, profile="fim") == 6
 
 
+def test_output_schema_keys_are_read_in_either_shape_and_both_anthropic_keys_count() -> None:
+    # fresh25 #4, as the README documents: an overcount when a body holds both, never an undercount
+    msgs = [{"role": "user", "content": "abcdefgh"}]  # fim: 4 + 8 // 4 = 6
+    fmt = {"type": "json_schema", "schema": {"type": "object"}}  # '{"type":"object"}': 17 // 4 = 4
+    both = {"output_config": {"format": fmt}, "output_format": fmt, "messages": msgs}
+    assert cw.count_request(json.dumps(both).encode(), profile="fim") == 6 + 4 + 4
+    openai = {"format": "openai", "output_config": {"format": fmt}, "messages": msgs}
+    assert cw.count_request(json.dumps(openai).encode(), profile="fim") == 6 + 4
+    assert cw.count_request(json.dumps(openai).encode(), provider="openai", profile="fim") == 6 + 4
+
+
+def test_output_schema_keys_refuse_their_own_repeated_keys_and_copy_deeper_ones() -> None:
+    # fresh25 #2: which repeats in these keys are refused (README, Gateway path)
+    m = '[{"role":"user","content":"hi"}]'
+    refused = {
+        '{"messages":%s,"output_config":{"effort":"low","effort":"high"}}': 'output_config: the key "effort"',
+        '{"messages":%s,"response_format":{"type":"text","x":1,"x":2}}': 'response_format: the key "x"',
+        '{"messages":%s,"output_format":{"type":"text","a":1,"a":2}}': 'output_format: the key "a"',
+        '{"messages":%s,"output_config":{"format":{"type":"text","a":1,"a":2}}}': 'output_config.format: the key "a"',
+        '{"messages":%s,"response_format":{"type":"json_schema","json_schema":{"a":1,"a":2}}}': (
+            'response_format.json_schema: the key "a"'
+        ),
+    }
+    for body, named in refused.items():
+        with pytest.raises(cw.InvalidRequestError) as got:
+            cw.count_request((body % m).encode())
+        assert named + " appears more than once" in str(got.value)
+    plain = cw.count_request(b'{"messages":' + m.encode() + b"}")
+    for body in (
+        '{"messages":%s,"output_config":{"other":{"a":1,"a":2}}}',
+        '{"messages":%s,"response_format":{"type":"text","json_schema":{"a":1,"a":2}}}',
+    ):
+        full = (body % m).encode()
+        assert cw.count_request(full) == plain
+        assert cw.fit_request(full, budget=1000) == full  # copied as it came
+
+
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
 def test_fit_request_takes_the_structured_output_schema_off_the_budget(fmt: str) -> None:
     # a new user's structured-output schema was not counted (README Known limits, before)

@@ -286,12 +286,20 @@ class NoConversationsError(ValueError):
 
 
 def _files(root: Path, split: str) -> Iterable[tuple[str, Path]]:
+    seen: set[Path] = set()
     for f in sorted(root.rglob("*")):
         # a link to nothing is yielded, to be named as skipped (fresh23b #3); a directory,
         # a FIFO or a device is not a file to read
         dangling = f.is_symlink() and not f.exists()
         if not (f.is_file() or dangling) or f.suffix not in (".json", ".jsonl"):
             continue
+        if not dangling:
+            # a file reached twice (a link to another file of the directory) is scored once,
+            # under its first path in sorted order (fresh25 #7: it was counted twice)
+            target = f.resolve()
+            if target in seen:
+                continue
+            seen.add(target)
         key = f.relative_to(root).as_posix()
         if split == "all" or (split == "holdout") == is_holdout(key):
             yield key, f
@@ -307,7 +315,8 @@ def measure(
 
     Args:
         directory: searched recursively for ``*.json`` and ``*.jsonl`` conversation files
-            (files that are not conversations are skipped).
+            (files that are not conversations are skipped; a file reached twice through a
+            link is scored once).
         reference: ``"cl100k"``, ``"tekken"`` or any ``str -> int`` token counter.
         profiles: names of the profiles to score.
         split: ``"all"``, ``"holdout"`` (files :func:`is_holdout` picks) or ``"fit"``

@@ -425,7 +425,13 @@ def whole_budget_error(budget: object) -> TypeError:
     ``check_capacity``: the window and the reserve, not only ``usable``) for ``budget``,
     naming the entries that take an object with a ``usable`` when it has one."""
     text = f"budget must be a Budget from resolve_budget, got {type(budget).__name__}"
-    if hasattr(budget, "usable"):
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        text += (
+            " (a number is a token budget for fit, trim_turns and the gateway; this needs the window and"
+            " the output reserve too: pass resolve_budget(context_window=..., max_output_tokens=...),"
+            " or those keywords)"
+        )
+    elif hasattr(budget, "usable"):
         text += (
             " (an object with 'usable' is a token budget for fit, recover_from_overflow and prune_middle;"
             " this needs the window and reserve too)"

@@ -212,7 +212,10 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
     if not r.fits and fixed and fixed >= budget:
         # not the messages' fault: the report's budget for them is 0 (left17)
         what = "the tool schemas" if not schema else "the output schema" if not tools else "the schemas"
-        lines.append(f"  {what} alone take {fixed:,} tokens of the budget of {budget:,}: none is left for the messages")
+        verb = "takes" if what == "the output schema" else "take"
+        lines.append(
+            f"  {what} alone {verb} {fixed:,} tokens of the budget of {budget:,}: none is left for the messages"
+        )
     elif not r.fits:
         lines.append("  nothing more can be removed without losing the preamble, pinned messages or the request")
     return "\n".join(lines)
