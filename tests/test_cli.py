@@ -1649,6 +1649,38 @@ def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
     assert f"the schemas alone take {tools + tokens:,} tokens of the budget of {tools + tokens:,}" in out
 
 
+@pytest.mark.usefixtures("no_llm_env")
+def test_fit_model_names_the_output_schema_in_its_budget_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the --model line said "tool schemas take N" for tools plus the output schema
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "sources": {"type": "array"}}}
+    msgs = [{"role": "user", "content": "what is in the report?"}]
+    rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    doc: dict[str, Any] = {"format": "openai", "response_format": rf, "messages": msgs}
+    from contextwindow.estimate import output_schema_texts
+
+    (text,) = output_schema_texts(doc)
+    s = cw.estimate_tokens(text)
+    f = write(tmp_path, "req.json", json.dumps(doc))
+    out = str(tmp_path / "o.json")
+    args = ["fit", f, "--model", "gpt-4o", "--context-window", "1000", "--max-output-tokens", "500", "-o", out]
+    assert main(args) == 0
+    assert f"messages may use {500 - s:,} (the output schema takes {s:,})" in capsys.readouterr().err
+    doc["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    f = write(tmp_path, "req.json", json.dumps(doc))
+    t = cw.count_messages([], tools=doc["tools"])
+    assert main(args) == 0  # the same path, rewritten
+    assert f"messages may use {500 - s - t:,} (tool schemas take {t:,}; the output schema {s:,})" in (
+        capsys.readouterr().err
+    )
+    # a capacity the output schema alone exceeds
+    del doc["tools"]
+    f = write(tmp_path, "req.json", json.dumps(doc))
+    assert main(["fit", f, "--model", "gpt-4o", "--context-window", str(s), "--max-output-tokens", "1", "-o", out]) == 1
+    assert "; the output schema alone exceeds the capacity" in capsys.readouterr().err
+
+
 def test_accuracy_prints_the_tables_it_can_when_a_reference_is_missing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

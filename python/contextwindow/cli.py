@@ -377,12 +377,18 @@ def _reserve_error(exc: ReserveError, model: str) -> str:
     return f"the output reserve, {source}, {too_large}: pass --max-output-tokens N, below the window"
 
 
-def _budget_lines(b: Budget) -> str:
+def _budget_lines(b: Budget, schema: int = 0) -> str:
+    """``fit --model``'s budget lines; ``b.tool_schema_tokens`` holds the tools and the
+    output schema (``schema`` of it), each named as the summary names them."""
+    tools = b.tool_schema_tokens - schema
+    note = _fixed_note(tools, schema)
+    what = "the tool schemas" if not schema else "the output schema" if not tools else "the schemas"
+    verb = "exceeds" if what == "the output schema" else "exceed"
     head = (
         f"budget for {b.model}: context window {b.context_window:,} - output reserve {b.max_output_tokens:,}"
         f" = capacity {b.capacity:,}; messages may use {b.usable:,}"
-        + (f" (tool schemas take {b.tool_schema_tokens:,})" if b.tool_schema_tokens else "")
-        + ("; the tool schemas alone exceed the capacity" if b.tool_schema_tokens > b.capacity else "")
+        + (f" ({note})" if note else "")
+        + (f"; {what} alone {verb} the capacity" if b.tool_schema_tokens > b.capacity else "")
     )
     return "\n".join([head, *(f"  rule {r}" for r in b.rules)])
 
@@ -428,7 +434,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             pinned=_pins(args.pin, conv),
         )
     if resolved is not None:
-        print(_budget_lines(resolved), file=sys.stderr)
+        print(_budget_lines(resolved, schema), file=sys.stderr)
     report = res.report
     code = 0 if report.fits else 1
     _write(conv, res.messages, args.output)
