@@ -173,6 +173,14 @@ def _fixed_note(tools: int, schema: int) -> str:
     return "; ".join(parts)
 
 
+def _fixed_subject(tools: int, schema: int) -> tuple[str, bool]:
+    """What takes the budget before the messages, as a sentence's subject, and whether it
+    is one thing (``"the output schema"``: singular verb) or several."""
+    if not schema:
+        return "the tool schemas", False
+    return ("the output schema", True) if not tools else ("the schemas", False)
+
+
 def _report_stream(args: argparse.Namespace) -> Any:
     """Where ``fit`` and ``repair`` print their summary or ``--json`` report: stdout when
     ``-o`` takes the conversation to a file, else stderr, as the conversation is on
@@ -211,8 +219,8 @@ def _summary(path: str, r: FitReport, budget: int, tools: int, n_in: int, n_out:
         lines.append(f"  why: {r.reason}" + (f" ({', '.join(rules)})" if rules else ""))
     if not r.fits and fixed and fixed >= budget:
         # not the messages' fault: the report's budget for them is 0 (left17)
-        what = "the tool schemas" if not schema else "the output schema" if not tools else "the schemas"
-        verb = "takes" if what == "the output schema" else "take"
+        what, one = _fixed_subject(tools, schema)
+        verb = "takes" if one else "take"
         lines.append(
             f"  {what} alone {verb} {fixed:,} tokens of the budget of {budget:,}: none is left for the messages"
         )
@@ -382,8 +390,8 @@ def _budget_lines(b: Budget, schema: int = 0) -> str:
     output schema (``schema`` of it), each named as the summary names them."""
     tools = b.tool_schema_tokens - schema
     note = _fixed_note(tools, schema)
-    what = "the tool schemas" if not schema else "the output schema" if not tools else "the schemas"
-    verb = "exceeds" if what == "the output schema" else "exceed"
+    what, one = _fixed_subject(tools, schema)
+    verb = "exceeds" if one else "exceed"
     head = (
         f"budget for {b.model}: context window {b.context_window:,} - output reserve {b.max_output_tokens:,}"
         f" = capacity {b.capacity:,}; messages may use {b.usable:,}"
