@@ -66,3 +66,44 @@ def test_gateway(call: str, profile: str, body: bytes, measure: Any) -> None:
     else:
         # old turns dropped: a shorter body that still parses, within the budget
         assert len(out) < len(body) and cw.count_request(out, profile=profile) <= total // 2
+
+
+@pytest.fixture(scope="module")
+def one_result_body() -> bytes:
+    """A 1 MB OpenAI body that fits only by cutting one tool result: one request, one
+    call and its result, the result the tool results of ``../shared/corpus`` joined and
+    repeated to 1 MB (an agent's ``cat`` of a large log)."""
+    texts: list[str] = []
+    for path in corpus_files():
+        doc = load(path)
+        if doc.get("format") == "openai":
+            texts += [
+                m["content"] for m in doc["messages"] if m.get("role") == "tool" and isinstance(m.get("content"), str)
+            ]
+    if not texts:
+        pytest.skip("../shared/corpus not found beside the repo")
+    output = ""
+    while len(output.encode()) < MEGABYTE:
+        output += "\n".join(texts) + "\n"
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "cat log"}'}}
+    messages = [
+        {"role": "user", "content": "Run the build and tell me what failed."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": output},
+    ]
+    return json.dumps({"model": "gpt-4o", "messages": messages}, ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("share", ["2,000 tokens", "half its tokens"])
+def test_gateway_cut_one_result(share: str, one_result_body: bytes, measure: Any) -> None:
+    # Cutting one text searches for the cut that fits: each trial cut is estimated again
+    # (README Benchmarks, "Cutting one large text"), so this runs well below count_request.
+    total = cw.count_request(one_result_body)
+    budget = 2_000 if share == "2,000 tokens" else total // 2
+
+    def fn() -> Any:
+        return cw.fit_request(one_result_body, budget=budget)
+
+    group = f"fit_request: 1 MB OpenAI body, one tool result cut to fit {share}"
+    out = measure(fn, group=group, impl="contextwindow", profile="conservative", bytes=len(one_result_body))
+    assert len(out) < len(one_result_body) and cw.count_request(out) <= budget

@@ -138,15 +138,55 @@ fn hangul_joins(a: char, b: char) -> bool {
     )
 }
 
+/// A text addressed by character (code point) index, as cuts count characters: the byte
+/// offset of each character, none kept for ASCII text (where the two are equal). Cuts
+/// then copy byte slices of the text rather than characters one at a time (fresh26 #2:
+/// a 4 MB tool result was collected into a `Vec<char>` and rebuilt character by
+/// character at every trial cut).
+pub(crate) struct CharText<'t> {
+    text: &'t str,
+    offsets: Option<Vec<usize>>,
+}
+
+impl<'t> CharText<'t> {
+    pub(crate) fn new(text: &'t str) -> Self {
+        let offsets = (!text.is_ascii()).then(|| text.char_indices().map(|(b, _)| b).collect());
+        CharText { text, offsets }
+    }
+
+    /// Characters in the text.
+    pub(crate) fn len(&self) -> usize {
+        self.offsets.as_ref().map_or(self.text.len(), Vec::len)
+    }
+
+    /// The byte offset of character `i` (the text's length in bytes for `i >= len`).
+    fn byte(&self, i: usize) -> usize {
+        match &self.offsets {
+            None => i.min(self.text.len()),
+            Some(o) => o.get(i).copied().unwrap_or(self.text.len()),
+        }
+    }
+
+    /// Character `i` (`i < len`).
+    fn at(&self, i: usize) -> char {
+        self.text[self.byte(i)..].chars().next().unwrap_or('\0')
+    }
+
+    /// Characters `a..b` as a slice of the text.
+    fn slice(&self, a: usize, b: usize) -> &'t str {
+        &self.text[self.byte(a)..self.byte(b)]
+    }
+}
+
 /// A cut between `chars[p-1]` and `chars[p]` would split a grapheme (UAX #29, with the
 /// tables of `tools/gen_unicode_tables.py`): before an extending or spacing mark or a
 /// joiner, after a prepend character or a ZWJ, inside `\r\n`, inside Hangul syllable
 /// jamo, between an Indic linker and a consonant, or inside a flag.
-fn bad_cut(chars: &[char], p: usize) -> bool {
+fn bad_cut(chars: &CharText<'_>, p: usize) -> bool {
     if p == 0 || p >= chars.len() {
         return false;
     }
-    let (a, b) = (chars[p - 1], chars[p]);
+    let (a, b) = (chars.at(p - 1), chars.at(p));
     if in_table(ATTACH, b)
         || in_table(PREPEND, a)
         || a == '\u{200D}'
@@ -157,10 +197,10 @@ fn bad_cut(chars: &[char], p: usize) -> bool {
         return true;
     }
     if is_regional(b) && is_regional(a) {
-        let run = chars[..p]
-            .iter()
+        let run = chars.text[..chars.byte(p)]
+            .chars()
             .rev()
-            .take_while(|&&c| is_regional(c))
+            .take_while(|&c| is_regional(c))
             .count();
         return run % 2 == 1;
     }
@@ -179,8 +219,7 @@ fn bad_cut(chars: &[char], p: usize) -> bool {
 /// assert_eq!(t, "ab\n[... 6 characters removed ...]\nij");
 /// ```
 pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
-    let chars: Vec<char> = text.chars().collect();
-    shrink_chars(&chars, 0, keep, false)
+    shrink_chars(&CharText::new(text), 0, keep, false)
 }
 
 /// Where [`shrink_chars`] cuts to keep about `keep` of `chars` after their first `floor`
@@ -189,7 +228,7 @@ pub fn shrink_text(text: &str, keep: usize) -> (String, usize) {
 /// `floor + keep >= chars.len()`). The head never ends before `floor`: a cut right there
 /// that would split a grapheme moves forward instead (never with `floor` 0, the start
 /// of the text), and when the head then reaches the tail, nothing is removed.
-fn cut_points(chars: &[char], floor: usize, keep: usize) -> (usize, usize) {
+fn cut_points(chars: &CharText<'_>, floor: usize, keep: usize) -> (usize, usize) {
     let n = chars.len();
     if floor + keep >= n {
         return (n, n);
@@ -231,15 +270,18 @@ fn largest_fitting(n: usize, ok: impl Fn(usize) -> bool) -> usize {
 
 /// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]);
 /// `end`: the text ends an Anthropic prefill (see [`cut_marker`]).
-fn shrink_chars(chars: &[char], floor: usize, keep: usize, end: bool) -> (String, usize) {
+fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (String, usize) {
     let (head, tail_start) = cut_points(chars, floor, keep);
     if head == tail_start {
-        return (chars.iter().collect(), 0);
+        return (chars.text.to_owned(), 0);
     }
     let removed = tail_start - head;
-    let mut out: String = chars[..head].iter().collect();
-    out.push_str(&cut_marker(removed, end, tail_start == chars.len()));
-    out.extend(chars[tail_start..].iter());
+    let mark = cut_marker(removed, end, tail_start == chars.len());
+    let (h, t) = (chars.slice(0, head), chars.slice(tail_start, chars.len()));
+    let mut out = String::with_capacity(h.len() + mark.len() + t.len());
+    out.push_str(h);
+    out.push_str(&mark);
+    out.push_str(t);
     (out, removed)
 }
 
@@ -727,7 +769,7 @@ impl<'a, 'p> State<'a, 'p> {
             }
             .to_owned()
         };
-        let chars: Vec<char> = text.chars().collect();
+        let chars = CharText::new(&text);
         let end = inner.is_none() && self.ends_prefill(w, part);
         let old = p.text_tokens(&text);
         let others = self.total() - old;
@@ -736,18 +778,20 @@ impl<'a, 'p> State<'a, 'p> {
         // the marker costs fewer tokens than the characters it stands for
         let worth = |k: usize| {
             let (head, tail_start) = cut_points(&chars, floor, k);
-            let span: String = chars[head..tail_start].iter().collect();
             let mark = cut_marker(tail_start - head, end, tail_start == chars.len());
-            p.text_tokens(&mark) < p.text_tokens(&span)
+            p.text_tokens(&mark) < p.text_tokens(chars.slice(head, tail_start))
         };
         let mut lo = largest_fitting(chars.len() - floor, fits);
-        // the span is counted again only here and, rarely, in a second search below it
-        if lo > 0 && !worth(lo) {
+        // the span is counted once for the cut made (`worth_lo`; for `lo` 0, only when the
+        // other checks pass) and, rarely, in a second search below it
+        let mut worth_lo = lo > 0 && worth(lo);
+        if lo > 0 && !worth_lo {
             lo = largest_fitting(lo, |k| fits(k) && worth(k));
+            worth_lo = worth(lo);
         }
         let (new_text, removed) = shrink_chars(&chars, floor, lo, end);
         let new_tokens = p.text_tokens(&new_text);
-        if removed == 0 || new_tokens >= old || !worth(lo) {
+        if removed == 0 || new_tokens >= old || !(worth_lo || (lo == 0 && worth(0))) {
             return;
         }
         let m = self.work[w].msg.to_mut();
@@ -1321,8 +1365,8 @@ mod tests {
 
     #[test]
     fn a_floor_keeps_the_prefix_and_graphemes_whole() {
-        let chars = |s: &str| -> Vec<char> { s.chars().collect() };
-        let seen = chars(&format!("[Tool results] {}", "x".repeat(385)));
+        let seen = format!("[Tool results] {}", "x".repeat(385));
+        let seen = CharText::new(&seen);
         // keep 87 after the 14-character prefix: head 14 + 44, tail 43
         assert_eq!(cut_points(&seen, 14, 87), (58, 357));
         assert_eq!(cut_points(&seen, 14, 386), (400, 400));
@@ -1334,10 +1378,11 @@ mod tests {
         // floor 0 is the plain cut
         assert_eq!(cut_points(&seen, 0, 87), (44, 357));
         // a combining mark on the prefix's `]` stays with it: the head moves forward
-        let marked = chars(&format!("[Tool results]\u{301}{}", "x".repeat(100)));
+        let marked = format!("[Tool results]\u{301}{}", "x".repeat(100));
+        let marked = CharText::new(&marked);
         assert_eq!(cut_points(&marked, 14, 0), (15, 115));
         // and when it then reaches the tail, nothing is cut
-        let short = chars("[Tool results]\u{301}\u{301}\u{301}x");
+        let short = CharText::new("[Tool results]\u{301}\u{301}\u{301}x");
         assert_eq!(cut_points(&short, 14, 0), (17, 18));
         assert_eq!(cut_points(&short, 14, 2), (18, 18));
         assert_eq!(shrink_chars(&short, 14, 2, false).1, 0);
