@@ -136,6 +136,72 @@ def test_single_result_cut_in_current_turn_anthropic_parallel() -> None:
     assert cw.validate(r.messages, "anthropic") == []
 
 
+def tagged_lines(tag: str, n: int) -> str:
+    return "".join(f"{tag} {i:04d}\n" for i in range(n))  # 10 characters a line
+
+
+def test_result_in_two_text_parts_cut_evenly_keeps_head_and_tail() -> None:
+    # fresh26 #3: cut largest first, the first part went down to its marker before the
+    # second was touched, and the result's head with it
+    parts = [{"type": "text", "text": tagged_lines("head", 200)}, {"type": "text", "text": tagged_lines("tail", 200)}]
+    msgs = [{"role": "user", "content": "run it"}, oa_call("b1", "bash"), {**oa_result("b1", ""), "content": parts}]
+    assert cw.message_tokens(msgs, FIM)[2] == 4 + 500 + 500
+    before = copy.deepcopy(msgs)
+    r = budget_tool_results(msgs, 1000, profile=FIM, max_total_share=None)
+    assert msgs == before
+    # share 500: 4 + floor(L1 / 4) + floor(L2 / 4) <= 500. One common keep: 47 whole lines
+    # each side of each part, 940 characters + the 45-character marker + "\n" = 986,
+    # 246 tokens a part, 496 in all; a line more on both parts is 996, 249 a part, 502.
+    marker = "[... 1060 characters (106 lines) removed ...]"
+    head, tail = (p["text"] for p in r.messages[2]["content"])
+    assert head == tagged_lines("head", 47) + marker + "\n" + tagged_lines("head", 200)[1530:]
+    assert tail == tagged_lines("tail", 47) + marker + "\n" + tagged_lines("tail", 200)[1530:]
+    assert head.endswith("head 0199\n") and len(head) == len(tail) == 986
+    assert cw.message_tokens([r.messages[2]], FIM) == [496]
+    assert r.report.fates[2] == cw.Fate(index=2, fate="truncated", rule="tool_result_cut", chars_removed=2120)
+    assert cw.validate(r.messages, "openai") == []
+    # the same as an Anthropic tool_result list
+    an = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": [an_use("r1", "bash")]},
+        {"role": "user", "content": [{**an_result("r1", ""), "content": parts}]},
+    ]
+    ra = budget_tool_results(an, 1000, profile=FIM, max_total_share=None)
+    assert [p["text"] for p in ra.messages[2]["content"][0]["content"]] == [head, tail]
+
+
+def test_character_cap_cuts_several_texts_toward_one_level() -> None:
+    # fresh26 #3, rule 1: two 30,000-character parts under a 20,000-character cap each
+    # keep their head and tail; the first was cut to its marker alone
+    parts = [{"type": "text", "text": tagged_lines("head", 3000)}, {"type": "text", "text": tagged_lines("tail", 3000)}]
+    msgs = [
+        {"role": "user", "content": "run it"},
+        oa_call("b1", "bash"),
+        {**oa_result("b1", ""), "content": parts},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+    r = budget_tool_results(msgs, 10**6, max_result_share=None, max_total_share=None, max_message_chars=20_000)
+    head, tail = (p["text"] for p in r.messages[2]["content"])
+    # level 10,000 each. The first: 497 whole lines each side (9,940) + the 47-character
+    # marker + "\n" = 9,988 (498 a side would be 10,008). The second may then take
+    # 30,000 - (39,988 - 20,000) = 10,012: 498 a side, 10,008.
+    assert (
+        head
+        == tagged_lines("head", 497)
+        + "[... 20060 characters (2006 lines) removed ...]\n"
+        + tagged_lines("head", 3000)[25030:]
+    )
+    assert (
+        tail
+        == tagged_lines("tail", 498)
+        + "[... 20040 characters (2004 lines) removed ...]\n"
+        + tagged_lines("tail", 3000)[25020:]
+    )
+    assert (len(head), len(tail)) == (9988, 10008) and len(head) + len(tail) <= 20_000
+    assert r.report.fates[2] == cw.Fate(index=2, fate="truncated", rule="message_char_cap", chars_removed=40100)
+
+
 def test_cut_never_splits_a_zwj_sequence_or_code_point() -> None:
     regex = pytest.importorskip("regex")  # the UAX #29 implementation the tables came from
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # 5 code points, one grapheme

@@ -412,6 +412,24 @@ def _cut_only(text: str, floor: int = 0) -> bool:
     return bool(_CUT_ONLY_RE.fullmatch(rest))
 
 
+def _cap_level(lengths: list[int], cap: int) -> int:
+    """The largest ``level`` with ``sum(min(n, level) for n in lengths) <= cap``: the
+    character cap's common length, to which a message's texts are cut at most (``0``
+    when even that is over; ``max(lengths)`` when nothing needs cutting).
+
+    >>> _cap_level([30, 30], 20), _cap_level([30, 5], 20), _cap_level([10], 50)
+    (10, 15, 10)
+    """
+    lo, hi = 0, max(lengths, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in lengths) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _cap_text(text: str, allowed: int) -> tuple[str, int]:
     """``text`` cut to at most ``allowed`` characters, marker included: the head, cut on a
     grapheme boundary, then :data:`MESSAGE_CAP_MARKER`. Returns the text and the
@@ -750,33 +768,60 @@ def _budget_tool_results(
                 continue
             slots = _text_slots(m)
             observation = ref.is_observation(m)
-            changed = False
-            for s in sorted(slots, key=lambda s: -len(_slot_text(m, s))):
-                if total <= cap:
-                    break
-                text = _slot_text(m, s)
-                allowed = max(0, len(text) - (total - cap))
-                if s[1] is not None or observation:
-                    # a tool result's text keeps its head and its tail (fresh14 finding 2:
-                    # the error at the end of a build log was cut away), and so does a
-                    # text-action observation's text, its prefix kept (fresh16b #3)
-                    floor = _floor(text) if s[1] is None else 0
-                    if _cut_only(text, floor):
-                        continue  # cut to its marker alone already
-                    new, gone, keep = _cut_lines_to(text, allowed, floor)
-                    if gone:
-                        cap_keep[(i, s[0], s[1])] = keep
-                else:
-                    if _CAP_ONLY_RE.fullmatch(text):
-                        continue  # cut to its marker alone already
-                    new, gone = _cap_text(text, allowed)
-                if gone == 0:
+            by_size = sorted(slots, key=lambda s: -len(_slot_text(m, s)))
+            # Largest first, each text cut by what is over the cap but never below the
+            # common level of the texts that take a cut (`_cap_level`): several texts in
+            # one message (a tool result in several parts) each keep their head and tail,
+            # where the largest went down to its marker before the next was touched
+            # (fresh26 #3). A text that takes no cut (already its marker alone, or too
+            # short for the marker to save anything) is held at its length and the level
+            # worked out again.
+            fixed: set[tuple[int, int | None]] = set()
+            while True:
+                free = [len(_slot_text(m, s)) for s in slots if s not in fixed]
+                level = _cap_level(free, cap - (total - sum(free)))
+                cur, cur_total, refused = m, total, set()
+                cuts: dict[tuple[int, int | None], tuple[int, int | None]] = {}  # slot: (gone, keep)
+                for s in by_size:
+                    if cur_total <= cap:
+                        break
+                    if s in fixed:
+                        continue
+                    text = _slot_text(cur, s)
+                    allowed = max(level, len(text) - (cur_total - cap))
+                    keep: int | None = None
+                    if s[1] is not None or observation:
+                        # a tool result's text keeps its head and its tail (fresh14 finding 2:
+                        # the error at the end of a build log was cut away), and so does a
+                        # text-action observation's text, its prefix kept (fresh16b #3)
+                        floor = _floor(text) if s[1] is None else 0
+                        if _cut_only(text, floor):
+                            refused.add(s)  # cut to its marker alone already
+                            continue
+                        new, gone, keep = _cut_lines_to(text, allowed, floor)
+                    else:
+                        if _CAP_ONLY_RE.fullmatch(text):
+                            refused.add(s)  # cut to its marker alone already
+                            continue
+                        new, gone = _cap_text(text, allowed)
+                    if gone == 0:
+                        refused.add(s)
+                        continue
+                    cur = _set_slot(cur, s, new)
+                    cur_total += len(new) - len(text)
+                    cuts[s] = (gone, keep)
+                if cur_total > cap and refused - fixed:
+                    fixed |= refused
                     continue
-                m = _set_slot(m, s, new)
-                total += len(new) - len(text)
-                set_removed((i, s[0], s[1]), removed.get((i, s[0], s[1]), 0) + gone)
-                capped[(i, s[0], s[1])] = capped.get((i, s[0], s[1]), 0) + gone
-                changed = True
+                break
+            for s, (gone, keep) in cuts.items():
+                key = (i, s[0], s[1])
+                if keep is not None:
+                    cap_keep[key] = keep
+                set_removed(key, removed.get(key, 0) + gone)
+                capped[key] = capped.get(key, 0) + gone
+            changed = bool(cuts)
+            m = cur
             if changed:
                 work[i] = m
                 costs[i] = _cost(m, name)
@@ -808,13 +853,75 @@ def _budget_tool_results(
                 return None
             if alone(new_text) >= alone(text):
                 return None  # the marker costs as much as the text it replaces
-            if key in cap_keep:  # `gone` counts from the input: rule 1's share included
+            record(key, gone)
+            return new_text
+
+        def record(key: tuple[int, int, int | None], gone: int) -> None:
+            """Slot ``key`` lost ``gone`` characters to rule 2 (counted from its input text
+            when rule 1 cut it first: rule 1's share included)."""
+            if key in cap_keep:
                 cut[key] = cut.get(key, 0) + gone - capped.get(key, 0)
                 set_removed(key, gone)
             else:
                 cut[key] = cut.get(key, 0) + gone
                 set_removed(key, removed.get(key, 0) + gone)
-            return new_text
+
+        def cut_evenly(i: int, p: int, result: ToolResult, alone: Callable[[ToolResult], int]) -> ToolResult:
+            """Tool result ``(i, p)`` with its text parts cut to one common ``keep``, the
+            largest with which it fits ``limit`` alone (``alone``: the tokens of the result
+            as a message of its own); parts no longer than that stay whole, each cut part
+            keeps its head and its tail. A result in several text parts (MCP tools,
+            Anthropic ``tool_result`` lists) so keeps the head of its first part and the
+            tail of its last: cut largest first, one part went down to its marker before
+            the next was touched, and the result's head with it (fresh26 #3). A part whose
+            cut would not pay for its marker stays whole and the rest are cut again; with
+            fewer than two parts left to cut, the result is returned as it is (the caller
+            cuts it part by part)."""
+            active = [
+                j for j, x in enumerate(result.content) if isinstance(x, TextPart) and x.text and not _cut_only(x.text)
+            ]
+            base = alone(result)
+            while len(active) >= 2:
+                # each part's source text and the largest `keep` that cuts it: rule 1 cut
+                # parts are cut again from the input, keeping no more than rule 1 kept
+                src: dict[int, tuple[str, int]] = {}
+                for j in active:
+                    key = (i, p, j)
+                    text = result.content[j].text  # type: ignore[union-attr]
+                    src[j] = (_slot_text(msgs[i], (p, j)), cap_keep[key]) if key in cap_keep else (text, len(text))
+
+                def at(
+                    k: int, qs: list[int], src: dict[int, tuple[str, int]] = src
+                ) -> tuple[ToolResult, dict[int, int]]:
+                    inner = list(result.content)
+                    gone: dict[int, int] = {}
+                    for j in qs:
+                        source, top = src[j]
+                        if k < top:
+                            t, g = _cut_lines(source, k)
+                            if g:
+                                inner[j] = msgspec.structs.replace(inner[j], text=t)  # type: ignore[type-var]
+                                gone[j] = g
+                    return msgspec.structs.replace(result, content=inner), gone
+
+                top = max(t for _, t in src.values())
+                qs = list(active)
+
+                def fits(k: int, js: list[int] = qs) -> bool:
+                    return alone(at(k, js)[0]) <= limit
+
+                k = ref.largest_fitting(top, fits)
+                new, gone = at(k, qs)
+                unworthy = [j for j in gone if alone(at(k, [j])[0]) >= base]
+                if unworthy:
+                    active = [j for j in active if j not in unworthy]
+                    continue
+                if not gone or alone(new) >= base:
+                    return result
+                for j, g in gone.items():
+                    record((i, p, j), g)
+                return new
+            return result
 
         for i, m in enumerate(work):
             # a result alone costs at most its message (costs are additive over parts)
@@ -845,7 +952,8 @@ def _budget_tool_results(
 
                 if alone(part) <= limit:
                     continue
-                result = part
+                result = cut_evenly(i, p, part, alone)
+                changed = changed or result is not part
                 order = sorted(
                     (q for q, x in enumerate(result.content) if isinstance(x, TextPart) and x.text),
                     key=lambda q: -len(result.content[q].text),  # type: ignore[union-attr]
