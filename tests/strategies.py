@@ -197,8 +197,10 @@ def _text_parts(draw: Any, thinking: bool = True) -> list[Any]:
 
 
 def _result_parts(draw: Any) -> list[Any]:
-    """A tool result's content: text, and sometimes an image (a screenshot tool)."""
-    parts: list[Any] = [TextPart(text=draw(any_text))]
+    """A tool result's content: text, sometimes in two or three text parts (MCP tools,
+    Anthropic ``tool_result`` lists: cut to one common keep, fresh26 #3), and sometimes
+    an image (a screenshot tool)."""
+    parts: list[Any] = [TextPart(text=draw(any_text)) for _ in range(1 + draw(st.sampled_from([0, 0, 0, 1, 2])))]
     if draw(st.integers(0, 7)) == 0:
         parts.insert(draw(st.integers(0, 1)), draw(image_part()))
     return parts

@@ -378,3 +378,31 @@ def test_no_breadcrumb_into_an_empty_user_message() -> None:
     ref_msgs = [m if m is not None else msgs[i] for i, m in ref_out if i is not None or m is not None]
     assert [m.content for m in ref_msgs] == [m.content for m in engine]
     assert not ref_report.breadcrumb
+
+
+def test_dropping_an_orphan_beside_text_makes_a_turn_boundary_known_limit() -> None:
+    # fresh26 #1, README Known limits: message 4 carries a result (no turn start), so the
+    # newest turn starts at 0 and its first assistant message starts with thinking. Repair
+    # drops the orphan: message 4 is then a real user message, the newest turn starts at 5,
+    # whose first assistant message has no thinking block while 7 has one.
+    def tu(i: str) -> dict[str, Any]:
+        return {"type": "tool_use", "id": i, "name": "bash", "input": {}}
+
+    def tr(i: str) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": i, "content": "ok"}
+
+    th = {"type": "thinking", "thinking": "hm", "signature": "s"}
+    msgs = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [th, tu("t1")]},
+        {"role": "user", "content": [tr("t1")]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [tr("orph"), {"type": "text", "text": "next"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}, tu("t2")]},
+        {"role": "user", "content": [tr("t2")]},
+        {"role": "assistant", "content": [th, {"type": "text", "text": "done"}]},
+    ]
+    assert [(v.index, v.code) for v in cw.validate(msgs, "anthropic")] == [(4, "orphan_result")]
+    repaired = cw.repair_tool_pairs(msgs).messages
+    assert repaired[4] == {"role": "user", "content": [{"type": "text", "text": "next"}]}
+    assert [(v.index, v.code) for v in cw.validate(repaired, "anthropic")] == [(5, "thinking_not_first")]

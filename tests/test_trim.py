@@ -18,6 +18,7 @@ from hypothesis import given, settings
 import contextwindow as cw
 from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages, native
+from contextwindow.adapters import openai_to_message
 from contextwindow.cli import main
 from contextwindow.messages import RESULTS_REMOVED, Message, TextPart, ToolCall, ToolResult
 
@@ -105,6 +106,35 @@ def test_newest_unit_result_is_shrunk_head_and_tail() -> None:
     assert r.report.tokens_after == 100 and r.report.fits
     assert r.report.fates[2].fate == "truncated" and r.report.fates[2].chars_removed == 3692
     assert r.messages[:2] == msgs[:2] and r.messages[0] is msgs[0]
+
+
+def test_result_in_two_text_parts_is_cut_to_one_common_keep() -> None:
+    # fresh26 #3: cut largest first, the first part went down to its marker alone (its
+    # head, the start of the tool's output, lost) before the second was touched
+    def lines(tag: str) -> str:
+        return "".join(f"{tag} {i:04d}\n" for i in range(200))  # 2,000 characters
+
+    parts = [{"type": "text", "text": lines("head")}, {"type": "text", "text": lines("tail")}]
+    msgs = [u("run it"), call("c1"), {"role": "tool", "tool_call_id": "c1", "content": parts}]
+    assert cw.count_messages(msgs, "fim") == 5 + 6 + 4 + 500 + 500
+    r = cw.trim_turns(msgs, 400, profile="fim")
+    # 11 + 4 + 2 * floor(L / 4) <= 400 with L = k + 35 for both parts (the marker of a
+    # 4-digit count is 35 characters with its line breaks): L <= 771, k = 736, 368 head +
+    # 368 tail of each, 1,264 removed from each; k = 737 would be 2 * 193 + 15 = 401
+    marker = "\n[... 1264 characters removed ...]\n"
+    got = [p["text"] for p in r.messages[2]["content"]]
+    assert got == [
+        lines("head")[:368] + marker + lines("head")[-368:],
+        lines("tail")[:368] + marker + lines("tail")[-368:],
+    ]
+    assert r.report.tokens_after == 399 and r.report.fits
+    assert r.report.fates[2] == cw.Fate(index=2, fate="truncated", rule="tool_result_shrunk", chars_removed=2528)
+    assert parts[0]["text"] == lines("head")  # the input is left as it was
+    # the Python engine (the oracle) cuts it the same way
+    payload = encode_messages([openai_to_message(m, i) for i, m in enumerate(msgs)])
+    cm = msgspec.json.decode(payload, type=list[Message])
+    o = _OUTCOME.decode(native.trim_turns(payload, 400, "fim", True, "openai"))
+    assert ([(op.src, op.msg) for op in o.messages], o.report) == ref.trim_turns(cm, 400, "fim", True, "openai")
 
 
 def test_request_is_cut_only_when_that_makes_it_fit() -> None:

@@ -1852,6 +1852,70 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
+def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, rule: str) -> None:
+    """Cut the text parts ``qs`` (two or more) of tool result ``part`` of item ``w`` to one
+    common ``keep``, the largest with which the total fits (:func:`largest_fitting`):
+    parts no longer than that stay whole, each cut part keeps its head and its tail, so
+    a result in several text parts keeps the head of its first part and the tail of its
+    last (fresh26 #3: cut largest first, one part went down to its marker before the
+    next was touched). A part whose cut would not pay for its marker stays whole and the
+    others are cut again; with one part left, it is cut as :func:`_shrink` cuts a text.
+    Rust ``State::shrink_evenly``."""
+    m = st.m(w)
+    result = m.content[part]
+    assert isinstance(result, ToolResult)
+    texts = {q: result.content[q].text for q in qs}  # type: ignore[union-attr]
+    old = st.costs[w]
+    others = st.total() - old
+
+    def at(k: int, cut: list[int]) -> tuple[Message, dict[int, int]]:
+        inner = list(result.content)
+        gone: dict[int, int] = {}
+        for q in cut:
+            t, g = shrink_text(texts[q], k)
+            if g:
+                inner[q] = msgspec.structs.replace(inner[q], text=t)  # type: ignore[type-var]
+                gone[q] = g
+        content = list(m.content)
+        content[part] = msgspec.structs.replace(result, content=inner)
+        return msgspec.structs.replace(m, content=content), gone
+
+    def worth(q: int, k: int) -> bool:  # the marker costs fewer tokens than what it stands for
+        head, tail = cut_points(texts[q], k, 0)
+        span = st.cost.message_tokens(_with_text(m, part, q, texts[q][head:tail]))
+        mark = cut_marker(tail - head, False, tail == len(texts[q]))
+        return st.cost.message_tokens(_with_text(m, part, q, mark)) < span
+
+    active = list(qs)
+    while len(active) >= 2:
+        top = max(len(texts[q]) for q in active)
+
+        def fits(k: int, cut: list[int] = active) -> bool:
+            return others + st.cost.message_tokens(at(k, cut)[0]) <= budget
+
+        k = largest_fitting(top, fits)
+        new_m, gone = at(k, active)
+        unworthy = [q for q in gone if not worth(q, k)]
+        if unworthy:
+            active = [q for q in active if q not in unworthy]
+            continue
+        if not gone:
+            return
+        new_cost = st.cost.message_tokens(new_m)
+        if new_cost >= old:
+            return
+        st.work[w] = Item(st.work[w].src, new_m)
+        st.set_cost(w, new_cost)
+        src = st.work[w].src
+        if src is not None:
+            f = st.fates[src]
+            f["fate"], f["rule"] = "truncated", rule
+            f["chars_removed"] += sum(gone.values())
+        return
+    if len(active) == 1:
+        _shrink(st, w, part, active[0], budget, rule)
+
+
 def _ends_prefill(st: _State, w: int, part: int) -> bool:
     """Part ``part`` of item ``w`` ends an Anthropic prefill: the last part of an assistant
     message that is the last message kept (the model continues it)."""
@@ -2098,7 +2162,10 @@ def _trim_turns_once(
     # given back as user text starting with "[Tool results]": fresh15 #4), largest first;
     # an observation keeps its prefix, so it still reads as one
     if over():
-        cands = []  # (-len, w, part, inner: -1 for an observation's own text part)
+        # (-len, w, part, inner: -1 for an observation's own text part, the text parts of
+        # the same tool result, cut with it to one common keep: fresh26 #3); a tool result
+        # in several text parts takes its place by its longest, the first of equals
+        cands: list[tuple[int, int, int, int, list[int]]] = []
         for w in range(la, lb):
             m = st.m(w)
             if not st.keep[w] or m.pinned:
@@ -2106,15 +2173,20 @@ def _trim_turns_once(
             observation = is_observation(m)
             for p, part in enumerate(m.content):
                 if isinstance(part, ToolResult):
-                    for q, inner in enumerate(part.content):
-                        if isinstance(inner, TextPart) and inner.text:
-                            cands.append((-len(inner.text), w, p, q))
+                    texts = [
+                        (-len(x.text), q) for q, x in enumerate(part.content) if isinstance(x, TextPart) and x.text
+                    ]
+                    if texts:
+                        neg_len, q = min(texts)
+                        cands.append((neg_len, w, p, q, [q for _, q in texts]))
                 elif observation and isinstance(part, TextPart) and part.text:
-                    cands.append((-len(part.text), w, p, -1))
-        for _, w, p, q in sorted(cands):
+                    cands.append((-len(part.text), w, p, -1, []))
+        for _, w, p, q, group in sorted(cands):
             if not over():
                 break
-            if q >= 0:
+            if len(group) >= 2:
+                _shrink_evenly(st, w, p, sorted(group), inner_budget, "tool_result_shrunk")
+            elif q >= 0:
                 _shrink(st, w, p, q, inner_budget, "tool_result_shrunk")
             else:
                 text = st.m(w).content[p].text  # type: ignore[union-attr]

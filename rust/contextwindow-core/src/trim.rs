@@ -810,6 +810,103 @@ impl<'a, 'p> State<'a, 'p> {
         }
     }
 
+    /// Shrink the text parts `qs` (two or more) of tool result `part` of work item `w` to
+    /// one common `keep`, the largest with which the total fits as a binary search finds
+    /// it: parts no longer than that stay whole, each cut part keeps its head and its
+    /// tail. A result in several text parts (MCP tools, Anthropic `tool_result` lists) so
+    /// keeps the head of its first part and the tail of its last; cut largest first, one
+    /// part went down to its marker before the next was touched (fresh26 #3). A part
+    /// whose cut would not pay for its marker stays whole and the others are cut again;
+    /// with one part left, it is cut as [`State::shrink`] cuts a text.
+    /// `_reference._shrink_evenly`.
+    fn shrink_evenly(
+        &mut self,
+        w: usize,
+        part: usize,
+        qs: &[usize],
+        budget: u64,
+        rule: &'static str,
+    ) {
+        let p = self.opts.profile;
+        let texts: Vec<String> = {
+            let inner = self.work[w].msg.content[part].inner();
+            qs.iter().map(|&q| inner[q].text_str().to_owned()).collect()
+        };
+        let chars: Vec<CharText<'_>> = texts.iter().map(|t| CharText::new(t)).collect();
+        let olds: Vec<u64> = texts.iter().map(|t| p.text_tokens(t)).collect();
+        let old: u64 = olds.iter().sum();
+        let others = self.total() - old;
+        let mut active: Vec<usize> = (0..qs.len()).collect();
+        let cut = |i: usize, k: usize| shrink_chars(&chars[i], 0, k, false);
+        let worth = |i: usize, k: usize| {
+            let (head, tail_start) = cut_points(&chars[i], 0, k);
+            let mark = cut_marker(tail_start - head, false, tail_start == chars[i].len());
+            p.text_tokens(&mark) < p.text_tokens(chars[i].slice(head, tail_start))
+        };
+        while active.len() >= 2 {
+            let top = active.iter().map(|&i| chars[i].len()).max().unwrap_or(0);
+            let tokens_at = |k: usize| -> u64 {
+                (0..qs.len())
+                    .map(|i| {
+                        if active.contains(&i) {
+                            p.text_tokens(&cut(i, k).0)
+                        } else {
+                            olds[i]
+                        }
+                    })
+                    .sum()
+            };
+            let k = largest_fitting(top, |k| others + tokens_at(k) <= budget);
+            let cut_here: Vec<usize> = active
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let (head, tail_start) = cut_points(&chars[i], 0, k);
+                    head != tail_start
+                })
+                .collect();
+            let unworthy: Vec<usize> = cut_here.iter().copied().filter(|&i| !worth(i, k)).collect();
+            if !unworthy.is_empty() {
+                active.retain(|i| !unworthy.contains(i));
+                continue;
+            }
+            let new: Vec<(usize, String, usize)> = cut_here
+                .iter()
+                .map(|&i| {
+                    let (t, removed) = cut(i, k);
+                    (i, t, removed)
+                })
+                .collect();
+            let new_tokens: u64 = (0..qs.len())
+                .map(|i| match new.iter().find(|(j, _, _)| *j == i) {
+                    Some((_, t, _)) => p.text_tokens(t),
+                    None => olds[i],
+                })
+                .sum();
+            if new.is_empty() || new_tokens >= old {
+                return;
+            }
+            let removed: usize = new.iter().map(|(_, _, r)| r).sum();
+            let m = self.work[w].msg.to_mut();
+            let inner = m.content[part].content.get_or_insert_with(Vec::new);
+            for (i, t, _) in new {
+                inner[qs[i]].text = Some(t);
+            }
+            self.costs[w] = self.costs[w] - old + new_tokens;
+            self.total = self.total - old + new_tokens;
+            if let Some(i) = self.work[w].src {
+                let f = &mut self.fates[i];
+                f.fate = "truncated";
+                f.rule = rule;
+                f.chars_removed += removed as u64;
+            }
+            return;
+        }
+        if let [i] = active[..] {
+            self.shrink(w, part, Some(qs[i]), 0, budget, rule);
+        }
+    }
+
     fn finish(
         mut self,
         budget: Option<u64>,
@@ -1153,8 +1250,11 @@ fn trim_turns_once<'a>(
     // cut to one character while 1,800 characters of `ls` output stayed whole), largest
     // first; an observation keeps its prefix, so it still reads as one.
     if over(&st) {
-        // (len, w, part, inner: None for an observation's own text part)
-        let mut cands: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
+        // (len, w, part, inner: None for an observation's own text part, the other text
+        // parts of the same tool result: cut with it to one common keep, fresh26 #3); a
+        // tool result in several text parts takes its place by its longest
+        type Cand = (usize, usize, usize, Option<usize>, Vec<usize>);
+        let mut cands: Vec<Cand> = Vec::new();
         for w in last
             .clone()
             .filter(|&w| st.keep[w] && !st.work[w].msg.pinned)
@@ -1163,22 +1263,42 @@ fn trim_turns_once<'a>(
             let observation = m.is_observation();
             for (p, part) in m.content.iter().enumerate() {
                 if part.kind == PartKind::ToolResult {
-                    for (q, inner) in part.inner().iter().enumerate() {
-                        if inner.kind == PartKind::Text && !inner.text_str().is_empty() {
-                            cands.push((inner.text_str().chars().count(), w, p, Some(q)));
-                        }
+                    let texts: Vec<(usize, usize)> = part
+                        .inner()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, x)| x.kind == PartKind::Text && !x.text_str().is_empty())
+                        .map(|(q, x)| (x.text_str().chars().count(), q))
+                        .collect();
+                    // the longest, the first of equals
+                    if let Some(&(len, q)) = texts
+                        .iter()
+                        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+                    {
+                        let all = texts.iter().map(|&(_, q)| q).collect();
+                        cands.push((len, w, p, Some(q), all));
                     }
                 } else if observation && part.kind == PartKind::Text && !part.text_str().is_empty()
                 {
-                    cands.push((part.text_str().chars().count(), w, p, None));
+                    cands.push((part.text_str().chars().count(), w, p, None, Vec::new()));
                 }
             }
         }
         cands.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));
         let prefix = TOOL_RESULTS_PREFIX.chars().count();
-        for (_, w, p, q) in cands {
+        for (_, w, p, q, all) in cands {
             if !over(&st) {
                 break;
+            }
+            if all.len() >= 2 {
+                st.shrink_evenly(
+                    w,
+                    p,
+                    &all,
+                    budget - bc_cost.min(budget),
+                    "tool_result_shrunk",
+                );
+                continue;
             }
             let floor = match q {
                 None if st.work[w].msg.content[p]
