@@ -653,6 +653,23 @@ def test_message_errors_like_dict_path(
             "anthropic",
             "message 0, field content[0].source.file_id: is missing",
         ),
+        # a source without a type (priced as an image of unknown size: 1645 tokens), or no
+        # source in a body read as Anthropic's
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {}}]}],
+            None,
+            "message 0, field content[0].source.type: is missing",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {"type": None, "url": "u"}}]}],
+            "anthropic",
+            "message 0, field content[0].source.type: must be a string",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image"}]}],
+            "anthropic",
+            "message 0, field content[0].source: must be an object",
+        ),
         ([{"role": "user"}], "openai", "message 0, field content: is missing"),
         ([{"role": "user"}], None, "message 0, field content: is missing"),
         (

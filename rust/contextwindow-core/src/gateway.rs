@@ -1730,8 +1730,9 @@ fn anthropic_system_block<'a>(
 }
 
 /// The `source` of an image or document block (`_source` in the adapters): an object
-/// holding the string fields the Messages API requires for its `type` (`base64`:
-/// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
+/// holding a string `type` and the string fields the Messages API requires for it
+/// (`base64`: `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type:
+/// none). A source without a `type` (`{}`) was priced as an image of unknown size.
 fn checked_source<'a>(
     cx: &Ctx<'a>,
     b: &Obj<'a>,
@@ -1746,6 +1747,17 @@ fn checked_source<'a>(
         return Err(bad_message(index, &at, "must be an object"));
     };
     let ty = source.get("type");
+    match ty {
+        Some(v) if kind(v) == Kind::Str => {}
+        Some(_) => {
+            return Err(bad_message(
+                index,
+                &format!("{at}.type"),
+                "must be a string",
+            ))
+        }
+        None => return Err(bad_message(index, &format!("{at}.type"), "is missing")),
+    }
     let keys: &[&str] = if cx.str_is(ty, "base64") {
         &["media_type", "data"]
     } else if cx.str_is(ty, "url") {
@@ -4367,6 +4379,22 @@ mod tests {
                 "content[0].content[1].source.url",
                 "is missing",
             ),
+            // a source without a string type was priced as an image of unknown size
+            (
+                r#"{"type": "image", "source": {}}"#,
+                "content[0].source.type",
+                "is missing",
+            ),
+            (
+                r#"{"type": "image", "source": {"type": null, "url": "u"}}"#,
+                "content[0].source.type",
+                "must be a string",
+            ),
+            (
+                r#"{"type": "document", "source": {"data": "d"}}"#,
+                "content[0].source.type",
+                "is missing",
+            ),
         ];
         for (block, want_field, want_reason) in cases {
             let body = format!(r#"{{"messages": [{{"role": "user", "content": [{block}]}}]}}"#);
@@ -4376,6 +4404,21 @@ mod tests {
                 (0, want_field, want_reason),
                 "{block}"
             );
+        }
+        // an image without a source, read as Anthropic's (detected, it is an OpenAI
+        // block of a type we do not know, counted by its JSON text)
+        let no_source = br#"{"messages": [{"role": "user", "content": [{"type": "image"}]}]}"#;
+        match count_request(no_source, "fim", Some("anthropic")) {
+            Err(Error::InvalidMessage {
+                index,
+                field,
+                reason,
+                ..
+            }) => assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (0, "content[0].source", "must be an object")
+            ),
+            other => panic!("expected InvalidMessage, got {other:?}"),
         }
         // other source types are taken as they are
         let ok = br#"{"messages": [{"role": "user", "content": [
