@@ -12,6 +12,7 @@ import pytest
 
 import contextwindow as cw
 from contextwindow.cli import main
+from contextwindow.estimate import output_schema_texts
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_session.json"
 
@@ -1647,6 +1648,57 @@ def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
     out = capsys.readouterr().out
     assert f"tool schemas take {tools:,}; the output schema {tokens:,})" in out
     assert f"the schemas alone take {tools + tokens:,} tokens of the budget of {tools + tokens:,}" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": "x"},
+            "response_format.json_schema: must be an object, got a string",
+        ),
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": None},
+            "response_format.json_schema: must be an object, got null",
+        ),
+        ("response_format", {"type": "json_schema"}, "response_format.json_schema: is missing"),
+        ("output_config", {"format": {"type": "json_schema"}}, "output_config.format.schema: is missing"),
+        (
+            "output_config",
+            {"format": {"type": "json_schema", "schema": [1]}},
+            "output_config.format.schema: must be an object, got an array",
+        ),
+        (
+            "output_format",
+            {"type": "json_schema", "schema": "s"},
+            "output_format.schema: must be an object, got a string",
+        ),
+    ],
+)
+def test_a_json_schema_format_without_a_schema_object_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any, reason: str
+) -> None:
+    # a new user's finding: the schema was counted as 0 (count_request gave 5), and the
+    # providers refuse the request; the gateway, its Python mirror and the CLI say so
+    doc = {"messages": [{"role": "user", "content": "hi"}], key: value}
+    body = json.dumps(doc).encode()
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=100)):
+        with pytest.raises(cw.InvalidRequestError) as err:
+            call()
+        assert str(err.value).endswith(f": {reason}")
+    with pytest.raises(cw.InvalidRequestError) as err:
+        output_schema_texts(doc)
+    assert str(err.value) == reason
+    f = write(tmp_path, "req.json", body)
+    for argv in (["count", f], ["fit", f, "--budget", "100", "-o", str(tmp_path / "o.json")], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {reason}\n"
+    # other types add nothing and pass, also with a json_schema key of another shape
+    for other in ({"type": "json_object"}, {"type": "text", "json_schema": "x"}):
+        plain = json.dumps({"messages": [{"role": "user", "content": "hi"}], "response_format": other}).encode()
+        assert cw.count_request(plain) == cw.count_messages([{"role": "user", "content": "hi"}])
 
 
 @pytest.mark.usefixtures("no_llm_env")

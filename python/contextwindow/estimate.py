@@ -318,8 +318,21 @@ def output_schema_texts(body: Mapping[str, Any]) -> list[str]:
     ``response_format.json_schema`` when ``response_format.type`` is ``"json_schema"``,
     Anthropic's ``output_config.format.schema`` and ``output_format.schema`` (the beta
     spelling) when that format's ``type`` is ``"json_schema"``. Anything else under these
-    keys adds nothing. ``body`` is a decoded request body (a file the CLI read: JSON
-    values only).
+    keys (``{"type": "json_object"}``, ``{"type": "text"}``, a value of another shape)
+    adds nothing. ``body`` is a decoded request body (a file the CLI read: JSON values
+    only).
+
+    Args:
+        body: the decoded request body.
+
+    Returns:
+        One compact JSON text per schema, in the order of the keys above.
+
+    Raises:
+        InvalidRequestError: a ``"json_schema"`` format whose schema is missing or not an
+            object, which the providers refuse (it was counted as 0), in the gateway's
+            words: ``response_format.json_schema: must be an object, got a string``,
+            ``output_config.format.schema: is missing``.
 
     >>> output_schema_texts({"response_format": {"type": "json_schema",
     ...     "json_schema": {"name": "r", "schema": {"type": "object"}}}})
@@ -328,13 +341,19 @@ def output_schema_texts(body: Mapping[str, Any]) -> list[str]:
     out = []
     for key in OUTPUT_SCHEMA_KEYS:
         fmt = body.get(key)
+        place = key
         if key == "output_config":
             fmt = fmt.get("format") if isinstance(fmt, Mapping) else None
+            place = "output_config.format"
         if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
             continue
-        schema = fmt.get("json_schema" if key == "response_format" else "schema")
-        if isinstance(schema, Mapping):
-            out.append(ENCODER.encode(schema).decode())
+        field = "json_schema" if key == "response_format" else "schema"
+        if field not in fmt:
+            raise InvalidRequestError(f"{place}.{field}: is missing")
+        schema = fmt[field]
+        if not isinstance(schema, Mapping):
+            raise InvalidRequestError(f"{place}.{field}: must be an object, got {json_type_name(schema)}")
+        out.append(ENCODER.encode(schema).decode())
     return out
 
 
