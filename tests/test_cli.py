@@ -1581,9 +1581,10 @@ def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fresh20b #11: ``inspect`` printed one row per turn (50,000 for a 200,000-message log,
-    most of its 26 s). With more turns than ``--top``: the ``--top`` largest in turn order,
-    and one row summing the rest. ``fim`` by hand: the preamble 5 tokens, turns of 14, 24,
-    34, 5 and 104 (186 in all)."""
+    most of its 26 s). With more turns than ``--top``: the preamble (no turn), the
+    ``--top`` largest turns in turn order, and one row summing the rest. ``fim`` by hand:
+    the preamble 5 tokens, turns of 14, 24, 34, 5 and 104 (186 in all); the rest 14 + 24 +
+    5 = 43, 23.1%."""
     monkeypatch.setenv("COLUMNS", "120")
     texts = ["a" * 40, "b" * 80, "c" * 120, "d" * 4, "e" * 400]
     msgs = [{"role": "system", "content": "s"}, *({"role": "user", "content": t} for t in texts)]
@@ -1592,7 +1593,26 @@ def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
     out = capsys.readouterr().out
     turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
     cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
-    assert cells == [["3", "3", "34", "18.3%"], ["5", "5", "104", "55.9%"], ["4 more", "4 messages", "48", "25.8%"]]
+    assert cells == [
+        ["preamble", "0", "5", "2.7%"],
+        ["3", "3", "34", "18.3%"],
+        ["5", "5", "104", "55.9%"],
+        ["3 more turns", "3 messages", "43", "23.1%"],
+    ]
+    # --top 0 (a new user's finding: "9 more" under a header of 8 turns): the preamble,
+    # and every turn in the one row, as many as the header counts
+    assert main(["inspect", f, "--profile", "fim", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert ", 5 turns [openai, fim]" in out
+    turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
+    cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
+    assert cells == [["preamble", "0", "5", "2.7%"], ["5 more turns", "5 messages", "181", "97.3%"]]
+    # one turn past --top: "1 more turn"
+    assert main(["inspect", f, "--profile", "fim", "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
+    cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
+    assert cells[-1] == ["1 more turn", "1 message", "5", "2.7%"]
     # the default --top (10) lists every one of these 6 rows; --json always lists all
     assert main(["inspect", f, "--profile", "fim"]) == 0
     out = capsys.readouterr().out
