@@ -474,6 +474,13 @@ BAD_ANTHROPIC = [
     (user([tool_result(content=[{"type": 1}])]), "content[0].content[0].type"),
     (user([{"type": "image"}]), "content[0].source"),
     (user([{"type": "image", "source": "https://x"}]), "content[0].source"),
+    # a source without a string type (priced as an image of unknown size, 1645 tokens)
+    (user([image()]), "content[0].source.type"),
+    (user([image(url="https://x")]), "content[0].source.type"),
+    (user([image(type=None, url="https://x")]), "content[0].source.type"),
+    (user([image(type=["url"], url="https://x")]), "content[0].source.type"),
+    (user([document(media_type="text/plain", data="d")]), "content[0].source.type"),
+    (user([tool_result(content=[TEXT, image()])]), "content[0].content[1].source.type"),
     # the Messages API's image/document source fields, by source type
     (user([image(type="base64", media_type="image/png", data=7)]), "content[0].source.data"),
     (user([image(type="base64", media_type="image/png")]), "content[0].source.data"),
@@ -544,13 +551,13 @@ def test_image_source_fields_are_checked() -> None:
 
 def test_image_and_document_sources_that_are_accepted() -> None:
     # the three checked types, well formed; other source types (document text/content,
-    # types the API may add) are left as they are (forward compatibility)
+    # types the API may add) are left as they are (forward compatibility); a source with
+    # no type is refused (BAD_ANTHROPIC)
     blocks = [
         image(type="base64", media_type="image/png", data="AAAA"),
         image(type="url", url="https://x/a.png"),
         image(type="file", file_id="file_1"),
         image(type="later", data=7),
-        image(),
         document(type="base64", media_type="application/pdf", data="JVBE"),
         document(type="text", media_type="text/plain", data="plain text"),
         document(type="content", content=[TEXT]),
@@ -780,12 +787,17 @@ def openai_message(draw: st.DrawFn) -> dict[str, Any]:
 
 def block_source() -> st.SearchStrategy[dict[str, Any]]:
     """An image or document ``source``: the three types the Messages API spells out, with
-    their string fields, or any object without one of those types (taken as it is)."""
+    their string fields, or any object with a string ``type`` other than those (taken as
+    it is)."""
     return st.one_of(
         st.builds(lambda m, d, e: {"type": "base64", "media_type": m, "data": d, **e}, short, short, extra_keys(["x"])),
         st.builds(lambda u, e: {"type": "url", "url": u, **e}, short, extra_keys(["x"])),
         st.builds(lambda f, e: {"type": "file", "file_id": f, **e}, short, extra_keys(["x"])),
-        st.dictionaries(short, json_value, max_size=3).filter(lambda s: s.get("type") not in ("base64", "url", "file")),
+        st.builds(
+            lambda t, rest: {**rest, "type": t},
+            short.filter(lambda t: t not in ("base64", "url", "file")),
+            st.dictionaries(short, json_value, max_size=2),
+        ),
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import contextwindow as cw
 from contextwindow.cli import main
+from contextwindow.estimate import output_schema_texts
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_session.json"
 
@@ -1580,9 +1581,10 @@ def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fresh20b #11: ``inspect`` printed one row per turn (50,000 for a 200,000-message log,
-    most of its 26 s). With more turns than ``--top``: the ``--top`` largest in turn order,
-    and one row summing the rest. ``fim`` by hand: the preamble 5 tokens, turns of 14, 24,
-    34, 5 and 104 (186 in all)."""
+    most of its 26 s). With more turns than ``--top``: the preamble (no turn), the
+    ``--top`` largest turns in turn order, and one row summing the rest. ``fim`` by hand:
+    the preamble 5 tokens, turns of 14, 24, 34, 5 and 104 (186 in all); the rest 14 + 24 +
+    5 = 43, 23.1%."""
     monkeypatch.setenv("COLUMNS", "120")
     texts = ["a" * 40, "b" * 80, "c" * 120, "d" * 4, "e" * 400]
     msgs = [{"role": "system", "content": "s"}, *({"role": "user", "content": t} for t in texts)]
@@ -1591,7 +1593,26 @@ def test_inspect_lists_the_largest_turns_when_there_are_more_than_top(
     out = capsys.readouterr().out
     turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
     cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
-    assert cells == [["3", "3", "34", "18.3%"], ["5", "5", "104", "55.9%"], ["4 more", "4 messages", "48", "25.8%"]]
+    assert cells == [
+        ["preamble", "0", "5", "2.7%"],
+        ["3", "3", "34", "18.3%"],
+        ["5", "5", "104", "55.9%"],
+        ["3 more turns", "3 messages", "43", "23.1%"],
+    ]
+    # --top 0 (a new user's finding: "9 more" under a header of 8 turns): the preamble,
+    # and every turn in the one row, as many as the header counts
+    assert main(["inspect", f, "--profile", "fim", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert ", 5 turns [openai, fim]" in out
+    turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
+    cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
+    assert cells == [["preamble", "0", "5", "2.7%"], ["5 more turns", "5 messages", "181", "97.3%"]]
+    # one turn past --top: "1 more turn"
+    assert main(["inspect", f, "--profile", "fim", "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    turns = out[out.index("\nby turn") : out.index("\nlargest messages")].splitlines()
+    cells = [[c.strip() for c in line.split("│")][:4] for line in turns if "│" in line]
+    assert cells[-1] == ["1 more turn", "1 message", "5", "2.7%"]
     # the default --top (10) lists every one of these 6 rows; --json always lists all
     assert main(["inspect", f, "--profile", "fim"]) == 0
     out = capsys.readouterr().out
@@ -1647,6 +1668,57 @@ def test_count_and_fit_take_the_structured_output_schema_as_the_gateway(
     out = capsys.readouterr().out
     assert f"tool schemas take {tools:,}; the output schema {tokens:,})" in out
     assert f"the schemas alone take {tools + tokens:,} tokens of the budget of {tools + tokens:,}" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": "x"},
+            "response_format.json_schema: must be an object, got a string",
+        ),
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": None},
+            "response_format.json_schema: must be an object, got null",
+        ),
+        ("response_format", {"type": "json_schema"}, "response_format.json_schema: is missing"),
+        ("output_config", {"format": {"type": "json_schema"}}, "output_config.format.schema: is missing"),
+        (
+            "output_config",
+            {"format": {"type": "json_schema", "schema": [1]}},
+            "output_config.format.schema: must be an object, got an array",
+        ),
+        (
+            "output_format",
+            {"type": "json_schema", "schema": "s"},
+            "output_format.schema: must be an object, got a string",
+        ),
+    ],
+)
+def test_a_json_schema_format_without_a_schema_object_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any, reason: str
+) -> None:
+    # a new user's finding: the schema was counted as 0 (count_request gave 5), and the
+    # providers refuse the request; the gateway, its Python mirror and the CLI say so
+    doc = {"messages": [{"role": "user", "content": "hi"}], key: value}
+    body = json.dumps(doc).encode()
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=100)):
+        with pytest.raises(cw.InvalidRequestError) as err:
+            call()
+        assert str(err.value).endswith(f": {reason}")
+    with pytest.raises(cw.InvalidRequestError) as err:
+        output_schema_texts(doc)
+    assert str(err.value) == reason
+    f = write(tmp_path, "req.json", body)
+    for argv in (["count", f], ["fit", f, "--budget", "100", "-o", str(tmp_path / "o.json")], ["inspect", f]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"contextwindow: error: {f}: {reason}\n"
+    # other types add nothing and pass, also with a json_schema key of another shape
+    for other in ({"type": "json_object"}, {"type": "text", "json_schema": "x"}):
+        plain = json.dumps({"messages": [{"role": "user", "content": "hi"}], "response_format": other}).encode()
+        assert cw.count_request(plain) == cw.count_messages([{"role": "user", "content": "hi"}])
 
 
 @pytest.mark.usefixtures("no_llm_env")

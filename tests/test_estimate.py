@@ -840,6 +840,57 @@ def test_count_many_refuses_a_single_string_or_dict_by_name() -> None:
             cw.count_many(bad)  # type: ignore[arg-type]
 
 
+#: One tool in each shape count_messages reads (OpenAI's and Anthropic's).
+_MANY_TOOLS = [
+    {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"p": {}}}}},
+    {"name": "grep", "description": "search", "input_schema": {"type": "object"}},
+]
+
+
+def test_count_many_tools_are_in_every_total() -> None:
+    # a new user's finding: count_many had no tools= while count_messages has one
+    convs: list[Any] = [
+        [{"role": "user", "content": "abcdefgh"}],
+        [],
+        [{"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "ok"}],
+        [cw.Message(role="user", content=[cw.TextPart(text="struct")])],
+    ]
+    # by hand (fim): 6 for "abcdefgh"; the one tool {"name":"f","input_schema":{}} is 30
+    # characters, 7 tokens, in each total (fim has no per-tool overhead)
+    one = [{"name": "f", "input_schema": {}}]
+    assert cw.count_many(convs[:2], "fim", tools=one) == [13, 7]
+    assert cw.count_many(convs[:2], "fim", tools=[]) == cw.count_many(convs[:2], "fim") == [6, 0]
+    for profile in ("fim", "cl100k", "conservative"):
+        want = [cw.count_messages(c, profile, tools=_MANY_TOOLS) for c in convs]
+        assert cw.count_many(convs, profile, tools=_MANY_TOOLS) == want
+        assert want[1] == cw.count_messages([], profile, tools=_MANY_TOOLS) > 0
+    # format= as count_messages takes it
+    ant = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": [{"type": "text", "text": "x"}]}]]
+    assert cw.count_many(ant, tools=one, format="anthropic") == [
+        cw.count_messages(c, tools=one, format="anthropic") for c in ant
+    ]
+    # a bad tool is refused as count_messages refuses it, before the conversations
+    with pytest.raises(cw.InvalidRequestError, match=r"^tools\[0\]\.name: is missing"):
+        cw.count_many([[{"role": "user"}]], tools=[{"input_schema": {}}])
+    with pytest.raises(ValueError, match="tools"):
+        cw.count_many(convs, tools="read")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
+def test_count_many_tools_on_the_corpus() -> None:
+    # each corpus file with its own tools, and every file with one shared list
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(CORPUS.rglob("*.json"))[:40]]
+    convs = [d["messages"] for d in docs]
+    assert convs, "no corpus files"
+    want = [cw.count_messages(c, tools=_MANY_TOOLS) for c in convs]
+    assert cw.count_many(convs, tools=_MANY_TOOLS) == want
+    for d in docs:
+        if d.get("tools"):
+            assert cw.count_many([d["messages"]], tools=d["tools"]) == [
+                cw.count_messages(d["messages"], tools=d["tools"])
+            ]
+
+
 @pytest.mark.parametrize("call", ["check", "recover", "hint_priorities"])
 def test_hint_none_is_general(call: str) -> None:
     # found by a tester: hint=None raised while profile=None means the default

@@ -419,6 +419,12 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ),
     ("tool_result without id", [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], "anthropic"),
     ("image without source", [{"role": "user", "content": [{"type": "image"}]}], "anthropic"),
+    ("image source without type", [{"role": "user", "content": [{"type": "image", "source": {}}]}], None),
+    (
+        "image source type null",
+        [{"role": "user", "content": [{"type": "image", "source": {"type": None, "url": "u"}}]}],
+        "anthropic",
+    ),
     (
         "base64 image data a number",
         [

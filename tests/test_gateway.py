@@ -316,17 +316,47 @@ SCHEMA_SHAPES: list[tuple[str, Any, int]] = [
     ("output_format", {"type": "json_schema", "schema": SCHEMA}, 1),
     ("response_format", {"type": "json_object"}, 0),
     ("response_format", {"type": "text"}, 0),
-    ("response_format", {"type": "json_schema", "schema": SCHEMA}, 0),  # Anthropic's field
-    ("response_format", {"type": "json_schema", "json_schema": "r"}, 0),
+    ("response_format", {"type": "text", "json_schema": "r"}, 0),
     ("response_format", {"json_schema": {"schema": SCHEMA}}, 0),
     ("response_format", "json", 0),
     ("response_format", None, 0),
     ("output_config", {"type": "json_schema", "schema": SCHEMA}, 0),  # not under "format"
-    ("output_config", {"format": {"type": "json_schema"}}, 0),
+    ("output_config", {"format": {"type": "text"}}, 0),
     ("output_format", {"type": "JSON_SCHEMA", "schema": SCHEMA}, 0),
-    ("output_format", {"type": "json_schema", "json_schema": SCHEMA}, 0),  # OpenAI's field
     ("format", {"type": "json_schema", "schema": SCHEMA}, 0),  # Ollama's key
     ("text", {"format": {"type": "json_schema", "schema": SCHEMA}}, 0),  # the Responses API's
+]
+
+#: A "json_schema" format without its schema object, which the providers refuse (a new
+#: user's finding: each was counted as 0): (key, value, the error's words).
+SCHEMA_REFUSED: list[tuple[str, Any, str]] = [
+    ("response_format", {"type": "json_schema", "schema": SCHEMA}, "response_format.json_schema: is missing"),
+    (
+        "response_format",
+        {"type": "json_schema", "json_schema": "r"},
+        "response_format.json_schema: must be an object, got a string",
+    ),
+    (
+        "response_format",
+        {"type": "json_schema", "json_schema": None},
+        "response_format.json_schema: must be an object, got null",
+    ),
+    ("output_config", {"format": {"type": "json_schema"}}, "output_config.format.schema: is missing"),
+    (
+        "output_config",
+        {"format": {"type": "json_schema", "schema": 1}},
+        "output_config.format.schema: must be an object, got a number",
+    ),
+    (
+        "output_format",
+        {"type": "json_schema", "json_schema": SCHEMA},
+        "output_format.schema: is missing",
+    ),  # OpenAI's field
+    (
+        "output_format",
+        {"type": "json_schema", "schema": [SCHEMA]},
+        "output_format.schema: must be an object, got an array",
+    ),
 ]
 
 
@@ -345,13 +375,33 @@ def test_which_structured_output_schemas_count(key: str, value: Any, n: int) -> 
     st.one_of(_FORMAT, st.fixed_dictionaries({"format": _FORMAT, "effort": st.text(max_size=4)}), _SCHEMA_LIKE),
 )
 def test_the_gateway_counts_the_schemas_the_cli_counts(key: str, value: Any) -> None:
-    # two implementations of one rule: the gateway's (Rust) and output_schema_texts (the CLI's)
+    # two implementations of one rule: the gateway's (Rust) and output_schema_texts (the
+    # CLI's); a schema both refuse, in the same words
     assume(value not in ("openai", "anthropic"))  # a "format" of those names the shape
     msgs = [{"role": "user", "content": "hi"}]
     body = json.dumps({"messages": msgs, key: value}).encode()
-    texts = output_schema_texts({key: value})
+    try:
+        texts = output_schema_texts({key: value})
+    except cw.InvalidRequestError as err:
+        with pytest.raises(cw.InvalidRequestError) as got:
+            cw.count_request(body, provider="openai")
+        assert str(got.value).endswith(f": {err}")
+        return
     want = cw.count_messages(msgs, format="openai") + sum(cw.estimate_tokens(t) for t in texts)
     assert cw.count_request(body, provider="openai") == want
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), SCHEMA_REFUSED)
+def test_a_json_schema_format_without_its_schema_object_is_refused(key: str, value: Any, reason: str) -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    with pytest.raises(cw.InvalidRequestError) as err:
+        output_schema_texts({key: value})
+    assert str(err.value) == reason
+    body = json.dumps({"messages": msgs, key: value}).encode()
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=100)):
+        with pytest.raises(cw.InvalidRequestError) as got:
+            call()
+        assert str(got.value).endswith(f": {reason}") and got.value.offset is not None
 
 
 def test_openai_tool_chain_shrinks_result() -> None:
@@ -652,6 +702,23 @@ def test_message_errors_like_dict_path(
             [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}],
             "anthropic",
             "message 0, field content[0].source.file_id: is missing",
+        ),
+        # a source without a type (priced as an image of unknown size: 1645 tokens), or no
+        # source in a body read as Anthropic's
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {}}]}],
+            None,
+            "message 0, field content[0].source.type: is missing",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image", "source": {"type": None, "url": "u"}}]}],
+            "anthropic",
+            "message 0, field content[0].source.type: must be a string",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image"}]}],
+            "anthropic",
+            "message 0, field content[0].source: must be an object",
         ),
         ([{"role": "user"}], "openai", "message 0, field content: is missing"),
         ([{"role": "user"}], None, "message 0, field content: is missing"),

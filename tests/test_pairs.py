@@ -373,6 +373,46 @@ def test_validate_refuses_bad_image_sources_and_openai_messages_without_content(
     )
 
 
+def test_validate_under_anthropic_rules_refuses_an_image_without_a_source() -> None:
+    # a new user's finding: validate(m, "anthropic") returned [] where
+    # count_messages(m, format="anthropic") refused the block, and a source {} passed both
+    # (1645 tokens: 5 for the message, 1640 for an image of unknown size)
+    no_source = [{"role": "user", "content": [{"type": "image"}]}]
+    empty = [{"role": "user", "content": [{"type": "image", "source": {}}]}]
+    untyped = [{"role": "user", "content": [{"type": "image", "source": {"url": "https://x/a.png"}}]}]
+    cases = [
+        (no_source, "message 0, field content[0].source: must be an object"),
+        (empty, "message 0, field content[0].source.type: is missing"),
+        (untyped, "message 0, field content[0].source.type: is missing"),
+    ]
+    for msgs, text in cases:
+        checks = [
+            ("validate", "anthropic", None),  # no_source is read as OpenAI's (detected)
+            ("validate", "anthropic", "anthropic"),
+            ("validate", "anthropic", "openai"),
+            ("count_messages", None, "anthropic"),
+        ]
+        for name, provider, fmt in checks:
+            with pytest.raises(cw.InvalidMessageError) as err:
+                if name == "validate":
+                    cw.validate(msgs, provider, format=fmt)
+                else:
+                    cw.count_messages(msgs, format=fmt)
+            assert str(err.value) == text, (name, provider, fmt)
+    # inside an OpenAI tool message, and inside a struct's tool result, named where it is
+    tool = [u("q"), call("c1"), {"role": "tool", "tool_call_id": "c1", "content": [{"type": "image"}]}]
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.validate(tool, "anthropic")
+    assert str(err.value) == "message 2, field content[0].source: must be an object"
+    structs = to_canonical(tool, "openai")
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.validate(structs, "anthropic")
+    assert str(err.value) == "message 2, field content[0].content[0].source: must be an object"
+    # the block is opaque under OpenAI's rules (auto-detected: counted as its JSON text)
+    assert cw.validate(no_source, "openai") == []
+    assert cw.count_messages(no_source) == cw.count_messages([{"role": "user", "content": '{"type":"image"}'}])
+
+
 def test_repeated_call_id_in_one_message_is_one_call() -> None:
     """Found by the second fresh-install review: a fitting input came back with a stub for
     the repeated id and then failed validate with duplicate_result."""

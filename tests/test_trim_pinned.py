@@ -201,11 +201,13 @@ def test_fit_request_pinned() -> None:
     [
         ([6], ValueError, "invalid argument pinned: index 6 is not an index of the body's messages (0..5)"),
         ([2, 99], ValueError, "invalid argument pinned: index 99 is not an index of the body's messages (0..5)"),
-        ([-1], ValueError, "invalid argument pinned: index -1 is not an index of the body's messages"),
+        # a new user's finding: a negative index named no range, as a positive one does
+        ([-1], ValueError, "invalid argument pinned: index -1 is not an index of the body's messages (0..5)"),
+        ([-3, 2, 99], ValueError, "invalid argument pinned: index -3 is not an index of the body's messages (0..5)"),
         (
             [2**64],
             ValueError,
-            "invalid argument pinned: index 18446744073709551616 is not an index of the body's messages",
+            "invalid argument pinned: index 18446744073709551616 is not an index of the body's messages (0..5)",
         ),
         ("1", TypeError, "pinned must be a collection of message indices, got str"),
         ([None], TypeError, "pinned must hold message indices (int), got NoneType"),
@@ -216,6 +218,35 @@ def test_fit_request_bad_pinned(pinned: Any, error: type[Exception], words: str)
     for report in (False, True):
         with pytest.raises(error) as e:
             cw.fit_request(body, budget=50, pinned=pinned, report=report)
+        assert str(e.value) == words
+
+
+def test_fit_request_negative_pinned_names_the_range_as_every_pinned_taker() -> None:
+    # the range of the body's messages after a lifted Anthropic system, "there are none"
+    # for an empty array, and a body the engine refuses named first, as for an index past it
+    anthropic = json.dumps({"model": "m", "max_tokens": 5, "system": "s", "messages": chat()[1:]}).encode()
+    for body, words in [
+        (anthropic, "index -1 is not an index of the body's messages (0..4)"),
+        (b'{"messages": []}', "index -1 is not an index of the body's messages (there are none)"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            cw.fit_request(body, budget=50, pinned=[-1])
+        assert str(e.value) == f"invalid argument pinned: {words}"
+    with pytest.raises(cw.InvalidRequestError, match="is a number, not a list"):
+        cw.fit_request(b'{"messages": 5}', budget=50, pinned=[-1])
+    # the other functions taking pinned= name the range for a negative index too
+    msgs = chat()
+    words = "pinned index -1 is not a message index (0..5)"
+    for call in (
+        lambda: cw.fit(msgs, 50, policy=cw.FitPolicy(pinned=[-1])),
+        lambda: cw.trim_turns(msgs, 50, pinned=[-1]),
+        lambda: cw.trim_turn_count(msgs, 1, pinned=[-1]),
+        lambda: cw.budget_tool_results(msgs, 1000, pinned=[-1]),
+        lambda: cw.micro_compact(msgs, pinned=[-1]),
+        lambda: cw.prune_middle(msgs, 50, pinned=[-1]),
+    ):
+        with pytest.raises(ValueError) as e:
+            call()
         assert str(e.value) == words
 
 

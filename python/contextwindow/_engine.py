@@ -41,6 +41,7 @@ from ._jsontext import (
 from .adapters import (
     _FUNCTION_ROLE,
     _SYSTEM_BLOCK,
+    _source,
     _unknown_role,
     anthropic_to_message,
     detect_format,
@@ -966,6 +967,28 @@ def system_text_only(canonical: Sequence[Message]) -> None:
             for j, p in enumerate(m.content):
                 if type(p) is not TextPart:
                     raise InvalidMessageError(_SYSTEM_BLOCK, index=i, field=f"content[{j}]")
+
+
+def anthropic_sources(canonical: Sequence[Message], format: str) -> None:
+    """Refuse an ``image`` or ``document`` block without a valid ``source`` under
+    Anthropic's rules, whatever read it, in the Anthropic reader's words (``message 0,
+    field content[0].source: must be an object``): the OpenAI reader keeps such a block as
+    an :class:`OpaquePart`, and ``validate(m, "anthropic")`` returned ``[]`` for a list
+    ``format="anthropic"`` refuses. ``format`` is the shape the messages were read in: an
+    OpenAI ``tool`` message's parts are its own ``content[k]``."""
+    for i, m in enumerate(canonical):
+        for j, p in enumerate(m.content):
+            if type(p) is OpaquePart and p.type in _SOURCED:
+                _source(p.raw, i, f"content[{j}]")
+            elif type(p) is ToolResult:
+                at = "content" if format == "openai" and m.role == "tool" else f"content[{j}].content"
+                for k, q in enumerate(p.content):
+                    if type(q) is OpaquePart and q.type in _SOURCED:
+                        _source(q.raw, i, f"{at}[{k}]")
+
+
+#: The Anthropic block types that must hold a ``source``.
+_SOURCED = frozenset({"image", "document"})
 
 
 def anthropic_systems(canonical: Sequence[Message]) -> None:

@@ -447,17 +447,19 @@ def _encode_input(value: Any, index: int, field: str) -> str:
 
 
 # The string fields the Messages API requires in an image or document ``source``, by its
-# ``type``; a source of any other type is taken as it is (types the API may add).
+# ``type`` (a string the source must hold); a source of any other type is taken as it is
+# (types the API may add, and a document's ``text`` and ``content``).
 _SOURCE_FIELDS = {"base64": ("media_type", "data"), "url": ("url",), "file": ("file_id",)}
 
 
 def _source(b: Mapping[str, Any], index: int, field: str) -> Mapping[str, Any]:
-    """The ``source`` of an image or document block, checked against its ``type``."""
+    """The ``source`` of an image or document block, checked against its ``type``: an
+    object whose ``type`` is a string (``{}`` was priced as an image of unknown size)."""
     source = b.get("source")
     if not isinstance(source, Mapping):
         _fail("must be an object", index, f"{field}.source")
-    stype = source.get("type")
-    for key in _SOURCE_FIELDS.get(stype, ()) if isinstance(stype, str) else ():
+    stype = _str(source, "type", index, f"{field}.source.type")
+    for key in _SOURCE_FIELDS.get(stype, ()):
         _str(source, key, index, f"{field}.source.{key}")
     return source
 
@@ -534,6 +536,7 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             that is not an object, or whose ``type`` is ``base64`` without string
             ``media_type`` and ``data``, ``url`` without a string ``url``, ``file``
             without a string ``file_id``: ``content[0].source.data: must be a string``,
+            or that has no string ``type``: ``content[0].source.type: is missing``,
             also inside a ``tool_result``: ``content[0].content[1].source.data``; a
             block of a ``system`` message that is not a text block, as the Messages API
             refuses one in its top-level ``system``: ``content[1]: must be a text

@@ -515,10 +515,15 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, sch
     console.print(t)
     t = table("by turn", "turn", "messages", "tokens")
     # with more turns than --top, the --top largest (in turn order) and the rest in one row
-    # (fresh20b #11: 50,000 rows for a 200,000-message log, most of inspect's 26 s)
-    shown: list[int] = list(range(len(b.by_turn)))
-    if len(b.by_turn) > top:
-        shown = sorted(sorted(shown, key=lambda k: (-b.by_turn[k].tokens, k))[:top])
+    # (fresh20b #11: 50,000 rows for a 200,000-message log, most of inspect's 26 s). The
+    # preamble is no turn (the header does not count it): its row is always shown, and
+    # the rest are "N more turns", so the shown turns and N add up to the header's count
+    # (a new user's finding: --top 0 printed "9 more" under "8 turns")
+    preamble = [k for k, tr in enumerate(b.by_turn) if tr.turn == 0]
+    turns = [k for k, tr in enumerate(b.by_turn) if tr.turn != 0]
+    if len(turns) > top:
+        turns = sorted(turns, key=lambda k: (-b.by_turn[k].tokens, k))[:top]
+    shown = sorted(preamble + turns)
     for k in shown:
         tr = b.by_turn[k]
         name = "preamble" if tr.turn == 0 else str(tr.turn)
@@ -528,7 +533,7 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, sch
     if rest:
         share = sum(tr.share for tr in rest)
         msgs = sum(tr.messages for tr in rest)
-        label = f"{len(rest):,} more"
+        label = _n(len(rest), "more turn")
         row(t, label, _n(msgs, "message"), f"{sum(tr.tokens for tr in rest):,}", pct(share), _bar(share))
     console.print(t)
     if b.by_tool:

@@ -158,36 +158,50 @@ def estimate_many(texts: Iterable[str], profile: str | None = DEFAULT_PROFILE) -
 
 
 def count_many(
-    conversations: Iterable[Any], profile: str | None = DEFAULT_PROFILE, *, format: str | None = None
+    conversations: Iterable[Any],
+    profile: str | None = DEFAULT_PROFILE,
+    *,
+    tools: list[Any] | None = None,
+    format: str | None = None,
 ) -> list[int]:
     """Estimate the tokens of many conversations in one engine call.
 
-    Each total equals ``count_messages(conversation, profile, format=format)``; the
-    conversations are read first (lists of dicts in one walk in Rust, anything else checked
-    and encoded by the Python adapters), then counted together with the GIL released.
+    Each total equals ``count_messages(conversation, profile, tools=tools,
+    format=format)``; the conversations are read first (lists of dicts in one walk in
+    Rust, anything else checked and encoded by the Python adapters), then counted together
+    with the GIL released. ``tools`` is one list of tool definitions, sent with every
+    conversation: its tokens (counted once) are in each total, an empty conversation's too.
 
     Args:
         conversations: message lists (OpenAI dicts, Anthropic dicts or ``Message`` structs;
             each list is detected on its own unless ``format`` is given).
         profile: name of a built-in profile (``None``: ``conservative``).
+        tools: the tool definitions every request sends, in any provider's shape, as for
+            :func:`count_messages` (``None``: none).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
-        Estimated prompt tokens of each conversation, in order.
+        Estimated prompt tokens of each conversation, in order (tokens).
 
     Raises:
         InvalidMessageError: a message is malformed (names the conversation, the message
             index and the field; ``.index`` and ``.field`` are set as for
             :func:`count_messages`, ``.conversation`` is the conversation's position).
+        InvalidRequestError: a tool definition is malformed, as for :func:`count_messages`
+            (names ``tools[i]``; checked before the conversations).
         TypeError: ``conversations`` is a single ``str``, bytes, a mapping or not iterable.
-        ValueError: unknown profile.
+        ValueError: unknown profile, or ``tools`` is not a list (or tuple).
 
     >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim")
     [6, 0]
+    >>> tools = [{"name": "f", "input_schema": {}}]   # 30 characters: 7 tokens + 0 per tool
+    >>> count_many([[{"role": "user", "content": "abcdefgh"}], []], profile="fim", tools=tools)
+    [13, 7]
     """
     profile = resolve_profile(profile)
     if isinstance(conversations, (str, bytes, bytearray, Mapping)) or not isinstance(conversations, Iterable):
         raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
+    fixed = tools_tokens(tool_texts(tools), profile, lambda t: estimate_tokens(t, profile))
     convs = list(conversations)
     totals: list[int | None] = [None] * len(convs)
     if _engine.FAST_READER and format in (None, "openai", "anthropic"):
@@ -204,7 +218,7 @@ def count_many(
             err.conversation = i  # type: ignore[attr-defined]
             raise err from None
     slow = iter(_engine.native.count_many(payloads, profile))
-    return [int(n) if n is not None else int(next(slow)) for n in totals]
+    return [fixed + (int(n) if n is not None else int(next(slow))) for n in totals]
 
 
 def count_features(text: str, family: str | None = None) -> dict[str, int]:
@@ -318,8 +332,21 @@ def output_schema_texts(body: Mapping[str, Any]) -> list[str]:
     ``response_format.json_schema`` when ``response_format.type`` is ``"json_schema"``,
     Anthropic's ``output_config.format.schema`` and ``output_format.schema`` (the beta
     spelling) when that format's ``type`` is ``"json_schema"``. Anything else under these
-    keys adds nothing. ``body`` is a decoded request body (a file the CLI read: JSON
-    values only).
+    keys (``{"type": "json_object"}``, ``{"type": "text"}``, a value of another shape)
+    adds nothing. ``body`` is a decoded request body (a file the CLI read: JSON values
+    only).
+
+    Args:
+        body: the decoded request body.
+
+    Returns:
+        One compact JSON text per schema, in the order of the keys above.
+
+    Raises:
+        InvalidRequestError: a ``"json_schema"`` format whose schema is missing or not an
+            object, which the providers refuse (it was counted as 0), in the gateway's
+            words: ``response_format.json_schema: must be an object, got a string``,
+            ``output_config.format.schema: is missing``.
 
     >>> output_schema_texts({"response_format": {"type": "json_schema",
     ...     "json_schema": {"name": "r", "schema": {"type": "object"}}}})
@@ -328,13 +355,19 @@ def output_schema_texts(body: Mapping[str, Any]) -> list[str]:
     out = []
     for key in OUTPUT_SCHEMA_KEYS:
         fmt = body.get(key)
+        place = key
         if key == "output_config":
             fmt = fmt.get("format") if isinstance(fmt, Mapping) else None
+            place = "output_config.format"
         if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
             continue
-        schema = fmt.get("json_schema" if key == "response_format" else "schema")
-        if isinstance(schema, Mapping):
-            out.append(ENCODER.encode(schema).decode())
+        field = "json_schema" if key == "response_format" else "schema"
+        if field not in fmt:
+            raise InvalidRequestError(f"{place}.{field}: is missing")
+        schema = fmt[field]
+        if not isinstance(schema, Mapping):
+            raise InvalidRequestError(f"{place}.{field}: must be an object, got {json_type_name(schema)}")
+        out.append(ENCODER.encode(schema).decode())
     return out
 
 

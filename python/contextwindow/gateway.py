@@ -46,7 +46,7 @@ messages kept unchanged) keeps its escapes, and a body that fits comes back unto
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -191,7 +191,10 @@ def fit_request(
             or repeats a key (``message 0: the key "role" appears more than once``, with
             ``offset``).
         ValueError: unknown profile or provider, a budget that is not an int >= 0, a
-            ``pinned`` index past the ``messages`` array.
+            ``pinned`` index past the ``messages`` array or negative, named with the
+            array's range (``invalid argument pinned: index -1 is not an index of the
+            body's messages (0..5)``; a body the engine refuses is named first, as for an
+            index past it).
         TypeError: ``body`` is not bytes-like, ``breadcrumb`` or ``report`` is not a
             bool, ``pinned`` is not a collection of ints.
 
@@ -217,15 +220,31 @@ def fit_request(
         if not isinstance(flag, bool):  # "no" is truthy: refused, never read as True (fresh9 D1)
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     pins = sorted(_pinned_type(pinned))
-    if pins and not (0 <= pins[0] and pins[-1] <= _MAX):
-        bad = pins[0] if pins[0] < 0 else pins[-1]
-        raise ValueError(f"invalid argument pinned: index {bad} is not an index of the body's messages")
     args = (data, min(n, _MAX), resolve_profile(profile), _provider(provider), breadcrumb, pins)
+    if pins and not (0 <= pins[0] and pins[-1] <= _MAX):
+        raise _pinned_error(args, pins[0] if pins[0] < 0 else pins[-1])
     if not report:
         # the body alone: old turns that cannot be kept are not estimated (same body)
         return _engine.native.fit_request_body(*args)
     out, rep = _engine.native.fit_request(*args)
     return out, _REPORT.decode(rep)
+
+
+def _pinned_error(args: tuple[Any, ...], bad: int) -> Exception:
+    """The engine's error for a ``pinned`` index it cannot take (negative, or past
+    ``2**63 - 1``): the one it gives for an index past the body's messages, which names
+    their range (``(0..5)``, ``(there are none)``), with ``bad`` in its words; the body's
+    own error when the engine refuses the body (read before the indices, as for any
+    index past it). A new user's finding: ``pinned=[-1]`` named no range."""
+    sentinel = f"invalid argument pinned: index {_MAX} "
+    try:
+        _engine.native.fit_request_body(*args[:-1], [_MAX])
+    except ValueError as exc:
+        if not str(exc).startswith(sentinel):
+            return exc
+        return ValueError(f"invalid argument pinned: index {bad} {str(exc)[len(sentinel) :]}")
+    # no body holds 2**63 messages: the engine always refuses the sentinel index
+    return ValueError(f"invalid argument pinned: index {bad} is not an index of the body's messages")
 
 
 def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None) -> int:

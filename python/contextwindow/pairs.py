@@ -125,7 +125,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
             holding a part other than text: ``message 0, field content[1]: must be a
             text block``; a system message after a leading one: ``message 2, field
             role: an Anthropic request takes one system prompt, its top-level
-            "system"; this is a second``).
+            "system"; this is a second``; an ``image`` or ``document`` block without
+            a valid ``source``, which the Anthropic reader refuses in these words, also
+            when the messages were read as OpenAI's: ``message 0, field
+            content[0].source: must be an object``).
         ValueError: unknown provider.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
@@ -144,6 +147,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         # dicts, read alike in both shapes, are detected as OpenAI's (empty19 #4: a
         # second system message passed, which format="anthropic" refused)
         _engine.anthropic_systems(prep.canonical)
+        # an image or document block the Anthropic reader refuses for its source, read
+        # as an opaque OpenAI block (detected: no source, no Anthropic shape)
+        _engine.anthropic_sources(prep.canonical, prep.format)
     found = _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
     if prep.format == "canonical":
         found = _unwritable(prep.canonical, provider, found)

@@ -1730,8 +1730,9 @@ fn anthropic_system_block<'a>(
 }
 
 /// The `source` of an image or document block (`_source` in the adapters): an object
-/// holding the string fields the Messages API requires for its `type` (`base64`:
-/// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
+/// holding a string `type` and the string fields the Messages API requires for it
+/// (`base64`: `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type:
+/// none). A source without a `type` (`{}`) was priced as an image of unknown size.
 fn checked_source<'a>(
     cx: &Ctx<'a>,
     b: &Obj<'a>,
@@ -1746,6 +1747,17 @@ fn checked_source<'a>(
         return Err(bad_message(index, &at, "must be an object"));
     };
     let ty = source.get("type");
+    match ty {
+        Some(v) if kind(v) == Kind::Str => {}
+        Some(_) => {
+            return Err(bad_message(
+                index,
+                &format!("{at}.type"),
+                "must be a string",
+            ))
+        }
+        None => return Err(bad_message(index, &format!("{at}.type"), "is missing")),
+    }
     let keys: &[&str] = if cx.str_is(ty, "base64") {
         &["media_type", "data"]
     } else if cx.str_is(ty, "url") {
@@ -2207,15 +2219,20 @@ const OUTPUT_SCHEMA_KEYS: [&str; 3] = ["response_format", "output_config", "outp
 /// `response_format.type` is `"json_schema"`; Anthropic's `output_config.format.schema`
 /// (structured outputs) and `output_format.schema` (their beta spelling) when that
 /// format's `type` is `"json_schema"`. Counted as their text, as a tool definition is:
-/// how a provider renders a schema is not published. Anything else under these keys
-/// (`{"type": "json_object"}`, `{"type": "text"}`, a value of another shape) adds nothing
-/// and is copied as it was; a key repeated in an object read on the way is refused, as
-/// in the tools.
+/// how a provider renders a schema is not published. A `"json_schema"` format whose
+/// schema is missing or not an object is refused, as the providers refuse it
+/// (`response_format.json_schema: must be an object, got a string`,
+/// `output_config.format.schema: is missing`; it was counted as 0). Anything else under
+/// these keys (`{"type": "json_object"}`, `{"type": "text"}`, a value of another shape)
+/// adds nothing and is copied as it was; a key repeated in an object read on the way is
+/// refused, as in the tools.
 fn output_schemas(cx: &Ctx<'_>, top: &Obj<'_>) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for key in OUTPUT_SCHEMA_KEYS {
-        let Some(v) = top.get(key) else { continue };
-        let Some(mut format) = cx.obj(v, || Place::Other(key.to_owned()))? else {
+        let Some(mut at_format) = top.get(key) else {
+            continue;
+        };
+        let Some(mut format) = cx.obj(at_format, || Place::Other(key.to_owned()))? else {
             continue;
         };
         let mut place = key.to_owned();
@@ -2228,6 +2245,7 @@ fn output_schemas(cx: &Ctx<'_>, top: &Obj<'_>) -> Result<Vec<String>> {
                 continue;
             };
             format = inner;
+            at_format = v;
         }
         if !cx.str_is(format.get("type"), "json_schema") {
             continue;
@@ -2237,13 +2255,24 @@ fn output_schemas(cx: &Ctx<'_>, top: &Obj<'_>) -> Result<Vec<String>> {
         } else {
             "schema"
         };
+        let at = format!("{place}.{field}");
         match format.get(field) {
             Some(schema) if kind(schema) == Kind::Obj => {
-                let at = format!("{place}.{field}");
                 let text = cx.compact(schema, || Place::Other(at.clone()));
                 out.push(text.map_err(|e| nested_at(&at, e))?);
             }
-            _ => {}
+            Some(other) => {
+                return Err(invalid(
+                    Some(cx.start_of(other.get())),
+                    format!("{at}: must be an object, got {}", type_name(other)),
+                ))
+            }
+            None => {
+                return Err(invalid(
+                    Some(cx.start_of(at_format.get())),
+                    format!("{at}: is missing"),
+                ))
+            }
         }
     }
     Ok(out)
@@ -3633,11 +3662,11 @@ mod tests {
             r#""response_format": {"type": "json_object"}"#,
             r#""response_format": {"type": "text"}"#,
             r#""response_format": {"json_schema": {"name": "r", "schema": {}}}"#,
-            r#""response_format": {"type": "json_schema", "json_schema": "r"}"#,
+            r#""response_format": {"type": "json_object", "json_schema": "r"}"#,
             r#""response_format": "json""#,
             r#""response_format": null"#,
             r#""output_config": {"effort": "low"}"#,
-            r#""output_config": {"format": {"type": "json_schema"}}"#,
+            r#""output_config": {"format": {"type": "text"}}"#,
             r#""output_format": {"type": "json", "schema": {"type": "object"}}"#,
             r#""format": {"type": "json_schema", "schema": {"type": "object"}}"#,
         ] {
@@ -3684,6 +3713,65 @@ mod tests {
         let kept = fit_request(plain.as_bytes(), budget, "fim", None, true, &[]).unwrap();
         assert!(matches!(kept.body, Cow::Borrowed(_)));
         assert_eq!(kept.schema_tokens, 0);
+    }
+
+    #[test]
+    fn a_json_schema_format_without_a_schema_object_is_refused() {
+        // a new user's finding: these were counted as 0 (5 tokens for the body), and the
+        // providers refuse them; the offset is the value's, or the format's when missing
+        let head = r#"{"messages": [{"role": "user", "content": "hi"}], "#;
+        assert_eq!(head.len(), 50);
+        for (rest, offset, reason) in [
+            // 50 + len(`"response_format": {"type": "json_schema", "json_schema": `) = 50 + 58
+            (
+                r#""response_format": {"type": "json_schema", "json_schema": "x"}"#,
+                108,
+                "response_format.json_schema: must be an object, got a string",
+            ),
+            (
+                r#""response_format": {"type": "json_schema", "json_schema": null}"#,
+                108,
+                "response_format.json_schema: must be an object, got null",
+            ),
+            // 50 + len(`"response_format": `) = 50 + 19
+            (
+                r#""response_format": {"type": "json_schema"}"#,
+                69,
+                "response_format.json_schema: is missing",
+            ),
+            // 50 + len(`"output_config": {"format": `) = 50 + 28
+            (
+                r#""output_config": {"format": {"type": "json_schema"}}"#,
+                78,
+                "output_config.format.schema: is missing",
+            ),
+            // 78 + len(`{"type": "json_schema", "schema": `) = 78 + 34
+            (
+                r#""output_config": {"format": {"type": "json_schema", "schema": [1]}}"#,
+                112,
+                "output_config.format.schema: must be an object, got an array",
+            ),
+            // 50 + len(`"output_format": {"type": "json_schema", "schema": `) = 50 + 51
+            (
+                r#""output_format": {"type": "json_schema", "schema": true}"#,
+                101,
+                "output_format.schema: must be an object, got a boolean",
+            ),
+        ] {
+            let body = format!("{head}{rest}}}");
+            for got in [
+                count_request(body.as_bytes(), "fim", None).map(|_| ()),
+                fit_request(body.as_bytes(), 100, "fim", None, true, &[]).map(|_| ()),
+            ] {
+                match got {
+                    Err(Error::InvalidRequest {
+                        offset: Some(o),
+                        reason: r,
+                    }) => assert_eq!((o, r.as_str()), (offset, reason), "{body}"),
+                    other => panic!("{body}: expected InvalidRequest, got {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]
@@ -4367,6 +4455,22 @@ mod tests {
                 "content[0].content[1].source.url",
                 "is missing",
             ),
+            // a source without a string type was priced as an image of unknown size
+            (
+                r#"{"type": "image", "source": {}}"#,
+                "content[0].source.type",
+                "is missing",
+            ),
+            (
+                r#"{"type": "image", "source": {"type": null, "url": "u"}}"#,
+                "content[0].source.type",
+                "must be a string",
+            ),
+            (
+                r#"{"type": "document", "source": {"data": "d"}}"#,
+                "content[0].source.type",
+                "is missing",
+            ),
         ];
         for (block, want_field, want_reason) in cases {
             let body = format!(r#"{{"messages": [{{"role": "user", "content": [{block}]}}]}}"#);
@@ -4376,6 +4480,21 @@ mod tests {
                 (0, want_field, want_reason),
                 "{block}"
             );
+        }
+        // an image without a source, read as Anthropic's (detected, it is an OpenAI
+        // block of a type we do not know, counted by its JSON text)
+        let no_source = br#"{"messages": [{"role": "user", "content": [{"type": "image"}]}]}"#;
+        match count_request(no_source, "fim", Some("anthropic")) {
+            Err(Error::InvalidMessage {
+                index,
+                field,
+                reason,
+                ..
+            }) => assert_eq!(
+                (index, field.as_str(), reason.as_str()),
+                (0, "content[0].source", "must be an object")
+            ),
+            other => panic!("expected InvalidMessage, got {other:?}"),
         }
         // other source types are taken as they are
         let ok = br#"{"messages": [{"role": "user", "content": [

@@ -214,18 +214,19 @@ impl<'py> Fields<'py> {
 }
 
 /// `adapters._source`: the `source` of an image or document block, an exact `dict`
-/// holding the string fields the Messages API requires for its `type` (`base64`:
-/// `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type: none).
-/// Anything else (a missing or wrong field, a `str` subclass) goes to the adapters.
+/// holding a string `type` and the string fields the Messages API requires for it
+/// (`base64`: `media_type` and `data`; `url`: `url`; `file`: `file_id`; any other type:
+/// none). Anything else (a missing or wrong field or `type`, a `str` subclass) goes to
+/// the adapters, which name it.
 fn checked_source<'py>(b: &Bound<'py, PyDict>) -> R<Bound<'py, PyDict>> {
     let py = b.py();
     let source = get(b, intern!(py, "source"))?.ok_or(Fallback)?;
     let source = source.cast_into_exact::<PyDict>().map_err(|_| Fallback)?;
     let stype = get(&source, intern!(py, "type"))?;
-    let keys: &[&Bound<'py, PyString>] = match opt_str(stype.as_ref())? {
-        Some("base64") => &[intern!(py, "media_type"), intern!(py, "data")],
-        Some("url") => &[intern!(py, "url")],
-        Some("file") => &[intern!(py, "file_id")],
+    let keys: &[&Bound<'py, PyString>] = match req_str(&stype)? {
+        "base64" => &[intern!(py, "media_type"), intern!(py, "data")],
+        "url" => &[intern!(py, "url")],
+        "file" => &[intern!(py, "file_id")],
         _ => &[],
     };
     for key in keys {
