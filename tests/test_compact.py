@@ -1594,3 +1594,21 @@ def test_prune_middle_notice_joins_a_tool_struct_read_as_anthropic() -> None:
     # fresh20b #2), kept as they are; nothing else
     assert {v.code for v in cw.validate(r.messages, "anthropic")} == {"thinking_last"}
     assert {v.code for v in cw.validate(msgs, "anthropic")} >= {"thinking_last"}
+
+
+def test_cleared_marker_names_the_callers_characters_after_a_share_cut() -> None:
+    # fresh27 #4: rule 2 cut the log first, and the cleared marker named what was left
+    # of it ("175 characters") where the fate said 7,990
+    out = "".join(f"line {j}: some output here\n" for j in range(300))
+    assert len(out) == 7990
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "go"},
+        oa_call("c1", "bash"),
+        oa_result("c1", out),
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+    r = budget_tool_results(msgs, 150)
+    assert r.messages[3]["content"] == "[tool result cleared: 7990 characters of bash output]"
+    assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="tool_result_cleared", chars_removed=7990)

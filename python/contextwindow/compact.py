@@ -280,16 +280,19 @@ def _is_cleared(r: ToolResult) -> bool:
     return len(r.content) == 1 and isinstance(r.content[0], TextPart) and bool(_CLEARED_RE.fullmatch(r.content[0].text))
 
 
-def _cleared_text(r: ToolResult, tool: str | None) -> str:
-    chars = _result_chars(r)
+def _cleared_text(r: ToolResult, tool: str | None, chars: int | None = None) -> str:
+    """The text a cleared result holds: ``chars`` (default: ``r``'s) characters of text
+    and its non-text parts."""
+    chars = _result_chars(r) if chars is None else chars
     other = _non_text(r)
     count = f"{chars} characters and {other} non-text parts" if other else f"{chars} characters"
     return f"[tool result cleared: {count} of {tool or 'tool'} output]"
 
 
-def _clear(r: ToolResult, tool: str | None) -> ToolResult:
+def _clear(r: ToolResult, tool: str | None, chars: int | None = None) -> ToolResult:
+    """``r`` cleared; ``chars``: the characters its marker names (default: ``r``'s)."""
     kind = r.content_kind if r.content_kind in ("text", "parts", None) else "parts"
-    return msgspec.structs.replace(r, content=[TextPart(text=_cleared_text(r, tool))], content_kind=kind)
+    return msgspec.structs.replace(r, content=[TextPart(text=_cleared_text(r, tool, chars))], content_kind=kind)
 
 
 def cut_marker(chars: int, lines: int) -> str:
@@ -1020,7 +1023,11 @@ def _budget_tool_results(
                     continue
                 if tool.casefold() not in heavy or tool.casefold() in protected:
                     continue
-                cleared_part = _clear(part, tool)
+                # the marker names the characters of the caller's result, not what rules
+                # 1-2 left of it (fresh27 #4: "175 characters" for a 7,990-character log)
+                source = msgs[i].content[p]
+                assert isinstance(source, ToolResult)
+                cleared_part = _clear(part, tool, _result_chars(source))
                 grows = _result_chars(cleared_part) - _result_chars(part)
                 if grows >= 0 and not _non_text(part):
                     continue  # as micro_compact: a marker no shorter than the text
@@ -1034,8 +1041,6 @@ def _budget_tool_results(
                         queue.append(p)
                     continue
                 content = list(m.content)
-                # the marker counts what the result holds now (after rules 1-2), so a second
-                # run sees the very result this run saw and decides the same
                 content[p] = cleared_part
                 trial = msgspec.structs.replace(m, content=content)
                 cost = _cost(trial, name)
