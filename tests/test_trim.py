@@ -8,6 +8,7 @@ plus 4 per message. ``"a" * 40`` is 10 tokens, so such a message costs 14; the b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -749,3 +750,48 @@ def test_struct_chat_with_an_anthropic_image_source_is_read_as_anthropic() -> No
     r = cw.trim_turns(s, cw.count_messages(s) - 50)
     assert [m.role for m in r.messages] == ["user", "user"] and r.messages[0].content[0].text == BC
     assert cw.count_messages(s) == cw.count_messages(s, format="openai")
+
+
+def test_a_cut_takes_a_marker_the_text_holds_whole_and_adds_its_count() -> None:
+    # fresh27 #1: text cut before (by an earlier guard step or an earlier call) is cut
+    # again; the marker it holds is taken whole and its count added to the new one's
+    text = "a" * 100 + "\n[... 500 characters removed ...]\n" + "b" * 100  # marker at 101..133
+    # the span 50..184 holds the marker whole: 134 removed, 134 - 32 + 500 named
+    assert ref.shrink_text(text, 100) == ("a" * 50 + "\n[... 602 characters removed ...]\n" + "b" * 50, 134)
+    # a cut inside the marker (110..124) takes it whole: the count stays 500
+    assert ref.shrink_text(text, 220) == ("a" * 100 + "\n\n[... 500 characters removed ...]\n\n" + "b" * 100, 32)
+    lined = "x\n[... 20060 characters (2006 lines) removed ...]\n" + "y" * 40
+    # 90 characters; keep 10: the head (5) falls in the marker (2..49) and moves to 2, the
+    # tail starts at 85: 83 removed, 83 - 47 + 20,060 named
+    assert ref.shrink_text(lined, 10) == ("x\n\n[... 20096 characters removed ...]\n" + "y" * 5, 83)
+    # the engine cuts as the oracle does, in a tool result of the newest turn
+    for body in (text * 20, lined * 30, "中" * 50 + "[... 7 characters removed ...]" + "文" * 50):
+        msgs = [u("go"), call("c1"), result("c1", body)]
+        payload = encode_messages([openai_to_message(m, i) for i, m in enumerate(msgs)])
+        cm = msgspec.json.decode(payload, type=list[Message])
+        total = cw.count_messages(msgs)
+        for budget in (30, total // 3, total * 2 // 3, total - 5):
+            o = _OUTCOME.decode(native.trim_turns(payload, budget, "conservative", True, "openai"))
+            want = ref.trim_turns(cm, budget, "conservative", True, "openai")
+            assert ([(op.src, op.msg) for op in o.messages], o.report) == want
+
+
+def test_guard_cuts_a_cut_log_again_with_one_marker_naming_what_is_gone() -> None:
+    # fresh27 #1: budget_tool_results cut the 1 MB log, then fit cut the cut text again:
+    # the marker said '[... 144 characters removed ...]' where 1,062,849 were gone
+    out = "".join(f"[{i:07d}] INFO build step {i % 97} compiling module_{i % 13}.rs ok\n" for i in range(20000))
+    msgs = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Run the build."},
+        call("c1"),
+        {"role": "tool", "tool_call_id": "c1", "content": out},
+    ]
+    guard = cw.ContextGuard(cw.resolve_budget(context_window=16384, max_output_tokens=8192))
+    text = guard.check(msgs).messages[-1]["content"]
+    marks = re.findall(r"\n\[\.\.\. (\d+) characters removed \.\.\.\]\n", text)
+    assert len(marks) == 1 and text.count("[...") == 1
+    head, tail = text.split("\n[... " + marks[0] + " characters removed ...]\n")
+    assert out.startswith(head) and out.endswith(tail)
+    # what is gone, plus the one line break after the first marker that the second cut
+    # took with it (a marker's own line breaks count as text: README)
+    assert int(marks[0]) == len(out) - len(head) - len(tail) + 1

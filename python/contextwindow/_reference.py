@@ -14,6 +14,7 @@ input message is kept unchanged.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1553,6 +1554,28 @@ def _bad_cut(s: str, p: int) -> bool:
     return False
 
 
+#: The cut markers this library writes (trimming's and the compaction functions'), as a
+#: cut finds them in a text it cuts again (Rust ``find_markers``; fresh27 #1).
+_MARKER_RE = re.compile(r"\[\.\.\. ([0-9]{1,18}) characters(?: \([0-9]{1,18} lines?\))? removed \.\.\.\]")
+
+
+@functools.lru_cache(maxsize=16)
+def _markers(s: str) -> tuple[tuple[int, int, int], ...]:
+    """The cut markers ``s`` holds: ``(start, end, count named)``, leftmost first."""
+    return tuple((m.start(), m.end(), int(m.group(1))) for m in _MARKER_RE.finditer(s))
+
+
+def shown_removed(s: str, head: int, tail: int) -> int:
+    """The count the marker of a cut removing ``s[head:tail]`` names: the characters
+    removed, each marker among them counted as the characters it names (Rust
+    ``shown_removed``)."""
+    shown = tail - head
+    for a, b, n in _markers(s):
+        if head <= a and b <= tail:
+            shown = min(shown - (b - a) + n, 2**64 - 1)
+    return shown
+
+
 def cut_points(s: str, keep: int, floor: int = 0) -> tuple[int, int]:
     """Where :func:`shrink_text` cuts to keep about ``keep`` characters after the first
     ``floor``, which always stay (0, or the ``[Tool results]`` prefix of an observation):
@@ -1571,6 +1594,18 @@ def cut_points(s: str, keep: int, floor: int = 0) -> tuple[int, int]:
     tail = n - keep // 2
     while tail < n and _bad_cut(s, tail):
         tail += 1
+    if head >= tail:
+        return n, n
+    # a marker the text holds is never split: the cut takes it whole (fresh27 #1)
+    for a, b, _ in _markers(s):
+        if a < head < b:
+            head = a if a >= floor and not _bad_cut(s, a) else b
+            while head < n and _bad_cut(s, head):
+                head += 1
+        if a < tail < b:
+            tail = b
+            while tail < n and _bad_cut(s, tail):
+                tail += 1
     if head >= tail:
         return n, n
     return head, tail
@@ -1592,7 +1627,7 @@ def shrink_text(s: str, keep: int, floor: int = 0, end: bool = False) -> tuple[s
     if head == tail:
         return s, 0
     removed = tail - head
-    return s[:head] + cut_marker(removed, end, tail == len(s)) + s[tail:], removed
+    return s[:head] + cut_marker(shown_removed(s, head, tail), end, tail == len(s)) + s[tail:], removed
 
 
 @dataclass
@@ -1883,7 +1918,7 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
     def worth(q: int, k: int) -> bool:  # the marker costs fewer tokens than what it stands for
         head, tail = cut_points(texts[q], k, 0)
         span = st.cost.message_tokens(_with_text(m, part, q, texts[q][head:tail]))
-        mark = cut_marker(tail - head, False, tail == len(texts[q]))
+        mark = cut_marker(shown_removed(texts[q], head, tail), False, tail == len(texts[q]))
         return st.cost.message_tokens(_with_text(m, part, q, mark)) < span
 
     active = list(qs)
@@ -1951,7 +1986,7 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
         head, tail = cut_points(text, k, floor)
         span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
-        mark = cut_marker(tail - head, end, tail == len(text))
+        mark = cut_marker(shown_removed(text, head, tail), end, tail == len(text))
         return st.cost.message_tokens(_with_text(m, part, inner, mark)) < span
 
     lo = largest_fitting(len(text) - floor, fits)

@@ -230,7 +230,7 @@ def fit_request(
     return out, _REPORT.decode(rep)
 
 
-def _pinned_error(args: tuple[Any, ...], bad: int) -> Exception:
+def _pinned_error(args: tuple[Any, int, str, str | None, bool, list[int]], bad: int) -> Exception:
     """The engine's error for a ``pinned`` index it cannot take (negative, or past
     ``2**63 - 1``): the one it gives for an index past the body's messages, which names
     their range (``(0..5)``, ``(there are none)``), with ``bad`` in its words; the body's
@@ -238,7 +238,8 @@ def _pinned_error(args: tuple[Any, ...], bad: int) -> Exception:
     index past it). A new user's finding: ``pinned=[-1]`` named no range."""
     sentinel = f"invalid argument pinned: index {_MAX} "
     try:
-        _engine.native.fit_request_body(*args[:-1], [_MAX])
+        data, budget, profile, provider, breadcrumb, _ = args
+        _engine.native.fit_request_body(data, budget, profile, provider, breadcrumb, [_MAX])
     except ValueError as exc:
         if not str(exc).startswith(sentinel):
             return exc

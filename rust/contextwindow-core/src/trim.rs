@@ -92,8 +92,8 @@ pub fn marker(removed: usize) -> String {
 /// an Anthropic prefill, see [`State::ends_prefill`]) and nothing kept after the cut, without
 /// its final newline: the Messages API refuses a final assistant message that ends in
 /// whitespace (fresh16b #2).
-fn cut_marker(removed: usize, end: bool, tail_empty: bool) -> String {
-    let m = marker(removed);
+fn cut_marker(removed: u64, end: bool, tail_empty: bool) -> String {
+    let m = format!("\n[... {removed} characters removed ...]\n");
     if end && tail_empty {
         m[..m.len() - 1].to_owned()
     } else {
@@ -146,12 +146,28 @@ fn hangul_joins(a: char, b: char) -> bool {
 pub(crate) struct CharText<'t> {
     text: &'t str,
     offsets: Option<Vec<usize>>,
+    /// The cut markers the text already holds ([`find_markers`]), as character ranges
+    /// with the count each names, in order.
+    markers: Vec<(usize, usize, u64)>,
 }
 
 impl<'t> CharText<'t> {
     pub(crate) fn new(text: &'t str) -> Self {
-        let offsets = (!text.is_ascii()).then(|| text.char_indices().map(|(b, _)| b).collect());
-        CharText { text, offsets }
+        let offsets: Option<Vec<usize>> =
+            (!text.is_ascii()).then(|| text.char_indices().map(|(b, _)| b).collect());
+        let char_at = |b: usize| match &offsets {
+            None => b,
+            Some(o) => o.partition_point(|&x| x < b),
+        };
+        let markers = find_markers(text)
+            .into_iter()
+            .map(|(a, b, n)| (char_at(a), char_at(b), n))
+            .collect();
+        CharText {
+            text,
+            offsets,
+            markers,
+        }
     }
 
     /// Characters in the text.
@@ -176,6 +192,60 @@ impl<'t> CharText<'t> {
     fn slice(&self, a: usize, b: usize) -> &'t str {
         &self.text[self.byte(a)..self.byte(b)]
     }
+}
+
+/// The cut markers this library writes that `text` holds, as byte ranges with the
+/// count of characters each names: `[... N characters removed ...]` (trimming's, inside
+/// its line breaks) and `[... N characters (L lines) removed ...]` (`(1 line)`; the
+/// compaction functions'), `N` and `L` of 1 to 18 ASCII digits; leftmost first, none
+/// overlapping (`_reference._MARKER_RE`). A cut that meets one takes it whole and adds
+/// its count to its own (fresh27 #1: the guard cut a cut log again and its marker said
+/// 144 characters where 1,062,849 were gone, or kept pieces of the first marker).
+fn find_markers(text: &str) -> Vec<(usize, usize, u64)> {
+    fn digits(b: &[u8], i: usize) -> Option<(u64, usize)> {
+        let n = b[i.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if n == 0 || n > 18 {
+            return None;
+        }
+        let v = b[i..i + n]
+            .iter()
+            .fold(0u64, |v, c| v * 10 + u64::from(c - b'0'));
+        Some((v, i + n))
+    }
+    fn lit(b: &[u8], i: usize, s: &[u8]) -> Option<usize> {
+        b.get(i..i + s.len())
+            .filter(|x| *x == s)
+            .map(|_| i + s.len())
+    }
+    fn parse(b: &[u8], at: usize) -> Option<(usize, u64)> {
+        let (n, i) = digits(b, lit(b, at, b"[... ")?)?;
+        let i = lit(b, i, b" characters")?;
+        let lines = lit(b, i, b" (")
+            .and_then(|j| digits(b, j))
+            .and_then(|(_, j)| lit(b, j, b" line"))
+            .map(|j| lit(b, j, b"s").unwrap_or(j))
+            .and_then(|j| lit(b, j, b")"));
+        let end = lines
+            .and_then(|j| lit(b, j, b" removed ...]"))
+            .or_else(|| lit(b, i, b" removed ...]"))?;
+        Some((end, n))
+    }
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for (at, _) in text.match_indices("[... ") {
+        if at < from {
+            continue;
+        }
+        if let Some((end, n)) = parse(b, at) {
+            out.push((at, end, n));
+            from = end;
+        }
+    }
+    out
 }
 
 /// A cut between `chars[p-1]` and `chars[p]` would split a grapheme (UAX #29, with the
@@ -247,7 +317,44 @@ fn cut_points(chars: &CharText<'_>, floor: usize, keep: usize) -> (usize, usize)
     if head >= tail_start {
         return (n, n);
     }
+    // a marker the text holds is never split: the cut takes it whole (the head then ends
+    // where it starts, unless that is before `floor` or would split a grapheme: then the
+    // head keeps it), and its count is added to the new marker's (`shown_removed`)
+    for &(a, b, _) in &chars.markers {
+        if a < head && head < b {
+            head = if a >= floor && !bad_cut(chars, a) {
+                a
+            } else {
+                b
+            };
+            while head < n && bad_cut(chars, head) {
+                head += 1;
+            }
+        }
+        if a < tail_start && tail_start < b {
+            tail_start = b;
+            while tail_start < n && bad_cut(chars, tail_start) {
+                tail_start += 1;
+            }
+        }
+    }
+    if head >= tail_start {
+        return (n, n);
+    }
     (head, tail_start)
+}
+
+/// The count the marker of a cut removing `chars[head..tail_start]` names: the
+/// characters removed, each marker among them counted as the characters it names
+/// rather than its own.
+fn shown_removed(chars: &CharText<'_>, head: usize, tail_start: usize) -> u64 {
+    let mut shown = (tail_start - head) as u64;
+    for &(a, b, n) in &chars.markers {
+        if head <= a && b <= tail_start {
+            shown = (shown - (b - a) as u64).saturating_add(n);
+        }
+    }
+    shown
 }
 
 /// The largest `k` in `[0, n - 1]` with `ok(k)`, by binary search; 0 when `ok(0)` is
@@ -276,7 +383,11 @@ fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (
         return (chars.text.to_owned(), 0);
     }
     let removed = tail_start - head;
-    let mark = cut_marker(removed, end, tail_start == chars.len());
+    let mark = cut_marker(
+        shown_removed(chars, head, tail_start),
+        end,
+        tail_start == chars.len(),
+    );
     let (h, t) = (chars.slice(0, head), chars.slice(tail_start, chars.len()));
     let mut out = String::with_capacity(h.len() + mark.len() + t.len());
     out.push_str(h);
@@ -778,7 +889,8 @@ impl<'a, 'p> State<'a, 'p> {
         // the marker costs fewer tokens than the characters it stands for
         let worth = |k: usize| {
             let (head, tail_start) = cut_points(&chars, floor, k);
-            let mark = cut_marker(tail_start - head, end, tail_start == chars.len());
+            let shown = shown_removed(&chars, head, tail_start);
+            let mark = cut_marker(shown, end, tail_start == chars.len());
             p.text_tokens(&mark) < p.text_tokens(chars.slice(head, tail_start))
         };
         let mut lo = largest_fitting(chars.len() - floor, fits);
@@ -840,7 +952,8 @@ impl<'a, 'p> State<'a, 'p> {
         let cut = |i: usize, k: usize| shrink_chars(&chars[i], 0, k, false);
         let worth = |i: usize, k: usize| {
             let (head, tail_start) = cut_points(&chars[i], 0, k);
-            let mark = cut_marker(tail_start - head, false, tail_start == chars[i].len());
+            let shown = shown_removed(&chars[i], head, tail_start);
+            let mark = cut_marker(shown, false, tail_start == chars[i].len());
             p.text_tokens(&mark) < p.text_tokens(chars[i].slice(head, tail_start))
         };
         while active.len() >= 2 {
@@ -1481,6 +1594,55 @@ mod tests {
         let mut p = Part::missing_result(id);
         p.content = Some(vec![Part::text("r")]);
         Message::new(role, vec![p])
+    }
+
+    #[test]
+    fn a_cut_takes_a_marker_the_text_holds_whole_and_adds_its_count() {
+        // fresh27 #1: the guard cut a cut log again; the new marker named only what the
+        // second cut removed, or the first marker was split
+        let text = format!(
+            "{}\n[... 500 characters removed ...]\n{}",
+            "a".repeat(100),
+            "b".repeat(100)
+        );
+        assert_eq!(find_markers(&text), vec![(101, 133, 500)]);
+        // the span 50..184 holds the whole marker: 134 removed, 134 - 32 + 500 named
+        let (t, removed) = shrink_text(&text, 100);
+        assert_eq!(removed, 134);
+        let want = format!(
+            "{}\n[... 602 characters removed ...]\n{}",
+            "a".repeat(50),
+            "b".repeat(50)
+        );
+        assert_eq!(t, want);
+        // a cut inside the marker (110..124) takes it whole: the count stays 500
+        let (t, removed) = shrink_text(&text, 220);
+        assert_eq!(removed, 32);
+        let want = format!(
+            "{}\n\n[... 500 characters removed ...]\n\n{}",
+            "a".repeat(100),
+            "b".repeat(100)
+        );
+        assert_eq!(t, want);
+        // the compaction functions' marker, with its line count, and malformed ones
+        let lines = "x\n[... 20060 characters (2006 lines) removed ...]\ny";
+        assert_eq!(find_markers(lines), vec![(2, 49, 20060)]);
+        assert_eq!(
+            find_markers("[... 1 characters (1 line) removed ...][... 2 characters removed ...]"),
+            vec![(0, 39, 1), (39, 69, 2)]
+        );
+        for bad in [
+            "[... characters removed ...]",
+            "[... 1234567890123456789 characters removed ...]",
+            "[... 5 characters (x lines) removed ...]",
+            "[... 5 characters removed ..]",
+            "[... ٣ characters removed ...]",
+        ] {
+            assert_eq!(find_markers(bad), vec![], "{bad}");
+        }
+        // a marker in non-ASCII text: character, not byte, positions
+        let cjk = format!("{}[... 7 characters removed ...]", "中".repeat(3));
+        assert_eq!(CharText::new(&cjk).markers, vec![(3, 33, 7)]);
     }
 
     #[test]
