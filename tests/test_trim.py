@@ -8,6 +8,7 @@ plus 4 per message. ``"a" * 40`` is 10 tokens, so such a message costs 14; the b
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import contextwindow as cw
 from contextwindow import _reference as ref
@@ -795,3 +797,49 @@ def test_guard_cuts_a_cut_log_again_with_one_marker_naming_what_is_gone() -> Non
     # what is gone, plus the one line break after the first marker that the second cut
     # took with it (a marker's own line breaks count as text: README)
     assert int(marks[0]) == len(out) - len(head) - len(tail) + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(ref.INTERPOLATE_FROM, 2_000_000),
+    st.integers(1, 50),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_largest_within_finds_the_largest_fitting_cut_of_a_monotone_cost(
+    n: int, chars_per_token: int, base: int, data: Any
+) -> None:
+    # the search by interpolation that long texts are cut after (fresh26 #2) gives what a
+    # binary search gives when the cost is monotone in the characters kept
+    def cost(k: int) -> int:
+        return base + k // chars_per_token
+
+    top = cost(n) + 1
+    limit = data.draw(st.integers(0, top - 1))
+    probes: list[int] = []
+
+    def counted(k: int) -> int:
+        probes.append(k)
+        return cost(k)
+
+    got = ref.largest_within(n, counted, limit, top)
+    assert got == ref.largest_fitting(n, lambda k: cost(k) <= limit)
+    assert len(probes) <= 1 + 12 + n.bit_length()
+
+
+def test_long_texts_are_cut_as_the_oracle_cuts_them() -> None:
+    # 70,000-300,000 characters: the interpolation search, Rust and Python step for step
+    words = ["build", "ok", "warning:", "src/lib.rs:12", "错误", "テスト", "🙂", "0x1f3a", "\n"]
+    rng = random.Random(27)
+    for n in (70_000, 120_000):
+        body = " ".join(rng.choice(words) for _ in range(n // 5))[:n]
+        assert len(body) >= ref.INTERPOLATE_FROM
+        msgs = [u("go"), call("c1"), result("c1", body)]
+        payload = encode_messages([openai_to_message(m, i) for i, m in enumerate(msgs)])
+        cm = msgspec.json.decode(payload, type=list[Message])
+        total = cw.count_messages(msgs)
+        for budget in (500, total - 100):
+            o = _OUTCOME.decode(native.trim_turns(payload, budget, "conservative", True, "openai"))
+            assert o.report.fits and o.report.tokens_after <= budget
+            want = ref.trim_turns(cm, budget, "conservative", True, "openai")
+            assert ([(op.src, op.msg) for op in o.messages], o.report) == want
