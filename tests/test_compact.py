@@ -1612,3 +1612,41 @@ def test_cleared_marker_names_the_callers_characters_after_a_share_cut() -> None
     r = budget_tool_results(msgs, 150)
     assert r.messages[3]["content"] == "[tool result cleared: 7990 characters of bash output]"
     assert r.report.fates[3] == cw.Fate(index=3, fate="truncated", rule="tool_result_cleared", chars_removed=7990)
+    # the count is read from the cut result (its marker counted as the characters it
+    # names), so a run on a cut result names the same and a second run changes nothing
+    # (a hypothesis example: naming the input's count made the marker two characters
+    # longer, the first run kept the cut result and the second cleared it)
+    cut = budget_tool_results(msgs, 150, max_total_share=None)
+    assert "characters (" in cut.messages[3]["content"]
+    assert budget_tool_results(cut.messages, 150).messages[3]["content"] == r.messages[3]["content"]
+    again = budget_tool_results(r.messages, 150)
+    assert again.report.reason is None and same_objects(again.messages, r.messages)
+
+
+def test_observation_in_several_text_parts_is_held_to_one_share() -> None:
+    # fresh27 #5: each part of a text-action observation was held to the 50% share
+    # alone, so four parts kept 3,965 tokens in a 2,000-token window
+    obs = "[Tool results]\n" + "".join(f"out {j:05d} some text\n" for j in range(8000))
+    kept = {}
+    for k in (1, 2, 4):
+        size = -(-len(obs) // k)
+        parts = [{"type": "text", "text": obs[i * size : (i + 1) * size]} for i in range(k)]
+        msgs = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "task: fix the bug"},
+            {"role": "assistant", "content": "ls"},
+            {"role": "user", "content": parts if k > 1 else obs},
+            {"role": "assistant", "content": "cat x"},
+            {"role": "user", "content": "[Tool results]\nok"},
+        ]
+        r = budget_tool_results(msgs, 2000)
+        content = r.messages[3]["content"]
+        texts = [content] if isinstance(content, str) else [p["text"] for p in content]
+        kept[k] = cw.count_messages([r.messages[3]])
+        assert kept[k] <= 1000 and r.report.fates[3].rule == "tool_result_cut"
+        # every part keeps its head and its tail, the first its prefix
+        assert texts[0].startswith("[Tool results]\nout 00000")
+        for t, p in zip(texts, [obs] if k == 1 else [q["text"] for q in parts], strict=True):
+            assert t[:10] == p[:10] and t[-10:] == p[-10:] and "characters (" in t
+    # within 1% of the share however many parts (1,000 / 991 / 994 on this input)
+    assert min(kept.values()) >= 990

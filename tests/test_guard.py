@@ -249,7 +249,7 @@ def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
     # Budget 26,000 - 13,000 = 13,000 < 13,605: step 2 clears down to 0.7 * 13,000 =
     # 9,100: read_file's result (1,004 -> 18, "[tool result cleared: 4000 characters of
     # read_file output]"): 12,619; then bash's (12,504 -> 17, "[tool result cleared:
-    # 50000 characters of bash output]", 54 chars): 132.
+    # 60001 characters of bash output]", 54 chars): 132.
     msgs = agent()
     msgs[7] = res(2, "y" * 60_000)
     g = guard(26_000, 13_000, keep_recent_results=0)
@@ -266,7 +266,10 @@ def test_events_arrive_in_step_order_and_unsubscribe_works() -> None:
         10036,
     )
     assert (second.step, second.tokens_before, second.tokens_after, second.results) == ("tool_results", 13605, 132, 2)
-    assert r.messages[7]["content"] == "[tool result cleared: 50000 characters of bash output]"
+    # the marker names the output the cut result stands for (fresh27 #4: it named the
+    # 50,000 the cap left): the 60,000 "y", plus the line break the cap's cut put before
+    # its marker in the one long line (README: counted as a character)
+    assert r.messages[7]["content"] == "[tool result cleared: 60001 characters of bash output]"
     stop()
     g.check(msgs)
     assert len(seen) == 2

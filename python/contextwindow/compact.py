@@ -272,6 +272,24 @@ def _result_chars(r: ToolResult) -> int:
     return sum(len(q.text) for q in r.content if isinstance(q, TextPart))
 
 
+def _named_chars(r: ToolResult) -> int:
+    """Characters of ``r``'s text, each cut marker in it (``ref._markers``) counted as the
+    characters it names and the line break a cut puts after one not at all: the output
+    the result stands for, to the character when a line-boundary cut made it (a trimming
+    cut's marker adds a line break before it too, counted here as one character).
+
+    >>> cut = "a\\n[... 20 characters (2 lines) removed ...]\\nb"
+    >>> _named_chars(ToolResult(call_id="c", content=[TextPart(text=cut)]))
+    23
+    """
+    total = 0
+    for q in r.content:
+        if isinstance(q, TextPart):
+            t = q.text
+            total += ref.shown_removed(t, 0, len(t)) - sum(1 for _, b, _ in ref._markers(t) if t[b : b + 1] == "\n")
+    return total
+
+
 def _non_text(r: ToolResult) -> int:
     return sum(1 for q in r.content if not isinstance(q, TextPart))
 
@@ -926,6 +944,68 @@ def _budget_tool_results(
                 return new
             return result
 
+        def cut_observation_evenly(i: int, m: Message) -> Message:
+            """A text-action observation's text parts (two or more) cut to one common
+            ``keep``, the largest with which its text, as a message of its own, fits
+            ``limit``; each keeps its head and its tail (the first its ``[Tool results]``
+            prefix). Each part was held to the share alone, so four parts kept twice the
+            window (fresh27 #5). A part whose cut would not pay for its marker stays
+            whole and the rest are cut again; with fewer than two parts left to cut,
+            ``m`` is returned as it is (each part is then cut alone, below)."""
+
+            def alone(mm: Message) -> int:
+                texts = [x for x in mm.content if isinstance(x, TextPart)]
+                return _cost(msgspec.structs.replace(mm, content=texts), name)
+
+            base = alone(m)
+            if base <= limit:
+                return m
+            active = [
+                p
+                for p, x in enumerate(m.content)
+                if isinstance(x, TextPart) and x.text and not _cut_only(x.text, _floor(x.text))
+            ]
+            while len(active) >= 2:
+                # each part's source text, the largest `keep` that cuts it and its floor:
+                # rule 1 cut parts are cut again from the input, keeping no more than it did
+                src: dict[int, tuple[str, int, int]] = {}
+                for p in active:
+                    text = m.content[p].text  # type: ignore[union-attr]
+                    floor = _floor(text)
+                    key = (i, p, None)
+                    if key in cap_keep:
+                        src[p] = (_slot_text(msgs[i], (p, None)), cap_keep[key], floor)
+                    else:
+                        src[p] = (text, len(text) - floor, floor)
+
+                def at(
+                    k: int, ps: list[int], src: dict[int, tuple[str, int, int]] = src
+                ) -> tuple[Message, dict[int, int]]:
+                    mm, gone = m, {}
+                    for p in ps:
+                        source, top, floor = src[p]
+                        if k < top:
+                            t, g = _cut_lines(source, k, floor)
+                            if g:
+                                mm, gone[p] = _set_slot(mm, (p, None), t), g
+                    return mm, gone
+
+                def fits(k: int, ps: list[int] = active) -> bool:
+                    return alone(at(k, ps)[0]) <= limit
+
+                k = ref.largest_fitting(max(t for _, t, _ in src.values()), fits)
+                new, gone = at(k, active)
+                unworthy = [p for p in gone if alone(at(k, [p])[0]) >= base]
+                if unworthy:
+                    active = [p for p in active if p not in unworthy]
+                    continue
+                if not gone or alone(new) >= base:
+                    return m
+                for p, g in gone.items():
+                    record((i, p, None), g)
+                return new
+            return m
+
         for i, m in enumerate(work):
             # a result alone costs at most its message (costs are additive over parts)
             if m.pinned or i in pinned_idx or costs[i] <= limit:
@@ -934,6 +1014,9 @@ def _budget_tool_results(
             if not (observation or any(isinstance(p, ToolResult) for p in m.content)):
                 continue
             changed = False
+            if observation:
+                evenly = cut_observation_evenly(i, m)
+                changed, m = evenly is not m, evenly
             for p, part in enumerate(m.content):
                 if isinstance(part, TextPart) and observation:
 
@@ -1023,11 +1106,11 @@ def _budget_tool_results(
                     continue
                 if tool.casefold() not in heavy or tool.casefold() in protected:
                     continue
-                # the marker names the characters of the caller's result, not what rules
-                # 1-2 left of it (fresh27 #4: "175 characters" for a 7,990-character log)
-                source = msgs[i].content[p]
-                assert isinstance(source, ToolResult)
-                cleared_part = _clear(part, tool, _result_chars(source))
+                # the marker names the characters of output the result stands for, a cut
+                # marker in it counted as what it names, not what rules 1-2 left of it
+                # (fresh27 #4: "175 characters" for a 7,990-character log); read from
+                # the result itself, so a second run names and decides the same
+                cleared_part = _clear(part, tool, _named_chars(part))
                 grows = _result_chars(cleared_part) - _result_chars(part)
                 if grows >= 0 and not _non_text(part):
                     continue  # as micro_compact: a marker no shorter than the text
