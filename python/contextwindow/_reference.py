@@ -1937,15 +1937,8 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
         if not gone:
             return
         new_cost = st.cost.message_tokens(new_m)
-        if new_cost >= old:
-            return
-        st.work[w] = Item(st.work[w].src, new_m)
-        st.set_cost(w, new_cost)
-        src = st.work[w].src
-        if src is not None:
-            f = st.fates[src]
-            f["fate"], f["rule"] = "truncated", rule
-            f["chars_removed"] += sum(gone.values())
+        if new_cost < old:
+            _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
         return
     if len(active) == 1:
         _shrink(st, w, part, active[0], budget, rule)
@@ -2050,8 +2043,13 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
         return
     new_m = _with_text(m, part, inner, new_text)
     new_cost = st.cost.message_tokens(new_m)
-    if new_cost >= old or not worth(lo):
-        return
+    if new_cost < old and worth(lo):
+        _put_cut(st, w, new_m, new_cost, rule, removed)
+
+
+def _put_cut(st: _State, w: int, new_m: Message, new_cost: int, rule: str, removed: int) -> None:
+    """Item ``w`` becomes ``new_m`` (``new_cost`` tokens), cut by ``rule``: its message's
+    fate is ``truncated`` and counts ``removed`` more characters (Rust ``State::put_cut``)."""
     st.work[w] = Item(st.work[w].src, new_m)
     st.set_cost(w, new_cost)
     src = st.work[w].src

@@ -973,8 +973,15 @@ impl<'a, 'p> State<'a, 'p> {
             None => &mut m.content[part],
         };
         target.text = Some(new_text);
-        self.costs[w] = self.costs[w] - old + new_tokens;
-        self.total = self.total - old + new_tokens;
+        self.put_cut(w, old, new_tokens, rule, removed);
+    }
+
+    /// Work item `w`'s text went from `old` to `new` tokens by a cut of `rule` removing
+    /// `removed` characters: its cost, the total and its message's fate follow.
+    /// `_reference._put_cut`.
+    fn put_cut(&mut self, w: usize, old: u64, new: u64, rule: &'static str, removed: usize) {
+        self.costs[w] = self.costs[w] - old + new;
+        self.total = self.total - old + new;
         if let Some(i) = self.work[w].src {
             let f = &mut self.fates[i];
             f.fate = "truncated";
@@ -1066,14 +1073,7 @@ impl<'a, 'p> State<'a, 'p> {
             for (i, t, _) in new {
                 inner[qs[i]].text = Some(t);
             }
-            self.costs[w] = self.costs[w] - old + new_tokens;
-            self.total = self.total - old + new_tokens;
-            if let Some(i) = self.work[w].src {
-                let f = &mut self.fates[i];
-                f.fate = "truncated";
-                f.rule = rule;
-                f.chars_removed += removed as u64;
-            }
+            self.put_cut(w, old, new_tokens, rule, removed);
             return;
         }
         if let [i] = active[..] {
