@@ -1650,3 +1650,34 @@ def test_observation_in_several_text_parts_is_held_to_one_share() -> None:
             assert t[:10] == p[:10] and t[-10:] == p[-10:] and "characters (" in t
     # within 1% of the share however many parts (1,000 / 991 / 994 on this input)
     assert min(kept.values()) >= 990
+
+
+def test_a_cut_of_a_cut_names_what_the_caller_lost_and_splits_no_marker() -> None:
+    # fresh28 #1-#3: budget_tool_results cutting text it (or trimming) had cut swallowed
+    # the first marker and named only its own removal (38,417 for 203,359 gone), and
+    # could cut through a marker, leaving '[... 1002 charact\n[... 88673 ...]\nters removed'
+    log = "".join(f"{i:06d} compiling module_{i} ... ok\n" for i in range(6000))
+    assert len(log) == 214_890
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "build"},
+        oa_call("c1", "bash"),
+        oa_result("c1", log),
+    ]
+    marker = re.compile(r"\[\.\.\. (\d+) characters \((\d+) lines\) removed \.\.\.\]")
+    twice = budget_tool_results(budget_tool_results(msgs, 50_000).messages, 10_000).messages[3]["content"]
+    once = budget_tool_results(msgs, 10_000).messages[3]["content"]
+    (m2,) = marker.finditer(twice)
+    (m1,) = marker.finditer(once)
+    head, tail = twice[: m2.start()], twice[m2.end() + 1 :]
+    assert log.startswith(head) and log.endswith(tail)
+    # what is gone from the caller's log, plus the one line break the first cut put
+    # after its marker (counted as text: README); the lines: every removed line
+    gone = len(log) - len(head) - len(tail)
+    assert int(m2.group(1)) == gone + 1 and int(m2.group(2)) == log[len(head) : len(log) - len(tail)].count("\n")
+    assert abs(int(m2.group(1)) - int(m1.group(1))) <= 1
+    # markers in the text are taken whole, never split
+    text = "".join(f"chunk {i} [... {1000 + i} characters removed ...] " for i in range(2000))
+    cut = budget_tool_results([*msgs[:3], oa_result("c1", text)], 200).messages[3]["content"]
+    whole = re.findall(r"\[\.\.\. \d+ characters(?: \(\d+ lines?\))? removed \.\.\.\]", cut)
+    assert len(whole) == cut.count("[...") >= 2

@@ -1556,7 +1556,7 @@ def _bad_cut(s: str, p: int) -> bool:
 
 #: The cut markers this library writes (trimming's and the compaction functions'), as a
 #: cut finds them in a text it cuts again (Rust ``find_markers``; fresh27 #1).
-_MARKER_RE = re.compile(r"\[\.\.\. ([0-9]{1,18}) characters(?: \([0-9]{1,18} lines?\))? removed \.\.\.\]")
+_MARKER_RE = re.compile(r"\[\.\.\. ([0-9]{1,18}) characters(?: \(([0-9]{1,18}) lines?\))? removed \.\.\.\]")
 
 
 @functools.lru_cache(maxsize=16)

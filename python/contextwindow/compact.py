@@ -376,9 +376,29 @@ def _cut_lines(text: str, keep: int, floor: int = 0) -> tuple[str, int]:
     q = max(q, h)
     if q == h:
         return text, 0
+    # a cut marker the text holds (an earlier call's, or trimming's) is never split: the
+    # cut takes it whole and names its count plus what else it removes, as
+    # `_reference.cut_points` does (fresh28 #1-#3: a cut of a cut named only its own
+    # removal, or cut through the first marker)
+    for a, b, _ in ref._markers(text):
+        if a < h < b:
+            h = a if a >= floor and not ref._bad_cut(text, a) else b
+            while h < n and ref._bad_cut(text, h):
+                h += 1
+        if a < q < b:
+            q = b
+            while q < n and ref._bad_cut(text, q):
+                q += 1
+    q = max(q, h)
+    if q == h:
+        return text, 0
     head, tail = text[:h], text[q:]
     sep = "" if not head or head.endswith("\n") else "\n"
-    mark = cut_marker(q - h, _whole_lines(text, h, q))
+    # the lines a marker taken whole names count too, and its own line does not
+    lines = _whole_lines(text, h, q)
+    for m in ref._MARKER_RE.finditer(text, h, q):
+        lines += int(m.group(2) or 0) - (m.end() < q and text[m.end()] == "\n")
+    mark = cut_marker(ref.shown_removed(text, h, q), lines)
     return head + sep + mark + ("\n" + tail if tail else ""), q - h
 
 
@@ -392,9 +412,11 @@ def _cut_lines_to(text: str, allowed: int, floor: int = 0) -> tuple[str, int, in
     shorter) and the ``keep`` passed to :func:`_cut_lines` (rule 2 cuts the same text
     again with a ``keep`` no larger, so the two rules never stack two markers)."""
     n = len(text)
-    # head + tail hold at most `keep` characters; the marker's numbers are at most n and
-    # the line count, and a line break may stand on each side of it
-    widest = len(cut_marker(n, text.count("\n") + 1)) + 2
+    # head + tail hold at most `keep` characters; the marker's numbers are at most n plus
+    # what the markers the text holds name (a cut that takes one names its count too)
+    # and the line count, and a line break may stand on each side of it
+    named = sum(c for _, _, c in ref._markers(text))
+    widest = len(cut_marker(n + named, text.count("\n") + 1)) + 2
     keep = max(0, allowed - widest - floor)
     out, gone = _cut_lines(text, keep, floor)
     for _ in range(4):  # use what that bound left over, while it still keeps more
