@@ -909,122 +909,62 @@ def _budget_tool_results(
                 cut[key] = cut.get(key, 0) + gone
                 set_removed(key, removed.get(key, 0) + gone)
 
-        def cut_evenly(i: int, p: int, result: ToolResult, alone: Callable[[ToolResult], int]) -> ToolResult:
-            """Tool result ``(i, p)`` with its text parts cut to one common ``keep``, the
-            largest with which it fits ``limit`` alone (``alone``: the tokens of the result
-            as a message of its own); parts no longer than that stay whole, each cut part
-            keeps its head and its tail. A result in several text parts (MCP tools,
-            Anthropic ``tool_result`` lists) so keeps the head of its first part and the
-            tail of its last: cut largest first, one part went down to its marker before
-            the next was touched, and the result's head with it (fresh26 #3). A part whose
+        def cut_evenly(
+            i: int, m: Message, slots: list[tuple[int, int | None]], alone: Callable[[Message], int]
+        ) -> Message:
+            """Message ``i`` (``m`` now) with its text slots ``slots`` (the text parts of
+            one tool result, or an observation's own text parts) cut to one common
+            ``keep``, the largest with which ``alone(m)`` (the tokens of the result, or of
+            the observation's text, as a message of its own) fits ``limit``; parts no
+            longer than that stay whole, each cut part keeps its head and its tail (an
+            observation's first part its ``[Tool results]`` prefix). So several parts
+            keep the head of the first and the tail of the last: cut largest first, one
+            part went down to its marker before the next was touched (fresh26 #3), and
+            an observation's parts each had the whole share (fresh27 #5). A part whose
             cut would not pay for its marker stays whole and the rest are cut again; with
-            fewer than two parts left to cut, the result is returned as it is (the caller
-            cuts it part by part)."""
-            active = [
-                j for j, x in enumerate(result.content) if isinstance(x, TextPart) and x.text and not _cut_only(x.text)
-            ]
-            base = alone(result)
-            while len(active) >= 2:
-                # each part's source text and the largest `keep` that cuts it: rule 1 cut
-                # parts are cut again from the input, keeping no more than rule 1 kept
-                src: dict[int, tuple[str, int]] = {}
-                for j in active:
-                    key = (i, p, j)
-                    text = result.content[j].text  # type: ignore[union-attr]
-                    src[j] = (_slot_text(msgs[i], (p, j)), cap_keep[key]) if key in cap_keep else (text, len(text))
-
-                def at(
-                    k: int, qs: list[int], src: dict[int, tuple[str, int]] = src
-                ) -> tuple[ToolResult, dict[int, int]]:
-                    inner = list(result.content)
-                    gone: dict[int, int] = {}
-                    for j in qs:
-                        source, top = src[j]
-                        if k < top:
-                            t, g = _cut_lines(source, k)
-                            if g:
-                                inner[j] = msgspec.structs.replace(inner[j], text=t)  # type: ignore[type-var]
-                                gone[j] = g
-                    return msgspec.structs.replace(result, content=inner), gone
-
-                top = max(t for _, t in src.values())
-                qs = list(active)
-
-                def fits(k: int, js: list[int] = qs) -> bool:
-                    return alone(at(k, js)[0]) <= limit
-
-                k = ref.largest_fitting(top, fits)
-                new, gone = at(k, qs)
-                unworthy = [j for j in gone if alone(at(k, [j])[0]) >= base]
-                if unworthy:
-                    active = [j for j in active if j not in unworthy]
-                    continue
-                if not gone or alone(new) >= base:
-                    return result
-                for j, g in gone.items():
-                    record((i, p, j), g)
-                return new
-            return result
-
-        def cut_observation_evenly(i: int, m: Message) -> Message:
-            """A text-action observation's text parts (two or more) cut to one common
-            ``keep``, the largest with which its text, as a message of its own, fits
-            ``limit``; each keeps its head and its tail (the first its ``[Tool results]``
-            prefix). Each part was held to the share alone, so four parts kept twice the
-            window (fresh27 #5). A part whose cut would not pay for its marker stays
-            whole and the rest are cut again; with fewer than two parts left to cut,
-            ``m`` is returned as it is (each part is then cut alone, below)."""
-
-            def alone(mm: Message) -> int:
-                texts = [x for x in mm.content if isinstance(x, TextPart)]
-                return _cost(msgspec.structs.replace(mm, content=texts), name)
-
+            fewer than two parts left to cut, ``m`` is returned as it is (the caller cuts
+            part by part)."""
             base = alone(m)
             if base <= limit:
                 return m
-            active = [
-                p
-                for p, x in enumerate(m.content)
-                if isinstance(x, TextPart) and x.text and not _cut_only(x.text, _floor(x.text))
-            ]
+            floors = {s: _floor(_slot_text(m, s)) if s[1] is None else 0 for s in slots}
+            active = [s for s in slots if _slot_text(m, s) and not _cut_only(_slot_text(m, s), floors[s])]
             while len(active) >= 2:
-                # each part's source text, the largest `keep` that cuts it and its floor:
-                # rule 1 cut parts are cut again from the input, keeping no more than it did
-                src: dict[int, tuple[str, int, int]] = {}
-                for p in active:
-                    text = m.content[p].text  # type: ignore[union-attr]
-                    floor = _floor(text)
-                    key = (i, p, None)
-                    if key in cap_keep:
-                        src[p] = (_slot_text(msgs[i], (p, None)), cap_keep[key], floor)
-                    else:
-                        src[p] = (text, len(text) - floor, floor)
+                # each part's source text and the largest `keep` that cuts it: rule 1 cut
+                # parts are cut again from the input, keeping no more than rule 1 kept
+                src: dict[tuple[int, int | None], tuple[str, int]] = {}
+                for s in active:
+                    key = (i, *s)
+                    text = _slot_text(m, s)
+                    src[s] = (
+                        (_slot_text(msgs[i], s), cap_keep[key]) if key in cap_keep else (text, len(text) - floors[s])
+                    )
 
                 def at(
-                    k: int, ps: list[int], src: dict[int, tuple[str, int, int]] = src
-                ) -> tuple[Message, dict[int, int]]:
+                    k: int, ss: list[tuple[int, int | None]], src: dict[tuple[int, int | None], tuple[str, int]] = src
+                ) -> tuple[Message, dict[tuple[int, int | None], int]]:
                     mm, gone = m, {}
-                    for p in ps:
-                        source, top, floor = src[p]
+                    for s in ss:
+                        source, top = src[s]
                         if k < top:
-                            t, g = _cut_lines(source, k, floor)
+                            t, g = _cut_lines(source, k, floors[s])
                             if g:
-                                mm, gone[p] = _set_slot(mm, (p, None), t), g
+                                mm, gone[s] = _set_slot(mm, s, t), g
                     return mm, gone
 
-                def fits(k: int, ps: list[int] = active) -> bool:
-                    return alone(at(k, ps)[0]) <= limit
+                def fits(k: int, ss: list[tuple[int, int | None]] = active) -> bool:
+                    return alone(at(k, ss)[0]) <= limit
 
-                k = ref.largest_fitting(max(t for _, t, _ in src.values()), fits)
+                k = ref.largest_fitting(max(t for _, t in src.values()), fits)
                 new, gone = at(k, active)
-                unworthy = [p for p in gone if alone(at(k, [p])[0]) >= base]
+                unworthy = [s for s in gone if alone(at(k, [s])[0]) >= base]
                 if unworthy:
-                    active = [p for p in active if p not in unworthy]
+                    active = [s for s in active if s not in unworthy]
                     continue
                 if not gone or alone(new) >= base:
                     return m
-                for p, g in gone.items():
-                    record((i, p, None), g)
+                for s, g in gone.items():
+                    record((i, *s), g)
                 return new
             return m
 
@@ -1037,7 +977,16 @@ def _budget_tool_results(
                 continue
             changed = False
             if observation:
-                evenly = cut_observation_evenly(i, m)
+
+                def alone_texts(mm: Message) -> int:
+                    return _cost(
+                        msgspec.structs.replace(mm, content=[x for x in mm.content if isinstance(x, TextPart)]), name
+                    )
+
+                texts: list[tuple[int, int | None]] = [
+                    (p, None) for p, x in enumerate(m.content) if isinstance(x, TextPart)
+                ]
+                evenly = cut_evenly(i, m, texts, alone_texts)
                 changed, m = evenly is not m, evenly
             for p, part in enumerate(m.content):
                 if isinstance(part, TextPart) and observation:
@@ -1060,7 +1009,15 @@ def _budget_tool_results(
 
                 if alone(part) <= limit:
                     continue
-                result = cut_evenly(i, p, part, alone)
+
+                def alone_result(mm: Message, p: int = p, m: Message = m) -> int:
+                    return _cost(msgspec.structs.replace(m, content=[mm.content[p]]), name)
+
+                parts: list[tuple[int, int | None]] = [
+                    (p, q) for q, x in enumerate(part.content) if isinstance(x, TextPart)
+                ]
+                result = cut_evenly(i, m, parts, alone_result).content[p]
+                assert isinstance(result, ToolResult)
                 changed = changed or result is not part
                 order = sorted(
                     (q for q, x in enumerate(result.content) if isinstance(x, TextPart) and x.text),
