@@ -624,3 +624,68 @@ def test_a_message_that_received_a_moved_result_is_reported_repaired() -> None:
     stub_c = {"type": "tool_result", "tool_use_id": "c", "content": MISSING_RESULT}
     assert cw.repair_tool_pairs(both).messages[2] == {"role": "user", "content": [rb, ra, stub_c]}
     assert _all_reports(both) == [want] * 5
+
+
+def test_prune_middle_trims_the_prefill_it_exposes() -> None:
+    """Found by hypothesis (``test_fit_guard_prune_validate_whole``): repair moved the
+    late result of ``c1`` next to its call and left a placeholder last, ``keep_recent=0``
+    pruned it, and the pinned ``", , , "`` became the final message, a prefill ending in
+    a space (``trailing_whitespace``, refused by the Messages API). It loses the space,
+    as ``fit`` treats a prefill eviction exposes; the input is not touched."""
+    result = {"type": "tool_result", "tool_use_id": "c1", "content": "r"}
+    msgs = [
+        u([result]),
+        a([{"type": "tool_use", "id": "c1", "name": "f", "input": {}}]),
+        u([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]),
+        a(", , , "),
+        u([{**result, "content": "r2"}]),
+    ]
+    before = json.dumps(msgs)
+    r = prune_middle(msgs, keep_recent=0, pinned=[1, 2, 3], format="anthropic")
+    assert r.report.reason == "middle_pruned"
+    assert [m["role"] for m in r.messages] == ["user", "assistant", "user", "assistant"]
+    assert r.messages[-1] == {"role": "assistant", "content": ", , ,"}
+    assert cw.validate(r.messages, "anthropic") == []
+    assert r.report.tokens_after == cw.count_messages(r.messages, format="anthropic")
+    assert json.dumps(msgs) == before
+    # the input's own final message is the caller's prefill: left as it came
+    own = prune_middle(msgs[:4], keep_recent=0, pinned=[1, 2, 3], format="anthropic")
+    assert own.messages[-1] is msgs[3]
+
+
+def test_prune_middle_keeps_the_turn_start_of_a_thinking_turn() -> None:
+    """Found by hypothesis (``test_fit_guard_prune_validate_whole``): repair moved the
+    result held in the thinking turn's assistant message into the request ("final"),
+    which made the request a result carrier, so the newest turn started at "mid" in the
+    repaired list. ``prune_middle`` kept the request and the thinking message but pruned
+    "mid": the turn of the pinned call joined the newest one, whose first assistant
+    message then had no thinking block (``thinking_not_first``). "mid" stays now (rule
+    ``thinking_block``), and the assistant message before it for alternation; the two
+    before those still go."""
+    thinking = {"type": "thinking", "thinking": "plan", "signature": "sig"}
+    msgs = [
+        u("q"),
+        a([{"type": "tool_use", "id": "c0", "name": "f", "input": {}}]),
+        u([{"type": "tool_result", "tool_use_id": "c0", "content": "r0"}]),
+        a("thinking aloud " * 50),
+        u("go on " * 50),
+        a("more"),
+        u("mid"),
+        a(
+            [
+                thinking,
+                {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+                {"type": "tool_result", "tool_use_id": "c1", "content": "out"},
+            ]
+        ),
+        u("final"),
+    ]
+    r = prune_middle(msgs, keep_recent=0, pinned=[1], format="anthropic")
+    assert r.report.reason == "middle_pruned"
+    assert cw.validate(r.messages, "anthropic") == []
+    assert [(f.fate, f.rule) for f in r.report.fates][3:7] == [
+        *[("dropped", "middle_pruned")] * 2,
+        ("kept", "alternation"),
+        ("kept", "thinking_block"),
+    ]
+    assert r.messages[-3] == msgs[6] and r.messages[-2]["content"][0] == thinking

@@ -1144,6 +1144,26 @@ def _trim_prefill_end(m: Message) -> Message:
     return msgspec.structs.replace(m, content=[*m.content[:-1], msgspec.structs.replace(last, text=text)])
 
 
+def trim_exposed_prefill(
+    ops: list[tuple[int | None, Message | None]], msgs: list[Message], provider: str
+) -> list[tuple[int | None, Message | None]]:
+    """``ops`` (an output as ``(input index or None, new message or None)`` pairs) with
+    the final message, when it is an input assistant message other than the input's own
+    final one (eviction or pruning exposed it as a prefill), without the whitespace its
+    text ends in, which the Messages API refuses (Anthropic rules only; ``trailing_whitespace``
+    in ``validate``). Used by ``fit`` and ``prune_middle`` (found by hypothesis: a pinned
+    ``", , "`` left last once the messages after it went)."""
+    if provider != "anthropic" or not ops:
+        return ops
+    src, new = ops[-1]
+    if src is None or src == len(msgs) - 1:
+        return ops  # a message the engine made, or the input's own final message
+    m = new if new is not None else msgs[src]
+    if m.role != "assistant" or not _prefill_ends_in_space(m):
+        return ops
+    return [*ops[:-1], (src, _trim_prefill_end(m))]
+
+
 @dataclass
 class Item:
     """A message of a working list: its input index (None if new) and, when changed,

@@ -1326,7 +1326,11 @@ def prune_middle(
     A tool unit is never split: any unit holding a kept message is kept whole, which
     widens the kept tail back to the unit's call. In Anthropic shape (and for a plain
     chat) a dropped run between two messages of the same role also keeps the message
-    just before the later one, so roles keep alternating. Every other message is
+    just before the later one, so roles keep alternating. Under Anthropic's rules the
+    newest turn's first assistant message, when it starts with a thinking block, is kept
+    as a pinned one, with the real user message that starts its turn (README, Extended
+    thinking); an assistant message pruning leaves last (a prefill) loses the whitespace
+    its text ends in, as in ``fit``. Every other message is
     removed, and one notice ``[context compacted: N earlier messages removed]`` stands
     for them, placed where ``trim_turns`` places its breadcrumb (DESIGN.md section 5):
 
@@ -1482,8 +1486,16 @@ def _prune_middle(
     def is_pinned(w: int) -> bool:
         return wm[w].pinned or items[w].src in pinned_idx
 
+    # and the real user message that starts its turn, when pruning would take it: the
+    # turn before would join the newest, whose first assistant message then has no
+    # thinking block (found by hypothesis: repair made the input's request, a pinned image
+    # message, a result carrier, so the request kept was not the turn's start)
+    boundary = (
+        None if anchor is None else next((w for w in range(anchor - 1, pre - 1, -1) if ref.is_real_user(wm[w])), None)
+    )
+
     def is_anchor(w: int) -> bool:
-        return w == anchor
+        return w == anchor or w == boundary
 
     def is_protected(w: int) -> bool:
         return items[w].src in protected
@@ -1653,6 +1665,9 @@ def _prune_middle(
     if standalone_at == n:
         out.append((None, Message(role="user", content=[TextPart(text=notice)])))
         inserted += 1
+    # an assistant message pruning left last (a prefill under Anthropic's rules) without
+    # the whitespace its text ends in, as fit does (found by hypothesis)
+    out = ref.trim_exposed_prefill(out, msgs, provider)
     dropped_turns = sum(1 for a, b in seg.turns if all(w not in keep for w in range(a, b)))
     pruned = finish(out, "middle_pruned", inserted, dropped_turns)
     if pruned.report.tokens_after >= sum(costs):

@@ -1103,20 +1103,16 @@ def _unexposed_prefill(
     removes (:func:`_reference._trim_prefill_end`). Found by hypothesis: the messages
     after a pinned ``[thinking, "[Tool results] "]`` were evicted. The report's
     ``tokens_after`` (and ``fits``) follow; the message's fate is kept."""
-    if prep.provider != "anthropic" or not ops:
+    trimmed = ref.trim_exposed_prefill(ops, plan.st.msgs, prep.provider)
+    if trimmed is ops:
         return ops, report
-    src, new = ops[-1]
-    msgs = plan.st.msgs
-    if src is None or src == len(msgs) - 1:
-        return ops, report  # a message the engine made, or the input's own final message
-    m = new if new is not None else msgs[src]
-    if m.role != "assistant" or not ref._prefill_ends_in_space(m):
-        return ops, report
-    trimmed = ref._trim_prefill_end(m)
     cost = plan.st.cost
-    after = report.tokens_after - cost.message_tokens(m) + cost.message_tokens(trimmed)
+    old_m, new_m = ops[-1], trimmed[-1][1]
+    assert old_m[0] is not None and new_m is not None
+    before = old_m[1] if old_m[1] is not None else plan.st.msgs[old_m[0]]
+    after = report.tokens_after - cost.message_tokens(before) + cost.message_tokens(new_m)
     report = msgspec.structs.replace(report, tokens_after=after, fits=after <= budget)
-    return [*ops[:-1], (src, trimmed)], report
+    return trimmed, report
 
 
 def _shrink_newest_turn(

@@ -40,7 +40,8 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             * ``budget_tool_results`` / ``micro_compact``: ``message_char_cap``,
               ``tool_result_cut``, ``tool_result_cleared``.
             * ``prune_middle``: ``first_user_message``, ``current_request``,
-              ``recent_messages``, ``pinned``, ``thinking_block``, ``policy_class`` (a class the policy
+              ``recent_messages``, ``pinned``, ``thinking_block`` (that message and the
+              real user message starting its turn), ``policy_class`` (a class the policy
               never evicts, in :meth:`~contextwindow.ContextGuard.recover`'s middle
               step), ``tool_unit``, ``alternation`` (kept),
               ``middle_pruned``, ``notice_replaced``, ``notice_removed`` (dropped),
