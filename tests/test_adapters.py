@@ -1220,3 +1220,33 @@ def test_struct_extra_keeps_what_reading_a_dict_leaves(extra: dict[str, Any]) ->
     m = Message(role="assistant", content=[TextPart(text="ok")], extra=extra)
     assert message_to_openai(m) == {"role": "assistant", "content": "ok", **extra}
     assert cw.count_messages([Message(role="user", content=[TextPart(text="q")]), m]) > 0
+
+
+@pytest.mark.parametrize(
+    ("source", "field"),
+    [
+        ({}, "content[1].source.type"),
+        ({"type": None}, "content[1].source.type"),
+        ({"type": "url"}, "content[1].source.url"),
+        ({"type": "base64", "data": "AA"}, "content[1].source.media_type"),
+        (None, "content[1].source"),
+    ],
+)
+def test_struct_image_source_is_checked_when_written_for_anthropic(source: Any, field: str) -> None:
+    """An ``ImagePart`` whose source is an object was written for Anthropic as it came:
+    ``ImagePart(source={})`` passed ``validate(..., "anthropic")`` and went out as
+    ``{"type": "image", "source": {}}``, a block the API refuses and that a dict input
+    is refused for (``content[0].source.type: is missing``). The writer checks it as the
+    reader does: ``InvalidMessageError`` naming the field, ``unwritable_message`` in
+    ``validate``. A good source is written as it came."""
+    from contextwindow.adapters import from_canonical
+    from contextwindow.messages import ImagePart, Message, TextPart
+
+    m = Message(role="user", content=[TextPart(text="hi"), ImagePart(source=source)])
+    with pytest.raises(cw.InvalidMessageError) as err:
+        from_canonical(m, "anthropic")
+    assert err.value.field == field
+    assert [(v.index, v.code) for v in cw.validate([m], "anthropic")] == [(0, "unwritable_message")]
+    good = {"type": "url", "url": "https://example.com/a.png", "x": 1}
+    out = from_canonical(Message(role="user", content=[ImagePart(source=good)]), "anthropic")
+    assert out == {"role": "user", "content": [{"type": "image", "source": good}]}

@@ -88,7 +88,7 @@ def _rest(d: Mapping[str, Any], skip: Sequence[str]) -> dict[str, Any] | None:
     return rest or None
 
 
-def _str(d: Mapping[str, Any], key: str, index: int, field: str) -> str:
+def _str(d: Mapping[str, Any], key: str, index: int | None, field: str) -> str:
     value = d.get(key, _ABSENT)
     if not isinstance(value, str):
         _fail("is missing" if value is _ABSENT else "must be a string", index, field)
@@ -452,7 +452,7 @@ def _encode_input(value: Any, index: int, field: str) -> str:
 _SOURCE_FIELDS = {"base64": ("media_type", "data"), "url": ("url",), "file": ("file_id",)}
 
 
-def _source(b: Mapping[str, Any], index: int, field: str) -> Mapping[str, Any]:
+def _source(b: Mapping[str, Any], index: int | None, field: str) -> Mapping[str, Any]:
     """The ``source`` of an image or document block, checked against its ``type``: an
     object whose ``type`` is a string (``{}`` was priced as an image of unknown size)."""
     source = b.get("source")
@@ -570,22 +570,25 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     return Message(role=role, content=parts, extra=_rest(d, ("role", "content")), content_kind=kind)  # type: ignore[arg-type]
 
 
-def _anthropic_source(source: Any) -> Any:
+def _anthropic_source(source: Any, j: int) -> Any:
+    """The Anthropic ``source`` object of an ``ImagePart`` source: a URL or data URL
+    string written as one, or an object checked as :func:`_source` checks a block read
+    in (``ImagePart(source={})`` was written as it came, a block the API refuses)."""
     if isinstance(source, str):
         data_url = _DATA_URL.fullmatch(source)
         if data_url:
             return {"type": "base64", "media_type": data_url[1], "data": data_url[2]}
         return {"type": "url", "url": source}
     if not isinstance(source, Mapping):
-        _fail("image has no source", None, "content")
-    return source
+        _fail("image has no source", None, f"content[{j}].source")
+    return _source({"source": source}, None, f"content[{j}]")
 
 
 def _anthropic_block_out(p: Part, j: int) -> Any:
     if isinstance(p, TextPart):
         return _text_out(p)
     if isinstance(p, ImagePart):
-        return _merge({"type": "image", "source": _anthropic_source(p.source)}, p.extra)
+        return _merge({"type": "image", "source": _anthropic_source(p.source, j)}, p.extra)
     if isinstance(p, ToolCall):
         if _is_custom(p):  # tool_use takes an object input; free text has no place there
             _fail(_CUSTOM_TO_ANTHROPIC, None, f"content[{j}]")
