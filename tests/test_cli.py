@@ -1797,3 +1797,30 @@ def test_inspect_shows_the_structured_output_schema_as_count_does(
     assert f": {total:,} tokens (" in capsys.readouterr().out
     assert main(["inspect", f]) == 0
     assert f" + {tokens:,} output schema)" in capsys.readouterr().out
+
+
+def test_a_rewritten_message_keeps_the_key_order_it_came_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repair --missing drop` wrote the assistant message it removed a call from with
+    `role` first although the file had `content` first: a changed message is written
+    with its keys in the input's order (same keys, same values), in the CLI and the API;
+    keys the rewrite adds go after them (a stub's `tool_call_id` message is new)."""
+    msgs = [
+        {"role": "user", "content": "hi", "zeta": 1},
+        {
+            "content": "let me",
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            "alpha": 2,
+        },
+        {"role": "user", "content": "next"},
+    ]
+    f = write(tmp_path, "c.json", json.dumps(msgs))
+    assert main(["repair", "--missing", "drop", f]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [list(m) for m in got] == [["role", "content", "zeta"], ["content", "role", "alpha"], ["role", "content"]]
+    assert got[1] == {"content": "let me", "role": "assistant", "alpha": 2}
+    api = cw.repair_tool_pairs(msgs, missing="drop").messages
+    assert [list(m) for m in api] == [list(m) for m in got]
+    assert list(msgs[1]) == ["content", "role", "tool_calls", "alpha"]  # the input as it came

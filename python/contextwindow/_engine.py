@@ -1162,8 +1162,18 @@ def _build(
         elif format == "canonical":
             out.append(msg)
         else:
-            out.append(written(msg, format))
+            out.append(written(msg, format) if src is None else _in_order_of(written(msg, format), original[src]))
     return TrimResult(messages=out, report=report)
+
+
+def _in_order_of(new: Any, old: Any) -> Any:
+    """``new``, a changed message written back as a dict, with its keys in the order
+    ``old`` (the input message it came from) has them, keys ``old`` lacks after them: a
+    rewritten message keeps the caller's layout (``repair --missing drop`` wrote
+    ``role`` before the ``content`` the input had first). Same keys, same values."""
+    if not isinstance(new, dict) or not isinstance(old, Mapping) or list(new) == [k for k in old if k in new]:
+        return new
+    return {**{k: new[k] for k in old if k in new}, **new}
 
 
 @dataclass(frozen=True)
