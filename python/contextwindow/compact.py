@@ -1341,7 +1341,10 @@ def prune_middle(
       current request instead.
     * Anthropic shape: the leading text block of that next kept message when it is a
       user message (after its ``tool_result`` blocks when it carries results), else the
-      last text block of the kept user message before the removed run.
+      last text block of the kept user message before the removed run, else the
+      leading text block of a later kept user message. A message the notice would stop
+      being a turn's start (an empty user message, then the notice alone) is passed over
+      when another can hold it.
 
     Pruning a pruned history never stacks notices: the old ones are removed and the new
     notice counts their messages plus the newly removed ones; when only old notices
@@ -1594,22 +1597,45 @@ def _prune_middle(
             standalone_at = after if after is not None else n
         else:
             target = (requests[-1], "trail")
-    elif after is not None and ref.anthropic_role(cur(after).role) == "user":  # a tool struct is one
-        target = (after, "after_results" if ref.has_results(cur(after)) else "lead")
-    elif before is None and after is not None:
-        # nothing kept before the gap and an assistant message after it: the notice leads
-        # as a user message of its own, so the conversation still starts with a user
-        # (found by hypothesis: merged into a later user message, it started with the
-        # assistant)
-        standalone_at = after
-    elif before is not None and ref.anthropic_role(cur(before).role) == "user":
-        target = (before, "trail")
     else:
-        later = next((w for w in range(first_gone, n) if w in keep and ref.anthropic_role(cur(w).role) == "user"), None)
-        if later is not None:
-            target = (later, "after_results" if ref.has_results(cur(later)) else "lead")
-        else:
-            standalone_at = after if after is not None else n
+
+        def place(w: int | None, strict: bool, trail: bool = False) -> tuple[int, str] | None:
+            """Where in kept message ``w`` the notice goes, when ``w`` is a user message
+            (a tool struct is one) and, if ``strict``, stays what it was with it: an
+            empty real user message holding the notice alone would be the notice's own
+            message, no turn's start (found by hypothesis: the newest thinking turn then
+            began a turn earlier, ``thinking_not_first``)."""
+            if w is None or ref.anthropic_role(cur(w).role) != "user":
+                return None
+            where = "trail" if trail else "after_results" if ref.has_results(cur(w)) else "lead"
+            if strict and ref.is_real_user(_with_notice(cur(w), notice, where)) != ref.is_real_user(cur(w)):
+                return None
+            return (w, where)
+
+        def choose(strict: bool) -> tuple[tuple[int, str] | None, int | None] | None:
+            """``(target, standalone_at)``: the first kept user message after the gap,
+            else (nothing kept before the gap, an assistant message after it) a user
+            message of its own, so the conversation still starts with a user (found by
+            hypothesis: merged into a later user message, it started with the
+            assistant), else the last kept before the gap, else a later user message;
+            ``None`` when ``strict`` finds no message that stays what it was."""
+            t = place(after, strict)
+            if t is not None:
+                return t, None
+            if before is None and after is not None and ref.anthropic_role(cur(after).role) != "user":
+                return None, after
+            t = place(before, strict, trail=True) or next(
+                (t for w in range(first_gone, n) if w in keep and (t := place(w, strict)) is not None), None
+            )
+            if t is not None:
+                return t, None
+            return None if strict else (None, after if after is not None else n)
+
+        # a message that would stop being a turn's start (or become one) only when no
+        # other can hold the notice
+        chosen = choose(True) or choose(False)
+        assert chosen is not None
+        target, standalone_at = chosen
     if target is not None:
         new[target[0]] = _with_notice(cur(target[0]), notice, target[1])
 
