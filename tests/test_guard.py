@@ -10,6 +10,7 @@ its arguments as two texts (``read_file`` 9 // 4 = 2, ``{}`` -> 1: 4 + 2 + 1 = 7
 from __future__ import annotations
 
 import copy
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -1151,3 +1152,32 @@ def test_the_guards_cap_keeps_the_end_of_a_build_log() -> None:
     assert (head, tail) == (log[:5_191], log[-5_191:]) and tail.endswith(log[-51:])
     kinds = [(type(e).__name__, e.chars_removed) for e in small.events]  # type: ignore[attr-defined]
     assert kinds[:2] == [("MessageTruncated", 29_000), ("ToolResultTruncated", 39_559)]
+
+
+def test_history_event_counts_the_cut_fit_made_further() -> None:
+    """Last session's note: when the tool-output step's cut was not enough and ``fit``
+    (the history step) cut the same tool result further, ``HistoryTrimmed`` did not say
+    so. It carries ``truncated_messages`` and ``chars_removed`` (the step report's
+    fates, summed): the characters cut from the step's input text, i.e. the growth of the
+    marker's count plus the earlier marker the recut took out."""
+    big = "\n".join(f"line {i}: " + "data " * 20 for i in range(3000))
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "read the log"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+    ]
+    budget = cw.resolve_budget(context_window=6000, max_output_tokens=1000, floor=0)
+    r = cw.ContextGuard(budget, max_result_share=0.95, max_total_share=0.95).check(msgs)
+    assert r.fits
+    history = next(e for e in r.events if isinstance(e, cw.HistoryTrimmed))
+    assert (history.dropped_messages, history.truncated_messages) == (0, 1)
+    first = r.steps[0].report.fates[3].chars_removed  # the tool-output step's marker count
+    (final,) = re.findall(r"\[\.\.\. (\d+) characters removed \.\.\.\]", r.messages[3]["content"])
+    grew = int(final) - first
+    assert 0 < grew <= history.chars_removed <= grew + len(f"[... {first} characters (9999 lines) removed ...]")
+    assert history.chars_removed == sum(f.chars_removed for f in r.steps[-1].report.fates)

@@ -190,6 +190,11 @@ class HistoryTrimmed(GuardEvent, frozen=True, kw_only=True):
         dropped_messages: input messages dropped.
         kept_turns: turns kept.
         dropped_turns: whole turns dropped.
+        truncated_messages: kept messages whose text the step shortened (``fit`` cuts a
+            tool result, or the newest turn, when evicting is not enough; it can cut a
+            result the ``tool_output`` step cut already further).
+        chars_removed: characters (code points) those cuts removed, summed over the
+            step report's fates.
 
     >>> HistoryTrimmed(step="history", reason="token_budget", hint="general",
     ...     tokens_before=900, tokens_after=400, messages_before=9, messages_after=4,
@@ -200,6 +205,8 @@ class HistoryTrimmed(GuardEvent, frozen=True, kw_only=True):
     dropped_messages: int
     kept_turns: int
     dropped_turns: int
+    truncated_messages: int = 0
+    chars_removed: int = 0
 
 
 class OverflowRecovered(GuardEvent, frozen=True, kw_only=True):
@@ -208,6 +215,8 @@ class OverflowRecovered(GuardEvent, frozen=True, kw_only=True):
     Attributes:
         target: the token target the trim aimed at.
         dropped_messages: input messages dropped.
+        truncated_messages: kept messages whose text the trim shortened.
+        chars_removed: characters (code points) it cut from them.
 
     >>> OverflowRecovered(step="overflow", reason="context_overflow", hint="general",
     ...     tokens_before=900, tokens_after=580, messages_before=9, messages_after=6,
@@ -217,6 +226,8 @@ class OverflowRecovered(GuardEvent, frozen=True, kw_only=True):
 
     target: int
     dropped_messages: int
+    truncated_messages: int = 0
+    chars_removed: int = 0
 
 
 class MiddlePruned(GuardEvent, frozen=True, kw_only=True):
@@ -232,6 +243,11 @@ class MiddlePruned(GuardEvent, frozen=True, kw_only=True):
     """
 
     removed_messages: int
+
+
+def _chars_removed(report: Any) -> int:
+    """``chars_removed`` of a history or overflow event: the step report's fates' sum."""
+    return sum(f.chars_removed for f in report.fates)
 
 
 AnyEvent = (
@@ -705,6 +721,8 @@ class ContextGuard:
                 dropped_messages=r.report.dropped_messages,
                 kept_turns=r.report.kept_turns,
                 dropped_turns=r.report.dropped_turns,
+                truncated_messages=r.report.truncated_messages,
+                chars_removed=_chars_removed(r.report),
             )
 
         # 1. tool output, before every call
@@ -938,6 +956,8 @@ class ContextGuard:
                     messages_after=len(rec.messages),
                     target=rec.target,
                     dropped_messages=rec.report.dropped_messages,
+                    truncated_messages=rec.report.truncated_messages,
+                    chars_removed=_chars_removed(rec.report),
                 )
             )
             stats["messages_dropped"] += rec.report.dropped_messages
@@ -997,6 +1017,8 @@ class ContextGuard:
                         dropped_messages=r.report.dropped_messages,
                         kept_turns=r.report.kept_turns,
                         dropped_turns=r.report.dropped_turns,
+                        truncated_messages=r.report.truncated_messages,
+                        chars_removed=_chars_removed(r.report),
                     )
                 )
                 stats["messages_dropped"] += r.report.dropped_messages
