@@ -1681,3 +1681,45 @@ def test_a_cut_of_a_cut_names_what_the_caller_lost_and_splits_no_marker() -> Non
     cut = budget_tool_results([*msgs[:3], oa_result("c1", text)], 200).messages[3]["content"]
     whole = re.findall(r"\[\.\.\. \d+ characters(?: \(\d+ lines?\))? removed \.\.\.\]", cut)
     assert len(whole) == cut.count("[...") >= 2
+
+
+def test_second_pruning_finds_the_notice_in_a_tool_struct() -> None:
+    """Found by hypothesis (``test_properties``): under Anthropic's rules the notice went
+    after the results of a ``tool`` struct (written as a user message of ``tool_result``
+    blocks), the first kept message that could hold it without ending a turn's start;
+    pruning the output again did not see it there (only ``user`` messages were searched)
+    and added a second notice. Now the second pruning counts it and leaves one notice."""
+    from contextwindow.messages import ImagePart, OpaquePart
+
+    t = TextPart
+    msgs = [
+        Message(role="user", content=[], pinned=True),
+        Message(role="user", content=[ToolCall(id="c1", name="f", arguments="{}")]),
+        Message(role="user", content=[t(text="hello" * 50)]),
+        Message(role="user", content=[ToolCall(id="c1", name="f", arguments="{}")]),
+        Message(role="user", content=[]),
+        Message(role="user", content=[]),
+        Message(
+            role="assistant",
+            content=[
+                ToolResult(call_id="c1", content=[t(text="copy")], is_error=True),
+                ToolCall(id="c1", name="read_file", arguments=""),
+            ],
+            pinned=True,
+        ),
+        Message(role="tool", content=[ToolResult(call_id="c1", content=[t(text="")], is_error=True)]),
+        Message(
+            role="user",
+            content=[OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""}), ImagePart(source="u")],
+        ),
+        Message(role="user", content=[t(text="")]),
+    ]
+    once = prune_middle(msgs, keep_recent=2, format="anthropic").messages
+
+    def notices(out: list[Message]) -> list[str]:
+        return [p.text for m in out for p in m.content if isinstance(p, TextPart) and p.text.startswith("[context")]
+
+    assert notices(once) == ["[context compacted: 3 earlier messages removed]"]
+    assert once[2].role == "tool"
+    twice = prune_middle(once, format="anthropic").messages
+    assert len(notices(twice)) == 1

@@ -1281,8 +1281,11 @@ def _op_message(msgs: list[Message], src: int | None, msg: Message | None) -> Me
 
 
 def _notice_blocks(m: Message) -> list[int]:
-    """Indices of notice text blocks inside a user message that holds more than that."""
-    if m.role != "user" or _is_notice_message(m):
+    """Indices of notice text blocks inside a user message that holds more than that (a
+    ``tool`` struct too: written as a user message under Anthropic's rules, it can take
+    the notice after its results; found by hypothesis: a second pruning kept it there
+    and added another)."""
+    if m.role not in ("user", "tool") or _is_notice_message(m):
         return []
     return [p for p, q in enumerate(m.content) if isinstance(q, TextPart) and _notice_count(q.text) is not None]
 
