@@ -395,3 +395,112 @@ def test_a_tokenizer_passed_as_token_counter_gets_a_hint() -> None:
     # a counter failing in another way gets no such hint
     with pytest.raises(cw.TokenCounterError, match=r"raised ZeroDivisionError: integer division or modulo by zero$"):
         cw.trim_turns([{"role": "user", "content": "hi"}], 30, token_counter=lambda ms: 1 // 0)
+
+
+# fit with the caller's costs (issue 3 item 6: every trimming function takes
+# token_counter=); the same independent check as trim_turns': a counter equal to the
+# profile's rule gives exactly the default (Rust-costed) path's output and report
+
+
+@given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim"]), st.integers(1, 3))
+def test_fit_profile_rule_counter_matches_default_path(
+    c: tuple[str, list[Message]], pct: int, profile: str, recent: int
+) -> None:
+    provider, msgs = c
+    snapshot = msgspec.to_builtins(msgs)
+    budget = cw.count_messages(msgs, profile) * pct // 100
+    policy = cw.FitPolicy(recent_turns=recent)
+    default = cw.fit(msgs, budget, policy, profile=profile, format=provider)
+    counted = cw.fit(msgs, budget, policy, format=provider, token_counter=rule_counter(profile, None))
+    same_result(default, counted, msgs)
+    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
+    same_result(default, cw.fit(msgs, budget, policy, format=provider, estimator=tok), msgs)
+    assert msgspec.to_builtins(msgs) == snapshot
+
+
+@pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
+def test_fit_profile_rule_counter_matches_default_on_corpus(path: Any) -> None:
+    doc = load(path)
+    fmt, msgs = doc["format"], doc["messages"]
+    before = msgspec.json.encode(msgs)
+    total = cw.count_messages(msgs, format=fmt)
+    for pct in (5, 25, 50, 90, 200):
+        budget = total * pct // 100
+        default = cw.fit(msgs, budget, format=fmt)
+        same_result(default, cw.fit(msgs, budget, format=fmt, token_counter=rule_counter("conservative", fmt)), msgs)
+        same_result(default, cw.fit(msgs, budget, format=fmt, tokenizer=cw.estimate_tokens), msgs)
+    assert msgspec.json.encode(msgs) == before
+
+
+def test_fit_ten_per_message_by_hand() -> None:
+    """Worked by hand, 10 tokens a message: 6 messages are 60, over a budget of 45; the
+    default low-water mark (0.7) aims at 31. Classes (``priorities``): the preamble and
+    the request P0, turn 1's user message P2 and its reply P3, turn 2 (one of the two
+    recent turns) P1. Evicting P3 ("x"): 50; P2 ("1", the whole first turn now, so the
+    breadcrumb comes in): s + breadcrumb + 2 + y + 3 = 50; P1, oldest unit first, the
+    turn's opening message only with the whole turn: "y" (40), then "2": s + breadcrumb
+    + 3 = 30 <= 31. The counter sees each distinct message once (the six inputs, the
+    breadcrumb) and the report is in its tokens."""
+    msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), u("3")]
+    rec = Recorder()
+    r = cw.fit(msgs, 45, token_counter=rec, format="openai")
+    assert [m["content"] for m in r.messages] == ["s", BC, "3"]
+    assert r.messages[0] is msgs[0] and r.messages[2] is msgs[5]
+    rep = r.report
+    assert (rep.tokens_before, rep.tokens_after, rep.budget, rep.fits) == (60, 30, 45, True)
+    rules = ["preamble", "p2_evicted", "p3_evicted", "p1_evicted", "p1_evicted", "current_request"]
+    assert [f.rule for f in rep.fates] == rules
+    assert all(len(c) == 1 for c in rec.calls)
+    assert sum(1 for c in rec.calls if c[0] in msgs) == 6 and len(rec.calls) <= 8
+
+
+def test_fit_cost_source_errors() -> None:
+    """As trim_turns': one cost source, no profile beside a counter, a counter's bad
+    return value named with the message index."""
+    msgs = [u("hi"), a("ok"), u("more")]
+    with pytest.raises(ValueError, match="at most one"):
+        cw.fit(msgs, 10, token_counter=len, tokenizer=len)
+    with pytest.raises(ValueError, match="profile has no effect"):
+        cw.fit(msgs, 10, profile="fim", token_counter=len)
+    with pytest.raises(TypeError, match="token_counter must be a callable"):
+        cw.fit(msgs, 10, token_counter=3)
+    with pytest.raises(cw.TokenCounterError, match="message 0"):
+        cw.fit(msgs, 10, token_counter=lambda ms: -1)
+
+
+@given(case(), st.integers(0, 8), st.sampled_from(["conservative", "fim"]), st.booleans())
+def test_prune_middle_profile_rule_counter_matches_default_path(
+    c: tuple[str, list[Message]], keep: int, profile: str, limited: bool
+) -> None:
+    """``prune_middle`` with the caller's costs: a counter equal to the profile's rule
+    gives the default path's output and report (budget: none, or half the tokens)."""
+    from contextwindow.compact import prune_middle
+
+    provider, msgs = c
+    budget = cw.count_messages(msgs, profile) // 2 if limited else None
+    default = prune_middle(msgs, budget, keep_recent=keep, profile=profile, format=provider)
+    counted = prune_middle(msgs, budget, keep_recent=keep, format=provider, token_counter=rule_counter(profile, None))
+    same_result(default, counted, msgs)
+    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
+    same_result(default, prune_middle(msgs, budget, keep_recent=keep, format=provider, estimator=tok), msgs)
+
+
+def test_prune_middle_ten_per_message_by_hand() -> None:
+    """Worked by hand, 10 tokens a message, ``keep_recent=2``: the 7 inputs are 70, over
+    65. Kept: the preamble, the first user message ("1"), the request and the last two
+    messages ("z", "3"); "x", "2" and "y" go and the notice, a user message of its own
+    before "z", stands for them: 5 messages, 50 tokens."""
+    from contextwindow.compact import prune_middle
+
+    msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), a("z"), u("3")]
+    rec = Recorder()
+    r = prune_middle(msgs, 65, keep_recent=2, token_counter=rec, format="openai")
+    assert [m["content"] for m in r.messages] == ["s", "1", "[context compacted: 3 earlier messages removed]", "z", "3"]
+    rep = r.report
+    assert (rep.tokens_before, rep.tokens_after, rep.budget, rep.fits) == (70, 50, 65, True)
+    assert all(len(c) == 1 for c in rec.calls)
+    # under the budget nothing changes, and the counter saw each input once
+    rec = Recorder()
+    same = prune_middle(msgs, 70, keep_recent=2, token_counter=rec, format="openai")
+    assert same.report.reason is None and all(x is y for x, y in zip(same.messages, msgs, strict=True))
+    assert len(rec.calls) == 7

@@ -51,6 +51,7 @@ from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
+from .estimator import caller_cost, cost_source
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
 
@@ -1320,6 +1321,9 @@ def prune_middle(
     pinned: Iterable[int] = (),
     profile: str | None = None,
     format: str | None = None,
+    token_counter: Any = None,
+    estimator: Any = None,
+    tokenizer: Any = None,
 ) -> TrimResult[Any]:
     """Replace the middle of a long history with one notice (third seed, layer 2).
 
@@ -1363,8 +1367,15 @@ def prune_middle(
             ``min(6, total // 3)``.
         pinned: input indices to treat as pinned (dict input has no ``pinned`` field;
             as ``FitPolicy.pinned``), added to ``Message.pinned``.
-        profile: built-in profile for token counts (``None``: ``conservative``).
+        profile: built-in profile for token counts (``None``: ``conservative``, or the
+            estimator's profile).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        token_counter: ``list of messages -> tokens`` (LangChain's convention), called
+            with one message at a time in the caller's shape, as in
+            :func:`~contextwindow.trim_turns`; ``budget`` and the report are then in its
+            tokens.
+        estimator: an :class:`~contextwindow.Estimator` (profile, tokenizer, calibrator).
+        tokenizer: ``str -> tokens``, replacing ``profile``'s text rule.
 
     Returns:
         ``TrimResult(messages, report)``; ``report.reason`` is ``"middle_pruned"`` when
@@ -1375,7 +1386,10 @@ def prune_middle(
 
     Raises:
         InvalidMessageError: a message is malformed.
-        ValueError: ``budget`` not None, an int >= 0 or an object with an int >= 0 in
+        TokenCounterError: the counter or tokenizer raised, or returned something other
+            than an ``int >= 0`` (names it and the message index).
+        ValueError: more than one cost source, ``profile`` beside ``token_counter``;
+            ``budget`` not None, an int >= 0 or an object with an int >= 0 in
             ``usable``, ``keep_recent``
             not an int >= 0 or None (a string or a bool as much as a negative number, as
             for ``fit``'s budget), unknown profile, a ``pinned`` index that is not a
@@ -1384,7 +1398,9 @@ def prune_middle(
             disagree; a reserve as large as the window, a ``ReserveError``; a non-int
             field is a ``TypeError``): see
             ``contextwindow.budget.checked_budget``.
-        TypeError: ``pinned`` not a collection of indices (ints).
+        TypeError: ``pinned`` not a collection of indices (ints);
+            ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
+            ``Estimator``.
 
     A pruning that would not lower the estimate (the notice costing as much as the
     messages it replaces) is not done: the input comes back (pairs repaired).
@@ -1395,8 +1411,16 @@ def prune_middle(
     >>> [m["content"] for m in prune_middle(msgs, keep_recent=2).messages]
     ['sys', 'task', '[context compacted: 8 earlier messages removed]', 'step 4', 'more 4']
     """
+    name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
     return _prune_middle(
-        messages, budget, keep_recent=keep_recent, pinned=pinned, profile=profile, format=format, protected=()
+        messages,
+        budget,
+        keep_recent=keep_recent,
+        pinned=pinned,
+        profile=name,
+        format=format,
+        protected=(),
+        caller=(est, counter) if est is not None or counter is not None else None,
     )
 
 
@@ -1409,8 +1433,11 @@ def _prune_middle(
     profile: str | None,
     format: str | None,
     protected: Collection[int],
+    caller: tuple[Any, Any] | None = None,
 ) -> TrimResult[Any]:
-    """:func:`prune_middle`, also keeping the input indices in ``protected``.
+    """:func:`prune_middle`, also keeping the input indices in ``protected``; with
+    ``caller`` (``(estimator, token_counter)``, one of them None: :func:`cost_source`),
+    in the caller's costs.
 
     ``protected``: input indices a caller's policy never evicts
     (:meth:`~contextwindow.ContextGuard.recover`: class 0, or a class outside
@@ -1429,7 +1456,17 @@ def _prune_middle(
     msgs = _engine.decoded(prep)
     _pinned_range(pinned_idx, len(msgs))
     provider = prep.provider
-    in_costs = _costs(msgs, name)
+    if caller is None:
+
+        def price(ms: list[Message]) -> list[int]:
+            return _costs(ms, name)
+    else:
+        model = caller_cost(prep, msgs, *caller)
+
+        def price(ms: list[Message]) -> list[int]:
+            return [model.message_tokens(m) for m in ms]
+
+    in_costs = price(msgs)
     tokens_before = sum(in_costs)
 
     items, repairs = ref.repair(msgs, provider, "stub")
@@ -1437,7 +1474,7 @@ def _prune_middle(
     n = len(wm)
     costs = [in_costs[it.src] if it.src is not None and it.new is None else -1 for it in items]
     fresh = [w for w, c in enumerate(costs) if c < 0]
-    for w, c in zip(fresh, _costs([wm[w] for w in fresh], name), strict=True):
+    for w, c in zip(fresh, price([wm[w] for w in fresh]), strict=True):
         costs[w] = c
     fates = _fates(len(msgs))
     ref.repair_fates(fates, repairs, items, msgs)
@@ -1448,7 +1485,7 @@ def _prune_middle(
     def finish(
         out: list[tuple[int | None, Message | None]], reason: str | None, inserted: int, dropped_turns: int
     ) -> TrimResult[Any]:
-        tokens_after = sum(_costs([_op_message(msgs, src, msg) for src, msg in out], name))
+        tokens_after = sum(price([_op_message(msgs, src, msg) for src, msg in out]))
         changed = len(out) != len(msgs) or any(msg is not None or src != i for i, (src, msg) in enumerate(out))
         if reason is None and changed:
             reason = "tool_pairs"

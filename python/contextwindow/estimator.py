@@ -28,6 +28,7 @@ from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
 from .estimate import (
     DEFAULT_PROFILE,
+    PROFILES,
     check_limit,
     estimate_tokens,
     profile_counts,
@@ -380,3 +381,54 @@ class Estimator:
             # (fresh16b #11)
             raise ValueError(f"messages estimate {raw} tokens: nothing to calibrate against (pass the request as sent)")
         return self._calibrator.observe(raw, reported)
+
+
+def cost_source(
+    profile: str | None, token_counter: Any, estimator: Any, tokenizer: Any
+) -> tuple[str, Estimator | None, Callable[[list[Any]], Any] | None]:
+    """Where a trimming function's costs come from: ``(profile, None, None)`` for the
+    Rust engine, else the estimator or the counter that drives the pure-Python engine
+    (``trim_turns``, ``trim_turn_count``, ``fit``, ``prune_middle``).
+
+    Raises:
+        ValueError: more than one cost source, ``profile`` beside ``token_counter``, a
+            profile other than the estimator's, an unknown profile.
+        TypeError: ``token_counter`` not callable, ``estimator`` not an ``Estimator``.
+    """
+    if sum(v is not None for v in (token_counter, estimator, tokenizer)) > 1:
+        raise ValueError("pass at most one of token_counter, estimator and tokenizer")
+    if isinstance(token_counter, Estimator):
+        estimator, token_counter = token_counter, None
+    if token_counter is not None:
+        if not callable(token_counter):
+            kind = type(token_counter).__name__
+            raise TypeError(f"token_counter must be a callable list[message] -> int, got {kind}")
+        if profile is not None:
+            raise ValueError("profile has no effect with token_counter: every cost comes from the counter")
+        return DEFAULT_PROFILE, None, token_counter
+    if tokenizer is not None:
+        estimator = Estimator(DEFAULT_PROFILE if profile is None else profile, tokenizer=tokenizer)
+    if estimator is not None:
+        if not isinstance(estimator, Estimator):
+            raise TypeError(f"estimator must be an Estimator, got {type(estimator).__name__}")
+        if profile is not None and profile != estimator.profile:
+            raise ValueError(f"profile {shown(profile)} differs from the estimator's {shown(estimator.profile)}")
+        if estimator.tokenizer is None and estimator.calibrator is None:
+            return estimator.profile, None, None
+        return estimator.profile, estimator, None
+    profile = DEFAULT_PROFILE if profile is None else profile
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
+    return profile, None, None
+
+
+def caller_cost(
+    prep: Prepared, msgs: list[Message], est: Estimator | None, counter: Callable[[list[Any]], Any] | None
+) -> MessageCost:
+    """The cost model of what :func:`cost_source` returned beside the profile (one of
+    ``est`` and ``counter``), for the decoded messages ``msgs`` of ``prep`` (the very
+    objects: an unchanged one reaches the counter as the caller's own)."""
+    if counter is not None:
+        return counter_cost(counter, prep, msgs)
+    assert est is not None
+    return est.trim_cost(prep, msgs)

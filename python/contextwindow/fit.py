@@ -76,6 +76,7 @@ from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
+from .estimator import caller_cost, cost_source
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
 from .report import PairChange, TrimResult
 from .turns import _SEG
@@ -282,6 +283,20 @@ class _NativeCost:
         return c
 
 
+class _CallerCost:
+    """Message costs from the caller's ``token_counter``, ``estimator`` or ``tokenizer``
+    (:func:`~contextwindow.estimator.counter_cost`, ``Estimator.trim_cost``): no
+    ``profile``, so the breadcrumb is priced by the cost model and the newest turn is
+    shrunk by the pure-Python ``trim_turns`` with the same costs."""
+
+    def __init__(self, msgs: list[Message], model: Any) -> None:
+        self.msgs = msgs
+        self._model = model
+
+    def message_tokens(self, m: Message) -> int:
+        return int(self._model.message_tokens(m))
+
+
 @dataclass
 class _Plan:
     """Classes and eviction candidates of the repaired working list."""
@@ -334,7 +349,7 @@ def _repaired(prep: _engine.Prepared, msgs: list[Message]) -> tuple[list[ref.Ite
     return [item(op.src, op.msg) for op in out.messages], out.report.repairs
 
 
-def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost, budget: int | None) -> _Plan:
+def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCost, budget: int | None) -> _Plan:
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
@@ -920,12 +935,13 @@ def fit_target(
     profile: str,
     reason: str = REASON_FIT,
     read: _engine.Read | None = None,
+    cost: _CallerCost | None = None,
 ) -> TrimResult[Any]:
     """:func:`fit` on prepared input, evicting down to ``target`` once over ``budget``.
 
     For :mod:`contextwindow` internals (the guard, :func:`recover_from_overflow`).
     ``read``: ``prep``'s decoded messages (and costs) from :func:`_engine.read`, when at
-    hand.
+    hand. ``cost``: the caller's costs (its ``msgs`` are ``read``'s), else ``profile``'s.
 
     >>> prep = _engine.prepare([{"role": "user", "content": "hi"}])
     >>> fit_target(prep, 10, 7, FitPolicy(), "fim").report.reason is None
@@ -936,8 +952,8 @@ def fit_target(
     # decoded, counted, repaired and planned once for every run below (up to four: with
     # and without the breadcrumb, holding the newest exchange back or not); each run
     # works on its own copy of the plan's state
-    cost = _NativeCost(prep, read.messages, profile, read.costs)
-    plan = _plan(prep, policy, cost, budget)
+    model = _NativeCost(prep, read.messages, profile, read.costs) if cost is None else cost
+    plan = _plan(prep, policy, model, budget)
     r, held = _fit_variants(prep, plan, budget, target, policy, reason, False)
     if held and any(r.report.fates[s].fate == "dropped" for s in held):
         # the newest exchange after the request went: keep it when a result fits with it
@@ -1154,19 +1170,24 @@ def _shrink_newest_turn(
         for (s, _), m in zip(ops, first, strict=True)
     ]
     breadcrumb = policy.breadcrumb and not report.breadcrumb
-    raw = _engine.native.trim_turns(
-        _engine.encode_messages(marked), budget, plan.st.cost.profile, breadcrumb, prep.provider
-    )
-    second = _engine._OUTCOME.decode(raw)
+    cost = plan.st.cost
+    if isinstance(cost, _CallerCost):
+        # the caller's costs: the pure-Python engine, the same rules (trim_turns does so)
+        second_ops, r2 = ref.trim_turns(marked, budget, cost, breadcrumb, prep.provider)
+    else:
+        raw = _engine.native.trim_turns(
+            _engine.encode_messages(marked), budget, cost.profile, breadcrumb, prep.provider
+        )
+        second = _engine._OUTCOME.decode(raw)
+        second_ops, r2 = [(op.src, op.msg) for op in second.messages], second.report
     out: list[tuple[int | None, Message | None]] = []
-    for op in second.messages:
-        if op.src is None:
-            out.append((None, op.msg))
-        elif op.msg is None:
-            out.append(ops[op.src])
+    for src, msg in second_ops:
+        if src is None:
+            out.append((None, msg))
+        elif msg is None:
+            out.append(ops[src])
         else:  # changed by trim_turns: back to the caller's own pinned flag
-            out.append((ops[op.src][0], msgspec.structs.replace(op.msg, pinned=first[op.src].pinned)))
-    r2 = second.report
+            out.append((ops[src][0], msgspec.structs.replace(msg, pinned=first[src].pinned)))
     fates = list(report.fates)
     # a pinned message unpinned by pinned_share keeps saying so when it goes or is cut
     # here (fresh14 finding 9: it read oldest_turn when an override kept fit's passes
@@ -1203,6 +1224,9 @@ def fit(
     *,
     profile: str | None = None,
     format: str | None = None,
+    token_counter: Any = None,
+    estimator: Any = None,
+    tokenizer: Any = None,
 ) -> TrimResult[Any]:
     """Fit a conversation into a token budget by evicting whole units by priority.
 
@@ -1260,25 +1284,42 @@ def fit(
         budget: token budget for the messages (tokens of ``profile``), >= 0: an int, or
             an object with an int ``usable`` (``contextwindow.budget.Budget``).
         policy: a :class:`FitPolicy`; ``None`` uses the defaults.
-        profile: built-in profile name; ``None`` means ``conservative``.
+        profile: built-in profile name; ``None`` means ``conservative`` (or the
+            estimator's profile).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
+        token_counter: ``list of messages -> tokens`` (LangChain's convention), called
+            with one message at a time in the caller's shape, as in
+            :func:`~contextwindow.trim_turns`; ``budget``, ``chatter_tokens``,
+            ``pinned_share`` and the report are then in its tokens.
+        estimator: an :class:`~contextwindow.Estimator` (profile, tokenizer, calibrator).
+        tokenizer: ``str -> tokens``, replacing ``profile``'s text rule.
+
+    With one of the last three, the same rules run in the pure-Python engine
+    (``_reference.py``) on the caller's costs, as ``trim_turns`` does (README, Exact
+    mode): every distinct input message is counted once, each message the engine makes
+    or changes once, plus trial cuts when a text must be shortened.
 
     Returns:
         ``TrimResult(messages, report)``, messages in the caller's shape.
 
     Raises:
         InvalidMessageError: a message is malformed.
+        TokenCounterError: the counter or tokenizer raised, or returned something other
+            than an ``int >= 0`` (names it and the message index).
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable`` (a
             string or a bool too, as in ``trim_turns``), unknown profile, a policy value
             out of range (an index that is not a message, a class outside 0-3, a share
-            outside (0, 1]). A hand-built ``Budget`` that
+            outside (0, 1]), more than one cost source, ``profile`` together with
+            ``token_counter``. A hand-built ``Budget`` that
             :func:`~contextwindow.resolve_budget` could never return (fields that
             disagree; a reserve as large as the window, a ``ReserveError``; a non-int
             field is a ``TypeError``): see
             ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or one of its collections (``pinned``,
             ``priorities``, ``eviction_order``) is of the wrong type or holds an item of
-            the wrong type (``priorities={"0": 1}``); ``breadcrumb`` is not a bool.
+            the wrong type (``priorities={"0": 1}``); ``breadcrumb`` is not a bool;
+            ``token_counter``/``tokenizer`` not callable, ``estimator`` not an
+            ``Estimator``.
 
     >>> msgs = [{"role": "system", "content": "s"},
     ...         {"role": "user", "content": "old " * 40}, {"role": "assistant", "content": "ok"},
@@ -1289,11 +1330,13 @@ def fit(
     >>> [f.rule for f in r.report.fates]
     ['preamble', 'p2_evicted', 'p3_evicted', 'current_request']
     """
-    name = resolve_profile(profile)
+    name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
     budget = _usable(budget)
-    read = _engine.read(messages, format, name)
+    caller = est is not None or counter is not None
+    read = _engine.read(messages, format, None if caller else name)
     pol = _check_policy(policy, len(read.messages))
-    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read)
+    cost = _CallerCost(read.messages, caller_cost(read.prep, read.messages, est, counter)) if caller else None
+    return fit_target(read.prep, budget, int(budget * pol.low_water), pol, name, read=read, cost=cost)
 
 
 @nesting_errors()

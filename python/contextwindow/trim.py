@@ -32,8 +32,8 @@ from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .compact import _pinned_range, _pinned_type
-from .estimate import DEFAULT_PROFILE, PROFILES
-from .estimator import Estimator, counter_cost
+from .estimator import Estimator, caller_cost
+from .estimator import cost_source as _costs
 from .report import TrimResult
 
 __all__ = ["trim_turns", "trim_turn_count"]
@@ -51,38 +51,6 @@ def _check_n(n: Any, name: str) -> int:
     return min(k, _MAX)
 
 
-def _costs(
-    profile: str | None, token_counter: Any, estimator: Any, tokenizer: Any
-) -> tuple[str, Estimator | None, TokenCounter | None]:
-    """Where costs come from: ``(profile, None, None)`` for the Rust engine, else the
-    estimator or the counter that drives the pure-Python engine."""
-    if sum(v is not None for v in (token_counter, estimator, tokenizer)) > 1:
-        raise ValueError("pass at most one of token_counter, estimator and tokenizer")
-    if isinstance(token_counter, Estimator):
-        estimator, token_counter = token_counter, None
-    if token_counter is not None:
-        if not callable(token_counter):
-            kind = type(token_counter).__name__
-            raise TypeError(f"token_counter must be a callable list[message] -> int, got {kind}")
-        if profile is not None:
-            raise ValueError("profile has no effect with token_counter: every cost comes from the counter")
-        return DEFAULT_PROFILE, None, token_counter
-    if tokenizer is not None:
-        estimator = Estimator(DEFAULT_PROFILE if profile is None else profile, tokenizer=tokenizer)
-    if estimator is not None:
-        if not isinstance(estimator, Estimator):
-            raise TypeError(f"estimator must be an Estimator, got {type(estimator).__name__}")
-        if profile is not None and profile != estimator.profile:
-            raise ValueError(f"profile {shown(profile)} differs from the estimator's {shown(estimator.profile)}")
-        if estimator.tokenizer is None and estimator.calibrator is None:
-            return estimator.profile, None, None
-        return estimator.profile, estimator, None
-    profile = DEFAULT_PROFILE if profile is None else profile
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
-    return profile, None, None
-
-
 def _python_cost(
     prep: _engine.Prepared, est: Estimator | None, counter: TokenCounter | None, pins: set[int]
 ) -> tuple[Any, Any]:
@@ -92,10 +60,7 @@ def _python_cost(
         msgspec.structs.replace(m, pinned=True) if i in pins and not m.pinned else m
         for i, m in enumerate(_engine.decoded(prep))
     ]
-    if counter is not None:
-        return msgs, counter_cost(counter, prep, msgs)
-    assert est is not None
-    return msgs, est.trim_cost(prep, msgs)
+    return msgs, caller_cost(prep, msgs, est, counter)
 
 
 def _flag(breadcrumb: object) -> bool:
