@@ -85,3 +85,46 @@ def test_fit_and_guard_agent(fn_name: str, agent: list[dict[str, Any]], measure:
     group = f"fit / ContextGuard.check: {len(agent):,}-message agent conversation, budget {BUDGET:,}"
     kept = measure(fn, group=group, impl=fn_name, messages=len(agent), trim=True)
     assert 0 < kept < len(agent)
+
+
+def _parallel_batch(n: int) -> list[dict[str, Any]]:
+    """One assistant message with ``n`` parallel calls, their ``n`` tool messages, a reply
+    and the next request (OpenAI shape)."""
+    call = [{"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}} for i in range(n)]
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": call},
+        *({"role": "tool", "tool_call_id": f"c{i}", "content": "out"} for i in range(n)),
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
+
+
+def _pinned_chat(n: int) -> list[dict[str, Any]]:
+    """``n`` plain chat messages (every 4th one pinned by the caller)."""
+    return [
+        m
+        for i in range(n // 2)
+        for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})
+    ]
+
+
+@pytest.mark.parametrize("n", [2_000, 16_000])
+@pytest.mark.parametrize("shape", ["parallel calls", "anthropic, every 4th pinned"])
+def test_prune_middle_scales(shape: str, n: int, measure: Any) -> None:
+    """``prune_middle`` on one batch of ``n`` parallel calls, and on an Anthropic chat of
+    ``n`` messages every 4th of them pinned: the two sizes' rows show it linear (fresh30
+    #1: 0.27 and 7.65 s, 1.0 and 8.8 s, with a unit walked once per member, one role gap
+    mended per pass and a list membership test in the Python pair repair)."""
+    if shape == "parallel calls":
+        msgs, kwargs = _parallel_batch(n), {}
+    else:
+        msgs, kwargs = _pinned_chat(n), {"format": "anthropic", "pinned": list(range(0, n - 1, 4))}
+
+    def fn() -> int:
+        return len(cw.prune_middle(msgs, 10, **kwargs).messages)
+
+    group = f"prune_middle: {shape}, {n:,} messages"
+    kept = measure(fn, group=group, impl="contextwindow", messages=len(msgs), trim=True)
+    # the batch is one tool unit, kept whole with the recent messages in it: nothing goes
+    assert kept == len(msgs) if shape == "parallel calls" else 0 < kept < len(msgs)

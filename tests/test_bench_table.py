@@ -66,3 +66,22 @@ def test_langchain_rows_give_the_ratio_over_fim_too(bench_table: ModuleType) -> 
     # 10 / 2 = 5.0x, 10 / 0.5 = 20.0x
     assert lines[4] == "|  | langchain | 10.00 ms | 10.00 ms per trim | 5.0x (`fim`: 20.0x) |"
     assert lines[5] == "|  | tiktoken | 30.00 ms | 30.00 ms per trim | 15.0x |"
+
+
+def test_every_bench_group_has_a_place_in_the_table(bench_table: ModuleType) -> None:
+    """A group whose name starts with no known scenario made ``table`` raise (the new
+    ``prune_middle`` benches); each gets its rows, after the ``fit`` ones."""
+
+    def row(group: str, median: float, **info: Any) -> dict[str, Any]:
+        return {"group": group, "stats": {"median": median}, "extra_info": {"impl": "contextwindow", **info}}
+
+    data = {
+        "benchmarks": [
+            row("prune_middle: parallel calls, 2,000 messages", 0.05, messages=2004, trim=True),
+            row("fit / ContextGuard.check: x", 0.015, trim=True),
+        ]
+    }
+    lines = bench_table.table(data).splitlines()
+    assert lines[2].startswith("| fit / ContextGuard.check: x | contextwindow | 15.00 ms")
+    assert lines[3].startswith("| prune_middle: parallel calls, 2,000 messages | contextwindow | 50.00 ms")
+    assert lines[3].endswith("| 50.00 ms per trim |  |")

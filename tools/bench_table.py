@@ -77,7 +77,16 @@ def table(data: dict[str, Any]) -> str:
         "| scenario | implementation | median | throughput | contextwindow speedup |",
         "|---|---|---:|---:|---:|",
     ]
-    order = ["estimate_tokens", "count_messages", "count_request", "trim_turns", "fit_request", "fit", "threads"]
+    order = [
+        "estimate_tokens",
+        "count_messages",
+        "count_request",
+        "trim_turns",
+        "fit_request",
+        "fit",
+        "prune_middle",
+        "threads",
+    ]
     for group, rows in sorted(groups.items(), key=lambda g: [g[0].startswith(o) for o in order].index(True)):
         first = True
         if all("threads" in r["extra_info"] for r in rows):

@@ -1362,7 +1362,9 @@ def repair(
             # its tool messages right after it first; then the others, in input order (one
             # before the call too: _with_early_results)
             inside = [j for j in mine if i < j < zone_end]
-            for j in inside + [j for j in mine if j not in inside]:
+            # (by range, not by membership in `inside`: quadratic in a batch of parallel
+            # calls, fresh30 #1)
+            for j in inside + [j for j in mine if not i < j < zone_end]:
                 if j < i or j >= zone_end:
                     ids = _result_ids(msgs[j])
                     changes.append(_change("result_moved", j, ids[0] if ids else None))

@@ -1557,30 +1557,49 @@ def _prune_middle(
     }
 
     def close() -> None:
-        """Whole units, and (Anthropic) alternating roles across removed runs."""
+        """Whole units, and (Anthropic) alternating roles across removed runs.
+
+        Each unit is taken in once (walking a unit again for each of its members was
+        quadratic in a batch of parallel calls: fresh30 #1), and every removed run
+        between two kept messages of the same role gets its message in one pass (one
+        per pass, rescanning, was quadratic in the pinned messages). The result is
+        the one-at-a-time rule's: a unit lies inside the run it was taken from (units
+        are contiguous, and none holding a kept message was left out), so runs are
+        mended independently of each other."""
+        todo = list(keep)
+        seen_units: set[int] = set()
+
+        def take(v: int) -> None:
+            if v not in keep:
+                keep.add(v)
+                todo.append(v)
+
+        def units() -> None:
+            while todo:
+                w = todo.pop()
+                u = unit_of.get(w)
+                if u is not None and u[0] not in seen_units:
+                    seen_units.add(u[0])
+                    for v in u:
+                        take(v)
+                if w + 1 in stub_head:
+                    take(w + 1)
+
+        units()
+        if not anthropic:
+            return
+        # a tool struct is written as a user message of tool_result blocks
+        role = [ref.anthropic_role(m.role) for m in wm]
         while True:
-            grew = False
-            for w in sorted(keep):
-                for v in (*unit_of.get(w, ()), *((w + 1,) if w + 1 in stub_head else ())):
-                    if v not in keep:
-                        keep.add(v)
-                        grew = True
-            if anthropic:
-                kept = sorted(w for w in keep if w >= pre)
-                # a tool struct is written as a user message of tool_result blocks
-                role = [ref.anthropic_role(m.role) for m in wm]
-                for a, b in itertools.pairwise(kept):
-                    if b - a > 1 and role[a] == role[b]:
-                        c = next(
-                            (c for c in range(b - 1, a, -1) if c not in old_notice and role[c] != role[b]),
-                            None,
-                        )
-                        if c is not None:
-                            keep.add(c)
-                            grew = True
-                            break
-            if not grew:
+            kept = sorted(w for w in keep if w >= pre)
+            for a, b in itertools.pairwise(kept):
+                if b - a > 1 and role[a] == role[b]:
+                    c = next((c for c in range(b - 1, a, -1) if c not in old_notice and role[c] != role[b]), None)
+                    if c is not None:
+                        take(c)
+            if not todo:
                 return
+            units()
 
     close()
     gone = [w for w in range(pre, n) if w not in keep and w not in old_notice]
