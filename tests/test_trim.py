@@ -23,7 +23,7 @@ from contextwindow import _reference as ref
 from contextwindow._engine import _OUTCOME, encode_messages, native
 from contextwindow.adapters import openai_to_message
 from contextwindow.cli import main
-from contextwindow.messages import RESULTS_REMOVED, Message, TextPart, ToolCall, ToolResult
+from contextwindow.messages import RESULTS_REMOVED, ImagePart, Message, TextPart, ToolCall, ToolResult
 
 import strategies as strat
 from shared_data import CORPUS, load
@@ -603,6 +603,39 @@ def test_an_anthropic_prefill_cut_keeping_its_head_only_ends_without_a_newline()
     assert report == r.report
 
 
+def test_an_anthropic_prefill_of_whitespace_is_cut_without_a_whitespace_tail() -> None:
+    """fresh30 #3: a prefill of whitespace only (``empty_content`` already) was cut to
+    head + marker + a tail of ``"\r\n"``, a ``trailing_whitespace`` the input did not
+    have. A prefill cut whose tail is whitespace only takes the tail too, and the marker
+    ends the text. By hand with ``fim`` (floor(chars / 4) + 4 a message): request 14,
+    prefill 400 characters; at 26 the prefill may cost 8 tokens, 35 characters: the
+    head "\r\n" (one grapheme) and the marker of 398 without its newline (33). Both
+    engines agree, and the gateway cuts the same."""
+    msgs = [u("q" * 40), a("\r\n" * 200)]
+    r = cw.trim_turns(msgs, 26, profile="fim", format="anthropic")
+    assert r.messages[1]["content"] == "\r\n\n[... 398 characters removed ...]"
+    assert (r.report.fits, r.report.tokens_after, r.report.fates[1].chars_removed) == (True, 26, 398)
+    canonical = cw.adapters.to_canonical(msgs, "anthropic")
+    ops, report = ref.trim_turns(canonical, 26, "fim", True, "anthropic")
+    assert report == r.report
+    assert [canonical[i] if m is None else m for i, m in ops] == cw.adapters.to_canonical(r.messages, "anthropic")
+    for text in ("\r\n" * 200, "   \n\t " * 100):
+        msgs = [u("Write it."), {"role": "assistant", "content": [{"type": "text", "text": text}]}]
+        body = json.dumps({"model": "m", "max_tokens": 5, "messages": msgs}).encode()
+        outs = [
+            cw.trim_turns(msgs, 30).messages,
+            cw.fit(msgs, 30).messages,
+            cw.recover_from_overflow(msgs, budget=30).messages,
+            json.loads(cw.fit_request(body, budget=30))["messages"],
+        ]
+        for out in outs:
+            assert _last_text(out).endswith("removed ...]")
+            assert [v.code for v in cw.validate(out, "anthropic")] == []
+    # a tail with more than whitespace stays (the input's own trailing whitespace with it)
+    kept = cw.trim_turns([u("Write it."), a("word " * 200 + "\n\n\n")], 30, format="anthropic").messages
+    assert _last_text(kept).endswith(" word \n\n\n")
+
+
 # --- fresh15 #4: a text-action agent's observation is cut like a tool result ---------------
 
 
@@ -725,13 +758,53 @@ def test_fits_once_fits_for_every_larger_budget(c: tuple[str, list[cw.Message]])
         met = met or fits
 
 
+def test_a_result_in_parts_whose_cuts_cannot_pay_is_cut_further() -> None:
+    """Found by ``test_fits_once_fits_for_every_larger_budget`` (its input as drawn): a tool
+    result in three text parts (``""``, 50 and 45 characters) fit at 68 (``fim``) but not
+    at 69. At 69 the largest common keep that fit cut a few characters from both long
+    parts, neither cut paid for its marker, both stayed whole, and nothing was cut. As a
+    single text is cut further, the keep is then the largest smaller one with which the
+    total fits, the parts whose cut there pays cut and the others whole: 36 characters
+    go, 69 tokens. Where keeping such parts whole cuts something (68: 39 characters),
+    that cut stands. Both engines agree, at every budget."""
+    c = lambda i: ToolCall(id=i, name="read_file", arguments="")  # noqa: E731
+    t = lambda s: TextPart(text=s)  # noqa: E731
+    parts = [t(""), t(cw.BREADCRUMB), t('hellohellohellohellohellohello{"key": [1, 2]}')]
+    empty = Message(role="user", content=[], pinned=True)
+    error = [t("")]
+    msgs = [
+        empty,
+        Message(role="assistant", content=[c("c1"), c("c1")], pinned=True),
+        empty,
+        Message(role="user", content=[ImagePart(source="https://example.com/a.png")]),
+        empty,
+        empty,
+        Message(
+            role="assistant",
+            content=[ToolResult(call_id="c1", content=[t("copy")], is_error=True), c("c1"), c("c1"), c("c2")],
+            pinned=True,
+        ),
+        Message(role="tool", content=[ToolResult(call_id="c1", content=error, is_error=True)]),
+        Message(role="tool", content=[ToolResult(call_id="c1", content=error, is_error=True)]),
+        Message(role="tool", content=[ToolResult(call_id="c2", content=parts, is_error=True)]),
+    ]
+    got = []
+    for budget in range(60, 90):
+        r = cw.trim_turns(msgs, budget, format="openai", profile="fim")
+        ops, report = ref.trim_turns(msgs, budget, "fim", True, "openai")
+        assert report == r.report and [msgs[i] if m is None else m for i, m in ops] == r.messages
+        got.append(r.report.fits)
+    assert got == sorted(got) and got[-1]  # once met, met for every larger budget
+    r68, r69 = (cw.trim_turns(msgs, b, format="openai", profile="fim").report for b in (68, 69))
+    assert [(r.fits, r.tokens_after, r.fates[9].chars_removed) for r in (r68, r69)] == [(True, 68, 39), (True, 69, 36)]
+
+
 def test_struct_chat_with_an_anthropic_image_source_is_read_as_anthropic() -> None:
     """fresh19b #2: a struct chat of text and images whose ``source`` is an Anthropic
     source object was read as OpenAI's, so the breadcrumb became a user message of its
     own beside the first kept one (``user, user``: not_alternating for Anthropic). Such a
     source is Anthropic's mark, as the image block is for dicts; a URL string stays
     neutral (OpenAI's rules, documented in README Shapes)."""
-    from contextwindow.messages import ImagePart
 
     def chat(src: Any) -> list[Message]:
         img = ImagePart(source=src, width=800, height=600)

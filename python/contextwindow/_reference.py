@@ -1641,11 +1641,23 @@ def cut_marker(removed: int, end: bool, tail_empty: bool) -> str:
     return m[:-1] if end and tail_empty else m
 
 
+def prefill_cut_points(s: str, keep: int, floor: int = 0, end: bool = False) -> tuple[int, int]:
+    """:func:`cut_points`, and for a cut that ends an Anthropic prefill (``end``) a tail of
+    whitespace only goes with the cut: the marker then ends the text without its final
+    newline (:func:`cut_marker`), so the cut never ends in whitespace (fresh30 #3: a
+    prefill of ``"\r\n" * 200`` kept ``"\r\n\r\n"`` after the marker). Rust
+    ``prefill_cut_points``."""
+    head, tail = cut_points(s, keep, floor)
+    if end and head < tail < len(s) and all(c in _WHITE_SPACE for c in s[tail:]):
+        return head, len(s)
+    return head, tail
+
+
 def shrink_text(s: str, keep: int, floor: int = 0, end: bool = False) -> tuple[str, int]:
     """Keep about ``keep`` characters: first half + marker + last half (after the first
     ``floor`` characters, which always stay: see :func:`cut_points`); ``end``: see
-    :func:`cut_marker`."""
-    head, tail = cut_points(s, keep, floor)
+    :func:`cut_marker` and :func:`prefill_cut_points`."""
+    head, tail = prefill_cut_points(s, keep, floor, end)
     if head == tail:
         return s, 0
     removed = tail - head
@@ -1909,14 +1921,24 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
+def _cuts(s: str, k: int) -> bool:
+    """Whether keeping about ``k`` characters of ``s`` cuts anything (:func:`cut_points`)."""
+    head, tail = cut_points(s, k, 0)
+    return head != tail
+
+
 def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, rule: str) -> None:
     """Cut the text parts ``qs`` (two or more) of tool result ``part`` of item ``w`` to one
     common ``keep``, the largest with which the total fits (:func:`largest_fitting`):
     parts no longer than that stay whole, each cut part keeps its head and its tail, so
     a result in several text parts keeps the head of its first part and the tail of its
     last (fresh26 #3: cut largest first, one part went down to its marker before the
-    next was touched). A part whose cut would not pay for its marker stays whole and the
-    others are cut again; with one part left, it is cut as :func:`_shrink` cuts a text.
+    next was touched). Parts whose cut at that keep would not pay for its marker stay
+    whole and the others are cut again; with one part left, it is cut as
+    :func:`_shrink` cuts a text. When that cuts nothing, the keep is the largest below
+    the first one with which the total fits, the parts whose cut there pays for its
+    marker cut and the others whole (as :func:`_shrink` cuts a text further; a budget
+    was met and one token more was not: test_fits_once_fits_for_every_larger_budget).
     Rust ``State::shrink_evenly``."""
     m = st.m(w)
     result = m.content[part]
@@ -1944,6 +1966,7 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
         return st.cost.message_tokens(_with_text(m, part, q, mark)) < span
 
     active = list(qs)
+    fallback: tuple[Message, dict[int, int]] | None = None
     while len(active) >= 2:
         top = max(len(texts[q]) for q in active)
 
@@ -1954,16 +1977,37 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
         new_m, gone = at(k, active)
         unworthy = [q for q in gone if not worth(q, k)]
         if unworthy:
+            if fallback is None:
+                # the largest smaller keep that fits with the parts whose cut there pays
+                # for its marker cut (as a single text is cut further), the others whole:
+                # used when keeping the unworthy parts whole cuts nothing
+                def worthy(j: int, parts: list[int] = active) -> list[int]:
+                    return [q for q in parts if _cuts(texts[q], j) and worth(q, j)]
+
+                def ok(j: int) -> bool:
+                    cut = worthy(j)
+                    return bool(cut) and others + st.cost.message_tokens(at(j, cut)[0]) <= budget
+
+                j = largest_fitting(k, ok)
+                if ok(j):
+                    fallback = at(j, worthy(j))
             active = [q for q in active if q not in unworthy]
             continue
-        if not gone:
+        new_cost = st.cost.message_tokens(new_m)
+        if gone and new_cost < old:
+            _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
             return
+        break
+    else:
+        if len(active) == 1:
+            _shrink(st, w, part, active[0], budget, rule)
+            if st.m(w) is not m:
+                return
+    if fallback is not None:  # no cut made otherwise (test_fits_once_fits_for_every_larger_budget)
+        new_m, gone = fallback
         new_cost = st.cost.message_tokens(new_m)
         if new_cost < old:
             _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
-        return
-    if len(active) == 1:
-        _shrink(st, w, part, active[0], budget, rule)
 
 
 #: Texts of at least this many characters are cut after a search by interpolation
@@ -2052,7 +2096,7 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
         return cost(k) <= budget
 
     def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
-        head, tail = cut_points(text, k, floor)
+        head, tail = prefill_cut_points(text, k, floor, end)
         span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
         mark = cut_marker(shown_removed(text, head, tail), end, tail == len(text))
         return st.cost.message_tokens(_with_text(m, part, inner, mark)) < span

@@ -284,7 +284,7 @@ fn empty_tool_calls(m: &Message) -> bool {
 /// its 25 code points listed (the set `char::is_whitespace` tests, spelled out so that
 /// `_reference._WHITE_SPACE` can hold the same list; Python's `str.isspace` also takes
 /// U+001C..U+001F, which are not `White_Space`, and are content here).
-fn is_white_space(c: char) -> bool {
+pub(crate) fn is_white_space(c: char) -> bool {
     matches!(
         c,
         '\u{9}'..='\u{d}'

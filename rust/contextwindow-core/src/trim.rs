@@ -10,7 +10,7 @@ use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{
     thinking_anchor, Format, Message, Part, PartKind, Role, BREADCRUMB, TOOL_RESULTS_PREFIX,
 };
-use crate::pairs::{part_eq, repair_resolved, Missing, PairChange, Work};
+use crate::pairs::{is_white_space, part_eq, repair_resolved, Missing, PairChange, Work};
 use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
 
 /// What happened to one input message.
@@ -82,6 +82,11 @@ pub struct TrimOptions<'p> {
     pub breadcrumb: bool,
     pub format: Format,
 }
+
+/// A tool result's text parts cut to one keep ([`State::shrink_evenly`]): their tokens
+/// after the cut, each cut part's new text (by its index among the parts cut), and the
+/// characters removed.
+type PartCuts = (u64, Vec<(usize, String)>, usize);
 
 /// Marker put where text was cut out.
 pub fn marker(removed: usize) -> String {
@@ -436,10 +441,33 @@ fn largest_within(n: usize, cost: impl Fn(usize) -> u64, limit: u64, top: u64) -
     lo
 }
 
-/// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]);
-/// `end`: the text ends an Anthropic prefill (see [`cut_marker`]).
-fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (String, usize) {
+/// [`cut_points`], and for a cut that ends an Anthropic prefill (`end`) a tail of
+/// whitespace only goes with the cut: the marker then ends the text without its final
+/// newline ([`cut_marker`]), so the cut never ends in whitespace (fresh30 #3: a prefill of
+/// `"\r\n" * 200` kept `"\r\n\r\n"` after the marker). `_reference.prefill_cut_points`.
+fn prefill_cut_points(
+    chars: &CharText<'_>,
+    floor: usize,
+    keep: usize,
+    end: bool,
+) -> (usize, usize) {
     let (head, tail_start) = cut_points(chars, floor, keep);
+    let n = chars.len();
+    if end
+        && head < tail_start
+        && tail_start < n
+        && chars.slice(tail_start, n).chars().all(is_white_space)
+    {
+        (head, n)
+    } else {
+        (head, tail_start)
+    }
+}
+
+/// [`shrink_text`] on `chars`, keeping their first `floor` characters (see [`cut_points`]);
+/// `end`: the text ends an Anthropic prefill (see [`cut_marker`], [`prefill_cut_points`]).
+fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (String, usize) {
+    let (head, tail_start) = prefill_cut_points(chars, floor, keep, end);
     if head == tail_start {
         return (chars.text.to_owned(), 0);
     }
@@ -949,7 +977,7 @@ impl<'a, 'p> State<'a, 'p> {
         let fits = |k: usize| cost(k) <= budget;
         // the marker costs fewer tokens than the characters it stands for
         let worth = |k: usize| {
-            let (head, tail_start) = cut_points(&chars, floor, k);
+            let (head, tail_start) = prefill_cut_points(&chars, floor, k, end);
             let shown = shown_removed(&chars, head, tail_start);
             let mark = cut_marker(shown, end, tail_start == chars.len());
             p.text_tokens(&mark) < p.text_tokens(chars.slice(head, tail_start))
@@ -995,9 +1023,12 @@ impl<'a, 'p> State<'a, 'p> {
     /// it: parts no longer than that stay whole, each cut part keeps its head and its
     /// tail. A result in several text parts (MCP tools, Anthropic `tool_result` lists) so
     /// keeps the head of its first part and the tail of its last; cut largest first, one
-    /// part went down to its marker before the next was touched (fresh26 #3). A part
-    /// whose cut would not pay for its marker stays whole and the others are cut again;
-    /// with one part left, it is cut as [`State::shrink`] cuts a text.
+    /// part went down to its marker before the next was touched (fresh26 #3). Parts whose
+    /// cut at that keep would not pay for its marker stay whole and the others are cut
+    /// again; with one part left, it is cut as [`State::shrink`] cuts a text. When that
+    /// cuts nothing, the keep is the largest below the first one with which the total
+    /// fits, the parts whose cut there pays for its marker cut and the others whole (as
+    /// [`State::shrink`] cuts a text further).
     /// `_reference._shrink_evenly`.
     fn shrink_evenly(
         &mut self,
@@ -1024,6 +1055,34 @@ impl<'a, 'p> State<'a, 'p> {
             let mark = cut_marker(shown, false, tail_start == chars[i].len());
             p.text_tokens(&mark) < p.text_tokens(chars[i].slice(head, tail_start))
         };
+        // the parts' tokens, texts and characters removed with `cut_here` cut to `k`
+        // (`None` when none is cut)
+        let cuts_at = |k: usize, cut_here: &[usize]| -> Option<PartCuts> {
+            if cut_here.is_empty() {
+                return None;
+            }
+            let new: Vec<(usize, String, usize)> = cut_here
+                .iter()
+                .map(|&i| {
+                    let (t, removed) = cut(i, k);
+                    (i, t, removed)
+                })
+                .collect();
+            let tokens = (0..qs.len())
+                .map(|i| match new.iter().find(|(j, _, _)| *j == i) {
+                    Some((_, t, _)) => p.text_tokens(t),
+                    None => olds[i],
+                })
+                .sum();
+            let removed = new.iter().map(|(_, _, r)| r).sum();
+            Some((
+                tokens,
+                new.into_iter().map(|(i, t, _)| (i, t)).collect(),
+                removed,
+            ))
+        };
+        let mut fallback: Option<(usize, Vec<usize>)> = None;
+        let mut stopped = false;
         while active.len() >= 2 {
             let top = active.iter().map(|&i| chars[i].len()).max().unwrap_or(0);
             let tokens_at = |k: usize| -> u64 {
@@ -1037,48 +1096,89 @@ impl<'a, 'p> State<'a, 'p> {
                     })
                     .sum()
             };
+            let cut_at = |k: usize| -> Vec<usize> {
+                active
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        let (head, tail_start) = cut_points(&chars[i], 0, k);
+                        head != tail_start
+                    })
+                    .collect()
+            };
             let k = largest_within(top, |k| others + tokens_at(k), budget, others + old);
-            let cut_here: Vec<usize> = active
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    let (head, tail_start) = cut_points(&chars[i], 0, k);
-                    head != tail_start
-                })
-                .collect();
+            let cut_here = cut_at(k);
             let unworthy: Vec<usize> = cut_here.iter().copied().filter(|&i| !worth(i, k)).collect();
             if !unworthy.is_empty() {
+                if fallback.is_none() {
+                    // the largest smaller keep that fits with the parts whose cut there
+                    // pays for its marker cut (as a single text is cut further), the
+                    // others whole: used when keeping the unworthy parts whole cuts nothing
+                    let worthy = |j: usize| -> Vec<usize> {
+                        cut_at(j).into_iter().filter(|&i| worth(i, j)).collect()
+                    };
+                    let ok = |j: usize| {
+                        let cut = worthy(j);
+                        !cut.is_empty()
+                            && cuts_at(j, &cut).is_some_and(|(t, _, _)| others + t <= budget)
+                    };
+                    let j = largest_fitting(k, ok);
+                    if ok(j) {
+                        fallback = Some((j, worthy(j)));
+                    }
+                }
                 active.retain(|i| !unworthy.contains(i));
                 continue;
             }
-            let new: Vec<(usize, String, usize)> = cut_here
-                .iter()
-                .map(|&i| {
-                    let (t, removed) = cut(i, k);
-                    (i, t, removed)
-                })
-                .collect();
-            let new_tokens: u64 = (0..qs.len())
-                .map(|i| match new.iter().find(|(j, _, _)| *j == i) {
-                    Some((_, t, _)) => p.text_tokens(t),
-                    None => olds[i],
-                })
-                .sum();
-            if new.is_empty() || new_tokens >= old {
-                return;
+            if let Some((new_tokens, cuts, removed)) = cuts_at(k, &cut_here) {
+                if new_tokens < old {
+                    self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
+                    return;
+                }
             }
-            let removed: usize = new.iter().map(|(_, _, r)| r).sum();
-            let m = self.work[w].msg.to_mut();
-            let inner = m.content[part].content.get_or_insert_with(Vec::new);
-            for (i, t, _) in new {
-                inner[qs[i]].text = Some(t);
+            stopped = true;
+            break;
+        }
+        if !stopped {
+            if let [i] = active[..] {
+                let before = self.total;
+                self.shrink(w, part, Some(qs[i]), 0, budget, rule);
+                if self.total != before {
+                    return;
+                }
             }
-            self.put_cut(w, old, new_tokens, rule, removed);
-            return;
         }
-        if let [i] = active[..] {
-            self.shrink(w, part, Some(qs[i]), 0, budget, rule);
+        // no cut made otherwise (a budget was met and one token more was not:
+        // test_fits_once_fits_for_every_larger_budget)
+        if let Some((j, cut_here)) = fallback {
+            if let Some((new_tokens, cuts, removed)) = cuts_at(j, &cut_here) {
+                if new_tokens < old {
+                    self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
+                }
+            }
         }
+    }
+
+    /// Write the cut texts `cuts` (`(index into qs, text)`) into tool result `part` of
+    /// work item `w`, whose parts went from `tokens.0` to `tokens.1` tokens, `removed`
+    /// characters cut ([`State::shrink_evenly`]).
+    #[allow(clippy::too_many_arguments)]
+    fn apply_cuts(
+        &mut self,
+        w: usize,
+        part: usize,
+        qs: &[usize],
+        cuts: Vec<(usize, String)>,
+        tokens: (u64, u64),
+        rule: &'static str,
+        removed: usize,
+    ) {
+        let m = self.work[w].msg.to_mut();
+        let inner = m.content[part].content.get_or_insert_with(Vec::new);
+        for (i, t) in cuts {
+            inner[qs[i]].text = Some(t);
+        }
+        self.put_cut(w, tokens.0, tokens.1, rule, removed);
     }
 
     fn finish(
