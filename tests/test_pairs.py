@@ -1449,3 +1449,37 @@ def test_anthropic_tool_use_id_and_name_patterns(call_id: str, name: str, codes:
     assert [v.code for v in cw.validate(structs, "anthropic")] == codes
     out = cw.trim_turns(ms, 10_000, format="anthropic").messages
     assert [v.code for v in cw.validate(out, "anthropic", format="anthropic")] == codes
+
+
+@pytest.mark.parametrize(
+    ("call", "detail"),
+    [
+        (
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{not json"}},
+            "field content[0].arguments: tool call arguments are not JSON",
+        ),
+        (
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}},
+            "field content[0].arguments: tool call arguments are not a JSON object",
+        ),
+    ],
+)
+def test_openai_dicts_checked_against_anthropic_rules_report_what_cannot_be_written(
+    call: dict[str, Any], detail: str
+) -> None:
+    """fresh30 #2: ``validate(dicts, "anthropic")`` passed OpenAI calls whose arguments
+    are not a JSON object, which the same messages as structs were reported for
+    (``unwritable_message``) and which fail to convert. Dicts read in the other
+    provider's shape are checked with its writer as structs are; dicts in the provider's
+    own shape and the OpenAI rules on them are unchanged."""
+    from contextwindow.adapters import openai_to_message
+
+    d = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "r"},
+    ]
+    got = cw.validate(d, "anthropic")
+    assert [(v.index, v.code, v.detail) for v in got] == [(1, "unwritable_message", detail)]
+    assert got == cw.validate([openai_to_message(m) for m in d], "anthropic")
+    assert cw.validate(d, "openai") == []

@@ -108,7 +108,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     ``Message`` structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) is ``unwritable_message``, beside
     its other violations (but for the placement of an OpenAI message's tool results,
-    which they name), so an empty answer means the conversation can be sent.
+    which they name), so an empty answer means the conversation can be sent; so is one
+    of dicts read in the other provider's shape (an OpenAI call whose arguments are not a
+    JSON object, checked against Anthropic's rules).
     ``provider`` decides the rules, ``format`` only how the messages are read.
 
     Args:
@@ -151,7 +153,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
         # as an opaque OpenAI block (detected: no source, no Anthropic shape)
         _engine.anthropic_sources(prep.canonical, prep.format)
     found = _VIOLATIONS.decode(_engine.native.validate(prep.payload, provider))
-    if prep.format == "canonical":
+    if prep.format != provider:
+        # structs, or dicts read in the other provider's shape: its reader took them, the
+        # provider's writer may not (fresh30 #2: OpenAI calls with arguments that are not
+        # a JSON object passed validate(dicts, "anthropic") and failed to convert)
         found = _unwritable(prep.canonical, provider, found)
     return found
 
@@ -174,8 +179,8 @@ def _unwritable(canonical: list[Message], provider: str, found: list[Violation])
     violation names is reported too (small20: non-JSON arguments in a call without a
     result were not, and the repaired output, the stub added, was), but for the
     placement of its tool results (:data:`_PLACEMENT`), which that violation names:
-    its parts are then checked without it. Dicts were read by the adapters: they can
-    be."""
+    its parts are then checked without it. Dicts read in the provider's own shape were
+    read by its adapter: they can be written."""
     named = {v.index for v in found}
     extra: list[Violation] = []
     for i, m in enumerate(canonical):
