@@ -9,6 +9,7 @@ token per content character).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -55,20 +56,28 @@ def clean(msgs: list[Message]) -> list[Message]:
     return msgspec.json.decode(encode_messages(msgs), type=list[Message])
 
 
+def same_with_rule_costs(run: Any, msgs: list[Any], profile: str, fmt: str | None = None) -> cw.TrimResult[Any]:
+    """``run(**costs)`` (a trimming function with its other arguments bound) gives the
+    same result with ``profile=profile`` (the Rust-costed default path), with a counter
+    equal to the profile's rule and with an ``Estimator`` whose tokenizer is the
+    profile's text rule (the same cost model); the input is not changed. Returns the
+    default result."""
+    snapshot = msgspec.to_builtins(msgs)
+    default = run(profile=profile)
+    same_result(default, run(token_counter=rule_counter(profile, fmt)), msgs)
+    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
+    same_result(default, run(estimator=tok), msgs)
+    assert msgspec.to_builtins(msgs) == snapshot
+    return default
+
+
 @given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim", "bytes4"]), st.booleans())
 def test_profile_rule_counter_matches_default_path(
     c: tuple[str, list[Message]], pct: int, profile: str, bc: bool
 ) -> None:
     provider, msgs = c
-    snapshot = msgspec.to_builtins(msgs)
     budget = cw.count_messages(msgs, profile) * pct // 100
-    default = cw.trim_turns(msgs, budget, profile=profile, breadcrumb=bc, format=provider)
-    counted = cw.trim_turns(msgs, budget, breadcrumb=bc, format=provider, token_counter=rule_counter(profile, None))
-    same_result(default, counted, msgs)
-    # an Estimator whose tokenizer is the profile's text rule is the same cost model
-    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
-    same_result(default, cw.trim_turns(msgs, budget, breadcrumb=bc, format=provider, estimator=tok), msgs)
-    assert msgspec.to_builtins(msgs) == snapshot
+    same_with_rule_costs(partial(cw.trim_turns, msgs, budget, breadcrumb=bc, format=provider), msgs, profile)
     # the same conversation as provider dicts (when that shape can hold it)
     try:  # (not every generated conversation has a provider shape: roles, misplaced results)
         dicts = [from_canonical(m, provider) for m in clean(msgs)]  # type: ignore[arg-type]
@@ -407,29 +416,18 @@ def test_fit_profile_rule_counter_matches_default_path(
     c: tuple[str, list[Message]], pct: int, profile: str, recent: int
 ) -> None:
     provider, msgs = c
-    snapshot = msgspec.to_builtins(msgs)
     budget = cw.count_messages(msgs, profile) * pct // 100
     policy = cw.FitPolicy(recent_turns=recent)
-    default = cw.fit(msgs, budget, policy, profile=profile, format=provider)
-    counted = cw.fit(msgs, budget, policy, format=provider, token_counter=rule_counter(profile, None))
-    same_result(default, counted, msgs)
-    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
-    same_result(default, cw.fit(msgs, budget, policy, format=provider, estimator=tok), msgs)
-    assert msgspec.to_builtins(msgs) == snapshot
+    same_with_rule_costs(partial(cw.fit, msgs, budget, policy, format=provider), msgs, profile)
 
 
 @pytest.mark.parametrize("path", need(FILES, "../shared/corpus"), ids=ids(FILES) or None)
 def test_fit_profile_rule_counter_matches_default_on_corpus(path: Any) -> None:
     doc = load(path)
     fmt, msgs = doc["format"], doc["messages"]
-    before = msgspec.json.encode(msgs)
     total = cw.count_messages(msgs, format=fmt)
     for pct in (5, 25, 50, 90, 200):
-        budget = total * pct // 100
-        default = cw.fit(msgs, budget, format=fmt)
-        same_result(default, cw.fit(msgs, budget, format=fmt, token_counter=rule_counter("conservative", fmt)), msgs)
-        same_result(default, cw.fit(msgs, budget, format=fmt, tokenizer=cw.estimate_tokens), msgs)
-    assert msgspec.json.encode(msgs) == before
+        same_with_rule_costs(partial(cw.fit, msgs, total * pct // 100, format=fmt), msgs, "conservative", fmt)
 
 
 def test_fit_ten_per_message_by_hand() -> None:
@@ -478,11 +476,7 @@ def test_prune_middle_profile_rule_counter_matches_default_path(
 
     provider, msgs = c
     budget = cw.count_messages(msgs, profile) // 2 if limited else None
-    default = prune_middle(msgs, budget, keep_recent=keep, profile=profile, format=provider)
-    counted = prune_middle(msgs, budget, keep_recent=keep, format=provider, token_counter=rule_counter(profile, None))
-    same_result(default, counted, msgs)
-    tok = cw.Estimator(profile, tokenizer=lambda s: cw.estimate_tokens(s, profile))
-    same_result(default, prune_middle(msgs, budget, keep_recent=keep, format=provider, estimator=tok), msgs)
+    same_with_rule_costs(partial(prune_middle, msgs, budget, keep_recent=keep, format=provider), msgs, profile)
 
 
 def test_prune_middle_ten_per_message_by_hand() -> None:
