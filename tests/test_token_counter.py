@@ -435,9 +435,9 @@ def test_fit_ten_per_message_by_hand() -> None:
     default low-water mark (0.7) aims at 31. Classes (``priorities``): the preamble and
     the request P0, turn 1's user message P2 and its reply P3, turn 2 (one of the two
     recent turns) P1. Evicting P3 ("x"): 50; P2 ("1", the whole first turn now, so the
-    breadcrumb comes in): s + breadcrumb + 2 + y + 3 = 50; P1, oldest unit first, the
-    turn's opening message only with the whole turn: "y" (40), then "2": s + breadcrumb
-    + 3 = 30 <= 31. The counter sees each distinct message once (the six inputs, the
+    breadcrumb comes in): s + breadcrumb + 2 + y + 3 = 50; P1, oldest unit first: turn
+    2 as a whole (its first message is older than the loose "y", and all of it is P1):
+    s + breadcrumb + 3 = 30 <= 31 (at a budget of 45 with ``low_water=1.0`` too). The counter sees each distinct message once (the six inputs, the
     breadcrumb) and the report is in its tokens."""
     msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), u("3")]
     rec = Recorder()
@@ -498,3 +498,36 @@ def test_prune_middle_ten_per_message_by_hand() -> None:
     same = prune_middle(msgs, 70, keep_recent=2, token_counter=rec, format="openai")
     assert same.report.reason is None and all(x is y for x, y in zip(same.messages, msgs, strict=True))
     assert len(rec.calls) == 7
+
+
+@given(case(), st.sampled_from(["conservative", "fim"]), st.integers(0, 150))
+def test_recover_from_overflow_profile_rule_counter_matches_default_path(
+    c: tuple[str, list[Message]], profile: str, reported_pct: int
+) -> None:
+    """``recover_from_overflow`` with the caller's costs: the same output, report and
+    target as the default path, under the two-thirds rule and with a reported count
+    (``reported_pct`` percent of the estimate over a budget of half of it)."""
+    provider, msgs = c
+    total = cw.count_messages(msgs, profile)
+    for reported in (None, total * reported_pct // 100):
+        run = partial(cw.recover_from_overflow, msgs, reported, budget=total // 2, format=provider)
+        default = same_with_rule_costs(run, msgs, profile)
+        counted = run(token_counter=rule_counter(profile, None))
+        assert (counted.target, counted.removed) == (default.target, default.removed)  # type: ignore[attr-defined]
+
+
+def test_recover_from_overflow_ten_per_message_by_hand() -> None:
+    """Worked by hand, 10 tokens a message: 60 in all, no reported count, so the target
+    is two thirds, 40 (no low-water mark). As in the ``fit`` case above: "x" (P3) goes,
+    50; "1" (P2), the whole first turn, the breadcrumb in its place, 50; turn 2 as a
+    whole (P1), 30: s, breadcrumb, 3. With the provider's count of 90 over a budget of
+    45, the target is 60 * 45 // 90 = 30: the same."""
+    msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), u("3")]
+    r = cw.recover_from_overflow(msgs, budget=1000, token_counter=Recorder())
+    assert [m["content"] for m in r.messages] == ["s", BC, "3"]
+    assert (r.target, r.removed, r.report.tokens_before, r.report.tokens_after) == (40, True, 60, 30)
+    r = cw.recover_from_overflow(msgs, 90, budget=45, token_counter=Recorder())
+    assert [m["content"] for m in r.messages] == ["s", BC, "3"]
+    assert (r.target, r.removed, r.report.tokens_after) == (30, True, 30)
+    with pytest.raises(ValueError, match="profile has no effect"):
+        cw.recover_from_overflow(msgs, budget=1000, profile="fim", token_counter=len)

@@ -1389,6 +1389,9 @@ def recover_from_overflow(
     profile: str | None = None,
     format: str | None = None,
     policy: FitPolicy | None = None,
+    token_counter: Any = None,
+    estimator: Any = None,
+    tokenizer: Any = None,
 ) -> Recovery:
     """Trim after the provider said the context overflowed, so the retry can succeed.
 
@@ -1414,9 +1417,14 @@ def recover_from_overflow(
         reported_tokens: the prompt tokens the provider reported, when it did.
         budget: the token budget for messages: an int, or an object with an int
             ``usable`` attribute (``contextwindow.budget.Budget``).
-        profile: built-in profile name; ``None`` means ``conservative``.
+        profile: built-in profile name; ``None`` means ``conservative`` (or the
+            estimator's profile).
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
         policy: a :class:`FitPolicy` for classes and order (``low_water`` is ignored).
+        token_counter: ``list of messages -> tokens`` (LangChain's convention), as in
+            :func:`fit`; ``E``, the target and the report are then in its tokens.
+        estimator: an :class:`~contextwindow.Estimator` (profile, tokenizer, calibrator).
+        tokenizer: ``str -> tokens``, replacing ``profile``'s text rule.
 
     Returns:
         A :class:`Recovery`; ``report.budget`` is the target, ``report.reason`` is
@@ -1424,14 +1432,18 @@ def recover_from_overflow(
 
     Raises:
         InvalidMessageError: a message is malformed.
+        TokenCounterError: the counter or tokenizer raised, or returned something other
+            than an ``int >= 0`` (names it and the message index).
         ValueError: ``budget`` is neither an int >= 0 nor has one in ``usable``,
-            negative ``reported_tokens``, unknown profile, a policy value out of range.
+            negative ``reported_tokens``, unknown profile, a policy value out of range,
+            more than one cost source, ``profile`` together with ``token_counter``.
             A hand-built ``Budget`` that :func:`~contextwindow.resolve_budget` could
             never return (fields that disagree; a reserve as large as the window, a
             ``ReserveError``; a non-int field is a ``TypeError``): see
             ``contextwindow.budget.checked_budget``.
         TypeError: ``policy`` is not a ``FitPolicy``, or a policy collection or an item in
-            it is of the wrong type.
+            it is of the wrong type; ``token_counter``/``tokenizer`` not callable,
+            ``estimator`` not an ``Estimator``.
 
     >>> msgs = [{"role": "user", "content": "a" * 400}, {"role": "assistant", "content": "b" * 400},
     ...         {"role": "user", "content": "go"}]
@@ -1439,23 +1451,29 @@ def recover_from_overflow(
     >>> r.target, r.removed, [m["content"][0]["text"][:8] for m in r.messages]  # 2/3 of 104+104+5
     (142, True, ['[earlier'])
     """
-    name = resolve_profile(profile)
+    name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
-    read = _engine.read(messages, format, name)
+    caller = est is not None or counter is not None
+    read = _engine.read(messages, format, None if caller else name)
     prep = read.prep
     pol = _check_policy(policy, len(read.messages))
-    if read.costs is None:
-        read = _engine.Read(prep, read.messages, [int(c) for c in _engine.native.count_messages(prep.payload, name)])
-    current = sum(read.costs)  # type: ignore[arg-type]
+    cost = _CallerCost(read.messages, caller_cost(prep, read.messages, est, counter)) if caller else None
+    if cost is not None:
+        current = sum(cost.message_tokens(m) for m in read.messages)
+    else:
+        if read.costs is None:
+            counts = _engine.native.count_messages(prep.payload, name)
+            read = _engine.Read(prep, read.messages, [int(c) for c in counts])
+        current = sum(read.costs)  # type: ignore[arg-type]
     if reported_tokens is not None and reported_tokens > usable:
         scaled, target = True, current * usable // reported_tokens
     else:
         scaled, target = False, current * 2 // 3
-    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read)
+    r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read, cost=cost)
     if scaled and not r.report.fits and target + 1 < current:
-        r, target = _smallest_fit(prep, r, target, current, pol, name, read)
+        r, target = _smallest_fit(prep, r, target, current, pol, name, read, cost)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)
 
@@ -1468,6 +1486,7 @@ def _smallest_fit(
     policy: FitPolicy,
     profile: str,
     read: _engine.Read,
+    cost: _CallerCost | None = None,
 ) -> tuple[TrimResult[Any], int]:
     """The fit at the smallest target in ``(target, current)`` that it meets, and that
     target, when it keeps fewer tokens than ``r`` (the fit at ``target``, which did not
@@ -1483,7 +1502,7 @@ def _smallest_fit(
     """
 
     def meets(t: int) -> TrimResult[Any] | None:
-        got = fit_target(prep, t, t, policy, profile, REASON_OVERFLOW, read=read)
+        got = fit_target(prep, t, t, policy, profile, REASON_OVERFLOW, read=read, cost=cost)
         return got if got.report.fits else None
 
     hi = current - 1
