@@ -190,8 +190,12 @@ def test_tool_result_shrunk_with_a_character_counter() -> None:
     assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (4005, 300, True)
     assert r.report.fates[2].fate == "truncated" and r.report.fates[2].chars_removed == 3740
     assert r.messages[0] is msgs[0] and r.messages[1] is msgs[1]
-    # the probes of the cut are OpenAI tool dicts, never the caller's object changed
-    assert all(c[0]["role"] == "tool" for c in rec.calls if not any(c[0] is m for m in msgs))
+    # the probes of the cut are new dicts, never the caller's object changed: the tool
+    # message with a trial cut, and a user message holding a marker or the span it
+    # replaces alone (what a cut is weighed by, fresh31 #2)
+    probes = [c[0] for c in rec.calls if not any(c[0] is m for m in msgs)]
+    assert {p["role"] for p in probes} == {"tool", "user"}
+    assert all(p["role"] == "tool" or p["content"].startswith(("\n[...", "x")) for p in probes)
     assert msgs[2]["content"] == "x" * 4000
 
 
@@ -437,8 +441,9 @@ def test_fit_ten_per_message_by_hand() -> None:
     recent turns) P1. Evicting P3 ("x"): 50; P2 ("1", the whole first turn now, so the
     breadcrumb comes in): s + breadcrumb + 2 + y + 3 = 50; P1, oldest unit first: turn
     2 as a whole (its first message is older than the loose "y", and all of it is P1):
-    s + breadcrumb + 3 = 30 <= 31 (at a budget of 45 with ``low_water=1.0`` too). The counter sees each distinct message once (the six inputs, the
-    breadcrumb) and the report is in its tokens."""
+    s + breadcrumb + 3 = 30 <= 31 (at a budget of 45 with ``low_water=1.0`` too). The
+    counter sees each distinct message once (the six inputs, the breadcrumb) and the
+    report is in its tokens."""
     msgs = [{"role": "system", "content": "s"}, u("1"), a("x"), u("2"), a("y"), u("3")]
     rec = Recorder()
     r = cw.fit(msgs, 45, token_counter=rec, format="openai")

@@ -1921,6 +1921,15 @@ def largest_fitting(n: int, fits: Callable[[int], bool]) -> int:
     return lo
 
 
+def _text_tokens(st: _State, text: str) -> int:
+    """The tokens of a user message holding ``text`` alone, in ``st``'s cost model: what a
+    cut's marker and the span it replaces are weighed by (their difference is that of the
+    two texts' tokens where costs add up over parts, as the Rust engine weighs them).
+    Pricing the whole message with each in place made a result in thousands of parts
+    quadratic with the caller's costs (fresh31 #2)."""
+    return st.cost.message_tokens(Message(role="user", content=[TextPart(text=text)]))
+
+
 def _cuts(s: str, k: int) -> bool:
     """Whether keeping about ``k`` characters of ``s`` cuts anything (:func:`cut_points`)."""
     head, tail = cut_points(s, k, 0)
@@ -1961,9 +1970,8 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
 
     def worth(q: int, k: int) -> bool:  # the marker costs fewer tokens than what it stands for
         head, tail = cut_points(texts[q], k, 0)
-        span = st.cost.message_tokens(_with_text(m, part, q, texts[q][head:tail]))
         mark = cut_marker(shown_removed(texts[q], head, tail), False, tail == len(texts[q]))
-        return st.cost.message_tokens(_with_text(m, part, q, mark)) < span
+        return _text_tokens(st, mark) < _text_tokens(st, texts[q][head:tail])
 
     active = list(qs)
     fallback: tuple[Message, dict[int, int]] | None = None
@@ -2097,9 +2105,8 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
 
     def worth(k: int) -> bool:  # the marker costs fewer tokens than what it stands for
         head, tail = prefill_cut_points(text, k, floor, end)
-        span = st.cost.message_tokens(_with_text(m, part, inner, text[head:tail]))
         mark = cut_marker(shown_removed(text, head, tail), end, tail == len(text))
-        return st.cost.message_tokens(_with_text(m, part, inner, mark)) < span
+        return _text_tokens(st, mark) < _text_tokens(st, text[head:tail])
 
     lo = largest_within(len(text) - floor, cost, budget, others + old)
     if lo > 0 and not worth(lo):
