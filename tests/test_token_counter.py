@@ -231,10 +231,16 @@ def test_estimator_with_calibrator_by_hand() -> None:
     cal.observe(2, 3)  # factor 1.5
     est = cw.Estimator("fim", calibrator=cal)
     msgs = [{"role": "system", "content": "s"}, u("a" * 40), a("b" * 40), u("q")]
-    # fim: 5, 14, 14, 5 -> scaled per message: 8, 21, 21, 8 = 58; breadcrumb 16 -> 24
+    # fim: 5, 14, 14, 5 = 38 raw, scaled once: ceil(57.0) = 57 (per message it was 8, 21,
+    # 21, 8 = 58: fresh31 #1). The raw budget for 40 is 26 (ceil(1.5 * 26) = 39, 27 -> 41):
+    # without turn 1, 5 + breadcrumb 16 + 5 = 26 raw, reported ceil(39.0) = 39
     r = cw.trim_turns(msgs, 40, estimator=est)
     assert [m["content"] for m in r.messages] == ["s", BC, "q"]
-    assert (r.report.tokens_before, r.report.tokens_after) == (58, 40)
+    assert (
+        (r.report.tokens_before, r.report.tokens_after)
+        == (57, 39)
+        == tuple(map(est.count_messages, (msgs, r.messages)))
+    )
     # the same estimator without calibration is the Rust path
     plain = cw.trim_turns(msgs, 40, estimator=cw.Estimator("fim"))
     same_result(cw.trim_turns(msgs, 40, profile="fim"), plain, msgs)
@@ -536,3 +542,45 @@ def test_recover_from_overflow_ten_per_message_by_hand() -> None:
     assert (r.target, r.removed, r.report.tokens_after) == (30, True, 30)
     with pytest.raises(ValueError, match="profile has no effect"):
         cw.recover_from_overflow(msgs, budget=1000, profile="fim", token_counter=len)
+
+
+@pytest.mark.parametrize("tokenizer", [None, lambda s: len(s) // 3], ids=["profile", "tokenizer"])
+@pytest.mark.parametrize("factor_report", [1, 100_000])  # min_factor 0.9, max_factor 2.0
+def test_a_calibrated_estimator_trims_as_its_count_messages_counts(tokenizer: Any, factor_report: int) -> None:
+    """fresh31 #1: with an ``Estimator`` holding a ``Calibrator``, each message was scaled
+    and rounded up on its own, so 201 short messages that ``est.count_messages`` puts at
+    905 tokens (factor 0.9) were reported as 1,005 and trimmed at a budget of 905. The
+    trimming functions now run on the raw costs against the largest raw budget the
+    factor keeps within the budget, and scale the report's totals once: they equal
+    ``est.count_messages`` of the input and the output, and at the input's own count
+    nothing goes. At factor 2.0 the same holds."""
+    from contextwindow.compact import prune_middle
+
+    cal = cw.Calibrator()
+    est = cw.Estimator("fim", tokenizer=tokenizer, calibrator=cal)
+    chat = [u("ok") if i % 2 == 0 else a("ok") for i in range(201)]
+    est.observe(chat, reported=factor_report)  # clamped to 0.9 or 2.0
+    assert cal.factor == (0.9 if factor_report == 1 else 2.0)
+    total = est.count_messages(chat)
+    runs = {
+        "trim_turns": lambda b: cw.trim_turns(chat, b, estimator=est),
+        "fit": lambda b: cw.fit(chat, b, estimator=est),
+        "prune_middle": lambda b: prune_middle(chat, b, estimator=est),
+    }
+    for name, run in runs.items():
+        whole = run(total)
+        assert whole.report.reason is None and all(x is y for x, y in zip(whole.messages, chat, strict=True)), name
+        for budget in (total - 1, total // 2, total // 5):
+            r = run(budget)
+            assert r.report.tokens_before == total, name
+            assert r.report.tokens_after == est.count_messages(r.messages), (name, budget)
+            assert r.report.budget == budget and r.report.fits == (r.report.tokens_after <= budget), name
+    # the raw run it stands on: the same messages as the uncalibrated costs at the raw budget
+    raw = cw.Estimator("fim", tokenizer=tokenizer)
+    budget = total // 2
+    r_raw = cw.trim_turns(chat, cw.estimator.raw_budget(budget, cal.factor), estimator=raw)
+    assert cw.trim_turns(chat, budget, estimator=est).messages == r_raw.messages
+    rec = cw.recover_from_overflow(chat, budget=10**6, estimator=est)
+    assert rec.report.tokens_after == est.count_messages(rec.messages) <= rec.target == rec.report.budget
+    counted = cw.trim_turn_count(chat, 3, estimator=est)
+    assert counted.report.tokens_after == est.count_messages(counted.messages)

@@ -19,6 +19,8 @@ import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import msgspec
+
 from . import _engine
 from . import _reference as ref
 from ._engine import Prepared, encode_messages, nesting_errors
@@ -432,3 +434,53 @@ def caller_cost(
         return counter_cost(counter, prep, msgs)
     assert est is not None
     return est.trim_cost(prep, msgs)
+
+
+def uncalibrated(est: Estimator | None) -> tuple[dict[str, Any], float] | None:
+    """For an ``Estimator`` with a calibrator, the cost keywords of the same costs
+    uncalibrated (``profile=`` for the Rust engine, or an ``Estimator`` with the
+    tokenizer alone) and the factor, read once; ``None`` otherwise.
+
+    A trimming function runs on these raw costs against :func:`raw_budget` and maps its
+    report with :func:`scaled_report`, so it trims to the budget as
+    ``est.count_messages`` counts (the calibration scales the total once): scaling and
+    rounding each message up on its own trimmed a conversation that fit (fresh31 #1)."""
+    if est is None or est.calibrator is None:
+        return None
+    if est.tokenizer is None:
+        return {"profile": est.profile}, est._factor()
+    return {"estimator": Estimator(est.profile, tokenizer=est.tokenizer)}, est._factor()
+
+
+def raw_budget(budget: int, factor: float) -> int:
+    """The largest raw count that :func:`~contextwindow.calibrate.scale_tokens` at
+    ``factor`` keeps within ``budget`` (tokens), by bisection.
+
+    >>> raw_budget(905, 0.9), scale_tokens(1005, 0.9), scale_tokens(1006, 0.9)
+    (1005, 905, 906)
+    """
+    hi = 1
+    while scale_tokens(hi, factor) <= budget:
+        hi *= 2
+    lo = 0  # scale_tokens(0) == 0 <= budget; scale_tokens(hi) > budget
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if scale_tokens(mid, factor) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def scaled_report(report: Any, factor: float, budget: int | None) -> Any:
+    """``report`` of a run on raw costs (:func:`uncalibrated`) in calibrated tokens:
+    ``tokens_before``/``tokens_after`` scaled as totals, ``budget`` the caller's, and
+    ``fits`` from them."""
+    after = scale_tokens(report.tokens_after, factor)
+    return msgspec.structs.replace(
+        report,
+        tokens_before=scale_tokens(report.tokens_before, factor),
+        tokens_after=after,
+        budget=budget,
+        fits=budget is None or after <= budget,
+    )

@@ -75,8 +75,9 @@ from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
+from .calibrate import scale_tokens
 from .estimate import resolve_profile
-from .estimator import caller_cost, cost_source
+from .estimator import caller_cost, cost_source, raw_budget, scaled_report, uncalibrated
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
 from .report import PairChange, TrimResult
 from .turns import _SEG
@@ -1332,6 +1333,11 @@ def fit(
     """
     name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
     budget = _usable(budget)
+    cal = uncalibrated(est)
+    if cal is not None:  # the raw costs against the raw budget (estimator.uncalibrated)
+        kw, factor = cal
+        raw = fit(messages, raw_budget(budget, factor), policy, format=format, **kw)
+        return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, budget))
     caller = est is not None or counter is not None
     read = _engine.read(messages, format, None if caller else name)
     pol = _check_policy(policy, len(read.messages))
@@ -1455,6 +1461,15 @@ def recover_from_overflow(
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
+    cal = uncalibrated(est)
+    if cal is not None:  # the raw costs, the target found in them (estimator.uncalibrated)
+        # (the budget and the provider's count are real tokens, compared as they are; the
+        # target E * B // N is then in raw tokens, and scaled for the report)
+        kw, factor = cal
+        raw = recover_from_overflow(messages, reported_tokens, budget=usable, format=format, policy=policy, **kw)
+        target = scale_tokens(raw.target, factor)
+        report = scaled_report(raw.report, factor, target)
+        return Recovery(messages=raw.messages, report=report, removed=raw.removed, target=target)
     caller = est is not None or counter is not None
     read = _engine.read(messages, format, None if caller else name)
     prep = read.prep
