@@ -390,7 +390,9 @@ def cost_source(
 ) -> tuple[str, Estimator | None, Callable[[list[Any]], Any] | None]:
     """Where a trimming function's costs come from: ``(profile, None, None)`` for the
     Rust engine, else the estimator or the counter that drives the pure-Python engine
-    (``trim_turns``, ``trim_turn_count``, ``fit``, ``prune_middle``).
+    (``trim_turns``, ``trim_turn_count``, ``fit``, ``prune_middle``,
+    ``recover_from_overflow``; an estimator with a calibrator first goes through
+    :func:`uncalibrated`).
 
     Raises:
         ValueError: more than one cost source, ``profile`` beside ``token_counter``, a
