@@ -51,7 +51,7 @@ from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
-from .estimator import caller_cost, cost_source, raw_budget, scaled_report, uncalibrated
+from .estimator import caller_cost, cost_source, on_raw_costs
 from .messages import Message, Part, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
 
@@ -1412,19 +1412,13 @@ def prune_middle(
     ['sys', 'task', '[context compacted: 8 earlier messages removed]', 'step 4', 'more 4']
     """
     name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
-    cal = uncalibrated(est)
-    if cal is not None:  # the raw costs against the raw budget (estimator.uncalibrated)
-        kw, factor = cal
-        limit = _budget_tokens(budget)
-        raw = prune_middle(
-            messages,
-            None if limit is None else raw_budget(limit, factor),
-            keep_recent=keep_recent,
-            pinned=pinned,
-            format=format,
-            **kw,
-        )
-        return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, limit))
+    calibrated = on_raw_costs(
+        est,
+        _budget_tokens(budget),
+        lambda b, kw: prune_middle(messages, b, keep_recent=keep_recent, pinned=pinned, format=format, **kw),
+    )
+    if calibrated is not None:
+        return calibrated  # type: ignore[no-any-return]
     return _prune_middle(
         messages,
         budget,

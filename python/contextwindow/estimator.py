@@ -40,6 +40,7 @@ from .estimate import (
     tools_tokens,
 )
 from .messages import Message
+from .report import TrimResult
 
 __all__ = ["Estimator"]
 
@@ -472,6 +473,19 @@ def raw_budget(budget: int, factor: float) -> int:
         else:
             hi = mid
     return lo
+
+
+def on_raw_costs(est: Estimator | None, budget: int | None, run: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """For an ``Estimator`` with a calibrator (:func:`uncalibrated`), ``run(raw budget,
+    cost keywords)`` (the trimming function called again on the raw costs) as a
+    ``TrimResult`` whose report is in calibrated tokens (:func:`scaled_report`);
+    ``None`` for any other cost source, which the caller then runs itself."""
+    cal = uncalibrated(est)
+    if cal is None:
+        return None
+    kw, factor = cal
+    raw = run(None if budget is None else raw_budget(budget, factor), kw)
+    return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, budget))
 
 
 def scaled_report(report: Any, factor: float, budget: int | None) -> Any:

@@ -77,7 +77,7 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .calibrate import scale_tokens
 from .estimate import resolve_profile
-from .estimator import caller_cost, cost_source, raw_budget, scaled_report, uncalibrated
+from .estimator import caller_cost, cost_source, on_raw_costs, scaled_report, uncalibrated
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
 from .report import PairChange, TrimResult
 from .turns import _SEG
@@ -1333,11 +1333,9 @@ def fit(
     """
     name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
     budget = _usable(budget)
-    cal = uncalibrated(est)
-    if cal is not None:  # the raw costs against the raw budget (estimator.uncalibrated)
-        kw, factor = cal
-        raw = fit(messages, raw_budget(budget, factor), policy, format=format, **kw)
-        return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, budget))
+    calibrated = on_raw_costs(est, budget, lambda b, kw: fit(messages, b, policy, format=format, **kw))
+    if calibrated is not None:
+        return calibrated  # type: ignore[no-any-return]
     caller = est is not None or counter is not None
     read = _engine.read(messages, format, None if caller else name)
     pol = _check_policy(policy, len(read.messages))

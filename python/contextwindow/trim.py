@@ -32,7 +32,7 @@ from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .compact import _pinned_range, _pinned_type
-from .estimator import Estimator, caller_cost, raw_budget, scaled_report, uncalibrated
+from .estimator import Estimator, caller_cost, on_raw_costs
 from .estimator import cost_source as _costs
 from .report import TrimResult
 
@@ -194,13 +194,11 @@ def trim_turns(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     budget = _check_n(budget, "budget")
-    cal = uncalibrated(est)
-    if cal is not None:  # the raw costs against the raw budget (estimator.uncalibrated)
-        kw, factor = cal
-        raw = trim_turns(
-            messages, raw_budget(budget, factor), breadcrumb=breadcrumb, format=format, pinned=pinned, **kw
-        )
-        return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, budget))
+    calibrated = on_raw_costs(
+        est, budget, lambda b, kw: trim_turns(messages, b, breadcrumb=breadcrumb, format=format, pinned=pinned, **kw)
+    )
+    if calibrated is not None:
+        return calibrated  # type: ignore[no-any-return]
     pins = _pins(pinned, messages)
     if est is None and counter is None and isinstance(breadcrumb, bool):
         fast = _fast_trim(_engine.native.trim_turns_dicts, messages, format, budget, pins, name, breadcrumb)
@@ -269,11 +267,13 @@ def trim_turn_count(
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
     max_turns = _check_n(max_turns, "max_turns")
-    cal = uncalibrated(est)
-    if cal is not None:  # the report's totals scaled once, as trim_turns'
-        kw, factor = cal
-        raw = trim_turn_count(messages, max_turns, breadcrumb=breadcrumb, format=format, pinned=pinned, **kw)
-        return TrimResult(messages=raw.messages, report=scaled_report(raw.report, factor, None))
+    calibrated = on_raw_costs(  # no budget: the report's totals scaled once
+        est,
+        None,
+        lambda _, kw: trim_turn_count(messages, max_turns, breadcrumb=breadcrumb, format=format, pinned=pinned, **kw),
+    )
+    if calibrated is not None:
+        return calibrated  # type: ignore[no-any-return]
     pins = _pins(pinned, messages)
     if est is None and counter is None and isinstance(breadcrumb, bool):
         fast = _fast_trim(_engine.native.trim_turn_count_dicts, messages, format, max_turns, pins, name, breadcrumb)
