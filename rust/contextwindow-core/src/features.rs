@@ -308,7 +308,7 @@ pub(crate) const fn first_bytes(n: usize) -> u64 {
 /// What [`hash_in_window`] needs by key length (0 to 16), in one table so that one
 /// register holds its address: the masks of [`KEEP`] (rows 0 and 1) and the high half's
 /// xor of [`mix`], `MIX_HI ^ len` (row 2).
-static KEY_PARTS: [[u64; MAX_KEY + 1]; 4] = {
+const KEY_PARTS: [[u64; MAX_KEY + 1]; 4] = {
     let mut t = [[0u64; MAX_KEY + 1]; 4];
     let mut len = 0;
     while len <= MAX_KEY {
@@ -321,6 +321,18 @@ static KEY_PARTS: [[u64; MAX_KEY + 1]; 4] = {
     t
 };
 
+/// [`KEY_PARTS`] and [`bit_pairs`] side by side, so that the fast path's word loop
+/// reaches both from one register.
+struct Tables {
+    key_parts: [[u64; MAX_KEY + 1]; 4],
+    bit_pairs: [u64; 4096],
+}
+
+static TABLES: Tables = Tables {
+    key_parts: KEY_PARTS,
+    bit_pairs: bit_pairs(),
+};
+
 /// Hash of the key `w[p..p + len]` (`len` 1 to 16) as [`key_hash`] computes it, from
 /// the 16 bytes at `p`: an 80-byte window holds them for every `p` up to 64 (a
 /// `trailing_zeros` of a `u64`), so the loads need no bounds check.
@@ -331,8 +343,8 @@ fn hash_in_window(w: &[u8; 80], p: usize, len: usize) -> u64 {
         x.copy_from_slice(&w[at..at + 8]);
         u64::from_le_bytes(x)
     };
-    let lo = (word(p) & KEY_PARTS[0][len]) ^ KEY_PARTS[3][len];
-    let hi = (word(p + 8) & KEY_PARTS[1][len]) ^ KEY_PARTS[2][len];
+    let lo = (word(p) & TABLES.key_parts[0][len]) ^ TABLES.key_parts[3][len];
+    let hi = (word(p + 8) & TABLES.key_parts[1][len]) ^ TABLES.key_parts[2][len];
     mum(lo, hi)
 }
 
@@ -346,6 +358,18 @@ static KEEP: [(u64, u64); MAX_KEY + 1] = {
     }
     t
 };
+
+/// The two bits a 12-bit field of a key hash sets in its filter word: bit `x & 63` and
+/// bit `x >> 6` (two lookups make a key's four bits in a few instructions).
+const fn bit_pairs() -> [u64; 4096] {
+    let mut t = [0u64; 4096];
+    let mut x = 0;
+    while x < 4096 {
+        t[x] = 1u64 << (x & 63) | 1u64 << (x >> 6);
+        x += 1;
+    }
+    t
+}
 
 impl Vocab {
     /// Whether `key` (1 to 16 bytes) tests positive in the Bloom filter: a register-
@@ -364,10 +388,7 @@ impl Vocab {
         let mut w = [0u8; 8];
         w.copy_from_slice(&self.bloom[at..at + 8]);
         let word = u64::from_le_bytes(w);
-        let m = 1u64 << (h & 63)
-            | 1u64 << ((h >> 6) & 63)
-            | 1u64 << ((h >> 12) & 63)
-            | 1u64 << ((h >> 18) & 63);
+        let m = TABLES.bit_pairs[h as usize & 0xFFF] | TABLES.bit_pairs[(h >> 12) as usize & 0xFFF];
         word & m == m
     }
 
@@ -1007,8 +1028,7 @@ fn three_byte_run<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     // there, as in 谢谢) or that they left (a character of another group) is not left
     // to the scalar loop to its end
     #[cfg(target_arch = "x86_64")]
-    let blocky =
-        K == 1 && families.vocabs()[0].cjk_blocks && words::Simd::for_scan() == words::Simd::Avx2;
+    let blocky = K == 1 && families.vocabs()[0].cjk_blocks && words::Simd::for_scan().has_avx2();
     #[cfg(not(target_arch = "x86_64"))]
     let blocky = false;
     // characters the scalar loop counts before the next try: [`RETRY`] after a try that
@@ -1147,7 +1167,7 @@ fn cjk_start<S: Sink + Copy>(
     if i + cjk::BLOCK_NEED > b.len()
         || !matches!(groups[decode3(b, i) as usize], G_CJK | G_KANA | G_SYM)
         || !cjk::worth_blocks(b, i)
-        || words::Simd::for_scan() != words::Simd::Avx2
+        || !words::Simd::for_scan().has_avx2()
     {
         return (local, i);
     }
