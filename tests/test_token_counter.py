@@ -357,6 +357,91 @@ def test_large_newest_turn_with_a_counter() -> None:
     assert py.messages == rust.messages and py.report == rust.report
 
 
+def words(s: str) -> int:
+    """A tokenizer: one token per whitespace-separated word."""
+    return len(s.split())
+
+
+def word_counter(msgs: list[Any]) -> int:
+    """``words`` as a counter of whole messages: 4 per message (the conservative
+    profile's overhead) plus the words of its text."""
+    total = 0
+    for m in msgs:
+        content = m["content"]
+        texts = [content] if isinstance(content, str) else [p["text"] for p in content]
+        total += 4 + sum(map(words, texts))
+    return total
+
+
+def test_request_in_text_parts_cut_with_a_tokenizer_by_hand() -> None:
+    # words + 4 per message: 24 + 24 + (4 + 60 + 30 + 1 = 95) = 143
+    req = {"role": "user", "content": [{"type": "text", "text": t} for t in ("a " * 60, "b " * 30, "c")]}
+    msgs = [u("old " * 20), a("ok " * 20), req]
+    for cost in ({"tokenizer": words}, {"token_counter": word_counter}):
+        r = cw.trim_turns(msgs, 30, breadcrumb=False, **cost)  # type: ignore[arg-type]
+        # turn 1 goes (95 left); the longest part, cut to its marker alone (5 words), leaves
+        # 4 + 5 + 30 + 1 = 40; the next keeps k = 31 characters, its largest with
+        # 4 + 5 + words <= 30: a head of 16 ("b " * 8), a tail of 15 (" b" * 7 + " "),
+        # 29 characters removed: 8 + 5 + 7 = 20 words
+        assert [p["text"] for p in r.messages[0]["content"]] == [
+            "\n[... 120 characters removed ...]\n",
+            "b " * 8 + "\n[... 29 characters removed ...]\n" + " " + "b " * 7,
+            "c",
+        ], cost
+        assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (143, 30, True)
+        assert [(f.fate, f.rule, f.chars_removed) for f in r.report.fates] == [
+            ("dropped", "oldest_turn", 0),
+            ("dropped", "oldest_turn", 0),
+            ("truncated", "request_truncated", 149),
+        ]
+        assert r.messages[0]["content"] is not req["content"] and req["content"][0]["text"] == "a " * 60
+
+
+def test_a_request_in_many_text_parts_is_priced_part_by_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request (the last user message) in n text parts, cut with a tokenizer: each trial
+    cut of each part priced the whole message, all n parts, so the work grew as n**2
+    (2,000 parts took 3.4 s, the Rust engine 15 ms). Measured before the fix, for 200 and
+    400 parts with trim_turns: 71,552 and 279,092 evaluations of ``part_tokens``, 225 and
+    424 tokenizer calls (each distinct text is tokenized once, so those were linear
+    already); after: 2,720 and 5,386. A trial cut is now priced by the part it changes."""
+    from contextwindow import _reference as ref
+
+    evaluated = [0]
+    part_tokens = ref.part_tokens
+
+    def counting(*args: Any) -> int:
+        evaluated[0] += 1
+        return part_tokens(*args)
+
+    monkeypatch.setattr(ref, "part_tokens", counting)
+
+    def request_in(n: int) -> list[dict[str, Any]]:
+        parts = [{"type": "text", "text": f"part {i} " + "word " * 20} for i in range(n)]
+        return [{"role": "system", "content": "sys"}, u("old question " * 50), a("old answer " * 50), u(parts)]  # type: ignore[arg-type]
+
+    runs = {
+        "trim_turns": lambda ms, b, tok: cw.trim_turns(ms, b, tokenizer=tok),
+        "fit": lambda ms, b, tok: cw.fit(ms, b, tokenizer=tok),
+        "recover_from_overflow": lambda ms, b, tok: cw.recover_from_overflow(ms, budget=b, tokenizer=tok),
+    }
+    for name, run in runs.items():
+        work = []
+        for n in (200, 400):
+            calls = [0]
+
+            def tokenizer(s: str, calls: list[int] = calls) -> int:
+                calls[0] += 1
+                return words(s)
+
+            evaluated[0] = 0
+            r = run(request_in(n), n * 10, tokenizer)
+            assert r.report.fates[3].rule == "request_truncated", name  # the request was cut
+            work.append((evaluated[0], calls[0]))
+        (parts200, calls200), (parts400, calls400) = work
+        assert parts400 <= 2.2 * parts200 + 100, (name, work)
+        assert calls400 <= 2.2 * calls200 + 100, (name, work)
+
+
 def test_two_system_structs_beside_an_anthropic_image_source_are_counted() -> None:
     """Found by hypothesis in .ci/run after fresh19b #2: an Anthropic image source made any
     struct list Anthropic's, so two system messages beside one were refused as a second

@@ -39,7 +39,7 @@ from .estimate import (
     tool_texts,
     tools_tokens,
 )
-from .messages import Message
+from .messages import Message, Part
 from .report import TrimResult
 
 __all__ = ["Estimator"]
@@ -107,10 +107,21 @@ class MessageCost:
 
     Each message is counted once: by identity first (every unchanged input message), then
     by content (the same breadcrumb block built twice).
+
+    ``part_tokens``, when given, is the cost of one part where ``count`` is a fixed amount
+    per message plus its parts' costs (a tokenizer, uncalibrated): the engine then prices a
+    trial cut by the part it changes (``_reference._cost_with``); ``None`` for a counter of
+    whole messages.
     """
 
-    def __init__(self, count: Callable[[Message, int | None], int], msgs: list[Message]) -> None:
+    def __init__(
+        self,
+        count: Callable[[Message, int | None], int],
+        msgs: list[Message],
+        part_tokens: Callable[[Part], int] | None = None,
+    ) -> None:
         self._count = count
+        self.part_tokens = part_tokens
         self._index = {id(m): i for i, m in enumerate(msgs)}
         self._by_id: dict[int, tuple[Message, int]] = {}
         self._by_content: dict[bytes, int] = {}
@@ -260,7 +271,10 @@ class Estimator:
                     raise _at(exc, index) from exc.__cause__
             return scale_tokens(raw, factor)
 
-        return MessageCost(count, msgs)
+        # per part only where costs add up over parts: unscaled (each message's scaled
+        # count is rounded up on its own), and the tokenizer's, not the Rust engine's
+        part = rule.part_tokens if rule is not None and self._calibrator is None else None
+        return MessageCost(count, msgs, part)
 
     # ------------------------------------------------------------------ public
 

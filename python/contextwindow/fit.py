@@ -293,6 +293,9 @@ class _CallerCost:
     def __init__(self, msgs: list[Message], model: Any) -> None:
         self.msgs = msgs
         self._model = model
+        # the model's cost of one part, where it has one: trial cuts priced by their part
+        # alone (``_reference._cost_with``), not by the whole message each time
+        self.part_tokens = getattr(model, "part_tokens", None)
 
     def message_tokens(self, m: Message) -> int:
         return int(self._model.message_tokens(m))
