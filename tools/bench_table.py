@@ -131,6 +131,14 @@ def table(data: dict[str, Any]) -> str:
 #: CPU flags the estimator's 32-byte paths need (``Simd::detect`` in features_words.rs);
 #: without them it runs its SSE2 paths, and the same code measures differently.
 AVX2_FLAGS = frozenset({"avx2", "bmi1", "bmi2", "abm", "popcnt"})  # abm: LZCNT
+#: and those its 64-byte classes need besides (``Simd::Avx512``)
+AVX512_FLAGS = AVX2_FLAGS | {"avx512f", "avx512bw"}
+
+
+def _level(flags: set[str]) -> str:
+    if AVX512_FLAGS <= flags:
+        return "AVX-512"
+    return "AVX2" if AVX2_FLAGS <= flags else "SSE2"
 
 
 def cpu_label(cpu: dict[str, Any]) -> str:
@@ -143,13 +151,15 @@ def cpu_label(cpu: dict[str, Any]) -> str:
     'AMD EPYC, family 26 model 2, estimator on AVX2'
     >>> cpu_label({"brand_raw": "Some CPU", "flags": ["sse2"]})
     'Some CPU, estimator on SSE2'
+    >>> cpu_label({"brand_raw": "Xeon", "flags": [*flags, "avx512f", "avx512bw"]})
+    'Xeon, estimator on AVX-512'
     """
     parts = [cpu.get("brand_raw") or platform.processor() or "unknown CPU"]
     if cpu.get("family") is not None and cpu.get("model") is not None:
         parts.append(f"family {cpu['family']} model {cpu['model']}")
     flags = set(cpu.get("flags") or ())
     if flags:
-        parts.append("estimator on " + ("AVX2" if AVX2_FLAGS <= flags else "SSE2"))
+        parts.append("estimator on " + _level(flags))
     return ", ".join(parts)
 
 
