@@ -533,10 +533,12 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
     long = [{"role": "user", "content": "hi " * 5_000}]
     # 4,902 tokens; a budget of 50 under the reported count: 4,902 x 50 // 2**64 = 0, below
     # the request cut to its marker, so raised to the smallest target at which the request
-    # is cut (fresh22 #2): fit leaves it whole at 18 and cuts it at 19; no limit:
-    # the reported count (read as 2**63 - 1 too) is not over it, the two-thirds rule: 3,268
-    assert cw.fit(long, 18).report.tokens_after == 4_902 and cw.fit(long, 19).report.tokens_after == 19
-    assert token_entries["recover_from_overflow"](50) == 19
+    # is cut (fresh22 #2): fit leaves it whole at 19 and cuts it at 20, to "h" and its
+    # marker (the marker alone, 19 tokens, keeps none of the request's text, a cut never
+    # made: fresh32 #1); no limit: the reported count (read as 2**63 - 1 too) is not over
+    # it, the two-thirds rule: 3,268
+    assert cw.fit(long, 19).report.tokens_after == 4_902 and cw.fit(long, 20).report.tokens_after == 20
+    assert token_entries["recover_from_overflow"](50) == 20
     assert token_entries["recover_from_overflow"](10**30) == 3_268
     huge = types.SimpleNamespace(usable=10**30, context_window=0, capacity=-3)
     for name, call in token_entries.items():

@@ -134,3 +134,20 @@ def test_readme_lists_every_report_reason() -> None:
     written.update(re.findall(r'reason\.or\(Some\("([a-z_]+)"\)\)', trim))
     assert {"token_budget", "turn_limit", "tool_pairs", "priority_budget", "micro_compact"} <= written
     assert written <= listed, written - listed
+
+
+def test_the_package_namespace_holds_its_api_and_submodules_only() -> None:
+    """fresh32 #12: ``dir(contextwindow)`` listed ``annotations``, the ``__future__``
+    import of ``__init__.py``. Every public name is in ``__all__`` or is a submodule."""
+    import types
+
+    import contextwindow
+
+    extra = {
+        n
+        for n in dir(contextwindow)
+        if not n.startswith("_")
+        and n not in contextwindow.__all__
+        and not isinstance(getattr(contextwindow, n), types.ModuleType)
+    }
+    assert extra == set()

@@ -594,6 +594,32 @@ def test_recover_two_thirds() -> None:
     assert r.report.tokens_after == 64 and r.report.budget == 110 and r.report.reason == "context_overflow"
 
 
+def test_recover_two_thirds_never_above_the_budget() -> None:
+    """fresh32 #2: without a reported count the target was two thirds of the estimate
+    whatever the budget: budget=500 kept 1,598 tokens of 2,630 and said it fit. The target
+    is now ``min(E * 2 // 3, B)``."""
+    msgs = conv()  # fim: 165
+    # 165 * 2 // 3 = 110 > 70: the target is the budget; P3 -> 130; P2: turn A -> 132;
+    # turn B -> 64 <= 70
+    r = recover_from_overflow(msgs, budget=70, profile="fim")
+    assert (r.target, r.report.budget, r.report.tokens_after, r.report.fits) == (70, 70, 64, True)
+    # above two thirds, the budget changes nothing (test_recover_two_thirds)
+    assert recover_from_overflow(msgs, budget=111, profile="fim").target == 110
+    # the finding's conversation (conservative): two thirds 1,753; within 500 now
+    big = [sys_("s")] + [x for i in range(10) for x in (u(f"question {i} " * 40), a(f"answer {i} " * 40))] + [u("now")]
+    assert cw.count_messages(big) == 2_630
+    r = recover_from_overflow(big, budget=500)
+    assert r.target == 500 and r.report.fits and cw.count_messages(r.messages) <= 500
+    # with a calibrated estimator the cap is the budget in real tokens: the target and the
+    # count of what comes back within it
+    cal = cw.Calibrator()
+    for _ in range(50):
+        cal.observe(estimated=10, reported=12)
+    est = cw.Estimator("conservative", calibrator=cal)
+    r = recover_from_overflow(big, budget=500, estimator=est)
+    assert r.target <= 500 and est.count_messages(r.messages) <= 500 and r.report.fits
+
+
 def test_recover_from_reported_tokens() -> None:
     msgs = conv()
     # the provider counted 200 for our 165 and the budget is 150: target 165 * 150 // 200
@@ -680,10 +706,13 @@ def test_recover_larger_overflow_never_keeps_the_request_whole_again() -> None:
         assert r.removed and r.report.fits and r.report.tokens_after <= r.target == r.report.budget
         afters.append(r.report.tokens_after)
     assert afters == [29, 14, 12, 12]
-    # the same file under the default profile, the finding's figures
+    # the same file under the default profile, the finding's figures: 17 was the request
+    # cut to its marker alone, a cut no longer made (fresh32 #1), so the smallest target
+    # met is 18, the request cut to "P" and its marker
     r17 = recover_from_overflow(msgs, 2000, budget=100)
     r25 = recover_from_overflow(msgs, 2500, budget=100)
-    assert r17.report.tokens_after == 17 and r25.report.tokens_after <= 17
+    assert r17.report.tokens_after == 18 and r25.report.tokens_after <= 18
+    assert r17.messages[-1]["content"].startswith("P\n[... ")
 
 
 # --------------------------------------------------------------------------- errors
@@ -881,7 +910,7 @@ def test_recovery_terminates(c: tuple[str, list[Message]], pct: int) -> None:
     provider, msgs = c
     for _ in range(60):
         r = recover_from_overflow(msgs, budget=1000, format=provider)
-        assert r.target == r.report.tokens_before * 2 // 3
+        assert r.target == min(r.report.tokens_before * 2 // 3, 1000)
         assert _pairing(r.messages, provider) == []
         if not r.removed:
             break

@@ -256,14 +256,18 @@ def test_request_kept_whole_over_an_answer_cut_to_its_marker() -> None:
     30-38 the request was cut to its marker so that the newest tool unit and answer could
     stay, themselves cut to markers, where budget 24 kept the request whole (3 per
     message; 1 more each at 4). The request is now whole at every budget from 25 (its own
-    25 tokens) and its cut never grows from 16 on, where a cut request first fits."""
+    25 tokens) and its cut never grows from 17 on, where a cut request first fits (13 of
+    its 14 characters; at 16 it was its marker alone, a cut no longer made: fresh32 #1,
+    so the request is whole there and the report says it does not fit)."""
     path = CORPUS / "llamafactory_glaive_toolcall_zh" / "idx094.json"
     if not path.exists():
         pytest.skip("the shared corpus is not beside the repo")
     msgs = json.loads(path.read_text())["messages"]
-    cuts = [request_cut(fit(msgs, b)) for b in range(16, 401)]
-    assert cuts == sorted(cuts, reverse=True)
-    assert cuts[25 - 16 :] == [0] * (401 - 25)
+    cuts = [request_cut(fit(msgs, b)) for b in range(17, 401)]
+    assert cuts == sorted(cuts, reverse=True) and cuts[0] == 13
+    assert cuts[25 - 17 :] == [0] * (401 - 25)
+    r16 = fit(msgs, 16)
+    assert (request_cut(r16), r16.report.tokens_after, r16.report.fits) == (0, 25, False)
     for b in (31, 39):
         r = fit(msgs, b)
         assert r.messages == [msgs[6]] and r.report.fits
@@ -559,16 +563,18 @@ def unpinned(r: Any) -> set[int]:
     return {f.index for f in r.report.fates if f.rule == "unpinned_over_share"}
 
 
-def test_pinned_share_edge_cuts_the_request_at_the_larger_budget() -> None:
-    """Found at 1,500 hypothesis examples (this session): a pinned message (13 tokens) is
-    kept from the budget where it is no more than half the budget (26); at 26 and 27 the
-    request (16 tokens whole, 29 with the pinned message) does not fit even cut, at 28 it
-    is cut to fit, all 39 of its characters, while at 25 the pinned message goes
-    (unpinned_over_share) and the request stays whole. The request's cut is monotone only
-    at budgets where the share rule unpins the same messages (README Known limits).
-    (With the 2^20-bit vocabulary filters the pinned message was 14 tokens and the
-    budgets 27, 28, 29; the 2^22-bit filters' refit makes it 13, `_reference` agrees.
-    At 4 per message, 1 more each: pinned 14, request 17 (31), budgets 27 to 30.)"""
+def test_pinned_share_edge_keeps_the_request_whole_until_it_fits() -> None:
+    """Found at 1,500 hypothesis examples: a pinned message (13 tokens) is kept from the
+    budget where it is no more than half the budget (26); at 26 and 27 the request (16
+    tokens whole, 29 with the pinned message) does not fit even cut, while at 25 the
+    pinned message goes (unpinned_over_share) and the request stays whole. At 28 the
+    request used to be cut to fit, all 39 of its characters: its marker alone, a cut no
+    longer made (fresh32 #1), so it stays whole and over budget until the budget takes it
+    whole. The request's cut is monotone only at budgets where the share rule unpins the
+    same messages (README Known limits). (With the 2^20-bit vocabulary filters the pinned
+    message was 14 tokens and the budgets 27, 28, 29; the 2^22-bit filters' refit makes it
+    13, `_reference` agrees. At 4 per message, 1 more each: pinned 14, request 17 (31),
+    budgets 27 to 30.)"""
     xs = "[Tool results] " + "x" * 380
     msgs = [
         Message(role="user", content=[TextPart(text="hello" * 5)], pinned=True),
@@ -579,13 +585,12 @@ def test_pinned_share_edge_cuts_the_request_at_the_larger_budget() -> None:
         Message(role="user", content=[TextPart(text=xs)]),
     ]
     assert cw.message_tokens(msgs[:2]) == [14, 17]
-    r27, r28, r29, r30 = (fit(msgs, b, format="openai") for b in (27, 28, 29, 30))
+    r27, r28, r29, r30, r31 = (fit(msgs, b, format="openai") for b in (27, 28, 29, 30, 31))
     assert unpinned(r27) == {0} and request_cut(r27) == 0 and r27.report.tokens_after == 17
-    for r in (r28, r29):  # 31 > 29, and a cut does not fit
+    for r in (r28, r29, r30):  # 31 > 30, and only the marker alone would fit
         assert unpinned(r) == set() and not r.report.fits and request_cut(r) == 0
-    assert (
-        unpinned(r30) == set() and request_cut(r30) == 39 and (r30.report.fits, r30.report.tokens_after) == (True, 30)
-    )
+        assert r.report.tokens_after == 31
+    assert unpinned(r31) == set() and request_cut(r31) == 0 and (r31.report.fits, r31.report.tokens_after) == (True, 31)
 
 
 def test_is_real_user_sees_the_results_text_as_no_turn() -> None:

@@ -151,6 +151,30 @@ def test_request_is_cut_only_when_that_makes_it_fit() -> None:
     assert all(x is y for x, y in zip(r2.messages, msgs, strict=True)) and r2.report.fits is False
 
 
+def test_request_is_never_cut_to_its_marker_alone() -> None:
+    """fresh32 #1: a request of 486 characters came back as
+    ``"\n[... 486 characters removed ...]\n"`` with ``fits=True`` at budget 62 (the marker
+    and the 45-token system prompt cost 62): the model got no question and only one fate
+    said so. A cut that leaves none of the request's text is not made: the request stays
+    whole and the report says it does not fit; from 63 the request keeps its first
+    character. The same in ``fit``, in ``_reference`` and on the gateway (one engine)."""
+    ask = "Please refactor the payment module so that refunds are idempotent and add tests. " * 6
+    msgs = [{"role": "system", "content": "You are helpful. " * 10}, u(ask)]
+    assert len(ask) == 486 and cw.count_messages(msgs) == 183
+    for trim in (cw.trim_turns, cw.fit):
+        r62, r63 = trim(msgs, 62), trim(msgs, 63)
+        assert r62.messages[1] == u(ask) and (r62.report.fits, r62.report.tokens_after) == (False, 183)
+        assert r62.report.fates[1].rule != "request_truncated"
+        assert r63.messages[1] == u("P\n[... 485 characters removed ...]\n")
+        assert (r63.report.fits, r63.report.tokens_after, r63.report.fates[1].chars_removed) == (True, 63, 485)
+    cm = [openai_to_message(m) for m in msgs]
+    engine = _OUTCOME.decode(native.trim_turns(encode_messages(cm), 62, "conservative", True, "openai"))
+    ops, report = ref.trim_turns(cm, 62, "conservative", True, "openai")
+    assert [(op.src, op.msg) for op in engine.messages] == ops and not report.fits
+    body = json.dumps({"model": "m", "messages": msgs}).encode()
+    assert json.loads(cw.fit_request(body, budget=62))["messages"][1] == u(ask)
+
+
 def test_turn_with_pinned_message_is_never_dropped() -> None:
     msgs = [u("a" * 40, pinned=True), a("b" * 40), u("c" * 40), a("d" * 40), u("q")]  # 61
     msgs_c = [

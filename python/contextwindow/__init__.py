@@ -6,8 +6,6 @@
 True
 """
 
-from __future__ import annotations
-
 from .breakdown import Breakdown, token_breakdown
 from .budget import MODELS, Budget, ModelLimits, check_capacity, model_limits, resolve_budget
 from .calibrate import Calibrator

@@ -77,7 +77,7 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .calibrate import scale_tokens
 from .estimate import resolve_profile
-from .estimator import caller_cost, cost_source, on_raw_costs, scaled_report, uncalibrated
+from .estimator import caller_cost, cost_source, on_raw_costs, raw_budget, scaled_report, uncalibrated
 from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
 from .report import PairChange, TrimResult
 from .turns import _SEG
@@ -1268,7 +1268,8 @@ def fit(
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
     (never the newest, which holds the open tool call if any), cuts oversized tool results to head + tail with a
     marker, then the assistant text after the request the same way, then cuts the
-    request only if that makes it fit (never a pinned request). If
+    request only if that makes it fit (never a pinned request, never to its marker
+    alone). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
     are all there. Deterministic: the same input gives the same output.
 
@@ -1402,15 +1403,16 @@ def recover_from_overflow(
 ) -> Recovery:
     """Trim after the provider said the context overflowed, so the retry can succeed.
 
-    With ``E`` the current estimate of ``messages``: without ``reported_tokens`` the
-    target is ``E * 2 // 3``, two thirds of the current estimated size (second seed:
-    the reactive recovery path trims to two thirds and retries). With the provider's
-    count ``N`` and the token budget ``B``, the estimate is scaled by the provider's
+    With ``E`` the current estimate of ``messages`` and ``B`` the token budget: without
+    ``reported_tokens`` the target is ``min(E * 2 // 3, B)``, two thirds of the current
+    estimated size (second seed: the reactive recovery path trims to two thirds and
+    retries), and never above the budget. With the provider's
+    count ``N``, the estimate is scaled by the provider's
     ratio so that its count lands under the budget: ``target = E * B // N`` (when
     ``N > B``; otherwise the count does not say how much to remove and the two-thirds
     rule applies). Then :func:`fit` evicts down to the target exactly (no low-water
     mark). When the provider's count sets the target and even the smallest result (what
-    is never evicted, the current request cut to its marker) is above it, :func:`fit`
+    is never evicted, the current request cut to its first character) is above it, :func:`fit`
     would keep the request whole (and maybe everything); the target is then raised to the
     smallest one the fit meets (found by bisection), so a larger reported overflow never
     keeps more than a smaller one. Under the two-thirds rule such a conversation keeps its
@@ -1458,19 +1460,39 @@ def recover_from_overflow(
     >>> r.target, r.removed, [m["content"][0]["text"][:8] for m in r.messages]  # 2/3 of 104+104+5
     (142, True, ['[earlier'])
     """
-    name, est, counter = cost_source(profile, token_counter, estimator, tokenizer)
+    _, est, _ = cost_source(profile, token_counter, estimator, tokenizer)  # checks the arguments
     usable = _usable(budget)
     if reported_tokens is not None:
         reported_tokens = _check_budget(reported_tokens, "reported_tokens")
     cal = uncalibrated(est)
     if cal is not None:  # the raw costs, the target found in them (estimator.uncalibrated)
         # (the budget and the provider's count are real tokens, compared as they are; the
-        # target E * B // N is then in raw tokens, and scaled for the report)
+        # target E * B // N is then in raw tokens, and scaled for the report; the
+        # two-thirds rule's cap, the budget, is the largest raw count within it)
         kw, factor = cal
-        raw = recover_from_overflow(messages, reported_tokens, budget=usable, format=format, policy=policy, **kw)
+        raw = _recover(messages, reported_tokens, usable, raw_budget(usable, factor), format, policy, kw)
         target = scale_tokens(raw.target, factor)
         report = scaled_report(raw.report, factor, target)
         return Recovery(messages=raw.messages, report=report, removed=raw.removed, target=target)
+    kw = {"profile": profile, "token_counter": token_counter, "estimator": estimator, "tokenizer": tokenizer}
+    return _recover(messages, reported_tokens, usable, usable, format, policy, kw)
+
+
+def _recover(
+    messages: Any,
+    reported_tokens: int | None,
+    usable: int,
+    cap: int,
+    format: str | None,
+    policy: FitPolicy | None,
+    kw: dict[str, Any],
+) -> Recovery:
+    """:func:`recover_from_overflow` on costs without a calibrator (``kw``: the cost
+    source's arguments), ``cap`` the largest target the two-thirds rule may give (the
+    budget, in those costs)."""
+    name, est, counter = cost_source(
+        kw.get("profile"), kw.get("token_counter"), kw.get("estimator"), kw.get("tokenizer")
+    )
     caller = est is not None or counter is not None
     read = _engine.read(messages, format, None if caller else name)
     prep = read.prep
@@ -1486,7 +1508,9 @@ def recover_from_overflow(
     if reported_tokens is not None and reported_tokens > usable:
         scaled, target = True, current * usable // reported_tokens
     else:
-        scaled, target = False, current * 2 // 3
+        # and never above the budget (fresh32 #2: budget=500 without a count kept 1,598
+        # tokens, two thirds of 2,630, reported as fitting)
+        scaled, target = False, min(current * 2 // 3, cap)
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read, cost=cost)
     if scaled and not r.report.fits and target + 1 < current:
         r, target = _smallest_fit(prep, r, target, current, pol, name, read, cost)
@@ -1508,7 +1532,7 @@ def _smallest_fit(
     target, when it keeps fewer tokens than ``r`` (the fit at ``target``, which did not
     meet it); else ``(r, target)``.
 
-    :func:`fit` leaves the current request whole when even the request cut to its marker
+    :func:`fit` leaves the current request whole when even the request cut to its first character
     (with what else is never evicted) is above the target, so below that smallest result
     a target keeps more than a slightly larger one: a provider reporting a larger overflow
     got more back than a smaller report (the whole input and ``removed=False``, fresh22

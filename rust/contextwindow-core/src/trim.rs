@@ -948,7 +948,8 @@ impl<'a, 'p> State<'a, 'p> {
     /// for; the request: leaving it over budget, where a smaller budget made it fit with
     /// a cut, fresh18 F1). The first `floor`
     /// characters always stay (an observation's `[Tool results]` prefix); a cut that ends
-    /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline.
+    /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline. Returns the
+    /// characters the cut removed (0: no cut).
     #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
@@ -958,7 +959,7 @@ impl<'a, 'p> State<'a, 'p> {
         floor: usize,
         budget: u64,
         rule: &'static str,
-    ) {
+    ) -> usize {
         let p = self.opts.profile;
         let text = {
             let m: &Message = &self.work[w].msg;
@@ -993,7 +994,7 @@ impl<'a, 'p> State<'a, 'p> {
         let (new_text, removed) = shrink_chars(&chars, floor, lo, end);
         let new_tokens = p.text_tokens(&new_text);
         if removed == 0 || new_tokens >= old || !(worth_lo || (lo == 0 && worth(0))) {
-            return;
+            return 0;
         }
         let m = self.work[w].msg.to_mut();
         let target = match inner {
@@ -1002,6 +1003,7 @@ impl<'a, 'p> State<'a, 'p> {
         };
         target.text = Some(new_text);
         self.put_cut(w, old, new_tokens, rule, removed);
+        removed
     }
 
     /// Work item `w`'s text went from `old` to `new` tokens by a cut of `rule` removing
@@ -1636,6 +1638,7 @@ fn trim_turns_once<'a>(
                 .map(|(i, p)| (p.text_str().chars().count(), i))
                 .collect();
             cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let chars: usize = cands.iter().map(|&(n, _)| n).sum();
             // A shortcut: no cut is tried when even every part cut to its marker would
             // leave the conversation over budget (the restore below keeps the rule when
             // the cuts give less than this).
@@ -1660,11 +1663,12 @@ fn trim_turns_once<'a>(
                 st.total,
                 st.work[w].src.map(|i| st.fates[i].clone()),
             );
+            let mut removed = 0;
             for (_, p) in cands {
                 if !over(&st) {
                     break;
                 }
-                st.shrink(
+                removed += st.shrink(
                     w,
                     p,
                     None,
@@ -1673,7 +1677,11 @@ fn trim_turns_once<'a>(
                     "request_truncated",
                 );
             }
-            if over(&st) {
+            // nor when they leave none of its text, the markers alone (fresh32 #1: a
+            // request of 486 characters came back as its marker, reported to fit: the
+            // model would get no question); it stays whole and the report says it does
+            // not fit
+            if over(&st) || (chars > 0 && removed >= chars) {
                 let (msg, cost, total, fate) = whole;
                 st.work[w].msg = msg;
                 st.costs[w] = cost;
