@@ -451,7 +451,10 @@ def count_messages(
     texts = tool_texts(tools)
     limit = check_limit(limit)
     per = profile_counts(messages, format, profile)
-    return sum_until([tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile)), *per], limit)
+    schemas = tools_tokens(texts, profile, lambda t: estimate_tokens(t, profile))
+    if limit is None:  # the common case: one C-level sum (a Python loop was 3% of the call)
+        return schemas + sum(per)
+    return sum_until([schemas, *per], limit)
 
 
 @nesting_errors()

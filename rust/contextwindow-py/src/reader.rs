@@ -197,7 +197,19 @@ impl<'py> Fields<'py> {
             bad_refusal: false,
             dict,
         };
+        let py = item.py();
+        let (role, content) = (intern!(py, "role"), intern!(py, "content"));
         for (k, v) in f.dict.iter() {
+            // the keys of a dict written in the source are the interned strings: found
+            // by identity, with no UTF-8 read and compare
+            if k.is(role) {
+                f.role = Some(v);
+                continue;
+            }
+            if k.is(content) {
+                f.content = Some(v);
+                continue;
+            }
             match exact_str(&k)? {
                 "role" => f.role = Some(v),
                 "content" => f.content = Some(v),
