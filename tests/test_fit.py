@@ -321,13 +321,36 @@ def test_eviction_order() -> None:
     assert kept(r, msgs) == [0, 1, 5, 6, 7, 8, 9] and r.report.tokens_after == 130 and not r.report.fits
 
 
+def test_units_a_later_eviction_made_needless_are_put_back() -> None:
+    """fresh33 #1: fit evicted four small old tool units, then the large one that alone
+    would have been enough, and kept 350 tokens of a 20,000 budget (low-water mark
+    14,000; ``ContextGuard`` the same). Evicted units are now put back, the last evicted
+    first, while the result stays under the mark. fim: system 6, task 14, four closed
+    units of 6 + 104 = 110, one of 6 + 2,004 = 2,010, the open unit 110: 2,580; budget
+    2,000, mark 1,400. Eviction (all P1, oldest first): 2,470, 2,360, 2,250, 2,140, then
+    the large unit: 130; put back, newest first: 240, 350, 460, 570."""
+
+    def unit(i: int, n: int) -> list[dict[str, Any]]:
+        return [call(f"c{i}"), result(f"c{i}", "w" * n)]
+
+    msgs = [sys_("s" * 8), u("t" * 40)]
+    for i, n in enumerate([400, 400, 400, 400, 8000, 400]):
+        msgs += unit(i, n)
+    assert cw.count_messages(msgs, profile="fim") == 2_580
+    r = fit(msgs, 2_000, profile="fim")
+    assert (r.report.tokens_after, r.report.fits) == (570, True)
+    assert r.messages == msgs[:10] + msgs[12:]
+    assert [f.rule for f in r.report.fates][10:12] == ["p1_evicted", "p1_evicted"]
+
+
 def test_overrides_keep_a_message() -> None:
     msgs = conv()
     r = fit(msgs, 120, FitPolicy(low_water=1.0, priorities={4: 0}), profile="fim")
     # "ok" is P0 now: P3 removes only the unit (135); turn A holds a P0 message so it stays;
-    # turn B goes: 135 - 68 = 67, plus the breadcrumb before turn C = 83 <= 120
-    assert kept(r, msgs) == [0, 1, 4, "BC", 7, 8, 9] and r.report.tokens_after == 83
-    assert rules(r)[4] == "priority_override"
+    # turn B goes: 135 - 68 = 67, plus the breadcrumb before turn C = 83 <= 120; then the
+    # unit (30) is put back: 113 <= 120 (fresh33 #1)
+    assert kept(r, msgs) == [0, 1, 2, 3, 4, "BC", 7, 8, 9] and r.report.tokens_after == 113
+    assert rules(r)[2:5] == ["kept", "kept", "priority_override"]
 
 
 def test_message_priority_override_on_structs() -> None:

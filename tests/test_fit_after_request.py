@@ -313,7 +313,9 @@ def test_older_step_goes_with_its_command() -> None:
     P3 pass (each reports its own class). Like a tool unit, the step goes before its
     turn's opening message. fim: system 6, task 14, command 6, output 4 + 40 = 44, "ok"
     (P3 chatter, 5), then the request 14; 89 in all, budget 60 (low-water mark 42): the
-    P3 pass takes "ok" (84), the P2 pass the step (34), and the task stays."""
+    P3 pass takes "ok" (84), the P2 pass the step (34), and the task stays; then "ok" is
+    put back, 39 <= 42 (fresh33 #1: evictions that the later ones made needless are
+    undone)."""
     msgs = [sys_("s" * 8), u("t" * 40), a("c" * 8), u("[Tool results] " + "o" * 145), a("ok"), u("q" * 40)]
     assert cw.message_tokens(msgs, profile="fim") == [6, 14, 6, 44, 5, 14]
     assert cw.priorities(msgs, FitPolicy(recent_turns=1), profile="fim") == [0, 2, 3, 2, 3, 0]
@@ -323,11 +325,11 @@ def test_older_step_goes_with_its_command() -> None:
         "kept",
         "p3_evicted",
         "p2_evicted",
-        "p3_evicted",
+        "kept",
         "current_request",
     ]
-    assert (r.report.fits, r.report.tokens_after) == (True, 34)
-    assert r.messages == [msgs[0], msgs[1], msgs[5]]
+    assert (r.report.fits, r.report.tokens_after) == (True, 39)
+    assert r.messages == [msgs[0], msgs[1], msgs[4], msgs[5]]
 
 
 # ------------------------------------------- a request that repair gave a moved result

@@ -191,15 +191,25 @@ def test_step_dependency_keeps_tool_results_and_trims_history_instead() -> None:
     # step 2 (clearing tool results) is skipped for step_dependency; the history step
     # evicts by the hint's classes down to 1,120: P3 first, oldest first: message 4
     # (14) and message 8 (14): 2,077; then P2, oldest first, a turn's tool units before
-    # the turn itself: read_file's unit (7 + 1,004): 2,077 - 1,011 = 1,066 <= 1,120.
-    # Turn 1's user message stays (no breadcrumb: no whole turn went).
+    # the turn itself: read_file's unit (7 + 1,004): 2,077 - 1,011 = 1,066 <= 1,120; then
+    # messages 8 and 4 are put back, the last evicted first: 1,080, 1,094 <= 1,120
+    # (fresh33 #1). Turn 1's user message stays (no breadcrumb: no whole turn went).
     msgs = agent()
     g = guard(3_000, 1_400)
     r = g.check(msgs, hint="step_dependency")
     [e] = r.events
     assert isinstance(e, HistoryTrimmed) and e.hint == "step_dependency"
-    assert (e.tokens_before, e.tokens_after, e.dropped_messages) == (2105, 1066, 4)
-    assert [m.get("content") for m in r.messages] == ["s" * 40, "u" * 40, "v" * 40, None, "y" * 4000, "w" * 40]
+    assert (e.tokens_before, e.tokens_after, e.dropped_messages) == (2105, 1094, 2)
+    assert [m.get("content") for m in r.messages] == [
+        "s" * 40,
+        "u" * 40,
+        "a" * 40,
+        "v" * 40,
+        None,
+        "y" * 4000,
+        "b" * 40,
+        "w" * 40,
+    ]
     assert cw.validate(r.messages, "openai") == []
 
 

@@ -62,7 +62,9 @@ messages: about
 
 from __future__ import annotations
 
+import bisect
 import copy
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -848,6 +850,7 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
 
     start = tokens()
     evicted: list[int] = []
+    groups: list[tuple[list[int], int | None]] = []  # each eviction: its items, its whole turn
     turns: list[int] = []  # the whole turns evicted, in order
     # the smallest state seen so far, the first of equals: (tokens, len(evicted),
     # len(turns)); evicting a whole turn adds the breadcrumb, so a step can make the
@@ -891,6 +894,7 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                         continue
                     st.set_keep(w, False)
                     evicted.append(w)
+                    groups.append(([w], turn))
                     if turn is not None:
                         nav.drop_turn(turn)
                         turns.append(turn)
@@ -914,6 +918,7 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
                 for w in live:
                     st.set_keep(w, False)
                 evicted.extend(live)
+                groups.append((live, turn))
                 if turn is not None:
                     nav.drop_turn(turn)
                     turns.append(turn)
@@ -928,7 +933,52 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
     _, n_items, n_turns = best
     for w in evicted[n_items:]:
         st.set_keep(w, True)
+    done, n = [], 0
+    for g in groups:
+        if n >= n_items:
+            break
+        n += len(g[0])
+        done.append(g)
+    _put_back(plan, done, target, best[0] - st.total(), provider)
     return set(turns[:n_turns])
+
+
+def _put_back(
+    plan: _Plan, groups: list[tuple[list[int], int | None]], target: int, bc_cost: int, provider: str
+) -> None:
+    """Put evicted units back, the last evicted first (the highest class, the newest in
+    it), each one that keeps the conversation within ``target`` (fresh33 #1: four small old
+    tool units went first, then the large one that alone would have been enough, and fit
+    kept 350 of a 20,000 budget whose low-water mark was 14,000; ``trim_turns`` puts
+    dropped units back the same way). Not whole turns (the breadcrumb and the turn count
+    follow them), not a unit whose turn went whole, not one next to repair's stubs, and in
+    Anthropic shape not one that would break the alternation of roles. ``bc_cost``: the
+    breadcrumb's tokens, which units inside kept turns do not move."""
+    st, seg = plan.st, plan.seg
+    n = len(st.work)
+    starts = [a for a, _ in seg.turns]
+    role = ref.anthropic_role
+    for items, turn in reversed(groups):
+        if turn is not None or any(st.keep[w] for w in items):
+            continue
+        lo, hi = items[0], items[-1]
+        t = bisect.bisect_right(starts, lo) - 1
+        if t < 0 or not st.keep[starts[t]]:
+            continue
+        if any(st.stub_head[w] for w in items) or (hi + 1 < n and st.stub_head[hi + 1]):
+            continue
+        if provider == "anthropic":
+            before = next((v for v in range(lo - 1, seg.preamble_end - 1, -1) if st.keep[v]), None)
+            after = next((v for v in range(hi + 1, n) if st.keep[v]), None)
+            seq = ([] if before is None else [before]) + items + ([] if after is None else [after])
+            roles = [role(st.m(w).role) for w in seq]
+            if (before is None and roles[0] != "user") or any(x == y for x, y in itertools.pairwise(roles)):
+                continue
+        for w in items:
+            st.set_keep(w, True)
+        if st.total() + bc_cost > target:
+            for w in items:
+                st.set_keep(w, False)
 
 
 def fit_target(
@@ -1249,7 +1299,10 @@ def fit(
     evictions that leave the conversation larger than it was before them (tiny turns
     under a breadcrumb that costs more) are undone: it goes back to the smallest state
     the eviction passed through, so a smaller budget never gets more tokens with less
-    content (fresh16b #5). The breadcrumb never costs the request: when
+    content (fresh16b #5). Then the units evicted, the last first, go back in where the
+    result stays within the mark (not whole turns, not next to repair's stubs, not
+    breaking Anthropic's alternation; fresh33 #1: four small old units went before the
+    large one that alone was enough). The breadcrumb never costs the request: when
     the result does not fit or cuts something, ``fit`` also runs without it and keeps
     the run that fits, then cuts fewer characters of the request, then fewer in all
     (fresh8 N1). The placeholder pair repair keeps so Anthropic roles alternate
