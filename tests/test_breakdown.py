@@ -191,3 +191,29 @@ def test_a_bad_tool_definition_is_named_before_a_bad_message() -> None:
     with pytest.raises(InvalidMessageError) as bad_message:
         token_breakdown(msgs, tools=[{"type": "function", "function": {"name": "f"}}])
     assert str(bad_message.value) == 'message 0, field role: unknown role "wizard"'
+
+
+def test_a_message_is_shown_by_its_costliest_tool_part() -> None:
+    """fresh33 #4: a user message holding a 5-token ``bash`` error and a ``read_file``
+    result of thousands of tokens was listed as ``tool="bash"`` with the error as its
+    preview. ``tool`` and ``preview`` now come from its costliest call or result."""
+    msgs = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "bash", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "read_file", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "ls: permission denied", "is_error": True},
+                {"type": "tool_result", "tool_use_id": "b", "content": "line of the file\n" * 500},
+            ],
+        },
+    ]
+    big = cw.token_breakdown(msgs).largest[0]
+    assert big.index == 2 and big.tools == ["bash", "read_file"]
+    assert big.tool == "read_file" and big.preview.startswith("line of the file line of")

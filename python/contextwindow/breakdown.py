@@ -106,10 +106,11 @@ class MessageTokens(msgspec.Struct, **_OPTS):
     Attributes:
         index: position in the conversation.
         turn: its turn number (0: preamble).
-        tool: the tool whose call or result it holds (the first one), else ``None``.
+        tool: the tool of its costliest call or result (the first of equals), else ``None``.
         tools: every tool whose calls or results it holds, each once, in the order of its
-            parts (``[]`` when none); ``tool`` is the first of them.
-        preview: the start of its text, whitespace collapsed, at most 60 characters.
+            parts (``[]`` when none).
+        preview: the start of its own text, else of that costliest call or result,
+            whitespace collapsed, at most 60 characters.
 
     >>> MessageTokens(index=8, role="tool", turn=2, tokens=5847, share=0.9, tool="bash", preview="...").index
     8
@@ -197,8 +198,12 @@ def _text_of(parts: list[Any]) -> str:
     return ""
 
 
-def _preview(m: Message) -> str:
-    text = _text_of(m.content)
+def _preview(m: Message, heaviest: Any = None) -> str:
+    """The start of ``m``'s own text, else of its costliest tool part ``heaviest`` (fresh33
+    #4: a 16,968-token message was shown by its 5-token error result), else of its first
+    text anywhere."""
+    own = next((p.text for p in m.content if isinstance(p, TextPart) and p.text.strip()), "")
+    text = own or (_text_of([heaviest]) if heaviest is not None else "") or _text_of(m.content)
     refusal = m.extra.get("refusal") if isinstance(m.extra, dict) else None
     if not text and isinstance(refusal, str):  # an OpenAI assistant message that declined
         text = refusal
@@ -293,6 +298,7 @@ def token_breakdown(
 
     tool_rows: dict[str, list[int]] = {}  # name -> [calls, results, call_tokens, result_tokens]
     tools_of_message: dict[int, list[str]] = {}
+    heaviest: dict[int, tuple[int, str, Any]] = {}  # message -> its costliest tool part
     last_call: dict[str, str] = {}  # call id -> tool name of the nearest preceding call
     for (i, p), cost in zip(where, probe_costs, strict=True):
         part_cost = cost - empty_cost[canonical[i].role]
@@ -310,6 +316,8 @@ def token_breakdown(
         names = tools_of_message.setdefault(i, [])
         if name not in names:
             names.append(name)
+        if i not in heaviest or part_cost > heaviest[i][0]:
+            heaviest[i] = (part_cost, name, p)
 
     role_rows: dict[str, list[int]] = {}
     for m, n in zip(canonical, per_message, strict=True):
@@ -361,8 +369,8 @@ def token_breakdown(
                 turn=turn_of[i],
                 tokens=per_message[i],
                 share=share(per_message[i]),
-                tool=next(iter(tools_of_message.get(i, ())), None),
-                preview=_preview(canonical[i]),
+                tool=heaviest[i][1] if i in heaviest else None,
+                preview=_preview(canonical[i], heaviest[i][2] if i in heaviest else None),
                 tools=tools_of_message.get(i, []),
             )
             for i in largest
