@@ -643,6 +643,24 @@ def test_recover_two_thirds_never_above_the_budget() -> None:
     assert r.target <= 500 and est.count_messages(r.messages) <= 500 and r.report.fits
 
 
+def test_recover_with_a_count_never_raises_the_target_above_the_budget() -> None:
+    """fresh34 #2: with a reported count whose scaled target (73 x 10 // 146 = 5) is
+    below the smallest result, the target was raised to the smallest one met, 27, above
+    the budget of 10, and the result "fit" with the request cut to one letter. The raised
+    target stops at the budget: nothing up to 10 is met, so the request stays whole and
+    the result does not fit, as without the count."""
+    req = "please fix the failing build in module alpha now. " * 6
+    msgs = [sys_("You are an agent."), u(req)]
+    assert cw.count_messages(msgs) == 73
+    r = recover_from_overflow(msgs, 146, budget=10)
+    assert (r.target, r.report.fits, r.report.tokens_after, r.removed) == (5, False, 73, False)
+    assert r.messages[1]["content"] == req
+    assert recover_from_overflow(msgs, budget=10).report.fits is False
+    # with room for a cut under the budget the target still rises to the smallest met
+    r = recover_from_overflow(msgs, 146, budget=40)
+    assert r.target == 27 <= 40 and r.report.fits and r.report.tokens_after == 27
+
+
 def test_recover_from_reported_tokens() -> None:
     msgs = conv()
     # the provider counted 200 for our 165 and the budget is 150: target 165 * 150 // 200

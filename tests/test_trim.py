@@ -175,6 +175,26 @@ def test_request_is_never_cut_to_its_marker_alone() -> None:
     assert json.loads(cw.fit_request(body, budget=62))["messages"][1] == u(ask)
 
 
+def test_request_is_never_cut_to_blanks() -> None:
+    """fresh34 #1: a request indented by four spaces came back at budget 27 as
+    ``" \n[... 303 characters removed ...]\n"``, reported to fit. A request whose cuts
+    leave none of its words (markers and blanks alone) stays whole, ``fits=False``; from
+    29 the cut keeps words (its tail, "ow. "). trim_turns, fit and the gateway alike."""
+    ask = "    " + "please fix the failing build in module alpha now. " * 6
+    msgs = [{"role": "system", "content": "You are an agent."}, u(ask)]
+    assert cw.count_messages(msgs) == 74
+    for b in range(25, 34):
+        for r in (cw.trim_turns(msgs, b), cw.fit(msgs, b)):
+            text = r.messages[1]["content"]
+            words = re.sub(r"\n\[\.\.\. [\d,]+ characters removed \.\.\.\]\n", "", text)
+            if b <= 28:
+                assert text == ask and (r.report.fits, r.report.tokens_after) == (False, 74), b
+            else:
+                assert r.report.fits and r.report.tokens_after == b and words.strip(), b
+        body = json.dumps({"messages": msgs}).encode()
+        assert json.loads(cw.fit_request(body, budget=b))["messages"][1] == cw.trim_turns(msgs, b).messages[1]
+
+
 def test_turn_with_pinned_message_is_never_dropped() -> None:
     msgs = [u("a" * 40, pinned=True), a("b" * 40), u("c" * 40), a("d" * 40), u("q")]  # 61
     msgs_c = [

@@ -2114,7 +2114,9 @@ def _ends_prefill(st: _State, w: int, part: int) -> bool:
     )
 
 
-def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, floor: int = 0) -> int:
+def _shrink(
+    st: _State, w: int, part: int, inner: int | None, budget: int, rule: str, floor: int = 0
+) -> tuple[int, bool]:
     """Cut text part ``(part, inner)`` of work item ``w`` so the total fits, if it helps.
 
     Never a cut whose marker costs as many tokens as the text it removes, or more
@@ -2122,7 +2124,7 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
     marker, the largest smaller one that fits and is (the request too: fresh18 F1, it was
     left whole and over budget where a smaller budget fit with a cut). The first
     ``floor`` characters always stay (an observation's ``[Tool results]`` prefix).
-    Returns the characters the cut removed (0: no cut)."""
+    Returns the characters the cut removed (0: no cut) and whether what it kept is blank."""
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -2148,13 +2150,14 @@ def _shrink(st: _State, w: int, part: int, inner: int | None, budget: int, rule:
         lo = largest_fitting(lo, lambda k: fits(k) and worth(k))
     new_text, removed = shrink_text(text, lo, floor, end)
     if removed == 0:
-        return 0
+        return 0, False
+    head, tail = prefill_cut_points(text, lo, floor, end)
     new_m = _with_text(m, part, inner, new_text)
     new_cost = _cost_with(st, m, old, part, new_m.content[part], new_m)
     if new_cost < old and worth(lo):
         _put_cut(st, w, new_m, new_cost, rule, removed)
-        return removed
-    return 0
+        return removed, _blank(text[:head] + text[tail:])
+    return 0, False
 
 
 def _put_cut(st: _State, w: int, new_m: Message, new_cost: int, rule: str, removed: int) -> None:
@@ -2406,7 +2409,9 @@ def _trim_turns_once(
     if over() and req is not None and la <= req < lb and not st.m(req).pinned:
         w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
-        chars = -sum(n for n, _ in cands2)
+        # the parts with words left: those not cut, and those cut to more than blanks
+        worded = [isinstance(q, TextPart) and not _blank(q.text) for q in st.m(w).content]
+        any_words = any(worded)
         # a shortcut: no cut is tried when even every part cut to its marker would leave
         # the conversation over budget (the restore below keeps the rule otherwise)
         cut_saving = 0
@@ -2421,14 +2426,16 @@ def _trim_turns_once(
         # more than the cuts give
         src = st.work[w].src
         whole = (st.work[w], st.costs[w], dict(st.fates[src]) if src is not None else None)
-        removed = 0
         for _, p in sorted(cands2):
             if not over():
                 break
-            removed += _shrink(st, w, p, None, inner_budget, "request_truncated")
-        # nor when they leave none of its text, the markers alone (fresh32 #1: a request
-        # of 486 characters came back as its marker, reported to fit)
-        if over() or (chars and removed >= chars):
+            removed, kept_blank = _shrink(st, w, p, None, inner_budget, "request_truncated")
+            if removed:
+                worded[p] = not kept_blank
+        # nor when they leave none of its words, its markers alone or blanks (fresh32 #1:
+        # a request of 486 characters came back as its marker, reported to fit; fresh34
+        # #1: an indented one as a space)
+        if over() or (any_words and not any(worded)):
             st.work[w] = whole[0]
             st.set_cost(w, whole[1])
             if src is not None and whole[2] is not None:

@@ -1321,8 +1321,8 @@ def fit(
     keep marked pinned for it: it drops the newest turn's oldest complete tool units
     (never the newest, which holds the open tool call if any), cuts oversized tool results to head + tail with a
     marker, then the assistant text after the request the same way, then cuts the
-    request only if that makes it fit (never a pinned request, never to its marker
-    alone). If
+    request only if that makes it fit (never a pinned request, never to its markers
+    and blanks alone). If
     it still does not fit the report says ``fits=False``; never empty, the P0 messages
     are all there. Deterministic: the same input gives the same output.
 
@@ -1465,10 +1465,13 @@ def recover_from_overflow(
     ``N > B``; otherwise the count does not say how much to remove and the two-thirds
     rule applies). Then :func:`fit` evicts down to the target exactly (no low-water
     mark). When the provider's count sets the target and even the smallest result (what
-    is never evicted, the current request cut to its first character) is above it, :func:`fit`
+    is never evicted, the current request cut as far as it goes) is above it, :func:`fit`
     would keep the request whole (and maybe everything); the target is then raised to the
     smallest one the fit meets (found by bisection), so a larger reported overflow never
-    keeps more than a smaller one. Under the two-thirds rule such a conversation keeps its
+    keeps more than a smaller one, but never above ``B``: when none up to ``B`` is met,
+    the result does not fit (``fits=False``, fresh34 #2). At ``B >= N`` the two-thirds
+    rule takes over, so a budget at the reported count can keep less than one just under
+    it (fresh34 #7). Under the two-thirds rule such a conversation keeps its
     request whole, as from :func:`fit` (``removed=False`` when nothing else can go).
     ``removed`` is ``True`` only when tokens went down, so calling this again on
     its own output either removes more or returns ``removed=False``: a retry loop ends.
@@ -1565,8 +1568,10 @@ def _recover(
         # tokens, two thirds of 2,630, reported as fitting)
         scaled, target = False, min(current * 2 // 3, cap)
     r = fit_target(prep, target, target, pol, name, REASON_OVERFLOW, read=read, cost=cost)
-    if scaled and not r.report.fits and target + 1 < current:
-        r, target = _smallest_fit(prep, r, target, current, pol, name, read, cost)
+    if scaled and not r.report.fits and target + 1 < min(current, cap + 1):
+        # never above the budget (fresh34 #2: budget 10 and a reported 146 raised the
+        # target to 27, "fitting", with the request cut to one letter)
+        r, target = _smallest_fit(prep, r, target, min(current, cap + 1), pol, name, read, cost)
     removed = r.report.tokens_after < r.report.tokens_before
     return Recovery(messages=r.messages, report=r.report, removed=removed, target=target)
 

@@ -136,7 +136,8 @@ def trim_turns(
     rule ``reply_shrunk``; in Anthropic shape a trailing assistant message, a prefill,
     never ends in whitespace: cut to nothing after the marker, the marker loses its final
     newline); then the request itself, but only when that makes the conversation fit,
-    and never to its marker alone (fresh32 #1: it stays whole, ``fits=False``).
+    and never to its markers and blanks alone (fresh32 #1, fresh34 #1: it stays whole,
+    ``fits=False``).
     No cut is made whose marker costs as many tokens as the text it removes, or more
     (fresh12 O1): the text is cut a little further instead (the request too: left whole,
     it was over budget where a smaller budget fit with a cut; fresh18 F1). Turns holding

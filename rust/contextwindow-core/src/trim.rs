@@ -949,7 +949,7 @@ impl<'a, 'p> State<'a, 'p> {
     /// a cut, fresh18 F1). The first `floor`
     /// characters always stay (an observation's `[Tool results]` prefix); a cut that ends
     /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline. Returns the
-    /// characters the cut removed (0: no cut).
+    /// characters the cut removed (0: no cut) and whether what it kept is blank.
     #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
@@ -959,7 +959,7 @@ impl<'a, 'p> State<'a, 'p> {
         floor: usize,
         budget: u64,
         rule: &'static str,
-    ) -> usize {
+    ) -> (usize, bool) {
         let p = self.opts.profile;
         let text = {
             let m: &Message = &self.work[w].msg;
@@ -994,8 +994,13 @@ impl<'a, 'p> State<'a, 'p> {
         let (new_text, removed) = shrink_chars(&chars, floor, lo, end);
         let new_tokens = p.text_tokens(&new_text);
         if removed == 0 || new_tokens >= old || !(worth_lo || (lo == 0 && worth(0))) {
-            return 0;
+            return (0, false);
         }
+        // whether the cut keeps nothing but blanks (the request's cuts are undone when
+        // that is all its text keeps)
+        let (head, tail) = prefill_cut_points(&chars, floor, lo, end);
+        let blank = |t: &str| t.chars().all(crate::pairs::is_white_space);
+        let kept_blank = blank(chars.slice(0, head)) && blank(chars.slice(tail, chars.len()));
         let m = self.work[w].msg.to_mut();
         let target = match inner {
             Some(q) => &mut m.content[part].content.get_or_insert_with(Vec::new)[q],
@@ -1003,7 +1008,7 @@ impl<'a, 'p> State<'a, 'p> {
         };
         target.text = Some(new_text);
         self.put_cut(w, old, new_tokens, rule, removed);
-        removed
+        (removed, kept_blank)
     }
 
     /// Work item `w`'s text went from `old` to `new` tokens by a cut of `rule` removing
@@ -1638,7 +1643,6 @@ fn trim_turns_once<'a>(
                 .map(|(i, p)| (p.text_str().chars().count(), i))
                 .collect();
             cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let chars: usize = cands.iter().map(|&(n, _)| n).sum();
             // A shortcut: no cut is tried when even every part cut to its marker would
             // leave the conversation over budget (the restore below keeps the rule when
             // the cuts give less than this).
@@ -1663,12 +1667,21 @@ fn trim_turns_once<'a>(
                 st.total,
                 st.work[w].src.map(|i| st.fates[i].clone()),
             );
-            let mut removed = 0;
+            // the parts with words left: those not cut, and those cut to more than blanks
+            let content = &st.work[w].msg.content;
+            let mut worded: Vec<bool> = content
+                .iter()
+                .map(|q| {
+                    q.kind == PartKind::Text
+                        && !q.text_str().chars().all(crate::pairs::is_white_space)
+                })
+                .collect();
+            let any_words = worded.iter().any(|&x| x);
             for (_, p) in cands {
                 if !over(&st) {
                     break;
                 }
-                removed += st.shrink(
+                let (removed, kept_blank) = st.shrink(
                     w,
                     p,
                     None,
@@ -1676,12 +1689,15 @@ fn trim_turns_once<'a>(
                     budget - bc_cost.min(budget),
                     "request_truncated",
                 );
+                if removed > 0 {
+                    worded[p] = !kept_blank;
+                }
             }
-            // nor when they leave none of its text, the markers alone (fresh32 #1: a
-            // request of 486 characters came back as its marker, reported to fit: the
-            // model would get no question); it stays whole and the report says it does
-            // not fit
-            if over(&st) || (chars > 0 && removed >= chars) {
+            // nor when they leave none of its words, its markers alone or blanks (fresh32
+            // #1: a request of 486 characters came back as its marker, reported to fit:
+            // the model would get no question; fresh34 #1: an indented one as a space); it
+            // stays whole and the report says it does not fit
+            if over(&st) || (any_words && !worded.iter().any(|&x| x)) {
                 let (msg, cost, total, fate) = whole;
                 st.work[w].msg = msg;
                 st.costs[w] = cost;
