@@ -2124,7 +2124,8 @@ def _shrink(
     marker, the largest smaller one that fits and is (the request too: fresh18 F1, it was
     left whole and over budget where a smaller budget fit with a cut). The first
     ``floor`` characters always stay (an observation's ``[Tool results]`` prefix).
-    Returns the characters the cut removed (0: no cut) and whether what it kept is blank."""
+    Returns the characters the cut removed (0: no cut) and, for the request's rule,
+    whether what it kept is blank (``False`` for the other rules)."""
     m = st.m(w)
     pt = m.content[part]
     target = pt.content[inner] if inner is not None else pt  # type: ignore[union-attr]
@@ -2151,11 +2152,13 @@ def _shrink(
     new_text, removed = shrink_text(text, lo, floor, end)
     if removed == 0:
         return 0, False
-    head, tail = prefill_cut_points(text, lo, floor, end)
     new_m = _with_text(m, part, inner, new_text)
     new_cost = _cost_with(st, m, old, part, new_m.content[part], new_m)
     if new_cost < old and worth(lo):
         _put_cut(st, w, new_m, new_cost, rule, removed)
+        if rule != "request_truncated":  # no other rule asks whether the cut kept only blanks
+            return removed, False
+        head, tail = prefill_cut_points(text, lo, floor, end)
         return removed, _blank(text[:head] + text[tail:])
     return 0, False
 

@@ -949,7 +949,8 @@ impl<'a, 'p> State<'a, 'p> {
     /// a cut, fresh18 F1). The first `floor`
     /// characters always stay (an observation's `[Tool results]` prefix); a cut that ends
     /// an Anthropic prefill ([`State::ends_prefill`]) has no final newline. Returns the
-    /// characters the cut removed (0: no cut) and whether what it kept is blank.
+    /// characters the cut removed (0: no cut) and, for the request's rule, whether what it
+    /// kept is blank (`false` for the other rules).
     #[allow(clippy::too_many_arguments)]
     fn shrink(
         &mut self,
@@ -996,11 +997,13 @@ impl<'a, 'p> State<'a, 'p> {
         if removed == 0 || new_tokens >= old || !(worth_lo || (lo == 0 && worth(0))) {
             return (0, false);
         }
-        // whether the cut keeps nothing but blanks (the request's cuts are undone when
-        // that is all its text keeps)
-        let (head, tail) = prefill_cut_points(&chars, floor, lo, end);
-        let blank = |t: &str| t.chars().all(crate::pairs::is_white_space);
-        let kept_blank = blank(chars.slice(0, head)) && blank(chars.slice(tail, chars.len()));
+        // for the request, whether the cut keeps nothing but blanks (its cuts are undone
+        // when that is all its text keeps); no other rule asks
+        let kept_blank = rule == "request_truncated" && {
+            let (head, tail) = prefill_cut_points(&chars, floor, lo, end);
+            let blank = |t: &str| t.chars().all(crate::pairs::is_white_space);
+            blank(chars.slice(0, head)) && blank(chars.slice(tail, chars.len()))
+        };
         let m = self.work[w].msg.to_mut();
         let target = match inner {
             Some(q) => &mut m.content[part].content.get_or_insert_with(Vec::new)[q],
