@@ -1191,3 +1191,22 @@ def test_history_event_counts_the_cut_fit_made_further() -> None:
     grew = int(final) - first
     assert 0 < grew <= history.chars_removed <= grew + len(f"[... {first} characters (9999 lines) removed ...]")
     assert history.chars_removed == sum(f.chars_removed for f in r.steps[-1].report.fates)
+
+
+def test_guard_leaves_its_own_output_alone_when_repair_moved_a_pinned_result() -> None:
+    """Hypothesis (test_guard_properties): a pinned assistant message holding its call's
+    result of 60,000 characters. Repair moves the result into a tool message; that message
+    lost the pin, so the next check cut it to the 50,000-character cap although the first
+    check had left it whole (the loop's request changed while it fitted)."""
+    big = cw.ToolResult(call_id="c1", content=[cw.TextPart(text="hello " * 10_000)])
+    msgs = [
+        cw.Message(role="user", content=[cw.TextPart(text="go")], pinned=True),
+        cw.Message(role="assistant", content=[big, cw.ToolCall(id="c1", name="f", arguments="{}")], pinned=True),
+    ]
+    g = ContextGuard(resolve_budget(200_000, 0, floor=0, env={}), profile="fim")
+    r = g.check(msgs, format="openai")
+    assert [e.reason for e in r.events] == ["tool_pairs"]
+    assert [(m.role, m.pinned) for m in r.messages] == [("user", True), ("assistant", True), ("tool", True)]
+    assert r.messages[2].content[0].content[0].text == "hello " * 10_000
+    again = g.check(r.messages, format="openai")
+    assert not again.events and again.messages == r.messages

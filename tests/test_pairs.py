@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextwindow as cw
@@ -1483,3 +1484,44 @@ def test_openai_dicts_checked_against_anthropic_rules_report_what_cannot_be_writ
     assert [(v.index, v.code, v.detail) for v in got] == [(1, "unwritable_message", detail)]
     assert got == cw.validate([openai_to_message(m) for m in d], "anthropic")
     assert cw.validate(d, "openai") == []
+
+
+def _pinned_caller(provider: str, after: list[cw.Message]) -> list[cw.Message]:
+    """A pinned assistant message holding its call's result before the call (moved out
+    by repair), then ``after``."""
+    held = cw.ToolResult(call_id="c1", content=[cw.TextPart(text="r1")])
+    return [
+        cw.Message(role="user", content=[cw.TextPart(text="go")]),
+        cw.Message(role="assistant", content=[held, cw.ToolCall(id="c1", name="f", arguments="{}")], pinned=True),
+        *after,
+    ]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_result_moved_out_of_a_pinned_message_stays_pinned(provider: str) -> None:
+    """Hypothesis (test_guard_properties): a result moved out of a pinned message went
+    into a new message without the flag, so the guard's character cap cut it on the next
+    call (the loop's request changed though it fitted). What the caller pinned survives
+    every operation (DESIGN.md section 8): the message that receives it is pinned."""
+    from contextwindow import _reference as ref
+
+    out = cw.repair_tool_pairs(_pinned_caller(provider, []), format=provider).messages
+    assert [(m.role, m.pinned) for m in out] == [
+        ("user", False),
+        ("assistant", True),
+        ("tool" if provider == "openai" else "user", True),
+    ]
+    assert out[2].content[0].call_id == "c1" and out[2].content[0].content[0].text == "r1"
+    # a user message after the caller (Anthropic) receives it and is pinned with it
+    nxt = cw.Message(role="user", content=[cw.TextPart(text="next")])
+    msgs = _pinned_caller(provider, [nxt])
+    out = cw.repair_tool_pairs(msgs, format=provider).messages
+    want = [False, True, True, False] if provider == "openai" else [False, True, True]
+    assert [m.pinned for m in out] == want
+    assert nxt.pinned is False  # the caller's message is not edited
+    # the same rules in Python
+    ops, _ = ref.repair_tool_pairs(msgs, provider=provider)
+    assert [(m if m is not None else msgs[s]).pinned for s, m in ops] == want
+    # nothing pinned: nothing pinned after
+    plain = [msgspec.structs.replace(m, pinned=False) for m in msgs]
+    assert not any(m.pinned for m in cw.repair_tool_pairs(plain, format=provider).messages)

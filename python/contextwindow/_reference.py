@@ -1380,7 +1380,8 @@ def repair(
                 part = msgs[j].content[p]
                 assert isinstance(part, ToolResult)
                 changes.append(_change("result_moved", j, part.call_id))
-                out.append(Item(None, Message(role="tool", content=[part])))
+                # a result moved out of a pinned message stays pinned (Rust repair)
+                out.append(Item(None, Message(role="tool", content=[part], pinned=msgs[j].pinned)))
             for cid in open_ids:
                 changes.append(_change("stub_inserted", i, cid))
                 out.append(Item(None, Message(role="tool", content=[_missing(cid)])))
@@ -1405,6 +1406,11 @@ def repair(
             parts.append(_missing(cid))
         return parts
 
+    def owed_pinned(caller: int, here: int | None) -> bool:
+        # a result owed to `caller` moving out of a pinned message other than `here`: its
+        # new message is pinned too (Rust owed_pinned)
+        return any(j != here and msgs[j].pinned for j, _ in owned.get(caller, []))
+
     def rebuild_user(i: int, caller: tuple[int, list[str]] | None) -> Item:
         m = msgs[i]
         owes = caller is not None and (bool(owned.get(caller[0])) or bool(caller[1]))
@@ -1426,7 +1432,8 @@ def repair(
             return _placeholder(m, i)
         if caller is not None and _results_follow_content(m, results[i], caller[0]):
             changes.append(_change("results_reordered", i))
-        return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content)))
+        pinned = m.pinned or (caller is not None and owed_pinned(caller[0], i))
+        return Item(i, fix_content_kind(msgspec.structs.replace(m, content=content, pinned=pinned)))
 
     owed: tuple[int, list[str]] | None = None
     emptied: list[tuple[int, int]] = []  # user messages emptied: (position in out, change index)
@@ -1443,7 +1450,7 @@ def repair(
             # nothing owed (the calls were dropped, missing="drop"): no message (fresh19b #1:
             # an empty user message was added, which Anthropic refuses)
             if parts := owed_parts(caller, stubs, None):
-                out.append(Item(None, Message(role="user", content=parts)))
+                out.append(Item(None, Message(role="user", content=parts, pinned=owed_pinned(caller, None))))
         if user:
             out.append(rebuild_user(i, None))
             continue
@@ -1465,7 +1472,7 @@ def repair(
             continue
         out.append(base)
     if owed is not None and (parts := owed_parts(owed[0], owed[1], None)):
-        out.append(Item(None, Message(role="user", content=parts)))
+        out.append(Item(None, Message(role="user", content=parts, pinned=owed_pinned(owed[0], None))))
     return _settle_placeholders(out, emptied, changes, msgs), changes
 
 

@@ -1126,9 +1126,14 @@ fn repair_openai<'a>(
         for &(j, p) in &loose[i] {
             let part = &messages[j].content[p];
             changes.push(change("result_moved", j, part.call_id.as_deref()));
+            // a result moved out of a pinned message stays pinned: what the caller
+            // pinned survives every operation (DESIGN.md section 8), and a guard run on
+            // its own output cut it when the carrier lost the flag
+            let mut carrier = Message::new(Role::Tool, vec![part.clone()]);
+            carrier.pinned = messages[j].pinned;
             out.push(Work {
                 src: None,
-                msg: Cow::Owned(Message::new(Role::Tool, vec![part.clone()])),
+                msg: Cow::Owned(carrier),
             });
         }
         for id in open {
@@ -1348,10 +1353,28 @@ fn carrier_for<'a>(
     let parts = owed_parts(messages, belongs, caller, stubs, None, changes);
     // nothing owed (the calls were dropped, `missing="drop"`): no message (fresh19b #1:
     // an empty user message was added, which Anthropic refuses)
-    (!parts.is_empty()).then(|| Work {
-        src: None,
-        msg: Cow::Owned(Message::new(Role::User, parts)),
+    (!parts.is_empty()).then(|| {
+        let mut carrier = Message::new(Role::User, parts);
+        carrier.pinned = owed_pinned(messages, belongs, caller, None);
+        Work {
+            src: None,
+            msg: Cow::Owned(carrier),
+        }
     })
+}
+
+/// Whether a result owed to `caller` moves out of a pinned message other than `here`:
+/// the message that receives it is then pinned too, so the pinned content keeps its
+/// protection (DESIGN.md section 8: pinned messages survive every operation).
+fn owed_pinned(
+    messages: &[Message],
+    belongs: &[Vec<(usize, usize)>],
+    caller: usize,
+    here: Option<usize>,
+) -> bool {
+    belongs[caller]
+        .iter()
+        .any(|&(j, _)| Some(j) != here && messages[j].pinned)
 }
 
 /// Rebuild user message `i`: results owed to the previous caller first (its own ones
@@ -1409,6 +1432,9 @@ fn rebuild_user<'a>(
     let mut edited = m.clone();
     edited.content = content;
     edited.fix_content_kind();
+    if let Some((c, _)) = caller {
+        edited.pinned |= owed_pinned(messages, belongs, c, Some(i));
+    }
     let w = Work {
         src: Some(i),
         msg: Cow::Owned(edited),
