@@ -45,7 +45,9 @@ def repair_tool_pairs(
     leave two messages of one role side by side, or an assistant message first or last:
     it then holds ``messages.RESULTS_REMOVED`` (``[Tool results] (removed by tool-pair
     repair)``, change ``placeholder_inserted``; found by a tester: an orphan result that
-    was a user message's only block made the output fail ``validate``). Idempotent;
+    was a user message's only block made the output fail ``validate``). A result moved
+    out of a pinned message goes into a pinned message (a new tool or user message, or
+    the user message that receives it): what the caller pinned stays pinned. Idempotent;
     a valid conversation comes back as the same objects.
 
     Args:
