@@ -770,3 +770,23 @@ def test_a_hand_built_budgets_flags_and_names_are_type_checked(entry: str) -> No
     # the right types pass: no model, a model name, rules as resolve_budget writes them
     for over in ({"trim_enabled": False}, {"model": "gpt-4o"}, {"rules": ["a: b"]}, {"capacity_known": False}):
         _budget_entries(_hand_budget(**over))[entry]()  # type: ignore[operator]
+
+
+def test_unknown_model_names_the_closest_table_entry() -> None:
+    """A typo in a model name fell back to 32,000 tokens with no hint of the fix: the rule,
+    the CLI's error and ContextGuard's name the closest model table entry (difflib ratio
+    0.8 or more, as model_limits compares names), and nothing for a name far from all."""
+    from contextwindow import ContextGuard
+    from contextwindow.budget import did_you_mean
+
+    assert resolve_budget(model="gpt-4oo", env={}).rules[0] == (
+        "model_unknown: 'gpt-4oo' is not in the model table (did you mean 'gpt-4o'?)"
+    )
+    assert did_you_mean("openai/claude-sonet-4") == " (did you mean 'claude-sonnet-4'?)"
+    assert did_you_mean("acme-llm-9000") == ""
+    # the caller's models are candidates too
+    assert did_you_mean("acme-lm-9000", {"acme-llm-9000": {"context_window": 9_000, "max_output_tokens": 0}}) == (
+        " (did you mean 'acme-llm-9000'?)"
+    )
+    with pytest.raises(ValueError, match=r"^unknown model 'gpt-4oo' \(did you mean 'gpt-4o'\?\): not in the model"):
+        ContextGuard(model="gpt-4oo")

@@ -1825,3 +1825,9 @@ def test_a_rewritten_message_keeps_the_key_order_it_came_with(
     api = cw.repair_tool_pairs(msgs, missing="drop").messages
     assert [list(m) for m in api] == [list(m) for m in got]
     assert list(msgs[1]) == ["content", "role", "tool_calls", "alpha"]  # the input as it came
+
+
+def test_fit_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(EXAMPLE), "--model", "claude-sonet-4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("contextwindow: error: unknown model 'claude-sonet-4' (did you mean 'claude-sonnet-4'?):")

@@ -23,6 +23,7 @@ configuration; the caller's ``models=`` mapping is merged over it.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -184,6 +185,26 @@ def _candidates(model: str) -> list[str]:
                 changed = True
                 break
     return out
+
+
+def did_you_mean(model: str, models: Mapping[str, Any] | None = None) -> str:
+    """``" (did you mean 'NAME'?)"`` naming the model table entry (built-in or the
+    caller's ``models``) closest to ``model`` by :func:`difflib.get_close_matches`
+    (similarity 0.8 or more, names compared as :func:`model_limits` compares them,
+    without provider prefix or date suffix), or ``""`` when none is that close.
+
+    An unknown model falls back to a guessed window; a typo (``gpt-4oo``,
+    ``claude-sonet-4``) is then named with its likely fix in the rule and the errors
+    that report it.
+
+    >>> did_you_mean("claude-sonet-4-5"), did_you_mean("acme-llm-9000")
+    (" (did you mean 'claude-sonnet-4-5'?)", '')
+    """
+    names = list(MODELS)
+    if isinstance(models, Mapping):
+        names += [k.strip().lower() for k in models if isinstance(k, str)]
+    got = difflib.get_close_matches(_candidates(model)[-1], names, n=1, cutoff=0.8)
+    return f" (did you mean {shown(got[0])}?)" if got else ""
 
 
 def _limits_of(name: str, value: Any) -> ModelLimits:
@@ -658,7 +679,7 @@ def resolve_budget(
 
     limits = model_limits(model, models) if model is not None else None
     if model is not None and limits is None:
-        rules.append(f"model_unknown: {shown(model)} is not in the model table")
+        rules.append(f"model_unknown: {shown(model)} is not in the model table{did_you_mean(model, models)}")
     # 1. window
     declared = True
     default_pair = False

@@ -31,6 +31,7 @@ from .budget import (
     Budget,
     ReserveError,
     _too_large,
+    did_you_mean,
     model_limits,
     resolve_budget,
 )
@@ -340,7 +341,8 @@ def _model_budget(args: argparse.Namespace, tools: int) -> Budget:
             " of 64,000 or less cannot hold)"
         )
         raise ValueError(
-            f"unknown model {shown(args.model)}: not in the model table; pass --context-window N"
+            f"unknown model {shown(args.model)}{did_you_mean(args.model)}: not in the model table;"
+            " pass --context-window N"
             f"{reserve}, set LLM_CONTEXT_SIZE, or use --budget N"
         )
     return budget

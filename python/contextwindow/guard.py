@@ -72,7 +72,7 @@ import msgspec
 from . import _engine
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
-from .budget import Budget, check_capacity, checked_budget, resolve_budget, whole_budget_error
+from .budget import Budget, check_capacity, checked_budget, did_you_mean, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _prune_middle, _share
 from .errors import ContextOverflowError
 from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
@@ -535,7 +535,8 @@ class ContextGuard:
             if model is not None and not budget.capacity_known:
                 # as the CLI's --model: a guessed window could be larger than the real one
                 raise ValueError(
-                    f"unknown model {shown(model)}: not in the model table; pass context_window= (and"
+                    f"unknown model {shown(model)}{did_you_mean(model)}: not in the model table; pass"
+                    " context_window= (and"
                     " max_output_tokens=), models= to resolve_budget, or a Budget"
                 )
         elif not isinstance(budget, Budget):
