@@ -1525,3 +1525,39 @@ def test_result_moved_out_of_a_pinned_message_stays_pinned(provider: str) -> Non
     # nothing pinned: nothing pinned after
     plain = [msgspec.structs.replace(m, pinned=False) for m in msgs]
     assert not any(m.pinned for m in cw.repair_tool_pairs(plain, format=provider).messages)
+
+
+def test_anthropic_block_a_tool_result_cannot_hold() -> None:
+    """fresh35 #5: a ``tool_result`` nested in a ``tool_result``'s content passed
+    ``validate(..., "anthropic")``; the Messages API takes text, image, document and
+    search_result blocks there. A block that belongs in a message only (a tool call or
+    result, the server's too, a thinking block) is ``block_not_allowed``, one each, with
+    its result's call id; other block types (unknown ones included) are left alone."""
+    from contextwindow import _reference as ref
+
+    def conv(inner: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": inner}]},
+        ]
+
+    nested = {"type": "tool_result", "tool_use_id": "t", "content": "r"}
+    use = {"type": "tool_use", "id": "u", "name": "g", "input": {}}
+    server = {"type": "web_search_tool_result", "tool_use_id": "s", "content": []}
+    think = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    got = cw.validate(conv([nested, {"type": "text", "text": "ok"}, use, server, think]), "anthropic")
+    assert [(v.index, v.code, v.call_id) for v in got] == [(2, "block_not_allowed", "t")] * 4
+    assert got[0].detail == (
+        'a tool_result\'s content holds a "tool_result" block; the Messages API takes text, image, '
+        "document and search_result blocks there"
+    )
+    # the same in Python
+    msgs = to_canonical(conv([nested, use]), "anthropic")
+    got = ref.validate(msgs, "anthropic")
+    assert [(v.index, v.code, v.call_id) for v in got] == [(2, "block_not_allowed", "t")] * 2
+    # blocks the API takes there, and types this library does not know, pass
+    fine = [{"type": "text", "text": "ok"}, {"type": "search_result", "source": "s", "title": "t", "content": []}]
+    assert cw.validate(conv([*fine, {"type": "future_block"}]), "anthropic") == []
+    # a repair leaves it (no rule moves a nested block): the guard does not repair for it
+    assert [c.kind for c in cw.repair_tool_pairs(conv([nested]), format="anthropic").report.repairs] == []

@@ -1012,10 +1012,30 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
         if role in ("user", "assistant"):
             for _ in range(_empty_anthropic(m, final=i == len(msgs) - 1)):
                 v(i, "empty_content")
+        for cid in _nested_blocks(m):
+            v(i, "block_not_allowed", cid)
         if role == "assistant" and i == len(msgs) - 1 and _prefill_ends_in_space(m):
             v(i, "trailing_whitespace")
     out.extend(_thinking_violations(msgs))
     return out
+
+
+_MESSAGE_LEVEL_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "server_tool_use", "mcp_tool_use", "thinking", "redacted_thinking"}
+)
+
+
+def _nested_blocks(m: Message) -> list[str | None]:
+    """The call id of each block of ``m``'s tool results' content that the Messages API
+    refuses there: an opaque block of a type that belongs in a message only (a tool call
+    or result, the server's and MCP's too, a thinking block; Rust ``nested_blocks``)."""
+    return [
+        q.call_id
+        for q in m.content
+        if isinstance(q, ToolResult)
+        for r in q.content
+        if isinstance(r, OpaquePart) and (r.type in _MESSAGE_LEVEL_BLOCKS or r.type.endswith("_tool_result"))
+    ]
 
 
 def _thinking_violations(msgs: list[Message]) -> list[Violation]:

@@ -440,6 +440,7 @@ _NOT_PAIRS = frozenset(
         "tool_name_not_allowed",
         "call_id_not_allowed",
         "reused_call_id",
+        "block_not_allowed",
     }
 )
 

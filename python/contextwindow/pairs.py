@@ -106,7 +106,12 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     ``tool_name_not_allowed``, an id not matching ``^[a-zA-Z0-9_-]+$``
     ``call_id_not_allowed`` (``""``, Kimi's ``functions.read:0``), and an id an earlier
     assistant message already used ``reused_call_id`` ("tool_use ids must be unique";
-    one inside a message is ``duplicate_call``); OpenAI's rules report neither. For
+    one inside a message is ``duplicate_call``); OpenAI's rules report neither. Under
+    Anthropic's rules a block in a ``tool_result``'s content that belongs in a message
+    only (``tool_use``, ``tool_result``, ``server_tool_use``, ``mcp_tool_use``, a type
+    ending in ``_tool_result``, ``thinking``, ``redacted_thinking``: the API takes text,
+    image, document and search_result blocks there) is ``block_not_allowed``, one each;
+    no repair moves it. For
     ``Message`` structs, a message the provider's adapter cannot write
     (:func:`~contextwindow.adapters.from_canonical`) is ``unwritable_message``, beside
     its other violations (but for the placement of an OpenAI message's tool results,

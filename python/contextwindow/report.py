@@ -165,7 +165,9 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             ``tool_name_not_allowed``, ``call_id_not_allowed`` (Anthropic: a
             ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$``, an id not matching
             ``^[a-zA-Z0-9_-]+$``), ``reused_call_id`` (Anthropic: a ``tool_use`` id an
-            earlier message already used) or (``Message`` structs
+            earlier message already used), ``block_not_allowed`` (Anthropic: a
+            ``tool_result``'s content holding a block that belongs in a message only, a
+            ``tool_use``, ``tool_result`` or thinking block, one each) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

@@ -21,7 +21,8 @@ pub struct Violation {
     /// `call_outside_assistant`, `duplicate_call`, `result_outside_user_message`,
     /// `first_not_user`, `not_alternating`, `role_not_allowed`, `empty_content`,
     /// `trailing_whitespace`, `detail_not_allowed`, `image_not_allowed`,
-    /// `tool_name_not_allowed`, `call_id_not_allowed`, `reused_call_id`.
+    /// `tool_name_not_allowed`, `call_id_not_allowed`, `reused_call_id`,
+    /// `block_not_allowed`.
     pub code: &'static str,
     /// The tool call id concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -394,6 +395,40 @@ fn empty_system_anthropic(m: &Message) -> Vec<String> {
     blank_blocks(&m.content)
 }
 
+/// Whether an Anthropic block of type `ty` belongs in a message's content only, never in
+/// a `tool_result`'s: a tool call or result (the client's, the server's, an MCP one's)
+/// or a thinking block. Other types (text, image, document, search_result, and types
+/// this library does not know) are left to the API.
+fn message_level_block(ty: &str) -> bool {
+    matches!(
+        ty,
+        "tool_use"
+            | "tool_result"
+            | "server_tool_use"
+            | "mcp_tool_use"
+            | "thinking"
+            | "redacted_thinking"
+    ) || ty.ends_with("_tool_result")
+}
+
+/// The blocks of `m`'s `tool_result`s' content that the Messages API refuses there
+/// ([`message_level_block`]): each as its result's call id and the block's type. The
+/// Anthropic reader keeps such a block as an opaque part (a tester's `tool_result` nested
+/// in a `tool_result` passed `validate`, and the API refuses it).
+fn nested_blocks(m: &Message) -> Vec<(Option<&str>, &str)> {
+    let mut out = Vec::new();
+    for p in m.content.iter().filter(|p| p.kind == PartKind::ToolResult) {
+        for q in p.inner() {
+            if let (PartKind::Opaque, Some(ty)) = (q.kind, q.type_.as_deref()) {
+                if message_level_block(ty) {
+                    out.push((p.call_id.as_deref(), ty));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let start = messages
@@ -506,6 +541,18 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
             for detail in empty_content_anthropic(messages, i, m) {
                 out.push(v(i, "empty_content", None, detail));
             }
+        }
+        for (id, ty) in nested_blocks(m) {
+            out.push(v(
+                i,
+                "block_not_allowed",
+                id,
+                format!(
+                    "a tool_result's content holds a {} block; the Messages API takes text, \
+                     image, document and search_result blocks there",
+                    quote(ty)
+                ),
+            ));
         }
         if role == Role::Assistant && i + 1 == messages.len() && prefill_ends_in_space(m) {
             out.push(v(
