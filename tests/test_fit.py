@@ -1117,9 +1117,10 @@ def test_policy_index_errors_name_the_real_range() -> None:
         # README, Errors: a collection of the wrong type (pinned indices, ...) is a
         # TypeError, and so is an item of the wrong type in it (fresh11 N6: a str key in
         # priorities was a ValueError while pinned="0" was a TypeError) ...
-        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple or list of ints, got str"),
-        # a list is taken, so the words name it (fresh22b #4: a set was "must be a tuple")
-        (cw.FitPolicy(pinned={1}), TypeError, "pinned must be a tuple or list of ints, got set"),
+        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple, list or set of ints, got str"),
+        # a list and a set are taken, so the words name them (fresh22b #4: a set was "must
+        # be a tuple"; fresh35 #6: a set is taken, as trim_turns' pinned= takes it)
+        (cw.FitPolicy(pinned={1: 0}), TypeError, "pinned must be a tuple, list or set of ints, got dict"),
         (cw.FitPolicy(pinned=("0",)), TypeError, "pinned must hold message indices (int), got str"),
         (cw.FitPolicy(pinned=(True,)), TypeError, "pinned must hold message indices (int), got bool"),
         (cw.FitPolicy(pinned=(1.0,)), TypeError, "pinned must hold message indices (int), got float"),
@@ -1408,3 +1409,25 @@ def test_tool_schemas_that_take_the_whole_budget_leave_the_input_unchanged() -> 
         assert all(a is m for a, m in zip(r.messages, msgs, strict=True))
     with pytest.raises(cw.ContextOverflowError, match="request of 2,510 tokens"):
         cw.ContextGuard(b, profile="fim").check(msgs)
+
+
+def test_policy_pinned_takes_a_set_as_trim_turns_does() -> None:
+    """fresh35 #6: ``trim_turns(..., pinned={1})`` took a set, ``FitPolicy(pinned={1})``
+    was a TypeError in ``fit``. A set or frozenset is read in sorted order: the same
+    result as the tuple; its items are checked as a tuple's are."""
+    m = [
+        cw.Message(role="system", content=[cw.TextPart(text="s")]),
+        cw.Message(role="user", content=[cw.TextPart(text="fact " * 50)]),
+        cw.Message(role="assistant", content=[cw.TextPart(text="ok " * 200)]),
+        cw.Message(role="user", content=[cw.TextPart(text="q")]),
+    ]
+    want = cw.fit(m, 200, cw.FitPolicy(pinned=(1, 2)), profile="fim")
+    for pins in ({2, 1}, frozenset({1, 2})):
+        got = cw.fit(m, 200, cw.FitPolicy(pinned=pins), profile="fim")  # type: ignore[arg-type]
+        assert got.report == want.report and got.messages == want.messages
+    with pytest.raises(TypeError, match="pinned must hold message indices"):
+        cw.fit(m, 200, cw.FitPolicy(pinned={1, "2"}))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pinned index 7 is not a message index"):
+        cw.fit(m, 200, cw.FitPolicy(pinned={7}))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="pinned must be a tuple, list or set of ints, got dict"):
+        cw.fit(m, 200, cw.FitPolicy(pinned={1: 2}))  # type: ignore[arg-type]

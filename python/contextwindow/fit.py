@@ -103,9 +103,10 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         eviction_order: the classes to evict, in order; default ``(3, 2, 1)``. Classes
             left out are never evicted. Only 1, 2 and 3, each at most once.
         pinned: input indices to treat as pinned (for dict input, which has no
-            ``pinned`` field); added to ``Message.pinned``. A tuple or list of ints: another
-            type, or an item that is not an int, is a ``TypeError``; an index outside
-            the messages a ``ValueError`` (README, Errors).
+            ``pinned`` field); added to ``Message.pinned``. A tuple, list or set of ints
+            (a set is read in sorted order): another type, or an item that is not an
+            int, is a ``TypeError``; an index outside the messages a ``ValueError``
+            (README, Errors).
         priorities: ``{input index: class 0-3}`` overrides, winning over
             ``Message.priority`` and over the derived class. The preamble, the current
             request and the open tool calls are always P0; a pinned message stays P0
@@ -166,6 +167,13 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
     target: int
 
 
+def _index_order(i: Any) -> tuple[int, int, str]:
+    """Sort key of a ``pinned`` set's items: ints (of any int type) by value, anything
+    else after them (it is refused as it comes, by the loop that reads them)."""
+    k = as_int(i)
+    return (0, k, "") if k is not None else (1, 0, type(i).__name__)
+
+
 def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
     """``policy`` checked (``None`` is the default policy), its ints read as plain ints:
     a field that holds an integer of another type (``numpy.int64``, an ``IntEnum``;
@@ -181,9 +189,12 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         raise ValueError(f"recent_turns must be an int >= 0, got {shown(p.recent_turns)}") from int_cause(
             p.recent_turns
         )
-    for name in ("eviction_order", "pinned"):
-        if not isinstance(getattr(p, name), (tuple, list)):
-            raise TypeError(f"{name} must be a tuple or list of ints, got {type(getattr(p, name)).__name__}")
+    if not isinstance(p.eviction_order, (tuple, list)):
+        raise TypeError(f"eviction_order must be a tuple or list of ints, got {type(p.eviction_order).__name__}")
+    # pinned is a set of indices: a set or frozenset is taken as trim_turns' pinned= takes
+    # it (fresh35 #6), read in sorted order
+    if not isinstance(p.pinned, (tuple, list, set, frozenset)):
+        raise TypeError(f"pinned must be a tuple, list or set of ints, got {type(p.pinned).__name__}")
     # README, Errors: a collection of the wrong type, or an item of the wrong type in it,
     # is a TypeError; an int out of range a ValueError (fresh11 N6)
     order = []
@@ -207,7 +218,8 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         raise TypeError(f"breadcrumb must be a bool, got {type(p.breadcrumb).__name__}")
     where = f" (0..{n - 1})" if n is not None else ""
     pinned = []
-    for i in p.pinned:
+    as_set = isinstance(p.pinned, (set, frozenset))
+    for i in sorted(p.pinned, key=_index_order) if as_set else p.pinned:
         k = as_int(i)
         if k is None:
             raise TypeError(f"pinned must hold message indices (int), got {type(i).__name__}") from int_cause(i)
@@ -233,6 +245,7 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         type(p.recent_turns) is int
         and type(p.chatter_tokens) is int
         and all(type(v) is int for v in p.eviction_order)
+        and not as_set
         and all(type(v) is int for v in p.pinned)
         and all(type(k) is int and type(v) is int for k, v in p.priorities.items())
     )
