@@ -960,3 +960,35 @@ def test_long_texts_are_cut_as_the_oracle_cuts_them() -> None:
             assert o.report.fits and o.report.tokens_after <= budget
             want = ref.trim_turns(cm, budget, "conservative", True, "openai")
             assert ([(op.src, op.msg) for op in o.messages], o.report) == want
+
+
+def test_a_run_of_combining_marks_past_the_stream_safe_limit_is_cut() -> None:
+    """fresh35 #4: a request of one base letter and 100,000 combining acutes is one
+    grapheme (UAX #29), which no cut entered: every trim gave up at 198,383 tokens. Past
+    a cluster's first 31 code points (UAX #15's stream-safe limit: a base and 30
+    non-starters) a cut may fall inside it; a base and 29 marks stay whole."""
+    from contextwindow import _reference as ref
+
+    text = "e" + "\u0301" * 100_000
+    r = cw.trim_turns([{"role": "user", "content": text}], 50)
+    assert r.report.fits and r.report.tokens_after <= 50
+    # the head moves back to the text's start (a cut after fewer than 30 marks would
+    # split the grapheme), the tail keeps 15 marks
+    assert r.messages[0]["content"] == "\n[... 99986 characters removed ...]\n" + "\u0301" * 15
+    assert cw.trim_turns(r.messages, 50).messages == r.messages
+    # the same cut in Python (on 5,000 marks: the reference is slow on 100,000)
+    small = [cw.Message(role="user", content=[cw.TextPart(text="e" + "\u0301" * 5_000)])]
+    ops, _ = ref.trim_turns(small, 50)
+    assert ops[0][1] == cw.trim_turns(small, 50).messages[0]
+    # the rule in Python: a cut before a mark is refused until 30 attaching characters
+    # precede it, in a run of marks and in a run of ZWJs
+    assert [ref._bad_cut(text, p) for p in (1, 30, 31, 99_999)] == [True, True, False, False]
+    zwj = "\U0001f468" + "\u200d" * 40 + "x"
+    assert [ref._bad_cut(zwj, p) for p in (30, 31, 41)] == [True, False, False]
+    short = "a" + "\u0301" * 29 + "b"
+    assert all(ref._bad_cut(short, p) for p in range(1, 30)) and not ref._bad_cut(short, 30)
+    # any cluster: a chain of 100,000 ZWJ emoji (one grapheme) is cut too; it was left
+    # whole, fits=False, at 298,578 tokens
+    chain = "\U0001f468" + "\u200d\U0001f468" * 50_000
+    got = cw.trim_turns([{"role": "user", "content": chain}], 50)
+    assert got.report.fits and got.report.tokens_after <= 50

@@ -1588,15 +1588,28 @@ def _hangul_joins(a: str, b: str) -> bool:
     )
 
 
+#: Code points of one grapheme cluster after which a cut may fall inside it (UAX #15's
+#: stream-safe limit, a base and 30 non-starters, for any cluster; Rust ``MAX_CLUSTER``).
+_MAX_CLUSTER = 31
+
+
 def _bad_cut(s: str, p: int) -> bool:
+    """A cut before ``s[p]`` would split a grapheme (UAX #29 with the generated tables,
+    ``_splits_cluster``) whose first ``_MAX_CLUSTER`` code points do not all precede it."""
+    return _splits_cluster(s, p) and not (
+        p >= _MAX_CLUSTER and all(_splits_cluster(s, p - k) for k in range(1, _MAX_CLUSTER))
+    )
+
+
+def _splits_cluster(s: str, p: int) -> bool:
     """A cut before ``s[p]`` would split a grapheme (UAX #29 with the generated tables)."""
     if not 0 < p < len(s):
         return False
     a, b = s[p - 1], s[p]
     if (
         _in(ATTACH, _ATTACH0, b)
-        or _in(PREPEND, _PREPEND0, a)
         or a == "\u200d"
+        or _in(PREPEND, _PREPEND0, a)
         or (a == "\r" and b == "\n")
         or _hangul_joins(a, b)
         or (_in(LINKER, _LINKER0, a) and _in(CONSONANT, _CONSONANT0, b))

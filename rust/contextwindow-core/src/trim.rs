@@ -253,18 +253,32 @@ fn find_markers(text: &str) -> Vec<(usize, usize, u64)> {
     out
 }
 
+/// Code points of one grapheme cluster after which a cut may fall inside it: UAX #15's
+/// stream-safe limit (a base and 30 non-starters), for any cluster. A text of one base
+/// and 100,000 combining marks, or a chain of ZWJ emoji, was one grapheme no cut could
+/// enter, so no trim could make it fit.
+const MAX_CLUSTER: usize = 31;
+
 /// A cut between `chars[p-1]` and `chars[p]` would split a grapheme (UAX #29, with the
-/// tables of `tools/gen_unicode_tables.py`): before an extending or spacing mark or a
-/// joiner, after a prepend character or a ZWJ, inside `\r\n`, inside Hangul syllable
-/// jamo, between an Indic linker and a consonant, or inside a flag.
+/// tables of `tools/gen_unicode_tables.py`; [`splits_cluster`]) whose first
+/// [`MAX_CLUSTER`] code points do not all precede `p`.
 fn bad_cut(chars: &CharText<'_>, p: usize) -> bool {
+    splits_cluster(chars, p)
+        && !(p >= MAX_CLUSTER && (1..MAX_CLUSTER).all(|k| splits_cluster(chars, p - k)))
+}
+
+/// A cut between `chars[p-1]` and `chars[p]` would split a grapheme (UAX #29): before an
+/// extending or spacing mark or a joiner, after a prepend character or a ZWJ, inside
+/// `\r\n`, inside Hangul syllable jamo, between an Indic linker and a consonant, or
+/// inside a flag.
+fn splits_cluster(chars: &CharText<'_>, p: usize) -> bool {
     if p == 0 || p >= chars.len() {
         return false;
     }
     let (a, b) = (chars.at(p - 1), chars.at(p));
     if in_table(ATTACH, b)
-        || in_table(PREPEND, a)
         || a == '\u{200D}'
+        || in_table(PREPEND, a)
         || (a == '\r' && b == '\n')
         || hangul_joins(a, b)
         || (in_table(LINKER, a) && in_table(CONSONANT, b))
@@ -1862,6 +1876,31 @@ mod tests {
         assert_eq!(cut_points(&short, 14, 0), (17, 18));
         assert_eq!(cut_points(&short, 14, 2), (18, 18));
         assert_eq!(shrink_chars(&short, 14, 2, false).1, 0);
+    }
+
+    #[test]
+    fn a_run_of_marks_past_the_stream_safe_limit_can_be_cut() {
+        // "e" and 100,000 combining acutes: one grapheme by UAX #29, so no cut could
+        // enter it; after 30 attaching characters (UAX #15's limit) a cut may
+        let t = format!("e{}", "\u{301}".repeat(100_000));
+        let c = CharText::new(&t);
+        // positions 1..=30 follow fewer than 30 marks (or the base): not cut there
+        assert!((1..=30).all(|p| bad_cut(&c, p)));
+        assert!((31..100_000).all(|p| !bad_cut(&c, p)));
+        // keep 14: the head (7) moves back to 0, the tail starts 7 from the end
+        assert_eq!(cut_points(&c, 0, 14), (0, 99_994));
+        // a chain of ZWJ emoji (one grapheme of 2,001 code points): cut after 31
+        let chain = format!("\u{1F468}{}", "\u{200D}\u{1F468}".repeat(1_000));
+        let chain = CharText::new(&chain);
+        assert!((1..31).all(|p| bad_cut(&chain, p)) && (31..2_001).all(|p| !bad_cut(&chain, p)));
+        // and so after a run of 30 ZWJs (each one attaching)
+        let z = format!("\u{1F468}{}x", "\u{200D}".repeat(40));
+        let z = CharText::new(&z);
+        assert!(bad_cut(&z, 30) && !bad_cut(&z, 31) && !bad_cut(&z, 41));
+        // 29 marks and a base letter: the grapheme stays whole
+        let short = format!("a{}b", "\u{301}".repeat(29));
+        let short = CharText::new(&short);
+        assert!((1..30).all(|p| bad_cut(&short, p)) && !bad_cut(&short, 30));
     }
 
     #[test]
