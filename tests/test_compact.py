@@ -24,6 +24,7 @@ from contextwindow.compact import (
     COMPACTION_NOTICE,
     OUTPUT_HEAVY_TOOLS,
     WRITE_TOOLS,
+    _text_chars,
     budget_tool_results,
     micro_compact,
     prune_middle,
@@ -1723,3 +1724,45 @@ def test_second_pruning_finds_the_notice_in_a_tool_struct() -> None:
     assert once[2].role == "tool"
     twice = prune_middle(once, format="anthropic").messages
     assert len(notices(twice)) == 1
+
+
+def test_a_result_cut_over_its_share_never_outgrows_the_character_cap() -> None:
+    """Hypothesis (test_properties): rule 1 cut a message to its 500-character cap, then
+    rule 2 cut one of its results again from the input with a longer marker (lines
+    named, another digit), which left the message at 501 characters: the next call cut
+    it again (``message_char_cap``, 35 characters), so a second call was not a no-op. A
+    rule 2 cut is never longer than the text it replaces."""
+    hello = "hellohellohellohellohello\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    mixed = "\u0c95\u0cf3\uff76\uff9e\u0e01\u0e33\u1100\u1161\u11a8\u0600\u0661a\u200cb"
+    msgs = [
+        Message(
+            role="assistant",
+            content=[
+                ToolResult(call_id="c1", content=[TextPart(text="copy")], is_error=True),
+                ToolCall(id="c1", name="read_file", arguments=""),
+                ToolCall(id="c1", name="read_file", arguments=""),
+            ],
+            pinned=True,
+        ),
+        Message(
+            role="user",
+            content=[
+                ToolResult(call_id="c1", content=[TextPart(text="    indent" * 50)], is_error=True),
+                ToolResult(
+                    call_id="c1",
+                    content=[
+                        TextPart(text=hello + '{"key": [1, 2]}'),
+                        TextPart(text=hello[5:] + mixed),
+                    ],
+                    is_error=True,
+                ),
+                TextPart(text=""),
+            ],
+        ),
+        Message(role="user", content=[], pinned=True),
+    ]
+    r = budget_tool_results(msgs, 166, format="anthropic", max_message_chars=500)
+    assert r.report.reason == "tool_result_budget"
+    assert _text_chars(r.messages[1]) <= 500  # it was 501
+    again = budget_tool_results(r.messages, 166, format="anthropic", max_message_chars=500)
+    assert again.report.reason is None and all(a is b for a, b in zip(again.messages, r.messages, strict=True))

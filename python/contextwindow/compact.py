@@ -891,7 +891,15 @@ def _budget_tool_results(
             source, top = text, len(text) - floor - 1
             if key in cap_keep:
                 source, top = _slot_text(msgs[key[0]], (key[1], key[2])), cap_keep[key]
-            keep = ref.largest_fitting(top + 1, lambda k: alone(_cut_lines(source, k, floor)[0]) <= limit)
+
+            def fits(k: int) -> bool:
+                # never longer than the text it replaces: a cut from the input with a new
+                # marker (lines named, more digits) could outgrow rule 1's cut, and the
+                # message then its character cap, which the next call cut again
+                t = _cut_lines(source, k, floor)[0]
+                return alone(t) <= limit and len(t) <= len(text)
+
+            keep = ref.largest_fitting(top + 1, fits)
             new_text, gone = _cut_lines(source, keep, floor)
             if gone == 0 or len(new_text) >= len(text):
                 return None
@@ -954,10 +962,15 @@ def _budget_tool_results(
                     return mm, gone
 
                 def fits(k: int, ss: list[tuple[int, int | None]] = active) -> bool:
-                    return alone(at(k, ss)[0]) <= limit
+                    # no part longer than it is now (see cut_text: a cut from the input
+                    # with a longer marker put the message over its character cap)
+                    mm = at(k, ss)[0]
+                    return alone(mm) <= limit and all(len(_slot_text(mm, s)) <= len(_slot_text(m, s)) for s in ss)
 
                 k = ref.largest_fitting(max(t for _, t in src.values()), fits)
                 new, gone = at(k, active)
+                if any(len(_slot_text(new, s)) > len(_slot_text(m, s)) for s in gone):
+                    return m  # none fits but the markers alone, longer: cut part by part
                 unworthy = [s for s in gone if alone(at(k, [s])[0]) >= base]
                 if unworthy:
                     active = [s for s in active if s not in unworthy]
