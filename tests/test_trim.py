@@ -248,7 +248,8 @@ def test_trim_turn_count_keeps_turns_holding_a_pinned_message() -> None:
     # pinned middle turn: turns 0 and 2 go, the breadcrumb sits before the pinned turn
     r = cw.trim_turn_count(conv(1), 1)
     assert texts(r) == ["sys", BC, "u1", "a1", "u3"]
-    assert [f.rule for f in r.report.fates] == ["preamble"] + ["turn_limit"] * 2 + ["kept_turn"] * 2 + [
+    # (the pinned turn is older than the newest one: kept for its pin, pinned_turn)
+    assert [f.rule for f in r.report.fates] == ["preamble"] + ["turn_limit"] * 2 + ["pinned_turn"] * 2 + [
         "turn_limit"
     ] * 2 + ["kept_turn"]
     # the pure-Python spec agrees

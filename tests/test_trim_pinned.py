@@ -274,3 +274,50 @@ def test_cli_fit_pin(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert f"{anthropic}: --pin 5 is not an index of the file's messages (0..4)" in err
     assert main(["fit", str(anthropic), "--budget", "50", "--pin", "-1"]) == 2
     assert "--pin -1 is not an index of the file's messages (0..4)" in capsys.readouterr().err
+
+
+def _fim_counter(msgs: list[Any]) -> int:
+    """``fim`` as a token counter (the pure-Python engine) on dicts or structs of one
+    ASCII text each (the breadcrumb is one): 4 per message plus floor(3 * chars / 12),
+    at least 1."""
+
+    def text(m: Any) -> str:
+        if isinstance(m, dict):
+            return m["content"] if isinstance(m["content"], str) else "".join(b["text"] for b in m["content"])
+        return "".join(p.text for p in m.content if isinstance(p, TextPart))
+
+    return sum(4 + max(1, 3 * len(text(m)) // 12) for m in msgs)
+
+
+def rules(r: cw.TrimResult[Any]) -> list[str]:
+    return [f.rule for f in r.report.fates]
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_a_turn_kept_for_its_pin_is_named_pinned_turn(engine: str) -> None:
+    """fresh35 #2: a pinned old turn that a trim had to keep read ``kept_turn``, as if the
+    budget had kept it. Turns of 28, 28 and 14 tokens after a 5-token system prompt.
+    Turn 1 pinned, budget 50: turn 2 goes (47 left, the breadcrumb would make it 63),
+    turn 1 stayed for its pin: ``pinned_turn``. Turn 2 pinned, budget 63: turn 1 goes,
+    the breadcrumb fits (5 + 16 + 28 + 14), turn 2 would have stayed anyway:
+    ``kept_turn``. ``trim_turn_count(1)`` with turn 1 pinned: turn 2 goes (``turn_limit``),
+    turn 1 is older than the newest turn: ``pinned_turn``."""
+    kw: dict[str, Any] = {"profile": "fim"} if engine == "rust" else {"token_counter": _fim_counter}
+    r = cw.trim_turns(chat(), 50, pinned=[1], **kw)
+    assert (r.report.fits, r.report.tokens_after) == (True, 47)
+    assert rules(r) == ["preamble", "pinned_turn", "pinned_turn", "oldest_turn", "oldest_turn", "kept_turn"]
+    r = cw.trim_turns(chat(), 63, pinned=[3], **kw)
+    assert (r.report.fits, r.report.tokens_after) == (True, 63)
+    assert rules(r) == ["preamble", "oldest_turn", "oldest_turn", "kept_turn", "kept_turn", "kept_turn"]
+    r = cw.trim_turn_count(chat(), 1, pinned=[1], **kw)
+    assert rules(r) == ["preamble", "pinned_turn", "pinned_turn", "turn_limit", "turn_limit", "kept_turn"]
+    # a pinned old turn that keeps the trim over its budget (the tester's case): the
+    # turns that could go were not enough
+    m = [
+        Message(role="system", content=[TextPart(text="s")]),
+        Message(role="user", content=[TextPart(text="pinned fact " * 50)], pinned=True),
+        Message(role="assistant", content=[TextPart(text="ok " * 200)]),
+        Message(role="user", content=[TextPart(text="q")]),
+    ]
+    r = cw.trim_turns(m, 100, **kw)
+    assert not r.report.fits and rules(r) == ["preamble", "pinned_turn", "pinned_turn", "kept_turn"]

@@ -2360,13 +2360,21 @@ def _trim_turns_once(
         if pre + sum(turn_cost) - kept_cost <= st.bc_cost(start_of(bc_turn(dropped))):
             dropped = 0
     gone = set(droppable[:dropped])
+    # a pinned turn stayed for its pin where a newer turn went, or where the turns that
+    # could go were not enough (Rust trim_turns_once)
+    newest_gone = droppable[dropped - 1] if dropped > 0 else None
     for i, (a, b) in enumerate(seg.turns):
+        held = (
+            i + 1 < nt
+            and (not feasible or (newest_gone is not None and newest_gone > i))
+            and any(st.m(w).pinned for w in range(a, b))
+        )
         for w in range(a, b):
             if i in gone:
                 st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_turn")
             else:
-                st.set_fate(w, "kept", "kept_turn")
+                st.set_fate(w, "kept", "pinned_turn" if held else "kept_turn")
     bc_at = start_of(bc_turn(dropped)) if dropped > 0 else None
     bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
     la, lb = seg.turns[-1]
@@ -2507,12 +2515,14 @@ def trim_turn_count(
         st.set_fate(w, "kept", "preamble")
     gone = set(droppable)
     for i, (a, b) in enumerate(seg.turns):
+        # a pinned turn older than the newest `keep` stays for its pin
+        held = i < t - keep and any(st.m(w).pinned for w in range(a, b))
         for w in range(a, b):
             if i in gone:
                 st.set_keep(w, False)
                 st.set_fate(w, "dropped", "turn_limit")
             else:
-                st.set_fate(w, "kept", "kept_turn")
+                st.set_fate(w, "kept", "pinned_turn" if held else "kept_turn")
     # the breadcrumb goes before the first kept turn after a dropped one
     consecutive = next((j for j, i in enumerate(droppable) if i != droppable[0] + j), len(droppable))
     return _finish(st, None, "turn_limit", (t, t - len(droppable)), seg.turns[droppable[0] + consecutive][0])

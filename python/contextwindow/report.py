@@ -24,6 +24,9 @@ class Fate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         rule: the rule that decided it.
 
             * ``trim_turns`` / ``trim_turn_count``: ``fits``, ``preamble``, ``kept_turn``,
+              ``pinned_turn`` (kept because its turn holds a pinned message, where the
+              turn would have gone without it: a newer turn was dropped, the turns
+              that could go were not enough, or it is older than ``max_turns``),
               ``oldest_turn``, ``oldest_tool_unit``, ``tool_result_shrunk``,
               ``reply_shrunk`` (assistant text after the current request),
               ``request_truncated``, ``turn_limit``, ``breadcrumb_added`` (Anthropic

@@ -888,18 +888,32 @@ impl<'a, 'p> State<'a, 'p> {
     }
 
     /// Drop the turns of `seg` listed in `turns` (fate rule `rule`) and mark every other
-    /// turn's messages kept (`kept_turn`).
-    fn drop_turns(&mut self, seg: &Segmentation, turns: &[usize], rule: &'static str) {
+    /// turn's messages kept: `pinned_turn` for a turn `held(i)` names (kept for the
+    /// pinned message it holds where it would have gone without it), `kept_turn` for
+    /// the others.
+    fn drop_turns(
+        &mut self,
+        seg: &Segmentation,
+        turns: &[usize],
+        rule: &'static str,
+        held: impl Fn(usize) -> bool,
+    ) {
         let mut gone = vec![false; seg.turns.len()];
         for &i in turns {
             gone[i] = true;
             self.drop_range(seg.turns[i].clone(), rule);
         }
-        for (r, _) in seg.turns.iter().zip(&gone).filter(|(_, g)| !**g) {
+        for (i, r) in seg.turns.iter().enumerate().filter(|(i, _)| !gone[*i]) {
+            let why = if held(i) { "pinned_turn" } else { "kept_turn" };
             for w in r.clone() {
-                self.set_fate(w, "kept", "kept_turn");
+                self.set_fate(w, "kept", why);
             }
         }
+    }
+
+    /// Whether turn `r` holds a pinned message.
+    fn holds_pinned(&self, r: &std::ops::Range<usize>) -> bool {
+        r.clone().any(|w| self.work[w].msg.pinned)
     }
 
     fn drop_range(&mut self, idx: impl IntoIterator<Item = usize>, rule: &'static str) {
@@ -1488,7 +1502,17 @@ fn trim_turns_once<'a>(
             dropped = 0;
         }
     }
-    st.drop_turns(&seg, &droppable[..dropped], "oldest_turn");
+    // a pinned turn stayed for its pin where a newer turn went, or where the turns that
+    // could go were not enough (the report says so: a tester read `kept_turn` on a
+    // pinned turn over budget as a trim that did nothing)
+    let newest_gone = droppable[..dropped].last().copied();
+    let held = |i: usize| {
+        i + 1 < t
+            && (!feasible || newest_gone.is_some_and(|d| d > i))
+            && st.holds_pinned(&seg.turns[i])
+    };
+    let held: Vec<bool> = (0..t).map(held).collect();
+    st.drop_turns(&seg, &droppable[..dropped], "oldest_turn", |i| held[i]);
     let bc_at = if dropped > 0 {
         bc_turn(dropped).map(|i| seg.turns[i].start)
     } else {
@@ -1752,7 +1776,11 @@ pub fn trim_turn_count<'a>(
     for w in 0..seg.preamble_end {
         st.set_fate(w, "kept", "preamble");
     }
-    st.drop_turns(&seg, &droppable, "turn_limit");
+    // a pinned turn older than the newest `keep` stays for its pin
+    let held: Vec<bool> = (0..t)
+        .map(|i| i < t - keep && st.holds_pinned(&seg.turns[i]))
+        .collect();
+    st.drop_turns(&seg, &droppable, "turn_limit", |i| held[i]);
     // the breadcrumb goes before the first kept turn after a dropped one (the newest
     // turn is never droppable, so there is one)
     let consecutive = droppable
