@@ -1549,8 +1549,8 @@ def test_anthropic_block_a_tool_result_cannot_hold() -> None:
     got = cw.validate(conv([nested, {"type": "text", "text": "ok"}, use, server, think]), "anthropic")
     assert [(v.index, v.code, v.call_id) for v in got] == [(2, "block_not_allowed", "t")] * 4
     assert got[0].detail == (
-        'a tool_result\'s content holds a "tool_result" block; the Messages API takes text, image, '
-        "document and search_result blocks there"
+        "a tool_result's content holds a \"tool_result\" block, which belongs in a message's content: "
+        "the Messages API refuses it there"
     )
     # the same in Python
     msgs = to_canonical(conv([nested, use]), "anthropic")

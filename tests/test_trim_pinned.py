@@ -321,3 +321,12 @@ def test_a_turn_kept_for_its_pin_is_named_pinned_turn(engine: str) -> None:
     ]
     r = cw.trim_turns(m, 100, **kw)
     assert not r.report.fits and rules(r) == ["preamble", "pinned_turn", "pinned_turn", "kept_turn"]
+
+
+def test_pinned_as_a_mapping_is_refused() -> None:
+    """fresh36 #5: ``pinned={1: 2}`` pinned message 1 (a dict iterates its keys); a
+    mapping is a mistake (``priorities``-style input), a TypeError as for FitPolicy."""
+    with pytest.raises(TypeError, match="pinned must be a collection of message indices, got dict"):
+        cw.trim_turns(chat(), 50, pinned={1: 2})
+    with pytest.raises(TypeError, match="pinned must be a collection of message indices, got dict"):
+        cw.fit_request(json.dumps({"messages": chat()}).encode(), budget=50, pinned={1: 2})

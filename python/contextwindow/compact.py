@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -198,7 +198,7 @@ def _pinned_type(pinned: Any) -> set[int]:
     """``pinned`` as a set, checked for type: a collection of the wrong type, or an item
     of the wrong type in it, is a TypeError (README, Errors; fresh11 N6), as in
     :class:`~contextwindow.fit.FitPolicy`; the range is checked by :func:`_pinned_range`."""
-    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
+    if isinstance(pinned, (str, bytes, Mapping)) or not isinstance(pinned, Iterable):
         raise TypeError(f"pinned must be a collection of message indices, got {type(pinned).__name__}")
     out = set()
     for i in pinned:

@@ -548,8 +548,8 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                 "block_not_allowed",
                 id,
                 format!(
-                    "a tool_result's content holds a {} block; the Messages API takes text, \
-                     image, document and search_result blocks there",
+                    "a tool_result's content holds a {} block, which belongs in a message's \
+                     content: the Messages API refuses it there",
                     quote(ty)
                 ),
             ));
