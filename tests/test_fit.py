@@ -1431,31 +1431,3 @@ def test_policy_pinned_takes_a_set_as_trim_turns_does() -> None:
         cw.fit(m, 200, cw.FitPolicy(pinned={7}))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="pinned must be a tuple, list or set of ints, got dict"):
         cw.fit(m, 200, cw.FitPolicy(pinned={1: 2}))  # type: ignore[arg-type]
-
-
-def test_a_small_old_pin_keeps_its_pin_when_a_large_newer_one_must_go() -> None:
-    """fresh36 #1: pins over ``pinned_share`` were unpinned oldest first until under it:
-    a small old pin lost its pin on the way to a large newer one that had to go too, and
-    was evicted with room to spare. ``fim``: system 5, A 14 (pinned), B 14, C 254
-    (pinned), D 14, request 5: 306 > 300. The pins weigh 268 > 150 (the share): A goes,
-    then C (0 left); C alone is over the share, A fits it again: A is pinned again. The
-    low-water mark (210) then takes C's turn (C, D); A and B stay, the breadcrumb (16)
-    before the request: 5 + 14 + 14 + 16 + 5 = 54. Without the put-back: 26, A and B gone."""
-    ms = [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "a" * 40},
-        {"role": "assistant", "content": "b" * 40},
-        {"role": "user", "content": "c" * 1000},
-        {"role": "assistant", "content": "d" * 40},
-        {"role": "user", "content": "q"},
-    ]
-    r = cw.fit(ms, 300, cw.FitPolicy(pinned=(1, 3)), profile="fim")
-    assert [(f.fate, f.rule) for f in r.report.fates] == [
-        ("kept", "preamble"),
-        ("kept", "pinned"),
-        ("kept", "kept"),
-        ("dropped", "unpinned_over_share"),
-        ("dropped", "p1_evicted"),
-        ("kept", "current_request"),
-    ]
-    assert r.report.tokens_after == 54 and r.messages[1] is ms[1]

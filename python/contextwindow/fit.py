@@ -115,9 +115,7 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         pinned_share: pinned messages together may take at most this share of the
             budget (DESIGN.md section 5: 0.5); above it the oldest pinned messages are
             unpinned (demoted to their own class; Fate rule ``unpinned_over_share``)
-            until the rest is under, then those that fit the share again are pinned
-            again, the last unpinned first (a small old pin does not lose its pin to a
-            large newer one that had to go too). The share is of ``budget``, not of the low-water mark.
+            until the rest is under. The share is of ``budget``, not of the low-water mark.
             A pin keeps its tool unit (the calls and their results) or text-action step
             whole, so what it weighs is that unit's tokens, counted once however many of
             its messages are pinned, less what stays for another reason (the preamble,
@@ -335,8 +333,6 @@ class _Plan:
     held: set[int]
     # the current request (_reference.current_request) when it is a carrier, else None
     carrier_request: int | None
-    # whether pins unpinned over their share were pinned again (see _plan's put_back)
-    repinned: bool = False
 
 
 def _is_placeholder(m: Message) -> bool:
@@ -372,13 +368,7 @@ def _repaired(prep: _engine.Prepared, msgs: list[Message]) -> tuple[list[ref.Ite
     return [item(op.src, op.msg) for op in out.messages], out.report.repairs
 
 
-def _plan(
-    prep: _engine.Prepared,
-    pol: FitPolicy,
-    cost: _NativeCost | _CallerCost,
-    budget: int | None,
-    put_back: bool = True,
-) -> _Plan:
+def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCost, budget: int | None) -> _Plan:
     # the messages the costs were counted for (decoding again would make new objects,
     # which the cost cache does not know: each would be encoded and counted once more)
     msgs = cost.msgs
@@ -520,7 +510,6 @@ def _plan(
     # for another reason (the preamble, the request, an open call, class 0) weighs nothing,
     # and what two pins keep counts once
     unpinned: set[int] = set()
-    repinned = False
     if budget is not None:
         share = int(budget * pol.pinned_share)
         keeps = {
@@ -531,7 +520,6 @@ def _plan(
         }
         cover = Counter(v for items in keeps.values() for v in items)
         total = sum(st.costs[v] for v in cover)
-        order: list[tuple[int, int, str]] = []  # unpinned, oldest first: (item, class, why)
         for w in pinned_items:
             if total <= share:
                 break
@@ -540,24 +528,9 @@ def _plan(
                 if not cover[v]:
                     total -= st.costs[v]
             unpinned.add(w)
-            order.append((w, cls[w], why0[w]))
             own = override(w)
             cls[w] = derived(w) if own is None else own
             why0[w] = "" if cls[w] else "priority_override"
-        # then pinned again, the last unpinned first, each that still fits the share: a
-        # small old pin unpinned on the way to a large newer one that had to go too
-        # kept its pin lost, and was evicted with room to spare (fresh36 #1: an 11-token
-        # task message dropped beside a 1,180-token pinned result, budget 300)
-        for w, c, why in reversed(order) if put_back else ():
-            adds = sum(st.costs[v] for v in set(keeps[w]) if not cover[v])
-            if total + adds > share:
-                continue
-            for v in keeps[w]:
-                cover[v] += 1
-            total += adds
-            unpinned.discard(w)
-            cls[w], why0[w] = c, why
-            repinned = True
     for w in range(nw):
         if why0[w]:
             cls[w] = 0
@@ -619,7 +592,6 @@ def _plan(
         [w for w in range(nw) if crumb[w]],
         held,
         req if req is not None and not real[req] else None,
-        repinned,
     )
 
 
@@ -1057,24 +1029,14 @@ def fit_target(
     # and without the breadcrumb, holding the newest exchange back or not); each run
     # works on its own copy of the plan's state
     model = _NativeCost(prep, read.messages, profile, read.costs) if cost is None else cost
-
-    def run(plan: _Plan) -> TrimResult[Any]:
-        r, held = _fit_variants(prep, plan, budget, target, policy, reason, False)
-        if held and any(r.report.fates[s].fate == "dropped" for s in held):
-            # the newest exchange after the request went: keep it when a result fits with
-            # it at no cost to the request (fresh14 findings 1 and 4), see _worth_holding
-            kept, _ = _fit_variants(prep, plan, budget, target, policy, reason, True)
-            if _worth_holding(kept.report, r.report, held, read.messages):
-                return kept
-        return r
-
     plan = _plan(prep, policy, model, budget)
-    r = run(plan)
-    if plan.repinned and not r.report.fits:
-        # a pin put back can keep what eviction needs gone (its turn, an alternation it
-        # holds): when that result does not fit, the one without any put back is given,
-        # as before the put-back (test_guard_never_does_worse_than_fit_on_its_input)
-        return run(_plan(prep, policy, model, budget, put_back=False))
+    r, held = _fit_variants(prep, plan, budget, target, policy, reason, False)
+    if held and any(r.report.fates[s].fate == "dropped" for s in held):
+        # the newest exchange after the request went: keep it when a result fits with it
+        # at no cost to the request (fresh14 findings 1 and 4), see _worth_holding
+        kept, _ = _fit_variants(prep, plan, budget, target, policy, reason, True)
+        if _worth_holding(kept.report, r.report, held, read.messages):
+            return kept
     return r
 
 
