@@ -1210,3 +1210,11 @@ def test_guard_leaves_its_own_output_alone_when_repair_moved_a_pinned_result() -
     assert r.messages[2].content[0].content[0].text == "hello " * 10_000
     again = g.check(r.messages, format="openai")
     assert not again.events and again.messages == r.messages
+
+
+def test_check_refuses_a_priorities_key_outside_the_messages_whether_or_not_it_trims() -> None:
+    """fresh37 #4: ``fit`` refused ``priorities={99: 1}`` on one message; ``check`` took it
+    when the conversation fit (no trim ran), and refused it only when it trimmed."""
+    g = ContextGuard(resolve_budget(1_000, 100, env={}), policy=cw.FitPolicy(priorities={99: 1}))
+    with pytest.raises(ValueError, match=r"priorities key 99 is not a message index \(0\.\.0\)"):
+        g.check([{"role": "user", "content": "x"}])

@@ -741,6 +741,10 @@ class ContextGuard:
             format=fmt,
         )
         steps.append(GuardStep(step="tool_output", report=r.report))
+        # the policy's indices against the input (step 1 keeps every message): a
+        # priorities key outside the messages is an error whether or not a trim runs, as
+        # in fit (fresh37 #4: check took it when nothing needed trimming)
+        _check_policy(self.policy, len(r.messages))
         before = cur_tokens = r.report.tokens_before  # step 1 counted the input already
         if r.report.reason is not None:
             base = common("tool_output", r, cur_tokens, len(cur))
