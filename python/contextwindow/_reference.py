@@ -2301,12 +2301,17 @@ def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
     return not bare.fits and with_.tokens_after <= bare.tokens_after
 
 
+def _holds_pinned(st: _State, a: int, b: int) -> bool:
+    """Whether work items ``a..b`` (a turn) hold a pinned message (Rust ``holds_pinned``)."""
+    return any(st.m(w).pinned for w in range(a, b))
+
+
 def _droppable_turns(st: _State, seg: Segmentation) -> list[int]:
     """The turns a trim may drop, oldest first: never the newest turn, never one holding a
     pinned message, never one opened by stubs answering the calls of a turn that stays
     (the stubs go with those calls)."""
     nt = len(seg.turns)
-    pinned_turn = [any(st.m(w).pinned for w in range(a, b)) for a, b in seg.turns]
+    pinned_turn = [_holds_pinned(st, a, b) for a, b in seg.turns]
     can_go = [False] * nt
     for i in range(nt - 1):
         after_kept = i > 0 and st.stub_head[seg.turns[i][0]] and not can_go[i - 1]
@@ -2365,9 +2370,7 @@ def _trim_turns_once(
     newest_gone = droppable[dropped - 1] if dropped > 0 else None
     for i, (a, b) in enumerate(seg.turns):
         held = (
-            i + 1 < nt
-            and (not feasible or (newest_gone is not None and newest_gone > i))
-            and any(st.m(w).pinned for w in range(a, b))
+            i + 1 < nt and (not feasible or (newest_gone is not None and newest_gone > i)) and _holds_pinned(st, a, b)
         )
         for w in range(a, b):
             if i in gone:
@@ -2516,7 +2519,7 @@ def trim_turn_count(
     gone = set(droppable)
     for i, (a, b) in enumerate(seg.turns):
         # a pinned turn older than the newest `keep` stays for its pin
-        held = i < t - keep and any(st.m(w).pinned for w in range(a, b))
+        held = i < t - keep and _holds_pinned(st, a, b)
         for w in range(a, b):
             if i in gone:
                 st.set_keep(w, False)

@@ -593,16 +593,20 @@ fn stub_tokens(work: &[Work<'_>], stub_head: &[bool], p: &Profile, h: usize) -> 
         .sum()
 }
 
+/// Whether the work items `r` (a turn) hold a pinned message.
+fn holds_pinned(work: &[Work<'_>], r: &std::ops::Range<usize>) -> bool {
+    r.clone().any(|w| work[w].msg.pinned)
+}
+
 /// The turns a trim may drop, oldest first: never the newest, never one holding a pinned
 /// message, never one opened by stubs answering the calls of a turn that stays (the stubs
 /// go with those calls). Costs play no part.
 fn droppable_turns(work: &[Work<'_>], seg: &Segmentation, stub_head: &[bool]) -> Vec<usize> {
     let t = seg.turns.len();
-    let pinned = |r: &std::ops::Range<usize>| r.clone().any(|w| work[w].msg.pinned);
     let mut can_go = vec![false; t];
     for i in 0..t.saturating_sub(1) {
         let after_kept = i > 0 && stub_head[seg.turns[i].start] && !can_go[i - 1];
-        can_go[i] = !pinned(&seg.turns[i]) && !after_kept;
+        can_go[i] = !holds_pinned(work, &seg.turns[i]) && !after_kept;
     }
     (0..t.saturating_sub(1)).filter(|&i| can_go[i]).collect()
 }
@@ -909,11 +913,6 @@ impl<'a, 'p> State<'a, 'p> {
                 self.set_fate(w, "kept", why);
             }
         }
-    }
-
-    /// Whether turn `r` holds a pinned message.
-    fn holds_pinned(&self, r: &std::ops::Range<usize>) -> bool {
-        r.clone().any(|w| self.work[w].msg.pinned)
     }
 
     fn drop_range(&mut self, idx: impl IntoIterator<Item = usize>, rule: &'static str) {
@@ -1509,7 +1508,7 @@ fn trim_turns_once<'a>(
     let held = |i: usize| {
         i + 1 < t
             && (!feasible || newest_gone.is_some_and(|d| d > i))
-            && st.holds_pinned(&seg.turns[i])
+            && holds_pinned(&st.work, &seg.turns[i])
     };
     let held: Vec<bool> = (0..t).map(held).collect();
     st.drop_turns(&seg, &droppable[..dropped], "oldest_turn", |i| held[i]);
@@ -1778,7 +1777,7 @@ pub fn trim_turn_count<'a>(
     }
     // a pinned turn older than the newest `keep` stays for its pin
     let held: Vec<bool> = (0..t)
-        .map(|i| i < t - keep && st.holds_pinned(&seg.turns[i]))
+        .map(|i| i < t - keep && holds_pinned(&st.work, &seg.turns[i]))
         .collect();
     st.drop_turns(&seg, &droppable, "turn_limit", |i| held[i]);
     // the breadcrumb goes before the first kept turn after a dropped one (the newest
