@@ -557,6 +557,57 @@ def test_reader_handles_typical_chat_itself() -> None:
     same_canonical(msgs, None)
 
 
+def test_plain_chat_counts_as_built_messages() -> None:
+    # the plain chat path (every message {"role": "user"|"assistant", "content": str} and
+    # nothing else: reader.rs `plain_chat`) counts without building messages.
+    # fim: 4 per message; "abcdefgh" 8 ASCII -> 2; "ok" -> 1 (at least 1); "" -> 0
+    msgs = [{"role": "user", "content": "abcdefgh"}, {"role": "assistant", "content": "ok"}]
+    assert count_dicts(msgs, None, "fim") == [6, 5]
+    assert count_dicts([{"content": "", "role": "user"}], "anthropic", "fim") == [4]
+    # bytes4: 4 per message + ceil(UTF-8 bytes / 4): "日本語" is 9 bytes -> 3
+    assert count_dicts([{"role": "user", "content": "日本語"}], "openai", "bytes4") == [7]
+    for variant in (
+        msgs,
+        [*msgs, {"role": "user", "content": "x", "name": "ann"}],  # a third key: the full reader
+        [{"role": "system", "content": "be brief"}, *msgs],  # a system message: the full reader
+    ):
+        for profile in PROFILES:
+            same(cw.message_tokens, variant, profile)
+            same(cw.count_messages, variant, profile)
+            same(cw.count_many, [variant, msgs, [{"role": "user", "content": "a\ud83d"}]], profile)
+
+
+_PLAIN_TEXT = st.lists(
+    st.characters(codec="utf-8") | st.sampled_from(["\ud83d", "日本", "👩‍👩‍👧", " the", "\n\n"]), max_size=30
+).map("".join)
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["user", "assistant", "system", "tool"]), _PLAIN_TEXT, st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([None, "openai", "anthropic"]),
+    st.sampled_from(PROFILES),
+)
+def test_generated_plain_chats_count_as_the_adapters_do(
+    rows: list[tuple[str, str, bool]], fmt: str | None, profile: str
+) -> None:
+    # mostly plain chats (the plain chat path), some with a key more, a system or tool
+    # role or a lone surrogate (the full reader or the adapters): the same counts or the
+    # same error as the Python adapters
+    msgs: list[dict[str, Any]] = [
+        {"role": role, "content": text, **({"tool_call_id": "c"} if role == "tool" else {})} for role, text, _ in rows
+    ]
+    for m, (_, _, more) in zip(msgs, rows, strict=True):
+        if more:
+            m["k"] = 1
+    same(cw.message_tokens, msgs, profile, format=fmt)
+    same(cw.count_many, [msgs, msgs[:1]], profile, format=fmt)
+
+
 def test_switch_really_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     msgs = [{"role": "user", "content": "hi"}]
     calls: list[str] = []

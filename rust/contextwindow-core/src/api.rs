@@ -147,6 +147,19 @@ pub fn count_parsed(messages: &[Message], profile_name: &str) -> Result<Vec<u64>
     Ok(messages.iter().map(|m| p.message_tokens(m)).collect())
 }
 
+/// Tokens of each message of a plain chat given as its texts: every message a user or
+/// assistant message whose content is one text and nothing else (no name, no other key),
+/// as the Python binding's dict reader finds `{"role": ..., "content": "..."}` dicts.
+/// Each count is [`count_parsed`]'s for that message: the profile's per-message overhead
+/// plus the text's tokens.
+pub fn count_plain<S: AsRef<str>>(texts: &[S], profile_name: &str) -> Result<Vec<u64>> {
+    let p = profile(profile_name)?;
+    Ok(texts
+        .iter()
+        .map(|t| p.plain_message_tokens(t.as_ref()))
+        .collect())
+}
+
 /// Preamble, turns, tool units and current request as JSON.
 pub fn segment_turns(messages_json: &str) -> Result<String> {
     #[derive(Serialize)]

@@ -394,6 +394,13 @@ impl Profile {
         }
     }
 
+    /// [`Profile::message_tokens`] of a message whose content is one text part and that
+    /// has no name and no other key (a plain chat message), from its text alone.
+    #[inline]
+    pub fn plain_message_tokens(&self, text: &str) -> u64 {
+        self.message_overhead + self.text_tokens(text)
+    }
+
     /// Tokens of a message: overhead + name (its overhead and text) + refusal + every part.
     pub fn message_tokens(&self, m: &Message) -> u64 {
         self.message_overhead
@@ -430,6 +437,28 @@ fn refusal(extra: &serde_json::value::RawValue) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_message_costs_what_the_same_message_built_costs() {
+        use crate::model::{Message, Part, PartKind, Role};
+        let texts = [
+            "",
+            "hi",
+            "The quick brown fox.",
+            "これは日本語の文章です。",
+            "👩‍👩‍👧 ok\n\n",
+        ];
+        for p in PROFILES {
+            for role in [Role::User, Role::Assistant] {
+                for t in texts {
+                    let mut part = Part::empty(PartKind::Text);
+                    part.text = Some(t.to_owned());
+                    let built = p.message_tokens(&Message::new(role, vec![part]));
+                    assert_eq!(p.plain_message_tokens(t), built, "{} {t:?}", p.name);
+                }
+            }
+        }
+    }
 
     #[test]
     fn fim_matches_seed_rule() {

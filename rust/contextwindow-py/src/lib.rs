@@ -108,6 +108,9 @@ fn count_dicts(
     format: Option<&str>,
     profile: &str,
 ) -> PyResult<Option<Vec<u64>>> {
+    if let Some((texts, bytes)) = reader::plain_chat(messages) {
+        return run_read(py, bytes, || api::count_plain(&texts, profile)).map(Some);
+    }
     let Ok(read) = reader::read(messages, format) else {
         return Ok(None);
     };
@@ -125,18 +128,37 @@ fn count_many_dicts(
     format: Option<&str>,
     profile: &str,
 ) -> PyResult<Vec<Option<u64>>> {
-    let reads: Vec<Option<Read>> = conversations
+    /// A conversation as read: a plain chat's texts, the full reader's messages, or not taken.
+    enum Conv {
+        Plain(Vec<PyBackedStr>),
+        Read(Read),
+        Not,
+    }
+    let mut bytes = 0;
+    let convs: Vec<Conv> = conversations
         .iter()
-        .map(|c| reader::read(c, format).ok())
+        .map(|c| {
+            if let Some((texts, n)) = reader::plain_chat(c) {
+                bytes += n;
+                return Conv::Plain(texts);
+            }
+            match reader::read(c, format) {
+                Ok(r) => {
+                    bytes += r.bytes;
+                    Conv::Read(r)
+                }
+                Err(_) => Conv::Not,
+            }
+        })
         .collect();
-    let bytes = reads.iter().flatten().map(|r| r.bytes).sum();
-    let reads = &reads;
+    let convs = &convs;
     run_read(py, bytes, || {
-        reads
+        convs
             .iter()
-            .map(|r| match r {
-                Some(r) => Ok(Some(api::count_parsed(&r.messages, profile)?.iter().sum())),
-                None => Ok(None),
+            .map(|c| match c {
+                Conv::Plain(texts) => Ok(Some(api::count_plain(texts, profile)?.iter().sum())),
+                Conv::Read(r) => Ok(Some(api::count_parsed(&r.messages, profile)?.iter().sum())),
+                Conv::Not => Ok(None),
             })
             .collect()
     })

@@ -28,6 +28,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use contextwindow_core::model::{Message, Part, PartKind, Role};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
     PyBool, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
@@ -136,6 +137,50 @@ fn read_inner(messages: &Bound<'_, PyAny>, format: Option<&str>) -> R<Read> {
         provider,
         bytes: r.bytes,
     })
+}
+
+/// The texts of a plain chat, found without building messages: every message an exact
+/// `dict` of exactly two keys, `role` (the `str` `"user"` or `"assistant"`) and `content`
+/// (an exact `str` without lone surrogates). Both shapes read such a dict as a user or
+/// assistant message of one text part and nothing else (`Reader::openai_message`,
+/// `Reader::anthropic_message`), so its tokens are `api::count_plain`'s. `None` for
+/// anything else, the empty list included: the full reader then decides. With the UTF-8
+/// bytes of the texts. The strings are held (a reference each), so the count may run
+/// with the GIL released.
+pub fn plain_chat(messages: &Bound<'_, PyAny>) -> Option<(Vec<PyBackedStr>, usize)> {
+    catch_unwind(AssertUnwindSafe(|| plain_chat_inner(messages))).unwrap_or(None)
+}
+
+fn plain_chat_inner(messages: &Bound<'_, PyAny>) -> Option<(Vec<PyBackedStr>, usize)> {
+    let list = messages.cast_exact::<PyList>().ok()?;
+    if list.is_empty() {
+        return None;
+    }
+    let py = messages.py();
+    let (role, content) = (intern!(py, "role"), intern!(py, "content"));
+    let mut texts = Vec::with_capacity(list.len());
+    let mut bytes = 0;
+    for item in list.iter() {
+        let d = item.cast_exact::<PyDict>().ok()?;
+        if d.len() != 2 {
+            return None;
+        }
+        let r = d.get_item(role).ok()??;
+        if !r.is_exact_instance_of::<PyString>()
+            || !matches!(
+                r.cast::<PyString>().ok()?.to_str().ok()?,
+                "user" | "assistant"
+            )
+        {
+            return None;
+        }
+        let c = d.get_item(content).ok()??;
+        let c = c.cast_exact::<PyString>().ok()?;
+        let text = PyBackedStr::try_from(c.clone()).ok()?;
+        bytes += text.len();
+        texts.push(text);
+    }
+    Some((texts, bytes))
 }
 
 // ----------------------------------------------------------------------------- helpers
