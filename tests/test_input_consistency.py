@@ -1550,22 +1550,32 @@ class _Count(int):
     """An int subclass that is not an enum."""
 
 
+class _Path(str):
+    """A str subclass that is not an enum, whose ``str()`` is not its text."""
+
+    def __str__(self) -> str:
+        return "not the text"
+
+
 @pytest.mark.parametrize(
     ("odd", "plain"),
     [
         (_Price(2.5), 2.5),
         (_Count(7), 7),
+        (_Path("src/a.txt"), "src/a.txt"),
+        ({_Path("k"): [_Path("v")]}, {"k": ["v"]}),
         (__import__("types").MappingProxyType({"a": [1, 2]}), {"a": [1, 2]}),
         (collections.UserDict({"a": "b"}), {"a": "b"}),
     ],
-    ids=["float subclass", "int subclass", "mappingproxy", "UserDict"],
+    ids=["float subclass", "int subclass", "str subclass", "str subclass key", "mappingproxy", "UserDict"],
 )
 def test_json_values_msgspec_does_not_write_itself_count_as_their_plain_values(odd: Any, plain: Any) -> None:
-    """A float or int subclass (numpy.float64) and a Mapping that is not a dict are JSON
-    values (json.dumps writes them; the docs call them so) and count as the plain number or
-    dict does, in a tool_use input, an unknown key, a struct's extra, an OpaquePart's raw
-    and a tool schema; they were refused with msgspec's words ("Encoding objects of type
-    _Price is unsupported"), naming no field."""
+    """A float, int or str subclass (numpy.float64, a path type) and a Mapping that is
+    not a dict are JSON values (json.dumps writes them; the docs call them so) and count
+    as the plain number, text or dict does, in a tool_use input, an unknown key, a
+    struct's extra, an OpaquePart's raw and a tool schema; they were refused with
+    msgspec's words ("Encoding objects of type _Price is unsupported"), naming no field
+    (a str subclass until fresh38 #1: msgspec 0.23 refuses one)."""
 
     def anthropic(v: Any) -> list[dict[str, Any]]:
         return [

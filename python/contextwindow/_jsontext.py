@@ -105,18 +105,22 @@ class KeyClash(Exception):
 
 def json_hook(value: Any) -> Any:
     """msgspec's ``enc_hook`` for what :func:`json_fault` takes and msgspec does not
-    write itself: a ``float`` or ``int`` subclass (``numpy.float64``; an ``IntEnum`` msgspec
-    writes already) as its number, a ``Mapping`` that is not a ``dict``
-    (``MappingProxyType``, ``UserDict``) as a ``dict``, as ``json.dumps`` and
-    :func:`clean_value` write them.
+    write itself: a ``str`` subclass (msgspec 0.23 refuses one that is not an enum) as its
+    text, not its ``str()`` (``class Path(str)``, a ``(str, Enum)`` member), a ``float`` or
+    ``int`` subclass (``numpy.float64``; an ``IntEnum`` msgspec writes already) as its
+    number, a ``Mapping`` that is not a ``dict`` (``MappingProxyType``, ``UserDict``) as a
+    ``dict``, as ``json.dumps`` and :func:`clean_value` write them.
 
     Raises:
         TypeError: anything else, in msgspec's words.
 
     >>> class Price(float): ...
-    >>> ENCODER.encode({"x": Price(2.5)})
-    b'{"x":2.5}'
+    >>> class Path(str): ...
+    >>> ENCODER.encode({"x": Price(2.5), "p": Path("a.txt")})
+    b'{"x":2.5,"p":"a.txt"}'
     """
+    if isinstance(value, str):
+        return str.__str__(value)
     if isinstance(value, float):
         return float(value)
     if isinstance(value, int):
