@@ -321,6 +321,14 @@ def test_a_turn_kept_for_its_pin_is_named_pinned_turn(engine: str) -> None:
     ]
     r = cw.trim_turns(m, 100, **kw)
     assert not r.report.fits and rules(r) == ["preamble", "pinned_turn", "pinned_turn", "kept_turn"]
+    # trim_turn_count where the only older turn is pinned: nothing goes (the input comes
+    # back, no reason), and the fates say why two turns stay under a limit of one (they
+    # said `fits` for every message)
+    two = chat()[:5]
+    r = cw.trim_turn_count(two, 1, pinned=[1], **kw)
+    assert (r.messages, r.report.reason, r.report.kept_turns, r.report.dropped_turns) == (two, None, 2, 0)
+    assert rules(r) == ["preamble", "pinned_turn", "pinned_turn", "kept_turn", "kept_turn"]
+    assert rules(cw.trim_turn_count(two, 2, pinned=[1], **kw)) == ["fits"] * 5
 
 
 def test_pinned_as_a_mapping_is_refused() -> None:

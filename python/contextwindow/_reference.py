@@ -2512,7 +2512,8 @@ def trim_turn_count(
     # the turns older than the newest `keep` that may go, as in trim_turns (fresh19 F3:
     # a pinned message in an old turn was dropped)
     droppable = [i for i in _droppable_turns(st, seg) if i < t - keep]
-    if not droppable:
+    pinned_old = any(_holds_pinned(st, a, b) for a, b in seg.turns[: t - keep])
+    if not droppable and not pinned_old:
         return _finish(st, None, None, (t, t), None)
     for w in range(seg.preamble_end):
         st.set_fate(w, "kept", "preamble")
@@ -2526,6 +2527,10 @@ def trim_turn_count(
                 st.set_fate(w, "dropped", "turn_limit")
             else:
                 st.set_fate(w, "kept", "pinned_turn" if held else "kept_turn")
+    if not droppable:
+        # nothing may go, but the limit applied: the fates say which turns stay over it
+        # for their pin
+        return _finish(st, None, "turn_limit", (t, t), None)
     # the breadcrumb goes before the first kept turn after a dropped one
     consecutive = next((j for j, i in enumerate(droppable) if i != droppable[0] + j), len(droppable))
     return _finish(st, None, "turn_limit", (t, t - len(droppable)), seg.turns[droppable[0] + consecutive][0])

@@ -1769,16 +1769,25 @@ pub fn trim_turn_count<'a>(
         .into_iter()
         .filter(|&i| i < t - keep)
         .collect();
-    let Some(&first) = droppable.first() else {
-        return st.finish(None, None, (t as u64, t as u64), None);
-    };
-    for w in 0..seg.preamble_end {
-        st.set_fate(w, "kept", "preamble");
-    }
     // a pinned turn older than the newest `keep` stays for its pin
     let held: Vec<bool> = (0..t)
         .map(|i| i < t - keep && holds_pinned(&st.work, &seg.turns[i]))
         .collect();
+    let Some(&first) = droppable.first() else {
+        if !held.contains(&true) {
+            return st.finish(None, None, (t as u64, t as u64), None);
+        }
+        // nothing may go, but the limit applied: the report says which turns stay
+        // over it for their pin (it said `fits` for every message)
+        for w in 0..seg.preamble_end {
+            st.set_fate(w, "kept", "preamble");
+        }
+        st.drop_turns(&seg, &[], "turn_limit", |i| held[i]);
+        return st.finish(None, Some("turn_limit"), (t as u64, t as u64), None);
+    };
+    for w in 0..seg.preamble_end {
+        st.set_fate(w, "kept", "preamble");
+    }
     st.drop_turns(&seg, &droppable, "turn_limit", |i| held[i]);
     // the breadcrumb goes before the first kept turn after a dropped one (the newest
     // turn is never droppable, so there is one)
