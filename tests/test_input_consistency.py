@@ -1550,6 +1550,20 @@ class _Count(int):
     """An int subclass that is not an enum."""
 
 
+class _OwnFloat(float):
+    """A float subclass whose ``__float__`` is not its value (json.dumps writes the value)."""
+
+    def __float__(self) -> float:
+        return 99999.125
+
+
+class _OwnInt(int):
+    """An int subclass whose ``__int__`` is not its value (json.dumps writes the value)."""
+
+    def __int__(self) -> int:
+        return 1234567
+
+
 class _Path(str):
     """A str subclass that is not an enum, whose ``str()`` is not its text."""
 
@@ -1564,10 +1578,21 @@ class _Path(str):
         (_Count(7), 7),
         (_Path("src/a.txt"), "src/a.txt"),
         ({_Path("k"): [_Path("v")]}, {"k": ["v"]}),
+        ([_OwnFloat(0.5), _OwnInt(7)], [0.5, 7]),
+        ({_OwnInt(7): 1, _OwnFloat(0.5): 2}, {7: 1, 0.5: 2}),
         (__import__("types").MappingProxyType({"a": [1, 2]}), {"a": [1, 2]}),
         (collections.UserDict({"a": "b"}), {"a": "b"}),
     ],
-    ids=["float subclass", "int subclass", "str subclass", "str subclass key", "mappingproxy", "UserDict"],
+    ids=[
+        "float subclass",
+        "int subclass",
+        "str subclass",
+        "str subclass key",
+        "own __float__ and __int__",
+        "own __int__ and __float__ keys",
+        "mappingproxy",
+        "UserDict",
+    ],
 )
 def test_json_values_msgspec_does_not_write_itself_count_as_their_plain_values(odd: Any, plain: Any) -> None:
     """A float, int or str subclass (numpy.float64, a path type) and a Mapping that is
@@ -1575,7 +1600,9 @@ def test_json_values_msgspec_does_not_write_itself_count_as_their_plain_values(o
     as the plain number, text or dict does, in a tool_use input, an unknown key, a
     struct's extra, an OpaquePart's raw and a tool schema; they were refused with
     msgspec's words ("Encoding objects of type _Price is unsupported"), naming no field
-    (a str subclass until fresh38 #1: msgspec 0.23 refuses one)."""
+    (a str subclass until fresh38 #1: msgspec 0.23 refuses one). A number subclass counts
+    as its value even when its own ``__int__`` or ``__float__`` says otherwise (fresh39 #1:
+    ``float()`` gave 99999.125 for 0.5)."""
 
     def anthropic(v: Any) -> list[dict[str, Any]]:
         return [

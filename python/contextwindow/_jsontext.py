@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from math import isfinite
 from typing import Any
 
@@ -121,10 +122,12 @@ def json_hook(value: Any) -> Any:
     """
     if isinstance(value, str):
         return str.__str__(value)
+    # float.__float__ and int.__int__, not float() and int(): a subclass's own __float__
+    # or __int__ is not what json.dumps writes (fresh39 #1)
     if isinstance(value, float):
-        return float(value)
+        return float.__float__(value)
     if isinstance(value, int):
-        return int(value)
+        return int.__int__(value)
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
@@ -145,6 +148,12 @@ def json_key(key: Any) -> Any:
     """
     if isinstance(key, str):
         return clean_str(key)
+    # a number subclass as its plain number, as json.dumps writes it (not by its own
+    # __int__ or __float__; fresh39 #1); an enum msgspec writes by its value
+    if isinstance(key, int) and not isinstance(key, (bool, Enum)):
+        key = int.__int__(key)
+    elif isinstance(key, float) and not isinstance(key, Enum):
+        key = float.__float__(key)
     try:
         return next(iter(msgspec.json.decode(msgspec.json.encode({key: None}))))
     except (TypeError, ValueError, msgspec.MsgspecError):
