@@ -61,6 +61,10 @@ pub const VOCAB_NAMES: [&str; 3] = ["cl100k", "tekken", "conservative"];
 /// Letter pairs rare inside tokens of both families (`data/profiles.json`).
 pub static RARE_BIGRAMS: [u8; crate::features::RARE_BYTES] = data::RARE_BIGRAMS;
 
+/// [`RARE_BIGRAMS`] as the scanner reads it ([`crate::features::rare_pairs`]).
+static RARE_PAIRS: [u8; crate::features::RARE_PAIRS] =
+    crate::features::rare_pairs(&data::RARE_BIGRAMS);
+
 /// The vocabularies' characters tables ([`crate::features::char_table`]), built at
 /// compile time from their cost tables and the characters of their n-gram tokens.
 static CL100K_CHARS: [u8; 0x10000] = char_table(
@@ -80,7 +84,7 @@ static CONSERVATIVE_CHARS: [u8; 0x10000] = char_table(
 );
 
 const CL100K_VOCAB: Vocab = Vocab {
-    rare: &RARE_BIGRAMS,
+    rare: &RARE_PAIRS,
     bloom: include_bytes!("../data/cl100k.bloom"),
     table: include_bytes!("../data/cl100k.cost"),
     chars: &CL100K_CHARS,
@@ -90,7 +94,7 @@ const CL100K_VOCAB: Vocab = Vocab {
 };
 
 const TEKKEN_VOCAB: Vocab = Vocab {
-    rare: &RARE_BIGRAMS,
+    rare: &RARE_PAIRS,
     bloom: include_bytes!("../data/tekken.bloom"),
     table: include_bytes!("../data/tekken.cost"),
     chars: &TEKKEN_CHARS,
@@ -103,7 +107,7 @@ const TEKKEN_VOCAB: Vocab = Vocab {
 /// costs what the dearer family spends on it; a punctuation run merges as in the family
 /// that merges it less (`tools/fit_profiles.py`).
 const CONSERVATIVE_VOCAB: Vocab = Vocab {
-    rare: &RARE_BIGRAMS,
+    rare: &RARE_PAIRS,
     bloom: include_bytes!("../data/conservative.bloom"),
     table: include_bytes!("../data/conservative.cost"),
     chars: &CONSERVATIVE_CHARS,

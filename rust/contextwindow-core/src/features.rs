@@ -154,11 +154,33 @@ pub type Features = [u64; N_FEATURES];
 /// bit `26 * a + b`.
 pub const RARE_BYTES: usize = 85;
 
+/// Entries of a rare-pair table ([`rare_pairs`]): one per pair of 5-bit codes.
+pub const RARE_PAIRS: usize = 1024;
+
+/// The rare-bigram mask `bits` ([`RARE_BYTES`]) as a table of 0/1 bytes indexed by the two
+/// letters' low five bits, `(a & 31) << 5 | (b & 31)` (`A`/`a` is 1, `Z`/`z` 26): one load
+/// per letter pair, where the mask took a multiply, two subtractions and a bit test.
+pub const fn rare_pairs(bits: &[u8; RARE_BYTES]) -> [u8; RARE_PAIRS] {
+    let mut t = [0u8; RARE_PAIRS];
+    let mut a = 0;
+    while a < 26 {
+        let mut b = 0;
+        while b < 26 {
+            let k = 26 * a + b;
+            t[(a + 1) << 5 | (b + 1)] = bits[k >> 3] >> (k & 7) & 1;
+            b += 1;
+        }
+        a += 1;
+    }
+    t
+}
+
 /// A tokenizer family's vocabulary data.
 #[derive(Clone, Copy)]
 pub struct Vocab {
-    /// Letter pairs that are rare inside tokens (random strings are full of them).
-    pub rare: &'static [u8; RARE_BYTES],
+    /// Letter pairs that are rare inside tokens (random strings are full of them), as a
+    /// [`rare_pairs`] table.
+    pub rare: &'static [u8; RARE_PAIRS],
     /// Bloom filter of short tokens, [`BLOOM_BYTES`] long.
     pub bloom: &'static [u8; BLOOM_BYTES],
     /// Standalone cost table, [`TABLE_BYTES`] long, 2 bits per entry (cost - 1).
@@ -622,7 +644,7 @@ fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
 }
 
 #[inline(always)]
-fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_BYTES], seg: &[u8]) {
+fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_PAIRS], seg: &[u8]) {
     let len = seg.len();
     let bucket = match len {
         0..=3 => 0,
@@ -635,14 +657,12 @@ fn unknown_letters<S: Sink>(f: &mut At<'_, S>, rare: &[u8; RARE_BYTES], seg: &[u
         }
     };
     f.add(F_UNKNOWN_1 + bucket, 1);
-    let rare_pairs = seg
+    // the segment holds ASCII letters only
+    let rare_pairs: u64 = seg
         .windows(2)
-        .filter(|p| {
-            let k = 26 * ((p[0] | 0x20) - b'a') as usize + ((p[1] | 0x20) - b'a') as usize;
-            rare[k >> 3] >> (k & 7) & 1 == 1
-        })
-        .count();
-    f.add(F_UNKNOWN_RARE_BIGRAMS, rare_pairs as u64);
+        .map(|p| rare[((p[0] & 31) as usize) << 5 | (p[1] & 31) as usize] as u64)
+        .sum();
+    f.add(F_UNKNOWN_RARE_BIGRAMS, rare_pairs);
     // a segment is its uppercase letters, then its lowercase ones; words in capitals
     // split into more pieces than their lowercase forms
     let upper = seg.iter().take_while(|&&c| c < b'a').count();
@@ -760,18 +780,25 @@ fn known_all<const K: usize>(vocabs: &[Vocab; K], bytes: &[u8], s: usize, e: usi
 
 /// Features of the letter segment `b[s..e]`, led by the byte at `lead` when given; each
 /// key is hashed once for all families, the bare key only when some family needs it.
+/// `missing`: the caller found already that the segment's key (the led key when `lead`
+/// is given, else the bare one) is no family's (the fast path's probe, with one family),
+/// so it is not probed again.
 #[inline(always)]
 fn letter_segment<S: Sink, const K: usize>(
     out: &mut S,
     vocabs: &[Vocab; K],
     b: &[u8],
     lead: Option<usize>,
-    s: usize,
-    e: usize,
+    (s, e): (usize, usize),
+    missing: bool,
 ) {
     match lead {
         Some(p) => {
-            let led = known_all(vocabs, b, p, e);
+            let led = if missing {
+                [false; K]
+            } else {
+                known_all(vocabs, b, p, e)
+            };
             if led.iter().all(|&x| x) {
                 for k in 0..K {
                     let f = &mut At(&mut *out, k);
@@ -793,7 +820,11 @@ fn letter_segment<S: Sink, const K: usize>(
             }
         }
         None => {
-            let bare = known_all(vocabs, b, s, e);
+            let bare = if missing {
+                [false; K]
+            } else {
+                known_all(vocabs, b, s, e)
+            };
             for (k, v) in vocabs.iter().enumerate() {
                 let f = &mut At(&mut *out, k);
                 if bare[k] {
@@ -1631,7 +1662,7 @@ pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
                 loop {
                     let e = segment_end(b, s);
                     debug_assert!(e > s, "a letter segment holds its first letter");
-                    letter_segment(out, vocabs, b, lead, s, e);
+                    letter_segment(out, vocabs, b, lead, (s, e), false);
                     lead = None;
                     s = e;
                     if is_letter(kind(e)) {
@@ -1855,6 +1886,30 @@ mod tests {
     }
 
     #[test]
+    fn rare_pairs_hold_the_masks_bits_for_both_cases() {
+        let bits = &crate::estimate::RARE_BIGRAMS;
+        let t = rare_pairs(bits);
+        let mut set = 0;
+        for (a, x) in (b'a'..=b'z').enumerate() {
+            for (b, y) in (b'a'..=b'z').enumerate() {
+                let k = 26 * a + b;
+                let want = bits[k >> 3] >> (k & 7) & 1;
+                for (p, q) in [(x, y), (x - 32, y), (x, y - 32), (x - 32, y - 32)] {
+                    assert_eq!(
+                        t[((p & 31) as usize) << 5 | (q & 31) as usize],
+                        want,
+                        "{p} {q}"
+                    );
+                }
+                set += want as usize;
+            }
+        }
+        // every entry that is no pair of letters is 0; some pairs are rare, most are not
+        assert_eq!(t.iter().map(|&x| x as usize).sum::<usize>(), set);
+        assert!(set > 0 && set < 26 * 26 / 2, "{set}");
+    }
+
+    #[test]
     fn bloom_false_positive_pairs_are_no_ngrams() {
         // "おこ" tests positive in conservative's Bloom filter but is no token of either
         // family (2 cl100k and 2 Tekken tokens, tests/test_estimate.py): its characters
@@ -2048,7 +2103,19 @@ mod fast_equals_scalar {
         ".", ",", "'", "\"", "(", ")", "{\"", "\":", "->", "!!", "----", "/*", "*/", "==", "_",
     ];
     const SPACE: &[&str] = &[
-        " ", "  ", "\n", "\n\n", "\t", "\r\n", " \n ", "    ", "\t\t\n  ",
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r\n",
+        " \n ",
+        "    ",
+        "\t\t\n  ",
+        "\r",
+        "\r\n\r\n    ",
+        " \r\n",
+        "\n\r",
     ];
     const WIDE: &[&str] = &[
         "中文文本",
@@ -2100,7 +2167,8 @@ mod fast_equals_scalar {
                 }
                 6 => {
                     // a long run of one kind
-                    let c = [b'a', b'Z', b' ', b'\n', b'-', b'7', b'\t'][r.below(7) as usize];
+                    let c =
+                        [b'a', b'Z', b' ', b'\n', b'-', b'7', b'\t', b'\r'][r.below(8) as usize];
                     for _ in 0..(8 + r.below(40)) {
                         s.push(c as char);
                     }

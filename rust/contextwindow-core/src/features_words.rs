@@ -10,8 +10,8 @@
 //! letter segments with their leading byte, punctuation runs with the line breaks they
 //! take, digit runs, whitespace runs. The counts are sums, so the order of the pieces
 //! does not matter. The rules are the byte-by-byte loop's, restated on masks; anything
-//! they do not cover (tabs, carriage returns, controls, non-ASCII bytes, a space before
-//! a line break) ends the window's region, and the loop goes on from the last piece
+//! they do not cover (tabs, controls, non-ASCII bytes, a space before a line break;
+//! `'\r'` is a line break as `'\n'` is, so CRLF text takes the path) ends the window's region, and the loop goes on from the last piece
 //! boundary before it. The counts are the same as the loop's (property-tested against
 //! the byte-by-byte oracle).
 
@@ -34,11 +34,11 @@ pub(super) struct Classes {
     pub digit: u64,
     /// `' '` (not tab).
     pub space: u64,
-    /// `'\n'` (not `'\r'`).
+    /// `'\n'` and `'\r'` (the byte-by-byte loop's line breaks, kind `NL`).
     pub newline: u64,
     /// ASCII punctuation and symbols: `!` to `~` except letters and digits.
     pub punct: u64,
-    /// Everything else: tabs, carriage returns, controls, DEL, non-ASCII bytes.
+    /// Everything else: tabs, controls, DEL, non-ASCII bytes.
     pub other: u64,
 }
 
@@ -178,7 +178,7 @@ pub(super) fn classes_plain(w: &[u8]) -> Classes {
             b'a'..=b'z' => c.lower |= bit,
             b'A'..=b'Z' => c.upper |= bit,
             b' ' => c.space |= bit,
-            b'\n' => c.newline |= bit,
+            b'\n' | b'\r' => c.newline |= bit,
             b'0'..=b'9' => c.digit |= bit,
             0x21..=0x7e => c.punct |= bit,
             _ => c.other |= bit,
@@ -242,9 +242,9 @@ mod x86 {
                     x,
                     _mm_set1_epi8(b' ' as i8),
                 )));
-                newline |= bits(_mm_movemask_epi8(_mm_cmpeq_epi8(
-                    x,
-                    _mm_set1_epi8(b'\n' as i8),
+                newline |= bits(_mm_movemask_epi8(_mm_or_si128(
+                    _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\n' as i8)),
+                    _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\r' as i8)),
                 )));
             }
         }
@@ -281,9 +281,9 @@ mod x86 {
                 x,
                 _mm256_set1_epi8(b' ' as i8),
             )));
-            newline |= bits(_mm256_movemask_epi8(_mm256_cmpeq_epi8(
-                x,
-                _mm256_set1_epi8(b'\n' as i8),
+            newline |= bits(_mm256_movemask_epi8(_mm256_or_si256(
+                _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'\n' as i8)),
+                _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'\r' as i8)),
             )));
         }
         assemble(lower, upper, digit, space, newline, graphic)
@@ -310,7 +310,8 @@ mod x86 {
         let digit = range(b'0', 10);
         let graphic = range(0x21, 94);
         let space = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(b' ' as i8));
-        let newline = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(b'\n' as i8));
+        let newline = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(b'\n' as i8))
+            | _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(b'\r' as i8));
         assemble(lower, upper, digit, space, newline, graphic)
     }
 }
@@ -683,7 +684,9 @@ fn region_pieces<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
         // the segment's first letter: `p`, or the byte after it when `p` is its lead
         let i = p + (!letter >> p & 1) as usize;
         let lead = (p < i).then_some(s + p);
-        letter_segment(&mut tally, vocabs, b, lead, s + i, s + p + len);
+        // with one family, the probe above found the key missing (or it is too long to be
+        // one): `letter_segment` need not probe it again
+        letter_segment(&mut tally, vocabs, b, lead, (s + i, s + p + len), K == 1);
     }
     for n in &mut tally.known {
         *n += known_words;
