@@ -585,6 +585,38 @@ def test_a_repeated_key_in_a_message_is_caught_as_invalid_message_error() -> Non
     assert req.value.offset == at
 
 
+@pytest.mark.parametrize(
+    ("body", "offset", "message"),
+    [
+        # offsets counted by hand: `{"messages":[` is 13 bytes, message 0 29, then a comma
+        (
+            b'{"messages":[{"role":"user","content":"x"},{"role":1,"content":"x"}]}',
+            43,
+            "message 1, field role: must be a string",
+        ),
+        (b'{"messages":[{"role":"user","content":"x"}, 5]}', 44, "message 1: must be an object"),
+        (
+            b'{"messages":[{"role":"user","content":[{"type":"text"}]}]}',
+            13,
+            "message 0, field content[0].text: is missing",
+        ),
+        # after a top-level system: `{"system":"s",` is 14 bytes more
+        (
+            b'{"system":"s","messages":[{"role":"user","content":"x"},{"role":"system","content":"y"}]}',
+            56,
+            "message 1, field role: ",
+        ),
+    ],
+)
+def test_message_errors_of_a_body_have_the_messages_offset(body: bytes, offset: int, message: str) -> None:
+    """fresh39 #3: an error inside a message of a body had no offset (a repeated key's
+    had); now it is where the message's value starts, as a proxy logging a bad body needs."""
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.count_request(body)
+    assert str(info.value).startswith(message) and info.value.offset == offset
+    assert body[offset : offset + 1] in (b"{", b"5")
+
+
 def test_request_errors_without_offset() -> None:
     err = raises_request(b'{"messages": [], "messages": []}')
     assert "more than once" in str(err)

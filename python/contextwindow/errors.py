@@ -57,9 +57,11 @@ class InvalidMessageError(ContextWindowError, ValueError):
         field: dotted path of the offending field inside that message, e.g.
             ``"tool_calls[0].function.arguments"``; ``None`` when the whole message is wrong.
         reason: what is wrong, in words.
-        offset: byte offset in the request body of a key the gateway found repeated in the
-            message (``fit_request``/``count_request``: the second occurrence, or just past
-            the repeat's value deeper down); ``None`` otherwise.
+        offset: byte offset in the request body (``fit_request``/``count_request``) of a key
+            the gateway found repeated in the message (the second occurrence, or just past
+            the repeat's value deeper down), or, for any other error in a message of a body,
+            of that message's value (its ``{``, or the first byte of a message that is not an
+            object); ``None`` for messages given as dicts or structs.
 
     A lone surrogate in ``field`` or ``reason`` (an unknown role quoted as given) is kept
     as U+FFFD, as the gateway and the CLI read it, so the error prints and logs.

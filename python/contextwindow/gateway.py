@@ -187,9 +187,9 @@ def fit_request(
             ``messages`` list, a bad ``tools`` or ``system``, or an object the gateway
             reads outside the messages repeats a key (``the key "tools" appears more
             than once``); ``offset`` says where.
-        InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``),
-            or repeats a key (``message 0: the key "role" appears more than once``, with
-            ``offset``).
+        InvalidMessageError: a message is malformed (``index`` in ``messages``, ``field``,
+            and ``offset``, where the message's value starts in the body), or repeats a key
+            (``message 0: the key "role" appears more than once``, ``offset`` at the repeat).
         ValueError: unknown profile or provider, a budget that is not an int >= 0, a
             ``pinned`` index past the ``messages`` array or negative, named with the
             array's range (``invalid argument pinned: index -1 is not an index of the

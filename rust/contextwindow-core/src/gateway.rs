@@ -2151,6 +2151,9 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
     if let Some(s) = system {
         canonical.push(system_message(&cx, s)?);
     }
+    // where message `i`'s value starts in the body: the offset of an error in it that has
+    // none closer (a repeated key has its own)
+    let start = |i: usize| raw.get(i).map(|m| cx.start_of(m));
     for (i, o) in objs.into_iter().enumerate() {
         let m = match (o, format) {
             (None, _) => Err(bad_message(i, "", "must be an object")),
@@ -2164,11 +2167,15 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
                 field,
                 reason,
                 offset: None,
-            } if !hint.is_empty() => Error::InvalidMessage {
+            } => Error::InvalidMessage {
                 index,
                 field,
-                reason: reason + &hint,
-                offset: None,
+                reason: if hint.is_empty() {
+                    reason
+                } else {
+                    reason + &hint
+                },
+                offset: start(i),
             },
             other => other,
         })?);
@@ -2182,7 +2189,12 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
             .position(|m| m.role == Role::System);
         if let Some(i) = second {
             let index = i + 1 - usize::from(system.is_some()); // in the body's messages
-            return Err(bad_message(index, "role", SECOND_SYSTEM));
+            return Err(Error::InvalidMessage {
+                index,
+                field: "role".to_owned(),
+                reason: SECOND_SYSTEM.into(),
+                offset: start(index),
+            });
         }
     }
     let plain = canonical.iter().all(|m| {
