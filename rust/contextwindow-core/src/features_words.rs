@@ -11,8 +11,8 @@
 //! take, digit runs, whitespace runs. The counts are sums, so the order of the pieces
 //! does not matter. The rules are the byte-by-byte loop's, restated on masks; anything
 //! they do not cover (tabs, controls, non-ASCII bytes, a space before a line break;
-//! `'\r'` is a line break as `'\n'` is, so CRLF text takes the path) ends the window's region, and the loop goes on from the last piece
-//! boundary before it. The counts are the same as the loop's (property-tested against
+//! `'\r'` is a line break as `'\n'` is, so CRLF text takes the path) ends the window's
+//! region, and the loop goes on from the last piece boundary before it. The counts are the same as the loop's (property-tested against
 //! the byte-by-byte oracle).
 
 use super::{
