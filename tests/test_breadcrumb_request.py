@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -269,6 +270,34 @@ def test_corpus_breadcrumb_never_costs_the_newest_turn(path: Path) -> None:
 
 def _loss(rep: cw.FitReport) -> tuple[int, int]:
     return sum(f.chars_removed for f in rep.fates), sum(f.rule == "oldest_tool_unit" for f in rep.fates)
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_a_breadcrumb_that_could_not_go_in_costs_no_turn(engine: str) -> None:
+    """Found by hypothesis (``test_generated_the_rule_holds``): turns 1, 5 and 6 pinned,
+    Anthropic, budget 29 (1% of 2,946 tokens). Without the breadcrumb, dropping turns 2
+    and 3 fits (20 tokens). With it, the breadcrumb before turn 4 did not fit, so turn 4
+    went too, and then none went in: the message after the dropped turns (5) has no
+    content, which cannot take one. The result dropped 3 messages where 2 fit."""
+    thinking = cw.OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""})
+    image = cw.ImagePart(source="https://example.com/a.png")
+    msgs = [
+        Message(role="system", content=[cw.TextPart(text="")]),
+        Message(role="user", content=[], pinned=True),
+        Message(role="user", content=[thinking, image]),
+        Message(role="user", content=[thinking, image]),
+        Message(role="user", content=[cw.TextPart(text="")]),
+        Message(role="user", content=[], pinned=True),
+        Message(role="user", content=[], pinned=True),
+    ]
+    if engine == "rust":
+        kw: dict[str, Any] = {"profile": "conservative"}
+    else:
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format="anthropic")}
+    assert cw.count_messages(msgs, "conservative", format="anthropic") == 2946
+    r = cw.trim_turns(msgs, 29, format="anthropic", **kw).report
+    assert (r.fits, r.tokens_after, r.dropped_messages, r.breadcrumb) == (True, 20, 2, False)
+    assert [f.index for f in r.fates if f.fate == "dropped"] == [2, 3]
 
 
 @given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim", "bytes4"]))

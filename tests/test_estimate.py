@@ -53,6 +53,22 @@ def test_features_by_hand() -> None:
         "unknown_upper_beyond_1": 4,
         "bytes": 53,
     }
+    # CRLF after punctuation (fresh40 #1): cl100k has one token for ",\r\n", Tekken none
+    # (mistral-common: "foo,\r\n" x 100 is 400 tokens, "," "\r" "\n" each one; cl100k 200).
+    # A piece whose line breaks hold a "\r" and that the vocabulary lacks is the
+    # punctuation ("," alone: a token) and then the line breaks as whitespace ("\r\n":
+    # unknown to Tekken, 2 line breaks, 1 switch); with "\n" only, the piece as before.
+    for family, want in (
+        ("cl100k", {"known": 2}),
+        ("tekken", {"known": 2, "unknown_space": 1, "unknown_newlines": 2, "unknown_space_switches": 1}),
+        ("conservative", {"known": 2, "unknown_space": 1, "unknown_newlines": 2, "unknown_space_switches": 1}),
+    ):
+        f = {k: v for k, v in cw.count_features("foo,\r\n", family).items() if v and k != "bytes"}
+        assert f == want, family
+        assert {k: v for k, v in cw.count_features("foo,\n", family).items() if v and k != "bytes"} == {"known": 2}
+    # so `conservative` no longer counts such code under Tekken's count (400 and 300, above
+    # and mistral-common for "}\r\n" x 100): it was 287 and 189
+    assert cw.estimate_tokens("foo,\r\n" * 100) == 431 and cw.estimate_tokens("}\r\n" * 100) == 333
     # CJK: "你好" is one Tekken token (a 2-character n-gram); 界 alone is one token
     # (ex_cjk counts the tokens beyond one); 𠀀 (extension B, outside the table) costs 4.
     f = cw.count_features("你好界\U00020000", "tekken")

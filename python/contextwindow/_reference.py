@@ -395,9 +395,17 @@ def features(text: str, vocab: Vocab) -> dict[str, int]:
                 prefix = i  # a single punctuation character leads the next letters
             else:
                 start = i if prefix is None else prefix
+                q = j  # where the line breaks the piece takes start
                 while kinds[j] == "nl":
                     j += 1
-                piece(start, j, "unknown_punct")
+                if 0x0D in b[q:j] and not known(start, j):
+                    # a carriage return among them, and the piece no token: the
+                    # punctuation, then its line breaks as whitespace (Tekken spends a
+                    # token on "\r" and one on "\n" after ",": ",\r\n" is 3 there)
+                    piece(start, q, "unknown_punct")
+                    piece(q, j, "unknown_space")
+                else:
+                    piece(start, j, "unknown_punct")
                 prefix = None
         else:  # whitespace: up to the last line break, then the rest
             while kinds[j] in ("sp", "nl", "tb"):
@@ -2272,13 +2280,18 @@ def trim_turns(
     the one returned is, in order: (1) the result with the breadcrumb, when it fits and
     loses no more of the newest turn than the result without it (no more characters cut
     from tool results and the request, no more of the newest turn's messages dropped with
-    its tool units); (2) else the result without it, when that fits; (3) else (neither
+    its tool units), unless it put no breadcrumb in after all and dropped more messages
+    than the result without it; (2) else the result without it, when that fits; (3) else (neither
     fits) the smaller of the two, the one with the breadcrumb on a tie (fresh8 N1: the
     request was cut, or nothing done, where leaving the breadcrumb out fit the request
     whole; fresh14 #7: with the breadcrumb always, the input came back whole at one budget
     and two messages at the next)."""
     ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
-    if not breadcrumb or (report.fits and _newest_turn_loss(report) == (0, 0)):
+    # a result that dropped turns and still put no breadcrumb in is compared with the
+    # one without it (it may have dropped a turn more for a breadcrumb that was free)
+    if not breadcrumb or (
+        report.fits and _newest_turn_loss(report) == (0, 0) and (report.breadcrumb or report.dropped_turns == 0)
+    ):
         return ops, report
     bare = _trim_turns_once(msgs, budget, profile, False, provider)
     return (ops, report) if _choose_with_breadcrumb(report, bare[1]) else bare
@@ -2297,7 +2310,16 @@ def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
     if with_.fits:
         a, b = _newest_turn_loss(with_), _newest_turn_loss(bare)
         if not bare.fits or (a[0] <= b[0] and a[1] <= b[1]):
-            return True
+            # unless no breadcrumb went in after all and the result without it fits,
+            # loses no more of the newest turn and drops fewer messages
+            bare_better = (
+                not with_.breadcrumb
+                and bare.fits
+                and b[0] <= a[0]
+                and b[1] <= a[1]
+                and bare.dropped_messages < with_.dropped_messages
+            )
+            return not bare_better
     return not bare.fits and with_.tokens_after <= bare.tokens_after
 
 

@@ -165,22 +165,24 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                     prefix = Some(i);
                 } else {
                     let start = prefix.unwrap_or(i);
+                    let breaks = j;
                     while kind(j) == NL {
                         j += 1;
                     }
-                    for (f, v) in out.iter_mut().zip(vocabs) {
-                        if !v.known(b, start, j) {
+                    let cr = b[breaks..j].contains(&b'\r');
+                    let punct = |f: &mut Features, v: &Vocab, s: usize, e: usize| {
+                        if !v.known(b, s, e) {
                             f[F_UNKNOWN_PUNCT] += 1;
-                            f[F_UNKNOWN_PUNCT_X] += (j - start).saturating_sub(2) as u64;
+                            f[F_UNKNOWN_PUNCT_X] += (e - s).saturating_sub(2) as u64;
                             f[F_UNKNOWN_PUNCT_SWITCHES] +=
-                                ((start + 1..j).filter(|&q| b[q] != b[q - 1]).count() as u64)
+                                ((s + 1..e).filter(|&q| b[q] != b[q - 1]).count() as u64)
                                     .saturating_sub(3);
                             // each run of one punctuation character, in the family's
                             // characters per token of it
-                            let mut q = start;
-                            while q < j {
+                            let mut q = s;
+                            while q < e {
                                 let mut r = q + 1;
-                                while r < j && b[r] == b[q] {
+                                while r < e && b[r] == b[q] {
                                     r += 1;
                                 }
                                 if r - q >= 2 && kind(q) == PU {
@@ -191,6 +193,23 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                             }
                         } else {
                             f[F_KNOWN] += 1;
+                        }
+                    };
+                    for (f, v) in out.iter_mut().zip(vocabs) {
+                        if cr && !v.known(b, start, j) {
+                            // the punctuation, then its line breaks as whitespace
+                            punct(f, v, start, breaks);
+                            if v.known(b, breaks, j) {
+                                f[F_KNOWN] += 1;
+                            } else {
+                                f[F_UNKNOWN_SPACE] += 1;
+                                f[F_UNKNOWN_SPACE_X] += (j - breaks).saturating_sub(2) as u64;
+                                f[F_UNKNOWN_SPACE_SWITCHES] +=
+                                    b[breaks..j].windows(2).filter(|p| p[0] != p[1]).count() as u64;
+                                f[F_UNKNOWN_NEWLINES] += (j - breaks) as u64;
+                            }
+                        } else {
+                            punct(f, v, start, j);
                         }
                     }
                     prefix = None;

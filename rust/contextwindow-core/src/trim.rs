@@ -1354,7 +1354,8 @@ impl<'a, 'p> State<'a, 'p> {
 /// turn; the one returned is, in order:
 /// 1. the result with the breadcrumb, when it fits and loses no more of the newest turn
 ///    than the result without it: no more characters cut (tool results shrunk plus the
-///    request truncated) and no more of the newest turn's messages dropped (tool units);
+///    request truncated) and no more of the newest turn's messages dropped (tool units),
+///    unless it put no breadcrumb in after all and dropped more messages than that one;
 /// 2. else the result without the breadcrumb, when it fits;
 /// 3. else (neither fits) the smaller of the two, the one with the breadcrumb on a tie:
 ///    the caller decides. (It was the one with the breadcrumb, which drops turns only
@@ -1393,9 +1394,14 @@ fn trim_turns_with<'a>(
     // with one turn no turn is dropped, so no breadcrumb is put in nor room kept for one:
     // the result without it is this one (fresh27 #6: a single-turn body cut to fit was
     // worked out twice)
+    // (a result that dropped turns and still put no breadcrumb in, because the message it
+    // would go into could not take one, is compared with the result without it: it may
+    // have dropped a turn more to make room for a breadcrumb that then was free)
     if !opts.breadcrumb
         || out.report.turns_before <= 1
-        || (out.report.fits && newest_turn_loss(&out.report) == (0, 0))
+        || (out.report.fits
+            && newest_turn_loss(&out.report) == (0, 0)
+            && (out.report.breadcrumb || out.report.dropped_turns == 0))
     {
         return out;
     }
@@ -1433,7 +1439,16 @@ fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
     if with.fits {
         let (a, b) = (newest_turn_loss(with), newest_turn_loss(bare));
         if !bare.fits || (a.0 <= b.0 && a.1 <= b.1) {
-            return true;
+            // unless no breadcrumb went in after all (the message after the dropped turns
+            // could not take one: Anthropic's, with no content) and the result without it
+            // fits, loses no more of the newest turn and drops fewer messages (found by
+            // hypothesis: a free breadcrumb at a pinned empty message cost an old turn)
+            let bare_better = !with.breadcrumb
+                && bare.fits
+                && b.0 <= a.0
+                && b.1 <= a.1
+                && bare.dropped_messages < with.dropped_messages;
+            return !bare_better;
         }
     }
     !bare.fits && with.tokens_after <= bare.tokens_after
