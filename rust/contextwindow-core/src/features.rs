@@ -868,6 +868,12 @@ fn punct_piece<S: Sink, const K: usize>(
     e: usize,
 ) {
     let hit = known_all(vocabs, b, s, e);
+    if hit.iter().all(|&x| x) {
+        for k in 0..K {
+            out.add(k, F_KNOWN, 1);
+        }
+        return;
+    }
     // where the line breaks the piece takes start, and whether a carriage return is among
     // them: a family that has no token for the piece then counts the punctuation, and the
     // line breaks as whitespace (Tekken spends a token on "\r" and one on "\n" after ",":
