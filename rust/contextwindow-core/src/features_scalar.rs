@@ -199,15 +199,7 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                         if cr && !v.known(b, start, j) {
                             // the punctuation, then its line breaks as whitespace
                             punct(f, v, start, breaks);
-                            if v.known(b, breaks, j) {
-                                f[F_KNOWN] += 1;
-                            } else {
-                                f[F_UNKNOWN_SPACE] += 1;
-                                f[F_UNKNOWN_SPACE_X] += (j - breaks).saturating_sub(2) as u64;
-                                f[F_UNKNOWN_SPACE_SWITCHES] +=
-                                    b[breaks..j].windows(2).filter(|p| p[0] != p[1]).count() as u64;
-                                f[F_UNKNOWN_NEWLINES] += (j - breaks) as u64;
-                            }
+                            whitespace(f, v, b, breaks, j);
                         } else {
                             punct(f, v, start, j);
                         }
@@ -239,21 +231,8 @@ pub fn scan_scalar<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features
                 let mut ws = |s: usize, e: usize, only: [bool; K]| {
                     if e > s {
                         for ((f, v), on) in out.iter_mut().zip(vocabs).zip(only) {
-                            if !on {
-                                continue;
-                            }
-                            if v.known(b, s, e) {
-                                f[F_KNOWN] += 1;
-                            } else {
-                                f[F_UNKNOWN_SPACE] += 1;
-                                f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
-                                f[F_UNKNOWN_SPACE_SWITCHES] +=
-                                    b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
-                                f[F_UNKNOWN_NEWLINES] += b[s..e]
-                                    .iter()
-                                    .filter(|&&c| c == b'\n' || c == b'\r')
-                                    .count()
-                                    as u64;
+                            if on {
+                                whitespace(f, v, b, s, e);
                             }
                         }
                     }
@@ -340,5 +319,20 @@ fn letter_segment_scalar<const K: usize>(
                 }
             }
         }
+    }
+}
+
+/// The features of the whitespace piece `b[s..e]` (not empty) for one vocabulary.
+fn whitespace(f: &mut Features, v: &Vocab, b: &[u8], s: usize, e: usize) {
+    if v.known(b, s, e) {
+        f[F_KNOWN] += 1;
+    } else {
+        f[F_UNKNOWN_SPACE] += 1;
+        f[F_UNKNOWN_SPACE_X] += (e - s).saturating_sub(2) as u64;
+        f[F_UNKNOWN_SPACE_SWITCHES] += b[s..e].windows(2).filter(|p| p[0] != p[1]).count() as u64;
+        f[F_UNKNOWN_NEWLINES] += b[s..e]
+            .iter()
+            .filter(|&&c| c == b'\n' || c == b'\r')
+            .count() as u64;
     }
 }
