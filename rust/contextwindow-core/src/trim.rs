@@ -1391,12 +1391,11 @@ fn trim_turns_with<'a>(
     which: Costs,
 ) -> Outcome<'a> {
     let out = trim_turns_once(messages, budget, opts, which);
-    // with one turn no turn is dropped, so no breadcrumb is put in nor room kept for one:
-    // the result without it is this one (fresh27 #6: a single-turn body cut to fit was
-    // worked out twice)
-    // (a result that dropped turns and still put no breadcrumb in, because the message it
-    // would go into could not take one, is compared with the result without it: it may
-    // have dropped a turn more to make room for a breadcrumb that then was free)
+    // The result without the breadcrumb is not worked out when this one is it (one turn:
+    // none dropped, so no breadcrumb nor room for one; fresh27 #6), or when this one fits,
+    // loses nothing of the newest turn and put its breadcrumb in or dropped no turn (one
+    // that dropped turns and put none in, since the message it would go into could not
+    // take one, may have dropped a turn more for a breadcrumb that then was free).
     if !opts.breadcrumb
         || out.report.turns_before <= 1
         || (out.report.fits
@@ -1788,22 +1787,18 @@ pub fn trim_turn_count<'a>(
     let held: Vec<bool> = (0..t)
         .map(|i| i < t - keep && holds_pinned(&st.work, &seg.turns[i]))
         .collect();
-    let Some(&first) = droppable.first() else {
-        if !held.contains(&true) {
-            return st.finish(None, None, (t as u64, t as u64), None);
-        }
-        // nothing may go, but the limit applied: the report says which turns stay
-        // over it for their pin (it said `fits` for every message)
-        for w in 0..seg.preamble_end {
-            st.set_fate(w, "kept", "preamble");
-        }
-        st.drop_turns(&seg, &[], "turn_limit", |i| held[i]);
-        return st.finish(None, Some("turn_limit"), (t as u64, t as u64), None);
-    };
+    if droppable.is_empty() && !held.contains(&true) {
+        return st.finish(None, None, (t as u64, t as u64), None);
+    }
     for w in 0..seg.preamble_end {
         st.set_fate(w, "kept", "preamble");
     }
     st.drop_turns(&seg, &droppable, "turn_limit", |i| held[i]);
+    let Some(&first) = droppable.first() else {
+        // nothing may go, but the limit applied: the fates say which turns stay over it
+        // for their pin (they said `fits` for every message)
+        return st.finish(None, Some("turn_limit"), (t as u64, t as u64), None);
+    };
     // the breadcrumb goes before the first kept turn after a dropped one (the newest
     // turn is never droppable, so there is one)
     let consecutive = droppable
