@@ -321,3 +321,53 @@ def test_generated_the_rule_holds(c: tuple[str, list[Message]], pct: int, profil
         # (found by hypothesis: an empty old user message, 3 tokens, kept at budgets where
         # both runs drop the same tool units of the newest turn); never less than bare keeps
         assert r.fits and r.dropped_messages < bare.dropped_messages
+
+
+def _newest_turn_must_lose_a_unit(old: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``old`` then a newest turn of 208 ``fim`` tokens: the request 23, call ``c`` 6,
+    its result of 600 characters 154, call ``d`` 6, its result 14, the answer 5."""
+    return [*old, REQ, call("c"), result("c", "r" * 600), call("d"), result("d", "r" * 40), a("done")]
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+@pytest.mark.parametrize("breadcrumb", [True, False])
+def test_old_turns_come_back_once_the_newest_turn_lost_a_unit(engine: str, breadcrumb: bool) -> None:
+    """fresh41 #1. Three old turns of 13 tokens and the newest turn of 208, budget 150:
+    with every old turn gone the newest turn is over (208, 224 with the breadcrumb), so
+    its older unit goes (160), leaving 48. The three old turns (39) then fit again, so
+    they come back, and with them no breadcrumb is needed: 87 tokens with or without it.
+    Before, 64 came back with the breadcrumb and 48 without (all old turns lost)."""
+    m = _newest_turn_must_lose_a_unit(OLD * 3)
+    assert cw.count_messages(m, "fim", format="openai") == 39 + 208
+    kw: dict[str, Any] = {"profile": "fim"}
+    if engine == "python":
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "fim", format="openai")}
+    r = cw.trim_turns(m, 150, breadcrumb=breadcrumb, **kw)
+    assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 87, False)
+    assert (r.report.dropped_turns, r.report.dropped_messages) == (0, 2)
+    assert [f.index for f in r.report.fates if f.fate == "dropped"] == [7, 8]
+    assert {f.rule for f in r.report.fates[:6]} == {"kept_turn"}
+    assert all(x is y for x, y in zip(r.messages, m[:7] + m[9:], strict=True))
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_old_turns_come_back_newest_first_and_only_while_each_fits(engine: str) -> None:
+    """Old turns of 13, 13 and 106 tokens, the large one newest; the newest turn loses its
+    older unit at budgets under 224 (208 + the breadcrumb's 16), leaving 48.
+    - 150: the large old turn does not fit with the breadcrumb (48 + 106 + 16 = 170), so
+      none comes back (the two small ones are older, and turns go oldest first): 64.
+    - 180: it comes back (170); the next one does not (170 + 13 = 183): 170.
+    - 200: that one comes back (183), then the oldest, which needs no breadcrumb:
+      48 + 106 + 26 = 180."""
+    big = [u("q" * 384), a("a" * 8)]
+    m = _newest_turn_must_lose_a_unit([*OLD, *OLD, *big])
+    assert cw.message_tokens(m, "fim", format="openai")[:6] == [7, 6, 7, 6, 100, 6]
+    kw: dict[str, Any] = {"profile": "fim"}
+    if engine == "python":
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "fim", format="openai")}
+    want = {150: ([0, 1, 2, 3, 4, 5], 64, True), 180: ([0, 1, 2, 3], 170, True), 200: ([], 180, False)}
+    for budget, (turns_gone, tokens, crumb) in want.items():
+        r = cw.trim_turns(m, budget, **kw).report
+        assert [f.index for f in r.fates if f.fate == "dropped"] == [*turns_gone, 7, 8], budget
+        assert (r.fits, r.tokens_after, r.breadcrumb) == (True, tokens, crumb), budget
+        assert r.dropped_turns == len(turns_gone) // 2

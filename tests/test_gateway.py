@@ -1055,3 +1055,38 @@ def test_a_pinned_message_fate_counts_the_lifted_system_first() -> None:
     # the breadcrumb goes into the pinned message, now the first one
     assert fates[3].rule == "breadcrumb_added" and "question 1 " in kept[0]
     assert not any("answer 0 " in c for c in kept)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_body_alone_is_the_body_with_the_report_when_old_turns_come_back(provider: str) -> None:
+    """Old turns dropped before the newest turn lost a tool unit come back when they fit
+    after it (fresh41 #1). So the turns the body alone leaves unestimated are the ones a
+    trim cannot keep even with the newest turn at nothing: 20 old turns of a few tokens,
+    a newest turn with a 2,000-character tool result; at every budget the body is the
+    one with the report."""
+    msgs: list[dict[str, Any]] = []
+    for i in range(20):
+        msgs += [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+    msgs.append({"role": "user", "content": "now run both"})
+    for cid, size in (("c", 2000), ("d", 40)):
+        if provider == "anthropic":
+            msgs += [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": "r" * size}]},
+            ]
+        else:
+            fn = {"name": "f", "arguments": "{}"}
+            msgs += [
+                {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function", "function": fn}]},
+                {"role": "tool", "tool_call_id": cid, "content": "r" * size},
+            ]
+    msgs.append({"role": "assistant", "content": "done"})
+    body = json.dumps({"model": "m", "messages": msgs}).encode()
+    total = cw.count_request(body, provider=provider)
+    came_back = 0
+    for budget in range(total + 2):
+        out, rep = cw.fit_request(body, budget=budget, provider=provider, report=True)
+        assert cw.fit_request(body, budget=budget, provider=provider) == out, budget
+        unit_gone = any(f.rule == "oldest_tool_unit" for f in rep.report.fates)
+        came_back += unit_gone and rep.report.dropped_turns < 20
+    assert came_back > 50

@@ -2390,18 +2390,29 @@ def _trim_turns_once(
     # a pinned turn stayed for its pin where a newer turn went, or where the turns that
     # could go were not enough (Rust trim_turns_once)
     newest_gone = droppable[dropped - 1] if dropped > 0 else None
+    # each dropped turn's fates just before it went, to put it back with
+    fates_before: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for i, (a, b) in enumerate(seg.turns):
         held = (
             i + 1 < nt and (not feasible or (newest_gone is not None and newest_gone > i)) and _holds_pinned(st, a, b)
         )
+        if i in gone:
+            srcs = [s for s in (st.work[w].src for w in range(a, b)) if s is not None]
+            fates_before[i] = [(s, dict(st.fates[s])) for s in srcs]
         for w in range(a, b):
             if i in gone:
                 st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_turn")
             else:
                 st.set_fate(w, "kept", "pinned_turn" if held else "kept_turn")
-    bc_at = start_of(bc_turn(dropped)) if dropped > 0 else None
-    bc_cost = st.bc_cost(bc_at) if dropped > 0 else 0
+
+    def bc_at_k(k: int) -> tuple[int | None, int]:
+        if k == 0:
+            return None, 0
+        at = start_of(bc_turn(k))
+        return at, st.bc_cost(at)
+
+    bc_at, bc_cost = bc_at_k(dropped)
     la, lb = seg.turns[-1]
     req = current_request(msgs, [it.src for it in st.work], seg.current_request)
     # the first assistant message of the newest turn when it starts with a thinking block
@@ -2432,6 +2443,28 @@ def _trim_turns_once(
                 for w in u:
                     st.set_keep(w, True)
                     st.set_fate(w, "kept", "kept_turn")
+    # then the old turns that went before the newest turn was worked on come back, newest
+    # first, while they fit with their breadcrumb (fresh41 #1); the first that does not
+    # fit ends it (Rust trim_turns_once)
+    if not feasible and not over():
+        while dropped > 0:
+            a, b = seg.turns[droppable[dropped - 1]]
+            at, cost = bc_at_k(dropped - 1)
+            if st.total() + sum(st.costs[a:b]) + cost > budget:
+                break
+            for s, f in fates_before[droppable[dropped - 1]]:
+                st.fates[s].clear()
+                st.fates[s].update(f)
+            for w in range(a, b):
+                st.set_keep(w, True)
+                st.set_fate(w, "kept", "kept_turn")
+            if st.total() + cost > budget:
+                for w in range(a, b):
+                    st.set_keep(w, False)
+                    st.set_fate(w, "dropped", "oldest_turn")
+                break
+            dropped -= 1
+            bc_at, bc_cost = at, cost
     inner_budget = budget - min(bc_cost, budget)
     # the tool results, and the text of observations (a text-action agent's tool output,
     # given back as user text starting with "[Tool results]": fresh15 #4), largest first;

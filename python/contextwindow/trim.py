@@ -128,7 +128,8 @@ def trim_turns(
     text block of the first kept user message). When the newest turn alone is over
     budget, its oldest complete tool units are dropped until it fits (never the newest
     unit, never a unit holding a pinned message), and dropped units that still fit are
-    put back, newest first; then the largest tool results are cut to head + tail with a
+    put back, newest first, and then the old turns that went, newest first, while each
+    fits with its breadcrumb (fresh41 #1); then the largest tool results are cut to head + tail with a
     marker that names the number of characters removed (a text-action agent's
     observation, user text starting with ``[Tool results]``, counts as a tool result
     here and keeps that prefix; fresh15 #4); then, the same way, the

@@ -614,12 +614,14 @@ fn droppable_turns(work: &[Work<'_>], seg: &Segmentation, stub_head: &[bool]) ->
 /// Costs of the work items for a trim to `budget` that will not report `tokens_before`
 /// ([`Costs::KeptOnly`]): every item is estimated except those of the droppable turns
 /// older than the newest droppable turn `J` at which the preamble, the turns that cannot
-/// be dropped and the droppable turns from `J` on, each less its stubs, already exceed
-/// `budget`, and together exceed the largest breadcrumb. Those older items get
-/// `budget + 1` plus their stubs' tokens instead.
+/// be dropped but the newest, and the droppable turns from `J` on, each less its stubs,
+/// already exceed `budget`, and together exceed the largest breadcrumb. Those older items
+/// get `budget + 1` plus their stubs' tokens instead.
 ///
 /// Why the trim is the same: keeping any turn older than `J` keeps the turns from `J` on
-/// too (turns go oldest first), and the kept turns cost at least their costs less their
+/// too (turns go oldest first, and come back newest first once the newest turn has lost
+/// tool units, which is why that turn, whatever it keeps, counts nothing here), and the
+/// kept turns cost at least their costs less their
 /// stubs, so that trim is over budget with the real costs and with these; once those
 /// turns are gone the placeholder costs have left the running total exactly as the real
 /// ones would. Dropping every droppable turn removes more than a breadcrumb costs either
@@ -652,8 +654,9 @@ fn kept_only_costs(
         }
     }
     let mut kept: u64 = costs[..seg.preamble_end].iter().sum();
+    let newest = seg.turns.len().saturating_sub(1);
     for (i, r) in seg.turns.iter().enumerate() {
-        if droppable.binary_search(&i).is_err() {
+        if i != newest && droppable.binary_search(&i).is_err() {
             kept = kept.saturating_add(net(&costs, r));
         }
     }
@@ -895,23 +898,48 @@ impl<'a, 'p> State<'a, 'p> {
     /// turn's messages kept: `pinned_turn` for a turn `held(i)` names (kept for the
     /// pinned message it holds where it would have gone without it), `kept_turn` for
     /// the others.
+    ///
+    /// Returns, for each dropped turn in the order of `turns`, the fates its messages had
+    /// just before it went (for [`State::put_back_turn`]).
     fn drop_turns(
         &mut self,
         seg: &Segmentation,
         turns: &[usize],
         rule: &'static str,
         held: impl Fn(usize) -> bool,
-    ) {
+    ) -> Vec<Vec<(usize, Fate)>> {
         let mut gone = vec![false; seg.turns.len()];
+        let mut before = Vec::with_capacity(turns.len());
         for &i in turns {
             gone[i] = true;
-            self.drop_range(seg.turns[i].clone(), rule);
+            let r = seg.turns[i].clone();
+            before.push(
+                r.clone()
+                    .filter_map(|w| self.work[w].src)
+                    .map(|s| (s, self.fates[s].clone()))
+                    .collect(),
+            );
+            self.drop_range(r, rule);
         }
         for (i, r) in seg.turns.iter().enumerate().filter(|(i, _)| !gone[*i]) {
             let why = if held(i) { "pinned_turn" } else { "kept_turn" };
             for w in r.clone() {
                 self.set_fate(w, "kept", why);
             }
+        }
+        before
+    }
+
+    /// Put back turn `r`, the newest of the dropped turns, with the fates `before` its
+    /// messages had when it went (the turns older than it are still gone, as they were
+    /// then); they read `kept_turn` unless repair changed them.
+    fn put_back_turn(&mut self, r: std::ops::Range<usize>, before: &[(usize, Fate)]) {
+        for (s, f) in before {
+            self.fates[*s] = f.clone();
+        }
+        for w in r {
+            self.set_keep(w, true);
+            self.set_fate(w, "kept", "kept_turn");
         }
     }
 
@@ -1525,17 +1553,15 @@ fn trim_turns_once<'a>(
             && holds_pinned(&st.work, &seg.turns[i])
     };
     let held: Vec<bool> = (0..t).map(held).collect();
-    st.drop_turns(&seg, &droppable[..dropped], "oldest_turn", |i| held[i]);
-    let bc_at = if dropped > 0 {
-        bc_turn(dropped).map(|i| seg.turns[i].start)
-    } else {
-        None
+    let fates_before = st.drop_turns(&seg, &droppable[..dropped], "oldest_turn", |i| held[i]);
+    let bc_at_k = |st: &State, k: usize| -> (Option<usize>, u64) {
+        if k == 0 {
+            return (None, 0);
+        }
+        let at = bc_turn(k).map(|i| seg.turns[i].start);
+        (at, st.breadcrumb_cost(at))
     };
-    let bc_cost = if dropped > 0 {
-        st.breadcrumb_cost(bc_at)
-    } else {
-        0
-    };
+    let (mut bc_at, mut bc_cost) = bc_at_k(&st, dropped);
     // The newest turn alone is over budget: work inside it. The current request is the
     // input's last real user message; repair may have made it a tool-result carrier
     // (a result moved out of its call's assistant message goes into the next user
@@ -1586,6 +1612,33 @@ fn trim_turns_once<'a>(
             }
         }
     }
+    // Then the old turns that went before the newest turn was worked on come back, newest
+    // first, while they fit with their breadcrumb (none once all are back): the newest
+    // turn's units were worth more than they, not the room the units left (fresh41 #1:
+    // an old turn of 10 tokens stayed out of a result of 63 at budget 150). Turns stay
+    // gone oldest first, so the first that does not fit ends it.
+    if !feasible && !over(&st) {
+        while dropped > 0 {
+            let r = seg.turns[droppable[dropped - 1]].clone();
+            let (at, cost) = bc_at_k(&st, dropped - 1);
+            // its messages as they are now, a lower bound (putting them back can also put
+            // back the stubs answering its calls in the turn after it)
+            let gain: u64 = r.clone().map(|w| st.costs[w]).sum();
+            if st.total() + gain + cost > budget {
+                break;
+            }
+            st.put_back_turn(r.clone(), &fates_before[dropped - 1]);
+            if st.total() + cost > budget {
+                // undone as it was done: the stubs go again, the fates read as before
+                st.drop_range(r, "oldest_turn");
+                break;
+            }
+            dropped -= 1;
+            bc_at = at;
+            bc_cost = cost;
+        }
+    }
+    let over = |st: &State| st.total() + bc_cost > budget;
     // The tool results, and the text of observations (a text-action agent's tool output,
     // given back as user text starting with `[Tool results]`: fresh15 #4, the request was
     // cut to one character while 1,800 characters of `ls` output stayed whole), largest
