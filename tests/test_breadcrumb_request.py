@@ -371,3 +371,20 @@ def test_old_turns_come_back_newest_first_and_only_while_each_fits(engine: str) 
         assert [f.index for f in r.fates if f.fate == "dropped"] == [*turns_gone, 7, 8], budget
         assert (r.fits, r.tokens_after, r.breadcrumb) == (True, tokens, crumb), budget
         assert r.dropped_turns == len(turns_gone) // 2
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+@pytest.mark.parametrize("blank", ["", " ", "\n", [{"type": "text", "text": ""}], [{"type": "text", "text": " "}]])
+def test_no_breadcrumb_goes_into_a_message_of_blank_text(engine: str, blank: Any) -> None:
+    """fresh41 #5: an Anthropic user message of ``""``, whitespace or empty text blocks
+    holds nothing, as ``[]`` does: the breadcrumb went in beside the blank block, which
+    stayed (the API refuses it either way). Now it goes in nowhere and costs nothing; the
+    message comes back as it was."""
+    m = [u("old " * 100), a("a"), u(blank), a("b"), u("new")]
+    kw: dict[str, Any] = {"profile": "conservative"}
+    if engine == "python":
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format="anthropic")}
+    r = cw.trim_turns(m, 30, format="anthropic", **kw)
+    assert r.messages[0] is m[2] and r.messages[1:] == m[3:]
+    assert (r.report.breadcrumb, r.report.dropped_turns, r.report.fits) == (False, 1, True)
+    assert [f.rule for f in r.report.fates] == ["oldest_turn", "oldest_turn", "kept_turn", "kept_turn", "kept_turn"]

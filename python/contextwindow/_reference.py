@@ -1130,6 +1130,12 @@ def _written_as_string(parts: Sequence[Any], kind: str | None) -> bool:
     return len(parts) == 1 and isinstance(parts[0], TextPart) and parts[0].extra is None and kind in (None, "text")
 
 
+def _holds_nothing(m: Message) -> bool:
+    """No content, or only empty or whitespace text parts: nothing a breadcrumb could go
+    before (fresh41 #5; Rust ``holds_nothing``)."""
+    return all(isinstance(p, TextPart) and _blank(p.text) for p in m.content)
+
+
 def _blank_blocks(parts: Sequence[Any]) -> int:
     """How many text blocks of ``parts`` (written as blocks), and of the content lists of
     the ``ToolResult`` parts among them, are empty or of whitespace only (one violation
@@ -1829,11 +1835,12 @@ class _State:
     def has_bc(self, w: int | None) -> bool:
         # Anthropic: the breadcrumb is prepended to message w, but not when it leads with
         # one, nor when w holds nothing (the breadcrumb alone is no user's words: w would
-        # be no turn boundary, and its turn would join the one before)
+        # be no turn boundary, and its turn would join the one before), nor only blank
+        # text, which the API refuses with or without it (fresh41 #5)
         return (
             self.provider == "anthropic"
             and w is not None
-            and (not self.m(w).content or first_text(self.m(w)) == BREADCRUMB)
+            and (_holds_nothing(self.m(w)) or first_text(self.m(w)) == BREADCRUMB)
         )
 
     def bc_cost(self, w: int | None) -> int:
@@ -2237,7 +2244,7 @@ def _finish(
                 out.append(Item(None, Message(role="user", content=[TextPart(text=BREADCRUMB)])))
                 inserted += 1
                 breadcrumb = True
-            elif first_text(it.msg(st.msgs)) != BREADCRUMB and it.msg(st.msgs).content:
+            elif first_text(it.msg(st.msgs)) != BREADCRUMB and not _holds_nothing(it.msg(st.msgs)):
                 it = Item(it.src, _with_breadcrumb(it.msg(st.msgs)))
                 breadcrumb = True
                 if it.src is not None and st.fates[it.src]["fate"] == "kept":

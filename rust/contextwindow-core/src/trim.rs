@@ -593,6 +593,16 @@ fn stub_tokens(work: &[Work<'_>], stub_head: &[bool], p: &Profile, h: usize) -> 
         .sum()
 }
 
+/// Whether message `m` holds nothing a breadcrumb could go before: no content, or only
+/// text parts that are empty or whitespace ([`crate::pairs::is_white_space`]; `""` is one
+/// empty text part), which the Messages API refuses as it refuses `[]` (fresh41 #5: the
+/// breadcrumb went in beside an empty text block, which stayed).
+fn holds_nothing(m: &Message) -> bool {
+    m.content
+        .iter()
+        .all(|p| p.kind == PartKind::Text && p.text_str().chars().all(crate::pairs::is_white_space))
+}
+
 /// Whether the work items `r` (a turn) hold a pinned message.
 fn holds_pinned(work: &[Work<'_>], r: &std::ops::Range<usize>) -> bool {
     r.clone().any(|w| work[w].msg.pinned)
@@ -975,7 +985,7 @@ impl<'a, 'p> State<'a, 'p> {
         match (self.opts.format, first) {
             (Format::Anthropic, Some(w)) => {
                 let m = &self.work[w].msg;
-                m.content.is_empty() || m.first_text() == Some(BREADCRUMB)
+                holds_nothing(m) || m.first_text() == Some(BREADCRUMB)
             }
             _ => false,
         }
@@ -1302,9 +1312,10 @@ impl<'a, 'p> State<'a, 'p> {
                             breadcrumb = true;
                         }
                         Format::Anthropic => {
-                            // (not into an empty message: `already_has_breadcrumb`)
+                            // (not into a message that holds nothing:
+                            // `already_has_breadcrumb`)
                             if item.msg.first_text() != Some(BREADCRUMB)
-                                && !item.msg.content.is_empty()
+                                && !holds_nothing(&item.msg)
                             {
                                 let m = item.msg.to_mut();
                                 m.content.insert(0, Part::text(BREADCRUMB));
