@@ -388,3 +388,27 @@ def test_no_breadcrumb_goes_into_a_message_of_blank_text(engine: str, blank: Any
     assert r.messages[0] is m[2] and r.messages[1:] == m[3:]
     assert (r.report.breadcrumb, r.report.dropped_turns, r.report.fits) == (False, 1, True)
     assert [f.rule for f in r.report.fates] == ["oldest_turn", "oldest_turn", "kept_turn", "kept_turn", "kept_turn"]
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_the_breadcrumb_keeps_no_smaller_unit_of_the_newest_turn(engine: str) -> None:
+    """fresh42 #2. Messages cost 5, 5 (an old turn of 10), 7 (the request), then the
+    units a = 37 + 6, b = 37 + 15, c = 37 + 103; 252 in all, budget 201.
+    - With the breadcrumb on, the old turn stays: dropping it (10) would not pay for the
+      breadcrumb (16). The newest turn then drops a and b (10 + 7 + 140 = 157) and puts
+      back a, the only one that fits (200): 52 tokens of units lost, and no breadcrumb.
+    - Without it, the old turn goes, a goes (7 + 52 + 140 = 199), nothing comes back:
+      43 tokens of units lost.
+    Loss counted in units (one each) chose the first; in tokens it loses more of the
+    newest turn, so the second comes back with the breadcrumb on too."""
+    msgs = [u("hi"), a("ok"), u("Fix it."), call("a"), result("a", "data "), call("b"), result("b", "data " * 10)]
+    msgs += [call("c"), result("c", "data " * 100)]
+    assert cw.message_tokens(msgs, "conservative", format="openai") == [5, 5, 7, 37, 6, 37, 15, 37, 103]
+    kw: dict[str, Any] = {"profile": "conservative"}
+    if engine == "python":
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format="openai")}
+    for breadcrumb in (True, False):
+        r = cw.trim_turns(msgs, 201, breadcrumb=breadcrumb, **kw)
+        assert (r.report.fits, r.report.tokens_after, r.report.breadcrumb) == (True, 199, False)
+        assert [f.index for f in r.report.fates if f.fate == "dropped"] == [0, 1, 3, 4]
+        assert [m.get("tool_call_id") for m in r.messages if m["role"] == "tool"] == ["b", "c"]

@@ -993,3 +993,42 @@ def test_a_run_of_combining_marks_past_the_stream_safe_limit_is_cut() -> None:
     chain = "\U0001f468" + "\u200d\U0001f468" * 50_000
     got = cw.trim_turns([{"role": "user", "content": chain}], 50)
     assert got.report.fits and got.report.tokens_after <= 50
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_a_repaired_unit_of_the_newest_turn_keeps_its_fate_when_it_comes_back(engine: str, fmt: str) -> None:
+    """fresh42 #1. Call c1 has no result (repair inserts a stub after it), c2's result is
+    3,600 characters, c3's is "ok". At budget 100 the newest turn drops c1's unit, then
+    c2's, and puts c1's back (it fits): its messages read `repaired`/`stub_inserted`
+    as at a budget that fits everything, not `kept`/`kept_turn`."""
+    if fmt == "openai":
+        msgs = [
+            u("Fix the build."),
+            call("c1"),
+            call("c2"),
+            result("c2", "log line " * 400),
+            call("c3"),
+            result("c3", "ok"),
+        ]
+    else:
+
+        def use(cid: str) -> dict[str, Any]:
+            return {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": "f", "input": {}}]}
+
+        def res(cid: str, text: str) -> dict[str, Any]:
+            return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": text}]}
+
+        msgs = [u("Fix the build."), use("c1"), use("c2"), res("c2", "log line " * 400), use("c3"), res("c3", "ok")]
+    kw: dict[str, Any] = {"profile": "conservative"}
+    if engine == "python":
+        kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format=fmt)}
+    whole = cw.trim_turns(msgs, 10**6, format=fmt, **kw).report
+    r = cw.trim_turns(msgs, 100, format=fmt, **kw).report
+    assert r.fits and [f.index for f in r.fates if f.fate == "dropped"] == [2, 3]
+    assert (
+        (r.fates[1].fate, r.fates[1].rule)
+        == (whole.fates[1].fate, whole.fates[1].rule)
+        == ("repaired", "stub_inserted")
+    )
+    assert [(c.kind, c.index) for c in r.repairs] == [("stub_inserted", 1)]

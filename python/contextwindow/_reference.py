@@ -2286,36 +2286,39 @@ def trim_turns(
     result without it too unless the first fits with nothing taken from the newest turn;
     the one returned is, in order: (1) the result with the breadcrumb, when it fits and
     loses no more of the newest turn than the result without it (no more characters cut
-    from tool results and the request, no more of the newest turn's messages dropped with
-    its tool units), unless it put no breadcrumb in after all and dropped more messages
+    from tool results and the request, no more tokens of the newest turn's messages
+    dropped with its tool units), unless it put no breadcrumb in after all and dropped more messages
     than the result without it; (2) else the result without it, when that fits; (3) else (neither
     fits) the smaller of the two, the one with the breadcrumb on a tie (fresh8 N1: the
     request was cut, or nothing done, where leaving the breadcrumb out fit the request
     whole; fresh14 #7: with the breadcrumb always, the input came back whole at one budget
     and two messages at the next)."""
-    ops, report = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
+    ops, report, units = _trim_turns_once(msgs, budget, profile, breadcrumb, provider)
     # a result that dropped turns and still put no breadcrumb in is compared with the
     # one without it (it may have dropped a turn more for a breadcrumb that was free)
     if not breadcrumb or (
-        report.fits and _newest_turn_loss(report) == (0, 0) and (report.breadcrumb or report.dropped_turns == 0)
+        report.fits
+        and all(f.chars_removed == 0 and f.rule != "oldest_tool_unit" for f in report.fates)
+        and (report.breadcrumb or report.dropped_turns == 0)
     ):
         return ops, report
-    bare = _trim_turns_once(msgs, budget, profile, False, provider)
-    return (ops, report) if _choose_with_breadcrumb(report, bare[1]) else bare
+    bare_ops, bare, bare_units = _trim_turns_once(msgs, budget, profile, False, provider)
+    return (ops, report) if _choose_with_breadcrumb((report, units), (bare, bare_units)) else (bare_ops, bare)
 
 
-def _newest_turn_loss(report: FitReport) -> tuple[int, int]:
-    """(characters cut from tool results and the request, messages dropped with the
-    newest turn's oldest tool units)."""
-    chars = sum(f.chars_removed for f in report.fates)
-    units = sum(1 for f in report.fates if f.rule == "oldest_tool_unit")
-    return chars, units
+def _newest_turn_loss(report: FitReport, units: int) -> tuple[int, int]:
+    """(characters cut from tool results and the request, tokens of the messages dropped
+    with the newest turn's oldest tool units: ``units``). Tokens, not messages: keeping a
+    smaller unit where the other keeps a larger one loses more (fresh42 #2)."""
+    return sum(f.chars_removed for f in report.fates), units
 
 
-def _choose_with_breadcrumb(with_: FitReport, bare: FitReport) -> bool:
-    """The rule of ``trim_turns``: whether the result with the breadcrumb wins."""
+def _choose_with_breadcrumb(with_units: tuple[FitReport, int], bare_units: tuple[FitReport, int]) -> bool:
+    """The rule of ``trim_turns``: whether the result with the breadcrumb wins (each
+    result given with the tokens of its dropped tool units)."""
+    (with_, wu), (bare, bu) = with_units, bare_units
     if with_.fits:
-        a, b = _newest_turn_loss(with_), _newest_turn_loss(bare)
+        a, b = _newest_turn_loss(with_, wu), _newest_turn_loss(bare, bu)
         if not bare.fits or (a[0] <= b[0] and a[1] <= b[1]):
             # unless no breadcrumb went in after all and the result without it fits,
             # loses no more of the newest turn and drops fewer messages
@@ -2354,12 +2357,14 @@ def _trim_turns_once(
     profile: str | Profile | CostModel,
     breadcrumb: bool,
     provider: str,
-) -> tuple[list[tuple[int | None, Message | None]], FitReport]:
+) -> tuple[list[tuple[int | None, Message | None]], FitReport, int]:
+    """``trim_turns`` with the breadcrumb as given, whether or not it fits; with the tokens
+    of the newest turn's tool units it dropped."""
     st = _state(msgs, cost_model(profile), provider, breadcrumb, "stub")
     seg = segment([it.msg(msgs) for it in st.work])
     nt = len(seg.turns)
     if st.total() <= budget or not seg.turns:
-        return _finish(st, budget, None, (nt, nt), None)
+        return (*_finish(st, budget, None, (nt, nt), None), 0)
     for w in range(seg.preamble_end):
         st.set_fate(w, "kept", "preamble")
     turn_cost = [sum(st.costs[a:b]) for a, b in seg.turns]
@@ -2430,9 +2435,12 @@ def _trim_turns_once(
     def over() -> bool:
         return st.total() + bc_cost > budget
 
+    unit_tokens = 0
     if over():
         units = [u for u in seg.units if la <= u[0] < lb]
-        gone_units: list[list[int]] = []
+        # each with the fates its messages had before it went (a repair's stays when it
+        # comes back: fresh42 #1)
+        gone_units: list[tuple[list[int], list[tuple[int, dict[str, Any]]]]] = []
         for u in units[:-1]:
             if not over():
                 break
@@ -2441,15 +2449,23 @@ def _trim_turns_once(
             stubbed = u[-1] + 1 < len(st.work) and st.stub_head[u[-1] + 1]
             if stubbed or any(st.m(w).pinned or w in (req, anchor) for w in u):
                 continue
+            srcs = [s for s in (st.work[w].src for w in u) if s is not None]
+            before = [(s, dict(st.fates[s])) for s in srcs]
             for w in u:
                 st.set_keep(w, False)
                 st.set_fate(w, "dropped", "oldest_tool_unit")
-            gone_units.append(u)
-        for u in reversed(gone_units):  # refill, newest first, what still fits
-            if st.total() + sum(st.costs[w] for w in u) + bc_cost <= budget:
+            gone_units.append((u, before))
+        for u, before in reversed(gone_units):  # refill, newest first, what still fits
+            cost = sum(st.costs[w] for w in u)
+            if st.total() + cost + bc_cost <= budget:
+                for s, f in before:
+                    st.fates[s].clear()
+                    st.fates[s].update(f)
                 for w in u:
                     st.set_keep(w, True)
                     st.set_fate(w, "kept", "kept_turn")
+            else:
+                unit_tokens += cost
     # then the old turns that went before the newest turn was worked on come back, newest
     # first, while they fit with their breadcrumb (fresh41 #1); the first that does not
     # fit ends it (Rust trim_turns_once)
@@ -2556,7 +2572,7 @@ def _trim_turns_once(
             st.set_cost(w, whole[1])
             if src is not None and whole[2] is not None:
                 st.fates[src] = whole[2]
-    return _finish(st, budget, "token_budget", (nt, nt - dropped), bc_at)
+    return (*_finish(st, budget, "token_budget", (nt, nt - dropped), bc_at), unit_tokens)
 
 
 def trim_turn_count(

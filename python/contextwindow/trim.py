@@ -144,11 +144,12 @@ def trim_turns(
     it was over budget where a smaller budget fit with a cut; fresh18 F1). Turns holding
     a pinned message are never dropped. The breadcrumb may cost whole old turns,
     never anything of the newest turn: it is left out when the result fits only without
-    it, or when with it more of the newest turn would be cut or dropped (characters, tool
-    units) than without it (fresh8 N1). If it still does not fit the report says ``fits=False``. Broken
-    tool pairs are repaired first, so the output always passes ``validate``. A plain chat
-    (only user and assistant text, valid in both shapes) gets the breadcrumb as a leading
-    text block of the first kept user message, which both providers accept.
+    it, or when with it more of the newest turn would be cut or dropped (characters, tokens
+    of tool units) than without it (fresh8 N1, fresh42 #2). If it still does not fit the
+    report says ``fits=False``. Broken tool pairs are repaired first, so the output
+    always passes ``validate``. A plain chat (only user and assistant text, valid in both
+    shapes) gets the breadcrumb as a leading text block of the first kept user message,
+    which both providers accept.
 
     Costs come from ``profile`` (default ``conservative``), or from one of
     ``token_counter``, ``estimator`` or ``tokenizer`` (see the module docs); the rules and

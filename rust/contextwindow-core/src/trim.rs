@@ -1429,7 +1429,7 @@ fn trim_turns_with<'a>(
     opts: TrimOptions<'_>,
     which: Costs,
 ) -> Outcome<'a> {
-    let out = trim_turns_once(messages, budget, opts, which);
+    let (out, out_units) = trim_turns_once(messages, budget, opts, which);
     // The result without the breadcrumb is not worked out when this one is it (one turn:
     // none dropped, so no breadcrumb nor room for one; fresh27 #6), or when this one fits,
     // loses nothing of the newest turn and put its breadcrumb in or dropped no turn (one
@@ -1438,12 +1438,12 @@ fn trim_turns_with<'a>(
     if !opts.breadcrumb
         || out.report.turns_before <= 1
         || (out.report.fits
-            && newest_turn_loss(&out.report) == (0, 0)
+            && took_nothing_of_the_newest_turn(&out.report)
             && (out.report.breadcrumb || out.report.dropped_turns == 0))
     {
         return out;
     }
-    let bare = trim_turns_once(
+    let (bare, bare_units) = trim_turns_once(
         messages,
         budget,
         TrimOptions {
@@ -1452,62 +1452,74 @@ fn trim_turns_with<'a>(
         },
         which,
     );
-    if choose_with_breadcrumb(&out.report, &bare.report) {
+    let with = (&out.report, out_units);
+    if choose_with_breadcrumb(with, (&bare.report, bare_units)) {
         out
     } else {
         bare
     }
 }
 
-/// What a trim took from the newest turn: (characters cut from tool results and the
-/// request, messages dropped with its oldest tool units).
-fn newest_turn_loss(r: &Report) -> (u64, u64) {
-    let chars = r.fates.iter().map(|f| f.chars_removed).sum();
-    let units = r
-        .fates
+/// The fates some messages had (by input index), to put back with them.
+type FatesBefore = Vec<(usize, Fate)>;
+
+/// Whether a trim cut no characters and dropped no tool unit of the newest turn.
+fn took_nothing_of_the_newest_turn(r: &Report) -> bool {
+    r.fates
         .iter()
-        .filter(|f| f.rule == "oldest_tool_unit")
-        .count() as u64;
-    (chars, units)
+        .all(|f| f.chars_removed == 0 && f.rule != "oldest_tool_unit")
+}
+
+/// What a trim took from the newest turn: (characters cut from tool results and the
+/// request, tokens of the messages dropped with its oldest tool units, `units`). Tokens,
+/// not messages: a trim that keeps a smaller unit where the other keeps a larger one
+/// loses more (fresh42 #2: with the breadcrumb on, an old turn cheaper than the
+/// breadcrumb stayed and unit `b` went, where without it unit `a`, a third of `b`, went).
+fn newest_turn_loss(r: &Report, units: u64) -> (u64, u64) {
+    (r.fates.iter().map(|f| f.chars_removed).sum(), units)
 }
 
 /// The rule of [`trim_turns`]: whether the result with the breadcrumb (`with`) wins over
-/// the one without it (`bare`).
-fn choose_with_breadcrumb(with: &Report, bare: &Report) -> bool {
-    if with.fits {
-        let (a, b) = (newest_turn_loss(with), newest_turn_loss(bare));
-        if !bare.fits || (a.0 <= b.0 && a.1 <= b.1) {
-            // unless no breadcrumb went in after all (the message after the dropped turns
-            // could not take one: Anthropic's, with no content) and the result without it
-            // fits, loses no more of the newest turn and drops fewer messages (found by
-            // hypothesis: a free breadcrumb at a pinned empty message cost an old turn)
-            let bare_better = !with.breadcrumb
-                && bare.fits
-                && b.0 <= a.0
-                && b.1 <= a.1
-                && bare.dropped_messages < with.dropped_messages;
-            return !bare_better;
-        }
+/// the one without it (`bare`), each given with the tokens of its dropped tool units.
+fn choose_with_breadcrumb(with: (&Report, u64), bare: (&Report, u64)) -> bool {
+    let (a, b) = (
+        newest_turn_loss(with.0, with.1),
+        newest_turn_loss(bare.0, bare.1),
+    );
+    let (with, bare) = (with.0, bare.0);
+    if with.fits && (!bare.fits || (a.0 <= b.0 && a.1 <= b.1)) {
+        // unless no breadcrumb went in after all (the message after the dropped turns
+        // could not take one: Anthropic's, with no content) and the result without it
+        // fits, loses no more of the newest turn and drops fewer messages (found by
+        // hypothesis: a free breadcrumb at a pinned empty message cost an old turn)
+        let bare_better = !with.breadcrumb
+            && bare.fits
+            && b.0 <= a.0
+            && b.1 <= a.1
+            && bare.dropped_messages < with.dropped_messages;
+        return !bare_better;
     }
     !bare.fits && with.tokens_after <= bare.tokens_after
 }
 
-/// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits.
+/// [`trim_turns`] with the breadcrumb as `opts` says, whether or not it fits; with the
+/// tokens of the newest turn's tool units it dropped.
 fn trim_turns_once<'a>(
     messages: &'a [Message],
     budget: u64,
     opts: TrimOptions<'_>,
     which: Costs,
-) -> Outcome<'a> {
+) -> (Outcome<'a>, u64) {
     let mut st = State::new(messages, opts, Missing::Stub, which);
     let seg = st.segment();
     let n_turns = seg.turns.len() as u64;
     if st.total() <= budget || seg.turns.is_empty() {
-        return st.finish(Some(budget), None, (n_turns, n_turns), None);
+        return (st.finish(Some(budget), None, (n_turns, n_turns), None), 0);
     }
     for w in 0..seg.preamble_end {
         st.set_fate(w, "kept", "preamble");
     }
+    let mut unit_tokens = 0;
     let turn_cost: Vec<u64> = seg
         .turns
         .iter()
@@ -1593,7 +1605,9 @@ fn trim_turns_once<'a>(
     if over(&st) {
         let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
         if let Some((_, older)) = units.split_last() {
-            let mut gone: Vec<&Vec<usize>> = Vec::new();
+            // each with the fates its messages had before it went (a repair's stays when
+            // it comes back: fresh42 #1)
+            let mut gone: Vec<(&Vec<usize>, FatesBefore)> = Vec::new();
             for u in older {
                 if !over(&st) {
                     break;
@@ -1607,18 +1621,28 @@ fn trim_turns_once<'a>(
                 {
                     continue;
                 }
+                let before = u
+                    .iter()
+                    .filter_map(|&w| st.work[w].src)
+                    .map(|i| (i, st.fates[i].clone()))
+                    .collect();
                 st.drop_range(u.iter().copied(), "oldest_tool_unit");
-                gone.push(u);
+                gone.push((u, before));
             }
             // Refill: put back dropped units, newest first, that fit in what is left
             // (a huge unit dropped last can leave room for smaller older ones).
-            for u in gone.into_iter().rev() {
+            for (u, before) in gone.into_iter().rev() {
                 let cost: u64 = u.iter().map(|&w| st.costs[w]).sum();
                 if st.total() + cost + bc_cost <= budget {
+                    for (i, f) in before {
+                        st.fates[i] = f;
+                    }
                     for &w in u {
                         st.set_keep(w, true);
                         st.set_fate(w, "kept", "kept_turn");
                     }
+                } else {
+                    unit_tokens += cost;
                 }
             }
         }
@@ -1827,7 +1851,8 @@ fn trim_turns_once<'a>(
         }
     }
     let kept = (t - dropped) as u64;
-    st.finish(Some(budget), Some("token_budget"), (n_turns, kept), bc_at)
+    let out = st.finish(Some(budget), Some("token_budget"), (n_turns, kept), bc_at);
+    (out, unit_tokens)
 }
 
 /// Keep the newest `max(1, max_turns)` turns (plus the preamble), with the breadcrumb.
