@@ -1831,3 +1831,22 @@ def test_fit_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str])
     assert main(["fit", str(EXAMPLE), "--model", "claude-sonet-4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("contextwindow: error: unknown model 'claude-sonet-4' (did you mean 'claude-sonnet-4'?):")
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [("[]", "openai"), ('{"messages": []}', "openai"), ('{"system": "s", "messages": []}', "anthropic")],
+)
+def test_inspect_names_an_empty_conversation_as_count_does(
+    text: str, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fresh43 #2: an empty list of messages was named `canonical` by inspect (the
+    structs' format, as no item says otherwise) where count named the file's format."""
+    f = tmp_path / "e.json"
+    f.write_text(text)
+    assert main(["count", str(f)]) == 0
+    assert f"[{fmt}, conservative]" in capsys.readouterr().out
+    assert main(["inspect", str(f), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == fmt
+    assert main(["inspect", str(f)]) == 0
+    assert f"[{fmt}, conservative]" in capsys.readouterr().out.splitlines()[0]

@@ -1089,7 +1089,9 @@ def _prepare(messages: list[Any], format: str | None) -> Prepared:
         fmt: InputFormat
         if format is None:
             fmt = detect_format(messages)
-        elif all(isinstance(m, Message) for m in messages):
+        elif messages and all(isinstance(m, Message) for m in messages):
+            # (not an empty list: it keeps the format given, which the CLI's inspect
+            # names as its count does; fresh43 #2)
             fmt = "canonical"
         else:
             fmt = format  # type: ignore[assignment]
