@@ -533,6 +533,10 @@ struct State<'a, 'p> {
     /// The work list's segmentation when [`State::new`] needed it already (costs of the
     /// kept turns only: [`Costs::KeptOnly`]); taken by the first [`State::segment`].
     segmented: Option<Segmentation>,
+    /// The breadcrumb text's tokens, estimated once: [`State::breadcrumb_cost`] is asked
+    /// for every number of turns the search tries (a 1,000-message trim asked about 900
+    /// times, 2% of its instructions).
+    crumb_text: std::cell::OnceCell<u64>,
 }
 
 /// Which work items [`State::new`] estimates.
@@ -801,6 +805,7 @@ impl<'a, 'p> State<'a, 'p> {
             saved,
             resolution,
             segmented,
+            crumb_text: std::cell::OnceCell::new(),
         }
     }
 
@@ -971,9 +976,10 @@ impl<'a, 'p> State<'a, 'p> {
             return 0;
         }
         let p = self.opts.profile;
+        let text = *self.crumb_text.get_or_init(|| p.text_tokens(BREADCRUMB));
         match self.opts.format {
-            Format::OpenAI => p.message_overhead + p.text_tokens(BREADCRUMB),
-            Format::Anthropic => p.text_tokens(BREADCRUMB),
+            Format::OpenAI => p.message_overhead + text,
+            Format::Anthropic => text,
         }
     }
 
