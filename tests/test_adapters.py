@@ -245,6 +245,20 @@ def test_openai_cannot_express() -> None:
     assert err.value.field == "content[0]"
 
 
+@pytest.mark.parametrize("write", [message_to_openai, message_to_anthropic])
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [({"role": "user", "content": "x"}, "dict"), ([], "list"), (None, "NoneType"), ("hi", "str")],
+)
+def test_writers_refuse_what_is_not_a_message(write: Callable[[Any], Any], value: Any, name: str) -> None:
+    # fresh44 #3: a provider dict (or a list, None) raised AttributeError from inside
+    with pytest.raises(TypeError, match=f"^m must be a Message, got {name}$"):
+        write(value)
+    for fmt in ("openai", "anthropic", "canonical"):
+        with pytest.raises(TypeError, match=f"^m must be a Message, got {name}$"):
+            from_canonical(value, fmt)  # type: ignore[arg-type]
+
+
 # -------------------------------------------------------------------- (b) Anthropic by hand
 
 

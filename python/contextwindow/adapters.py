@@ -362,6 +362,9 @@ def _checked(m: Message) -> None:
     raised ``AttributeError`` or wrote such a message out)."""
     from . import _engine  # _engine imports this module
 
+    if not isinstance(m, Message):
+        # fresh44 #3: a dict or a list raised AttributeError from the struct check
+        raise TypeError(f"m must be a Message, got {type(m).__name__}")
     try:
         _engine._check_canonical([m])
     except InvalidMessageError as exc:
@@ -387,6 +390,7 @@ def message_to_openai(m: Message) -> dict[str, Any]:
             without exactly one :class:`ToolResult`, a result outside a tool message), or
             is a struct the engine refuses (a field of the wrong type, an unknown role),
             named by its field as ``count_messages`` names it.
+        TypeError: ``m`` is not a :class:`Message` (a provider dict, a list).
 
     >>> d = message_to_openai(
     ...     Message(role="assistant", content=[ToolCall(id="c1", name="f", arguments="{}")])
@@ -636,6 +640,7 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
             takes an object: ``content[0]``), an image without source; a struct the
             engine refuses (a field of the wrong type, an unknown role), named by its
             field as ``count_messages`` names it.
+        TypeError: ``m`` is not a :class:`Message` (a provider dict, a list).
 
     >>> result = ToolResult(call_id="t1", content=[TextPart(text="42")])
     >>> message_to_anthropic(Message(role="tool", content=[result]))["content"]
@@ -755,6 +760,8 @@ def from_canonical(m: Message, format: Format) -> Any:
 
     Raises:
         InvalidMessageError: the message cannot be expressed in that format.
+        TypeError: ``m`` is not a :class:`Message` (one message, not the list
+            :func:`to_canonical` returns).
         ValueError: an unknown format name.
 
     >>> from_canonical(Message(role="user", content=[TextPart(text="hi")]), "anthropic")
@@ -762,6 +769,8 @@ def from_canonical(m: Message, format: Format) -> Any:
     """
     if format in ("openai", "anthropic"):
         _checked(m)
+    elif format == "canonical" and not isinstance(m, Message):
+        raise TypeError(f"m must be a Message, got {type(m).__name__}")
     return written(m, format)
 
 
