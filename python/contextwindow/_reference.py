@@ -544,6 +544,29 @@ def image_tokens(part: ImagePart, p: Profile) -> int:
     return _image.image_tokens(part.width, part.height, part.detail, part.source)
 
 
+UNSEEN_DOCUMENT_TOKENS = 3_000
+"""Tokens a document given by reference adds to its JSON text, in every profile (the
+Rust core's ``UNSEEN_DOCUMENT_TOKENS``): one page at the top of the 1,500-3,000 tokens a
+page of text that Anthropic's PDF support page gives. The request does not hold the
+document, so no rule can read its pages."""
+
+
+def unseen_document(part: OpaquePart) -> bool:
+    """Whether an opaque part is a document given by reference: an Anthropic ``document``
+    whose ``source`` has ``type`` ``url`` or ``file``, or an OpenAI ``file`` part whose
+    ``file`` holds a string ``file_id`` and no ``file_data`` (null is none)."""
+    raw = part.raw
+    if not isinstance(raw, dict):
+        return False
+    if part.type == "document":
+        source = raw.get("source")
+        return isinstance(source, dict) and source.get("type") in ("url", "file")
+    if part.type == "file":
+        f = raw.get("file")
+        return isinstance(f, dict) and isinstance(f.get("file_id"), str) and f.get("file_data") is None
+    return False
+
+
 def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None) -> int:
     """Tokens of one part; ``text`` replaces the profile's text rule when given."""
     t = text or (lambda s: text_tokens(s, p))
@@ -556,7 +579,7 @@ def part_tokens(part: Part, p: Profile, text: Callable[[str], int] | None = None
     if isinstance(part, ToolResult):
         return sum(part_tokens(q, p, t) for q in part.content)
     if isinstance(part, OpaquePart):
-        return t(ENCODER.encode(part.raw).decode())
+        return t(ENCODER.encode(part.raw).decode()) + (UNSEEN_DOCUMENT_TOKENS if unseen_document(part) else 0)
     raise TypeError(type(part))
 
 
@@ -614,7 +637,8 @@ class TextRuleCost:
     """A profile's rules with its text rule replaced by ``text`` (``str -> tokens``).
 
     Every other rule stays: per-message and per-tool-call overhead, images, names, tool
-    results counted by their inner parts, opaque blocks by their JSON text. ``""`` costs 0
+    results counted by their inner parts, opaque blocks by their JSON text (and
+    :data:`UNSEEN_DOCUMENT_TOKENS` for a document given by reference). ``""`` costs 0
     without calling ``text``. With ``text = lambda s: text_tokens(s, p)`` this gives exactly
     ``message_tokens(m, p)`` (``tests/test_exact.py`` checks it on generated messages).
     Each distinct string is counted once per instance.

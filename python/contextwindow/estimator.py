@@ -155,8 +155,9 @@ class Estimator:
 
     ``tokenizer`` replaces the profile's text rule; every other rule of the profile stays
     (per-message and per-tool-call overhead, images, names, tool results counted by their
-    inner parts, opaque blocks by their JSON text). It is called once per distinct
-    non-empty string of a call (``""`` costs 0), with lone surrogates replaced by U+FFFD.
+    inner parts, opaque blocks by their JSON text, a document given by reference 3,000
+    tokens more). It is called once per distinct non-empty string of a call (``""`` costs
+    0), with lone surrogates replaced by U+FFFD.
     ``calibrator`` scales the final count of each call once (``count_messages`` scales
     the total, ``message_tokens`` each message), so ``count_messages(ms) <=
     sum(message_tokens(ms)) < count_messages(ms) + len(ms)``.

@@ -394,7 +394,14 @@ impl Profile {
                     + self.text_tokens(p.arguments.as_deref().unwrap_or(""))
             }
             PartKind::ToolResult => p.inner().iter().map(|q| self.part_tokens(q)).sum(),
-            PartKind::Opaque => self.text_tokens(p.raw.as_ref().map(|r| r.get()).unwrap_or("")),
+            PartKind::Opaque => {
+                self.text_tokens(p.raw.as_ref().map(|r| r.get()).unwrap_or(""))
+                    + if unseen_document(p) {
+                        UNSEEN_DOCUMENT_TOKENS
+                    } else {
+                        0
+                    }
+            }
         }
     }
 
@@ -415,6 +422,56 @@ impl Profile {
                 .as_deref()
                 .map_or(0, |e| self.text_tokens(&refusal(e)))
             + m.content.iter().map(|p| self.part_tokens(p)).sum::<u64>()
+    }
+}
+
+/// Tokens a document given by reference adds to its JSON text, in every profile: an
+/// Anthropic `document` block whose `source` is of type `url` or `file`, or an OpenAI
+/// `file` part whose `file` holds a `file_id` and no `file_data`. The request does not
+/// hold the document, so no rule can read its pages: this is one page at the top of the
+/// 1,500-3,000 tokens a page of text that Anthropic's PDF support page gives (a page is
+/// also sent as a picture; a one-page text PDF measured 2,100-2,500 tokens on Claude).
+/// A document of more pages costs more than this (Known limits in the README). A
+/// document whose data is in the request (`base64`, `text`, `file_data`) is counted as
+/// its text, as any other block the library does not model.
+pub const UNSEEN_DOCUMENT_TOKENS: u64 = 3_000;
+
+/// Whether the opaque part `p` is a document given by reference ([`UNSEEN_DOCUMENT_TOKENS`]).
+/// Its JSON is read only for a part of type `document` or `file`, with every other key
+/// skipped unread.
+fn unseen_document(p: &Part) -> bool {
+    use serde_json::value::RawValue;
+    use std::collections::HashMap;
+    // an object's keys, each to its value unread; a key given twice is its last value, as
+    // Python's `json` and the adapters read it (a struct would refuse it)
+    type Object<'a> = HashMap<String, &'a RawValue>;
+    fn object(raw: &RawValue) -> Option<Object<'_>> {
+        serde_json::from_str(raw.get()).ok()
+    }
+    fn string(raw: &RawValue) -> Option<String> {
+        serde_json::from_str(raw.get()).ok()
+    }
+    let Some(raw) = p.raw.as_deref() else {
+        return false;
+    };
+    let key = |outer: &str, inner: &str| -> Option<(bool, Option<String>)> {
+        let o = object(raw)?;
+        let sub = object(o.get(outer)?)?;
+        let v = sub.get(inner);
+        Some((
+            v.is_some_and(|v| v.get() != "null"),
+            v.and_then(|v| string(v)),
+        ))
+    };
+    match p.type_.as_deref() {
+        Some("document") => {
+            matches!(key("source", "type"), Some((_, Some(t))) if t == "url" || t == "file")
+        }
+        Some("file") => {
+            matches!(key("file", "file_id"), Some((_, Some(_))))
+                && !matches!(key("file", "file_data"), Some((true, _)))
+        }
+        _ => false,
     }
 }
 
@@ -462,6 +519,130 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_document_by_reference_adds_a_page_to_its_json_text() {
+        use crate::model::{Part, PartKind};
+        let opaque = |ty: &str, raw: &str| Part {
+            type_: Some(ty.to_owned()),
+            raw: Some(serde_json::value::RawValue::from_string(raw.to_owned()).unwrap()),
+            ..Part::empty(PartKind::Opaque)
+        };
+        // (type, raw, by reference)
+        let cases = [
+            (
+                "document",
+                r#"{"type":"document","source":{"type":"url","url":"https://x/a.pdf"}}"#,
+                true,
+            ),
+            (
+                "document",
+                r#"{"type":"document","source":{"type":"file","file_id":"file_01"}}"#,
+                true,
+            ),
+            (
+                "document",
+                r#"{"source":{"file_id":"f","type":"file"},"type":"document","title":"t"}"#,
+                true,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"file_id":"file-abc"}}"#,
+                true,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"file_id":"file-abc","file_data":null}}"#,
+                true,
+            ),
+            // a key given twice is its last value, as Python's json reads it
+            (
+                "document",
+                r#"{"type":"document","source":{"type":"base64","type":"url"}}"#,
+                true,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"file_data":"x","file_id":"f","file_data":null}}"#,
+                true,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"file_data":null,"file_id":"f","file_data":"x"}}"#,
+                false,
+            ),
+            // the document is in the request: its text is counted
+            (
+                "document",
+                r#"{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0x"}}"#,
+                false,
+            ),
+            (
+                "document",
+                r#"{"type":"document","source":{"type":"text","media_type":"text/plain","data":"hi"}}"#,
+                false,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"file_id":"f","file_data":"data:application/pdf;base64,JVBE"}}"#,
+                false,
+            ),
+            (
+                "file",
+                r#"{"type":"file","file":{"filename":"a.pdf"}}"#,
+                false,
+            ),
+            // not a reference the rule knows: no string file_id, no source object
+            ("file", r#"{"type":"file","file":{"file_id":5}}"#, false),
+            ("file", r#"{"type":"file","file":"file-abc"}"#, false),
+            (
+                "document",
+                r#"{"type":"document","source":"https://x/a.pdf"}"#,
+                false,
+            ),
+            (
+                "document",
+                r#"{"type":"document","source":{"type":null}}"#,
+                false,
+            ),
+            ("document", r#"[1, 2]"#, false),
+            // another block type with the same keys
+            (
+                "image",
+                r#"{"type":"image","source":{"type":"url","url":"u"}}"#,
+                false,
+            ),
+            (
+                "search_result",
+                r#"{"type":"search_result","source":{"type":"url"}}"#,
+                false,
+            ),
+        ];
+        for p in PROFILES {
+            for (ty, raw, by_reference) in cases {
+                let part = opaque(ty, raw);
+                let text = p.text_tokens(raw);
+                let want = text
+                    + if by_reference {
+                        UNSEEN_DOCUMENT_TOKENS
+                    } else {
+                        0
+                    };
+                assert_eq!(p.part_tokens(&part), want, "{} {raw}", p.name);
+                // inside a tool result, the same
+                let result = Part {
+                    content: Some(vec![part]),
+                    ..Part::empty(PartKind::ToolResult)
+                };
+                assert_eq!(p.part_tokens(&result), want, "{} {raw}", p.name);
+            }
+        }
+        // fim: 24 ASCII characters / 4, and the page
+        assert_eq!(
+            FIM.part_tokens(&opaque("file", r#"{"file":{"file_id":"f"}}"#)),
+            3_006
+        );
     }
 
     #[test]
