@@ -1212,6 +1212,12 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"type": "web_search_20250305", "max_uses": 5}], "tools[0].name: is missing", 59),
         ([{"type": "text_editor_20250728", "name": None}], "tools[0].name: must be a string, got null", 100),
         ([{"name": "f", "input_schema": {}}, {"type": "code_execution_20250522"}], "tools[1].name: is missing", 94),
+        # a tool of no type (or a null one) with no name and no function is neither API's
+        # (fresh44 #4: {} and {"description": ...} were counted), at the tool
+        ([{}], "tools[0].name: is missing", 59),
+        ([{"description": "no name at all"}], "tools[0].name: is missing", 59),
+        ([{"type": None, "parameters": {}}], "tools[0].name: is missing", 59),
+        ([{"name": "f"}, {"description": "d"}], "tools[1].name: is missing", 74),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(

@@ -122,8 +122,10 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     Anthropic client tool (one with an ``input_schema`` and no ``function``, the mark
     the format detection reads) has a ``name``, as Anthropic's API requires, and so has
     one of its built-in tools (a dated ``type``, :func:`is_dated_tool_type`:
-    ``{"type": "bash_20250124", "name": "bash"}``). Other keys are counted as they are,
-    and so are tools of other types (``{"type": "other"}``, OpenAI's ``file_search``)
+    ``{"type": "bash_20250124", "name": "bash"}``), and so has a tool with no ``type``
+    (or a null one) that is none of these (``{}``, ``{"description": "d"}``: neither API
+    takes it; fresh44 #4). Other keys are counted as they are, and so are tools of other
+    types (``{"type": "other"}``, OpenAI's ``file_search``)
     (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
     function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``;
     tools19: so was ``{"type": "bash_20250124"}``).
@@ -135,6 +137,8 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     >>> tool_definition_error(0, {"description": "d", "input_schema": {}})
     'tools[0].name: is missing'
     >>> tool_definition_error(0, {"type": "web_search_20250305", "max_uses": 5})
+    'tools[0].name: is missing'
+    >>> tool_definition_error(0, {"description": "no name, no type"})
     'tools[0].name: is missing'
     """
     if not isinstance(tool, Mapping):
@@ -152,8 +156,10 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     if "function" not in tool and "name" not in tool:
         if tool.get("type") == "function":
             return f"tools[{i}].function: is missing"
-        # Anthropic's shape, or one of its built-in tools: the API requires a name
-        if "input_schema" in tool or is_dated_tool_type(tool.get("type")):
+        # Anthropic's shape, or one of its built-in tools: the API requires a name; so
+        # does a tool of no type (null is none), neither API's unless a named Anthropic
+        # tool (fresh44 #4: {} and {"description": ...} were counted)
+        if "input_schema" in tool or is_dated_tool_type(tool.get("type")) or tool.get("type") is None:
             return f"tools[{i}].name: is missing"
     return None
 

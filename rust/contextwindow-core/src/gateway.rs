@@ -457,8 +457,13 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             return Err(missing(tool, "function"));
         }
         // Anthropic's shape (as the format detection reads it), or one of its built-in
-        // tools (a dated type): the API requires a name
-        if o.get("input_schema").is_some() || dated_tool_type(cx, o.get("type")) {
+        // tools (a dated type): the API requires a name; so does a tool of no type (null
+        // is none), which is neither API's unless it is a named Anthropic tool (fresh44
+        // #4: `{}` and `{"description": ...}` were counted)
+        if o.get("input_schema").is_some()
+            || dated_tool_type(cx, o.get("type"))
+            || o.get("type").is_none_or(|t| kind(t) == Kind::Null)
+        {
             return Err(missing(tool, "name"));
         }
     }
