@@ -338,3 +338,26 @@ def test_pinned_as_a_mapping_is_refused() -> None:
         cw.trim_turns(chat(), 50, pinned={1: 2})
     with pytest.raises(TypeError, match="pinned must be a collection of message indices, got dict"):
         cw.fit_request(json.dumps({"messages": chat()}).encode(), budget=50, pinned={1: 2})
+
+
+def test_a_pinned_orphan_result_is_dropped_by_the_repair_on_every_path() -> None:
+    """fresh44 #6, documented under Shapes and pinning: the pair repair runs before the pins
+    are weighed, so a pinned tool result that answers no call goes (the request would be
+    refused with it), named ``orphan_result``; the other messages stay."""
+    m = [
+        {"role": "user", "content": "q"},
+        {"role": "tool", "tool_call_id": "zz", "content": "important output"},
+        {"role": "user", "content": "next"},
+    ]
+    given = copy.deepcopy(m)
+    for out in (
+        cw.trim_turns(m, 1000, pinned=[1]),
+        cw.prune_middle(m, 1000, pinned=[1]),
+        cw.fit(m, 1000, cw.FitPolicy(pinned=[1])),
+    ):
+        fate = out.report.fates[1]
+        assert (fate.fate, fate.rule) == ("dropped", "orphan_result")
+        assert "dropped" not in (out.report.fates[0].fate, out.report.fates[2].fate)
+        assert all("tool_call_id" not in x for x in out.messages)
+        assert out.messages[-1] is m[-1]
+    assert m == given
