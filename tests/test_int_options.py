@@ -224,6 +224,42 @@ def test_an_integer_whose_index_raises_is_refused_as_a_bad_int(error: BaseExcept
     assert info.value.__cause__ is error
 
 
+@pytest.mark.parametrize("error", [KeyError("boom"), RuntimeError("x")], ids=["KeyError", "RuntimeError"])
+def test_a_usable_that_raises_is_refused_as_a_bad_usable(error: BaseException) -> None:
+    """fresh44 #5: a budget object whose ``usable`` property raises sent that exception
+    out of ``fit``, ``prune_middle`` and ``recover_from_overflow`` as it came; now the
+    refusal of a ``usable`` that is not an int, chained from it. A ``usable`` that raises
+    AttributeError reads as no ``usable`` at all, as ``hasattr`` reads it."""
+
+    class Raising:
+        @property
+        def usable(self) -> int:
+            raise error
+
+    for entry in (
+        lambda: cw.fit(M, Raising()),
+        lambda: cw.prune_middle(M, Raising()),
+        lambda: cw.recover_from_overflow(M, budget=Raising()),
+    ):
+        with pytest.raises(ValueError) as info:
+            entry()
+        assert str(info.value) == f"budget.usable must be a non-negative int, could not read it: {error!r}"
+        assert info.value.__cause__ is error
+
+    class Missing:
+        @property
+        def usable(self) -> int:
+            raise AttributeError("usable")
+
+        def __repr__(self) -> str:
+            return "Missing()"
+
+    with pytest.raises(
+        ValueError, match=r"^budget must be a non-negative int or have an int 'usable', got Missing\(\)$"
+    ):
+        cw.fit(M, Missing())
+
+
 def test_an_index_returning_a_non_int_is_refused_chained() -> None:
     """``operator.index`` refuses an ``__index__`` that returns a str: that TypeError is
     the cause; a float (no ``__index__``) is refused with no cause, as before."""

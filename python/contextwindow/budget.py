@@ -397,6 +397,10 @@ def _number_option(name: str, value: Any, *, minimum: int, what: str = "an int")
 _NO_LIMIT = 2**63 - 1
 
 
+#: What :func:`token_budget` reads as "no ``usable`` attribute".
+_NO_USABLE = object()
+
+
 def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     """The token budget for the messages that ``fit``, ``recover_from_overflow`` and
     ``prune_middle`` take: an int >= 0, a :class:`Budget` (checked by
@@ -415,7 +419,8 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     Raises:
         ValueError: ``budget`` is neither an int >= 0 nor has a ``usable`` (a string, a
             bool or a float as much as a negative number), or its ``usable`` is not an
-            int >= 0 (``budget.usable must be a non-negative int, got '5'``).
+            int >= 0 (``budget.usable must be a non-negative int, got '5'``), or reading
+            it raised (chained from that exception).
         TypeError: a :class:`Budget` with a field of the wrong type (see
             :func:`checked_budget`, which also raises its ``ValueError``).
 
@@ -427,12 +432,16 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     if isinstance(budget, Budget):
         # a hand-built one: resolve_budget's rules (fresh12 O6)
         return min(checked_budget(budget).usable, _NO_LIMIT)
-    if hasattr(budget, "usable"):
-        usable = _as_count(budget.usable)
+    try:
+        value = getattr(budget, "usable", _NO_USABLE)
+    except Exception as exc:
+        # a property that raises is refused as a usable that is not an int, chained from
+        # what it raised, as a failing __index__ is (fresh44 #5: its KeyError went out raw)
+        raise ValueError(f"budget.usable must be a non-negative int, could not read it: {exc!r}") from exc
+    if value is not _NO_USABLE:
+        usable = _as_count(value)
         if usable is None:
-            raise ValueError(f"budget.usable must be a non-negative int, got {shown(budget.usable)}") from int_cause(
-                budget.usable
-            )
+            raise ValueError(f"budget.usable must be a non-negative int, got {shown(value)}") from int_cause(value)
         return min(usable, _NO_LIMIT)
     n = _as_count(budget)
     if n is None:
