@@ -245,6 +245,9 @@ def test_a_usable_that_raises_is_refused_as_a_bad_usable(error: BaseException) -
             entry()
         assert str(info.value) == f"budget.usable must be a non-negative int, could not read it: {error!r}"
         assert info.value.__cause__ is error
+    # the guard needs a whole Budget: refused for its type, the property never read
+    with pytest.raises(TypeError, match=r"^budget must be a Budget from resolve_budget, got Raising \(an object"):
+        cw.ContextGuard(Raising())  # type: ignore[arg-type]
 
     class Missing:
         @property

@@ -450,6 +450,15 @@ def token_budget(budget: Any, *, allow_none: bool = False) -> int | None:
     return min(n, _NO_LIMIT)
 
 
+def _has_usable(budget: object) -> bool:
+    """Whether ``budget`` has a ``usable``: one whose property raises (anything but
+    AttributeError) has one too; only the wording of a refusal reads this."""
+    try:
+        return hasattr(budget, "usable")
+    except Exception:
+        return True
+
+
 def whole_budget_error(budget: object) -> TypeError:
     """The ``TypeError`` of an entry that needs the whole :class:`Budget` (``ContextGuard``,
     ``check_capacity``: the window and the reserve, not only ``usable``) for ``budget``,
@@ -461,7 +470,7 @@ def whole_budget_error(budget: object) -> TypeError:
             " the output reserve too: pass resolve_budget(context_window=..., max_output_tokens=...),"
             " or those keywords)"
         )
-    elif hasattr(budget, "usable"):
+    elif _has_usable(budget):
         text += (
             " (an object with 'usable' is a token budget for fit, recover_from_overflow and prune_middle;"
             " this needs the window and reserve too)"
