@@ -527,6 +527,8 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
     token_entries = {
         "fit": lambda b: cw.fit(msgs, b).report.budget,
         "prune_middle": lambda b: cw.prune_middle(msgs, b).report.budget,
+        # fresh44 note: trim_turns refused a Budget (an int only)
+        "trim_turns": lambda b: cw.trim_turns(msgs, b).report.budget,
         # its report's budget is the target: the usable budget shows in the ratio's target
         "recover_from_overflow": lambda b: cw.recover_from_overflow(long, 2**64, budget=b).target,
     }
@@ -552,6 +554,16 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
                 call(types.SimpleNamespace(usable=bad))
             assert not isinstance(got.value, TypeError)
             assert str(got.value) == f"budget.usable must be a non-negative int, got {shown}", (name, bad)
+    # a Budget from resolve_budget, as fit takes it: trim_turns gives the same trim as for
+    # its usable
+    b = cw.resolve_budget(context_window=1_000, max_output_tokens=800, env={}, floor=0)
+    talk = [*long, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "new"}]
+    assert b.usable == 200
+    assert cw.trim_turns(talk, b) == cw.trim_turns(talk, 200)
+    assert cw.trim_turns(talk, b).report.budget == 200
+    # trim_turns' own words for a budget that is neither (it names no usable)
+    with pytest.raises(ValueError, match=r"^budget must be a non-negative int, got '5'$"):
+        cw.trim_turns(msgs, "5")
     # the text of a budget that is neither: prune_middle's names None too, and what it takes
     with pytest.raises(ValueError) as got:
         cw.fit(msgs, "5")

@@ -31,6 +31,7 @@ from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
+from .budget import Budget, _has_usable, token_budget
 from .compact import _pinned_range, _pinned_type
 from .estimator import Estimator, caller_cost, on_raw_costs
 from .estimator import cost_source as _costs
@@ -42,6 +43,19 @@ __all__ = ["trim_turns", "trim_turn_count"]
 _MAX = 2**63 - 1  # larger budgets mean "no limit"; the engine counts in u64
 
 TokenCounter = Callable[[list[Any]], int]
+
+
+def _budget(budget: Any) -> int:
+    """``trim_turns``' budget: an int >= 0 (:func:`_check_n`'s words when it is not one),
+    or, as ``fit`` takes it, a :class:`~contextwindow.Budget` or another object with an int
+    ``usable`` (fresh44 note: ``trim_turns(m, resolve_budget(...))`` was refused)."""
+    if isinstance(budget, Budget) or (
+        not isinstance(budget, (str, bytes, bytearray)) and as_int(budget) is None and _has_usable(budget)
+    ):
+        n = token_budget(budget)
+        if n is not None:  # always: None is only for prune_middle's budget
+            return n
+    return _check_n(budget, "budget")
 
 
 def _check_n(n: Any, name: str) -> int:
@@ -158,7 +172,10 @@ def trim_turns(
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.
         budget: token budget (tokens of the chosen costs), >= 0; values above 2**63 - 1
-            are treated as 2**63 - 1 (no limit in practice).
+            are treated as 2**63 - 1 (no limit in practice). A
+            :class:`~contextwindow.Budget` from :func:`~contextwindow.resolve_budget`
+            (or another object with an int ``usable``) gives its ``usable``, as in
+            :func:`~contextwindow.fit`.
         profile: name of a built-in profile; ``None`` means ``conservative`` (or the
             estimator's profile).
         breadcrumb: insert the breadcrumb when turns are dropped.
@@ -197,7 +214,7 @@ def trim_turns(
     (['sys', '[earl', 'new'], 30)
     """
     name, est, counter = _costs(profile, token_counter, estimator, tokenizer)
-    budget = _check_n(budget, "budget")
+    budget = _budget(budget)
     calibrated = on_raw_costs(
         est, budget, lambda b, kw: trim_turns(messages, b, breadcrumb=breadcrumb, format=format, pinned=pinned, **kw)
     )
