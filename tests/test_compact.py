@@ -765,6 +765,25 @@ def test_micro_compact_tools_filter_and_short_results() -> None:
     assert r.messages[13] is msgs[13]  # "ok" is shorter than its marker would be
 
 
+def test_micro_compact_never_clears_a_result_its_marker_costs_more_than() -> None:
+    """fresh45 #4: a rule line of 120 "=" is longer than its marker in characters but
+    cheaper in tokens; clearing it grew the conversation (62 -> 70 tokens, reason
+    micro_compact). Now it stays, as budget_tool_results leaves it; a result of 500
+    letters the marker is cheaper than is still cleared. ``fim`` (4 characters a token,
+    4 a message): the rule line is 30 tokens, its 58-character marker 14, so there it goes."""
+    rule = "=" * 120
+    msgs = [*history()[:3], oa_result("a1", rule)]
+    r = micro_compact(msgs, keep_recent=0)
+    assert r.report.reason is None and same_objects(r.messages, msgs)
+    assert r.report.tokens_after == r.report.tokens_before
+    assert cw.budget_tool_results(msgs, 40, keep_recent=0).report.reason is None
+    # the same result in fim's count: 4 + 30 against 4 + 14, cleared
+    f = micro_compact(msgs, keep_recent=0, profile=FIM)
+    assert f.report.reason == "micro_compact"
+    assert f.messages[3]["content"] == "[tool result cleared: 120 characters of read_file output]"
+    assert f.report.tokens_before - f.report.tokens_after == 30 - 14
+
+
 def test_micro_compact_anthropic_and_orphans() -> None:
     msgs = [
         Message(role="user", content=[TextPart(text="q")]),

@@ -1179,7 +1179,10 @@ def micro_compact(
     so pairing is untouched. The newest ``keep_recent`` results (counted over every result,
     cleared or not, in message order) stay whole. A result is left alone when it is
     already cleared, sits in a pinned message, or holds only text no longer than its
-    marker (clearing would not shrink it); with ``tools``, only results of those tools
+    marker, or when clearing would not save tokens in ``profile``'s count (the marker
+    costs as many as what it replaces, or more: a rule line of 120 ``=``, 8 tokens
+    against the marker's 14), as :func:`budget_tool_results` decides; with ``tools``,
+    only results of those tools
     (case-insensitive) are cleared. Idempotent: a second call changes nothing and
     returns its input.
 
@@ -1241,7 +1244,13 @@ def micro_compact(
             continue
         content = list(m.content)
         content[p] = cleared
-        work[i] = msgspec.structs.replace(m, content=content)
+        trial = msgspec.structs.replace(m, content=content)
+        if _cost(trial, name) >= _cost(m, name):
+            # the marker costs as many tokens as what it replaces, or more (fresh45 #4:
+            # "=" * 120 is 8 tokens, its marker 14: the conversation grew), as
+            # budget_tool_results decides
+            continue
+        work[i] = trial
         fates[i].update(fate="truncated", rule="tool_result_cleared")
         fates[i]["chars_removed"] += _result_chars(part)
     changed = any(w is not m for w, m in zip(work, msgs, strict=True))
