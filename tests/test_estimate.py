@@ -518,7 +518,7 @@ def test_bad_tool_definitions_name_the_tool() -> None:
         cur["a"] = {}
         cur = cur["a"]
     msgs = [{"role": "user", "content": "x"}]
-    for tools, what in (([deep], "is nested too deeply"), ([{"a": 1}, object()], "must be an object")):
+    for tools, what in (([deep], "is nested too deeply"), ([{"name": "f", "a": 1}, object()], "must be an object")):
         with pytest.raises(cw.InvalidRequestError, match=rf"tools\[\d\]: .*{what}"):
             cw.count_messages(msgs, tools=tools)
     for bad in (None, 1, "tool"):

@@ -767,7 +767,7 @@ g = cw.ContextGuard(cw.resolve_budget(context_window=100_000, max_output_tokens=
 for call in (lambda: cw.count_messages(msgs), lambda: cw.trim_turns(msgs, 10), lambda: cw.fit(msgs, 10),
              lambda: g.check(msgs), lambda: cw.validate(msgs, "anthropic"), lambda: cw.count_messages(extra),
              lambda: cw.count_many([extra]), lambda: cw.message_tokens(extra),
-             lambda: cw.count_messages(msgs[:1], tools=[{"a": v}]),
+             lambda: cw.count_messages(msgs[:1], tools=[{"name": "f", "a": v}]),
              lambda: cw.count_messages([{"role": "user", "content": "q", "meta": collections.OrderedDict(a=v)}]),
              lambda: cw.count_messages([{"role": "user", "content": "q", "meta": (v,)}])):
     try:
@@ -820,7 +820,7 @@ def test_the_dict_path_takes_1000_levels_whatever_the_recursion_limit() -> None:
         (lambda d: cw.count_messages(_use({"a": _nest(d)})), 996, "message 1: is nested too deeply"),
         (lambda d: cw.trim_turns(_use({"a": _nest(d)}), 10), 996, "message 1: is nested too deeply"),
         (
-            lambda d: cw.count_messages([{"role": "user", "content": "q"}], tools=[{"a": _nest(d)}]),
+            lambda d: cw.count_messages([{"role": "user", "content": "q"}], tools=[{"name": "f", "a": _nest(d)}]),
             999,
             "tools[0]: is nested too deeply",
         ),
