@@ -1637,3 +1637,90 @@ def test_json_values_msgspec_does_not_write_itself_count_as_their_plain_values(o
     ]
     got, want = cw.trim_turns(anthropic(odd) + tail, 40), cw.trim_turns(anthropic(plain) + tail, 40)
     assert got.report == want.report and got.report.dropped_turns == 1
+
+
+_TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}
+_URL_DOC = {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}
+
+
+@pytest.mark.parametrize(
+    ("part", "field", "reason"),
+    [
+        # a call or a result hidden in an opaque part: pairing and validate never saw it
+        (
+            cw.OpaquePart(type="tool_use", raw=_TOOL_USE),
+            "content[0].type",
+            "must not be 'tool_use' in an OpaquePart: a tool call is a ToolCall part, which pairing reads",
+        ),
+        (
+            cw.OpaquePart(type="tool_result", raw={"type": "tool_result", "tool_use_id": "toolu_1"}),
+            "content[0].type",
+            "must not be 'tool_result' in an OpaquePart: a tool result is a ToolResult part, which pairing reads",
+        ),
+        # counted as one block, written as another
+        (
+            cw.OpaquePart(type="foo", raw=_URL_DOC),
+            "content[0].type",
+            "must be the type of its raw block ('document'), got 'foo'",
+        ),
+        (
+            cw.OpaquePart(type="thinking", raw={"type": "tool_use", "id": "t", "name": "f", "input": {}}),
+            "content[0].type",
+            "must be the type of its raw block ('tool_use'), got 'thinking'",
+        ),
+    ],
+)
+def test_an_opaque_part_that_hides_a_block_is_refused_on_every_entry(
+    part: cw.OpaquePart, field: str, reason: str
+) -> None:
+    """fresh45 #2: an assistant struct holding ``OpaquePart(type="tool_use", raw=...)``
+    passed ``validate`` and repair, counted 40 tokens, and was written as a real
+    ``tool_use`` (53 tokens, ``unanswered_call``); ``OpaquePart(type="foo", raw=<document
+    by URL>)`` counted 24 tokens and was written as a 3,024-token document. The adapters
+    never make such parts (a ``tool_use`` inside a tool result stays opaque, and is still
+    taken there)."""
+    from contextwindow.adapters import from_canonical
+
+    msgs = [
+        cw.Message(role="user", content=[cw.TextPart(text="list files")]),
+        cw.Message(role="assistant", content=[part]),
+        cw.Message(role="user", content=[cw.TextPart(text="and?")]),
+    ]
+    for call in (
+        lambda: cw.validate(msgs, "anthropic"),
+        lambda: cw.count_messages(msgs),
+        lambda: cw.trim_turns(msgs, 100),
+        lambda: cw.fit(msgs, 100),
+        lambda: cw.repair_tool_pairs(msgs),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert (err.value.index, err.value.field, err.value.reason) == (1, field, reason)
+    with pytest.raises(cw.InvalidMessageError) as err:
+        from_canonical(msgs[1], "anthropic")
+    assert (err.value.field, err.value.reason) == (field, reason)
+
+
+def test_an_opaque_tool_use_inside_a_tool_result_is_still_taken() -> None:
+    """The Anthropic adapter reads a ``tool_use`` block inside a ``tool_result``'s content
+    as an opaque part (no call there); a struct built the same way is taken alike, and
+    an opaque part whose raw block has no ``type`` is not checked against it."""
+    d = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_TOOL_USE]}]},
+    ]
+    structs = [
+        cw.Message(role="user", content=[cw.TextPart(text="go")]),
+        cw.Message(role="assistant", content=[cw.ToolCall(id="t", name="f", arguments="{}")]),
+        cw.Message(
+            role="user",
+            content=[cw.ToolResult(call_id="t", content=[cw.OpaquePart(type="tool_use", raw=_TOOL_USE)])],
+        ),
+    ]
+    assert cw.count_messages(structs) == cw.count_messages(d, format="anthropic")
+    # taken, and named as the dicts are (the Messages API refuses a tool_use there)
+    found = cw.validate(structs, "anthropic")
+    assert found == cw.validate(d, "anthropic") and [v.code for v in found] == ["block_not_allowed"]
+    bare = [cw.Message(role="assistant", content=[cw.OpaquePart(type="redacted_thinking", raw={})])]
+    assert cw.count_messages(bare) > 0

@@ -375,6 +375,17 @@ def _at(base: str, sub: str) -> str:
     return f"{base}.{sub}" if sub else base
 
 
+#: Block types a message's ``OpaquePart`` must not have: the parts that pairing and
+#: ``validate`` read (inside a tool result's content, a ``tool_use`` block is no call and
+#: stays opaque, as the adapters read it).
+_MODELED_CALLS = {
+    "tool_use": "must not be 'tool_use' in an OpaquePart: a tool call is a ToolCall part, which pairing reads",
+    "tool_result": (
+        "must not be 'tool_result' in an OpaquePart: a tool result is a ToolResult part, which pairing reads"
+    ),
+}
+
+
 def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
     """The first fault of a part struct, as ``(field below the part, reason, typed)``
     (``""``: the part itself): a field of the wrong type (typed first, as msgspec would
@@ -440,6 +451,14 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
             bad = _json_value(raw, "raw")
             if bad is not None:
                 return (*bad, False)
+        # fresh45 #2: the writers send ``raw``, counting reads ``type``, and pairing reads
+        # ToolCall and ToolResult parts only: a struct whose two types differ, or that
+        # hides a call or a result in an opaque part, was counted as one block and sent
+        # as another, and passed validate where the written request did not
+        if isinstance(raw, Mapping) and "type" in raw and raw["type"] != part.type:
+            return "type", f"must be the type of its raw block ({shown(raw['type'])}), got {shown(part.type)}", False
+        if not nested and part.type in _MODELED_CALLS:
+            return "type", _MODELED_CALLS[part.type], False
         return None
     elif kind is not ToolCall and kind is not ToolResult:
         # not a part: a dict with a "kind" too, which msgspec would decode to one (struct18
