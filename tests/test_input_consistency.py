@@ -1218,6 +1218,15 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"description": "no name at all"}], "tools[0].name: is missing", 59),
         ([{"type": None, "parameters": {}}], "tools[0].name: is missing", 59),
         ([{"name": "f"}, {"description": "d"}], "tools[1].name: is missing", 74),
+        # fresh45 #6: an empty type is none; a custom tool with no name and no "custom";
+        # a type that is not a string (at the type: 59 + 9); an empty name (at the name:
+        # 59 + 9, and 92 + 9 in a function)
+        ([{"type": ""}], "tools[0].name: is missing", 59),
+        ([{"type": "custom", "description": "d"}], "tools[0].name: is missing", 59),
+        ([{"type": 5, "name": "x"}], "tools[0].type: must be a string, got a number", 68),
+        ([{"type": ["function"], "function": {"name": "f"}}], "tools[0].type: must be a string, got an array", 68),
+        ([{"name": "", "input_schema": {}}], "tools[0].name: must not be empty", 68),
+        ([{"type": "function", "function": {"name": ""}}], "tools[0].function.name: must not be empty", 101),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(

@@ -123,9 +123,12 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     the format detection reads) has a ``name``, as Anthropic's API requires, and so has
     one of its built-in tools (a dated ``type``, :func:`is_dated_tool_type`:
     ``{"type": "bash_20250124", "name": "bash"}``), and so has a tool with no ``type``
-    (or a null one) that is none of these (``{}``, ``{"description": "d"}``: neither API
-    takes it; fresh44 #4). Other keys are counted as they are, and so are tools of other
-    types (``{"type": "other"}``, OpenAI's ``file_search``)
+    (or a null or empty one) that is none of these (``{}``, ``{"description": "d"}``:
+    neither API takes it; fresh44 #4), and so has a ``"type": "custom"`` tool with no
+    ``custom`` object (OpenAI's names itself there). A ``type`` that is not a string, and
+    a name that is the empty string, are refused too (fresh45 #6). Other keys are counted
+    as they are, and so are tools of other types (``{"type": "other"}``, OpenAI's
+    ``file_search``)
     (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
     function with no name was counted; fresh18 F5: so was ``{"input_schema": {}}``;
     tools19: so was ``{"type": "bash_20250124"}``).
@@ -140,9 +143,15 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     'tools[0].name: is missing'
     >>> tool_definition_error(0, {"description": "no name, no type"})
     'tools[0].name: is missing'
+    >>> tool_definition_error(0, {"type": 5, "name": "x"})
+    'tools[0].type: must be a string, got a number'
     """
     if not isinstance(tool, Mapping):
         return f"tools[{i}]: a tool definition must be an object, got {json_type_name(tool)}"
+    kind = tool.get("type")
+    if kind is not None and not isinstance(kind, str):
+        # fresh45 #6: {"type": 5, "name": "x"} was counted
+        return f"tools[{i}].type: must be a string, got {json_type_name(kind)}"
     if "function" in tool:
         function = tool["function"]
         if not isinstance(function, Mapping):
@@ -151,15 +160,27 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
             return f"tools[{i}].function.name: is missing"
         if not isinstance(function["name"], str):
             return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
-    if "name" in tool and not isinstance(tool["name"], str):
-        return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"
+        if not function["name"]:
+            return f"tools[{i}].function.name: must not be empty"
+    if "name" in tool:
+        if not isinstance(tool["name"], str):
+            return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"
+        if not tool["name"]:
+            return f"tools[{i}].name: must not be empty"
     if "function" not in tool and "name" not in tool:
-        if tool.get("type") == "function":
+        if kind == "function":
             return f"tools[{i}].function: is missing"
         # Anthropic's shape, or one of its built-in tools: the API requires a name; so
-        # does a tool of no type (null is none), neither API's unless a named Anthropic
-        # tool (fresh44 #4: {} and {"description": ...} were counted)
-        if "input_schema" in tool or is_dated_tool_type(tool.get("type")) or tool.get("type") is None:
+        # does a tool of no type (null or "" is none), neither API's unless a named
+        # Anthropic tool (fresh44 #4: {} and {"description": ...} were counted), and a
+        # custom tool that names itself neither at the top (Anthropic) nor in "custom"
+        # (OpenAI; fresh45 #6)
+        if (
+            "input_schema" in tool
+            or is_dated_tool_type(kind)
+            or not kind
+            or (kind == "custom" and "custom" not in tool)
+        ):
             return f"tools[{i}].name: is missing"
     return None
 

@@ -434,6 +434,19 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             format!("tools[{i}].{field}: is missing"),
         )
     };
+    let empty = |v: &RawValue, field: &str| {
+        invalid(
+            Some(cx.start_of(v.get())),
+            format!("tools[{i}].{field}: must not be empty"),
+        )
+    };
+    let ty = o.get("type").filter(|t| kind(t) != Kind::Null);
+    if let Some(t) = ty {
+        // fresh45 #6: `{"type": 5, "name": "x"}` was counted
+        if kind(t) != Kind::Str {
+            return Err(wrong(t, "type", "a string"));
+        }
+    }
     if let Some(f) = o.get("function") {
         let Some(fo) = cx.obj(f, || Place::Other(format!("tools[{i}].function")))? else {
             return Err(wrong(f, "function", "an object"));
@@ -445,24 +458,33 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
         if kind(name) != Kind::Str {
             return Err(wrong(name, "function.name", "a string"));
         }
+        if cx.str_is(Some(name), "") {
+            return Err(empty(name, "function.name"));
+        }
     }
     if let Some(name) = o.get("name") {
         if kind(name) != Kind::Str {
             return Err(wrong(name, "name", "a string"));
         }
+        if cx.str_is(Some(name), "") {
+            return Err(empty(name, "name"));
+        }
     }
     if o.get("function").is_none() && o.get("name").is_none() {
         // a function tool holds its name in `function`, or (the flat shape) in `name`
-        if cx.str_is(o.get("type"), "function") {
+        if cx.str_is(ty, "function") {
             return Err(missing(tool, "function"));
         }
         // Anthropic's shape (as the format detection reads it), or one of its built-in
         // tools (a dated type): the API requires a name; so does a tool of no type (null
-        // is none), which is neither API's unless it is a named Anthropic tool (fresh44
-        // #4: `{}` and `{"description": ...}` were counted)
+        // or "" is none), which is neither API's unless it is a named Anthropic tool
+        // (fresh44 #4: `{}` and `{"description": ...}` were counted), and a custom tool
+        // that names itself neither at the top (Anthropic) nor in `custom` (OpenAI;
+        // fresh45 #6)
         if o.get("input_schema").is_some()
-            || dated_tool_type(cx, o.get("type"))
-            || o.get("type").is_none_or(|t| kind(t) == Kind::Null)
+            || dated_tool_type(cx, ty)
+            || ty.is_none_or(|t| cx.str_is(Some(t), ""))
+            || (cx.str_is(ty, "custom") && o.get("custom").is_none())
         {
             return Err(missing(tool, "name"));
         }
