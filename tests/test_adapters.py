@@ -239,6 +239,19 @@ def test_openai_cannot_express() -> None:
     with pytest.raises(InvalidMessageError) as err:
         message_to_openai(Message(role="tool", content=[TextPart(text="x")]))
     assert err.value.field == "content"
+    # fresh46 #1: an opaque tool_use or tool_result (what the Anthropic adapter reads inside
+    # a tool_result's content) was written into a tool message that openai_to_message
+    # then refused; now the writer refuses it, in the reader's words for the block
+    for kind in ("tool_use", "tool_result"):
+        raw = {"type": kind, "id": "z", "name": "g", "input": {}}
+        result = ToolResult(call_id="t", content=[TextPart(text="r"), OpaquePart(type=kind, raw=raw)])
+        with pytest.raises(InvalidMessageError) as err:
+            message_to_openai(Message(role="tool", content=[result]))
+        assert (err.value.field, err.value.reason) == (
+            "content[1].type",
+            f'"{kind}" is an Anthropic block, which an OpenAI message cannot hold',
+        )
+        assert message_to_anthropic(Message(role="tool", content=[result]))["content"][0]["content"][1] == raw
     carrier = Message(role="user", content=[ToolResult(call_id="c")])
     with pytest.raises(InvalidMessageError) as err:
         message_to_openai(carrier)

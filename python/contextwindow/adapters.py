@@ -324,6 +324,15 @@ def _openai_part_out(p: Part, j: int) -> Any:
             _merge(img, inner)
         return _merge({"type": "image_url", "image_url": img}, extra)
     if isinstance(p, OpaquePart):
+        if p.type in ("tool_use", "tool_result"):
+            # what openai_to_message refuses, not written for the dict path to refuse
+            # (fresh46 #1: an opaque tool_use in a ToolResult's content passed every
+            # struct entry and came out as a tool message no entry takes)
+            _fail(
+                f"{quote(p.type)} is an Anthropic block, which an OpenAI message cannot hold",
+                None,
+                f"content[{j}].type",
+            )
         return p.raw
     _fail(f"a {type(p).__name__} cannot be an OpenAI content part", None, f"content[{j}]")
 
@@ -387,7 +396,9 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 
     Raises:
         InvalidMessageError: the message cannot be expressed in OpenAI shape (a tool message
-            without exactly one :class:`ToolResult`, a result outside a tool message), or
+            without exactly one :class:`ToolResult`, a result outside a tool message, an
+            :class:`OpaquePart` of type ``tool_use`` or ``tool_result``, an Anthropic block
+            that ``openai_to_message`` refuses too), or
             is a struct the engine refuses (a field of the wrong type, an unknown role),
             named by its field as ``count_messages`` names it.
         TypeError: ``m`` is not a :class:`Message` (a provider dict, a list).
