@@ -1242,15 +1242,16 @@ def micro_compact(
         cleared = _clear(part, tool)
         if not _non_text(part) and _result_chars(cleared) >= _result_chars(part):
             continue
+        # the marker costs as many tokens as what it replaces, or more (fresh45 #4: "=" *
+        # 120 is 8 tokens, its marker 14: the conversation grew), as budget_tool_results
+        # decides; a message costs the sum of its parts' tokens and its own, so the two
+        # parts alone decide, whatever else the message holds
+        was, now = _costs([Message(role=m.role, content=[part]), Message(role=m.role, content=[cleared])], name)
+        if now >= was:
+            continue
         content = list(m.content)
         content[p] = cleared
-        trial = msgspec.structs.replace(m, content=content)
-        if _cost(trial, name) >= _cost(m, name):
-            # the marker costs as many tokens as what it replaces, or more (fresh45 #4:
-            # "=" * 120 is 8 tokens, its marker 14: the conversation grew), as
-            # budget_tool_results decides
-            continue
-        work[i] = trial
+        work[i] = msgspec.structs.replace(m, content=content)
         fates[i].update(fate="truncated", rule="tool_result_cleared")
         fates[i]["chars_removed"] += _result_chars(part)
     changed = any(w is not m for w, m in zip(work, msgs, strict=True))
