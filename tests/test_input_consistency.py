@@ -1227,6 +1227,13 @@ def test_a_key_in_a_field_path_has_its_controls_escaped_the_same_everywhere() ->
         ([{"type": ["function"], "function": {"name": "f"}}], "tools[0].type: must be a string, got an array", 68),
         ([{"name": "", "input_schema": {}}], "tools[0].name: must not be empty", 68),
         ([{"type": "function", "function": {"name": ""}}], "tools[0].function.name: must not be empty", 101),
+        # fresh46 #2: OpenAI's custom tool is checked as a function tool is; '{"type":
+        # "custom", "custom": ' is 29 bytes: its value at 88, its name's at 88 + 9
+        ([{"type": "custom", "custom": None}], "tools[0].custom: must be an object, got null", 88),
+        ([{"type": "custom", "custom": "c"}], "tools[0].custom: must be an object, got a string", 88),
+        ([{"type": "custom", "custom": {}}], "tools[0].custom.name: is missing", 88),
+        ([{"type": "custom", "custom": {"name": 3}}], "tools[0].custom.name: must be a string, got a number", 97),
+        ([{"type": "custom", "custom": {"name": ""}}], "tools[0].custom.name: must not be empty", 97),
     ],
 )
 def test_a_tool_whose_function_or_name_has_the_wrong_type_is_refused_on_every_path(

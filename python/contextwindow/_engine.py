@@ -125,8 +125,9 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     ``{"type": "bash_20250124", "name": "bash"}``), and so has a tool with no ``type``
     (or a null or empty one) that is none of these (``{}``, ``{"description": "d"}``:
     neither API takes it; fresh44 #4), and so has a ``"type": "custom"`` tool with no
-    ``custom`` object (OpenAI's names itself there). A ``type`` that is not a string, and
-    a name that is the empty string, are refused too (fresh45 #6). Other keys are counted
+    ``custom`` object (OpenAI's names itself there; a ``custom``, when present, is
+    checked as a ``function`` is). A ``type`` that is not a string, and a name that is the
+    empty string, are refused too (fresh45 #6, fresh46 #2). Other keys are counted
     as they are, and so are tools of other types (``{"type": "other"}``, OpenAI's
     ``file_search``)
     (fresh12 O4: ``{"function": 5}`` used to be counted, never refused; fresh16a F5: a
@@ -162,6 +163,18 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
             return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
         if not function["name"]:
             return f"tools[{i}].function.name: must not be empty"
+    if "custom" in tool:
+        # OpenAI's custom tool names itself here as a function tool does in "function"
+        # (fresh46 #2: {"type": "custom", "custom": {}} was counted)
+        custom = tool["custom"]
+        if not isinstance(custom, Mapping):
+            return f"tools[{i}].custom: must be an object, got {json_type_name(custom)}"
+        if "name" not in custom:
+            return f"tools[{i}].custom.name: is missing"
+        if not isinstance(custom["name"], str):
+            return f"tools[{i}].custom.name: must be a string, got {json_type_name(custom['name'])}"
+        if not custom["name"]:
+            return f"tools[{i}].custom.name: must not be empty"
     if "name" in tool:
         if not isinstance(tool["name"], str):
             return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"

@@ -462,6 +462,22 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             return Err(empty(name, "function.name"));
         }
     }
+    if let Some(c) = o.get("custom") {
+        // OpenAI's custom tool names itself here as a function tool does in `function`
+        // (fresh46 #2: `{"type": "custom", "custom": {}}` was counted)
+        let Some(co) = cx.obj(c, || Place::Other(format!("tools[{i}].custom")))? else {
+            return Err(wrong(c, "custom", "an object"));
+        };
+        let Some(name) = co.get("name") else {
+            return Err(missing(c, "custom.name"));
+        };
+        if kind(name) != Kind::Str {
+            return Err(wrong(name, "custom.name", "a string"));
+        }
+        if cx.str_is(Some(name), "") {
+            return Err(empty(name, "custom.name"));
+        }
+    }
     if let Some(name) = o.get("name") {
         if kind(name) != Kind::Str {
             return Err(wrong(name, "name", "a string"));
