@@ -153,28 +153,21 @@ def tool_definition_error(i: int, tool: Any) -> str | None:
     if kind is not None and not isinstance(kind, str):
         # fresh45 #6: {"type": 5, "name": "x"} was counted
         return f"tools[{i}].type: must be a string, got {json_type_name(kind)}"
-    if "function" in tool:
-        function = tool["function"]
-        if not isinstance(function, Mapping):
-            return f"tools[{i}].function: must be an object, got {json_type_name(function)}"
-        if "name" not in function:
-            return f"tools[{i}].function.name: is missing"
-        if not isinstance(function["name"], str):
-            return f"tools[{i}].function.name: must be a string, got {json_type_name(function['name'])}"
-        if not function["name"]:
-            return f"tools[{i}].function.name: must not be empty"
-    if "custom" in tool:
-        # OpenAI's custom tool names itself here as a function tool does in "function"
-        # (fresh46 #2: {"type": "custom", "custom": {}} was counted)
-        custom = tool["custom"]
-        if not isinstance(custom, Mapping):
-            return f"tools[{i}].custom: must be an object, got {json_type_name(custom)}"
-        if "name" not in custom:
-            return f"tools[{i}].custom.name: is missing"
-        if not isinstance(custom["name"], str):
-            return f"tools[{i}].custom.name: must be a string, got {json_type_name(custom['name'])}"
-        if not custom["name"]:
-            return f"tools[{i}].custom.name: must not be empty"
+    # a function tool names itself in "function", OpenAI's custom tool in "custom": each,
+    # when present, is an object with a non-empty string name (fresh46 #2: {"type":
+    # "custom", "custom": {}} was counted)
+    for key in ("function", "custom"):
+        if key not in tool:
+            continue
+        named = tool[key]
+        if not isinstance(named, Mapping):
+            return f"tools[{i}].{key}: must be an object, got {json_type_name(named)}"
+        if "name" not in named:
+            return f"tools[{i}].{key}.name: is missing"
+        if not isinstance(named["name"], str):
+            return f"tools[{i}].{key}.name: must be a string, got {json_type_name(named['name'])}"
+        if not named["name"]:
+            return f"tools[{i}].{key}.name: must not be empty"
     if "name" in tool:
         if not isinstance(tool["name"], str):
             return f"tools[{i}].name: must be a string, got {json_type_name(tool['name'])}"

@@ -447,35 +447,26 @@ fn tool_shape(cx: &Ctx<'_>, i: usize, tool: &RawValue, o: &Obj<'_>) -> Result<()
             return Err(wrong(t, "type", "a string"));
         }
     }
-    if let Some(f) = o.get("function") {
-        let Some(fo) = cx.obj(f, || Place::Other(format!("tools[{i}].function")))? else {
-            return Err(wrong(f, "function", "an object"));
+    // a function tool names itself in `function`, OpenAI's custom tool in `custom`: each,
+    // when present, is an object with a non-empty string name (a function with no name
+    // was counted, fresh16a F5, and `{"type": "custom", "custom": {}}`, fresh46 #2; named
+    // at the object)
+    for key in ["function", "custom"] {
+        let Some(f) = o.get(key) else {
+            continue;
         };
-        // a function with no name was counted (fresh16a F5); named at the function
+        let Some(fo) = cx.obj(f, || Place::Other(format!("tools[{i}].{key}")))? else {
+            return Err(wrong(f, key, "an object"));
+        };
+        let field = format!("{key}.name");
         let Some(name) = fo.get("name") else {
-            return Err(missing(f, "function.name"));
+            return Err(missing(f, &field));
         };
         if kind(name) != Kind::Str {
-            return Err(wrong(name, "function.name", "a string"));
+            return Err(wrong(name, &field, "a string"));
         }
         if cx.str_is(Some(name), "") {
-            return Err(empty(name, "function.name"));
-        }
-    }
-    if let Some(c) = o.get("custom") {
-        // OpenAI's custom tool names itself here as a function tool does in `function`
-        // (fresh46 #2: `{"type": "custom", "custom": {}}` was counted)
-        let Some(co) = cx.obj(c, || Place::Other(format!("tools[{i}].custom")))? else {
-            return Err(wrong(c, "custom", "an object"));
-        };
-        let Some(name) = co.get("name") else {
-            return Err(missing(c, "custom.name"));
-        };
-        if kind(name) != Kind::Str {
-            return Err(wrong(name, "custom.name", "a string"));
-        }
-        if cx.str_is(Some(name), "") {
-            return Err(empty(name, "custom.name"));
+            return Err(empty(name, &field));
         }
     }
     if let Some(name) = o.get("name") {
