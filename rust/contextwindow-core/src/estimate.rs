@@ -454,23 +454,16 @@ fn unseen_document(p: &Part) -> bool {
     let Some(raw) = p.raw.as_deref() else {
         return false;
     };
-    let key = |outer: &str, inner: &str| -> Option<(bool, Option<String>)> {
-        let o = object(raw)?;
-        let sub = object(o.get(outer)?)?;
-        let v = sub.get(inner);
-        Some((
-            v.is_some_and(|v| v.get() != "null"),
-            v.and_then(|v| string(v)),
-        ))
-    };
+    // the object under `outer`, the part's JSON read once
+    let inner = |outer: &str| object(raw).and_then(|o| o.get(outer).copied().and_then(object));
     match p.type_.as_deref() {
-        Some("document") => {
-            matches!(key("source", "type"), Some((_, Some(t))) if t == "url" || t == "file")
-        }
-        Some("file") => {
-            matches!(key("file", "file_id"), Some((_, Some(_))))
-                && !matches!(key("file", "file_data"), Some((true, _)))
-        }
+        Some("document") => inner("source")
+            .and_then(|s| s.get("type").and_then(|v| string(v)))
+            .is_some_and(|t| t == "url" || t == "file"),
+        Some("file") => inner("file").is_some_and(|f| {
+            f.get("file_id").and_then(|v| string(v)).is_some()
+                && f.get("file_data").is_none_or(|v| v.get() == "null")
+        }),
         _ => false,
     }
 }
