@@ -561,9 +561,13 @@ def test_an_object_with_usable_is_read_alike_by_every_entry() -> None:
     assert b.usable == 200
     assert cw.trim_turns(talk, b) == cw.trim_turns(talk, 200)
     assert cw.trim_turns(talk, b).report.budget == 200
-    # trim_turns' own words for a budget that is neither (it names no usable)
-    with pytest.raises(ValueError, match=r"^budget must be a non-negative int, got '5'$"):
-        cw.trim_turns(msgs, "5")
+    # fit's words for a budget that is neither, since trim_turns takes a usable too
+    # (fresh46 #3: its own words named no usable)
+    for bad, shown in (("5", "'5'"), (object(), "<object object at "), (-1, "-1"), (True, "True")):
+        with pytest.raises(
+            ValueError, match=rf"^budget must be a non-negative int or have an int 'usable', got {shown}"
+        ):
+            cw.trim_turns(msgs, bad)
     # the text of a budget that is neither: prune_middle's names None too, and what it takes
     with pytest.raises(ValueError) as got:
         cw.fit(msgs, "5")

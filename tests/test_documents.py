@@ -36,7 +36,7 @@ BLOCKS = [
     (B64_DOC, "anthropic", False),
     (TEXT_DOC, "anthropic", False),
     (OPENAI_DATA, "openai", False),
-    ({"type": "file", "file": {"file_id": 7}}, "openai", False),
+    ({"type": "file", "file": {"file_id": "f", "filename": None}}, "openai", True),
 ]
 
 
@@ -100,6 +100,48 @@ def test_a_trim_sees_the_page() -> None:
     assert out.report.fits
     kept = cw.trim_turns(messages, 4_000, format="anthropic")
     assert kept.report.reason is None and kept.messages == messages
+
+
+@pytest.mark.parametrize(
+    ("block", "field", "reason"),
+    [
+        ({"type": "file"}, "content[1].file", "must be an object"),
+        ({"type": "file", "file": "file-abc"}, "content[1].file", "must be an object"),
+        ({"type": "file", "file": None}, "content[1].file", "must be an object"),
+        ({"type": "file", "file": {"file_id": 7}}, "content[1].file.file_id", "must be a string"),
+        (
+            {"type": "file", "file": {"file_id": "f", "file_data": ["x"]}},
+            "content[1].file.file_data",
+            "must be a string",
+        ),
+        ({"type": "file", "file": {"file_data": "x", "filename": 1.5}}, "content[1].file.filename", "must be a string"),
+    ],
+)
+def test_a_malformed_openai_file_part_is_refused(block: dict[str, Any], field: str, reason: str) -> None:
+    # fresh45 #5: {"file_id": 5} or "file": "x" was counted as a few tokens of JSON,
+    # silently, where a file_id is priced as a document; every reader refuses it in the
+    # same words, as an Anthropic document without a valid source is refused
+    messages = conversation(block)
+    want = f"message 0, field {field}: {reason}"
+    for call in (
+        lambda: cw.count_messages(messages),  # the fast reader falls back to the adapters
+        lambda: cw.count_messages(messages, format="openai"),
+        lambda: to_canonical(messages, "openai"),
+        lambda: cw.trim_turns(messages, 100),
+        lambda: cw.validate(messages, "openai"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == want
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    for call in (lambda: cw.count_request(body), lambda: cw.fit_request(body, budget=100)):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == want
+    # a struct holds what the caller built: counted as its JSON text, no page
+    struct = cw.Message(role="user", content=[cw.OpaquePart(type="file", raw={"type": "file", "file": {"file_id": 7}})])
+    empty = cw.count_messages([cw.Message(role="user", content=[])])
+    assert cw.count_messages([struct]) == empty + cw.estimate_tokens('{"type":"file","file":{"file_id":7}}')
 
 
 def test_a_caller_built_opaque_part() -> None:

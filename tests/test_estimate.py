@@ -840,8 +840,12 @@ def test_profile_none_is_the_default_everywhere(name: str) -> None:
     call = _profile_calls()[name]
     assert call(None) == call("conservative")
     assert call(None) != call("fim")  # the profile is really used
-    for bad in ("cl99k", 5, b"fim"):
-        with pytest.raises(ValueError, match="unknown profile"):
+    with pytest.raises(ValueError, match="unknown profile 'cl99k'"):
+        call("cl99k")
+    # fresh46 #6: a value of the wrong type is a TypeError, as for any other option
+    for bad in (5, b"fim", ["fim"]):
+        words = rf"profile must be a profile name \(str\) or None, got {type(bad).__name__}"
+        with pytest.raises(TypeError, match=words):
             call(bad)
 
 

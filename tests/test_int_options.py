@@ -146,7 +146,10 @@ def test_the_values_read_are_plain_ints() -> None:
         (lambda: cw.fit(M, True), "budget must be a non-negative int or have an int 'usable', got True"),
         (lambda: cw.fit(M, 100.0), "budget must be a non-negative int or have an int 'usable', got 100.0"),
         (lambda: cw.fit_request(BODY, budget=Index(-1)), "budget must be a non-negative int, got Index(-1)"),
-        (lambda: cw.trim_turns(M, budget=False), "budget must be a non-negative int, got False"),
+        (
+            lambda: cw.trim_turns(M, budget=False),
+            "budget must be a non-negative int or have an int 'usable', got False",
+        ),
         (lambda: cw.count_messages(M, limit=Index(-1)), "limit must be None or a non-negative int, got Index(-1)"),
         (lambda: cw.token_breakdown(M, top="3"), "top must be an int >= 0, got '3'"),
         (lambda: cw.token_breakdown(M, top=True), "top must be an int >= 0, got True"),
@@ -273,7 +276,7 @@ def test_an_index_returning_a_non_int_is_refused_chained() -> None:
 
     with pytest.raises(ValueError) as info:
         cw.trim_turns(M, budget=Text())
-    assert str(info.value).startswith("budget must be a non-negative int, got ")
+    assert str(info.value).startswith("budget must be a non-negative int or have an int 'usable', got ")
     assert isinstance(info.value.__cause__, TypeError)
     assert "__index__ returned non-int" in str(info.value.__cause__)
     with pytest.raises(ValueError) as info:

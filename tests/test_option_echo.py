@@ -13,6 +13,7 @@ import pytest
 
 import contextwindow as cw
 from contextwindow.cli import main
+from contextwindow.io import load_conversation
 
 LONG = "Z" * 10_000
 # repr of the first 100 characters, then the marker: 10,000 - 100 = 9,900 left out
@@ -66,3 +67,32 @@ def test_cli_repair_line_cuts_a_long_call_id(tmp_path: Path, capsys: pytest.Capt
     # the id's first 100 characters and the marker, as validate's details cut it
     assert "(" + "i" * 100 + "... (200 more characters))" in err
     assert "i" * 101 not in err
+
+
+BODY = b'{"messages": [{"role": "user", "content": "hi"}]}'
+
+
+@pytest.mark.parametrize("bad", [5, b"openai", ["openai"]])
+@pytest.mark.parametrize(
+    ("option", "call"),
+    [
+        ("format", lambda v: cw.count_messages(CHAT, format=v)),
+        ("format", lambda v: cw.trim_turns(CHAT, 10, format=v)),
+        ("format", lambda v: cw.fit(CHAT, 10, format=v)),
+        ("format", lambda v: cw.validate(CHAT, "openai", format=v)),
+        ("format", lambda v: cw.adapters.to_canonical(CHAT, v)),
+        ("format", lambda v: cw.adapters.from_canonical(cw.adapters.to_canonical(CHAT, "openai")[0], v)),
+        ("format", lambda v: load_conversation("x.json", format=v)),
+        ("provider", lambda v: cw.validate(CHAT, v)),
+        ("provider", lambda v: cw.fit_request(BODY, budget=10, provider=v)),
+        ("provider", lambda v: cw.count_request(BODY, provider=v)),
+        ("profile", lambda v: cw.estimate_tokens("a", v)),
+        ("profile", lambda v: cw.Estimator(v)),
+        ("profile", lambda v: cw.ContextGuard(cw.resolve_budget(8000, 1000), profile=v)),
+    ],
+)
+def test_option_of_the_wrong_type_is_a_type_error(option: str, call: Callable[[object], Any], bad: object) -> None:
+    # fresh46 #6: a format, provider or profile that is not a string was a ValueError
+    # ("unknown format 5"); the README's rule: TypeError for an object of the wrong type
+    with pytest.raises(TypeError, match=rf"^{option} must be a .*, got {type(bad).__name__}$"):
+        call(bad)

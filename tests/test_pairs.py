@@ -1561,3 +1561,45 @@ def test_anthropic_block_a_tool_result_cannot_hold() -> None:
     assert cw.validate(conv([*fine, {"type": "future_block"}]), "anthropic") == []
     # a repair leaves it (no rule moves a nested block): the guard does not repair for it
     assert [c.kind for c in cw.repair_tool_pairs(conv([nested]), format="anthropic").report.repairs] == []
+
+
+def test_openai_file_and_audio_parts_outside_a_user_message() -> None:
+    """fresh45 #5: a ``file`` part in a system message passed ``validate(..., "openai")``
+    (and was priced as a 3,000-token document). The Chat Completions API takes file and
+    audio parts in user messages only: elsewhere each is ``block_not_allowed``, with the
+    call id when a tool result holds it; in a user message it passes."""
+    from contextwindow import _reference as ref
+
+    file = {"type": "file", "file": {"file_id": "f"}}
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    call = {"id": "x", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+    msgs = [
+        {"role": "system", "content": [{"type": "text", "text": "sys"}, file]},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, file, audio]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "x", "content": [{"type": "text", "text": "r"}, audio]},
+        {"role": "assistant", "content": [file]},
+    ]
+    got = cw.validate(msgs, "openai")
+    assert [(v.index, v.code, v.call_id) for v in got] == [
+        (0, "block_not_allowed", None),
+        (3, "block_not_allowed", "x"),
+        (4, "block_not_allowed", None),
+    ]
+    assert got[0].detail == (
+        'content[1] is a part of type "file" in a system message; the Chat Completions API takes file '
+        "and audio parts only in user messages"
+    )
+    assert got[1].detail == (
+        'content[1] of the result of tool call "x" is a part of type "input_audio"; the Chat Completions '
+        "API takes file and audio parts only in user messages, a tool message's content text only"
+    )
+    assert got[2].detail.startswith('content[0] is a part of type "file" in an assistant message;')
+    # the same in Python
+    assert [(v.index, v.code, v.call_id) for v in ref.validate(to_canonical(msgs, "openai"), "openai")] == [
+        (v.index, v.code, v.call_id) for v in got
+    ]
+    # user messages take them: nothing to report
+    assert cw.validate(msgs[1:2], "openai") == []
+    # counting is unchanged: the system's file is still a document by reference
+    assert cw.count_messages(msgs[:1]) - cw.count_messages([{"role": "system", "content": "sys"}]) > 3_000

@@ -43,11 +43,11 @@ from .adapters import (
     _SYSTEM_BLOCK,
     _source,
     _unknown_role,
+    _written,
     anthropic_to_message,
     detect_format,
     openai_to_message,
     to_canonical,
-    written,
 )
 from .errors import InvalidMessageError
 from .messages import ContentKind, ImagePart, Message, OpaquePart, TextPart, ToolCall, ToolResult
@@ -1085,6 +1085,8 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     """
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
+    if format is not None and not isinstance(format, str):
+        raise TypeError(f"format must be a str ('openai', 'anthropic') or None, got {type(format).__name__}")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {shown(format)}")
     given = messages
@@ -1216,7 +1218,7 @@ def _build(
         elif format == "canonical":
             out.append(msg)
         else:
-            out.append(written(msg, format) if src is None else _in_order_of(written(msg, format), original[src]))
+            out.append(_written(msg, format) if src is None else _in_order_of(_written(msg, format), original[src]))
     return TrimResult(messages=out, report=report)
 
 

@@ -944,6 +944,24 @@ def _refused_images(m: Message) -> int:
     return n
 
 
+def _refused_payloads(m: Message) -> list[str | None]:
+    """The file and audio parts of ``m`` the Chat Completions API refuses, as the call id
+    of the tool result holding each (``None`` for a part of the message): those of a
+    message whose role is not ``user``, and those of a tool result (the Rust
+    ``refused_payloads``)."""
+
+    def user_only(p: object) -> bool:
+        return isinstance(p, OpaquePart) and p.type in ("file", "input_audio")
+
+    out: list[str | None] = []
+    for p in m.content:
+        if user_only(p) and m.role != "user":
+            out.append(None)
+        if isinstance(p, ToolResult):
+            out.extend(p.call_id for q in p.content if user_only(q))
+    return out
+
+
 def validate(msgs: list[Message], provider: str) -> list[Violation]:
     """Provider rule violations (same codes and order as the Rust engine; detail omitted)."""
     out: list[Violation] = []
@@ -959,6 +977,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 v(i, "detail_not_allowed")
             for _ in range(_refused_images(m)):
                 v(i, "image_not_allowed")
+            for cid in _refused_payloads(m):
+                v(i, "block_not_allowed", cid)
             if m.role == "tool":
                 ids = _result_ids(m)
                 if not ids:

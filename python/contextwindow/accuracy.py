@@ -31,7 +31,7 @@ from pathlib import Path
 from ._jsontext import shown
 from ._reference import group
 from .adapters import to_canonical
-from .estimate import PROFILES, estimate_tokens
+from .estimate import PROFILES, estimate_tokens, resolve_profile
 from .io import load_conversation
 from .messages import Message, TextPart, ToolCall, ToolResult
 
@@ -346,8 +346,7 @@ def measure(
     if split not in ("all", "holdout", "fit"):
         raise ValueError(f"unknown split {shown(split)}; known: all, holdout, fit")
     for p in profiles:
-        if p not in PROFILES:
-            raise ValueError(f"unknown profile {shown(p)}; known: {', '.join(PROFILES)}")
+        resolve_profile(p)
     count = reference_counter(reference) if isinstance(reference, str) else reference
     name = reference if isinstance(reference, str) else getattr(reference, "__name__", "custom")
     segs = {p: {c: ClassStats() for c in CLASSES} for p in profiles}

@@ -203,7 +203,28 @@ def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart |
     if ptype in ("tool_use", "tool_result"):
         # Kept as an opaque block it would never be paired: the caller meant Anthropic.
         _fail(f"{quote(ptype)} is an Anthropic block; pass format='anthropic'", index, f"{field}.type")
+    if ptype == "file":
+        _check_file(p, index, field)
     return OpaquePart(type=ptype, raw=_as_dict(p))
+
+
+#: The keys of an OpenAI ``file`` part's ``file`` object, each a string when given.
+_FILE_KEYS = ("file_id", "file_data", "filename")
+
+
+def _check_file(p: Mapping[str, Any], index: int, field: str) -> None:
+    """Refuse an OpenAI ``file`` part whose ``file`` is not an object, or one of whose
+    ``file_id``, ``file_data`` and ``filename`` is neither a string nor null: a ``file_id``
+    without ``file_data`` is priced as a document (3,000 tokens), and ``{"file_id": 5}``
+    or ``"file": "x"`` was counted as a few tokens of JSON, silently (fresh45 #5). The
+    part is counted by its JSON text, as any block the adapters do not model."""
+    file = p.get("file")
+    if not isinstance(file, Mapping):
+        _fail("must be an object", index, f"{field}.file")
+    for key in _FILE_KEYS:
+        value = file.get(key)
+        if value is not None and not isinstance(value, str):
+            _fail("must be a string", index, f"{field}.file.{key}")
 
 
 def _openai_call(tc: object, index: int, field: str) -> ToolCall:
@@ -741,11 +762,14 @@ def to_canonical(messages: Sequence[Any], format: Format | None = None) -> list[
 
     Raises:
         InvalidMessageError: a message does not have the format's shape.
+        TypeError: ``format`` is neither a string nor ``None``.
         ValueError: an unknown format name.
 
     >>> to_canonical([{"role": "user", "content": "hi"}], "openai")[0].content
     [TextPart(text='hi', extra=None)]
     """
+    if format is not None and not isinstance(format, str):
+        raise TypeError(f"format must be a str (openai, anthropic or canonical) or None, got {type(format).__name__}")
     fmt = detect_format(messages) if format is None else format
     if fmt == "canonical":
         for i, m in enumerate(messages):
@@ -772,24 +796,26 @@ def from_canonical(m: Message, format: Format) -> Any:
     Raises:
         InvalidMessageError: the message cannot be expressed in that format.
         TypeError: ``m`` is not a :class:`Message` (one message, not the list
-            :func:`to_canonical` returns).
+            :func:`to_canonical` returns), or ``format`` is not a string.
         ValueError: an unknown format name.
 
     >>> from_canonical(Message(role="user", content=[TextPart(text="hi")]), "anthropic")
     {'role': 'user', 'content': 'hi'}
     """
+    if not isinstance(format, str):
+        raise TypeError(f"format must be a str ('openai', 'anthropic' or 'canonical'), got {type(format).__name__}")
     if format in ("openai", "anthropic"):
         _checked(m)
     elif format == "canonical" and not isinstance(m, Message):
         raise TypeError(f"m must be a Message, got {type(m).__name__}")
-    return written(m, format)
+    return _written(m, format)
 
 
-def written(m: Message, format: Format) -> Any:
+def _written(m: Message, format: Format) -> Any:
     """:func:`from_canonical` of a struct known to be well formed (the engine's output,
     decoded from its own JSON), without the struct check the public writers make.
 
-    >>> written(Message(role="user", content=[TextPart(text="hi")]), "openai")
+    >>> _written(Message(role="user", content=[TextPart(text="hi")]), "openai")
     {'role': 'user', 'content': 'hi'}
     """
     if format == "canonical":

@@ -87,11 +87,13 @@ _VOCABULARIES: tuple[str, ...] = (*FAMILIES, DEFAULT_PROFILE)
 
 
 def resolve_profile(profile: object) -> str:
-    """The built-in profile named ``profile`` (``None``: :data:`DEFAULT_PROFILE`); ``ValueError``
-    for any other value that is not a profile name."""
+    """The built-in profile named ``profile`` (``None``: :data:`DEFAULT_PROFILE`); ``TypeError``
+    for a value that is not a string, ``ValueError`` for a string that is not a profile name."""
     if profile is None:
         return DEFAULT_PROFILE
-    if not isinstance(profile, str) or profile not in PROFILES:
+    if not isinstance(profile, str):
+        raise TypeError(f"profile must be a profile name (str) or None, got {type(profile).__name__}")
+    if profile not in PROFILES:
         raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
     return profile
 

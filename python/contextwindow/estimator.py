@@ -25,12 +25,11 @@ from . import _engine
 from . import _reference as ref
 from ._engine import Prepared, encode_messages, nesting_errors
 from ._jsontext import clean_str, shown
-from .adapters import written
+from .adapters import _written
 from .calibrate import Calibrator, scale_tokens
 from .errors import TokenCounterError
 from .estimate import (
     DEFAULT_PROFILE,
-    PROFILES,
     check_limit,
     estimate_tokens,
     profile_counts,
@@ -144,7 +143,7 @@ def counter_cost(token_counter: Callable[[list[Any]], Any], prep: Prepared, msgs
     name = f"token_counter {callable_name(token_counter)}"
 
     def count(m: Message, index: int | None) -> int:
-        shaped = prep.original[index] if index is not None else written(m, prep.format)
+        shaped = prep.original[index] if index is not None else _written(m, prep.format)
         return call_counter(token_counter, [shaped], name, index)
 
     return MessageCost(count, msgs)
@@ -436,10 +435,7 @@ def cost_source(
         if estimator.tokenizer is None and estimator.calibrator is None:
             return estimator.profile, None, None
         return estimator.profile, estimator, None
-    profile = DEFAULT_PROFILE if profile is None else profile
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
-    return profile, None, None
+    return resolve_profile(profile), None, None
 
 
 def caller_cost(

@@ -112,6 +112,8 @@ def _body(body: object) -> bytes:
 
 
 def _provider(provider: object) -> str | None:
+    if provider is not None and not isinstance(provider, str):
+        raise TypeError(f"provider must be a str ('openai', 'anthropic') or None, got {type(provider).__name__}")
     if provider not in (None, "openai", "anthropic"):
         raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {shown(provider)}")
     return provider  # type: ignore[return-value]

@@ -75,7 +75,7 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import Budget, check_capacity, checked_budget, did_you_mean, resolve_budget, whole_budget_error
 from .compact import OUTPUT_HEAVY_TOOLS, WRITE_TOOLS, _budget_tool_results, _count, _names, _prune_middle, _share
 from .errors import ContextOverflowError
-from .estimate import DEFAULT_PROFILE, PROFILES, count_messages
+from .estimate import count_messages, resolve_profile
 from .fit import FitPolicy, _check_policy, fit, priorities, recover_from_overflow
 from .messages import ToolCall, ToolResult
 from .report import Violation
@@ -546,9 +546,7 @@ class ContextGuard:
             raise ValueError("pass either budget or model / context_window / max_output_tokens, not both")
         else:
             budget = checked_budget(budget)  # a hand-built one: resolve_budget's rules (fresh12 O6)
-        profile = DEFAULT_PROFILE if profile is None else profile
-        if profile not in PROFILES:
-            raise ValueError(f"unknown profile {shown(profile)}; known: {', '.join(PROFILES)}")
+        profile = resolve_profile(profile)
         if policy is not None and not isinstance(policy, FitPolicy):
             raise TypeError(f"policy must be a FitPolicy, got {type(policy).__name__}")
         # options are checked here, not at the first check() deep inside a step

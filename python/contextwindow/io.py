@@ -765,6 +765,7 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
             blocks, or an object repeats a key (anywhere: the whole file is written back;
             two keys that differ only in lone surrogates are one key once read);
             the one-line message names the path and, for JSON errors, the position.
+        TypeError: ``format`` is neither a string nor ``None``.
 
     >>> import pathlib, tempfile
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "body.json"
@@ -775,6 +776,8 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     """
     stdin = str(path) == "-"
     where = "<stdin>" if stdin else str(path)
+    if format is not None and not isinstance(format, str):
+        raise TypeError(f"format must be a str ('openai', 'anthropic') or None, got {type(format).__name__}")
     if format not in (None, "openai", "anthropic"):
         raise InvalidRequestError(f"{where}: unknown format {shown(format)}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)

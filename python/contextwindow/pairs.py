@@ -101,7 +101,9 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     violation each (counting prices such an image as ``"high"``), and an image anywhere but
     in a user message (an assistant, system, developer or tool message, or a tool result:
     "Image URLs are only allowed for messages with role 'user'", the API's HTTP 400) is
-    ``image_not_allowed``, one violation each; no repair moves it. Under Anthropic's
+    ``image_not_allowed``, one violation each; no repair moves it. A ``file`` or
+    ``input_audio`` part there is ``block_not_allowed`` under OpenAI's rules (the API
+    takes them in user messages only; in a tool result, with its call id). Under Anthropic's
     rules a ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$`` is
     ``tool_name_not_allowed``, an id not matching ``^[a-zA-Z0-9_-]+$``
     ``call_id_not_allowed`` (``""``, Kimi's ``functions.read:0``), and an id an earlier
@@ -138,11 +140,14 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
             a valid ``source``, which the Anthropic reader refuses in these words, also
             when the messages were read as OpenAI's: ``message 0, field
             content[0].source: must be an object``).
-        ValueError: unknown provider.
+        TypeError: ``provider`` is not a string, or ``format`` is neither a string nor ``None``.
+        ValueError: unknown provider or format.
 
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
     'orphan_result'
     """
+    if not isinstance(provider, str):
+        raise TypeError(f"provider must be a str ('openai' or 'anthropic'), got {type(provider).__name__}")
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
     if format is None and isinstance(messages, (list, tuple)) and all(isinstance(m, Message) for m in messages):

@@ -170,7 +170,8 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             ``^[a-zA-Z0-9_-]+$``), ``reused_call_id`` (Anthropic: a ``tool_use`` id an
             earlier message already used), ``block_not_allowed`` (Anthropic: a
             ``tool_result``'s content holding a block that belongs in a message only, a
-            ``tool_use``, ``tool_result`` or thinking block, one each) or (``Message`` structs
+            ``tool_use``, ``tool_result`` or thinking block, one each; OpenAI: a ``file``
+            or ``input_audio`` part outside a user message) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

@@ -23,7 +23,7 @@ must be shortened; a dropped message is never counted again. A counter that adds
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -31,7 +31,7 @@ from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
-from .budget import Budget, _has_usable, token_budget
+from .budget import token_budget
 from .compact import _pinned_range, _pinned_type
 from .estimator import Estimator, caller_cost, on_raw_costs
 from .estimator import cost_source as _costs
@@ -46,16 +46,11 @@ TokenCounter = Callable[[list[Any]], int]
 
 
 def _budget(budget: Any) -> int:
-    """``trim_turns``' budget: an int >= 0 (:func:`_check_n`'s words when it is not one),
-    or, as ``fit`` takes it, a :class:`~contextwindow.Budget` or another object with an int
-    ``usable`` (fresh44 note: ``trim_turns(m, resolve_budget(...))`` was refused)."""
-    if isinstance(budget, Budget) or (
-        not isinstance(budget, (str, bytes, bytearray)) and as_int(budget) is None and _has_usable(budget)
-    ):
-        n = token_budget(budget)
-        if n is not None:  # always: None is only for prune_middle's budget
-            return n
-    return _check_n(budget, "budget")
+    """``trim_turns``' budget, read as ``fit`` reads it: an int >= 0, a
+    :class:`~contextwindow.Budget` or another object with an int ``usable`` (fresh44 note:
+    ``trim_turns(m, resolve_budget(...))`` was refused), in ``fit``'s words when it is none
+    of them (fresh46 #3: ``trim_turns``' own named no ``usable``)."""
+    return cast(int, token_budget(budget))  # never None: that is prune_middle's (allow_none)
 
 
 def _check_n(n: Any, name: str) -> int:
@@ -195,8 +190,10 @@ def trim_turns(
         InvalidMessageError: a message is malformed.
         TokenCounterError: the counter or tokenizer raised, or returned something other
             than an ``int >= 0`` (names it and the message index).
-        ValueError: unknown profile, a budget that is not an int >= 0 (a string or a
-            bool too, as in :func:`~contextwindow.fit`), more than one cost source,
+        ValueError: unknown profile, a budget that is not an int >= 0 or an object with
+            one in ``usable`` (a string or a bool too; :func:`~contextwindow.fit`'s
+            words: ``budget must be a non-negative int or have an int 'usable', got
+            '5'``), more than one cost source,
             ``profile`` together with ``token_counter``, or a ``pinned`` index that is
             not a message index.
         TypeError: ``token_counter``/``tokenizer`` not callable, ``estimator`` not an

@@ -1411,8 +1411,45 @@ fn openai_part<'a>(
             &format!("{field}.type"),
             format!("{ty:?} is an Anthropic block; pass provider=\"anthropic\""),
         )),
+        "file" => {
+            checked_file(cx, &p, index, field)?;
+            Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?))
+        }
         _ => Ok(opaque(ty, cx.compact_raw(v, || place(index, field))?)),
     }
+}
+
+/// Refuse an OpenAI `file` part whose `file` is not an object, or one of whose `file_id`,
+/// `file_data` and `filename` is neither a string nor null (`adapters._check_file`): a
+/// `file_id` without `file_data` is priced as a document, and `{"file_id": 5}` or
+/// `"file": "x"` was counted as a few tokens of JSON, silently (fresh45 #5).
+fn checked_file<'a>(cx: &Ctx<'a>, p: &Obj<'a>, index: usize, field: &str) -> Result<()> {
+    let place_of = || place(index, &format!("{field}.file"));
+    let Some(file) = p
+        .get("file")
+        .map(|f| cx.obj(f, place_of))
+        .transpose()?
+        .flatten()
+    else {
+        return Err(bad_message(
+            index,
+            &format!("{field}.file"),
+            "must be an object",
+        ));
+    };
+    for key in ["file_id", "file_data", "filename"] {
+        if file
+            .get(key)
+            .is_some_and(|v| !matches!(kind(v), Kind::Str | Kind::Null))
+        {
+            return Err(bad_message(
+                index,
+                &format!("{field}.file.{key}"),
+                "must be a string",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The tool calls of an OpenAI message, each from its raw value, or read already with the

@@ -176,6 +176,54 @@ fn refused_images(m: &Message) -> Vec<String> {
     out
 }
 
+/// The Chat Completions part types that only a user message takes besides images: files
+/// and audio input (its reference gives system and developer messages text parts, an
+/// assistant message text and refusal parts, a tool message text parts).
+const USER_ONLY_PARTS: [&str; 2] = ["file", "input_audio"];
+
+/// Where each file or audio part of `m` is that the Chat Completions API refuses, in
+/// words, in order, with the call id of the tool result holding it: every one of a
+/// message whose role is not `user` (its parts), and every one of a tool result
+/// (fresh45 #5: they were counted, and priced as documents, with no violation).
+fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
+    let user_only = |p: &Part| {
+        p.kind == PartKind::Opaque
+            && p.type_
+                .as_deref()
+                .is_some_and(|t| USER_ONLY_PARTS.contains(&t))
+    };
+    let mut out = Vec::new();
+    for (j, p) in m.content.iter().enumerate() {
+        if user_only(p) && m.role != Role::User {
+            out.push((
+                None,
+                format!(
+                    "content[{j}] is a part of type {} in {} message; the Chat Completions API \
+                     takes file and audio parts only in user messages",
+                    quote(p.type_.as_deref().unwrap_or("")),
+                    with_article(m.role)
+                ),
+            ));
+        }
+        if p.kind == PartKind::ToolResult {
+            let id = p.call_id.as_deref().unwrap_or("");
+            for (k, q) in p.inner().iter().enumerate() {
+                if user_only(q) {
+                    let detail = format!(
+                        "content[{k}] of the result of tool call {} is a part of type {}; the Chat \
+                         Completions API takes file and audio parts only in user messages, \
+                         a tool message's content text only",
+                        quote(id),
+                        quote(q.type_.as_deref().unwrap_or(""))
+                    );
+                    out.push((Some(id), detail));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner_calls: HashSet<&str> = HashSet::new(); // calls of the run's assistant
@@ -191,6 +239,9 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
         }
         for detail in refused_images(m) {
             out.push(v(i, "image_not_allowed", None, detail));
+        }
+        for (id, detail) in refused_payloads(m) {
+            out.push(v(i, "block_not_allowed", id, detail));
         }
         if m.role == Role::Tool {
             let results: Vec<&str> = result_ids(m).collect();

@@ -587,6 +587,28 @@ impl Reader {
                 Ok(p)
             }
             ("tool_use" | "tool_result", PartShape::OpenAI) => Err(Fallback),
+            ("file", PartShape::OpenAI) => {
+                // `adapters._check_file`: an object whose file_id, file_data and filename
+                // are strings or null; anything else goes to the adapters, which name it
+                let file = get(b, intern!(py, "file"))?;
+                let file = file
+                    .as_ref()
+                    .ok_or(Fallback)?
+                    .cast_exact::<PyDict>()
+                    .map_err(|_| Fallback)?;
+                for key in [
+                    intern!(py, "file_id"),
+                    intern!(py, "file_data"),
+                    intern!(py, "filename"),
+                ] {
+                    if let Some(v) = get(file, key)? {
+                        if !v.is_none() {
+                            exact_str(&v)?;
+                        }
+                    }
+                }
+                self.opaque(b, btype)
+            }
             ("image", PartShape::Anthropic | PartShape::AnthropicNested) => {
                 let source = checked_source(b)?;
                 let mut p = part(PartKind::Image);
