@@ -95,7 +95,14 @@ def violations(out: list[Any], provider: str, given: list[Any]) -> list[Any]:
         found = [v for v in found if v.code != "empty_content"]
     if any(v.code == "trailing_whitespace" for v in cw.validate(given, provider)):
         found = [v for v in found if v.code != "trailing_whitespace"]
-    for code in ("tool_name_not_allowed", "call_id_not_allowed", "reused_call_id", "image_not_allowed"):
+    # a block the provider refuses where it is (block_not_allowed) stays as an image does
+    for code in (
+        "tool_name_not_allowed",
+        "call_id_not_allowed",
+        "reused_call_id",
+        "image_not_allowed",
+        "block_not_allowed",
+    ):
         n = sum(v.code == code for v in found)
         if n and n <= sum(v.code == code for v in cw.validate(given, provider)):
             found = [v for v in found if v.code != code]

@@ -679,6 +679,58 @@ def test_detect_format(messages: list[Any], expected: str) -> None:
     assert detect_format(messages) == expected
 
 
+_SERVER_BLOCKS = {
+    "web search": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "weather"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+    ],
+    "mcp": [
+        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "f", "server_name": "s", "input": {}},
+        {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": []},
+    ],
+    "code execution": [{"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_2", "content": {}}],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SERVER_BLOCKS))
+def test_blocks_only_anthropic_has_make_the_list_anthropic(name: str) -> None:
+    """fresh47 #1: a conversation whose only Anthropic blocks were Claude's web search
+    (or MCP, or search results) was read as OpenAI's, so a trim put its breadcrumb in a
+    user message of its own, next to the request: two user messages in a row. Every
+    detector (adapters, the Rust dict reader, the gateway) reads it as Anthropic's."""
+    answer = [*_SERVER_BLOCKS[name], {"type": "text", "text": "It is sunny. " * 30}]
+    m = [
+        {"role": "user", "content": "Weather in Paris? " * 20},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And in Rome? " * 20},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Thanks, and Oslo?"},
+    ]
+    assert detect_format(m) == "anthropic"
+    assert cw.validate(m, "anthropic") == []
+    assert cw.validate(cw.prune_middle(m, 60).messages, "anthropic") == []
+    for out in (cw.trim_turns(m, 60), cw.fit(m, 60)):
+        assert cw.validate(out.messages, "anthropic") == []
+        # the breadcrumb went into the kept request, a leading text block
+        assert out.messages == [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": cw.BREADCRUMB}, {"type": "text", "text": "Thanks, and Oslo?"}],
+            }
+        ]
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": m}).encode()
+    out, rep = cw.fit_request(body, budget=60, report=True)
+    assert rep.provider == "anthropic"
+    assert [x["role"] for x in json.loads(out)["messages"]] == ["user"]
+    # a search_result block in a user message marks it too
+    cited = [{"role": "user", "content": [{"type": "search_result", "source": "s", "title": "t", "content": []}]}]
+    assert detect_format(cited) == "anthropic"
+    body = json.dumps({"model": "m", "max_tokens": 10, "messages": cited}).encode()
+    assert cw.fit_request(body, budget=10_000, report=True)[1].provider == "anthropic"
+    # an OpenAI-only mark still wins: the adapter then names the Anthropic block
+    assert detect_format([*m, {"role": "tool", "tool_call_id": "x", "content": "r"}]) == "openai"
+
+
 def test_detect_format_mixed() -> None:
     with pytest.raises(InvalidMessageError) as err:
         detect_format([{"role": "user", "content": "x"}, Message(role="user")])
@@ -774,6 +826,11 @@ def openai_part(draw: st.DrawFn) -> dict[str, Any]:
         img.update(draw(st.sampled_from([{}, {"detail": None}]) | st.builds(lambda s: {"detail": s}, short)))
         return {"type": "image_url", "image_url": img, **draw(extra_keys(["x", "cache_control"]))}
     ptype = draw(st.sampled_from(["input_audio", "file", "refusal", "custom"]))
+    if ptype == "file":
+        # a file object, its known keys strings or null (anything else is refused: fresh45 #5)
+        keys = st.sampled_from(["file_id", "file_data", "filename"])
+        file = draw(st.dictionaries(keys, st.none() | short, max_size=3))
+        return {"type": "file", "file": {**file, **draw(extra_keys(["x"]))}, **draw(extra_keys(["x"]))}
     return {"type": ptype, **draw(extra_keys([ptype, "x"]))}
 
 

@@ -1138,6 +1138,7 @@ def pairing(msgs: list[Message], provider: str) -> list[tuple[int, str, str | No
         "thinking_not_first",  # the input's thinking blocks, kept as they are
         "thinking_last",
         "image_not_allowed",  # the input's images outside user messages (checked apart)
+        "block_not_allowed",  # the input's blocks the provider refuses there (likewise)
     }
     return [c for c in codes(cw.validate(msgs, provider)) if c[1] not in alternation]
 
@@ -1152,7 +1153,7 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     # and a trailing_whitespace one, for a prefill whose end a cut replaces by its marker,
     # and an image_not_allowed one, for an image in a tool result a rule clears
     unwritable = "unwritable_message"
-    may_go = (unwritable, "empty_content", "trailing_whitespace", "image_not_allowed")
+    may_go = (unwritable, "empty_content", "trailing_whitespace", "image_not_allowed", "block_not_allowed")
     before = codes(cw.validate(msgs, provider))
     valid_before = [c for c in before if c[1] not in may_go]
     pre = next((i for i, m in enumerate(msgs) if m.role not in ("system", "developer")), len(msgs))
@@ -1170,7 +1171,7 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
         for code in (unwritable, "trailing_whitespace"):
             assert {c for c in after if c[1] == code} <= {c for c in before if c[1] == code}
         for i in range(len(msgs)):  # none comes, in any message
-            for code in ("empty_content", "image_not_allowed"):
+            for code in ("empty_content", "image_not_allowed", "block_not_allowed"):
                 assert after.count((i, code, None)) <= before.count((i, code, None))
         assert all(a is b for a, b in zip(r.messages[:pre], msgs[:pre], strict=True))
         assert all(r.messages[i] is m for i, m in enumerate(msgs) if m.pinned)
@@ -1193,7 +1194,7 @@ def test_properties(c: tuple[str, list[Message]], window: int, keep: int) -> Non
     out = r.messages
     assert msgspec.to_builtins(msgs) == snapshot
     assert pairing(out, provider) == []
-    for code in ("empty_content", "image_not_allowed", *ID_RULES):
+    for code in ("empty_content", "image_not_allowed", "block_not_allowed", *ID_RULES):
         assert sum(c[1] == code for c in codes(cw.validate(out, provider))) <= sum(c[1] == code for c in before)
     repaired = cw.repair_tool_pairs(msgs, format=provider).messages
     if not cw.validate(repaired, provider):

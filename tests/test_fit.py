@@ -1117,10 +1117,10 @@ def test_policy_index_errors_name_the_real_range() -> None:
         # README, Errors: a collection of the wrong type (pinned indices, ...) is a
         # TypeError, and so is an item of the wrong type in it (fresh11 N6: a str key in
         # priorities was a ValueError while pinned="0" was a TypeError) ...
-        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple, list or set of ints, got str"),
+        (cw.FitPolicy(pinned="0"), TypeError, "pinned must be a tuple, list, set or range of ints, got str"),
         # a list and a set are taken, so the words name them (fresh22b #4: a set was "must
         # be a tuple"; fresh35 #6: a set is taken, as trim_turns' pinned= takes it)
-        (cw.FitPolicy(pinned={1: 0}), TypeError, "pinned must be a tuple, list or set of ints, got dict"),
+        (cw.FitPolicy(pinned={1: 0}), TypeError, "pinned must be a tuple, list, set or range of ints, got dict"),
         (cw.FitPolicy(pinned=("0",)), TypeError, "pinned must hold message indices (int), got str"),
         (cw.FitPolicy(pinned=(True,)), TypeError, "pinned must hold message indices (int), got bool"),
         (cw.FitPolicy(pinned=(1.0,)), TypeError, "pinned must hold message indices (int), got float"),
@@ -1422,12 +1422,13 @@ def test_policy_pinned_takes_a_set_as_trim_turns_does() -> None:
         cw.Message(role="user", content=[cw.TextPart(text="q")]),
     ]
     want = cw.fit(m, 200, cw.FitPolicy(pinned=(1, 2)), profile="fim")
-    for pins in ({2, 1}, frozenset({1, 2})):
+    # fresh47 #5: a range too, as trim_turns, prune_middle and micro_compact take it
+    for pins in ({2, 1}, frozenset({1, 2}), range(1, 3)):
         got = cw.fit(m, 200, cw.FitPolicy(pinned=pins), profile="fim")  # type: ignore[arg-type]
         assert got.report == want.report and got.messages == want.messages
     with pytest.raises(TypeError, match="pinned must hold message indices"):
         cw.fit(m, 200, cw.FitPolicy(pinned={1, "2"}))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pinned index 7 is not a message index"):
         cw.fit(m, 200, cw.FitPolicy(pinned={7}))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="pinned must be a tuple, list or set of ints, got dict"):
+    with pytest.raises(TypeError, match="pinned must be a tuple, list, set or range of ints, got dict"):
         cw.fit(m, 200, cw.FitPolicy(pinned={1: 2}))  # type: ignore[arg-type]

@@ -965,18 +965,21 @@ def test_the_cli_names_its_own_option_for_an_anthropic_block(
     assert main(["count", f]) == 2
     assert capsys.readouterr().err == (
         f"contextwindow: error: {f}: message 2, field content[0].type:"
-        ' "tool_result" is an Anthropic block; pass --format anthropic\n'
+        ' "tool_result" is an Anthropic block in a list read as OpenAI\'s (one list cannot mix the two shapes);'
+        " pass --format anthropic for an Anthropic list\n"
     )
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.count_messages(msgs)
     assert (
         str(err.value)
-        == "message 2, field content[0].type: \"tool_result\" is an Anthropic block; pass format='anthropic'"
+        == 'message 2, field content[0].type: "tool_result" is an Anthropic block in a list read as OpenAI\'s'
+        " (one list cannot mix the two shapes); pass format='anthropic' for an Anthropic list"
     )
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.count_request(json.dumps({"messages": msgs}).encode())
     assert str(err.value) == (
-        'message 2, field content[0].type: "tool_result" is an Anthropic block; pass provider="anthropic"'
+        'message 2, field content[0].type: "tool_result" is an Anthropic block in a body read as OpenAI\'s'
+        ' (one body cannot mix the two shapes); pass provider="anthropic" for an Anthropic body'
     )
 
 

@@ -409,8 +409,9 @@ def test_validate_under_anthropic_rules_refuses_an_image_without_a_source() -> N
     with pytest.raises(cw.InvalidMessageError) as err:
         cw.validate(structs, "anthropic")
     assert str(err.value) == "message 2, field content[0].content[0].source: must be an object"
-    # the block is opaque under OpenAI's rules (auto-detected: counted as its JSON text)
-    assert cw.validate(no_source, "openai") == []
+    # the block is opaque under OpenAI's rules (auto-detected: counted as its JSON text),
+    # and an Anthropic block type the Chat Completions API refuses (fresh47 #2)
+    assert [(v.index, v.code) for v in cw.validate(no_source, "openai")] == [(0, "block_not_allowed")]
     assert cw.count_messages(no_source) == cw.count_messages([{"role": "user", "content": '{"type":"image"}'}])
 
 
@@ -1603,3 +1604,51 @@ def test_openai_file_and_audio_parts_outside_a_user_message() -> None:
     assert cw.validate(msgs[1:2], "openai") == []
     # counting is unchanged: the system's file is still a document by reference
     assert cw.count_messages(msgs[:1]) - cw.count_messages([{"role": "system", "content": "sys"}]) > 3_000
+
+
+def test_the_other_providers_blocks_are_block_not_allowed() -> None:
+    """fresh47 #2: a user message holding an OpenAI ``image_url`` part and an Anthropic
+    ``image`` block passed ``validate`` under both providers' rules; the reader keeps the
+    other provider's block as an opaque part (counted as its JSON text), and each API
+    refuses it. Under OpenAI's rules an Anthropic block (an ``image``, a ``document``,
+    a server tool block ...) is ``block_not_allowed``; under Anthropic's an OpenAI part
+    (``image_url``, ``input_audio``, ``file``); in a tool result, with its call id."""
+    from contextwindow import _reference as ref
+
+    url_image = {"type": "image_url", "image_url": {"url": "http://x/a.png"}}
+    source_image = {"type": "image", "source": {"type": "url", "url": "http://y/b.png"}}
+    mixed = [{"role": "user", "content": [url_image, source_image]}]
+    got = cw.validate(mixed, "openai")  # read as OpenAI's: the image_url decides
+    assert [(v.index, v.code, v.call_id) for v in got] == [(0, "block_not_allowed", None)]
+    assert got[0].detail == ('content[1] is an Anthropic block of type "image"; the Chat Completions API refuses it')
+    got = cw.validate(mixed, "anthropic", format="anthropic")
+    assert [(v.index, v.code, v.call_id) for v in got] == [(0, "block_not_allowed", None)]
+    assert got[0].detail == 'content[0] is an OpenAI part of type "image_url"; the Messages API refuses it'
+    # in tool results
+    call = {"id": "x", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+    doc = {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}
+    openai = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "x", "content": [{"type": "text", "text": "r"}, doc]},
+    ]
+    got = cw.validate(openai, "openai")
+    assert [(v.index, v.code, v.call_id) for v in got] == [(2, "block_not_allowed", "x")]
+    assert got[0].detail == (
+        'content[1] of the result of tool call "x" is an Anthropic block of type "document"; '
+        "the Chat Completions API refuses it"
+    )
+    anthropic = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [url_image]}]},
+    ]
+    got = cw.validate(anthropic, "anthropic")
+    assert [(v.index, v.code, v.call_id) for v in got] == [(2, "block_not_allowed", "t")]
+    # the pure-Python engine agrees
+    for msgs, fmt in ((mixed, "openai"), (mixed, "anthropic"), (openai, "openai"), (anthropic, "anthropic")):
+        want = [(v.index, v.code, v.call_id) for v in cw.validate(msgs, fmt, format=fmt)]
+        assert [(v.index, v.code, v.call_id) for v in ref.validate(to_canonical(msgs, fmt), fmt)] == want
+    # each provider's own blocks pass
+    assert cw.validate([{"role": "user", "content": [url_image]}], "openai") == []
+    assert cw.validate([{"role": "user", "content": [source_image, doc]}], "anthropic") == []

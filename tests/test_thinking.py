@@ -222,7 +222,8 @@ def test_validate_thinking_not_first() -> None:
 
 def test_validate_thinking_last() -> None:
     """Finding 2's output: an assistant message holding only a thinking block; and one
-    ending in redacted_thinking after text. OpenAI rules do not look at thinking blocks."""
+    ending in redacted_thinking after text. OpenAI rules do not apply the thinking
+    rules; they report the thinking block itself as an Anthropic block (fresh47 #2)."""
     only = [{"role": "user", "content": "read t.py"}, {"role": "assistant", "content": [copy.deepcopy(THINK)]}]
     assert codes(only) == [(1, "thinking_last")]
     red = {"type": "redacted_thinking", "data": "abc"}
@@ -234,7 +235,7 @@ def test_validate_thinking_last() -> None:
     ]
     assert codes(ends) == [(1, "thinking_last")]
     structs = [anthropic_to_message(m) for m in only]
-    assert [v.code for v in cw.validate(structs, "openai")] == []
+    assert [v.code for v in cw.validate(structs, "openai")] == ["block_not_allowed"]
 
 
 # repair(missing="drop") (finding 2)

@@ -977,7 +977,7 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 v(i, "detail_not_allowed")
             for _ in range(_refused_images(m)):
                 v(i, "image_not_allowed")
-            for cid in _refused_payloads(m):
+            for cid in [*_refused_payloads(m), *_foreign_blocks(m, "openai")]:
                 v(i, "block_not_allowed", cid)
             if m.role == "tool":
                 ids = _result_ids(m)
@@ -1066,6 +1066,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                 v(i, "empty_content")
         for cid in _nested_blocks(m):
             v(i, "block_not_allowed", cid)
+        for cid in _foreign_blocks(m, "anthropic"):
+            v(i, "block_not_allowed", cid)
         if role == "assistant" and i == len(msgs) - 1 and _prefill_ends_in_space(m):
             v(i, "trailing_whitespace")
     out.extend(_thinking_violations(msgs))
@@ -1088,6 +1090,33 @@ def _nested_blocks(m: Message) -> list[str | None]:
         for r in q.content
         if isinstance(r, OpaquePart) and (r.type in _MESSAGE_LEVEL_BLOCKS or r.type.endswith("_tool_result"))
     ]
+
+
+#: Block types only Anthropic's Messages API has, with ``*_tool_result`` (Rust
+#: ``model::anthropic_only_block``).
+_ANTHROPIC_ONLY_BLOCKS = frozenset({*_MESSAGE_LEVEL_BLOCKS, "document", "search_result", "container_upload"})
+
+
+def _foreign_blocks(m: Message, provider: str) -> list[str | None]:
+    """The other provider's blocks in ``m`` (opaque parts), each as the call id of the
+    tool result holding it (``None`` for a part of the message), in order (Rust
+    ``foreign_blocks``): under OpenAI's rules an Anthropic block (or an ``image``), under
+    Anthropic's an OpenAI part (``image_url``, ``input_audio``, ``file``)."""
+
+    def foreign(p: object) -> bool:
+        if not isinstance(p, OpaquePart):
+            return False
+        if provider == "openai":
+            return p.type in _ANTHROPIC_ONLY_BLOCKS or p.type.endswith("_tool_result") or p.type == "image"
+        return p.type in ("image_url", "input_audio", "file")
+
+    out: list[str | None] = []
+    for p in m.content:
+        if foreign(p):
+            out.append(None)
+        if isinstance(p, ToolResult):
+            out.extend(p.call_id for q in p.content if foreign(q))
+    return out
 
 
 def _thinking_violations(msgs: list[Message]) -> list[Violation]:

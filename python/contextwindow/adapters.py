@@ -70,7 +70,22 @@ _CUSTOM_TO_ANTHROPIC = "an OpenAI custom tool call has free-text input; an Anthr
 _OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
 _SYSTEM_BLOCK = "must be a text block"  # a system (top-level or message) holds text blocks only
 _CALL_TYPE = 'must be "function" or "custom"'  # the two Chat Completions tool call types
-_ANTHROPIC_BLOCK_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
+#: Block types only Anthropic's Messages API has (with ``*_tool_result``; Rust
+#: ``model::anthropic_only_block``): a list of dicts holding one is Anthropic's (fresh47 #1:
+#: a conversation whose only such blocks were Claude's web search was read as OpenAI's).
+_ANTHROPIC_BLOCK_TYPES = frozenset(
+    {
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "mcp_tool_use",
+        "thinking",
+        "redacted_thinking",
+        "document",
+        "search_result",
+        "container_upload",
+    }
+)
 _ABSENT: Any = object()  # "leave the key out"
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
@@ -202,7 +217,14 @@ def _openai_part(part: object, index: int, field: str) -> TextPart | ImagePart |
         return ImagePart(source=url, detail=detail, extra=extra or None)
     if ptype in ("tool_use", "tool_result"):
         # Kept as an opaque block it would never be paired: the caller meant Anthropic.
-        _fail(f"{quote(ptype)} is an Anthropic block; pass format='anthropic'", index, f"{field}.type")
+        # fresh47 #3: "pass format='anthropic'" alone sent the caller of a mixed list in a
+        # circle (read as Anthropic's, its tool message is refused in turn)
+        _fail(
+            f"{quote(ptype)} is an Anthropic block in a list read as OpenAI's (one list cannot mix the two"
+            " shapes); pass format='anthropic' for an Anthropic list",
+            index,
+            f"{field}.type",
+        )
     if ptype == "file":
         _check_file(p, index, field)
     return OpaquePart(type=ptype, raw=_as_dict(p))
@@ -701,10 +723,12 @@ def detect_format(messages: Sequence[object]) -> Format:
     ``canonical`` when every item is a :class:`Message`. ``openai`` when any message has
     role ``tool``, ``developer`` or ``function`` (the deprecated function-calling form,
     which the OpenAI adapter then refuses), ``tool_calls``, ``tool_call_id`` or ``image_url`` /
-    ``input_audio`` parts. Otherwise ``anthropic`` when any block is ``tool_use``,
-    ``tool_result``, ``thinking``, ``redacted_thinking``, ``document`` or an ``image`` with
-    a ``source`` (a leading ``system`` message does not outweigh that: it is how a top-level
-    Anthropic ``system`` is carried). Otherwise ``openai``: plain text chats, and the empty
+    ``input_audio`` parts. Otherwise ``anthropic`` when any block is of a type only the
+    Messages API has (``tool_use``, ``tool_result``, ``server_tool_use``, ``mcp_tool_use``,
+    a type ending in ``_tool_result``, ``thinking``, ``redacted_thinking``, ``document``,
+    ``search_result``, ``container_upload``) or an ``image`` with a ``source`` (a leading
+    ``system`` message does not outweigh that: it is how a top-level Anthropic ``system``
+    is carried). Otherwise ``openai``: plain text chats, and the empty
     list, read the same in both shapes.
 
     Args:
@@ -745,7 +769,11 @@ def detect_format(messages: Sequence[object]) -> Format:
                 continue  # the adapter names it (a list or dict here is not even hashable)
             if btype in _OPENAI_PART_TYPES:
                 return "openai"
-            if btype in _ANTHROPIC_BLOCK_TYPES or (btype == "image" and "source" in b):
+            if (
+                btype in _ANTHROPIC_BLOCK_TYPES
+                or btype.endswith("_tool_result")
+                or (btype == "image" and "source" in b)
+            ):
                 anthropic = True
     return "anthropic" if anthropic else "openai"
 

@@ -103,7 +103,7 @@ class FitPolicy(msgspec.Struct, frozen=True, kw_only=True):
         eviction_order: the classes to evict, in order; default ``(3, 2, 1)``. Classes
             left out are never evicted. Only 1, 2 and 3, each at most once.
         pinned: input indices to treat as pinned (for dict input, which has no
-            ``pinned`` field); added to ``Message.pinned``. A tuple, list or set of ints
+            ``pinned`` field); added to ``Message.pinned``. A tuple, list, set or range of ints
             (a set is read in sorted order): another type, or an item that is not an
             int, is a ``TypeError``; an index outside the messages a ``ValueError``
             (README, Errors).
@@ -191,10 +191,10 @@ def _check_policy(policy: Any, n: int | None = None) -> FitPolicy:
         )
     if not isinstance(p.eviction_order, (tuple, list)):
         raise TypeError(f"eviction_order must be a tuple or list of ints, got {type(p.eviction_order).__name__}")
-    # pinned is a set of indices: a set or frozenset is taken as trim_turns' pinned= takes
-    # it (fresh35 #6), read in sorted order
-    if not isinstance(p.pinned, (tuple, list, set, frozenset)):
-        raise TypeError(f"pinned must be a tuple, list or set of ints, got {type(p.pinned).__name__}")
+    # pinned is a set of indices: a set, frozenset or range is taken as trim_turns'
+    # pinned= takes it (fresh35 #6, fresh47 #5), read in sorted order
+    if not isinstance(p.pinned, (tuple, list, set, frozenset, range)):
+        raise TypeError(f"pinned must be a tuple, list, set or range of ints, got {type(p.pinned).__name__}")
     # README, Errors: a collection of the wrong type, or an item of the wrong type in it,
     # is a TypeError; an int out of range a ValueError (fresh11 N6)
     order = []

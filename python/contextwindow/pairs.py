@@ -103,7 +103,10 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     "Image URLs are only allowed for messages with role 'user'", the API's HTTP 400) is
     ``image_not_allowed``, one violation each; no repair moves it. A ``file`` or
     ``input_audio`` part there is ``block_not_allowed`` under OpenAI's rules (the API
-    takes them in user messages only; in a tool result, with its call id). Under Anthropic's
+    takes them in user messages only; in a tool result, with its call id), and so is the
+    other provider's block the reader kept as an unknown one: an Anthropic block (an
+    ``image``, a ``document``, a server tool block) under OpenAI's rules, an OpenAI part
+    (``image_url``, ``input_audio``, ``file``) under Anthropic's. Under Anthropic's
     rules a ``tool_use`` name not matching ``^[a-zA-Z0-9_-]{1,64}$`` is
     ``tool_name_not_allowed``, an id not matching ``^[a-zA-Z0-9_-]+$``
     ``call_id_not_allowed`` (``""``, Kimi's ``functions.read:0``), and an id an earlier

@@ -171,7 +171,8 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             earlier message already used), ``block_not_allowed`` (Anthropic: a
             ``tool_result``'s content holding a block that belongs in a message only, a
             ``tool_use``, ``tool_result`` or thinking block, one each; OpenAI: a ``file``
-            or ``input_audio`` part outside a user message) or (``Message`` structs
+            or ``input_audio`` part outside a user message; either: a block of the other
+            provider's, read as an unknown one) or (``Message`` structs
             only) ``unwritable_message``: the provider's adapter cannot write the
             message (an OpenAI tool message holding two results, an image with no
             source it takes).

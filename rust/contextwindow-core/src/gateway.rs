@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::error::{bounded, quote, unprinted};
 use crate::estimate::{profile, Profile};
-use crate::model::{Format, Message, Part, PartKind, Role};
+use crate::model::{anthropic_only_block, Format, Message, Part, PartKind, Role};
 use crate::trim::{trim_turns, trim_turns_kept_only, Report, TrimOptions};
 use crate::{Error, Result};
 
@@ -1409,7 +1409,10 @@ fn openai_part<'a>(
         "tool_use" | "tool_result" => Err(bad_message(
             index,
             &format!("{field}.type"),
-            format!("{ty:?} is an Anthropic block; pass provider=\"anthropic\""),
+            format!(
+                "{ty:?} is an Anthropic block in a body read as OpenAI's (one body cannot mix \
+                 the two shapes); pass provider=\"anthropic\" for an Anthropic body"
+            ),
         )),
         "file" => {
             checked_file(cx, &p, index, field)?;
@@ -1948,15 +1951,12 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
             if cx.str_is(t, "image_url") || cx.str_is(t, "input_audio") {
                 return Ok(Format::OpenAI);
             }
-            let anthropic_type = [
-                "tool_use",
-                "tool_result",
-                "thinking",
-                "redacted_thinking",
-                "document",
-            ]
-            .iter()
-            .any(|n| cx.str_is(t, n));
+            let anthropic_type = match t {
+                Some(t) if kind(t) == Kind::Str => {
+                    cx.text(t).is_ok_and(|t| anthropic_only_block(&t))
+                }
+                _ => false,
+            };
             if anthropic_type || (cx.str_is(t, "image") && b.get("source").is_some()) {
                 anthropic = true;
             }

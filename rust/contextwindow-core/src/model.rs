@@ -32,6 +32,28 @@ pub fn is_notice_text(text: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Whether a content block of type `ty` exists in Anthropic's Messages API only, so a
+/// list of dicts holding one is Anthropic's (with an `image` that has a `source`, which
+/// the detectors test apart): a tool call or result (the client's, the server's, an MCP
+/// one's: `server_tool_use`, `mcp_tool_use`, a type ending in `_tool_result`), a thinking
+/// block, a `document`, a `search_result` or a `container_upload`. The Chat Completions
+/// API has none of them (fresh47 #1: a conversation whose only such blocks were Claude's
+/// web search was read as OpenAI's, and a trim broke its role alternation).
+pub fn anthropic_only_block(ty: &str) -> bool {
+    matches!(
+        ty,
+        "tool_use"
+            | "tool_result"
+            | "server_tool_use"
+            | "mcp_tool_use"
+            | "thinking"
+            | "redacted_thinking"
+            | "document"
+            | "search_result"
+            | "container_upload"
+    ) || ty.ends_with("_tool_result")
+}
+
 /// Message role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::error::quote;
-use crate::model::{Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
+use crate::model::{anthropic_only_block, Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
 use crate::turns::{resolve, CallRef, Resolution};
 
 /// One violation of a provider's message rules.
@@ -224,6 +224,53 @@ fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
     out
 }
 
+/// The other provider's blocks in `m`, each as the call id of the tool result holding it
+/// (`None` for a part of the message) and where it is, in words, in order: the parts the
+/// reader kept as opaque blocks, since it does not read them (fresh47 #2: a user message
+/// holding an OpenAI `image_url` part and an Anthropic `image` block passed `validate`
+/// under both providers' rules, and the one read as opaque was counted as its JSON text).
+/// Under OpenAI's rules an Anthropic block ([`anthropic_only_block`], or an `image`);
+/// under Anthropic's an OpenAI part (`image_url`, `input_audio`, `file`).
+fn foreign_blocks(m: &Message, provider: Format) -> Vec<(Option<&str>, String)> {
+    fn foreign(p: &Part, provider: Format) -> Option<&str> {
+        let ty = p.type_.as_deref().filter(|_| p.kind == PartKind::Opaque)?;
+        let theirs = match provider {
+            Format::OpenAI => anthropic_only_block(ty) || ty == "image",
+            Format::Anthropic => matches!(ty, "image_url" | "input_audio" | "file"),
+        };
+        theirs.then_some(ty)
+    }
+    let (theirs, api) = match provider {
+        Format::OpenAI => ("an Anthropic block", "the Chat Completions API"),
+        Format::Anthropic => ("an OpenAI part", "the Messages API"),
+    };
+    let mut out = Vec::new();
+    for (j, p) in m.content.iter().enumerate() {
+        if let Some(ty) = foreign(p, provider) {
+            let detail = format!(
+                "content[{j}] is {theirs} of type {}; {api} refuses it",
+                quote(ty)
+            );
+            out.push((None, detail));
+        }
+        if p.kind == PartKind::ToolResult {
+            let id = p.call_id.as_deref().unwrap_or("");
+            for (k, q) in p.inner().iter().enumerate() {
+                if let Some(ty) = foreign(q, provider) {
+                    let detail = format!(
+                        "content[{k}] of the result of tool call {} is {theirs} of type {}; \
+                         {api} refuses it",
+                        quote(id),
+                        quote(ty)
+                    );
+                    out.push((Some(id), detail));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut owner_calls: HashSet<&str> = HashSet::new(); // calls of the run's assistant
@@ -240,7 +287,10 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
         for detail in refused_images(m) {
             out.push(v(i, "image_not_allowed", None, detail));
         }
-        for (id, detail) in refused_payloads(m) {
+        for (id, detail) in refused_payloads(m)
+            .into_iter()
+            .chain(foreign_blocks(m, Format::OpenAI))
+        {
             out.push(v(i, "block_not_allowed", id, detail));
         }
         if m.role == Role::Tool {
@@ -604,6 +654,9 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
                     quote(ty)
                 ),
             ));
+        }
+        for (id, detail) in foreign_blocks(m, Format::Anthropic) {
+            out.push(v(i, "block_not_allowed", id, detail));
         }
         if role == Role::Assistant && i + 1 == messages.len() && prefill_ends_in_space(m) {
             out.push(v(

@@ -25,7 +25,7 @@
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use contextwindow_core::model::{Message, Part, PartKind, Role};
+use contextwindow_core::model::{anthropic_only_block, Message, Part, PartKind, Role};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -855,9 +855,7 @@ fn detect(messages: &[Fields<'_>]) -> R<Shape> {
                 }
                 match exact_str(&btype)? {
                     "image_url" | "input_audio" => return Ok(Shape::OpenAI),
-                    "tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "document" => {
-                        anthropic = true
-                    }
+                    t if anthropic_only_block(t) => anthropic = true,
                     "image" if b.contains(intern!(py, "source"))? => anthropic = true,
                     _ => {}
                 }
