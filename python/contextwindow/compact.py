@@ -1231,8 +1231,10 @@ def micro_compact(
     assert keep is not None
     only = None if tools is None else _names(tools, "tools")
     pinned_idx = _pinned_type(pinned)
-    prep = _engine.prepare(messages, format)
-    msgs = _engine.decoded(prep)
+    # prepared, decoded and counted at once, through the Rust dict reader when it takes
+    # the input (fresh47 #4: the Python adapters cost 1.1 s of 3.5 s on 80,000 messages)
+    read = _engine.read(messages, format, name)
+    prep, msgs = read.prep, read.messages
     _pinned_range(pinned_idx, len(msgs))
     names = _tool_names(msgs)
     slots = [(i, p) for i, m in enumerate(msgs) for p, q in enumerate(m.content) if isinstance(q, ToolResult)]
@@ -1262,7 +1264,7 @@ def micro_compact(
         fates[i].update(fate="truncated", rule="tool_result_cleared")
         fates[i]["chars_removed"] += _result_chars(part)
     changed = any(w is not m for w, m in zip(work, msgs, strict=True))
-    before = _costs(msgs, name)
+    before = read.costs if read.costs is not None else _costs(msgs, name)
     touched = [i for i, w in enumerate(work) if w is not msgs[i]]
     after = list(before)
     for i, c in zip(touched, _costs([work[i] for i in touched], name), strict=True):
@@ -1489,8 +1491,9 @@ def _prune_middle(
         keep_recent = _count("keep_recent", keep_recent, minimum=0)
     pinned_idx = _pinned_type(pinned)
     protected = frozenset(protected)
-    prep = _engine.prepare(messages, format)
-    msgs = _engine.decoded(prep)
+    # through the Rust dict reader when it takes the input (fresh47 #4)
+    read = _engine.read(messages, format)
+    prep, msgs = read.prep, read.messages
     _pinned_range(pinned_idx, len(msgs))
     provider = prep.provider
     if caller is None:
