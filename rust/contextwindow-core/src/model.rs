@@ -40,6 +40,14 @@ pub fn is_notice_text(text: &str) -> bool {
 /// API has none of them (fresh47 #1: a conversation whose only such blocks were Claude's
 /// web search was read as OpenAI's, and a trim broke its role alternation).
 pub fn anthropic_only_block(ty: &str) -> bool {
+    message_level_block(ty) || matches!(ty, "document" | "search_result" | "container_upload")
+}
+
+/// Whether an Anthropic block of type `ty` belongs in a message's content only, never in
+/// a `tool_result`'s: a tool call or result (the client's, the server's, an MCP one's)
+/// or a thinking block. Other types (text, image, document, search_result, and types
+/// this library does not know) are left to the API.
+pub fn message_level_block(ty: &str) -> bool {
     matches!(
         ty,
         "tool_use"
@@ -48,9 +56,6 @@ pub fn anthropic_only_block(ty: &str) -> bool {
             | "mcp_tool_use"
             | "thinking"
             | "redacted_thinking"
-            | "document"
-            | "search_result"
-            | "container_upload"
     ) || ty.ends_with("_tool_result")
 }
 

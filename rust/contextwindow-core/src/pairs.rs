@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::error::quote;
-use crate::model::{anthropic_only_block, Format, Message, Part, PartKind, Role, RESULTS_REMOVED};
+use crate::model::{
+    anthropic_only_block, message_level_block, Format, Message, Part, PartKind, Role,
+    RESULTS_REMOVED,
+};
 use crate::turns::{resolve, CallRef, Resolution};
 
 /// One violation of a provider's message rules.
@@ -494,22 +497,6 @@ fn empty_system_anthropic(m: &Message) -> Vec<String> {
         return Vec::new();
     }
     blank_blocks(&m.content)
-}
-
-/// Whether an Anthropic block of type `ty` belongs in a message's content only, never in
-/// a `tool_result`'s: a tool call or result (the client's, the server's, an MCP one's)
-/// or a thinking block. Other types (text, image, document, search_result, and types
-/// this library does not know) are left to the API.
-fn message_level_block(ty: &str) -> bool {
-    matches!(
-        ty,
-        "tool_use"
-            | "tool_result"
-            | "server_tool_use"
-            | "mcp_tool_use"
-            | "thinking"
-            | "redacted_thinking"
-    ) || ty.ends_with("_tool_result")
 }
 
 /// The blocks of `m`'s `tool_result`s' content that the Messages API refuses there
