@@ -1334,3 +1334,33 @@ def test_struct_image_source_is_checked_when_written_for_anthropic(source: Any, 
     good = {"type": "url", "url": "https://example.com/a.png", "x": 1}
     out = from_canonical(Message(role="user", content=[ImagePart(source=good)]), "anthropic")
     assert out == {"role": "user", "content": [{"type": "image", "source": good}]}
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "abc"},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+    ],
+)
+def test_structs_holding_blocks_only_anthropic_has_are_trimmed_as_anthropic(block: dict[str, Any]) -> None:
+    """fresh48 #1: ``Message`` structs from ``anthropic_to_message`` holding a thinking
+    block (or Claude's server tools) were trimmed under OpenAI's rules: the breadcrumb
+    became a user message of its own and the output failed ``validate(..., "anthropic")``
+    with not_alternating. The same list as dicts was fine."""
+    dicts = [
+        {"role": "user", "content": "q1 " * 100},
+        {"role": "assistant", "content": [block, {"type": "text", "text": "ok"}]},
+        {"role": "user", "content": "q2 " * 100},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "q3"},
+    ]
+    structs = [anthropic_to_message(d) for d in dicts]
+    assert cw.validate(structs, "anthropic") == []
+    for trim in (cw.trim_turns, cw.fit, cw.prune_middle):
+        out = trim(structs, 150)
+        assert cw.validate(out.messages, "anthropic") == [], trim.__name__
+        assert [m.role for m in out.messages] == [m["role"] for m in trim(dicts, 150).messages], trim.__name__
+    kept = cw.trim_turns(structs, 150).messages
+    assert len(kept) == 1 and [p.text for p in kept[0].content] == [cw.BREADCRUMB, "q3"]  # type: ignore[union-attr]

@@ -138,10 +138,23 @@ def test_a_malformed_openai_file_part_is_refused(block: dict[str, Any], field: s
         with pytest.raises(cw.InvalidMessageError) as info:
             call()
         assert str(info.value) == want
-    # a struct holds what the caller built: counted as its JSON text, no page
-    struct = cw.Message(role="user", content=[cw.OpaquePart(type="file", raw={"type": "file", "file": {"file_id": 7}})])
-    empty = cw.count_messages([cw.Message(role="user", content=[])])
-    assert cw.count_messages([struct]) == empty + cw.estimate_tokens('{"type":"file","file":{"file_id":7}}')
+    # a struct's OpaquePart of type file is refused in the same words on every entry,
+    # the writer too (fresh48 #3: it was counted, passed validate and was written out)
+    struct = [
+        cw.Message(role="user", content=[cw.TextPart(text="Summarise it."), cw.OpaquePart(type="file", raw=block)])
+    ]
+    for call in (
+        lambda: cw.count_messages(struct),
+        lambda: cw.trim_turns(struct, 100),
+        lambda: cw.validate(struct, "openai"),
+        lambda: cw.fit(struct, 100),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as info:
+            call()
+        assert str(info.value) == want
+    with pytest.raises(cw.InvalidMessageError) as info:
+        cw.adapters.message_to_openai(struct[0])
+    assert str(info.value) == f"field {field}: {reason}"
 
 
 def test_a_caller_built_opaque_part() -> None:

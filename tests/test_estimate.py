@@ -375,9 +375,9 @@ def test_count_features_takes_the_default_profiles_vocabulary() -> None:
     with pytest.raises(ValueError) as e:
         cw.count_features("x", "fim")
     assert str(e.value) == "unknown family 'fim'; known: cl100k, tekken, conservative"
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(TypeError) as t:  # a name of the wrong type (fresh48 #8)
         cw.count_features("x", 5)  # type: ignore[arg-type]
-    assert str(e.value) == "unknown family 5; known: cl100k, tekken, conservative"
+    assert str(t.value) == "family must be a family name (str) or None, got int"
 
 
 def test_lone_surrogates_in_tool_definitions_count_as_in_the_gateway() -> None:

@@ -89,6 +89,7 @@ BODY = b'{"messages": [{"role": "user", "content": "hi"}]}'
         ("profile", lambda v: cw.estimate_tokens("a", v)),
         ("profile", lambda v: cw.Estimator(v)),
         ("profile", lambda v: cw.ContextGuard(cw.resolve_budget(8000, 1000), profile=v)),
+        ("family", lambda v: cw.count_features("x", v)),  # fresh48 #8
     ],
 )
 def test_option_of_the_wrong_type_is_a_type_error(option: str, call: Callable[[object], Any], bad: object) -> None:

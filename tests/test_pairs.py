@@ -1588,12 +1588,12 @@ def test_openai_file_and_audio_parts_outside_a_user_message() -> None:
         (4, "block_not_allowed", None),
     ]
     assert got[0].detail == (
-        'content[1] is a part of type "file" in a system message; the Chat Completions API takes file '
-        "and audio parts only in user messages"
+        'content[1] is a part of type "file" in a system message; the Chat Completions API takes image, '
+        "file and audio parts only in user messages"
     )
     assert got[1].detail == (
         'content[1] of the result of tool call "x" is a part of type "input_audio"; the Chat Completions '
-        "API takes file and audio parts only in user messages, a tool message's content text only"
+        "API takes image, file and audio parts only in user messages, a tool message's content text only"
     )
     assert got[2].detail.startswith('content[0] is a part of type "file" in an assistant message;')
     # the same in Python
@@ -1652,3 +1652,35 @@ def test_the_other_providers_blocks_are_block_not_allowed() -> None:
     # each provider's own blocks pass
     assert cw.validate([{"role": "user", "content": [url_image]}], "openai") == []
     assert cw.validate([{"role": "user", "content": [source_image, doc]}], "anthropic") == []
+
+
+def test_an_image_url_part_read_as_opaque_outside_a_user_message() -> None:
+    """fresh48 #5: in a list read as Anthropic's an ``image_url`` part is an opaque block;
+    under OpenAI's rules it went unreported in an assistant message or a tool result,
+    where a ``file`` or ``input_audio`` part was ``block_not_allowed``."""
+    from contextwindow import _reference as ref
+
+    img = {"type": "image_url", "image_url": {"url": "https://x/a.png"}}
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    m = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [img, audio]}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}, img]},
+    ]
+    # read as Anthropic's (its pairing, OpenAI's violations of their own, aside)
+    got = [v for v in cw.validate(m, "openai", format="anthropic") if v.code == "block_not_allowed"]
+    assert [(v.index, v.code, v.call_id) for v in got] == [
+        (2, "block_not_allowed", "t1"),
+        (2, "block_not_allowed", "t1"),
+        (3, "block_not_allowed", None),
+    ]
+    assert got[0].detail.startswith('content[0] of the result of tool call "t1" is a part of type "image_url";')
+    assert got[2].detail.startswith('content[1] is a part of type "image_url" in an assistant message;')
+    python = ref.validate(to_canonical(m, "anthropic"), "openai")
+    assert [(v.index, v.code, v.call_id) for v in python if v.code == "block_not_allowed"] == [
+        (v.index, v.code, v.call_id) for v in got
+    ]
+    # in a user message it is taken
+    assert cw.validate([{"role": "user", "content": [img]}], "openai", format="anthropic") == []

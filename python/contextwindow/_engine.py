@@ -44,8 +44,10 @@ from .adapters import (
     _source,
     _unknown_role,
     _written,
+    anthropic_only_type,
     anthropic_to_message,
     detect_format,
+    file_fault,
     openai_to_message,
     to_canonical,
 )
@@ -313,6 +315,11 @@ def _provider_of(messages: Sequence[Message], detected: InputFormat) -> Provider
             return "openai"
         if m.role == "user" and one_system and any(isinstance(p, ToolResult) for p in m.content):
             return "anthropic"
+        # a block only Anthropic has (a thinking block, Claude's server tools, a document:
+        # fresh48 #1, structs holding them were trimmed as OpenAI's and the breadcrumb
+        # broke the alternation), as detect_format reads dicts
+        if one_system and any(isinstance(p, OpaquePart) and anthropic_only_type(p.type) for p in m.content):
+            return "anthropic"
     return "openai"
 
 
@@ -486,6 +493,12 @@ def _part_fault(part: Any, nested: bool) -> tuple[str, str, bool] | None:
             return "type", f"must be the type of its raw block ({shown(raw['type'])}), got {shown(part.type)}", False
         if not nested and part.type in _MODELED_CALLS:
             return "type", _MODELED_CALLS[part.type], False
+        if part.type == "file" and isinstance(raw, Mapping):
+            # the dicts' rule and words (fresh48 #3: a struct's malformed file part was
+            # counted, passed validate and was written out as it was)
+            fault = file_fault(raw)
+            if fault is not None:
+                return (*fault, False)
         return None
     elif kind is not ToolCall and kind is not ToolResult:
         # not a part: a dict with a "kind" too, which msgspec would decode to one (struct18

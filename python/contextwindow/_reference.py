@@ -951,7 +951,7 @@ def _refused_payloads(m: Message) -> list[str | None]:
     ``refused_payloads``)."""
 
     def user_only(p: object) -> bool:
-        return isinstance(p, OpaquePart) and p.type in ("file", "input_audio")
+        return isinstance(p, OpaquePart) and p.type in ("file", "input_audio", "image_url")
 
     out: list[str | None] = []
     for p in m.content:

@@ -240,13 +240,27 @@ def _check_file(p: Mapping[str, Any], index: int, field: str) -> None:
     without ``file_data`` is priced as a document (3,000 tokens), and ``{"file_id": 5}``
     or ``"file": "x"`` was counted as a few tokens of JSON, silently (fresh45 #5). The
     part is counted by its JSON text, as any block the adapters do not model."""
+    fault = file_fault(p)
+    if fault is not None:
+        _fail(fault[1], index, f"{field}.{fault[0]}")
+
+
+def file_fault(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first fault of an OpenAI ``file`` part ``p`` as ``(field below the part,
+    reason)``, or ``None`` (:func:`_check_file`'s rule; a ``Message`` struct's
+    ``OpaquePart`` of type ``file`` is checked by it too).
+
+    >>> file_fault({"type": "file", "file": {"file_id": 5}})
+    ('file.file_id', 'must be a string')
+    """
     file = p.get("file")
     if not isinstance(file, Mapping):
-        _fail("must be an object", index, f"{field}.file")
+        return "file", "must be an object"
     for key in _FILE_KEYS:
         value = file.get(key)
         if value is not None and not isinstance(value, str):
-            _fail("must be a string", index, f"{field}.file.{key}")
+            return f"file.{key}", "must be a string"
+    return None
 
 
 def _openai_call(tc: object, index: int, field: str) -> ToolCall:
@@ -717,6 +731,16 @@ def _to_anthropic(m: Message) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- dispatch
 
 
+def anthropic_only_type(btype: str) -> bool:
+    """Whether a block of type ``btype`` exists in Anthropic's Messages API only (Rust
+    ``model::anthropic_only_block``): a list holding one is Anthropic's.
+
+    >>> anthropic_only_type("web_search_tool_result"), anthropic_only_type("image_url")
+    (True, False)
+    """
+    return btype in _ANTHROPIC_BLOCK_TYPES or btype.endswith("_tool_result")
+
+
 def detect_format(messages: Sequence[object]) -> Format:
     """Tell which shape a message list has.
 
@@ -769,11 +793,7 @@ def detect_format(messages: Sequence[object]) -> Format:
                 continue  # the adapter names it (a list or dict here is not even hashable)
             if btype in _OPENAI_PART_TYPES:
                 return "openai"
-            if (
-                btype in _ANTHROPIC_BLOCK_TYPES
-                or btype.endswith("_tool_result")
-                or (btype == "image" and "source" in b)
-            ):
+            if anthropic_only_type(btype) or (btype == "image" and "source" in b):
                 anthropic = True
     return "anthropic" if anthropic else "openai"
 

@@ -247,7 +247,7 @@ def count_features(text: str, family: str | None = None) -> dict[str, int]:
         length).
 
     Raises:
-        TypeError: ``text`` is not a ``str``.
+        TypeError: ``text`` or ``family`` is not a ``str``.
         ValueError: unknown family.
 
     >>> count_features("ab 你")["ch_cjk"]
@@ -257,7 +257,9 @@ def count_features(text: str, family: str | None = None) -> dict[str, int]:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     if family is None:
         family = DEFAULT_PROFILE
-    if not isinstance(family, str) or family not in _VOCABULARIES:
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a family name (str) or None, got {type(family).__name__}")
+    if family not in _VOCABULARIES:
         raise ValueError(f"unknown family {shown(family)}; known: {', '.join(_VOCABULARIES)}")
     return dict(_engine.native.count_features(clean_str(text), family))
 

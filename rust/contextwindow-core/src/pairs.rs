@@ -179,10 +179,12 @@ fn refused_images(m: &Message) -> Vec<String> {
     out
 }
 
-/// The Chat Completions part types that only a user message takes besides images: files
-/// and audio input (its reference gives system and developer messages text parts, an
-/// assistant message text and refusal parts, a tool message text parts).
-const USER_ONLY_PARTS: [&str; 2] = ["file", "input_audio"];
+/// The Chat Completions part types that only a user message takes, kept as opaque parts:
+/// files and audio input, and an `image_url` part in a list read as Anthropic's (fresh48
+/// #5; one read as OpenAI's is an image, `image_not_allowed` there). Its reference gives
+/// system and developer messages text parts, an assistant message text and refusal
+/// parts, a tool message text parts.
+const USER_ONLY_PARTS: [&str; 3] = ["file", "input_audio", "image_url"];
 
 /// Where each file or audio part of `m` is that the Chat Completions API refuses, in
 /// words, in order, with the call id of the tool result holding it: every one of a
@@ -202,7 +204,7 @@ fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
                 None,
                 format!(
                     "content[{j}] is a part of type {} in {} message; the Chat Completions API \
-                     takes file and audio parts only in user messages",
+                     takes image, file and audio parts only in user messages",
                     quote(p.type_.as_deref().unwrap_or("")),
                     with_article(m.role)
                 ),
@@ -214,7 +216,7 @@ fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
                 if user_only(q) {
                     let detail = format!(
                         "content[{k}] of the result of tool call {} is a part of type {}; the Chat \
-                         Completions API takes file and audio parts only in user messages, \
+                         Completions API takes image, file and audio parts only in user messages, \
                          a tool message's content text only",
                         quote(id),
                         quote(q.type_.as_deref().unwrap_or(""))
