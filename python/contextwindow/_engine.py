@@ -25,6 +25,7 @@ from ._jsontext import (
     ENCODER,
     MAX_DEPTH,
     KeyClash,
+    check_name_type,
     clean_value,
     depth_unbounded,
     field_path,
@@ -1098,8 +1099,7 @@ def prepare(messages: Any, format: str | None = None) -> Prepared:
     """
     if isinstance(messages, (str, bytes, bytearray, dict)) or not isinstance(messages, Sequence):
         raise InvalidMessageError(f"messages must be a list of messages, got {type(messages).__name__}")
-    if format is not None and not isinstance(format, str):
-        raise TypeError(f"format must be a str ('openai', 'anthropic') or None, got {type(format).__name__}")
+    check_name_type(format, "format", "'openai', 'anthropic'")
     if format not in (None, "openai", "anthropic", "canonical"):
         raise ValueError(f"format must be 'openai', 'anthropic' or None, got {shown(format)}")
     given = messages

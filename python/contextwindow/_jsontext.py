@@ -489,6 +489,21 @@ def _bounded(text: str) -> tuple[str, str]:
     return text[:QUOTE_CHARS], f"... ({left_out:,} more character{'s' if left_out > 1 else ''})"
 
 
+def check_name_type(value: object, option: str, names: str, *, none: bool = True) -> None:
+    """Raise the ``TypeError`` of a name option (a ``format``, a ``provider``) that is not
+    a string (nor ``None``, when ``none``): README, Errors, a ``TypeError`` for an object
+    of the wrong type (fresh46 #6: ``format=5`` was a ``ValueError``, "unknown format").
+    An unknown name is the caller's ``ValueError`` to raise.
+
+    >>> check_name_type(5, "format", "'openai', 'anthropic'")
+    Traceback (most recent call last):
+    TypeError: format must be a str ('openai', 'anthropic') or None, got int
+    """
+    if not isinstance(value, str) and not (none and value is None):
+        tail = " or None" if none else ""
+        raise TypeError(f"{option} must be a str ({names}){tail}, got {type(value).__name__}")
+
+
 def shown(value: object) -> str:
     """``repr(value)`` for an error that names an option the caller passed (a profile, a
     format, a model), with a string longer than :data:`QUOTE_CHARS` characters cut as

@@ -25,6 +25,7 @@ import msgspec
 from . import _image
 from ._jsontext import ENCODER
 from ._marks import ATTACH, CONSONANT, LINKER, PREPEND, UPPER
+from .adapters import anthropic_only_type
 from .messages import (
     BREADCRUMB,
     MISSING_RESULT,
@@ -944,22 +945,29 @@ def _refused_images(m: Message) -> int:
     return n
 
 
-def _refused_payloads(m: Message) -> list[str | None]:
-    """The file and audio parts of ``m`` the Chat Completions API refuses, as the call id
-    of the tool result holding each (``None`` for a part of the message): those of a
-    message whose role is not ``user``, and those of a tool result (the Rust
-    ``refused_payloads``)."""
-
-    def user_only(p: object) -> bool:
-        return isinstance(p, OpaquePart) and p.type in ("file", "input_audio", "image_url")
-
-    out: list[str | None] = []
+def _opaque_parts(m: Message) -> list[tuple[str | None, str]]:
+    """Each opaque part of ``m``, its own and then each tool result's, in order, as the
+    call id of the tool result holding it (``None`` for a part of the message) and its
+    type (the Rust ``opaque_parts``)."""
+    out: list[tuple[str | None, str]] = []
     for p in m.content:
-        if user_only(p) and m.role != "user":
-            out.append(None)
+        if isinstance(p, OpaquePart):
+            out.append((None, p.type))
         if isinstance(p, ToolResult):
-            out.extend(p.call_id for q in p.content if user_only(q))
+            out.extend((p.call_id, q.type) for q in p.content if isinstance(q, OpaquePart))
     return out
+
+
+def _refused_payloads(m: Message) -> list[str | None]:
+    """The image, file and audio parts of ``m`` kept as opaque parts that the Chat
+    Completions API refuses, as the call id of the tool result holding each (``None``
+    for a part of the message): those of a message whose role is not ``user``, and those
+    of a tool result (the Rust ``refused_payloads``)."""
+    return [
+        cid
+        for cid, t in _opaque_parts(m)
+        if t in ("file", "input_audio", "image_url") and (cid is not None or m.role != "user")
+    ]
 
 
 def validate(msgs: list[Message], provider: str) -> list[Violation]:
@@ -1092,31 +1100,18 @@ def _nested_blocks(m: Message) -> list[str | None]:
     ]
 
 
-#: Block types only Anthropic's Messages API has, with ``*_tool_result`` (Rust
-#: ``model::anthropic_only_block``).
-_ANTHROPIC_ONLY_BLOCKS = frozenset({*_MESSAGE_LEVEL_BLOCKS, "document", "search_result", "container_upload"})
-
-
 def _foreign_blocks(m: Message, provider: str) -> list[str | None]:
     """The other provider's blocks in ``m`` (opaque parts), each as the call id of the
     tool result holding it (``None`` for a part of the message), in order (Rust
     ``foreign_blocks``): under OpenAI's rules an Anthropic block (or an ``image``), under
     Anthropic's an OpenAI part (``image_url``, ``input_audio``, ``file``)."""
 
-    def foreign(p: object) -> bool:
-        if not isinstance(p, OpaquePart):
-            return False
+    def foreign(t: str) -> bool:
         if provider == "openai":
-            return p.type in _ANTHROPIC_ONLY_BLOCKS or p.type.endswith("_tool_result") or p.type == "image"
-        return p.type in ("image_url", "input_audio", "file")
+            return anthropic_only_type(t) or t == "image"
+        return t in ("image_url", "input_audio", "file")
 
-    out: list[str | None] = []
-    for p in m.content:
-        if foreign(p):
-            out.append(None)
-        if isinstance(p, ToolResult):
-            out.extend(p.call_id for q in p.content if foreign(q))
-    return out
+    return [cid for cid, t in _opaque_parts(m) if foreign(t)]
 
 
 def _thinking_violations(msgs: list[Message]) -> list[Violation]:

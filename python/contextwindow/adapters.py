@@ -20,6 +20,7 @@ import msgspec
 from ._jsontext import (
     ENCODER,
     KeyClash,
+    check_name_type,
     clean_str,
     clean_value,
     field_path,
@@ -816,8 +817,7 @@ def to_canonical(messages: Sequence[Any], format: Format | None = None) -> list[
     >>> to_canonical([{"role": "user", "content": "hi"}], "openai")[0].content
     [TextPart(text='hi', extra=None)]
     """
-    if format is not None and not isinstance(format, str):
-        raise TypeError(f"format must be a str (openai, anthropic or canonical) or None, got {type(format).__name__}")
+    check_name_type(format, "format", "'openai', 'anthropic', 'canonical'")
     fmt = detect_format(messages) if format is None else format
     if fmt == "canonical":
         for i, m in enumerate(messages):
@@ -850,8 +850,7 @@ def from_canonical(m: Message, format: Format) -> Any:
     >>> from_canonical(Message(role="user", content=[TextPart(text="hi")]), "anthropic")
     {'role': 'user', 'content': 'hi'}
     """
-    if not isinstance(format, str):
-        raise TypeError(f"format must be a str ('openai', 'anthropic' or 'canonical'), got {type(format).__name__}")
+    check_name_type(format, "format", "'openai', 'anthropic', 'canonical'", none=False)
     if format in ("openai", "anthropic"):
         _checked(m)
     elif format == "canonical" and not isinstance(m, Message):

@@ -51,7 +51,7 @@ from typing import Any, Literal, overload
 import msgspec
 
 from . import _engine
-from ._jsontext import as_int, int_cause, shown
+from ._jsontext import as_int, check_name_type, int_cause, shown
 from .compact import _pinned_type
 from .estimate import DEFAULT_PROFILE, resolve_profile
 from .report import FitReport
@@ -112,8 +112,7 @@ def _body(body: object) -> bytes:
 
 
 def _provider(provider: object) -> str | None:
-    if provider is not None and not isinstance(provider, str):
-        raise TypeError(f"provider must be a str ('openai', 'anthropic') or None, got {type(provider).__name__}")
+    check_name_type(provider, "provider", "'openai', 'anthropic'")
     if provider not in (None, "openai", "anthropic"):
         raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {shown(provider)}")
     return provider  # type: ignore[return-value]

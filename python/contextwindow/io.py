@@ -24,7 +24,17 @@ import msgspec
 
 from . import _native
 from ._engine import json_type_name, tool_definition_error
-from ._jsontext import MAX_DEPTH, KeyClash, clean_value, field_path, loads_keeping_numbers, nested_deeper, quote, shown
+from ._jsontext import (
+    MAX_DEPTH,
+    KeyClash,
+    check_name_type,
+    clean_value,
+    field_path,
+    loads_keeping_numbers,
+    nested_deeper,
+    quote,
+    shown,
+)
 from .adapters import OPENAI_ONLY_ROLES, anthropic_to_message, detect_format
 from .errors import InvalidMessageError, InvalidRequestError
 
@@ -776,8 +786,7 @@ def load_conversation(path: str | Path, format: str | None = None) -> Conversati
     """
     stdin = str(path) == "-"
     where = "<stdin>" if stdin else str(path)
-    if format is not None and not isinstance(format, str):
-        raise TypeError(f"format must be a str ('openai', 'anthropic') or None, got {type(format).__name__}")
+    check_name_type(format, "format", "'openai', 'anthropic'")
     if format not in (None, "openai", "anthropic"):
         raise InvalidRequestError(f"{where}: unknown format {shown(format)}: expected openai or anthropic")
     explicit = cast("FileFormat | None", format)

@@ -8,7 +8,7 @@ import msgspec
 
 from . import _engine
 from ._engine import nesting_errors
-from ._jsontext import shown
+from ._jsontext import check_name_type, shown
 from .adapters import from_canonical
 from .errors import InvalidMessageError
 from .estimate import DEFAULT_PROFILE, resolve_profile
@@ -149,8 +149,7 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
     >>> validate([{"role": "tool", "tool_call_id": "x", "content": "r"}], "openai")[0].code
     'orphan_result'
     """
-    if not isinstance(provider, str):
-        raise TypeError(f"provider must be a str ('openai' or 'anthropic'), got {type(provider).__name__}")
+    check_name_type(provider, "provider", "'openai', 'anthropic'", none=False)
     if provider not in ("openai", "anthropic"):
         raise ValueError(f"provider must be 'openai' or 'anthropic', got {shown(provider)}")
     if format is None and isinstance(messages, (list, tuple)) and all(isinstance(m, Message) for m in messages):

@@ -186,45 +186,56 @@ fn refused_images(m: &Message) -> Vec<String> {
 /// parts, a tool message text parts.
 const USER_ONLY_PARTS: [&str; 3] = ["file", "input_audio", "image_url"];
 
-/// Where each file or audio part of `m` is that the Chat Completions API refuses, in
-/// words, in order, with the call id of the tool result holding it: every one of a
-/// message whose role is not `user` (its parts), and every one of a tool result
-/// (fresh45 #5: they were counted, and priced as documents, with no violation).
-fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
-    let user_only = |p: &Part| {
-        p.kind == PartKind::Opaque
-            && p.type_
-                .as_deref()
-                .is_some_and(|t| USER_ONLY_PARTS.contains(&t))
-    };
+/// Each opaque part of `m`, its own and then each tool result's, in order: the call id of
+/// the tool result holding it (`None` for a part of the message), its place in words
+/// (`content[1]`, `content[0] of the result of tool call "x"`) and its type.
+fn opaque_parts(m: &Message) -> Vec<(Option<&str>, String, &str)> {
+    fn opaque(p: &Part) -> Option<&str> {
+        p.type_.as_deref().filter(|_| p.kind == PartKind::Opaque)
+    }
     let mut out = Vec::new();
     for (j, p) in m.content.iter().enumerate() {
-        if user_only(p) && m.role != Role::User {
-            out.push((
-                None,
-                format!(
-                    "content[{j}] is a part of type {} in {} message; the Chat Completions API \
-                     takes image, file and audio parts only in user messages",
-                    quote(p.type_.as_deref().unwrap_or("")),
-                    with_article(m.role)
-                ),
-            ));
+        if let Some(ty) = opaque(p) {
+            out.push((None, format!("content[{j}]"), ty));
         }
         if p.kind == PartKind::ToolResult {
             let id = p.call_id.as_deref().unwrap_or("");
             for (k, q) in p.inner().iter().enumerate() {
-                if user_only(q) {
-                    let detail = format!(
-                        "content[{k}] of the result of tool call {} is a part of type {}; the Chat \
-                         Completions API takes image, file and audio parts only in user messages, \
-                         a tool message's content text only",
-                        quote(id),
-                        quote(q.type_.as_deref().unwrap_or(""))
-                    );
-                    out.push((Some(id), detail));
+                if let Some(ty) = opaque(q) {
+                    let at = format!("content[{k}] of the result of tool call {}", quote(id));
+                    out.push((Some(id), at, ty));
                 }
             }
         }
+    }
+    out
+}
+
+/// Where each image, file or audio part of `m` kept as an opaque part is that the Chat
+/// Completions API refuses, in words, in order, with the call id of the tool result
+/// holding it: every one of a message whose role is not `user`, and every one of a tool
+/// result (fresh45 #5: they were counted, and priced as documents, with no violation).
+fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
+    let mut out = Vec::new();
+    for (id, at, ty) in opaque_parts(m) {
+        if !USER_ONLY_PARTS.contains(&ty) {
+            continue;
+        }
+        let detail = match id {
+            Some(_) => format!(
+                "{at} is a part of type {}; the Chat Completions API takes image, file and \
+                 audio parts only in user messages, a tool message's content text only",
+                quote(ty)
+            ),
+            None if m.role != Role::User => format!(
+                "{at} is a part of type {} in {} message; the Chat Completions API takes \
+                 image, file and audio parts only in user messages",
+                quote(ty),
+                with_article(m.role)
+            ),
+            None => continue,
+        };
+        out.push((id, detail));
     }
     out
 }
@@ -237,43 +248,23 @@ fn refused_payloads(m: &Message) -> Vec<(Option<&str>, String)> {
 /// Under OpenAI's rules an Anthropic block ([`anthropic_only_block`], or an `image`);
 /// under Anthropic's an OpenAI part (`image_url`, `input_audio`, `file`).
 fn foreign_blocks(m: &Message, provider: Format) -> Vec<(Option<&str>, String)> {
-    fn foreign(p: &Part, provider: Format) -> Option<&str> {
-        let ty = p.type_.as_deref().filter(|_| p.kind == PartKind::Opaque)?;
-        let theirs = match provider {
-            Format::OpenAI => anthropic_only_block(ty) || ty == "image",
-            Format::Anthropic => matches!(ty, "image_url" | "input_audio" | "file"),
-        };
-        theirs.then_some(ty)
-    }
     let (theirs, api) = match provider {
         Format::OpenAI => ("an Anthropic block", "the Chat Completions API"),
         Format::Anthropic => ("an OpenAI part", "the Messages API"),
     };
-    let mut out = Vec::new();
-    for (j, p) in m.content.iter().enumerate() {
-        if let Some(ty) = foreign(p, provider) {
-            let detail = format!(
-                "content[{j}] is {theirs} of type {}; {api} refuses it",
-                quote(ty)
-            );
-            out.push((None, detail));
-        }
-        if p.kind == PartKind::ToolResult {
-            let id = p.call_id.as_deref().unwrap_or("");
-            for (k, q) in p.inner().iter().enumerate() {
-                if let Some(ty) = foreign(q, provider) {
-                    let detail = format!(
-                        "content[{k}] of the result of tool call {} is {theirs} of type {}; \
-                         {api} refuses it",
-                        quote(id),
-                        quote(ty)
-                    );
-                    out.push((Some(id), detail));
-                }
-            }
-        }
-    }
-    out
+    opaque_parts(m)
+        .into_iter()
+        .filter(|&(_, _, ty)| match provider {
+            Format::OpenAI => anthropic_only_block(ty) || ty == "image",
+            Format::Anthropic => matches!(ty, "image_url" | "input_audio" | "file"),
+        })
+        .map(|(id, at, ty)| {
+            (
+                id,
+                format!("{at} is {theirs} of type {}; {api} refuses it", quote(ty)),
+            )
+        })
+        .collect()
 }
 
 fn validate_openai(messages: &[Message]) -> Vec<Violation> {
