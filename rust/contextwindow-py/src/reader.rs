@@ -207,6 +207,13 @@ fn req_str<'a>(v: &'a Option<Bound<'_, PyAny>>) -> R<&'a str> {
     v.as_ref().map_or(Err(Fallback), |v| exact_str(v))
 }
 
+/// `d[key]`, which must be a plain dict (anything else, or no such key, falls back: the
+/// adapters name it).
+fn dict_at<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> R<Bound<'py, PyDict>> {
+    let v = get(d, key)?.ok_or(Fallback)?;
+    v.cast_into_exact::<PyDict>().map_err(|_| Fallback)
+}
+
 /// `d.get(key)` for an interned key.
 fn get<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> R<Option<Bound<'py, PyAny>>> {
     Ok(d.get_item(key)?)
@@ -277,8 +284,7 @@ impl<'py> Fields<'py> {
 /// the adapters, which name it.
 fn checked_source<'py>(b: &Bound<'py, PyDict>) -> R<Bound<'py, PyDict>> {
     let py = b.py();
-    let source = get(b, intern!(py, "source"))?.ok_or(Fallback)?;
-    let source = source.cast_into_exact::<PyDict>().map_err(|_| Fallback)?;
+    let source = dict_at(b, intern!(py, "source"))?;
     let stype = get(&source, intern!(py, "type"))?;
     let keys: &[&Bound<'py, PyString>] = match req_str(&stype)? {
         "base64" => &[intern!(py, "media_type"), intern!(py, "data")],
@@ -547,12 +553,7 @@ impl Reader {
         match (btype, shape) {
             ("text", _) => self.text_part(b),
             ("image_url", PartShape::OpenAI) => {
-                let img = get(b, intern!(py, "image_url"))?;
-                let img = img
-                    .as_ref()
-                    .ok_or(Fallback)?
-                    .cast_exact::<PyDict>()
-                    .map_err(|_| Fallback)?;
+                let img = &dict_at(b, intern!(py, "image_url"))?;
                 let url = get(img, intern!(py, "url"))?;
                 let url = req_str(&url)?;
                 let detail_value = get(img, intern!(py, "detail"))?;
@@ -590,12 +591,7 @@ impl Reader {
             ("file", PartShape::OpenAI) => {
                 // `adapters._check_file`: an object whose file_id, file_data and filename
                 // are strings or null; anything else goes to the adapters, which name it
-                let file = get(b, intern!(py, "file"))?;
-                let file = file
-                    .as_ref()
-                    .ok_or(Fallback)?
-                    .cast_exact::<PyDict>()
-                    .map_err(|_| Fallback)?;
+                let file = &dict_at(b, intern!(py, "file"))?;
                 for key in [
                     intern!(py, "file_id"),
                     intern!(py, "file_data"),
@@ -702,12 +698,7 @@ impl Reader {
             ),
             Some(_) => return Err(Fallback),
         };
-        let body = get(tc, key_s)?;
-        let body = body
-            .as_ref()
-            .ok_or(Fallback)?
-            .cast_exact::<PyDict>()
-            .map_err(|_| Fallback)?;
+        let body = &dict_at(tc, key_s)?;
         let name = get(body, intern!(py, "name"))?;
         let arguments = get(body, text_s)?;
         let mut p = part(PartKind::ToolCall);
