@@ -528,6 +528,28 @@ def test_surrogates_count_as_replacement_characters() -> None:
     assert cw.count_messages(msgs, "bytes4") == 5
 
 
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 127, 128, 129, 1000])
+@pytest.mark.parametrize("odd", ['"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "中", "😀", None])
+def test_json_strings_are_written_as_msgspec_writes_them(n: int, odd: str | None) -> None:
+    # the reader copies a string with nothing to escape whole, 64 bytes checked at a time,
+    # and escapes any other through serde_json: both must give msgspec's bytes, wherever
+    # in a 64-byte chunk the character to escape sits (first, last, past the last chunk)
+    for at in sorted({0, n // 2, max(n - 1, 0), n}):
+        text = "A" * n if odd is None else "A" * at + odd + "A" * (n - at)
+        url = "data:image/png;base64," + text
+        msgs = [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}, "note": {text: [text]}}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok", text: text}]},
+        ]
+        same_canonical(msgs, "openai")
+        source = {"type": "base64", "media_type": "image/png", "data": text}
+        anthropic = [
+            {"role": "user", "content": [{"type": "image", "source": source}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"q": text}}]},
+        ]
+        same_canonical(anthropic, "anthropic")
+
+
 def test_reader_handles_typical_chat_itself() -> None:
     msgs = [
         {"role": "system", "content": "be brief"},
