@@ -781,6 +781,66 @@ def test_a_legacy_function_call_is_refused_on_every_path() -> None:
     assert cw.count_request(json.dumps({"messages": [plain[0], dumped]}).encode()) == cw.count_messages(plain)
 
 
+@pytest.mark.parametrize("role", ["user", "system", "developer"])
+def test_tool_calls_off_an_assistant_message_are_read_as_misplaced_calls(role: str) -> None:
+    # fresh49 #2: tool_calls on a user message were kept as an unknown key: not counted
+    # (10 tokens for 4,944 on an assistant), not paired (their result an orphan), passed
+    # by validate and sent back as they came. Now read as calls: counted as on an
+    # assistant message, reported as misplaced, removed by repair with their result.
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": json.dumps({"blob": "z " * 5000})}}
+    result = {"role": "tool", "tool_call_id": "a", "content": "r"}
+    msgs = [{"role": "system", "content": "s"}, {"role": role, "content": "x", "tool_calls": [call]}, result]
+    on_assistant = [msgs[0], {"role": "assistant", "content": "x", "tool_calls": [call]}, result]
+    # the same parts as on an assistant message: the same count (a role costs the same)
+    assert cw.count_messages(msgs) == cw.count_messages(on_assistant) > 4900
+    assert cw.count_request(json.dumps({"messages": msgs}).encode()) == cw.count_messages(msgs)
+    assert [(v.code, v.index) for v in cw.validate(msgs, "openai")] == [
+        ("call_outside_assistant", 1),
+        ("orphan_result", 2),
+    ]
+    repaired = cw.repair_tool_pairs(msgs).messages
+    assert repaired == [msgs[0], {"role": role, "content": "x"}]
+    # read back as written: the writer puts a misplaced call in tool_calls
+    assert message_to_openai(openai_to_message(msgs[1], 1)) == msgs[1]
+    # null and [] hold no call: kept in extra verbatim, as on an assistant message
+    for empty in (None, []):
+        kept = [msgs[0], {**msgs[1], "tool_calls": empty}]
+        assert cw.count_messages(kept) == cw.count_messages([msgs[0], {"role": role, "content": "x"}])
+        assert openai_to_message(kept[1], 1).extra == {"tool_calls": empty}
+
+
+def test_tool_calls_on_a_tool_message_are_refused_on_every_path() -> None:
+    # a tool message's one part is its result: calls there would go uncounted
+    call = {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "a"}]}
+    msgs = [
+        {"role": "user", "content": "u"},
+        asked,
+        {"role": "tool", "tool_call_id": "a", "content": "r", "tool_calls": [call]},
+    ]
+    want = r"^message 2, field tool_calls: a tool message holds a tool result, not tool calls; they would go uncounted$"
+    body = json.dumps({"messages": msgs}).encode()
+    for f in (
+        lambda: cw.count_messages(msgs),
+        lambda: cw.validate(msgs, "openai"),
+        lambda: cw.trim_turns(msgs, 100),
+        lambda: cw.fit(msgs, 100),
+        lambda: cw.count_request(body),
+        lambda: cw.fit_request(body, budget=100),
+    ):
+        with pytest.raises(InvalidMessageError, match=want):
+            f()
+    for empty in (None, []):
+        kept = [*msgs[:2], {**msgs[2], "tool_calls": empty}]
+        assert cw.count_messages(kept) == cw.count_messages(
+            [*msgs[:2], {k: v for k, v in msgs[2].items() if k != "tool_calls"}]
+        )
+    # a struct holding calls in extra is refused, whatever its role
+    struct = Message(role="user", content=[TextPart(text="x")], extra={"tool_calls": [call]})
+    with pytest.raises(InvalidMessageError, match=r"^message 0, field extra\.tool_calls: a Message carries"):
+        cw.count_messages([struct])
+
+
 def test_to_and_from_canonical() -> None:
     ms = [Message(role="user", content=[TextPart(text="hi")])]
     out = to_canonical(ms, "canonical")

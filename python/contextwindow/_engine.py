@@ -42,6 +42,7 @@ from ._jsontext import (
 from .adapters import (
     _FUNCTION_ROLE,
     _SYSTEM_BLOCK,
+    _no_calls,
     _source,
     _unknown_role,
     _written,
@@ -522,8 +523,9 @@ _FIELD_IN_EXTRA = "a Message's own field; in extra it would be written uncounted
 #: and pairing never see (an assistant's ``tool_calls``, ``function_call``), or that stand
 #: for one of its fields (``role``, ``content``): the adapters never leave them there when
 #: they read a dict (but ``tool_calls`` null or ``[]`` and ``function_call`` null, kept
-#: verbatim, and ``tool_calls`` on another role than assistant, an unknown key there), so
-#: a struct holding them was built so (fresh20b #5).
+#: verbatim), so a struct holding them was built so (fresh20b #5). ``tool_calls`` on
+#: another role than assistant was an unknown key kept there until fresh49 #2: the dicts
+#: refuse it now, and so do the structs.
 _SMUGGLED = {
     "extra.role": _FIELD_IN_EXTRA,
     "extra.content": _FIELD_IN_EXTRA,
@@ -532,15 +534,14 @@ _SMUGGLED = {
 }
 
 
-def _smuggled(extra: Mapping[str, Any], role: str) -> str | None:
-    """The field (``extra.tool_calls``) of the first key of :data:`_SMUGGLED` that the
-    ``extra`` of a message with ``role`` holds, or ``None``."""
+def _smuggled(extra: Mapping[str, Any]) -> str | None:
+    """The field (``extra.tool_calls``) of the first key of :data:`_SMUGGLED` that a
+    message's ``extra`` holds, or ``None``."""
     if "role" in extra:
         return "extra.role"
     if "content" in extra:
         return "extra.content"
-    calls = extra.get("tool_calls")
-    if role == "assistant" and calls is not None and not (isinstance(calls, list) and not calls):
+    if not _no_calls(extra.get("tool_calls")):
         return "extra.tool_calls"
     if extra.get("function_call") is not None:
         return "extra.function_call"
@@ -583,7 +584,7 @@ def _message_fault(m: Message) -> tuple[str, str, bool] | None:
     if extra is not None:
         if not isinstance(extra, Mapping):
             return "extra", "must be a dict", True
-        smuggled = _smuggled(extra, role)
+        smuggled = _smuggled(extra)
         if smuggled is not None:
             return smuggled, _SMUGGLED[smuggled], False
         refusal = extra.get("refusal")

@@ -67,6 +67,17 @@ _FUNCTION_CALL = "the deprecated function-calling form is not read; send tool_ca
 # its result half, a "function" message (fresh18 F5: it got `unknown role "function"`)
 _FUNCTION_ROLE = 'the deprecated function-calling form is not read; send a "tool" message'
 _CUSTOM_TO_ANTHROPIC = "an OpenAI custom tool call has free-text input; an Anthropic tool_use takes an object input"
+# tool_calls on a tool message: its one part is the result, so they would go uncounted
+# (on a user, system or developer message they are read as misplaced calls, which validate
+# reports as call_outside_assistant: fresh49 #2)
+_CALLS_ON_TOOL = "a tool message holds a tool result, not tool calls; they would go uncounted"
+
+
+def _no_calls(calls: Any) -> bool:
+    """A ``tool_calls`` value holding no call: null or ``[]``, kept in ``extra`` verbatim."""
+    return calls is None or (isinstance(calls, list) and not calls)
+
+
 # OpenAI's call keys on an Anthropic message: not read, so their payload would go uncounted
 _OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
 _SYSTEM_BLOCK = "must be a text block"  # a system (top-level or message) holds text blocks only
@@ -318,7 +329,10 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
             ``content[0].image_url.detail: must be a string``; the deprecated
             function-calling form: ``function_call: the deprecated function-calling form
             is not read; send tool_calls``, and for a ``function`` role ``role: ...; send a
-            "tool" message``).
+            "tool" message``; ``tool_calls`` but null or ``[]`` on a tool message:
+            ``tool_calls: a tool message holds a tool result, not tool calls; they would
+            go uncounted``). Tool calls on a user, system or developer message are read as
+            calls (misplaced: ``validate`` reports ``call_outside_assistant``).
 
     >>> m = openai_to_message({"role": "tool", "tool_call_id": "c1", "content": "42"})
     >>> m.content[0].call_id, m.content[0].content, m.content[0].content_kind
@@ -345,10 +359,12 @@ def openai_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
     if role == "tool":
         call_id = _str(d, "tool_call_id", index, "tool_call_id")
         result = ToolResult(call_id=call_id, content=parts, content_kind=kind)
+        if not _no_calls(d.get("tool_calls")):
+            _fail(_CALLS_ON_TOOL, index, "tool_calls")
         extra = _rest(d, [*skip, "tool_call_id"])
         return Message(role="tool", content=[result], name=name, extra=extra)
     calls = d.get("tool_calls")
-    if role == "assistant" and calls is not None:
+    if calls is not None:  # on a user, system or developer message too: misplaced calls
         if not isinstance(calls, list):
             _fail("must be a list or null", index, "tool_calls")
         if calls:  # null and [] stay in extra, verbatim

@@ -168,8 +168,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         name: the provider's ``name`` field, when given.
         id: a caller's id for the message, when given.
         extra: provider keys kept for a lossless round trip. Not the message's own
-            fields (``role``, ``content``) nor tool calls (an assistant's ``tool_calls``
-            but null or ``[]``, ``function_call`` but null), which would be written uncounted:
+            fields (``role``, ``content``) nor tool calls (``tool_calls`` but null or
+            ``[]``, ``function_call`` but null), which would be written uncounted:
             every function taking structs, and the writers, refuse them
             (``InvalidMessageError``, ``field extra.tool_calls``); a call is a
             :class:`ToolCall` part.

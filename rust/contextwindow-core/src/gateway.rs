@@ -1566,6 +1566,21 @@ fn unknown_role(name: &str) -> String {
     format!("unknown role {}", quote(name))
 }
 
+/// Why `tool_calls` (but null or `[]`) on a tool message is refused: its one part is the
+/// result, so they would go uncounted (`adapters._CALLS_ON_TOOL`; on a user, system or
+/// developer message they are read as misplaced calls: fresh49 #2).
+const CALLS_ON_TOOL: &str =
+    "a tool message holds a tool result, not tool calls; they would go uncounted";
+
+/// Whether a raw `tool_calls` value holds no call: null or an empty array.
+fn no_calls(v: &RawValue) -> bool {
+    match kind(v) {
+        Kind::Null => true,
+        Kind::Arr => v.get()[1..v.get().len() - 1].trim().is_empty(),
+        _ => false,
+    }
+}
+
 /// A key as a field path names it (`content[0].input.a\u2028b`, not quoted): the
 /// controls [`quote`] escapes, escaped the same way (`\n`, `\u0001`, `\u0085`,
 /// `\u2028`), every other character as it is (`"` and `\\` too), so an error naming the
@@ -1654,27 +1669,29 @@ fn openai_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<Mes
         result.content = Some(parts);
         result.content_kind = cx.spelled(ckind);
         skip_also("tool_call_id");
+        if d.get("tool_calls").is_some_and(|v| !no_calls(v)) {
+            return Err(bad_message(index, "tool_calls", CALLS_ON_TOOL));
+        }
         let mut m = Message::new(Role::Tool, vec![result]);
         m.name = name;
         m.extra = d.rest(&skip[..skipped], None);
         return Ok(m);
     }
-    if role == Role::Assistant {
-        if let Some(calls) = d.get("tool_calls") {
-            match kind(calls) {
-                Kind::Null => {}
-                Kind::Arr => {
-                    // every call read in one pass when each is a function call read so
-                    // ([`Calls`]); else each from its raw value, as [`openai_call`] says
-                    // what is wrong
-                    let calls = openai_calls(cx, calls, index)?;
-                    if !calls.is_empty() {
-                        parts.extend(calls);
-                        skip_also("tool_calls");
-                    }
+    // on a user, system or developer message too: misplaced calls (fresh49 #2)
+    if let Some(calls) = d.get("tool_calls") {
+        match kind(calls) {
+            Kind::Null => {}
+            Kind::Arr => {
+                // every call read in one pass when each is a function call read so
+                // ([`Calls`]); else each from its raw value, as [`openai_call`] says
+                // what is wrong
+                let calls = openai_calls(cx, calls, index)?;
+                if !calls.is_empty() {
+                    parts.extend(calls);
+                    skip_also("tool_calls");
                 }
-                _ => return Err(bad_message(index, "tool_calls", "must be a list or null")),
             }
+            _ => return Err(bad_message(index, "tool_calls", "must be a list or null")),
         }
     }
     let mut m = Message::new(role, parts);
@@ -4224,6 +4241,41 @@ mod tests {
             let null = body.replace(r#"{"name": "g"}"#, "null");
             assert!(count_request(null.as_bytes(), "conservative", None).is_ok());
         }
+    }
+
+    #[test]
+    fn tool_calls_on_a_tool_message_are_refused_but_empty_ones() {
+        // fresh49 #2: a tool message's one part is its result; calls there went uncounted
+        let call =
+            r#"{"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}"#;
+        let body = |calls: &str| {
+            format!(
+                r#"{{"messages": [{{"role": "user", "content": "u"}},
+                {{"role": "assistant", "tool_calls": [{{"id": "a", "function": {{"name": "f", "arguments": "{{}}"}}}}]}},
+                {{"role": "tool", "tool_call_id": "a", "content": "r", "tool_calls" : {calls} }}]}}"#
+            )
+        };
+        let want = (2, "tool_calls".to_owned(), CALLS_ON_TOOL.to_owned());
+        assert_eq!(message_error(body(&format!("[{call}]")).as_bytes()), want);
+        assert_eq!(message_error(body(&format!("[ {call} ]")).as_bytes()), want);
+        assert_eq!(message_error(body(r#""x""#).as_bytes()), want);
+        // null and empty arrays hold no call: kept as they are
+        let plain = count_request(body("null").as_bytes(), "fim", None).unwrap();
+        for empty in ["[]", "[ ]", "[\n\t ]"] {
+            let n = count_request(body(empty).as_bytes(), "fim", None).unwrap();
+            assert_eq!(n, plain, "{empty}");
+        }
+        // on a user message they are read as calls (misplaced): counted as an assistant's
+        let user = format!(
+            r#"{{"messages": [{{"role": "user", "content": "u", "tool_calls": [{call}]}}]}}"#
+        );
+        let asst = format!(
+            r#"{{"messages": [{{"role": "assistant", "content": "u", "tool_calls": [{call}]}}]}}"#
+        );
+        assert_eq!(
+            count_request(user.as_bytes(), "fim", None).unwrap(),
+            count_request(asst.as_bytes(), "fim", None).unwrap()
+        );
     }
 
     #[test]

@@ -216,6 +216,12 @@ fn json_str(out: &mut Vec<u8>, s: &str) -> R<()> {
     }
 }
 
+/// A `tool_calls` value that holds no call: `None` or an empty `list` (kept in `extra`,
+/// verbatim; `adapters._no_calls`).
+fn empty_calls(v: &Bound<'_, PyAny>) -> bool {
+    v.is_none() || v.cast_exact::<PyList>().is_ok_and(|l| l.is_empty())
+}
+
 /// `v if isinstance(v, str) else None`; a `str` subclass falls back.
 fn opt_str<'a>(v: Option<&'a Bound<'_, PyAny>>) -> R<Option<&'a str>> {
     match v {
@@ -785,25 +791,27 @@ impl Reader {
             result.call_id = Some(self.text(req_str(&f.tool_call_id)?));
             result.content = (!parts.is_empty()).then_some(parts); // omit_defaults
             result.content_kind = Some(kind.to_owned());
+            if f.tool_calls.as_ref().is_some_and(|v| !empty_calls(v)) {
+                return Err(Fallback); // tool calls on a tool message: the adapters name it
+            }
             skip[n] = "tool_call_id";
             m.extra = self.rest(d, &skip[..n + 1], present + 1)?;
             m.content = vec![result];
             return Ok(m);
         }
-        if role == Role::Assistant {
-            if let Some(calls) = &f.tool_calls {
-                if !calls.is_none() {
-                    let calls = calls.cast_exact::<PyList>().map_err(|_| Fallback)?;
-                    if !calls.is_empty() {
-                        // null and [] stay in extra, verbatim
-                        parts.reserve(calls.len());
-                        for tc in calls.iter() {
-                            parts.push(self.openai_call(&tc)?);
-                        }
-                        skip[n] = "tool_calls";
-                        n += 1;
-                        present += 1;
+        // on a user, system or developer message too: misplaced calls (fresh49 #2)
+        if let Some(calls) = &f.tool_calls {
+            if !calls.is_none() {
+                let calls = calls.cast_exact::<PyList>().map_err(|_| Fallback)?;
+                if !calls.is_empty() {
+                    // null and [] stay in extra, verbatim
+                    parts.reserve(calls.len());
+                    for tc in calls.iter() {
+                        parts.push(self.openai_call(&tc)?);
                     }
+                    skip[n] = "tool_calls";
+                    n += 1;
+                    present += 1;
                 }
             }
         }
