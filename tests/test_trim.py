@@ -1032,3 +1032,72 @@ def test_a_repaired_unit_of_the_newest_turn_keeps_its_fate_when_it_comes_back(en
         == ("repaired", "stub_inserted")
     )
     assert [(c.kind, c.index) for c in r.repairs] == [("stub_inserted", 1)]
+
+
+# --- fresh49 #1: a screenshot sent after the tool messages goes with its call ------------------
+
+
+def _shot(url: str = "https://example.com/s.png") -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url, "detail": "low"}}]}
+
+
+def _call(i: int) -> list[dict[str, Any]]:
+    call = {"id": f"c{i}", "type": "function", "function": {"name": "click", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"},
+    ]
+
+
+def test_fresh49_1_a_screenshot_after_tool_messages_joins_the_calls_unit() -> None:
+    # OpenAI takes images in user messages only: a computer-use agent sends each
+    # screenshot after the tool messages. Each one opened a turn, the last was the current
+    # request and the task the oldest turn, which every trim dropped first.
+    task = {"role": "user", "content": "Enable dark mode."}
+    m: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, task]
+    for i in range(4):
+        m += [*_call(i), _shot()]
+    seg = cw.segment_turns(m)
+    assert seg.turns == [(1, 14)]
+    assert seg.units == [[2, 3, 4], [5, 6, 7], [8, 9, 10], [11, 12, 13]]
+    assert seg.current_request == 13  # the last screenshot is still a real user message
+    assert cw.validate(m, "openai") == []
+    # a budget for the system, the task and the newest two calls with their screenshots,
+    # one token short of three: the oldest two units go whole, screenshots included
+    t = cw.message_tokens(m, "fim")
+    unit = sum(t[2:5])
+    assert t[2:5] * 4 == t[2:] and t[4] > 700  # every unit alike; an image is most of it
+    budget = t[0] + t[1] + 3 * unit - 1
+    r = cw.trim_turns(m, budget, profile="fim")
+    assert r.report.fits and r.report.tokens_after == t[0] + t[1] + 2 * unit
+    assert r.messages == [m[0], task, *m[8:14]]
+    assert [f.fate for f in r.report.fates] == ["kept", "kept"] + ["dropped"] * 6 + ["kept"] * 6
+    body = json.dumps({"messages": m}).encode()
+    assert json.loads(cw.fit_request(body, budget=budget, profile="fim"))["messages"] == r.messages
+    for out in (cw.fit(m, budget, profile="fim").messages, cw.prune_middle(m, budget, profile="fim").messages):
+        assert task in out and m[13] in out
+        assert all(x in out for x in m[11:13])  # the newest call stays with its screenshot
+
+
+def test_fresh49_1_which_media_messages_join_a_unit() -> None:
+    task = {"role": "user", "content": "q"}
+    answer = {"role": "assistant", "content": "done"}
+    # two screenshots in a row after the results both join; so do a file and audio
+    audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}
+    m = [task, *_call(0), _shot(), audio, answer]
+    assert cw.segment_turns(m).units == [[1, 2, 3, 4]]
+    assert cw.segment_turns(m).turns == [(0, 6)]
+    # images alone after the assistant's answer are the user's: they open a turn
+    m = [task, *_call(0), answer, _shot()]
+    seg = cw.segment_turns(m)
+    assert seg.units == [[1, 2]] and seg.turns == [(0, 4), (4, 5)] and seg.current_request == 4
+    # an image with text is the user's too
+    with_text = {"role": "user", "content": [{"type": "text", "text": "see"}, _shot()["content"][0]]}
+    assert cw.segment_turns([task, *_call(0), with_text]).turns == [(0, 3), (3, 4)]
+    # after an orphan result (no unit) a screenshot opens a turn
+    orphan = {"role": "tool", "tool_call_id": "zz", "content": "ok"}
+    assert cw.segment_turns([task, answer, orphan, _shot()]).turns == [(0, 3), (3, 4)]
+    # the Rust engine and the reference agree
+    for msgs in ([task, *_call(0), _shot(), audio, answer], [task, *_call(0), answer, _shot()]):
+        can = cw.adapters.to_canonical(msgs)
+        assert ref.segment(can).units == cw.segment_turns(msgs).units

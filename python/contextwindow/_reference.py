@@ -689,6 +689,22 @@ def has_results(m: Message) -> bool:
     return any(isinstance(q, ToolResult) for q in m.content)
 
 
+#: Opaque part types that are media, as an image is (``is_media_only``).
+MEDIA_TYPES = frozenset({"image", "file", "input_audio", "document"})
+
+
+def is_media_only(m: Message) -> bool:
+    """A user message of images, files, audio or documents alone (no text, no tool
+    results): right after a message holding tool results it belongs to that message's
+    tool unit (a screenshot an OpenAI agent sends after the tool messages; Rust
+    ``Message::is_media_only``)."""
+    return (
+        m.role == "user"
+        and bool(m.content)
+        and all(isinstance(q, ImagePart) or (isinstance(q, OpaquePart) and q.type in MEDIA_TYPES) for q in m.content)
+    )
+
+
 def first_text(m: Message) -> str | None:
     if m.content and isinstance(m.content[0], TextPart):
         return m.content[0].text
@@ -841,7 +857,9 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
 def tool_units(
     msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None = None
 ) -> list[list[int]]:
-    """Tool units (see DESIGN.md section 4); ``real``: :func:`is_real_user` of each message,
+    """Tool units (see DESIGN.md section 4), each with the user messages of media alone
+    right after its results (:func:`is_media_only`: a screenshot an OpenAI agent sends
+    after the tool messages; fresh49 #1); ``real``: :func:`is_real_user` of each message,
     when the caller has it already."""
     parent = list(range(len(msgs)))
 
@@ -861,6 +879,16 @@ def tool_units(
                 a, b = find(i), find(c[0])
                 parent[max(a, b)] = min(a, b)
                 in_unit[i] = in_unit[c[0]] = True
+    # a user message of media alone right after a message of the unit holding tool
+    # results (or after another such message) is what the tool showed (a screenshot an
+    # OpenAI agent sends after the tool messages): it goes with the unit (fresh49 #1)
+    shown = False
+    for i in range(1, len(msgs)):
+        shown = is_media_only(msgs[i]) and (shown or (in_unit[i - 1] and has_results(msgs[i - 1])))
+        if shown:
+            a, b = find(i), find(i - 1)
+            parent[max(a, b)] = min(a, b)
+            in_unit[i] = True
     groups: dict[int, list[int]] = {}
     for i in range(len(msgs)):
         if in_unit[i]:

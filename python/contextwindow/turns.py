@@ -27,8 +27,9 @@ def segment_turns(messages: Any, *, format: str | None = None) -> Segmentation:
     user interrupted there, and the message still opens the user's next turn (it is in
     no tool unit; trimming takes the stubs out when the call goes). A tool unit is an
     assistant message with calls plus every message holding one of their results,
-    matched by id to the nearest preceding call; a turn boundary never falls inside a
-    tool unit.
+    matched by id to the nearest preceding call, and the user messages of images, files,
+    audio or documents alone right after them (a screenshot an OpenAI agent sends after
+    the tool messages: it opens no turn); a turn boundary never falls inside a tool unit.
 
     Args:
         messages: OpenAI dicts, Anthropic dicts or ``Message`` structs.

@@ -359,6 +359,24 @@ impl Message {
             && !only(is_notice_text)
     }
 
+    /// A user message of images, files, audio or documents alone (no text, no tool
+    /// results): what an OpenAI agent sends after the tool messages to show what a tool
+    /// made (a screenshot), since Chat Completions takes images in user messages only.
+    /// Right after a message holding tool results it belongs to that message's tool unit
+    /// ([`crate::turns::tool_units`]; fresh49 #1).
+    pub fn is_media_only(&self) -> bool {
+        self.role == Role::User
+            && !self.content.is_empty()
+            && self.content.iter().all(|p| {
+                p.kind == PartKind::Image
+                    || (p.kind == PartKind::Opaque
+                        && matches!(
+                            p.type_.as_deref(),
+                            Some("image" | "file" | "input_audio" | "document")
+                        ))
+            })
+    }
+
     /// The observation of a text-action agent: a user message whose first part other
     /// than tool results is text starting with [`TOOL_RESULTS_PREFIX`] (what a tool
     /// printed, given back as user text). It never starts a turn, and `trim_turns` cuts

@@ -139,7 +139,9 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
     x
 }
 
-/// Group messages into tool units by resolved call ids (union-find over messages).
+/// Group messages into tool units by resolved call ids (union-find over messages), with
+/// a user message of media alone right after a unit's results ([`Message::is_media_only`]:
+/// a screenshot an OpenAI agent sends after the tool messages).
 pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
     let n = messages.len();
     let mut parent: Vec<usize> = (0..n).collect();
@@ -157,6 +159,22 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
     }
     for (i, m) in messages.iter().enumerate() {
         if m.as_ref().role == crate::model::Role::Assistant && m.as_ref().has_tool_calls() {
+            in_unit[i] = true;
+        }
+    }
+    // A user message of media alone right after a message of the unit holding tool
+    // results (or after another such message) is what the tool showed: a screenshot an
+    // OpenAI agent sends after the tool messages. It goes with the unit (fresh49 #1: as
+    // a turn of its own it made the last screenshot the current request and the task
+    // the oldest turn, dropped first).
+    let mut shown = false;
+    for i in 1..n {
+        let prev = messages[i - 1].as_ref();
+        shown = messages[i].as_ref().is_media_only()
+            && (shown || (in_unit[i - 1] && prev.has_tool_results()));
+        if shown {
+            let (a, b) = (find(&mut parent, i), find(&mut parent, i - 1));
+            parent[a.max(b)] = a.min(b);
             in_unit[i] = true;
         }
     }

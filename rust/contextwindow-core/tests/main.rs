@@ -1502,3 +1502,41 @@ fn pinned_indices() {
         "invalid argument pinned: index 9 is not a message index (0..5)"
     );
 }
+
+fn shot() -> Message {
+    let mut p = Part::text("");
+    p.kind = PartKind::Image;
+    p.text = None;
+    p.width = Some(512);
+    p.height = Some(512);
+    Message::new(Role::User, vec![p])
+}
+
+#[test]
+fn a_screenshot_after_tool_results_goes_with_their_unit() {
+    // fresh49 #1: OpenAI takes images in user messages only, so an agent sends a
+    // screenshot after the tool messages; as a turn of its own the task was dropped first
+    let msgs = vec![
+        sys("s"),
+        u("the task"),
+        call(&["c1"]),
+        res("c1", "ok"),
+        shot(),
+        call(&["c2"]),
+        res("c2", "ok"),
+        shot(),
+        shot(), // a second one in a row joins too
+    ];
+    let s = segment(&msgs);
+    assert_eq!(s.turns, vec![1..9]);
+    assert_eq!(s.units, vec![vec![2, 3, 4], vec![5, 6, 7, 8]]);
+    // after the assistant's answer an image alone is the user's: it opens a turn
+    let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), a("done"), shot()];
+    let s = segment(&msgs);
+    assert_eq!(s.turns, vec![0..4, 4..5]);
+    assert_eq!(s.units, vec![vec![1, 2]]);
+    assert_eq!(s.current_request, Some(4));
+    // after an orphan result (in no unit) too
+    let msgs = vec![u("q"), a("done"), res("zz", "ok"), shot()];
+    assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
+}
