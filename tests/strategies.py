@@ -283,6 +283,11 @@ def conversation(draw: Any, provider: str) -> list[Message]:
             elif results:
                 tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
                 msgs.append(Message(role=draw(_anthropic_user), content=[*results, *tail]))
+            # sometimes screenshots after the results, a user message of images alone each,
+            # as an OpenAI agent sends them (they go with the unit: fresh49 #1)
+            if draw(st.integers(0, 4)) == 0:
+                for _ in range(draw(st.integers(1, 2))):
+                    msgs.append(Message(role="user", content=[draw(image_part())]))
     if draw(st.booleans()):
         msgs.append(Message(role="user", content=[TextPart(text=draw(any_text))]))
     return msgs
