@@ -1679,7 +1679,15 @@ def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
     ]
     found = cw.validate(m, "openai")
     assert [(v.index, v.code) for v in found] == [(2, "unwritable_message")]
-    assert found[0].detail == "field content: a tool message must hold exactly one ToolResult"
+    assert found[0].detail == "field content: a tool message must hold one ToolResult and nothing else"
+    # fresh50 #2: one result and a call said "must hold exactly one ToolResult", which it did
+    with_call = cw.Message(
+        role="tool", content=[cw.ToolResult(call_id="a"), cw.ToolCall(id="c", name="f", arguments="{}")]
+    )
+    odd = cw.validate([*m[:2], with_call, cw.Message(role="tool", content=[cw.ToolResult(call_id="b")])], "openai")
+    assert [(v.index, v.code, v.detail) for v in odd if v.code == "unwritable_message"] == [
+        (2, "unwritable_message", "field content: a tool message must hold one ToolResult and nothing else")
+    ]
     # Anthropic: message_to_anthropic writes the tool message as a user message holding
     # both tool_result blocks, which answers the calls before it; validate takes it as
     # that user message (fresh19 F5: role_not_allowed, result_outside_user_message and

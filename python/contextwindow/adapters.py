@@ -494,7 +494,7 @@ def _to_openai(m: Message) -> dict[str, Any]:
     if m.role == "tool":
         result = m.content[0] if len(m.content) == 1 else None
         if not isinstance(result, ToolResult):
-            _fail("a tool message must hold exactly one ToolResult", None, "content")
+            _fail("a tool message must hold one ToolResult and nothing else", None, "content")
         out["tool_call_id"] = result.call_id
         content = _emit(_required(result.content_kind), result.content, _openai_part_out, "")
     else:

@@ -179,7 +179,7 @@ def validate(messages: Any, provider: Literal["openai", "anthropic"], *, format:
 #: (a tool message holding other than one, a result in another message): the placement
 #: that the engine's pairing violations name and repair mends.
 _PLACEMENT = frozenset(
-    {"a tool message must hold exactly one ToolResult", "a ToolResult cannot be an OpenAI content part"}
+    {"a tool message must hold one ToolResult and nothing else", "a ToolResult cannot be an OpenAI content part"}
 )
 
 
