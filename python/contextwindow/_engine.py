@@ -523,9 +523,9 @@ _FIELD_IN_EXTRA = "a Message's own field; in extra it would be written uncounted
 #: and pairing never see (an assistant's ``tool_calls``, ``function_call``), or that stand
 #: for one of its fields (``role``, ``content``): the adapters never leave them there when
 #: they read a dict (but ``tool_calls`` null or ``[]`` and ``function_call`` null, kept
-#: verbatim), so a struct holding them was built so (fresh20b #5). ``tool_calls`` on
-#: another role than assistant was an unknown key kept there until fresh49 #2: the dicts
-#: refuse it now, and so do the structs.
+#: verbatim), so a struct holding them was built so (fresh20b #5). Since fresh49 #2 the
+#: adapters read ``tool_calls`` on a user, system or developer message as calls and refuse
+#: them on a tool message, so ``extra.tool_calls`` is refused whatever the role.
 _SMUGGLED = {
     "extra.role": _FIELD_IN_EXTRA,
     "extra.content": _FIELD_IN_EXTRA,

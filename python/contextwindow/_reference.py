@@ -689,8 +689,11 @@ def has_results(m: Message) -> bool:
     return any(isinstance(q, ToolResult) for q in m.content)
 
 
+#: The Chat Completions part types only a user message takes, kept as opaque parts (files,
+#: audio, an ``image_url`` in a list read as Anthropic's; Rust ``model::USER_ONLY_PARTS``).
+USER_ONLY_TYPES = frozenset({"file", "input_audio", "image_url"})
 #: Opaque part types that are media, as an image is (``is_media_only``).
-MEDIA_TYPES = frozenset({"image", "file", "input_audio", "document"})
+MEDIA_TYPES = USER_ONLY_TYPES | {"image", "document"}
 
 
 def is_media_only(m: Message) -> bool:
@@ -991,11 +994,7 @@ def _refused_payloads(m: Message) -> list[str | None]:
     Completions API refuses, as the call id of the tool result holding each (``None``
     for a part of the message): those of a message whose role is not ``user``, and those
     of a tool result (the Rust ``refused_payloads``)."""
-    return [
-        cid
-        for cid, t in _opaque_parts(m)
-        if t in ("file", "input_audio", "image_url") and (cid is not None or m.role != "user")
-    ]
+    return [cid for cid, t in _opaque_parts(m) if t in USER_ONLY_TYPES and (cid is not None or m.role != "user")]
 
 
 def validate(msgs: list[Message], provider: str) -> list[Violation]:
@@ -1137,7 +1136,7 @@ def _foreign_blocks(m: Message, provider: str) -> list[str | None]:
     def foreign(t: str) -> bool:
         if provider == "openai":
             return anthropic_only_type(t) or t == "image"
-        return t in ("image_url", "input_audio", "file")
+        return t in USER_ONLY_TYPES
 
     return [cid for cid, t in _opaque_parts(m) if foreign(t)]
 

@@ -59,6 +59,14 @@ pub fn message_level_block(ty: &str) -> bool {
     ) || ty.ends_with("_tool_result")
 }
 
+/// The Chat Completions part types that only a user message takes, kept as opaque parts:
+/// files and audio input, and an `image_url` part in a list read as Anthropic's (fresh48
+/// #5; one read as OpenAI's is an image, `image_not_allowed` there). Its reference gives
+/// system and developer messages text parts, an assistant message text and refusal
+/// parts, a tool message text parts. With Anthropic's `image` and `document`, they are the
+/// media parts of [`Message::is_media_only`].
+pub const USER_ONLY_PARTS: [&str; 3] = ["file", "input_audio", "image_url"];
+
 /// Message role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -370,10 +378,9 @@ impl Message {
             && self.content.iter().all(|p| {
                 p.kind == PartKind::Image
                     || (p.kind == PartKind::Opaque
-                        && matches!(
-                            p.type_.as_deref(),
-                            Some("image" | "file" | "input_audio" | "document")
-                        ))
+                        && p.type_.as_deref().is_some_and(|t| {
+                            USER_ONLY_PARTS.contains(&t) || matches!(t, "image" | "document")
+                        }))
             })
     }
 

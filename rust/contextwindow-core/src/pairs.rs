@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use crate::error::quote;
 use crate::model::{
     anthropic_only_block, message_level_block, Format, Message, Part, PartKind, Role,
-    RESULTS_REMOVED,
+    RESULTS_REMOVED, USER_ONLY_PARTS,
 };
 use crate::turns::{resolve, CallRef, Resolution};
 
@@ -179,13 +179,6 @@ fn refused_images(m: &Message) -> Vec<String> {
     out
 }
 
-/// The Chat Completions part types that only a user message takes, kept as opaque parts:
-/// files and audio input, and an `image_url` part in a list read as Anthropic's (fresh48
-/// #5; one read as OpenAI's is an image, `image_not_allowed` there). Its reference gives
-/// system and developer messages text parts, an assistant message text and refusal
-/// parts, a tool message text parts.
-const USER_ONLY_PARTS: [&str; 3] = ["file", "input_audio", "image_url"];
-
 /// Each opaque part of `m`, its own and then each tool result's, in order: the call id of
 /// the tool result holding it (`None` for a part of the message), its place in words
 /// (`content[1]`, `content[0] of the result of tool call "x"`) and its type.
@@ -256,7 +249,7 @@ fn foreign_blocks(m: &Message, provider: Format) -> Vec<(Option<&str>, String)> 
         .into_iter()
         .filter(|&(_, _, ty)| match provider {
             Format::OpenAI => anthropic_only_block(ty) || ty == "image",
-            Format::Anthropic => matches!(ty, "image_url" | "input_audio" | "file"),
+            Format::Anthropic => USER_ONLY_PARTS.contains(&ty),
         })
         .map(|(id, at, ty)| {
             (
