@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from contextwindow._reference import is_real_user, is_thinking, repair, validate
+from contextwindow._reference import is_thinking, last_real_user, repair, validate
 from contextwindow.messages import (
     BREADCRUMB,
     ImagePart,
@@ -284,10 +284,14 @@ def conversation(draw: Any, provider: str) -> list[Message]:
                 tail = [TextPart(text=draw(text))] if draw(st.integers(0, 4)) == 0 else []
                 msgs.append(Message(role=draw(_anthropic_user), content=[*results, *tail]))
             # sometimes screenshots after the results, a user message of images alone each,
-            # as an OpenAI agent sends them (they go with the unit: fresh49 #1)
+            # as an OpenAI agent sends them (they go with the unit: fresh49 #1), sometimes
+            # with a blank caption (fresh51 #2) or a word (then the user's: a turn)
             if draw(st.integers(0, 4)) == 0:
                 for _ in range(draw(st.integers(1, 2))):
-                    msgs.append(Message(role="user", content=[draw(image_part())]))
+                    caption = draw(
+                        st.sampled_from([[], [], [TextPart(text="")], [TextPart(text=" \n")], [TextPart(text="see")]])
+                    )
+                    msgs.append(Message(role="user", content=[*caption, draw(image_part())]))
     if draw(st.booleans()):
         msgs.append(Message(role="user", content=[TextPart(text=draw(any_text))]))
     return msgs
@@ -335,12 +339,8 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
 
     def turn_first() -> bool:
         """Whether an assistant message appended now is the first of the newest turn."""
-        for m in reversed(msgs):
-            if m.role == "assistant":
-                return False
-            if is_real_user(m):
-                return True
-        return True
+        last = last_real_user(msgs)  # where it stands: a screenshot in a unit is none
+        return all(m.role != "assistant" for m in msgs[0 if last is None else last + 1 :])
 
     msgs.append(orphan() if draw(st.integers(0, 4)) == 0 else user())
     for _ in range(draw(st.integers(0, 6))):
@@ -391,9 +391,7 @@ def anthropic_agent(draw: Any, tool_structs: bool = False) -> list[Message]:
     # thinking-led start the trims keep, and fit may evict it (found by
     # test_fit_guard_prune_validate_whole: thinking_not_first).
     repaired = [it.msg(msgs) for it in repair(msgs, "anthropic", "stub")[0]]
-    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")) or not any(
-        is_real_user(m) for m in repaired
-    ):
+    if any(v.code.startswith("thinking_") for v in validate(repaired, "anthropic")) or last_real_user(repaired) is None:
         msgs = [
             msgspec.structs.replace(m, content=[q for q in m.content if not is_thinking(q)] or [TextPart(text="ok")])
             if m.role == "assistant"
@@ -415,6 +413,6 @@ def request_source(msgs: list[Any], provider: str) -> int | None:
     state = ref._state(canon, ref.cost_model("conservative"), provider, False, "stub")
     srcs = [it.src for it in state.work]
     work = [it.msg(canon) for it in state.work]
-    real_req = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w])), None)
+    real_req = ref.last_real_user(work)  # a screenshot in a tool unit is none (fresh50 #1)
     req = ref.current_request(canon, srcs, real_req)
     return None if req is None else srcs[req]

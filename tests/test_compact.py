@@ -1504,9 +1504,10 @@ def test_clearing_an_image_result_never_puts_a_message_over_the_character_cap() 
         Message(role="user", content=[], pinned=True),
         Message(role="assistant", content=[call, call], pinned=True),
         results,
-        # the request: an image and an empty text (an image alone right after the results
-        # would be what the tool showed, in their unit: fresh49 #1)
-        Message(role="user", content=[image, TextPart(text="")], pinned=True),
+        # the request: an image and a word (an image alone, or with a blank text, right
+        # after the results would be what the tool showed, in their unit: fresh49 #1,
+        # fresh51 #2)
+        Message(role="user", content=[image, TextPart(text="see")], pinned=True),
     ]
     r = budget_tool_results(msgs, 276, format="anthropic", max_message_chars=500)
     again = budget_tool_results(r.messages, 276, format="anthropic", max_message_chars=500)

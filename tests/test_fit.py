@@ -928,7 +928,8 @@ def test_fit_tightness(msgs: list[Message], pct: int) -> None:
     newest = max(f.index for f in evicted if f.rule == low)
     seg = cw.segment_turns(msgs, format=provider)
     a, b = next((a, b) for a, b in seg.turns if a <= newest < b)
-    head = next((i for i in range(a, b) if ref.is_real_user(msgs[i])), None)
+    real = ref.real_users(list(msgs))  # where they stand: a screenshot in a unit is none
+    head = next((i for i in range(a, b) if real[i]), None)
     if head is not None and rep.fates[head].rule == low:
         # a breadcrumb message of the input goes only with its whole turn, whatever its
         # own class says (its rule may read p3_evicted while the turn went in pass P2)
@@ -981,7 +982,8 @@ def test_fit_on_corpus(path: Path, pct: int) -> None:
             # with it (fresh14 findings 1 and 4)
             left = fit(r.messages, target, EXACT, format=fmt)
             out = [_canon(m, fmt) for m in r.messages]
-            request = max((i for i, m in enumerate(out) if ref.is_real_user(m)), default=len(out))
+            request = ref.last_real_user(out)
+            request = len(out) if request is None else request
             dropped = [f.index for f in left.report.fates if f.fate == "dropped"]
             assert all(i > request for i in dropped), (r.report.tokens_after, target, dropped)
     # 6. monotone in budget (to the budget exactly)

@@ -1685,9 +1685,11 @@ def test_validate_reports_struct_messages_the_adapters_cannot_write() -> None:
         role="tool", content=[cw.ToolResult(call_id="a"), cw.ToolCall(id="c", name="f", arguments="{}")]
     )
     odd = cw.validate([*m[:2], with_call, cw.Message(role="tool", content=[cw.ToolResult(call_id="b")])], "openai")
-    assert [(v.index, v.code, v.detail) for v in odd if v.code == "unwritable_message"] == [
-        (2, "unwritable_message", "field content: a tool message must hold one ToolResult and nothing else")
-    ]
+    with pytest.raises(cw.InvalidMessageError, match="a tool message must hold one ToolResult and nothing else"):
+        cw.adapters.from_canonical(with_call, "openai")
+    # validate names the call (which repair removes), not the writer's refusal of it too
+    # (fresh50 #2: it named only that)
+    assert [(v.index, v.code) for v in odd] == [(2, "call_outside_assistant")]
     # Anthropic: message_to_anthropic writes the tool message as a user message holding
     # both tool_result blocks, which answers the calls before it; validate takes it as
     # that user message (fresh19 F5: role_not_allowed, result_outside_user_message and

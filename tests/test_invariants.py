@@ -19,8 +19,8 @@ def pairing_violations(msgs: list[Message], provider: str) -> list[cw.Violation]
 
 
 def last_real_user(msgs: list[Message]) -> Message | None:
-    real = [m for m in msgs if ref.is_real_user(m)]
-    return real[-1] if real else None
+    last = ref.last_real_user(msgs)  # where it stands: a screenshot in a unit is none
+    return None if last is None else msgs[last]
 
 
 Case = tuple[str, list[Message]]
@@ -149,7 +149,7 @@ def test_anthropic_outputs_validate_whole(msgs: list[Message], pct: int, max_tur
     if not moved and all(m.content for m in msgs if m.role == "user"):
         turns = len(cw.segment_turns(msgs, format="anthropic").turns)
         assert runs[1].report.turns_before == runs[2].report.turns_before == turns
-        real = [i for i, m in enumerate(msgs) if ref.is_real_user(m)]
+        real = [i for i, r in enumerate(ref.real_users(list(msgs))) if r]
         if real:
             assert runs[1].report.fates[real[-1]].fate != "dropped"
             assert runs[2].report.fates[real[-1]].fate != "dropped"

@@ -7,9 +7,12 @@ plus 4 per message. ``"a" * 40`` is 10 tokens, so such a message costs 14; the b
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -1060,7 +1063,9 @@ def test_fresh49_1_a_screenshot_after_tool_messages_joins_the_calls_unit() -> No
     seg = cw.segment_turns(m)
     assert seg.turns == [(1, 14)]
     assert seg.units == [[2, 3, 4], [5, 6, 7], [8, 9, 10], [11, 12, 13]]
-    assert seg.current_request == 13  # the last screenshot is still a real user message
+    # a screenshot in a unit is what a tool showed, not a real user message: the task is
+    # the current request (fresh50 #1), as it is in the Anthropic shape
+    assert seg.current_request == 1
     assert cw.validate(m, "openai") == []
     # a budget for the system, the task and the newest two calls with their screenshots,
     # one token short of three: the oldest two units go whole, screenshots included
@@ -1077,6 +1082,141 @@ def test_fresh49_1_a_screenshot_after_tool_messages_joins_the_calls_unit() -> No
     for out in (cw.fit(m, budget, profile="fim").messages, cw.prune_middle(m, budget, profile="fim").messages):
         assert task in out and m[13] in out
         assert all(x in out for x in m[11:13])  # the newest call stays with its screenshot
+
+
+def _png(w: int, h: int) -> str:
+    """A base64 PNG of just a signature and an IHDR chunk: enough for its size."""
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    head = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr
+    return base64.b64encode(head + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))).decode()
+
+
+def _computer_use(task: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One computer-use session in both shapes: OpenAI (each screenshot in a user message
+    after the tool message) and Anthropic (each inside its tool_result)."""
+    oa: list[dict[str, Any]] = [{"role": "system", "content": "cu agent"}, {"role": "user", "content": task}]
+    an: list[dict[str, Any]] = [{"role": "system", "content": "cu agent"}, {"role": "user", "content": task}]
+    for i in range(4):
+        fn = {"name": "click", "arguments": "{}"}
+        oa += [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": fn}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "ok, screenshot attached below"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png(1280 + i, 800)}}
+                ],
+            },
+        ]
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png(1280 + i, 800)}}
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"t{i}",
+            "content": [{"type": "text", "text": "ok, screenshot attached below"}, image],
+        }
+        an += [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "click", "input": {}}]},
+            {"role": "user", "content": [result]},
+        ]
+    return oa, an
+
+
+def test_fresh50_1_a_long_computer_use_task_is_cut_as_the_request_in_both_shapes() -> None:
+    # the last screenshot was the current request in the OpenAI shape, so the task, the
+    # turn's opener, was neither request nor reply: no rule cut it, and a task longer than
+    # the budget made every trim return fits=False (4,695 tokens at 3,500) and the guard
+    # raise; the Anthropic shape, screenshots inside the tool_result, cut it and fit
+    oa, an = _computer_use("TASK: " + "Fill in the long form with these details. " * 400)
+    assert cw.segment_turns(oa).current_request == cw.segment_turns(an).current_request == 1
+    assert cw.count_messages(oa[:2]) > 3500  # the task alone is over the budget
+    for m in (oa, an):
+        r = cw.trim_turns(m, 3500)
+        assert r.report.fits and r.report.tokens_after <= 3500
+        assert (r.report.fates[1].fate, r.report.fates[1].rule) == ("truncated", "request_truncated")
+        assert r.messages[-1] == m[-1]  # the newest screenshot stays, with its call
+        assert cw.validate(r.messages, "openai" if m is oa else "anthropic") == []
+        f = cw.fit(m, 3500)
+        assert f.report.fits and (f.report.fates[1].fate, f.report.fates[1].rule) == ("truncated", "request_truncated")
+        guard = cw.ContextGuard(cw.resolve_budget(context_window=4500, max_output_tokens=1000, floor=0))
+        assert guard.check(m).fits
+        assert cw.priorities(m)[1] == 0  # the request: P0
+        body = json.dumps({"messages": m}).encode()
+        assert json.loads(cw.fit_request(body, budget=3500))["messages"] == r.messages
+    # the OpenAI session keeps the newest unit whole: call, result and screenshot
+    r = cw.trim_turns(oa, 3500)
+    assert r.messages[2:] == oa[11:14]
+    # the engine and the reference agree on who is a real user message where it stands
+    can = cw.adapters.to_canonical(oa)
+    assert ref.real_users(can) == [False, True] + [False] * 12
+    assert ref.last_real_user(can) == 1 and ref.segment(can).current_request == 1
+    assert ref.real_users(can[:2]) == [False, True] and ref.last_real_user(can[:1]) is None
+
+
+def test_fresh51_2_a_blank_caption_is_no_text_for_the_screenshot_rule() -> None:
+    # an agent that always sends a text part beside the screenshot sent an empty one; that
+    # made each screenshot open a turn, so the task was the oldest turn, dropped first
+    image = {"type": "image_url", "image_url": {"url": "https://x/s.png", "detail": "low"}}
+    task = {"role": "user", "content": "Book a flight to Paris. " * 20}
+    m: list[dict[str, Any]] = [{"role": "system", "content": "You operate a computer."}, task]
+    for i, caption in enumerate(["", " ", "\n\t\r ", ""]):
+        m += [*_call(i), {"role": "user", "content": [{"type": "text", "text": caption}, image]}]
+    seg = cw.segment_turns(m)
+    assert seg.turns == [(1, 14)] and seg.current_request == 1
+    assert seg.units == [[2, 3, 4], [5, 6, 7], [8, 9, 10], [11, 12, 13]]
+    r = cw.trim_turns(m, 400)
+    assert r.messages[1] == task and r.report.fits
+    # the reference reads them alike
+    can = cw.adapters.to_canonical(m)
+    assert [ref.is_media_only(x) for x in can] == [False, False] + [False, False, True] * 4
+    assert ref.segment(can).turns == [(1, 14)]
+    # a caption with a word, or a blank text alone (no image), is the user's: it opens a turn
+    worded = [*m[:5], {"role": "user", "content": [{"type": "text", "text": "."}, image]}]
+    assert cw.segment_turns(worded).turns == [(1, 5), (5, 6)]
+    blank = [*m[:5], {"role": "user", "content": [{"type": "text", "text": " "}]}]
+    assert cw.segment_turns(blank).turns == [(1, 5), (5, 6)]
+    # a vertical tab or a no-break space is text here, in Rust and the reference alike
+    for odd in ("\x0b", "\u00a0"):
+        other = [*m[:5], {"role": "user", "content": [{"type": "text", "text": odd}, image]}]
+        assert cw.segment_turns(other).turns == [(1, 5), (5, 6)]
+        assert ref.segment(cw.adapters.to_canonical(other)).turns == [(1, 5), (5, 6)]
+
+
+def test_fresh50_2_a_call_in_a_tool_struct_is_reported_and_removed() -> None:
+    # the dicts refuse tool_calls on a tool message; a struct could hold a ToolCall there:
+    # validate called it only unwritable (OpenAI), and repair kept it, or dropped it with
+    # its message with no call_removed
+    tc = cw.ToolCall(id="a", name="f", arguments='{"blob": "z"}')
+    q = cw.Message(role="user", content=[cw.TextPart(text="q")])
+    asks = cw.Message(role="assistant", content=[cw.ToolCall(id="c", name="g", arguments="{}")])
+    both = cw.Message(role="tool", content=[cw.ToolResult(call_id="c", content=[cw.TextPart(text="r")]), tc])
+    m = [q, asks, both]
+    # (the writer refuses it too, for what this names and repair mends: not reported twice)
+    assert [(v.index, v.code, v.detail) for v in cw.validate(m, "openai")] == [
+        (2, "call_outside_assistant", "a tool message holds tool calls")
+    ]
+    r = cw.repair_tool_pairs(m)
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [("call_removed", 2, "a")]
+    assert r.messages[:2] == [q, asks] and r.messages[0] is q
+    assert r.messages[2] == cw.Message(role="tool", content=[both.content[0]])
+    assert cw.validate(r.messages, "openai") == []
+    assert m[2] is both and len(both.content) == 2  # the input is as it was
+    t = cw.trim_turns(m, 10_000)
+    assert t.messages == r.messages and (t.report.fates[2].fate, t.report.fates[2].rule) == ("repaired", "call_removed")
+    # a tool message holding only a call: dropped, and the call named
+    alone = [q, asks, cw.Message(role="tool", content=[tc])]
+    r = cw.repair_tool_pairs(alone)
+    assert [(c.kind, c.index, c.call_id) for c in r.report.repairs] == [
+        ("stub_inserted", 1, "c"),
+        ("call_removed", 2, "a"),
+        ("message_dropped", 2, None),
+    ]
+    # the reference repairs them alike
+    for msgs in (m, alone):
+        work, changes = ref.repair(msgs, "openai", "stub")
+        assert [(c.kind, c.index, c.call_id) for c in changes] == [
+            (c.kind, c.index, c.call_id) for c in cw.repair_tool_pairs(msgs).report.repairs
+        ]
+        assert [it.msg(msgs) for it in work] == cw.repair_tool_pairs(msgs).messages
 
 
 def test_fresh49_1_which_media_messages_join_a_unit() -> None:

@@ -697,14 +697,18 @@ MEDIA_TYPES = USER_ONLY_TYPES | {"image", "document"}
 
 
 def is_media_only(m: Message) -> bool:
-    """A user message of images, files, audio or documents alone (no text, no tool
-    results): right after a message holding tool results it belongs to that message's
-    tool unit (a screenshot an OpenAI agent sends after the tool messages; Rust
-    ``Message::is_media_only``)."""
-    return (
-        m.role == "user"
-        and bool(m.content)
-        and all(isinstance(q, ImagePart) or (isinstance(q, OpaquePart) and q.type in MEDIA_TYPES) for q in m.content)
+    """A user message of images, files, audio or documents alone (no text but blank text
+    parts of spaces, tabs and line breaks, no tool results): right after a message
+    holding tool results it belongs to that message's tool unit (a screenshot an OpenAI
+    agent sends after the tool messages; Rust ``Message::is_media_only``)."""
+    if m.role != "user":
+        return False
+    media = [isinstance(q, ImagePart) or (isinstance(q, OpaquePart) and q.type in MEDIA_TYPES) for q in m.content]
+    # a text part of nothing but spaces, tabs and line breaks is no text: an agent that
+    # always sends a caption sends an empty one (fresh51 #2)
+    return any(media) and all(
+        is_media or (isinstance(q, TextPart) and not q.text.strip(" \t\n\r"))
+        for q, is_media in zip(m.content, media, strict=True)
     )
 
 
@@ -740,7 +744,9 @@ def is_missing_result(q: Part) -> bool:
 
 def is_real_user(m: Message) -> bool:
     """Starts a turn. Stub results next to what the user wrote do not make a carrier: repair
-    put the stub of a call the user interrupted into the user's next message (Anthropic)."""
+    put the stub of a call the user interrupted into the user's next message (Anthropic).
+    Reads the message alone; where it stands, a screenshot in a tool unit is no real user
+    message either (:func:`real_users`)."""
     if m.role != "user":
         return False
     content = m.content
@@ -772,7 +778,7 @@ def current_request(msgs: list[Message], srcs: list[int | None], real_req: int |
     holding an orphan result beside what the user wrote is a carrier in the input and a
     real user message once repair drops the orphan: the later of the two is the request.
     """
-    last = next((i for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), None)
+    last = last_real_user(msgs)
     if last is None:
         return real_req
     lo = -1 if real_req is None else real_req
@@ -794,7 +800,8 @@ def thinking_anchor(msgs: Sequence[Message], provider: str) -> int | None:
     message as it keeps a pinned one (fresh20b #1)."""
     if provider != "anthropic":
         return None
-    start = next((i + 1 for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), 0)
+    last = last_real_user(msgs)
+    start = 0 if last is None else last + 1
     a = next((i for i in range(start, len(msgs)) if msgs[i].role == "assistant"), None)
     if a is None or not msgs[a].content or not is_thinking(msgs[a].content[0]):
         return None
@@ -864,6 +871,40 @@ def tool_units(
     right after its results (:func:`is_media_only`: a screenshot an OpenAI agent sends
     after the tool messages; fresh49 #1); ``real``: :func:`is_real_user` of each message,
     when the caller has it already."""
+    return _units_and_shown(msgs, results, real)[0]
+
+
+def real_users(msgs: list[Message], results: list[list[tuple[int, int] | None]] | None = None) -> list[bool]:
+    """Of each message, whether it is a real user message where it stands: one
+    (:func:`is_real_user`) that is not a screenshot in a tool unit (a user message of media
+    alone right after a unit's results, :func:`tool_units`). Such a message is what a tool
+    showed, not what the user asked: it opens no turn and is never the current request,
+    so an OpenAI computer-use agent's task stays its turn's request as in the Anthropic
+    shape (fresh50 #1; Rust ``turns::real_users``). ``results``: :func:`resolve`'s first
+    answer for ``msgs``, when the caller has it already."""
+    if results is None:
+        results, _ = resolve(msgs)
+    real = [is_real_user(m) for m in msgs]
+    shown = _units_and_shown(msgs, results, real)[1]
+    return [r and not s for r, s in zip(real, shown, strict=True)]
+
+
+def last_real_user(msgs: Sequence[Message]) -> int | None:
+    """Index of the last real user message where it stands (:func:`real_users`): the
+    current request. Resolves the calls only when the last :func:`is_real_user` is a
+    message of media alone (Rust ``turns::last_real_user``)."""
+    last = next((i for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), None)
+    if last is None or not is_media_only(msgs[last]):
+        return last
+    real = real_users(list(msgs))
+    return next((i for i in range(len(real) - 1, -1, -1) if real[i]), None)
+
+
+def _units_and_shown(
+    msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None
+) -> tuple[list[list[int]], list[bool]]:
+    """:func:`tool_units`, and of each message whether it joined its unit as a screenshot
+    (Rust ``turns::units_and_shown``)."""
     parent = list(range(len(msgs)))
 
     def find(x: int) -> int:
@@ -885,10 +926,10 @@ def tool_units(
     # a user message of media alone right after a message of the unit holding tool
     # results (or after another such message) is what the tool showed (a screenshot an
     # OpenAI agent sends after the tool messages): it goes with the unit (fresh49 #1)
-    shown = False
+    shown = [False] * len(msgs)
     for i in range(1, len(msgs)):
-        shown = is_media_only(msgs[i]) and (shown or (in_unit[i - 1] and has_results(msgs[i - 1])))
-        if shown:
+        shown[i] = is_media_only(msgs[i]) and (shown[i - 1] or (in_unit[i - 1] and has_results(msgs[i - 1])))
+        if shown[i]:
             a, b = find(i), find(i - 1)
             parent[max(a, b)] = min(a, b)
             in_unit[i] = True
@@ -896,7 +937,7 @@ def tool_units(
     for i in range(len(msgs)):
         if in_unit[i]:
             groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=lambda u: u[0])
+    return sorted(groups.values(), key=lambda u: u[0]), shown
 
 
 def segment(
@@ -912,8 +953,9 @@ def segment(
     if results is None:
         results, _ = resolve(msgs)
     flags = [is_real_user(m) for m in msgs] if real_user is None else real_user
-    units = tool_units(msgs, results, flags)
-    real = [i for i in range(pre, n) if flags[i]]
+    units, shown = _units_and_shown(msgs, results, flags)
+    # a screenshot in a tool unit is not a real user message (real_users)
+    real = [i for i in range(pre, n) if flags[i] and not shown[i]]
     boundary = set(real[1:])
     for u in units:
         boundary -= set(range(u[0] + 1, u[-1] + 1))
@@ -1025,6 +1067,8 @@ def validate(msgs: list[Message], provider: str) -> list[Violation]:
                     elif not ok:
                         v(i, "orphan_result", cid)
                     seen.add(cid)
+                if has_calls(m):
+                    v(i, "call_outside_assistant")
                 continue
             seen = set()
             for cid in _result_ids(m):
@@ -1148,7 +1192,8 @@ def _thinking_violations(msgs: list[Message]) -> list[Violation]:
     assistant message of that turn holds a thinking block but that first one does not
     start with one (fresh20b #1), ``thinking_last`` at an assistant message whose final
     block is a thinking block (fresh20b #2)."""
-    start = next((i + 1 for i in range(len(msgs) - 1, -1, -1) if is_real_user(msgs[i])), 0)
+    last = last_real_user(msgs)
+    start = 0 if last is None else last + 1
     newest = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
     not_first = None
     if newest:
@@ -1483,6 +1528,8 @@ def repair(
                 if target[i] is None:
                     for cid in _result_ids(m):
                         changes.append(_change("orphan_result_dropped", i, cid))
+                    for cid in _call_ids(m):
+                        changes.append(_change("call_removed", i, cid))
                     if not has_results(m):
                         changes.append(_change("message_dropped", i))
                 continue
@@ -1504,7 +1551,12 @@ def repair(
                 if j < i or j >= zone_end:
                     ids = _result_ids(msgs[j])
                     changes.append(_change("result_moved", j, ids[0] if ids else None))
-                out.append(Item(j, None))
+                # without the calls a struct put in it, each a call_removed (fresh50 #2)
+                calls = _call_ids(msgs[j])
+                for cid in calls:
+                    changes.append(_change("call_removed", j, cid))
+                kept = [q for q in msgs[j].content if not isinstance(q, ToolCall)]
+                out.append(Item(j, msgspec.structs.replace(msgs[j], content=kept) if calls else None))
             for j, p in loose.get(i, []):
                 part = msgs[j].content[p]
                 assert isinstance(part, ToolResult)

@@ -259,7 +259,7 @@ def _request(msgs: list[Message], real_req: int | None, provider: str) -> int | 
         return real_req
     work, _ = ref.repair(msgs, provider, "stub")
     srcs = [it.src for it in work]
-    last = next((w for w in range(len(work) - 1, -1, -1) if ref.is_real_user(work[w].msg(msgs))), None)
+    last = ref.last_real_user([it.msg(msgs) for it in work])
     req = ref.current_request(msgs, srcs, last)
     src = None if req is None else srcs[req]
     return real_req if src is None or (real_req is not None and src < real_req) else src
@@ -1323,10 +1323,6 @@ def _notice_blocks(m: Message) -> list[int]:
     return [p for p, q in enumerate(m.content) if isinstance(q, TextPart) and _notice_count(q.text) is not None]
 
 
-def _is_request(m: Message) -> bool:
-    return ref.is_real_user(m) and not _is_notice_message(m)
-
-
 def _with_notice(m: Message, text: str, where: str) -> Message:
     """``m`` with the notice as a text block: ``lead`` (first), ``after_results`` (right
     after its leading tool results) or ``trail`` (last)."""
@@ -1550,7 +1546,11 @@ def _prune_middle(
         return as_is()
 
     pre = seg.preamble_end
-    requests = [w for w in range(pre, n) if _is_request(wm[w])]
+    # real user messages where they stand (ref.real_users: a screenshot in a tool unit, a
+    # user message of media alone in a unit only as one, is none: fresh50 #1)
+    in_units = {w for u in seg.units for w in u}
+    real = [ref.is_real_user(m) and not (w in in_units and ref.is_media_only(m)) for w, m in enumerate(wm)]
+    requests = [w for w in range(pre, n) if real[w] and not _is_notice_message(wm[w])]
     # the input's request stays the request when repair made it a carrier (a result moved
     # into it): kept, not pruned from the middle
     req = ref.current_request(msgs, [it.src for it in items], requests[-1] if requests else None)
@@ -1573,9 +1573,7 @@ def _prune_middle(
     # turn before would join the newest, whose first assistant message then has no
     # thinking block (found by hypothesis: repair made the input's request, a pinned image
     # message, a result carrier, so the request kept was not the turn's start)
-    boundary = (
-        None if anchor is None else next((w for w in range(anchor - 1, pre - 1, -1) if ref.is_real_user(wm[w])), None)
-    )
+    boundary = None if anchor is None else next((w for w in range(anchor - 1, pre - 1, -1) if real[w]), None)
 
     def is_anchor(w: int) -> bool:
         return w == anchor or w == boundary
@@ -1707,7 +1705,12 @@ def _prune_middle(
             if w is None or ref.anthropic_role(cur(w).role) != "user":
                 return None
             where = "trail" if trail else "after_results" if ref.has_results(cur(w)) else "lead"
-            if strict and ref.is_real_user(_with_notice(cur(w), notice, where)) != ref.is_real_user(cur(w)):
+            # (nor a screenshot in a tool unit, which the notice's text would make a real
+            # user message: fresh50 #1)
+            if strict and (
+                ref.is_real_user(_with_notice(cur(w), notice, where)) != ref.is_real_user(cur(w))
+                or (ref.is_media_only(cur(w)) and not real[w])
+            ):
                 return None
             return (w, where)
 

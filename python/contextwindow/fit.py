@@ -401,6 +401,11 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     for u, items in enumerate(seg.units):
         for w in items:
             unit_of[w] = u
+    # a screenshot in a tool unit (a user message of media alone, in a unit only as one) is
+    # no real user message where it stands (ref.real_users; fresh50 #1)
+    for w in unit_of:
+        if real[w] and ref.is_media_only(work[w]):
+            real[w] = False
     srcs = [it.src for it in st.work]
     # the input's request stays the request when repair made it a carrier (a result moved
     # into it): P0, the exchange after it held (before, the last real user message before

@@ -334,7 +334,9 @@ impl Message {
     /// breadcrumb or middle-pruning notice, nor a tool-result carrier. A message whose
     /// only results are stubs ([`Part::is_missing_result`]) next to what the user wrote is
     /// one: repair put the stub of a call the user interrupted into the user's next
-    /// message (Anthropic), and that message still opens the user's next turn.
+    /// message (Anthropic), and that message still opens the user's next turn. Where it
+    /// stands, a screenshot in a tool unit is none either ([`crate::turns::real_users`]):
+    /// this test reads the message alone.
     pub fn is_real_user(&self) -> bool {
         if self.role != Role::User {
             return false;
@@ -367,21 +369,30 @@ impl Message {
             && !only(is_notice_text)
     }
 
-    /// A user message of images, files, audio or documents alone (no text, no tool
-    /// results): what an OpenAI agent sends after the tool messages to show what a tool
+    /// A user message of images, files, audio or documents alone (no text but blank text
+    /// parts, no tool results): what an OpenAI agent sends after the tool messages to show what a tool
     /// made (a screenshot), since Chat Completions takes images in user messages only.
     /// Right after a message holding tool results it belongs to that message's tool unit
     /// ([`crate::turns::tool_units`]; fresh49 #1).
     pub fn is_media_only(&self) -> bool {
+        let media = |p: &Part| {
+            p.kind == PartKind::Image
+                || (p.kind == PartKind::Opaque
+                    && p.type_.as_deref().is_some_and(|t| {
+                        USER_ONLY_PARTS.contains(&t) || matches!(t, "image" | "document")
+                    }))
+        };
+        // a text part of nothing but spaces, tabs and line breaks is no text: an agent
+        // that always sends a caption sends an empty one (fresh51 #2)
+        let blank = |p: &Part| {
+            p.kind == PartKind::Text
+                && p.text_str()
+                    .trim_matches([' ', '\t', '\n', '\r'])
+                    .is_empty()
+        };
         self.role == Role::User
-            && !self.content.is_empty()
-            && self.content.iter().all(|p| {
-                p.kind == PartKind::Image
-                    || (p.kind == PartKind::Opaque
-                        && p.type_.as_deref().is_some_and(|t| {
-                            USER_ONLY_PARTS.contains(&t) || matches!(t, "image" | "document")
-                        }))
-            })
+            && self.content.iter().any(media)
+            && self.content.iter().all(|p| media(p) || blank(p))
     }
 
     /// The observation of a text-action agent: a user message whose first part other
@@ -420,10 +431,7 @@ pub fn thinking_anchor<M: AsRef<Message>>(messages: &[M], format: Format) -> Opt
     if format != Format::Anthropic {
         return None;
     }
-    let start = messages
-        .iter()
-        .rposition(|m| m.as_ref().is_real_user())
-        .map_or(0, |i| i + 1);
+    let start = crate::turns::last_real_user(messages).map_or(0, |i| i + 1);
     let a = (start..messages.len()).find(|&i| messages[i].as_ref().role == Role::Assistant)?;
     messages[a]
         .as_ref()

@@ -313,6 +313,10 @@ fn validate_openai(messages: &[Message]) -> Vec<Violation> {
                     ));
                 }
             }
+            if m.has_tool_calls() {
+                let detail = "a tool message holds tool calls".to_string();
+                out.push(v(i, "call_outside_assistant", None, detail));
+            }
             continue;
         }
         if m.has_tool_results() {
@@ -654,10 +658,7 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
 /// `thinking_last` at an assistant message whose final block is a thinking block ("The
 /// final block in an assistant message cannot be `thinking`": fresh20b #2).
 fn thinking_violations(messages: &[Message]) -> Vec<Violation> {
-    let start = messages
-        .iter()
-        .rposition(Message::is_real_user)
-        .map_or(0, |i| i + 1);
+    let start = crate::turns::last_real_user(messages).map_or(0, |i| i + 1);
     let newest: Vec<usize> = (start..messages.len())
         .filter(|&i| messages[i].role == Role::Assistant)
         .collect();
@@ -1163,6 +1164,25 @@ fn whole_tool_message(m: &Message) -> bool {
         && !(m.content.len() > 1 && m.content.iter().all(|p| p.kind == PartKind::ToolResult))
 }
 
+/// Tool message `j` without the tool calls it holds, each a `call_removed`: only the
+/// assistant makes calls, and a `Message` struct can put one in a tool message (the
+/// OpenAI dicts refuse it; fresh50 #2: it went on as it was, or went with its message
+/// with no word of it).
+fn calls_stripped<'a>(m: &'a Message, j: usize, changes: &mut Vec<PairChange>) -> Cow<'a, Message> {
+    if !m.has_tool_calls() {
+        return Cow::Borrowed(m);
+    }
+    let mut out = m.clone();
+    out.content.retain(|p| {
+        let call = p.kind == PartKind::ToolCall;
+        if call {
+            changes.push(change("call_removed", j, p.id.as_deref()));
+        }
+        !call
+    });
+    Cow::Owned(out)
+}
+
 fn repair_openai<'a>(
     messages: &'a [Message],
     res: &Resolution,
@@ -1205,6 +1225,9 @@ fn repair_openai<'a>(
                 for id in result_ids(m) {
                     changes.push(change("orphan_result_dropped", i, Some(id)));
                 }
+                for id in call_ids(m) {
+                    changes.push(change("call_removed", i, Some(id)));
+                }
                 if !m.has_tool_results() {
                     changes.push(change("message_dropped", i, None));
                 }
@@ -1244,7 +1267,7 @@ fn repair_openai<'a>(
             }
             out.push(Work {
                 src: Some(j),
-                msg: Cow::Borrowed(&messages[j]),
+                msg: calls_stripped(&messages[j], j, &mut changes),
             });
         }
         for &(j, p) in &loose[i] {

@@ -1597,9 +1597,7 @@ fn trim_turns_once<'a>(
     // message), so it is found by origin. Or the last real user message after repair when
     // that is later: one that held only an orphan result beside what the user wrote.
     let last = seg.turns[t - 1].clone();
-    let request = messages
-        .iter()
-        .rposition(Message::is_real_user)
+    let request = crate::turns::last_real_user(messages)
         .and_then(|i| st.work.iter().position(|w| w.src == Some(i)))
         .max(seg.current_request);
     // the first assistant message of the newest turn when it starts with a thinking

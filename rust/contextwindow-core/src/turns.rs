@@ -1,8 +1,8 @@
 //! Turns and tool units (DESIGN.md section 4).
 //!
 //! * The preamble is the run of leading system/developer messages.
-//! * A turn starts at a real user message ([`Message::is_real_user`]); messages before
-//!   the first real user message belong to the first turn.
+//! * A turn starts at a real user message ([`real_users`]); messages before the first
+//!   real user message belong to the first turn.
 //! * A tool unit is an assistant message with tool calls plus every message holding a
 //!   result for those calls. A result answers the nearest preceding call with its id; one
 //!   in the assistant message of its own call answers it when no other result does.
@@ -143,6 +143,43 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
 /// a user message of media alone right after a unit's results ([`Message::is_media_only`]:
 /// a screenshot an OpenAI agent sends after the tool messages).
 pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
+    units_and_shown(messages, res).0
+}
+
+/// Of each message, whether it is a real user message where it stands: one
+/// ([`Message::is_real_user`]) that is not a screenshot in a tool unit (a user message
+/// of media alone right after a unit's results, [`tool_units`]). Such a message is what
+/// a tool showed, not what the user asked: it opens no turn and is never the current
+/// request, so an OpenAI computer-use agent's task stays its turn's request as in the
+/// Anthropic shape, where the screenshot sits inside the `tool_result` (fresh50 #1).
+pub fn real_users<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<bool> {
+    let shown = units_and_shown(messages, res).1;
+    messages
+        .iter()
+        .zip(shown)
+        .map(|(m, s)| !s && m.as_ref().is_real_user())
+        .collect()
+}
+
+/// Index of the last real user message where it stands ([`real_users`]): the current
+/// request. Resolves the calls only when the last [`Message::is_real_user`] is a
+/// message of media alone, the one kind that can be a screenshot in a tool unit.
+pub fn last_real_user<M: AsRef<Message>>(messages: &[M]) -> Option<usize> {
+    let last = messages.iter().rposition(|m| m.as_ref().is_real_user())?;
+    if !messages[last].as_ref().is_media_only() {
+        return Some(last);
+    }
+    real_users(messages, &resolve(messages))
+        .iter()
+        .rposition(|&r| r)
+}
+
+/// [`tool_units`], and of each message whether it joined its unit as a screenshot (a
+/// user message of media alone right after the unit's results).
+fn units_and_shown<M: AsRef<Message>>(
+    messages: &[M],
+    res: &Resolution,
+) -> (Vec<Vec<usize>>, Vec<bool>) {
     let n = messages.len();
     let mut parent: Vec<usize> = (0..n).collect();
     let mut in_unit = vec![false; n];
@@ -167,12 +204,12 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
     // OpenAI agent sends after the tool messages. It goes with the unit (fresh49 #1: as
     // a turn of its own it made the last screenshot the current request and the task
     // the oldest turn, dropped first).
-    let mut shown = false;
+    let mut shown = vec![false; n];
     for i in 1..n {
         let prev = messages[i - 1].as_ref();
-        shown = messages[i].as_ref().is_media_only()
-            && (shown || (in_unit[i - 1] && prev.has_tool_results()));
-        if shown {
+        shown[i] = messages[i].as_ref().is_media_only()
+            && (shown[i - 1] || (in_unit[i - 1] && prev.has_tool_results()));
+        if shown[i] {
             let (a, b) = (find(&mut parent, i), find(&mut parent, i - 1));
             parent[a.max(b)] = a.min(b);
             in_unit[i] = true;
@@ -187,7 +224,7 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
     }
     let mut units: Vec<Vec<usize>> = groups.into_values().collect();
     units.sort_by_key(|u| u[0]);
-    units
+    (units, shown)
 }
 
 /// Split a conversation into preamble, turns and tool units.
@@ -214,9 +251,10 @@ pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> 
         .iter()
         .position(|m| !m.as_ref().is_preamble_role())
         .unwrap_or(n);
-    let units = tool_units(messages, res);
+    let (units, shown) = units_and_shown(messages, res);
+    // a screenshot in a tool unit is not a real user message ([`real_users`])
     let real: Vec<usize> = (preamble_end..n)
-        .filter(|&i| messages[i].as_ref().is_real_user())
+        .filter(|&i| !shown[i] && messages[i].as_ref().is_real_user())
         .collect();
     let current_request = real.last().copied();
     // Boundaries: every real user message but the first, unless a unit spans it.

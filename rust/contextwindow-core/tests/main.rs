@@ -1530,13 +1530,51 @@ fn a_screenshot_after_tool_results_goes_with_their_unit() {
     let s = segment(&msgs);
     assert_eq!(s.turns, vec![1..9]);
     assert_eq!(s.units, vec![vec![2, 3, 4], vec![5, 6, 7, 8]]);
+    // fresh50 #1: a screenshot in a unit is what the tool showed, not what the user
+    // asked: the task is the current request, as in the Anthropic shape
+    assert_eq!(s.current_request, Some(1));
+    let res_all = contextwindow_core::turns::resolve(&msgs);
+    let real = contextwindow_core::turns::real_users(&msgs, &res_all);
+    assert_eq!(
+        real,
+        vec![false, true, false, false, false, false, false, false, false]
+    );
+    assert_eq!(contextwindow_core::turns::last_real_user(&msgs), Some(1));
+    assert_eq!(
+        contextwindow_core::turns::last_real_user(&msgs[..2]),
+        Some(1)
+    );
+    assert_eq!(contextwindow_core::turns::last_real_user(&msgs[..1]), None);
     // after the assistant's answer an image alone is the user's: it opens a turn
     let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), a("done"), shot()];
     let s = segment(&msgs);
     assert_eq!(s.turns, vec![0..4, 4..5]);
     assert_eq!(s.units, vec![vec![1, 2]]);
     assert_eq!(s.current_request, Some(4));
+    assert_eq!(contextwindow_core::turns::last_real_user(&msgs), Some(4));
     // after an orphan result (in no unit) too
     let msgs = vec![u("q"), a("done"), res("zz", "ok"), shot()];
+    assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
+    assert_eq!(contextwindow_core::turns::last_real_user(&msgs), Some(3));
+    // fresh51 #2: a blank caption (spaces, tabs, line breaks) is no text; a word is, and
+    // so is a vertical tab
+    let captioned = |t: &str| {
+        let mut m = shot();
+        m.content.insert(0, Part::text(t));
+        m
+    };
+    for (caption, joins) in [
+        ("", true),
+        (" \n\t\r", true),
+        (".", false),
+        ("\u{b}", false),
+    ] {
+        let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), captioned(caption)];
+        let s = segment(&msgs);
+        let want: Vec<std::ops::Range<usize>> = if joins { vec![0..4] } else { vec![0..3, 3..4] };
+        assert_eq!(s.turns, want, "{caption:?}");
+    }
+    // a blank text alone, with no media, is not a screenshot
+    let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), u(" ")];
     assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
 }
