@@ -189,7 +189,7 @@ pub struct Vocab {
     /// ([`family_hash`]), so that two families' false positives are independent.
     pub remix: bool,
     /// Whether a run of CJK, kana and symbols goes eight characters at a time on CPUs
-    /// with AVX2 ([`cjk::blocks`]). Measured per vocabulary: for `cl100k` and
+    /// with AVX2 (`cjk::blocks`). Measured per vocabulary: for `cl100k` and
     /// `conservative`, whose n-grams start on 2-6% of such characters, Chinese is
     /// 1.4-1.9x and Japanese 1.2x as fast; for Tekken, whose n-grams cover half of
     /// them, 10-20% slower (the scalar loop skips what an n-gram consumes).
@@ -218,7 +218,7 @@ pub const PAIR_SECOND: u8 = 0x40;
 /// Bit of a [`char_table`] entry: the character is the first of a 3-character token.
 pub const TRIPLE_FIRST: u8 = 0x80;
 
-/// A vocabulary's characters table (`groups`: [`GROUP_TABLE`]): one byte per BMP code point holding its standalone
+/// A vocabulary's characters table (`groups`: `GROUP_TABLE`): one byte per BMP code point holding its standalone
 /// cost less one (from the cost table `cost`), its group for the CJK blocks
 /// ([`CHAR_GROUP_SHIFT`]), and the flags [`PAIR_FIRST`], [`PAIR_SECOND`],
 /// [`TRIPLE_FIRST`] and [`SPACED_FIRST`] from `pairs` (the first characters of the
@@ -1720,7 +1720,7 @@ pub fn scan<const K: usize>(text: &str, vocabs: &[Vocab; K]) -> [Features; K] {
 }
 
 /// [`scan`] into any [`Sink`] (`Copy`, so that the hot loops count in a copy held in
-/// registers), one per vocabulary; [`Weighted`] sinks give the fitted
+/// registers), one per vocabulary; `Weighted` sinks give the fitted
 /// sums directly (the same integers as the dot product of [`scan`]'s counts).
 pub fn scan_into<S: Sink + Copy, V: Vocabs<K>, const K: usize>(
     text: &str,

@@ -2695,7 +2695,7 @@ pub fn nests_as_deep(text: &[u8], limit: usize) -> bool {
 /// Tokens of a request body: its messages (an Anthropic `system` included), its tool
 /// definitions (compact JSON text + per-tool overhead), like
 /// `count_messages(messages, tools=tools)` on the parsed body, and its structured-output
-/// schema (compact JSON text, [`output_schemas`]).
+/// schema (compact JSON text, `output_schemas`).
 pub fn count_request(body: &[u8], profile_name: &str, provider: Option<&str>) -> Result<u64> {
     let p = profile(profile_name)?;
     let body = replace_lone_surrogates(body);

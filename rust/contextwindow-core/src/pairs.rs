@@ -73,19 +73,19 @@ fn result_ids(m: &Message) -> impl Iterator<Item = &str> {
 /// Anthropic: tool results sit in the user message right after their calls, ahead of
 /// other content; the first message is a user message; roles alternate; system prompts
 /// only lead; a user or assistant message holds no text block that is empty or of
-/// whitespace only (see [`blank`]), its `tool_result` blocks none in their content lists
+/// whitespace only (see `blank`), its `tool_result` blocks none in their content lists
 /// (`empty_content`, one for each), and it has content unless it is the final assistant
 /// message (`empty_content`); the leading system message, when written as a list of text
 /// blocks, holds no such block either; the final message, when it is an assistant
 /// message (a prefill), does not end in whitespace (`trailing_whitespace`); a tool call's
 /// name matches `^[a-zA-Z0-9_-]{1,64}$` (`tool_name_not_allowed`), its id
 /// `^[a-zA-Z0-9_-]+$` (`call_id_not_allowed`), and no id is used by two assistant
-/// messages (`reused_call_id`; see [`check_calls_anthropic`]).
+/// messages (`reused_call_id`; see `check_calls_anthropic`).
 /// OpenAI: an assistant message has no `"tool_calls": []` (`empty_content`), an
 /// image's `detail` is `"low"`, `"high"` or `"auto"` (`detail_not_allowed`, one for each
 /// other, in the message's parts and its tool results' parts, reported first), and images
 /// are in user messages only (`image_not_allowed`, one for each image of another role's
-/// message or of a tool result, reported next; see [`refused_images`]).
+/// message or of a tool result, reported next; see `refused_images`).
 pub fn validate(messages: &[Message], format: Format) -> Vec<Violation> {
     match format {
         Format::OpenAI => validate_openai(messages),
