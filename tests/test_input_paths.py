@@ -308,12 +308,36 @@ def _anthropic_with(key: str, value: Any) -> list[dict[str, Any]]:
 OPENAI_KEYS = [
     ("function_call", {"name": "g", "arguments": "x" * 4000}),
     ("tool_calls", [{"id": "c", "type": "custom", "custom": {"name": "p", "input": "x" * 1000}}]),
-    ("tool_calls", []),
     ("function_call", False),
 ]
 
 
-@pytest.mark.parametrize(("key", "value"), OPENAI_KEYS, ids=["function_call", "custom", "empty", "false"])
+def test_empty_tool_calls_on_an_anthropic_message_are_kept_as_they_are(reader: bool) -> None:
+    """fresh50 #3: an OpenAI user message's ``"tool_calls": []`` stays in ``extra``, and
+    the Anthropic writer writes it back; reading that refused it, though it holds no call
+    (nothing goes uncounted). Null and ``[]`` are kept verbatim on every path, as on an
+    OpenAI message."""
+    structs = cw.adapters.to_canonical([{"role": "user", "content": "x", "tool_calls": []}])
+    assert cw.validate(structs, "anthropic") == []
+    written = [cw.adapters.from_canonical(s, "anthropic") for s in structs]
+    assert written == [{"role": "user", "content": "x", "tool_calls": []}]
+    assert cw.count_messages(written, format="anthropic") == cw.count_messages(structs)
+    assert cw.adapters.to_canonical(written, "anthropic") == structs
+    for value in ([], None):
+        m = _anthropic_with("tool_calls", value)
+        assert cw.validate(m, "anthropic", format="anthropic") == []
+        assert cw.trim_turns(m, 10**6, format="anthropic").messages == m
+        body = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": m}).encode()
+        assert cw.fit_request(body, budget=10**6) == body
+        # counted as the same body without the key (an unknown key is not counted)
+        bare = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": _anthropic_with("x", 1)})
+        assert cw.count_request(body) == cw.count_request(bare.encode())
+    # "[ ]" in a body too
+    spaced = b'{"system": "s", "messages": [{"role": "user", "content": "a", "tool_calls": [ \n ]}]}'
+    assert cw.count_request(spaced) == cw.count_request(spaced.replace(b'"tool_calls": [ \n ]', b'"tool_calls": []'))
+
+
+@pytest.mark.parametrize(("key", "value"), OPENAI_KEYS, ids=["function_call", "custom", "false"])
 def test_openai_call_keys_on_an_anthropic_message_are_refused(
     reader: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any
 ) -> None:
@@ -1650,7 +1674,12 @@ def test_an_anthropic_struct_system_message_holds_text_parts_only(part: Any) -> 
         cw.Message(role="system", content=[cw.TextPart(text="s"), part]),
         cw.Message(role="user", content=[cw.TextPart(text="q")]),
     ]
-    d = [cw.adapters.message_to_anthropic(x) for x in m]
+    # the writer refuses it as reading it does (fresh50 #3: it wrote it)
+    with pytest.raises(cw.InvalidMessageError) as wrote:
+        cw.adapters.message_to_anthropic(m[0])
+    assert str(wrote.value) == "field content[1]: must be a text block"
+    tool_use = {"type": "tool_use", "id": "a", "name": "f", "input": {}}
+    d = [{"role": "system", "content": [{"type": "text", "text": "s"}, tool_use]}, {"role": "user", "content": "q"}]
     with pytest.raises(cw.InvalidMessageError) as want:
         cw.count_messages(d, format="anthropic")
     assert str(want.value) == "message 0, field content[1]: must be a text block"

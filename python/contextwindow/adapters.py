@@ -652,9 +652,12 @@ def anthropic_to_message(d: Mapping[str, Any], index: int = 0) -> Message:
         _fail(_unknown_role(role), index, "role")
     parse = _anthropic_system_block if role == "system" else _anthropic_block
     parts, kind = _content(d, index, "content", parse, nullable=False)
-    for key in ("tool_calls", "function_call"):
-        if d.get(key) is not None:  # null, as the OpenAI SDK's model_dump() writes it, is fine
-            _fail(_OPENAI_CALLS, index, key)
+    # null, as the OpenAI SDK's model_dump() writes it, is fine, and so is a tool_calls of
+    # [], which holds no call either (kept verbatim, as on an OpenAI message: fresh50 #3)
+    if not _no_calls(d.get("tool_calls")):
+        _fail(_OPENAI_CALLS, index, "tool_calls")
+    if d.get("function_call") is not None:
+        _fail(_OPENAI_CALLS, index, "function_call")
     _check_refusal(d, index)
     return Message(role=role, content=parts, extra=_rest(d, ("role", "content")), content_kind=kind)  # type: ignore[arg-type]
 
@@ -722,7 +725,9 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
             object holds two keys that differ only in lone surrogates (one key once
             replaced: ``content[0].arguments.a: the key "\ufffd" appears more than
             once``), an OpenAI custom tool call (its input is free text; a ``tool_use``
-            takes an object: ``content[0]``), an image without source; a struct the
+            takes an object: ``content[0]``), an image without source, a part other
+            than text in a system message (``content[1]: must be a text block``, as
+            reading it says); a struct the
             engine refuses (a field of the wrong type, an unknown role), named by its
             field as ``count_messages`` names it.
         TypeError: ``m`` is not a :class:`Message` (a provider dict, a list).
@@ -738,6 +743,10 @@ def message_to_anthropic(m: Message) -> dict[str, Any]:
 def _to_anthropic(m: Message) -> dict[str, Any]:
     """:func:`message_to_anthropic` of a struct known to be well formed, without the
     struct check."""
+    if m.role == "system":  # a system prompt holds text blocks only (fresh50 #3)
+        for j, p in enumerate(m.content):
+            if not isinstance(p, TextPart):
+                _fail(_SYSTEM_BLOCK, None, f"content[{j}]")
     out: dict[str, Any] = {"role": "user" if m.role == "tool" else m.role}
     content = _emit(m.content_kind, m.content, _anthropic_block_out, [])
     if content is not _ABSENT:

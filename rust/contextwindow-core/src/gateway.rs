@@ -1889,10 +1889,16 @@ fn anthropic_message<'a>(cx: &Ctx<'a>, d: &mut Obj<'a>, index: usize) -> Result<
         anthropic_block
     };
     let (parts, ckind) = content(cx, d, index, "content", parse, false, false)?;
-    for key in ["tool_calls", "function_call"] {
-        if d.get(key).is_some_and(|v| kind(v) != Kind::Null) {
-            return Err(bad_message(index, key, OPENAI_CALLS));
-        }
+    // null, and a `tool_calls` of `[]`, hold no call: kept verbatim, as on an OpenAI
+    // message (fresh50 #3: the writer wrote `[]` from an OpenAI user message and the
+    // reader refused it)
+    if d.get("tool_calls").is_some_and(|v| !no_calls(v)) {
+        return Err(bad_message(index, "tool_calls", OPENAI_CALLS));
+    }
+    if d.get("function_call")
+        .is_some_and(|v| kind(v) != Kind::Null)
+    {
+        return Err(bad_message(index, "function_call", OPENAI_CALLS));
     }
     check_refusal(d, index)?;
     let mut m = Message::new(role, parts);

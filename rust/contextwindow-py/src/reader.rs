@@ -830,7 +830,7 @@ impl Reader {
             _ => return Err(Fallback),
         };
         let (parts, kind) = self.content(f.content.as_ref(), PartShape::Anthropic, false)?;
-        if f.function_call || f.tool_calls.as_ref().is_some_and(|v| !v.is_none()) {
+        if f.function_call || f.tool_calls.as_ref().is_some_and(|v| !empty_calls(v)) {
             return Err(Fallback); // OpenAI's call keys: the adapters name them
         }
         if role == Role::System && parts.iter().any(|p| p.kind != PartKind::Text) {
