@@ -291,7 +291,9 @@ def test_history_cap_only_lowers() -> None:
     # 30,000 < 111,616 -> 30,000
     assert b.target == 30_000 and "history_cap" in rule_ids(b)
     # 0 and None mean no cap; a cap above the target is recorded and ignored
-    assert resolve_budget(model="gpt-4o", history_cap=0, env={}).target == 111_616
+    zero = resolve_budget(model="gpt-4o", history_cap=0, env={})
+    assert zero.target == 111_616
+    assert "history_cap_ignored: 0 is no cap (only a positive value lowers the target)" in zero.rules
     b = resolve_budget(model="gpt-4o", max_context_tokens=20_000, history_cap=25_000, env={})
     assert b.target == 20_000 and "history_cap_ignored" in rule_ids(b)
     # it lowers the ratio budget too: floor(128,000 * 0.5) = 64,000 -> 10,000

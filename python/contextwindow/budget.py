@@ -772,7 +772,9 @@ def resolve_budget(
         else:
             target = capacity
             rules.append(f"target_window_minus_output: target={target} ({window} - {output})")
-        if cap:
+        if cap == 0:  # said, as any other value is (fresh49 note: it went with no rule)
+            rules.append("history_cap_ignored: 0 is no cap (only a positive value lowers the target)")
+        elif cap:
             if cap < target:
                 target = cap
                 rules.append(f"history_cap: target={target} (lowered)")
