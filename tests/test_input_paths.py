@@ -317,6 +317,7 @@ def test_empty_tool_calls_on_an_anthropic_message_are_kept_as_they_are(reader: b
     the Anthropic writer writes it back; reading that refused it, though it holds no call
     (nothing goes uncounted). Null and ``[]`` are kept verbatim on every path, as on an
     OpenAI message."""
+    fn = {"name": "f", "arguments": "{}"}
     structs = cw.adapters.to_canonical([{"role": "user", "content": "x", "tool_calls": []}])
     assert cw.validate(structs, "anthropic") == []
     written = [cw.adapters.from_canonical(s, "anthropic") for s in structs]
@@ -332,6 +333,25 @@ def test_empty_tool_calls_on_an_anthropic_message_are_kept_as_they_are(reader: b
         # counted as the same body without the key (an unknown key is not counted)
         bare = json.dumps({"model": "claude", "max_tokens": 5, "system": "s", "messages": _anthropic_with("x", 1)})
         assert cw.count_request(body) == cw.count_request(bare.encode())
+    # and a tool_calls of [] or null decides no shape (fresh52 #5: the list above, with a
+    # call written as tool_use, read as OpenAI's and was refused)
+    oa = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "x", "tool_calls": []},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": fn}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    an = [cw.adapters.from_canonical(x, "anthropic") for x in cw.adapters.to_canonical(oa)]
+    assert an[1]["tool_calls"] == [] and an[3]["content"][0]["type"] == "tool_use"
+    assert cw.adapters.detect_format(an) == "anthropic"
+    assert cw.count_messages(an) == cw.count_messages(an, format="anthropic") == cw.count_messages(oa)
+    assert cw.validate(an, "anthropic") == []
+    assert cw.count_request(json.dumps({"model": "c", "max_tokens": 5, "messages": an}).encode()) == cw.count_messages(
+        oa
+    )
+    assert cw.adapters.detect_format([{"role": "user", "content": "q", "tool_calls": None}]) == "openai"
+    assert cw.adapters.detect_format([{"role": "assistant", "content": "q", "tool_calls": [{}]}]) == "openai"
     # "[ ]" in a body too
     spaced = b'{"system": "s", "messages": [{"role": "user", "content": "a", "tool_calls": [ \n ]}]}'
     assert cw.count_request(spaced) == cw.count_request(spaced.replace(b'"tool_calls": [ \n ]', b'"tool_calls": []'))
@@ -980,9 +1000,11 @@ def test_the_cli_names_its_own_option_for_an_anthropic_block(
 ) -> None:
     """fresh7 N11: the CLI told its user to `pass format='anthropic'` (the Python keyword);
     its option is --format. The gateway says provider="anthropic", the dict path format=."""
+    # (a tool call marks the list as OpenAI's; a tool_calls of [] no longer does: fresh52 #5)
+    call = {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     msgs = [
         {"role": "user", "content": "a"},
-        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
     ]
     f = write(tmp_path, "b.json", json.dumps({"model": "m", "messages": msgs}))

@@ -1219,6 +1219,65 @@ def test_fresh50_2_a_call_in_a_tool_struct_is_reported_and_removed() -> None:
         assert [it.msg(msgs) for it in work] == cw.repair_tool_pairs(msgs).messages
 
 
+def test_fresh52_1_a_one_turn_text_action_session_loses_its_oldest_steps() -> None:
+    # the README tells a text-action agent to prefix observations with [Tool results], so
+    # the session is one turn with the task as its request; trim_turns then dropped no
+    # step (a command and its observation) but cut every one to its marker: at 1,000 all
+    # 120 were cut and 2,121 tokens were left, fits=False, where fit fit
+    t: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the failing test in utils.py."},
+    ]
+    for i in range(60):
+        t += [
+            {"role": "assistant", "content": f"Let me run step {i}: grep -n foo src/file{i}.py"},
+            {"role": "user", "content": f"[Tool results] src/file{i}.py:12: foo = bar({i})"},
+        ]
+    assert cw.segment_turns(t).turns == [(1, 122)]
+    tokens = cw.message_tokens(t)
+    kept = t[:2] + t[-42:]  # the newest 21 steps, whole; one more would not fit
+    assert sum(tokens[:2]) + sum(tokens[-42:]) <= 1000 < sum(tokens[:2]) + sum(tokens[-44:])
+    r = cw.trim_turns(t, 1000)
+    assert r.report.fits and r.messages == kept and r.report.tokens_after == sum(cw.message_tokens(kept))
+    assert [(f.fate, f.rule) for f in r.report.fates[2:80]] == [("dropped", "oldest_tool_unit")] * 78
+    body = json.dumps({"messages": t}).encode()
+    assert json.loads(cw.fit_request(body, budget=1000))["messages"] == kept
+    # the reference drops the same steps
+    out, rep = ref.trim_turns(cw.adapters.to_canonical(t), 1000, "conservative")
+    assert [src for src, _ in out] == [0, 1, *range(80, 122)] and rep.tokens_after == r.report.tokens_after
+    # a step whose observation holds a screenshot goes whole too (it removed nothing)
+    image = {"type": "image_url", "image_url": {"url": "https://x/s.png"}}
+    shots = t[:2]
+    for i in range(4):
+        shots += [
+            {"role": "assistant", "content": f"click {i}"},
+            {"role": "user", "content": [{"type": "text", "text": f"[Tool results] clicked {i}"}, image]},
+        ]
+    r = cw.trim_turns(shots, 1500)
+    assert r.report.fits and r.messages == shots[:2] + shots[-2:]
+    # the Anthropic shape too: roles still alternate
+    r = cw.trim_turns(t[1:], 1000, format="anthropic")
+    assert r.report.fits and cw.validate(r.messages, "anthropic") == [] and r.messages[0] == t[1]
+
+
+def test_fresh52_6_a_request_is_never_cut_to_an_invisible_character_and_its_marker() -> None:
+    # a request starting with a character that shows nothing was cut to that character
+    # and the marker, reported to fit: none of its words left
+    text = "\u0645\u0631\u062d\u0628\u0627 " * 1000
+    for pre in ("\u202e", "\u200b", "\u2060", "\u00ad", "\ufeff", "\u034f", "\U000e0041"):
+        m = [{"role": "user", "content": pre + text}]
+        r = cw.trim_turns(m, 20)
+        assert r.messages == m and not r.report.fits, repr(pre)
+        assert ref._wordless(pre) and ref._wordless(pre + " \n" + pre)
+    # a letter is a word: cut to it and the marker, it fits (the rule is unchanged)
+    r = cw.trim_turns([{"role": "user", "content": text}], 20)
+    assert r.report.fits and r.messages[0]["content"].startswith("\u0645\u0631\n[... ")
+    assert not ref._wordless("a\u200b") and not ref._wordless("\u00a0x")
+    # the reference keeps it whole too
+    out, rep = ref.trim_turns(cw.adapters.to_canonical([{"role": "user", "content": "\u200b" + text}]), 20)
+    assert out == [(0, None)] and not rep.fits
+
+
 def test_fresh49_1_which_media_messages_join_a_unit() -> None:
     task = {"role": "user", "content": "q"}
     answer = {"role": "assistant", "content": "done"}

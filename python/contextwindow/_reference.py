@@ -2361,7 +2361,7 @@ def _shrink(
         if rule != "request_truncated":  # no other rule asks whether the cut kept only blanks
             return removed, False
         head, tail = prefill_cut_points(text, lo, floor, end)
-        return removed, _blank(text[:head] + text[tail:])
+        return removed, _wordless(text[:head] + text[tail:])
     return 0, False
 
 
@@ -2451,6 +2451,68 @@ def trim_turns(
         return ops, report
     bare_ops, bare, bare_units = _trim_turns_once(msgs, budget, profile, False, provider)
     return (ops, report) if _choose_with_breadcrumb((report, units), (bare, bare_units)) else (bare_ops, bare)
+
+
+#: Unicode's default-ignorable code points (``Default_Ignorable_Code_Point``), which show
+#: nothing (Rust ``trim::is_ignorable``), as inclusive ranges.
+_IGNORABLE = (
+    (0xAD, 0xAD),
+    (0x34F, 0x34F),
+    (0x61C, 0x61C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _wordless(text: str) -> bool:
+    """Whether ``text`` holds none of a request's words: only whitespace and characters
+    that show nothing (:data:`_IGNORABLE`); a request is never cut to that (fresh52 #6;
+    Rust ``trim::wordless``)."""
+    return all(c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) for c in text)
+
+
+def _is_results_text(m: Message) -> bool:
+    """A text-action agent's observation as ``fit`` reads one: a user message whose first
+    part is text starting with ``[Tool results]`` (``fit._is_results_text``)."""
+    return m.role == "user" and (first_text(m) or "").startswith(TOOL_RESULTS_PREFIX)
+
+
+def _newest_turn_units(work: list[Message], seg: Segmentation, la: int, lb: int) -> list[list[int]]:
+    """The newest turn's (``la``..``lb``) tool units and text-action steps, in order: a step
+    is an assistant message in no unit and the observations right after it (in no unit,
+    no placeholder), as ``fit`` groups them; dropped oldest first as units are (fresh52
+    #1; Rust ``newest_turn_units``)."""
+    units = [u for u in seg.units if la <= u[0] < lb]
+    in_unit = {w for u in seg.units for w in u}
+    w = la
+    while w + 1 < lb:
+        if work[w].role != "assistant" or w in in_unit:
+            w += 1
+            continue
+        e = w + 1
+        while (
+            e < lb
+            and e not in in_unit
+            and not (len(work[e].content) == 1 and first_text(work[e]) == RESULTS_REMOVED)
+            and _is_results_text(work[e])
+        ):
+            e += 1
+        if e > w + 1:
+            units.append(list(range(w, e)))
+        w = max(e, w + 1)
+    return sorted(units, key=lambda u: u[0])
 
 
 def _newest_turn_loss(report: FitReport, units: int) -> tuple[int, int]:
@@ -2584,7 +2646,7 @@ def _trim_turns_once(
 
     unit_tokens = 0
     if over():
-        units = [u for u in seg.units if la <= u[0] < lb]
+        units = _newest_turn_units([it.msg(msgs) for it in st.work], seg, la, lb)
         # each with the fates its messages had before it went (a repair's stays when it
         # comes back: fresh42 #1)
         gone_units: list[tuple[list[int], list[tuple[int, dict[str, Any]]]]] = []
@@ -2689,7 +2751,7 @@ def _trim_turns_once(
         w = req
         cands2 = [(-len(q.text), i) for i, q in enumerate(st.m(w).content) if isinstance(q, TextPart) and q.text]
         # the parts with words left: those not cut, and those cut to more than blanks
-        worded = [isinstance(q, TextPart) and not _blank(q.text) for q in st.m(w).content]
+        worded = [isinstance(q, TextPart) and not _wordless(q.text) for q in st.m(w).content]
         any_words = any(worded)
         # a shortcut: no cut is tried when even every part cut to its marker would leave
         # the conversation over budget (the restore below keeps the rule otherwise)

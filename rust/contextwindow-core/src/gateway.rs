@@ -1958,7 +1958,8 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
             || cx.str_is(role, "function")
-            || m.get("tool_calls").is_some()
+            // null or [] holds no call and decides nothing (fresh52 #5)
+            || m.get("tool_calls").is_some_and(|v| !no_calls(v))
             || m.get("tool_call_id").is_some()
         {
             return Ok(Format::OpenAI);

@@ -8,7 +8,8 @@ use serde::Serialize;
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{
-    thinking_anchor, Format, Message, Part, PartKind, Role, BREADCRUMB, TOOL_RESULTS_PREFIX,
+    thinking_anchor, Format, Message, Part, PartKind, Role, BREADCRUMB, RESULTS_REMOVED,
+    TOOL_RESULTS_PREFIX,
 };
 use crate::pairs::{is_white_space, part_eq, repair_resolved, Missing, PairChange, Work};
 use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
@@ -570,6 +571,102 @@ fn received_rule(input: &Message, msg: &Message) -> Option<&'static str> {
     }
 }
 
+/// Whether a Unicode default-ignorable code point (the `Default_Ignorable_Code_Point`
+/// property: soft hyphen, zero-width and bidi controls, word joiner, variation
+/// selectors, Hangul fillers, tags), which shows nothing (`_reference._IGNORABLE`).
+fn is_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fff8}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
+/// Whether a text holds none of the request's words: only whitespace and characters
+/// that show nothing ([`is_ignorable`]). A request is never cut to that (fresh52 #6: a
+/// request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that character and
+/// its marker, reported to fit).
+fn wordless(t: &str) -> bool {
+    t.chars()
+        .all(|c| crate::pairs::is_white_space(c) || is_ignorable(c))
+}
+
+/// A text-action agent's observation as `fit` reads one: a user message whose first
+/// part is text starting with [`TOOL_RESULTS_PREFIX`] (`fit._is_results_text`).
+fn is_results_text(m: &Message) -> bool {
+    m.role == Role::User
+        && m.content.first().is_some_and(|p| {
+            p.kind == PartKind::Text && p.text_str().starts_with(TOOL_RESULTS_PREFIX)
+        })
+}
+
+/// The newest turn's tool units and text-action steps, in order, each a list of work
+/// items: a step is an assistant message in no unit and the observations right after it
+/// ([`is_results_text`], no placeholder, in no unit), as `fit` groups them. Dropped oldest
+/// first as units are (fresh52 #1: a text-action session of one turn, as the README's
+/// `[Tool results]` prefix makes it, lost no step: every command and observation was cut
+/// to its marker, `fits=False` at 2,121 tokens for 1,000, where `fit` fit).
+fn newest_turn_units(
+    work: &[Work<'_>],
+    seg: &Segmentation,
+    last: std::ops::Range<usize>,
+) -> Vec<Vec<usize>> {
+    let mut units: Vec<Vec<usize>> = seg
+        .units
+        .iter()
+        .filter(|u| last.contains(&u[0]))
+        .cloned()
+        .collect();
+    let mut in_unit = vec![false; work.len()];
+    for u in &seg.units {
+        for &w in u {
+            in_unit[w] = true;
+        }
+    }
+    let placeholder = |m: &Message| {
+        m.content.len() == 1
+            && m.content[0].kind == PartKind::Text
+            && m.content[0].text_str() == RESULTS_REMOVED
+    };
+    let mut w = last.start;
+    while w + 1 < last.end {
+        let m = &work[w].msg;
+        if m.role != Role::Assistant || in_unit[w] {
+            w += 1;
+            continue;
+        }
+        let mut e = w + 1;
+        while e < last.end
+            && !in_unit[e]
+            && !placeholder(&work[e].msg)
+            && is_results_text(&work[e].msg)
+        {
+            e += 1;
+        }
+        if e > w + 1 {
+            units.push((w..e).collect());
+        }
+        w = e.max(w + 1);
+    }
+    units.sort_by_key(|u| u[0]);
+    units
+}
+
 /// Work items whose stubs answer the calls of the item right before them: real user
 /// messages holding results (only stubs can make a real user message hold results).
 fn stub_heads(work: &[Work<'_>]) -> Vec<bool> {
@@ -1072,8 +1169,7 @@ impl<'a, 'p> State<'a, 'p> {
         // when that is all its text keeps); no other rule asks
         let kept_blank = rule == "request_truncated" && {
             let (head, tail) = prefill_cut_points(&chars, floor, lo, end);
-            let blank = |t: &str| t.chars().all(crate::pairs::is_white_space);
-            blank(chars.slice(0, head)) && blank(chars.slice(tail, chars.len()))
+            wordless(chars.slice(0, head)) && wordless(chars.slice(tail, chars.len()))
         };
         let m = self.work[w].msg.to_mut();
         let target = match inner {
@@ -1607,7 +1703,7 @@ fn trim_turns_once<'a>(
     let anchor = thinking_anchor(&st.work, st.opts.format);
     let over = |st: &State| st.total() + bc_cost > budget;
     if over(&st) {
-        let units: Vec<&Vec<usize>> = seg.units.iter().filter(|u| last.contains(&u[0])).collect();
+        let units = newest_turn_units(&st.work, &seg, last.clone());
         if let Some((_, older)) = units.split_last() {
             // each with the fates its messages had before it went (a repair's stays when
             // it comes back: fresh42 #1)
@@ -1817,10 +1913,7 @@ fn trim_turns_once<'a>(
             let content = &st.work[w].msg.content;
             let mut worded: Vec<bool> = content
                 .iter()
-                .map(|q| {
-                    q.kind == PartKind::Text
-                        && !q.text_str().chars().all(crate::pairs::is_white_space)
-                })
+                .map(|q| q.kind == PartKind::Text && !wordless(q.text_str()))
                 .collect();
             let any_words = worded.iter().any(|&x| x);
             for (_, p) in cands {

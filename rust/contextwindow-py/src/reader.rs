@@ -857,7 +857,8 @@ fn detect(messages: &[Fields<'_>]) -> R<Shape> {
                 return Ok(Shape::OpenAI);
             }
         }
-        if m.tool_calls.is_some() || m.tool_call_id.is_some() {
+        // a tool_calls of None or [] holds no call and decides nothing (fresh52 #5)
+        if m.tool_calls.as_ref().is_some_and(|v| !empty_calls(v)) || m.tool_call_id.is_some() {
             return Ok(Shape::OpenAI);
         }
         let Some(content) = &m.content else {
