@@ -237,9 +237,16 @@ def conversation(draw: Any, provider: str) -> list[Message]:
         )
         msgs.append(Message(role=draw(st.sampled_from(roles)), content=[TextPart(text=draw(text))]))
     for _ in range(draw(st.integers(1, 9))):
-        kind = draw(st.sampled_from(["user", "user", "assistant", "tools", "tools", "orphan"]))
+        kind = draw(st.sampled_from(["user", "user", "assistant", "tools", "tools", "orphan", "step"]))
         pinned = draw(st.integers(0, 12)) == 0
-        if kind == "user":
+        if kind == "step":
+            # a text-action step: a command, its observation, sometimes screenshots after
+            # it (they go with the step: fresh52 #1, fresh53 #2)
+            msgs.append(Message(role="assistant", content=[TextPart(text=draw(text))], pinned=pinned))
+            msgs.append(Message(role="user", content=[TextPart(text="[Tool results] " + draw(any_text))]))
+            for _ in range(draw(st.integers(0, 2))):
+                msgs.append(Message(role="user", content=[draw(image_part())]))
+        elif kind == "user":
             msgs.append(Message(role="user", content=_text_parts(draw), pinned=pinned))
         elif kind == "assistant":
             msgs.append(Message(role="assistant", content=_text_parts(draw), pinned=pinned))

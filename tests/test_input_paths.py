@@ -351,6 +351,13 @@ def test_empty_tool_calls_on_an_anthropic_message_are_kept_as_they_are(reader: b
         oa
     )
     assert cw.adapters.detect_format([{"role": "user", "content": "q", "tool_calls": None}]) == "openai"
+    # nor does a tool_call_id of null, which frameworks write for every optional field
+    # (fresh53 #4), on any path
+    nulled = [{**an[0], "tool_call_id": None}, *an[1:]]
+    assert cw.adapters.detect_format(nulled) == "anthropic"
+    assert cw.count_messages(nulled) == cw.count_messages(nulled, format="anthropic")
+    body = json.dumps({"model": "c", "max_tokens": 5, "messages": nulled}).encode()
+    assert cw.count_request(body) == cw.count_messages(nulled, format="anthropic")
     assert cw.adapters.detect_format([{"role": "assistant", "content": "q", "tool_calls": [{}]}]) == "openai"
     # "[ ]" in a body too
     spaced = b'{"system": "s", "messages": [{"role": "user", "content": "a", "tool_calls": [ \n ]}]}'

@@ -1169,16 +1169,18 @@ def test_fresh51_2_a_blank_caption_is_no_text_for_the_screenshot_rule() -> None:
     can = cw.adapters.to_canonical(m)
     assert [ref.is_media_only(x) for x in can] == [False, False] + [False, False, True] * 4
     assert ref.segment(can).turns == [(1, 14)]
-    # a caption with a word, or a blank text alone (no image), is the user's: it opens a turn
+    # a caption with a word is the user's: it opens a turn; so does a blank text alone,
+    # with no image (README Known limits: fresh53 #1)
     worded = [*m[:5], {"role": "user", "content": [{"type": "text", "text": "."}, image]}]
     assert cw.segment_turns(worded).turns == [(1, 5), (5, 6)]
     blank = [*m[:5], {"role": "user", "content": [{"type": "text", "text": " "}]}]
     assert cw.segment_turns(blank).turns == [(1, 5), (5, 6)]
-    # a vertical tab or a no-break space is text here, in Rust and the reference alike
-    for odd in ("\x0b", "\u00a0"):
+    # every whitespace character and every character that shows nothing is blank, in Rust
+    # and the reference alike (fresh53 #3: only four characters were)
+    for odd in ("\x0b", "\u00a0", "\u2028", "\x85", "\u3000", "\u200b", "\u2800"):
         other = [*m[:5], {"role": "user", "content": [{"type": "text", "text": odd}, image]}]
-        assert cw.segment_turns(other).turns == [(1, 5), (5, 6)]
-        assert ref.segment(cw.adapters.to_canonical(other)).turns == [(1, 5), (5, 6)]
+        assert cw.segment_turns(other).turns == [(1, 6)], repr(odd)
+        assert ref.segment(cw.adapters.to_canonical(other)).turns == [(1, 6)]
 
 
 def test_fresh50_2_a_call_in_a_tool_struct_is_reported_and_removed() -> None:
@@ -1264,7 +1266,8 @@ def test_fresh52_6_a_request_is_never_cut_to_an_invisible_character_and_its_mark
     # a request starting with a character that shows nothing was cut to that character
     # and the marker, reported to fit: none of its words left
     text = "\u0645\u0631\u062d\u0628\u0627 " * 1000
-    for pre in ("\u202e", "\u200b", "\u2060", "\u00ad", "\ufeff", "\u034f", "\U000e0041"):
+    # (U+2800 BRAILLE PATTERN BLANK is no default-ignorable, but shows nothing: fresh53 #6)
+    for pre in ("\u202e", "\u200b", "\u2060", "\u00ad", "\ufeff", "\u034f", "\U000e0041", "\u2800"):
         m = [{"role": "user", "content": pre + text}]
         r = cw.trim_turns(m, 20)
         assert r.messages == m and not r.report.fits, repr(pre)
@@ -1276,6 +1279,42 @@ def test_fresh52_6_a_request_is_never_cut_to_an_invisible_character_and_its_mark
     # the reference keeps it whole too
     out, rep = ref.trim_turns(cw.adapters.to_canonical([{"role": "user", "content": "\u200b" + text}]), 20)
     assert out == [(0, None)] and not rep.fits
+
+
+def test_fresh53_2_a_screenshot_after_an_observation_goes_with_its_step() -> None:
+    # a text-action agent (pyautogui) gets a text observation and a screenshot after each
+    # command; each screenshot opened a turn, so the task was the oldest turn, dropped
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/s.png", "detail": "low"}}
+    m: list[dict[str, Any]] = [
+        {"role": "system", "content": "You operate a desktop."},
+        {"role": "user", "content": "Enable dark mode in Settings."},
+    ]
+    for i in range(3):
+        m += [
+            {"role": "assistant", "content": f"pyautogui.click({i * 10}, 20)"},
+            {"role": "user", "content": "[Tool results]\n" + "screen text\n" * 150},
+            {"role": "user", "content": [image]},
+        ]
+    seg = cw.segment_turns(m)
+    assert (seg.turns, seg.units, seg.current_request) == ([(1, 11)], [], 1)
+    can = cw.adapters.to_canonical(m)
+    assert ref.after_observations(can) == [False] * 4 + [True, False, False, True, False, False, True]
+    assert ref.real_users(can) == [False, True] + [False] * 9
+    # the steps go whole, oldest first, screenshot and all; the task stays
+    t = cw.message_tokens(m)
+    step = sum(t[8:11])  # the newest step; the budget leaves no room for another
+    r = cw.trim_turns(m, t[0] + t[1] + step)
+    assert r.report.fits and r.messages == [*m[:2], *m[8:]]
+    assert json.loads(cw.fit_request(json.dumps({"messages": m}).encode(), budget=t[0] + t[1] + step))["messages"] == (
+        r.messages
+    )
+    f = cw.fit(m, 800)
+    assert f.report.fits and m[1] in f.messages
+    out, _ = ref.trim_turns(can, t[0] + t[1] + step)
+    assert [src for src, _ in out] == [0, 1, 8, 9, 10]
+    # an image alone after the assistant's answer is still the user's
+    tail = [*m, {"role": "assistant", "content": "done"}, {"role": "user", "content": [image]}]
+    assert cw.segment_turns(tail).current_request == 12
 
 
 def test_fresh49_1_which_media_messages_join_a_unit() -> None:

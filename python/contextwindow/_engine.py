@@ -839,9 +839,11 @@ def call_shape(m: Message) -> tuple[Any, ...]:
 def turn_shape(m: Message) -> tuple[Any, ...]:
     """All the segmentation reads of a message (``_reference.segment``, whose rules the
     Rust engine's ``segment_turns`` shares): :func:`call_shape`, whether it is a real
-    user message (its role tells a preamble message) and whether it is of media alone
-    (a screenshot joins the tool unit before it: fresh49 #1, fresh50 #1)."""
-    return (call_shape(m), ref.is_real_user(m), ref.is_media_only(m))
+    user message (its role tells a preamble message), whether it is of media alone (a
+    screenshot joins the tool unit before it: fresh49 #1, fresh50 #1) and whether it is
+    a text-action observation (a screenshot after one is no real user message: fresh53
+    #2)."""
+    return (call_shape(m), ref.is_real_user(m), ref.is_media_only(m), ref.is_observation(m))
 
 
 def shaped(kind: str, msgs: Sequence[Message], shape: Callable[[Message], Any], compute: Callable[[], _T]) -> _T:

@@ -697,17 +697,17 @@ MEDIA_TYPES = USER_ONLY_TYPES | {"image", "document"}
 
 
 def is_media_only(m: Message) -> bool:
-    """A user message of images, files, audio or documents alone (no text but blank text
-    parts of spaces, tabs and line breaks, no tool results): right after a message
+    """A user message of images, files, audio or documents alone (no text but text parts
+    with no words, :func:`_wordless`; no tool results): right after a message
     holding tool results it belongs to that message's tool unit (a screenshot an OpenAI
     agent sends after the tool messages; Rust ``Message::is_media_only``)."""
     if m.role != "user":
         return False
     media = [isinstance(q, ImagePart) or (isinstance(q, OpaquePart) and q.type in MEDIA_TYPES) for q in m.content]
-    # a text part of nothing but spaces, tabs and line breaks is no text: an agent that
-    # always sends a caption sends an empty one (fresh51 #2)
+    # a text part with no words (_wordless) is no text: an agent that always sends a
+    # caption sends an empty one (fresh51 #2; fresh53 #3: one definition of blank)
     return any(media) and all(
-        is_media or (isinstance(q, TextPart) and not q.text.strip(" \t\n\r"))
+        is_media or (isinstance(q, TextPart) and _wordless(q.text))
         for q, is_media in zip(m.content, media, strict=True)
     )
 
@@ -886,7 +886,20 @@ def real_users(msgs: list[Message], results: list[list[tuple[int, int] | None]] 
         results, _ = resolve(msgs)
     real = [is_real_user(m) for m in msgs]
     shown = _units_and_shown(msgs, results, real)[1]
-    return [r and not s for r, s in zip(real, shown, strict=True)]
+    after = after_observations(msgs)
+    return [r and not s and not a for r, s, a in zip(real, shown, after, strict=True)]
+
+
+def after_observations(msgs: Sequence[Message]) -> list[bool]:
+    """Of each message, whether it is a user message of media alone right after a
+    text-action agent's observation (:func:`is_observation`) or after another such
+    message: the screenshot such an agent gets with its tool's text output, no real user
+    message (:func:`real_users`) and in no tool unit; it goes with the observation's step
+    (fresh53 #2; Rust ``turns::after_observations``)."""
+    after = [False] * len(msgs)
+    for i in range(1, len(msgs)):
+        after[i] = is_media_only(msgs[i]) and (after[i - 1] or is_observation(msgs[i - 1]))
+    return after
 
 
 def last_real_user(msgs: Sequence[Message]) -> int | None:
@@ -954,8 +967,9 @@ def segment(
         results, _ = resolve(msgs)
     flags = [is_real_user(m) for m in msgs] if real_user is None else real_user
     units, shown = _units_and_shown(msgs, results, flags)
-    # a screenshot in a tool unit is not a real user message (real_users)
-    real = [i for i in range(pre, n) if flags[i] and not shown[i]]
+    after = after_observations(msgs)
+    # a screenshot in a tool unit or after an observation is not a real user message (real_users)
+    real = [i for i in range(pre, n) if flags[i] and not shown[i] and not after[i]]
     boundary = set(real[1:])
     for u in units:
         boundary -= set(range(u[0] + 1, u[-1] + 1))
@@ -2453,8 +2467,9 @@ def trim_turns(
     return (ops, report) if _choose_with_breadcrumb((report, units), (bare, bare_units)) else (bare_ops, bare)
 
 
-#: Unicode's default-ignorable code points (``Default_Ignorable_Code_Point``), which show
-#: nothing (Rust ``trim::is_ignorable``), as inclusive ranges.
+#: Unicode's default-ignorable code points (``Default_Ignorable_Code_Point``) and U+2800
+#: BRAILLE PATTERN BLANK, which show nothing (Rust ``model::is_ignorable``), as inclusive
+#: ranges.
 _IGNORABLE = (
     (0xAD, 0xAD),
     (0x34F, 0x34F),
@@ -2470,6 +2485,7 @@ _IGNORABLE = (
     (0xFEFF, 0xFEFF),
     (0xFFA0, 0xFFA0),
     (0xFFF0, 0xFFF8),
+    (0x2800, 0x2800),
     (0x1BCA0, 0x1BCA3),
     (0x1D173, 0x1D17A),
     (0xE0000, 0xE0FFF),
@@ -2479,7 +2495,7 @@ _IGNORABLE = (
 def _wordless(text: str) -> bool:
     """Whether ``text`` holds none of a request's words: only whitespace and characters
     that show nothing (:data:`_IGNORABLE`); a request is never cut to that (fresh52 #6;
-    Rust ``trim::wordless``)."""
+    Rust ``model::wordless``)."""
     return all(c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) for c in text)
 
 
@@ -2506,7 +2522,7 @@ def _newest_turn_units(work: list[Message], seg: Segmentation, la: int, lb: int)
             e < lb
             and e not in in_unit
             and not (len(work[e].content) == 1 and first_text(work[e]) == RESULTS_REMOVED)
-            and _is_results_text(work[e])
+            and (_is_results_text(work[e]) or (e > w + 1 and is_media_only(work[e])))
         ):
             e += 1
         if e > w + 1:

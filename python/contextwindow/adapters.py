@@ -773,7 +773,7 @@ def detect_format(messages: Sequence[object]) -> Format:
     ``canonical`` when every item is a :class:`Message`. ``openai`` when any message has
     role ``tool``, ``developer`` or ``function`` (the deprecated function-calling form,
     which the OpenAI adapter then refuses), ``tool_calls`` holding anything but null or
-    ``[]`` (which hold no call, and both shapes keep), ``tool_call_id`` or ``image_url`` /
+    ``[]`` (which hold no call, and both shapes keep), ``tool_call_id`` (not null) or ``image_url`` /
     ``input_audio`` parts. Otherwise ``anthropic`` when any block is of a type only the
     Messages API has (``tool_use``, ``tool_result``, ``server_tool_use``, ``mcp_tool_use``,
     a type ending in ``_tool_result``, ``thinking``, ``redacted_thinking``, ``document``,
@@ -815,7 +815,7 @@ def detect_format(messages: Sequence[object]) -> Format:
         # it (fresh52 #5: the Anthropic writer writes one back, which read as OpenAI's)
         if (isinstance(role, str) and role in OPENAI_ONLY_ROLES) or not _no_calls(m.get("tool_calls")):
             return "openai"
-        if "tool_call_id" in m:
+        if m.get("tool_call_id") is not None:  # null, as a framework writes every field, too (fresh53 #4)
             return "openai"
         content = m.get("content")
         for b in content if isinstance(content, list) else ():

@@ -406,6 +406,10 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     for w in unit_of:
         if real[w] and ref.is_media_only(work[w]):
             real[w] = False
+    # nor is a screenshot after a text-action observation (fresh53 #2)
+    for w, after in enumerate(ref.after_observations(work)):
+        if after:
+            real[w] = False
     srcs = [it.src for it in st.work]
     # the input's request stays the request when repair made it a carrier (a result moved
     # into it): P0, the exchange after it held (before, the last real user message before
@@ -503,7 +507,13 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
             if work[w].role != "assistant" or w in unit_of or w == head_of[t] or crumb[w] or placeholder[w]:
                 continue
             e = w + 1
-            while e < b and e not in unit_of and not placeholder[e] and _is_results_text(work[e]):
+            # the observations, and the screenshots after them (ref.after_observations)
+            while (
+                e < b
+                and e not in unit_of
+                and not placeholder[e]
+                and (_is_results_text(work[e]) or (e > w + 1 and ref.is_media_only(work[e])))
+            ):
                 e += 1
             if e > w + 1:
                 step = list(range(w, e))

@@ -1960,7 +1960,7 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
             || cx.str_is(role, "function")
             // null or [] holds no call and decides nothing (fresh52 #5)
             || m.get("tool_calls").is_some_and(|v| !no_calls(v))
-            || m.get("tool_call_id").is_some()
+            || m.get("tool_call_id").is_some_and(|v| kind(v) != Kind::Null)
         {
             return Ok(Format::OpenAI);
         }

@@ -369,8 +369,8 @@ impl Message {
             && !only(is_notice_text)
     }
 
-    /// A user message of images, files, audio or documents alone (no text but blank text
-    /// parts, no tool results): what an OpenAI agent sends after the tool messages to show what a tool
+    /// A user message of images, files, audio or documents alone (no text but text parts
+    /// with no words, [`wordless`]; no tool results): what an OpenAI agent sends after the tool messages to show what a tool
     /// made (a screenshot), since Chat Completions takes images in user messages only.
     /// Right after a message holding tool results it belongs to that message's tool unit
     /// ([`crate::turns::tool_units`]; fresh49 #1).
@@ -382,14 +382,10 @@ impl Message {
                         USER_ONLY_PARTS.contains(&t) || matches!(t, "image" | "document")
                     }))
         };
-        // a text part of nothing but spaces, tabs and line breaks is no text: an agent
-        // that always sends a caption sends an empty one (fresh51 #2)
-        let blank = |p: &Part| {
-            p.kind == PartKind::Text
-                && p.text_str()
-                    .trim_matches([' ', '\t', '\n', '\r'])
-                    .is_empty()
-        };
+        // a text part with no words ([`wordless`]) is no text: an agent that always
+        // sends a caption sends an empty one (fresh51 #2; fresh53 #3: one definition of
+        // blank, not four characters)
+        let blank = |p: &Part| p.kind == PartKind::Text && wordless(p.text_str());
         self.role == Role::User
             && self.content.iter().any(media)
             && self.content.iter().all(|p| media(p) || blank(p))
@@ -420,6 +416,43 @@ impl Message {
         out.content.retain(|p| !p.is_missing_result());
         Some(out)
     }
+}
+
+/// Whether a Unicode default-ignorable code point (the `Default_Ignorable_Code_Point`
+/// property: soft hyphen, zero-width and bidi controls, word joiner, variation
+/// selectors, Hangul fillers, tags), and U+2800 BRAILLE PATTERN BLANK: characters that
+/// show nothing (`_reference._IGNORABLE`; fresh52 #6, fresh53 #6).
+pub(crate) fn is_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fff8}'
+            | '\u{2800}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
+/// Whether a text holds no words: only whitespace ([`crate::pairs::is_white_space`]) and
+/// characters that show nothing ([`is_ignorable`]). A request is never cut to that (fresh52 #6: a
+/// request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that character and
+/// its marker, reported to fit).
+pub(crate) fn wordless(t: &str) -> bool {
+    t.chars()
+        .all(|c| crate::pairs::is_white_space(c) || is_ignorable(c))
 }
 
 /// Under Anthropic rules, the first assistant message of the newest turn (after the last

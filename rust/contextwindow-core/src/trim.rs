@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{
-    thinking_anchor, Format, Message, Part, PartKind, Role, BREADCRUMB, RESULTS_REMOVED,
+    thinking_anchor, wordless, Format, Message, Part, PartKind, Role, BREADCRUMB, RESULTS_REMOVED,
     TOOL_RESULTS_PREFIX,
 };
 use crate::pairs::{is_white_space, part_eq, repair_resolved, Missing, PairChange, Work};
@@ -571,41 +571,6 @@ fn received_rule(input: &Message, msg: &Message) -> Option<&'static str> {
     }
 }
 
-/// Whether a Unicode default-ignorable code point (the `Default_Ignorable_Code_Point`
-/// property: soft hyphen, zero-width and bidi controls, word joiner, variation
-/// selectors, Hangul fillers, tags), which shows nothing (`_reference._IGNORABLE`).
-fn is_ignorable(c: char) -> bool {
-    matches!(
-        c,
-        '\u{ad}'
-            | '\u{34f}'
-            | '\u{61c}'
-            | '\u{115f}'..='\u{1160}'
-            | '\u{17b4}'..='\u{17b5}'
-            | '\u{180b}'..='\u{180f}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}'
-            | '\u{3164}'
-            | '\u{fe00}'..='\u{fe0f}'
-            | '\u{feff}'
-            | '\u{ffa0}'
-            | '\u{fff0}'..='\u{fff8}'
-            | '\u{1bca0}'..='\u{1bca3}'
-            | '\u{1d173}'..='\u{1d17a}'
-            | '\u{e0000}'..='\u{e0fff}'
-    )
-}
-
-/// Whether a text holds none of the request's words: only whitespace and characters
-/// that show nothing ([`is_ignorable`]). A request is never cut to that (fresh52 #6: a
-/// request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that character and
-/// its marker, reported to fit).
-fn wordless(t: &str) -> bool {
-    t.chars()
-        .all(|c| crate::pairs::is_white_space(c) || is_ignorable(c))
-}
-
 /// A text-action agent's observation as `fit` reads one: a user message whose first
 /// part is text starting with [`TOOL_RESULTS_PREFIX`] (`fit._is_results_text`).
 fn is_results_text(m: &Message) -> bool {
@@ -617,7 +582,9 @@ fn is_results_text(m: &Message) -> bool {
 
 /// The newest turn's tool units and text-action steps, in order, each a list of work
 /// items: a step is an assistant message in no unit and the observations right after it
-/// ([`is_results_text`], no placeholder, in no unit), as `fit` groups them. Dropped oldest
+/// ([`is_results_text`], no placeholder, in no unit) with the screenshots after them
+/// (user messages of media alone: [`crate::turns::after_observations`]), as `fit` groups
+/// them. Dropped oldest
 /// first as units are (fresh52 #1: a text-action session of one turn, as the README's
 /// `[Tool results]` prefix makes it, lost no step: every command and observation was cut
 /// to its marker, `fits=False` at 2,121 tokens for 1,000, where `fit` fit).
@@ -650,11 +617,12 @@ fn newest_turn_units(
             w += 1;
             continue;
         }
+        // the observations, and the screenshots after them ([`after_observations`])
         let mut e = w + 1;
         while e < last.end
             && !in_unit[e]
             && !placeholder(&work[e].msg)
-            && is_results_text(&work[e].msg)
+            && (is_results_text(&work[e].msg) || (e > w + 1 && work[e].msg.is_media_only()))
         {
             e += 1;
         }

@@ -154,10 +154,11 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
 /// Anthropic shape, where the screenshot sits inside the `tool_result` (fresh50 #1).
 pub fn real_users<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<bool> {
     let shown = units_and_shown(messages, res).1;
+    let after = after_observations(messages);
     messages
         .iter()
-        .zip(shown)
-        .map(|(m, s)| !s && m.as_ref().is_real_user())
+        .zip(shown.iter().zip(after))
+        .map(|(m, (&s, a))| !s && !a && m.as_ref().is_real_user())
         .collect()
 }
 
@@ -172,6 +173,21 @@ pub fn last_real_user<M: AsRef<Message>>(messages: &[M]) -> Option<usize> {
     real_users(messages, &resolve(messages))
         .iter()
         .rposition(|&r| r)
+}
+
+/// Of each message, whether it is a user message of media alone right after a text-action
+/// agent's observation ([`Message::is_observation`]) or after another such message: the
+/// screenshot such an agent gets with its tool's text output. No real user message
+/// ([`real_users`]), in no tool unit: it goes with the observation's step, as a
+/// screenshot after tool messages goes with their unit (fresh53 #2: each opened a turn,
+/// and the task was dropped first).
+pub fn after_observations<M: AsRef<Message>>(messages: &[M]) -> Vec<bool> {
+    let mut after = vec![false; messages.len()];
+    for i in 1..messages.len() {
+        after[i] = messages[i].as_ref().is_media_only()
+            && (after[i - 1] || messages[i - 1].as_ref().is_observation());
+    }
+    after
 }
 
 /// [`tool_units`], and of each message whether it joined its unit as a screenshot (a
@@ -252,9 +268,11 @@ pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> 
         .position(|m| !m.as_ref().is_preamble_role())
         .unwrap_or(n);
     let (units, shown) = units_and_shown(messages, res);
-    // a screenshot in a tool unit is not a real user message ([`real_users`])
+    let after = after_observations(messages);
+    // a screenshot in a tool unit or after an observation is not a real user message
+    // ([`real_users`])
     let real: Vec<usize> = (preamble_end..n)
-        .filter(|&i| !shown[i] && messages[i].as_ref().is_real_user())
+        .filter(|&i| !shown[i] && !after[i] && messages[i].as_ref().is_real_user())
         .collect();
     let current_request = real.last().copied();
     // Boundaries: every real user message but the first, unless a unit spans it.

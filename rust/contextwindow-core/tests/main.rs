@@ -1556,8 +1556,8 @@ fn a_screenshot_after_tool_results_goes_with_their_unit() {
     let msgs = vec![u("q"), a("done"), res("zz", "ok"), shot()];
     assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
     assert_eq!(contextwindow_core::turns::last_real_user(&msgs), Some(3));
-    // fresh51 #2: a blank caption (spaces, tabs, line breaks) is no text; a word is, and
-    // so is a vertical tab
+    // fresh51 #2: a blank caption (whitespace, characters that show nothing) is no text;
+    // a word is
     let captioned = |t: &str| {
         let mut m = shot();
         m.content.insert(0, Part::text(t));
@@ -1567,14 +1567,15 @@ fn a_screenshot_after_tool_results_goes_with_their_unit() {
         ("", true),
         (" \n\t\r", true),
         (".", false),
-        ("\u{b}", false),
+        ("\u{b}\u{a0}\u{200b}\u{3000}", true), // one definition of blank (fresh53 #3)
     ] {
         let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), captioned(caption)];
         let s = segment(&msgs);
         let want: Vec<std::ops::Range<usize>> = if joins { vec![0..4] } else { vec![0..3, 3..4] };
         assert_eq!(s.turns, want, "{caption:?}");
     }
-    // a blank text alone, with no media, is not a screenshot
+    // a blank text alone, with no media, is no screenshot: it opens a turn (README Known
+    // limits: fresh53 #1)
     let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), u(" ")];
     assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
 }

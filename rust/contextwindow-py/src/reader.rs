@@ -858,7 +858,10 @@ fn detect(messages: &[Fields<'_>]) -> R<Shape> {
             }
         }
         // a tool_calls of None or [] holds no call and decides nothing (fresh52 #5)
-        if m.tool_calls.as_ref().is_some_and(|v| !empty_calls(v)) || m.tool_call_id.is_some() {
+        // nor a tool_call_id of None (fresh53 #4)
+        if m.tool_calls.as_ref().is_some_and(|v| !empty_calls(v))
+            || m.tool_call_id.as_ref().is_some_and(|v| !v.is_none())
+        {
             return Ok(Shape::OpenAI);
         }
         let Some(content) = &m.content else {
