@@ -880,9 +880,11 @@ def test_fit_monotone(c: tuple[str, list[Message]], pct: int, more: int) -> None
 
 def _text_step(msgs: list[Message], seg: Any, i: int) -> list[int]:
     """The text-action step holding message ``i`` (an assistant message without tool
-    calls and the ``[Tool results]`` texts right after it, in its turn), else ``[i]``."""
+    calls, the ``[Tool results]`` texts right after it and the screenshots after those:
+    ``ref.after_observations``, in its turn), else ``[i]``."""
     in_unit = {j for u in seg.units for j in u}
     a, b = next((a, b) for a, b in seg.turns if a <= i < b)
+    after = ref.after_observations(msgs)
 
     def results_text(j: int) -> bool:
         m = msgs[j]
@@ -890,13 +892,16 @@ def _text_step(msgs: list[Message], seg: Any, i: int) -> list[int]:
         placeholder = len(m.content) == 1 and first == cw.messages.RESULTS_REMOVED
         return m.role == "user" and j not in in_unit and first.startswith("[Tool results]") and not placeholder
 
+    def member(j: int) -> bool:  # an observation, or a screenshot after one (fresh53 #2)
+        return results_text(j) or (after[j] and j not in in_unit)
+
     start = i
-    while start > a and results_text(start):
+    while start > a and member(start):
         start -= 1
     if msgs[start].role != "assistant" or start in in_unit or not (start + 1 < b and results_text(start + 1)):
         return [i]
     end = start + 1
-    while end < b and results_text(end):
+    while end < b and member(end):
         end += 1
     return list(range(start, end)) if start <= i < end else [i]
 

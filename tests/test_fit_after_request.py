@@ -220,9 +220,10 @@ def build_fails() -> list[dict[str, Any]]:
 
 def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> None:
     """fresh14 finding 1's reproducer: the request alone (188 tokens) is over the budget
-    (100). Keeping the step would cut the request further (trim_turns cuts 695 of its 866
-    characters, the command to its marker and the output to its ``[Tool results]``
-    prefix). The request's cut is monotone in the budget only if it is the same as
+    (100). Keeping the step would cut the request further (trim_turns cuts 704 of its 866
+    characters and the output to its ``[Tool results]`` prefix, the command whole: a
+    step's command is its call, never cut, fresh54 #1; it cut 695 and the command to its
+    marker before). The request's cut is monotone in the budget only if it is the same as
     without the step: below the budget where the step can no longer fit, fit keeps far
     more of the request. So the step goes, whole; at
     every budget the request keeps as much as it does without the step, and the step is
@@ -240,7 +241,8 @@ def test_request_over_the_budget_alone_keeps_what_it_can_and_the_step_goes() -> 
     ]
     assert (r.report.fits, r.report.tokens_after) == (True, 102)
     assert request_cut(r) == request_cut(fit(msgs[:2], 102))
-    assert request_cut(cw.trim_turns(msgs, 104)) == 695
+    kept = cw.trim_turns(msgs, 104)
+    assert request_cut(kept) == 704 and kept.messages[2] == msgs[2]
     cuts = []
     for b in range(40, 264):
         r = fit(msgs, b)

@@ -1317,6 +1317,39 @@ def test_fresh53_2_a_screenshot_after_an_observation_goes_with_its_step() -> Non
     assert cw.segment_turns(tail).current_request == 12
 
 
+def test_fresh54_1_a_text_action_command_is_never_cut_as_a_reply() -> None:
+    # the newest step's command is its call: it was cut to its marker as "the reply"
+    # (reply_shrunk), at 60 too, where the trim did not fit anyway
+    req = (
+        "Fix the crash in parser.py when the input file is empty; keep the public API unchanged and add a regression "
+        "test. "
+    ) * 4
+    command = "I will look at the parser first.\n```\nopen parser.py\n```"
+    ta: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": req},
+        {"role": "assistant", "content": command},
+        {"role": "user", "content": "[Tool results]\n" + "def parse(x):\n    return x\n" * 10},
+    ]
+    r = cw.trim_turns(ta, 130)
+    assert r.report.fits and r.report.tokens_after <= 130 and r.messages[2] == ta[2]
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("kept", "preamble"),
+        ("truncated", "request_truncated"),
+        ("kept", "kept_turn"),
+        ("truncated", "tool_result_shrunk"),
+    ]
+    r = cw.trim_turns(ta, 60)
+    assert not r.report.fits and r.messages[2] == ta[2] and r.report.fates[2].rule == "kept_turn"
+    assert json.loads(cw.fit_request(json.dumps({"messages": ta}).encode(), budget=60))["messages"] == r.messages
+    out, _ = ref.trim_turns(cw.adapters.to_canonical(ta), 60)
+    assert out[2] == (2, None)
+    # an answer after the last observation is a reply still, cut before the request is
+    answered = [*ta, {"role": "assistant", "content": "The parser is fine. " * 30}]
+    r = cw.trim_turns(answered, 300)
+    assert r.messages[2] == ta[2] and r.report.fates[4].rule == "reply_shrunk"
+
+
 def test_fresh49_1_which_media_messages_join_a_unit() -> None:
     task = {"role": "user", "content": "q"}
     answer = {"role": "assistant", "content": "done"}

@@ -2751,10 +2751,15 @@ def _trim_turns_once(
     # a finished transcript: the newest turn's assistant text after the current request
     # (the answer to it) is cut as tool results are, largest first, before the request is
     if over() and req is not None and la <= req < lb:
+        # a text-action step's command is its call, not a reply: never cut (fresh54 #1;
+        # Rust trim_turns_once)
+        heads = {
+            u[0] for u in _newest_turn_units([it.msg(msgs) for it in st.work], seg, la, lb) if not has_calls(st.m(u[0]))
+        }
         cands3 = []
         for w in range(req + 1, lb):
             m = st.m(w)
-            if not st.keep[w] or m.pinned or w == anchor or m.role != "assistant":
+            if not st.keep[w] or m.pinned or w == anchor or m.role != "assistant" or w in heads:
                 continue
             for p, part in enumerate(m.content):
                 if isinstance(part, TextPart) and part.text:

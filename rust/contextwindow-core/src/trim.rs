@@ -1822,10 +1822,21 @@ fn trim_turns_once<'a>(
     // answer after it stayed whole).
     if over(&st) {
         if let Some(r) = request.filter(|&w| last.contains(&w)) {
+            // a text-action step's command is its call, not a reply: never cut (fresh54
+            // #1: the newest step's command went down to its marker)
+            let heads: Vec<usize> = newest_turn_units(&st.work, &seg, last.clone())
+                .into_iter()
+                .map(|u| u[0])
+                .filter(|&w| !st.work[w].msg.has_tool_calls())
+                .collect();
             let mut cands: Vec<(usize, usize, usize)> = Vec::new(); // (len, w, part)
             for w in (r + 1..last.end).filter(|&w| {
                 let m = &st.work[w].msg;
-                st.keep[w] && !m.pinned && Some(w) != anchor && m.role == Role::Assistant
+                st.keep[w]
+                    && !m.pinned
+                    && Some(w) != anchor
+                    && m.role == Role::Assistant
+                    && !heads.contains(&w)
             }) {
                 for (p, part) in st.work[w].msg.content.iter().enumerate() {
                     if part.kind == PartKind::Text && !part.text_str().is_empty() {
