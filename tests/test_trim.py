@@ -13,6 +13,7 @@ import random
 import re
 import struct
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -1221,20 +1222,30 @@ def test_fresh50_2_a_call_in_a_tool_struct_is_reported_and_removed() -> None:
         assert [it.msg(msgs) for it in work] == cw.repair_tool_pairs(msgs).messages
 
 
+def _session(system: str, task: str, steps: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A system prompt, a task, then each step's messages in order."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+    for step in steps:
+        out += step
+    return out
+
+
 def test_fresh52_1_a_one_turn_text_action_session_loses_its_oldest_steps() -> None:
     # the README tells a text-action agent to prefix observations with [Tool results], so
     # the session is one turn with the task as its request; trim_turns then dropped no
     # step (a command and its observation) but cut every one to its marker: at 1,000 all
     # 120 were cut and 2,121 tokens were left, fits=False, where fit fit
-    t: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": "Fix the failing test in utils.py."},
-    ]
-    for i in range(60):
-        t += [
-            {"role": "assistant", "content": f"Let me run step {i}: grep -n foo src/file{i}.py"},
-            {"role": "user", "content": f"[Tool results] src/file{i}.py:12: foo = bar({i})"},
-        ]
+    t = _session(
+        "You are an agent.",
+        "Fix the failing test in utils.py.",
+        (
+            [
+                {"role": "assistant", "content": f"Let me run step {i}: grep -n foo src/file{i}.py"},
+                {"role": "user", "content": f"[Tool results] src/file{i}.py:12: foo = bar({i})"},
+            ]
+            for i in range(60)
+        ),
+    )
     assert cw.segment_turns(t).turns == [(1, 122)]
     tokens = cw.message_tokens(t)
     kept = t[:2] + t[-42:]  # the newest 21 steps, whole; one more would not fit
@@ -1285,16 +1296,18 @@ def test_fresh53_2_a_screenshot_after_an_observation_goes_with_its_step() -> Non
     # a text-action agent (pyautogui) gets a text observation and a screenshot after each
     # command; each screenshot opened a turn, so the task was the oldest turn, dropped
     image = {"type": "image_url", "image_url": {"url": "https://example.com/s.png", "detail": "low"}}
-    m: list[dict[str, Any]] = [
-        {"role": "system", "content": "You operate a desktop."},
-        {"role": "user", "content": "Enable dark mode in Settings."},
-    ]
-    for i in range(3):
-        m += [
-            {"role": "assistant", "content": f"pyautogui.click({i * 10}, 20)"},
-            {"role": "user", "content": "[Tool results]\n" + "screen text\n" * 150},
-            {"role": "user", "content": [image]},
-        ]
+    m = _session(
+        "You operate a desktop.",
+        "Enable dark mode in Settings.",
+        (
+            [
+                {"role": "assistant", "content": f"pyautogui.click({i * 10}, 20)"},
+                {"role": "user", "content": "[Tool results]\n" + "screen text\n" * 150},
+                {"role": "user", "content": [image]},
+            ]
+            for i in range(3)
+        ),
+    )
     seg = cw.segment_turns(m)
     assert (seg.turns, seg.units, seg.current_request) == ([(1, 11)], [], 1)
     can = cw.adapters.to_canonical(m)

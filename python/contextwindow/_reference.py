@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -864,16 +864,6 @@ def resolve(msgs: list[Message]) -> tuple[list[list[tuple[int, int] | None]], li
     return results, answered_by
 
 
-def tool_units(
-    msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None = None
-) -> list[list[int]]:
-    """Tool units (see DESIGN.md section 4), each with the user messages of media alone
-    right after its results (:func:`is_media_only`: a screenshot an OpenAI agent sends
-    after the tool messages; fresh49 #1); ``real``: :func:`is_real_user` of each message,
-    when the caller has it already."""
-    return _units_and_shown(msgs, results, real)[0]
-
-
 def real_users(msgs: list[Message], results: list[list[tuple[int, int] | None]] | None = None) -> list[bool]:
     """Of each message, whether it is a real user message where it stands: one
     (:func:`is_real_user`) that is not a screenshot in a tool unit (a user message of media
@@ -885,9 +875,22 @@ def real_users(msgs: list[Message], results: list[list[tuple[int, int] | None]] 
     if results is None:
         results, _ = resolve(msgs)
     real = [is_real_user(m) for m in msgs]
-    shown = _units_and_shown(msgs, results, real)[1]
-    after = after_observations(msgs)
-    return [r and not s and not a for r, s, a in zip(real, shown, after, strict=True)]
+    return real_users_in(msgs, tool_units(msgs, results, real), real)
+
+
+def real_users_in(msgs: Sequence[Message], units: list[list[int]], real: list[bool] | None = None) -> list[bool]:
+    """:func:`real_users` given the tool units of ``msgs`` (a segmentation's), and
+    ``real``, :func:`is_real_user` of each message, when the caller has it: a user
+    message of media alone is in a unit only as a screenshot there."""
+    flags = [is_real_user(m) for m in msgs] if real is None else list(real)
+    for u in units:
+        for w in u:
+            if flags[w] and is_media_only(msgs[w]):
+                flags[w] = False
+    for w, after in enumerate(after_observations(msgs)):
+        if after:
+            flags[w] = False
+    return flags
 
 
 def after_observations(msgs: Sequence[Message]) -> list[bool]:
@@ -913,11 +916,13 @@ def last_real_user(msgs: Sequence[Message]) -> int | None:
     return next((i for i in range(len(real) - 1, -1, -1) if real[i]), None)
 
 
-def _units_and_shown(
-    msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None
-) -> tuple[list[list[int]], list[bool]]:
-    """:func:`tool_units`, and of each message whether it joined its unit as a screenshot
-    (Rust ``turns::units_and_shown``)."""
+def tool_units(
+    msgs: list[Message], results: list[list[tuple[int, int] | None]], real: list[bool] | None = None
+) -> list[list[int]]:
+    """Tool units (see DESIGN.md section 4), each with the user messages of media alone
+    right after its results (:func:`is_media_only`: a screenshot an OpenAI agent sends
+    after the tool messages; fresh49 #1); ``real``: :func:`is_real_user` of each message,
+    when the caller has it already."""
     parent = list(range(len(msgs)))
 
     def find(x: int) -> int:
@@ -939,10 +944,10 @@ def _units_and_shown(
     # a user message of media alone right after a message of the unit holding tool
     # results (or after another such message) is what the tool showed (a screenshot an
     # OpenAI agent sends after the tool messages): it goes with the unit (fresh49 #1)
-    shown = [False] * len(msgs)
+    shown = False
     for i in range(1, len(msgs)):
-        shown[i] = is_media_only(msgs[i]) and (shown[i - 1] or (in_unit[i - 1] and has_results(msgs[i - 1])))
-        if shown[i]:
+        shown = is_media_only(msgs[i]) and (shown or (in_unit[i - 1] and has_results(msgs[i - 1])))
+        if shown:
             a, b = find(i), find(i - 1)
             parent[max(a, b)] = min(a, b)
             in_unit[i] = True
@@ -950,7 +955,7 @@ def _units_and_shown(
     for i in range(len(msgs)):
         if in_unit[i]:
             groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=lambda u: u[0]), shown
+    return sorted(groups.values(), key=lambda u: u[0])
 
 
 def segment(
@@ -966,10 +971,10 @@ def segment(
     if results is None:
         results, _ = resolve(msgs)
     flags = [is_real_user(m) for m in msgs] if real_user is None else real_user
-    units, shown = _units_and_shown(msgs, results, flags)
-    after = after_observations(msgs)
-    # a screenshot in a tool unit or after an observation is not a real user message (real_users)
-    real = [i for i in range(pre, n) if flags[i] and not shown[i] and not after[i]]
+    units = tool_units(msgs, results, flags)
+    # a screenshot in a tool unit or after an observation is not a real user message
+    where = real_users_in(msgs, units, flags)
+    real = [i for i in range(pre, n) if where[i]]
     boundary = set(real[1:])
     for u in units:
         boundary -= set(range(u[0] + 1, u[-1] + 1))
@@ -2499,35 +2504,51 @@ def _wordless(text: str) -> bool:
     return all(c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) for c in text)
 
 
-def _is_results_text(m: Message) -> bool:
-    """A text-action agent's observation as ``fit`` reads one: a user message whose first
-    part is text starting with ``[Tool results]`` (``fit._is_results_text``)."""
+def is_results_text(m: Message) -> bool:
+    """A text-action agent's observation as the step grouping reads one: a user message
+    whose first part is text starting with ``[Tool results]`` (it starts no turn,
+    DESIGN.md section 4; Rust ``trim::is_results_text``)."""
     return m.role == "user" and (first_text(m) or "").startswith(TOOL_RESULTS_PREFIX)
 
 
-def _newest_turn_units(work: list[Message], seg: Segmentation, la: int, lb: int) -> list[list[int]]:
-    """The newest turn's (``la``..``lb``) tool units and text-action steps, in order: a step
-    is an assistant message in no unit and the observations right after it (in no unit,
-    no placeholder), as ``fit`` groups them; dropped oldest first as units are (fresh52
-    #1; Rust ``newest_turn_units``)."""
-    units = [u for u in seg.units if la <= u[0] < lb]
-    in_unit = {w for u in seg.units for w in u}
-    w = la
-    while w + 1 < lb:
-        if work[w].role != "assistant" or w in in_unit:
+def is_placeholder(m: Message) -> bool:
+    """A message pair repair emptied and kept to hold ``RESULTS_REMOVED``."""
+    return len(m.content) == 1 and first_text(m) == RESULTS_REMOVED
+
+
+def text_action_steps(work: Sequence[Message], in_unit: Container[int], a: int, b: int) -> list[list[int]]:
+    """The text-action steps of messages ``a``..``b`` (one turn), in order: an assistant
+    message in no tool unit (``in_unit``) and no placeholder, the observations right after
+    it (:func:`is_results_text`, in no unit, no placeholder) and the screenshots after
+    those (user messages of media alone: :func:`after_observations`). ``fit`` evicts and
+    ``trim_turns`` drops each whole, as a tool unit (fresh15 #2, fresh52 #1, fresh53 #2;
+    Rust ``trim::newest_turn_units``)."""
+    steps: list[list[int]] = []
+    w = a
+    while w + 1 < b:
+        if work[w].role != "assistant" or w in in_unit or is_placeholder(work[w]):
             w += 1
             continue
         e = w + 1
         while (
-            e < lb
+            e < b
             and e not in in_unit
-            and not (len(work[e].content) == 1 and first_text(work[e]) == RESULTS_REMOVED)
-            and (_is_results_text(work[e]) or (e > w + 1 and is_media_only(work[e])))
+            and not is_placeholder(work[e])
+            and (is_results_text(work[e]) or (e > w + 1 and is_media_only(work[e])))
         ):
             e += 1
         if e > w + 1:
-            units.append(list(range(w, e)))
+            steps.append(list(range(w, e)))
         w = max(e, w + 1)
+    return steps
+
+
+def _newest_turn_units(work: list[Message], seg: Segmentation, la: int, lb: int) -> list[list[int]]:
+    """The newest turn's (``la``..``lb``) tool units and text-action steps
+    (:func:`text_action_steps`), in order; dropped oldest first (fresh52 #1; Rust
+    ``newest_turn_units``)."""
+    in_unit = {w for u in seg.units for w in u}
+    units = [u for u in seg.units if la <= u[0] < lb] + text_action_steps(work, in_unit, la, lb)
     return sorted(units, key=lambda u: u[0])
 
 
@@ -2753,9 +2774,8 @@ def _trim_turns_once(
     if over() and req is not None and la <= req < lb:
         # a text-action step's command is its call, not a reply: never cut (fresh54 #1;
         # Rust trim_turns_once)
-        heads = {
-            u[0] for u in _newest_turn_units([it.msg(msgs) for it in st.work], seg, la, lb) if not has_calls(st.m(u[0]))
-        }
+        in_unit = {w for u in seg.units for w in u}
+        heads = {step[0] for step in text_action_steps([it.msg(msgs) for it in st.work], in_unit, la, lb)}
         cands3 = []
         for w in range(req + 1, lb):
             m = st.m(w)

@@ -1546,13 +1546,9 @@ def _prune_middle(
         return as_is()
 
     pre = seg.preamble_end
-    # real user messages where they stand (ref.real_users: a screenshot in a tool unit, a
-    # user message of media alone in a unit only as one, is none: fresh50 #1)
-    in_units = {w for u in seg.units for w in u}
-    after = ref.after_observations(wm)  # nor after an observation (fresh53 #2)
-    real = [
-        ref.is_real_user(m) and not (w in in_units and ref.is_media_only(m)) and not after[w] for w, m in enumerate(wm)
-    ]
+    # real user messages where they stand (a screenshot in a tool unit or after an
+    # observation is none: fresh50 #1, fresh53 #2)
+    real = ref.real_users_in(wm, seg.units)
     requests = [w for w in range(pre, n) if real[w] and not _is_notice_message(wm[w])]
     # the input's request stays the request when repair made it a carrier (a result moved
     # into it): kept, not pruned from the middle

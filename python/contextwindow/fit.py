@@ -80,7 +80,7 @@ from .budget import token_budget
 from .calibrate import scale_tokens
 from .estimate import resolve_profile
 from .estimator import caller_cost, cost_source, on_raw_costs, raw_budget, scaled_report, uncalibrated
-from .messages import RESULTS_REMOVED, Message, TextPart, ToolResult
+from .messages import Message, TextPart, ToolResult
 from .report import PairChange, TrimResult
 from .turns import _SEG
 
@@ -335,11 +335,6 @@ class _Plan:
     carrier_request: int | None
 
 
-def _is_placeholder(m: Message) -> bool:
-    """A message pair repair emptied and kept to hold ``RESULTS_REMOVED``."""
-    return len(m.content) == 1 and ref.first_text(m) == RESULTS_REMOVED
-
-
 class _Changes(msgspec.Struct):
     """The part of a repair's report :func:`_repaired` reads (its other fields, a fate per
     message among them, are skipped unread)."""
@@ -401,15 +396,9 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     for u, items in enumerate(seg.units):
         for w in items:
             unit_of[w] = u
-    # a screenshot in a tool unit (a user message of media alone, in a unit only as one) is
-    # no real user message where it stands (ref.real_users; fresh50 #1)
-    for w in unit_of:
-        if real[w] and ref.is_media_only(work[w]):
-            real[w] = False
-    # nor is a screenshot after a text-action observation (fresh53 #2)
-    for w, after in enumerate(ref.after_observations(work)):
-        if after:
-            real[w] = False
+    # real where they stand: a screenshot in a tool unit or after a text-action
+    # observation is none (ref.real_users; fresh50 #1, fresh53 #2)
+    real = ref.real_users_in(work, seg.units, real)
     srcs = [it.src for it in st.work]
     # the input's request stays the request when repair made it a carrier (a result moved
     # into it): P0, the exchange after it held (before, the last real user message before
@@ -428,7 +417,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     anchor = ref.thinking_anchor(work, prep.provider)  # in the repaired list, the one sent
     # our own breadcrumb and repair's placeholder: single-part messages only
     crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
-    placeholder = [len(m.content) == 1 and _is_placeholder(m) for m in work]
+    placeholder = [len(m.content) == 1 and ref.is_placeholder(m) for m in work]
 
     def src(w: int) -> int | None:
         return srcs[w]
@@ -501,24 +490,12 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     # a text-action step: an assistant message (no tool calls) and the `[Tool results]`
     # texts right after it that answer it go together, never one without the other
     # (fresh15 #2: the command went, its output stayed)
+    # (ref.text_action_steps, the grouping trim_turns drops by too)
     step_of: dict[int, list[int]] = {}
-    for t, (a, b) in enumerate(seg.turns):
-        for w in range(a, b - 1):
-            if work[w].role != "assistant" or w in unit_of or w == head_of[t] or crumb[w] or placeholder[w]:
-                continue
-            e = w + 1
-            # the observations, and the screenshots after them (ref.after_observations)
-            while (
-                e < b
-                and e not in unit_of
-                and not placeholder[e]
-                and (_is_results_text(work[e]) or (e > w + 1 and ref.is_media_only(work[e])))
-            ):
-                e += 1
-            if e > w + 1:
-                step = list(range(w, e))
-                for v in step:
-                    step_of[v] = step
+    for a, b in seg.turns:
+        for step in ref.text_action_steps(work, unit_of, a, b):
+            for v in step:
+                step_of[v] = step
     # pinned over their share of the budget: unpin the oldest first. A pin keeps its tool
     # unit or text-action step whole, so it weighs what it keeps (fresh19 F1: a pinned
     # 36-token call kept its 298-token result, which the share never saw); what is kept
@@ -608,12 +585,6 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
         held,
         req if req is not None and not real[req] else None,
     )
-
-
-def _is_results_text(m: Message) -> bool:
-    """A user message of text starting with ``[Tool results]``: a text-action agent's
-    observation (it starts no turn, DESIGN.md section 4)."""
-    return m.role == "user" and (ref.first_text(m) or "").startswith(ref.TOOL_RESULTS_PREFIX)
 
 
 def _newest_exchange(

@@ -370,8 +370,9 @@ impl Message {
     }
 
     /// A user message of images, files, audio or documents alone (no text but text parts
-    /// with no words, [`wordless`]; no tool results): what an OpenAI agent sends after the tool messages to show what a tool
-    /// made (a screenshot), since Chat Completions takes images in user messages only.
+    /// with no words, `wordless`; no tool results): what an OpenAI agent sends after
+    /// the tool messages to show what a tool made (a screenshot), since Chat Completions
+    /// takes images in user messages only.
     /// Right after a message holding tool results it belongs to that message's tool unit
     /// ([`crate::turns::tool_units`]; fresh49 #1).
     pub fn is_media_only(&self) -> bool {
@@ -447,9 +448,9 @@ pub(crate) fn is_ignorable(c: char) -> bool {
 }
 
 /// Whether a text holds no words: only whitespace ([`crate::pairs::is_white_space`]) and
-/// characters that show nothing ([`is_ignorable`]). A request is never cut to that (fresh52 #6: a
-/// request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that character and
-/// its marker, reported to fit).
+/// characters that show nothing ([`is_ignorable`]). A request is never cut to that
+/// (fresh52 #6: a request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that
+/// character and its marker, reported to fit).
 pub(crate) fn wordless(t: &str) -> bool {
     t.chars()
         .all(|c| crate::pairs::is_white_space(c) || is_ignorable(c))

@@ -572,7 +572,7 @@ fn received_rule(input: &Message, msg: &Message) -> Option<&'static str> {
 }
 
 /// A text-action agent's observation as `fit` reads one: a user message whose first
-/// part is text starting with [`TOOL_RESULTS_PREFIX`] (`fit._is_results_text`).
+/// part is text starting with [`TOOL_RESULTS_PREFIX`] (`_reference.is_results_text`).
 fn is_results_text(m: &Message) -> bool {
     m.role == Role::User
         && m.content.first().is_some_and(|p| {
@@ -580,14 +580,54 @@ fn is_results_text(m: &Message) -> bool {
         })
 }
 
-/// The newest turn's tool units and text-action steps, in order, each a list of work
-/// items: a step is an assistant message in no unit and the observations right after it
-/// ([`is_results_text`], no placeholder, in no unit) with the screenshots after them
-/// (user messages of media alone: [`crate::turns::after_observations`]), as `fit` groups
-/// them. Dropped oldest
-/// first as units are (fresh52 #1: a text-action session of one turn, as the README's
-/// `[Tool results]` prefix makes it, lost no step: every command and observation was cut
-/// to its marker, `fits=False` at 2,121 tokens for 1,000, where `fit` fit).
+/// The text-action steps of work items `range` (one turn), in order
+/// (`_reference.text_action_steps`): an assistant message in no tool unit and no
+/// placeholder, the observations right after it ([`is_results_text`], in no unit, no
+/// placeholder) and the screenshots after those (user messages of media alone:
+/// [`crate::turns::after_observations`]). `fit` evicts and `trim_turns` drops each whole,
+/// as a tool unit (fresh52 #1: a one-turn text-action session, as the README's `[Tool
+/// results]` prefix makes it, lost no step: every command and observation was cut to its
+/// marker, `fits=False` at 2,121 tokens for 1,000, where `fit` fit).
+fn text_action_steps(
+    work: &[Work<'_>],
+    seg: &Segmentation,
+    range: std::ops::Range<usize>,
+) -> Vec<Vec<usize>> {
+    let mut in_unit = vec![false; work.len()];
+    for &w in seg.units.iter().flatten() {
+        in_unit[w] = true;
+    }
+    let placeholder = |m: &Message| {
+        m.content.len() == 1
+            && m.content[0].kind == PartKind::Text
+            && m.content[0].text_str() == RESULTS_REMOVED
+    };
+    let mut steps = Vec::new();
+    let mut w = range.start;
+    while w + 1 < range.end {
+        let m = &work[w].msg;
+        if m.role != Role::Assistant || in_unit[w] || placeholder(m) {
+            w += 1;
+            continue;
+        }
+        let mut e = w + 1;
+        while e < range.end
+            && !in_unit[e]
+            && !placeholder(&work[e].msg)
+            && (is_results_text(&work[e].msg) || (e > w + 1 && work[e].msg.is_media_only()))
+        {
+            e += 1;
+        }
+        if e > w + 1 {
+            steps.push((w..e).collect());
+        }
+        w = e.max(w + 1);
+    }
+    steps
+}
+
+/// The newest turn's (`last`) tool units and text-action steps ([`text_action_steps`]),
+/// in order: dropped oldest first.
 fn newest_turn_units(
     work: &[Work<'_>],
     seg: &Segmentation,
@@ -599,38 +639,7 @@ fn newest_turn_units(
         .filter(|u| last.contains(&u[0]))
         .cloned()
         .collect();
-    let mut in_unit = vec![false; work.len()];
-    for u in &seg.units {
-        for &w in u {
-            in_unit[w] = true;
-        }
-    }
-    let placeholder = |m: &Message| {
-        m.content.len() == 1
-            && m.content[0].kind == PartKind::Text
-            && m.content[0].text_str() == RESULTS_REMOVED
-    };
-    let mut w = last.start;
-    while w + 1 < last.end {
-        let m = &work[w].msg;
-        if m.role != Role::Assistant || in_unit[w] {
-            w += 1;
-            continue;
-        }
-        // the observations, and the screenshots after them ([`after_observations`])
-        let mut e = w + 1;
-        while e < last.end
-            && !in_unit[e]
-            && !placeholder(&work[e].msg)
-            && (is_results_text(&work[e].msg) || (e > w + 1 && work[e].msg.is_media_only()))
-        {
-            e += 1;
-        }
-        if e > w + 1 {
-            units.push((w..e).collect());
-        }
-        w = e.max(w + 1);
-    }
+    units.extend(text_action_steps(work, seg, last));
     units.sort_by_key(|u| u[0]);
     units
 }
@@ -1824,11 +1833,10 @@ fn trim_turns_once<'a>(
         if let Some(r) = request.filter(|&w| last.contains(&w)) {
             // a text-action step's command is its call, not a reply: never cut (fresh54
             // #1: the newest step's command went down to its marker)
-            let heads: Vec<usize> = newest_turn_units(&st.work, &seg, last.clone())
-                .into_iter()
-                .map(|u| u[0])
-                .filter(|&w| !st.work[w].msg.has_tool_calls())
-                .collect();
+            let mut head = vec![false; st.work.len()];
+            for step in text_action_steps(&st.work, &seg, last.clone()) {
+                head[step[0]] = true;
+            }
             let mut cands: Vec<(usize, usize, usize)> = Vec::new(); // (len, w, part)
             for w in (r + 1..last.end).filter(|&w| {
                 let m = &st.work[w].msg;
@@ -1836,7 +1844,7 @@ fn trim_turns_once<'a>(
                     && !m.pinned
                     && Some(w) != anchor
                     && m.role == Role::Assistant
-                    && !heads.contains(&w)
+                    && !head[w]
             }) {
                 for (p, part) in st.work[w].msg.content.iter().enumerate() {
                     if part.kind == PartKind::Text && !part.text_str().is_empty() {

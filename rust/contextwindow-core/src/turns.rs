@@ -139,13 +139,6 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
     x
 }
 
-/// Group messages into tool units by resolved call ids (union-find over messages), with
-/// a user message of media alone right after a unit's results ([`Message::is_media_only`]:
-/// a screenshot an OpenAI agent sends after the tool messages).
-pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
-    units_and_shown(messages, res).0
-}
-
 /// Of each message, whether it is a real user message where it stands: one
 /// ([`Message::is_real_user`]) that is not a screenshot in a tool unit (a user message
 /// of media alone right after a unit's results, [`tool_units`]). Such a message is what
@@ -153,13 +146,22 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
 /// request, so an OpenAI computer-use agent's task stays its turn's request as in the
 /// Anthropic shape, where the screenshot sits inside the `tool_result` (fresh50 #1).
 pub fn real_users<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<bool> {
-    let shown = units_and_shown(messages, res).1;
-    let after = after_observations(messages);
-    messages
-        .iter()
-        .zip(shown.iter().zip(after))
-        .map(|(m, (&s, a))| !s && !a && m.as_ref().is_real_user())
-        .collect()
+    real_users_in(messages, &tool_units(messages, res))
+}
+
+/// [`real_users`] given the tool units of `messages` (a segmentation's): a user message
+/// of media alone is in a unit only as a screenshot there (`_reference.real_users_in`).
+pub fn real_users_in<M: AsRef<Message>>(messages: &[M], units: &[Vec<usize>]) -> Vec<bool> {
+    let mut real: Vec<bool> = messages.iter().map(|m| m.as_ref().is_real_user()).collect();
+    for &w in units.iter().flatten() {
+        if messages[w].as_ref().is_media_only() {
+            real[w] = false;
+        }
+    }
+    for (r, after) in real.iter_mut().zip(after_observations(messages)) {
+        *r &= !after;
+    }
+    real
 }
 
 /// Index of the last real user message where it stands ([`real_users`]): the current
@@ -190,12 +192,10 @@ pub fn after_observations<M: AsRef<Message>>(messages: &[M]) -> Vec<bool> {
     after
 }
 
-/// [`tool_units`], and of each message whether it joined its unit as a screenshot (a
-/// user message of media alone right after the unit's results).
-fn units_and_shown<M: AsRef<Message>>(
-    messages: &[M],
-    res: &Resolution,
-) -> (Vec<Vec<usize>>, Vec<bool>) {
+/// Group messages into tool units by resolved call ids (union-find over messages), with
+/// a user message of media alone right after a unit's results ([`Message::is_media_only`]:
+/// a screenshot an OpenAI agent sends after the tool messages).
+pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
     let n = messages.len();
     let mut parent: Vec<usize> = (0..n).collect();
     let mut in_unit = vec![false; n];
@@ -220,12 +220,12 @@ fn units_and_shown<M: AsRef<Message>>(
     // OpenAI agent sends after the tool messages. It goes with the unit (fresh49 #1: as
     // a turn of its own it made the last screenshot the current request and the task
     // the oldest turn, dropped first).
-    let mut shown = vec![false; n];
+    let mut shown = false;
     for i in 1..n {
         let prev = messages[i - 1].as_ref();
-        shown[i] = messages[i].as_ref().is_media_only()
-            && (shown[i - 1] || (in_unit[i - 1] && prev.has_tool_results()));
-        if shown[i] {
+        shown = messages[i].as_ref().is_media_only()
+            && (shown || (in_unit[i - 1] && prev.has_tool_results()));
+        if shown {
             let (a, b) = (find(&mut parent, i), find(&mut parent, i - 1));
             parent[a.max(b)] = a.min(b);
             in_unit[i] = true;
@@ -240,7 +240,7 @@ fn units_and_shown<M: AsRef<Message>>(
     }
     let mut units: Vec<Vec<usize>> = groups.into_values().collect();
     units.sort_by_key(|u| u[0]);
-    (units, shown)
+    units
 }
 
 /// Split a conversation into preamble, turns and tool units.
@@ -267,13 +267,10 @@ pub fn segment_resolved<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> 
         .iter()
         .position(|m| !m.as_ref().is_preamble_role())
         .unwrap_or(n);
-    let (units, shown) = units_and_shown(messages, res);
-    let after = after_observations(messages);
+    let units = tool_units(messages, res);
     // a screenshot in a tool unit or after an observation is not a real user message
-    // ([`real_users`])
-    let real: Vec<usize> = (preamble_end..n)
-        .filter(|&i| !shown[i] && !after[i] && messages[i].as_ref().is_real_user())
-        .collect();
+    let where_ = real_users_in(messages, &units);
+    let real: Vec<usize> = (preamble_end..n).filter(|&i| where_[i]).collect();
     let current_request = real.last().copied();
     // Boundaries: every real user message but the first, unless a unit spans it.
     let mut is_boundary = vec![false; n + 1];
