@@ -364,6 +364,34 @@ def test_empty_tool_calls_on_an_anthropic_message_are_kept_as_they_are(reader: b
     assert cw.count_request(spaced) == cw.count_request(spaced.replace(b'"tool_calls": [ \n ]', b'"tool_calls": []'))
 
 
+@pytest.mark.parametrize("value", [(), {}, "", ("c",)], ids=["tuple", "dict", "str", "tuple1"])
+def test_fresh54_4_only_a_list_of_calls_decides_the_shape(value: Any) -> None:
+    # an empty tuple (or {}, "") made an Anthropic list OpenAI's, and the error then
+    # blamed its tool_use block; only a list of calls decides now, and the field is named
+    m = _anthropic_with("tool_calls", value)
+    assert cw.adapters.detect_format(m) == "anthropic"
+    want = f"message 1, field tool_calls: {OPENAI_CALLS}"
+    for call in (
+        lambda: cw.count_messages(m),
+        lambda: cw.trim_turns(m, 10**6),
+        lambda: cw.adapters.to_canonical(m),
+        lambda: cw.validate(m, "anthropic"),
+    ):
+        with pytest.raises(cw.InvalidMessageError) as err:
+            call()
+        assert str(err.value) == want
+    if not isinstance(value, tuple):
+        # the messages decided the shape, not the body: no hint about its tools or system
+        body = json.dumps({"model": "c", "max_tokens": 5, "messages": m}).encode()
+        with pytest.raises(cw.InvalidMessageError) as err:
+            cw.count_request(body)
+        assert str(err.value) == want
+    # an OpenAI list names the field's type
+    with pytest.raises(cw.InvalidMessageError) as err:
+        cw.count_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": "x", "tool_calls": value}])
+    assert str(err.value) == "message 1, field tool_calls: must be a list or null"
+
+
 @pytest.mark.parametrize(("key", "value"), OPENAI_KEYS, ids=["function_call", "custom", "false"])
 def test_openai_call_keys_on_an_anthropic_message_are_refused(
     reader: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any

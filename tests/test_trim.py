@@ -1292,6 +1292,25 @@ def test_fresh52_6_a_request_is_never_cut_to_an_invisible_character_and_its_mark
     assert out == [(0, None)] and not rep.fits
 
 
+def test_fresh54_3_a_request_is_never_cut_to_combining_marks_alone() -> None:
+    # a cut kept only a lone U+0301 from the tail and the marker, reported to fit: a mark
+    # with no base character to attach to is no word
+    m = [{"role": "system", "content": "sys"}, {"role": "user", "content": "\u0301" * 400 + "Fix it" + "\u0301" * 400}]
+    r = cw.trim_turns(m, 24)
+    assert r.messages == m and not r.report.fits
+    assert cw.fit(m, 24).messages == m
+    body = json.dumps({"messages": m}).encode()
+    assert json.loads(cw.fit_request(body, budget=24))["messages"] == m
+    out, rep = ref.trim_turns(cw.adapters.to_canonical(m), 24)
+    assert out == [(0, None), (1, None)] and not rep.fits
+    # Extend, SpacingMark and ZWJ are marks; a letter, a digit or a symbol is a word
+    assert ref._wordless("\u0301\u094d\u093f\u200d \u20dd")
+    assert not any(ref._wordless(t) for t in ("e\u0301", "1", "\u2600", "\u0e01"))
+    # with its base kept, a cut keeps the marks after it (the rule is unchanged)
+    r = cw.trim_turns([{"role": "user", "content": "e\u0301 fix " * 400}], 24)
+    assert r.report.fits and r.messages[0]["content"].startswith("e\u0301")
+
+
 def test_fresh53_2_a_screenshot_after_an_observation_goes_with_its_step() -> None:
     # a text-action agent (pyautogui) gets a text observation and a screenshot after each
     # command; each screenshot opened a turn, so the task was the oldest turn, dropped

@@ -2498,10 +2498,14 @@ _IGNORABLE = (
 
 
 def _wordless(text: str) -> bool:
-    """Whether ``text`` holds none of a request's words: only whitespace and characters
-    that show nothing (:data:`_IGNORABLE`); a request is never cut to that (fresh52 #6;
-    Rust ``model::wordless``)."""
-    return all(c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) for c in text)
+    """Whether ``text`` holds none of a request's words: only whitespace, characters
+    that show nothing (:data:`_IGNORABLE`) and marks that attach to a base character
+    (``ATTACH``: UAX #29's Extend, SpacingMark and ZWJ) with none to attach to; a request
+    is never cut to that (fresh52 #6, fresh54 #3; Rust ``model::wordless``)."""
+    return all(
+        c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) or _in(ATTACH, _ATTACH0, c)
+        for c in text
+    )
 
 
 def is_results_text(m: Message) -> bool:

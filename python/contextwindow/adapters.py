@@ -78,6 +78,15 @@ def _no_calls(calls: Any) -> bool:
     return calls is None or (isinstance(calls, list) and not calls)
 
 
+def _holds_calls(calls: Any) -> bool:
+    """A ``tool_calls`` value that marks a list as OpenAI's: a list of one or more. Any
+    other value decides nothing, and the reader of the shape the rest decides names it:
+    ``must be a list or null`` (OpenAI) or OpenAI's form in an Anthropic message (fresh54
+    #4: ``()``, ``{}`` or ``""`` made an Anthropic list OpenAI's, and the error blamed its
+    ``tool_use`` block; Rust ``reader::holds_calls``, ``gateway::holds_calls``)."""
+    return isinstance(calls, list) and bool(calls)
+
+
 # OpenAI's call keys on an Anthropic message: not read, so their payload would go uncounted
 _OPENAI_CALLS = "OpenAI's tool-calling form is not read in an Anthropic message; send tool_use blocks"
 _SYSTEM_BLOCK = "must be a text block"  # a system (top-level or message) holds text blocks only
@@ -813,7 +822,7 @@ def detect_format(messages: Sequence[object]) -> Format:
         role = m.get("role")
         # a tool_calls of null or [] holds no call and decides nothing: both readers keep
         # it (fresh52 #5: the Anthropic writer writes one back, which read as OpenAI's)
-        if (isinstance(role, str) and role in OPENAI_ONLY_ROLES) or not _no_calls(m.get("tool_calls")):
+        if (isinstance(role, str) and role in OPENAI_ONLY_ROLES) or _holds_calls(m.get("tool_calls")):
             return "openai"
         if m.get("tool_call_id") is not None:  # null, as a framework writes every field, too (fresh53 #4)
             return "openai"

@@ -1581,6 +1581,12 @@ fn no_calls(v: &RawValue) -> bool {
     }
 }
 
+/// A `tool_calls` value that marks the messages as OpenAI's: an array of one or more
+/// (`adapters._holds_calls`).
+fn holds_calls(v: &RawValue) -> bool {
+    kind(v) == Kind::Arr && !no_calls(v)
+}
+
 /// A key as a field path names it (`content[0].input.a\u2028b`, not quoted): the
 /// controls [`quote`] escapes, escaped the same way (`\n`, `\u0001`, `\u0085`,
 /// `\u2028`), every other character as it is (`"` and `\\` too), so an error naming the
@@ -1958,8 +1964,9 @@ fn detect_messages<'a>(cx: &Ctx<'a>, msgs: &[Option<Obj<'a>>]) -> Result<Format>
         if cx.str_is(role, "tool")
             || cx.str_is(role, "developer")
             || cx.str_is(role, "function")
-            // null or [] holds no call and decides nothing (fresh52 #5)
-            || m.get("tool_calls").is_some_and(|v| !no_calls(v))
+            // only an array of calls decides: null, [] (fresh52 #5), {} or "" (fresh54 #4)
+            // decide nothing
+            || m.get("tool_calls").is_some_and(holds_calls)
             || m.get("tool_call_id").is_some_and(|v| kind(v) != Kind::Null)
         {
             return Ok(Format::OpenAI);
@@ -2216,15 +2223,18 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
     } else {
         None
     };
+    let body_marked = top.get("system").is_some() || anthropic_tools;
     let format = match provider.or(declared) {
         Some(f) => f,
-        None if top.get("system").is_some() || anthropic_tools => Format::Anthropic,
+        None if body_marked => Format::Anthropic,
         None => detect_messages(&cx, &objs)?,
     };
     // Read as Anthropic's for a body marker while a message has OpenAI's marks: an error
-    // in a message then says why (the CLI says the same, io.Conversation.describe).
+    // in a message then says why (the CLI says the same, io.Conversation.describe). Not
+    // when the messages decided it (a `tool_calls` of `{}` beside a `tool_use` block
+    // named tools the body did not have: fresh54 #4)
     let hint = if provider.or(declared).is_none()
-        && format == Format::Anthropic
+        && body_marked
         && openai_marked(&cx, &objs)
     {
         let why = if top.get("system").is_some() {

@@ -447,13 +447,32 @@ pub(crate) fn is_ignorable(c: char) -> bool {
     )
 }
 
-/// Whether a text holds no words: only whitespace ([`crate::pairs::is_white_space`]) and
-/// characters that show nothing ([`is_ignorable`]). A request is never cut to that
-/// (fresh52 #6: a request starting with U+202E, U+200B, U+2060 or U+00AD was cut to that
-/// character and its marker, reported to fit).
+/// Whether a text holds no words: only whitespace ([`crate::pairs::is_white_space`]),
+/// characters that show nothing ([`is_ignorable`]) and marks that attach to a base
+/// character ([`crate::marks::ATTACH`]: UAX #29's Extend, SpacingMark and ZWJ) with none
+/// to attach to. A request is never cut to that (fresh52 #6: a request starting with
+/// U+202E, U+200B, U+2060 or U+00AD was cut to that character and its marker, reported
+/// to fit; fresh54 #3: a request padded with 400 U+0301 was cut to one of them).
 pub(crate) fn wordless(t: &str) -> bool {
-    t.chars()
-        .all(|c| crate::pairs::is_white_space(c) || is_ignorable(c))
+    t.chars().all(|c| {
+        crate::pairs::is_white_space(c) || is_ignorable(c) || in_table(crate::marks::ATTACH, c)
+    })
+}
+
+/// Whether `c` is in `table`, sorted inclusive code point ranges ([`crate::marks`]).
+pub(crate) fn in_table(table: &[(u32, u32)], c: char) -> bool {
+    let u = c as u32;
+    table
+        .binary_search_by(|&(lo, hi)| {
+            if hi < u {
+                std::cmp::Ordering::Less
+            } else if lo > u {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// Under Anthropic rules, the first assistant message of the newest turn (after the last

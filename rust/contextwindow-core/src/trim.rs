@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::estimate::Profile;
 use crate::marks::{ATTACH, CONSONANT, LINKER, PREPEND};
 use crate::model::{
-    thinking_anchor, wordless, Format, Message, Part, PartKind, Role, BREADCRUMB, RESULTS_REMOVED,
-    TOOL_RESULTS_PREFIX,
+    in_table, thinking_anchor, wordless, Format, Message, Part, PartKind, Role, BREADCRUMB,
+    RESULTS_REMOVED, TOOL_RESULTS_PREFIX,
 };
 use crate::pairs::{is_white_space, part_eq, repair_resolved, Missing, PairChange, Work};
 use crate::turns::{resolve, segment, segment_resolved, Resolution, Segmentation};
@@ -105,21 +105,6 @@ fn cut_marker(removed: u64, end: bool, tail_empty: bool) -> String {
     } else {
         m
     }
-}
-
-fn in_table(table: &[(u32, u32)], c: char) -> bool {
-    let u = c as u32;
-    table
-        .binary_search_by(|&(lo, hi)| {
-            if hi < u {
-                std::cmp::Ordering::Less
-            } else if lo > u {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok()
 }
 
 fn is_regional(c: char) -> bool {

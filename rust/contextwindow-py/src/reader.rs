@@ -222,6 +222,12 @@ fn empty_calls(v: &Bound<'_, PyAny>) -> bool {
     v.is_none() || v.cast_exact::<PyList>().is_ok_and(|l| l.is_empty())
 }
 
+/// A `tool_calls` value that marks a list as OpenAI's: a `list` of one or more
+/// (`adapters._holds_calls`; fresh54 #4: `()`, `{}` and `""` decide nothing).
+fn holds_calls(v: &Bound<'_, PyAny>) -> bool {
+    v.cast::<PyList>().is_ok_and(|l| !l.is_empty())
+}
+
 /// `v if isinstance(v, str) else None`; a `str` subclass falls back.
 fn opt_str<'a>(v: Option<&'a Bound<'_, PyAny>>) -> R<Option<&'a str>> {
     match v {
@@ -857,9 +863,9 @@ fn detect(messages: &[Fields<'_>]) -> R<Shape> {
                 return Ok(Shape::OpenAI);
             }
         }
-        // a tool_calls of None or [] holds no call and decides nothing (fresh52 #5)
-        // nor a tool_call_id of None (fresh53 #4)
-        if m.tool_calls.as_ref().is_some_and(|v| !empty_calls(v))
+        // only a list of calls decides: None, [] (fresh52 #5), (), {} or "" (fresh54 #4)
+        // decide nothing, nor does a tool_call_id of None (fresh53 #4)
+        if m.tool_calls.as_ref().is_some_and(holds_calls)
             || m.tool_call_id.as_ref().is_some_and(|v| !v.is_none())
         {
             return Ok(Shape::OpenAI);
