@@ -2503,8 +2503,7 @@ def _wordless(text: str) -> bool:
     (``ATTACH``: UAX #29's Extend, SpacingMark and ZWJ) with none to attach to; a request
     is never cut to that (fresh52 #6, fresh54 #3; Rust ``model::wordless``)."""
     return all(
-        c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) or _in(ATTACH, _ATTACH0, c)
-        for c in text
+        c in _WHITE_SPACE or any(lo <= ord(c) <= hi for lo, hi in _IGNORABLE) or _in(ATTACH, _ATTACH0, c) for c in text
     )
 
 
