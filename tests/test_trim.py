@@ -975,16 +975,21 @@ def test_a_run_of_combining_marks_past_the_stream_safe_limit_is_cut() -> None:
     from contextwindow import _reference as ref
 
     text = "e" + "\u0301" * 100_000
+    r = cw.trim_turns([{"role": "user", "content": text}], 150)
+    assert r.report.fits and r.report.tokens_after <= 150
+    # the head keeps the base and 32 marks (past the grapheme's first 31 code points),
+    # the tail 33 marks
+    assert r.messages[0]["content"] == "e" + "\u0301" * 32 + "\n[... 99935 characters removed ...]\n" + "\u0301" * 33
+    assert cw.trim_turns(r.messages, 150).messages == r.messages
+    # at 50 the head moved back to the text's start (a cut after fewer than 30 marks would
+    # split the grapheme) and the cut kept 15 lone marks: no word, so the request stays
+    # whole (fresh54 #3)
     r = cw.trim_turns([{"role": "user", "content": text}], 50)
-    assert r.report.fits and r.report.tokens_after <= 50
-    # the head moves back to the text's start (a cut after fewer than 30 marks would
-    # split the grapheme), the tail keeps 15 marks
-    assert r.messages[0]["content"] == "\n[... 99986 characters removed ...]\n" + "\u0301" * 15
-    assert cw.trim_turns(r.messages, 50).messages == r.messages
+    assert not r.report.fits and r.messages[0]["content"] == text
     # the same cut in Python (on 5,000 marks: the reference is slow on 100,000)
     small = [cw.Message(role="user", content=[cw.TextPart(text="e" + "\u0301" * 5_000)])]
-    ops, _ = ref.trim_turns(small, 50)
-    assert ops[0][1] == cw.trim_turns(small, 50).messages[0]
+    ops, _ = ref.trim_turns(small, 150)
+    assert ops[0][1] == cw.trim_turns(small, 150).messages[0]
     # the rule in Python: a cut before a mark is refused until 30 attaching characters
     # precede it, in a run of marks and in a run of ZWJs
     assert [ref._bad_cut(text, p) for p in (1, 30, 31, 99_999)] == [True, True, False, False]

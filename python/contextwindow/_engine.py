@@ -906,6 +906,19 @@ def reuse_conversions() -> Iterator[None]:
         _SCOPE.reset(token)
 
 
+@contextmanager
+def outside_reuse() -> Iterator[None]:
+    """Within the block nothing is remembered, also inside :func:`reuse_conversions`: for
+    the caller's code that a call runs in the middle of it (``ContextGuard``'s
+    subscribers), which may edit a dict and make a public call of its own (fresh55 #3:
+    a ``fit`` made from a subscriber read the dicts as they were before its edit)."""
+    token = _SCOPE.set(None)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
 def _to_canonical(messages: list[Any], fmt: str) -> list[Message]:
     scope = _SCOPE.get()
     if scope is None or fmt not in ("openai", "anthropic"):

@@ -547,12 +547,13 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, sch
         console.print(t)
     # the text preview only where the terminal has room for it beside the other columns
     wide = console.width >= 100
-    t = table("largest messages", "#", "role", "turn", "tokens", text=wide)
-    for m in b.largest:
-        tools = f" ({', '.join(m.tools)})" if m.tools else ""
-        cells = [num(m.index), m.role + tools, str(m.turn), f"{m.tokens:,}"]
-        row(t, *cells, pct(m.share), _bar(m.share), *([m.preview] if wide else []))
-    console.print(t)
+    if b.largest:  # none with --top 0: no table of no rows (fresh55 #6)
+        t = table("largest messages", "#", "role", "turn", "tokens", text=wide)
+        for m in b.largest:
+            tools = f" ({', '.join(m.tools)})" if m.tools else ""
+            cells = [num(m.index), m.role + tools, str(m.turn), f"{m.tokens:,}"]
+            row(t, *cells, pct(m.share), _bar(m.share), *([m.preview] if wide else []))
+        console.print(t)
     if b.tool_schemas:
         t = table("tool schemas", "tool", "tokens")
         for sc in b.tool_schemas:

@@ -70,7 +70,8 @@ __all__ = [
 #: Tools whose results are bulky and can be re-fetched: their oldest results are cleared
 #: first when the input passes ``max_total_share`` (third seed, layer 1 whitelist: Read File,
 #: Bash, Grep, Glob, Search Files, Web Fetch; plus the names the corpus' agents use for
-#: the same jobs). Matched case-insensitively against the name of the call a result answers.
+#: the same jobs). Matched case-insensitively against the name of the call a result answers,
+#: or the last segment of a namespaced one (``mcp__filesystem__read_file``, ``functions.read_file``).
 OUTPUT_HEAVY_TOOLS: frozenset[str] = frozenset(
     {
         "read",
@@ -85,6 +86,7 @@ OUTPUT_HEAVY_TOOLS: frozenset[str] = frozenset(
         "shell",
         "run_shell_command",
         "execute_command",
+        "run_terminal_cmd",
         "terminal",
         "grep",
         "glob",
@@ -192,6 +194,18 @@ def _names(tools: Any, name: str) -> frozenset[str]:
             raise TypeError(f"{name} must hold tool names (str), got {type(t).__name__}")
         out.add(t.casefold())
     return frozenset(out)
+
+
+def _in_names(tool: str, names: frozenset[str]) -> bool:
+    """Whether the tool ``tool`` is one of ``names`` (casefolded): by its whole name, or by
+    the last segment of a namespaced one, after ``__`` (MCP's ``mcp__server__read_file``,
+    as Claude Code names them) or ``.`` (``functions.read_file``): fresh55 #6, the
+    corpus's own agent's MCP reads were never cleared."""
+    t = tool.casefold()
+    if t in names:
+        return True
+    last = t.rsplit("__", 1)[-1].rsplit(".", 1)[-1]
+    return last != t and last in names
 
 
 def _pinned_type(pinned: Any) -> set[int]:
@@ -456,6 +470,16 @@ def _floor(text: str) -> int:
     return floor
 
 
+def _text_lines(text: str) -> int:
+    """The lines a cut of the whole of ``text`` removes, as :func:`_cut_lines` names them:
+    its whole lines, the lines each marker in it names, less a marker's own line."""
+    n = len(text)
+    lines = _whole_lines(text, 0, n)
+    for m in ref._MARKER_RE.finditer(text):
+        lines += int(m.group(2) or 0) - (m.end() < n and text[m.end()] == "\n")
+    return lines
+
+
 def _cut_only(text: str, floor: int = 0) -> bool:
     """``text`` is already cut to its marker alone (after its first ``floor``
     characters, and the line break :func:`_cut_lines` puts after them)."""
@@ -671,7 +695,8 @@ def budget_tool_results(
        Applies in every turn; not to pinned messages. Fate rule ``tool_result_cut``.
     3. **Total over its share.** While the conversation's tokens exceed
        ``max_total_share`` x ``context_window``, the oldest results of output-heavy tools
-       (the call's name, case-insensitive, in ``output_heavy_tools`` and not in
+       (the call's name, case-insensitive, or the last segment of a namespaced one such
+       as ``mcp__filesystem__read_file``, in ``output_heavy_tools`` and not in
        ``protected_tools``) are replaced by ``[tool result cleared: N characters of
        <tool> output]``, never in the current turn (the turn of the last real user
        message, :func:`~contextwindow.segment_turns`), never in pinned messages, never a
@@ -991,6 +1016,56 @@ def _budget_tool_results(
                 return new
             return m
 
+        def cut_span(i: int, m: Message, p: int, alone: Callable[[Message], int]) -> Message | None:
+            """Message ``i`` (``m`` now) with tool result ``p``'s text parts cut across
+            parts when cutting inside each cannot fit ``limit`` (every part at its marker
+            alone is still over: fresh55 #4, 1,500 grep hits each cut to a marker ended
+            60 times over the share, in a quarter minute): the first and last parts whole,
+            the ones between them gone behind one :data:`RESULT_CUT_MARKER` in the first of
+            their places, naming the characters and lines they held. Keeps the most parts
+            with which ``alone(m)`` fits, the head one more than the tail when odd; one
+            marker alone when none fit. ``None`` when cuts inside the parts can fit, or
+            this saves nothing (``_reference._shrink_span`` is ``trim_turns``' rule)."""
+            result = m.content[p]
+            assert isinstance(result, ToolResult)
+            qs = [q for q, x in enumerate(result.content) if isinstance(x, TextPart) and x.text]
+            n = len(qs)
+            if n < 2:
+                return None
+            texts = [result.content[q].text for q in qs]  # type: ignore[union-attr]
+
+            def with_texts(new: dict[int, str], gone: frozenset[int] = frozenset()) -> Message:
+                inner = [
+                    msgspec.structs.replace(x, text=new[q]) if q in new else x  # type: ignore[type-var]
+                    for q, x in enumerate(result.content)
+                    if q not in gone
+                ]
+                return ref._with_part(m, p, msgspec.structs.replace(result, content=inner))
+
+            floor: dict[int, str] = {}  # every part at its marker alone, where that is shorter
+            for q, x in zip(qs, texts, strict=True):
+                t = _cut_lines(x, 0)[0]
+                if len(t) < len(x):
+                    floor[q] = t
+            if alone(with_texts(floor)) <= limit:
+                return None
+
+            def at(k: int) -> Message:
+                h, t = k - k // 2, k // 2
+                chars = sum(ref.shown_removed(x, 0, len(x)) for x in texts[h : n - t])
+                lines = sum(_text_lines(x) for x in texts[h : n - t])
+                return with_texts({qs[h]: cut_marker(chars, lines)}, frozenset(qs[h + 1 : n - t]))
+
+            k = ref.largest_fitting(n, lambda k: alone(at(k)) <= limit)
+            new = at(k)
+            if alone(new) >= alone(m):
+                return None
+            h, t = k - k // 2, k // 2
+            for q in qs[h : n - t]:
+                key = (i, p, q)
+                record(key, len(_slot_text(msgs[i], (p, q))) if key in cap_keep else len(_slot_text(m, (p, q))))
+            return new
+
         for i, m in enumerate(work):
             # a result alone costs at most its message (costs are additive over parts)
             if m.pinned or i in pinned_idx or costs[i] <= limit:
@@ -1036,6 +1111,10 @@ def _budget_tool_results(
                 def alone_result(mm: Message, p: int = p, m: Message = m) -> int:
                     return _cost(msgspec.structs.replace(m, content=[mm.content[p]]), name)
 
+                spanned = cut_span(i, m, p, alone_result)
+                if spanned is not None:
+                    m, changed = spanned, True
+                    continue
                 parts: list[tuple[int, int | None]] = [
                     (p, q) for q, x in enumerate(part.content) if isinstance(x, TextPart)
                 ]
@@ -1106,7 +1185,7 @@ def _budget_tool_results(
                 tool = names[i][p]
                 if not isinstance(part, ToolResult) or tool is None or _is_cleared(part) or (i, p) in spared:
                     continue
-                if tool.casefold() not in heavy or tool.casefold() in protected:
+                if not _in_names(tool, heavy) or _in_names(tool, protected):
                     continue
                 # the marker names the characters of output the result stands for, a cut
                 # marker in it counted as what it names, not what rules 1-2 left of it
@@ -1248,7 +1327,7 @@ def micro_compact(
         tool = names[i][p]
         if m.pinned or i in pinned_idx or _is_cleared(part):
             continue
-        if only is not None and (tool is None or tool.casefold() not in only):
+        if only is not None and (tool is None or not _in_names(tool, only)):
             continue
         cleared = _clear(part, tool)
         if not _non_text(part) and _result_chars(cleared) >= _result_chars(part):

@@ -34,7 +34,15 @@ class ContextWindowError(Exception):
     """Base class of every error raised by contextwindow on purpose.
 
     Every one pickles (and copies) with its message and attributes, so it crosses a
-    process boundary (``ProcessPoolExecutor``, ``multiprocessing``) as raised.
+    process boundary (``ProcessPoolExecutor``, ``multiprocessing``) as raised. Catch it to
+    handle any of them (bad messages, a bad budget, a request over the model's capacity).
+
+    >>> import contextwindow as cw
+    >>> try:
+    ...     cw.count_messages([{"role": "user", "content": 5}])
+    ... except cw.ContextWindowError as e:
+    ...     print(type(e).__name__, e)
+    InvalidMessageError message 0, field content: must be a string or a list of blocks
     """
 
     def __reduce__(self) -> tuple[Any, ...]:

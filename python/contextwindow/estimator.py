@@ -255,7 +255,7 @@ class Estimator:
         counts = itertools.chain([tools_raw], raw)
         return sum_until(counts, limit, lambda n: scale_tokens(n, factor))
 
-    def trim_cost(self, prep: Prepared, msgs: list[Message]) -> MessageCost:
+    def _trim_cost(self, prep: Prepared, msgs: list[Message]) -> MessageCost:
         """Per-message costs for the pure-Python engine (each message scaled once)."""
         factor = self._factor()
         rule = self._text_rule() if self._tokenizer is not None else None
@@ -447,7 +447,7 @@ def caller_cost(
     if counter is not None:
         return counter_cost(counter, prep, msgs)
     assert est is not None
-    return est.trim_cost(prep, msgs)
+    return est._trim_cost(prep, msgs)
 
 
 def uncalibrated(est: Estimator | None) -> tuple[dict[str, Any], float] | None:

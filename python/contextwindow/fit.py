@@ -301,7 +301,7 @@ class _NativeCost:
 
 class _CallerCost:
     """Message costs from the caller's ``token_counter``, ``estimator`` or ``tokenizer``
-    (:func:`~contextwindow.estimator.counter_cost`, ``Estimator.trim_cost``): no
+    (:func:`~contextwindow.estimator.counter_cost`, ``Estimator._trim_cost``): no
     ``profile``, so the breadcrumb is priced by the cost model and the newest turn is
     shrunk by the pure-Python ``trim_turns`` with the same costs."""
 
@@ -469,20 +469,25 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
         if w < seg.preamble_end:
             why0[w] = "preamble"
             continue
+        pin = s is not None and (msgs[s].pinned or s in pinned_idx)
         if w == req_like:
+            # not weighed by the share: a pin keeps the request uncut, as in trim_turns
+            # (README, "keep the request pinned"; test_current_request_is_never_unpinned_or_evicted)
             why0[w] = "current_request"
             continue
         if open_units and w in unit_of and unit_of[w] in open_units:
             why0[w] = "open_tool_call"
             continue
-        # override(w), inline
-        own = None if s is None else priorities[s] if s in priorities else msgs[s].priority
-        if s is not None and (msgs[s].pinned or s in pinned_idx):
-            why0[w] = "pinned"
-            pinned_items.append(w)
-            continue
+        # before the pin: a pinned anchor is no pin either, never unpinned by the share
+        # (fresh55 #2: it was, evicted, and the output failed thinking_not_first)
         if w == anchor:
             why0[w] = "thinking_block"
+            continue
+        # override(w), inline
+        own = None if s is None else priorities[s] if s in priorities else msgs[s].priority
+        if pin:
+            why0[w] = "pinned"
+            pinned_items.append(w)
             continue
         cls[w] = derived(w) if own is None else own
         if cls[w] == 0:

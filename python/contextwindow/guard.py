@@ -656,9 +656,11 @@ class ContextGuard:
     def _emit(self, events: list[Any]) -> None:
         with self._lock:
             subs = list(self._subscribers)
-        for e in events:
-            for fn in subs:
-                fn(e)
+        # the caller's code: what it edits is read afresh by the calls it makes
+        with _engine.outside_reuse():
+            for e in events:
+                for fn in subs:
+                    fn(e)
 
     @nesting_errors(1)
     def check(self, messages: Any, hint: str | None = "general", *, format: str | None = None) -> GuardResult:

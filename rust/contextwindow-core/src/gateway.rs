@@ -2233,10 +2233,7 @@ fn parse(body: &[u8], provider: Option<Format>, count_only: bool) -> Result<Requ
     // in a message then says why (the CLI says the same, io.Conversation.describe). Not
     // when the messages decided it (a `tool_calls` of `{}` beside a `tool_use` block
     // named tools the body did not have: fresh54 #4)
-    let hint = if provider.or(declared).is_none()
-        && body_marked
-        && openai_marked(&cx, &objs)
-    {
+    let hint = if provider.or(declared).is_none() && body_marked && openai_marked(&cx, &objs) {
         let why = if top.get("system").is_some() {
             r#"top-level "system""#
         } else {

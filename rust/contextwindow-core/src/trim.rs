@@ -1220,6 +1220,35 @@ impl<'a, 'p> State<'a, 'p> {
                 removed,
             ))
         };
+        // every part whose cut pays for its marker cut to its marker alone: the fewest
+        // tokens cuts inside the parts reach; over the budget, one marker for the middle
+        // parts instead (fresh55 #1: 1,500 grep hits were each cut to a marker, 18,054
+        // tokens for a budget of 2,000)
+        let floor: u64 = (0..qs.len())
+            .map(|i| {
+                if worth(i, 0) {
+                    p.text_tokens(&cut(i, 0).0)
+                } else {
+                    olds[i]
+                }
+            })
+            .sum();
+        if others + floor > budget {
+            let spans: Vec<(usize, u64)> = chars
+                .iter()
+                .map(|c| (c.len(), shown_removed(c, 0, c.len())))
+                .collect();
+            drop(chars);
+            self.shrink_span(
+                w,
+                part,
+                qs,
+                (&olds, &spans),
+                budget - others.min(budget),
+                rule,
+            );
+            return;
+        }
         let mut fallback: Option<(usize, Vec<usize>)> = None;
         let mut stopped = false;
         while active.len() >= 2 {
@@ -1296,6 +1325,54 @@ impl<'a, 'p> State<'a, 'p> {
                 }
             }
         }
+    }
+
+    /// Cut the text parts `qs` (two or more) of tool result `part` of work item `w` across
+    /// parts: the first and last parts whole, the ones between them gone behind one
+    /// marker in the first of their places, naming the characters they held (`spans`:
+    /// each part's characters and the count a marker of all of them names,
+    /// [`shown_removed`]). Keeps the most parts with which the parts' tokens (`olds`
+    /// each) fit `room`, the head one more than the tail when odd; one marker alone when
+    /// none fit. For a result whose cuts inside each part cannot fit, a marker a part
+    /// ([`State::shrink_evenly`]; fresh55 #1). `_reference._shrink_span`.
+    fn shrink_span(
+        &mut self,
+        w: usize,
+        part: usize,
+        qs: &[usize],
+        (olds, spans): (&[u64], &[(usize, u64)]),
+        room: u64,
+        rule: &'static str,
+    ) {
+        let p = self.opts.profile;
+        let n = qs.len();
+        let mut pre = vec![0u64; n + 1];
+        let mut shown_pre = vec![0u64; n + 1];
+        for i in 0..n {
+            pre[i + 1] = pre[i] + olds[i];
+            shown_pre[i + 1] = shown_pre[i] + spans[i].1;
+        }
+        // with `k` parts kept: the head's and the tail's counts and the marker
+        let plan = |k: usize| {
+            let (h, t) = (k - k / 2, k / 2);
+            let mark = cut_marker(shown_pre[n - t] - shown_pre[h], false, false);
+            let tokens = pre[h] + (pre[n] - pre[n - t]) + p.text_tokens(&mark);
+            (h, t, mark, tokens)
+        };
+        let k = largest_fitting(n, |k| plan(k).3 <= room);
+        let (h, t, mark, tokens) = plan(k);
+        let old = pre[n];
+        if tokens >= old {
+            return;
+        }
+        let removed = spans[h..n - t].iter().map(|s| s.0).sum();
+        let m = self.work[w].msg.to_mut();
+        let inner = m.content[part].content.get_or_insert_with(Vec::new);
+        inner[qs[h]].text = Some(mark);
+        for &q in qs[h + 1..n - t].iter().rev() {
+            inner.remove(q);
+        }
+        self.put_cut(w, old, tokens, rule, removed);
     }
 
     /// Write the cut texts `cuts` (`(index into qs, text)`) into tool result `part` of
@@ -2080,6 +2157,51 @@ mod tests {
         assert_eq!(cut_points(&short, 14, 0), (17, 18));
         assert_eq!(cut_points(&short, 14, 2), (18, 18));
         assert_eq!(shrink_chars(&short, 14, 2, false).1, 0);
+    }
+
+    #[test]
+    fn a_result_in_many_small_parts_is_cut_across_them() {
+        // 200 parts of 11 characters: every part at its marker alone is still over, so the
+        // parts between the first and the last go behind one marker (fresh55 #1)
+        let lines: Vec<String> = (0..200).map(|i| format!("hit {i:06}\n")).collect();
+        let mut res = Part::missing_result("c1");
+        res.content = Some(lines.iter().map(|t| Part::text(t)).collect());
+        let msgs = vec![
+            text(Role::User, "find"),
+            call(&["c1"]),
+            Message::new(Role::User, vec![res]),
+        ];
+        let opts = TrimOptions {
+            profile: &FIM,
+            breadcrumb: true,
+            format: Format::Anthropic,
+        };
+        let out = trim_turns(&msgs, 120, opts);
+        assert!(out.report.fits && out.report.tokens_after <= 120);
+        let inner = out.messages[2].msg.content[0].inner();
+        let k = inner.len() - 1;
+        let (h, t) = (k - k / 2, k / 2);
+        assert!(k > 2 && h + t == k);
+        let texts: Vec<&str> = inner.iter().map(|p| p.text_str()).collect();
+        assert!(texts[..h].iter().zip(&lines[..h]).all(|(a, b)| a == b));
+        assert!(texts[h + 1..]
+            .iter()
+            .zip(&lines[200 - t..])
+            .all(|(a, b)| a == b));
+        let gone = 11 * (200 - k);
+        assert_eq!(texts[h], marker(gone));
+        assert_eq!(out.report.fates[2].chars_removed, gone as u64);
+        assert_eq!(out.report.fates[2].rule, "tool_result_shrunk");
+        // one part more would not fit
+        let mut more = msgs.clone();
+        let kept = k + 1;
+        let tail = kept / 2;
+        let mut parts: Vec<Part> = lines[..kept - tail].iter().map(|t| Part::text(t)).collect();
+        parts.push(Part::text(&marker(11 * (200 - kept))));
+        parts.extend(lines[200 - tail..].iter().map(|t| Part::text(t)));
+        more[2].content[0].content = Some(parts);
+        let total: u64 = more.iter().map(|m| FIM.message_tokens(m)).sum();
+        assert!(total > 120, "{total}");
     }
 
     #[test]
