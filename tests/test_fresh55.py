@@ -210,3 +210,48 @@ def test_fresh55_6_inspect_top_0_prints_no_empty_table(capsys: pytest.CaptureFix
     assert "largest messages" not in out and "by turn" in out
     assert main(["inspect", str(example), "--top", "2"]) == 0
     assert "largest messages" in capsys.readouterr().out
+
+
+def test_fresh52_2_a_screenshot_after_the_results_counts_under_its_tool() -> None:
+    # an OpenAI computer-use agent sends each screenshot in a user message after the tool
+    # messages: it goes with the unit, and inspect counted it under role user, the tool's
+    # results at 6 tokens
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/s.png", "detail": "low"}}
+    call = {"id": "c0", "type": "function", "function": {"name": "computer", "arguments": "{}"}}
+
+    def session(shots: bool) -> list[dict[str, Any]]:
+        m: list[dict[str, Any]] = [
+            {"role": "system", "content": "You operate a desktop."},
+            {"role": "user", "content": "Open Settings."},
+        ]
+        for i in range(3):
+            m += [
+                {"role": "assistant", "content": None, "tool_calls": [{**call, "id": f"c{i}"}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "done"},
+            ]
+            if shots:
+                m.append({"role": "user", "content": [image]})
+        return [*m, {"role": "assistant", "content": "Settings is open."}]
+
+    shot = cw.count_messages([{"role": "user", "content": [image]}]) - cw.count_messages(
+        [{"role": "user", "content": ""}]
+    )
+    assert shot == 85
+    plain = cw.token_breakdown(session(False)).by_tool
+    b = cw.token_breakdown(session(True))
+    assert [(t.tool, t.results) for t in b.by_tool] == [("computer", 3)]
+    assert b.by_tool[0].result_tokens == plain[0].result_tokens + 3 * shot
+    assert b.by_tool[0].tokens == b.by_tool[0].call_tokens + b.by_tool[0].result_tokens
+    # the largest messages name the tool
+    assert all(m.tools == ["computer"] for m in b.largest if m.role == "user" and m.index > 1)
+    # an image alone after the assistant's answer is the user's: not counted under a tool
+    after = [*session(False), {"role": "user", "content": [image]}]
+    assert cw.token_breakdown(after).by_tool[0].result_tokens == plain[0].result_tokens
+    # nor one after an orphan result (it opens a turn)
+    orphan = [
+        {"role": "user", "content": "q"},
+        {"role": "tool", "tool_call_id": "zz", "content": "r"},
+        {"role": "user", "content": [image]},
+    ]
+    rows = {t.tool: t.result_tokens for t in cw.token_breakdown(orphan).by_tool}
+    assert rows == {"(no matching call)": cw.token_breakdown(orphan[:2]).by_tool[0].result_tokens}

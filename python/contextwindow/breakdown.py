@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from . import _engine
+from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
 from .estimate import DEFAULT_PROFILE, count_messages, message_tokens, resolve_profile
@@ -84,7 +85,10 @@ class ToolTokens(msgspec.Struct, **_OPTS):
         results: number of tool results.
         call_tokens: tokens of the call parts (name, argument text, per-call overhead),
             without the assistant message's own overhead.
-        result_tokens: tokens of the result parts, without their message's overhead.
+        result_tokens: tokens of the result parts, without their message's overhead, and
+            of the screenshots an OpenAI agent sends after them (a user message of media
+            alone right after the results, which goes with the tool unit: its parts,
+            without its message's overhead).
         tokens: ``call_tokens + result_tokens``.
 
     >>> ToolTokens(tool="bash", calls=1, results=1, call_tokens=40, result_tokens=200, tokens=240, share=0.6).tool
@@ -300,6 +304,7 @@ def token_breakdown(
     tools_of_message: dict[int, list[str]] = {}
     heaviest: dict[int, tuple[int, str, Any]] = {}  # message -> its costliest tool part
     last_call: dict[str, str] = {}  # call id -> tool name of the nearest preceding call
+    result_tool: dict[int, str] = {}  # message -> the tool of its last result that answers a call
     for (i, p), cost in zip(where, probe_costs, strict=True):
         part_cost = cost - empty_cost[canonical[i].role]
         if isinstance(p, ToolCall):
@@ -310,6 +315,8 @@ def token_breakdown(
             row[2] += part_cost
         else:
             name = last_call.get(p.call_id, UNKNOWN_TOOL)
+            if p.call_id in last_call:
+                result_tool[i] = name
             row = tool_rows.setdefault(name, [0, 0, 0, 0])
             row[1] += 1
             row[3] += part_cost
@@ -318,6 +325,21 @@ def token_breakdown(
             names.append(name)
         if i not in heaviest or part_cost > heaviest[i][0]:
             heaviest[i] = (part_cost, name, p)
+
+    # a screenshot an OpenAI agent sends after the tool messages (a user message of media
+    # alone right after results that answer a call, or after another such message) is its
+    # tool's output, as an image inside an Anthropic tool_result is: it goes with the unit
+    # (turns), and counts under the tool here (fresh52 #2: 6,654 tokens of screenshots read
+    # as the user's, the tool's results 6 tokens)
+    shot_tool: str | None = None
+    for i, m in enumerate(canonical):
+        if i in result_tool:
+            shot_tool = result_tool[i]
+        elif shot_tool is not None and ref.is_media_only(m):
+            tool_rows[shot_tool][3] += per_message[i] - empty_cost["user"]
+            tools_of_message.setdefault(i, []).append(shot_tool)
+        else:
+            shot_tool = None
 
     role_rows: dict[str, list[int]] = {}
     for m, n in zip(canonical, per_message, strict=True):
