@@ -359,7 +359,7 @@ def test_cleared_marker_names_non_text_parts_and_keeps_error_flag() -> None:
     out = r.messages[2]["content"][0]
     assert out["is_error"] is True and out["tool_use_id"] == "s1"
     assert out["content"] == [
-        {"type": "text", "text": "[tool result cleared: 40 characters and 1 non-text parts of web_fetch output]"}
+        {"type": "text", "text": "[tool result cleared: 40 characters and 1 non-text part of web_fetch output]"}
     ]
 
 

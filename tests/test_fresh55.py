@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,65 @@ def test_fresh52_2_a_screenshot_after_the_results_counts_under_its_tool() -> Non
     ]
     rows = {t.tool: t.result_tokens for t in cw.token_breakdown(orphan).by_tool}
     assert rows == {"(no matching call)": cw.token_breakdown(orphan[:2]).by_tool[0].result_tokens}
+
+
+def test_fresh56_1_more_budget_never_keeps_less_of_a_result_in_many_parts() -> None:
+    # where 300 bare markers fit (3,750 to 3,950 tokens), every part was cut to its
+    # marker: none of the output left, where 3,650 kept 95 lines whole; budget_tool_results
+    # kept 119 lines whole at a window of 9,000 and 7 characters of each at 9,100
+    parts = [{"type": "text", "text": f"src/file{i:05d}.py:{i}: match line {'x' * 30}\n"} for i in range(300)]
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"q": "foo"}'}}
+    msgs = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find all matches of foo."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": parts},
+    ]
+    marker = re.compile(r"\n?\[\.\.\. [\d,]+ characters(?: \([\d,]+ lines?\))? removed \.\.\.\]\n?")
+
+    def kept(m: dict[str, Any]) -> int:  # characters of the tool's output left
+        return sum(len(marker.sub("", p["text"])) for p in m["content"])
+
+    body = json.dumps({"messages": msgs}).encode()
+    last = 0
+    for budget in range(3500, 12001, 250):
+        r = cw.trim_turns(msgs, budget)
+        assert r.report.fits and kept(r.messages[-1]) >= last, budget
+        last = kept(r.messages[-1])
+        assert json.loads(cw.fit_request(body, budget=budget))["messages"] == r.messages
+        if budget % 2000 == 0:  # the reference (slow): the same rule
+            _, rep = ref.trim_turns(cw.adapters.to_canonical(msgs), budget)
+            assert rep.tokens_after == r.report.tokens_after
+    r = cw.trim_turns(msgs, 3850)  # 100 lines whole, the first one first
+    assert kept(r.messages[-1]) == 6340 and r.messages[-1]["content"][0] == parts[0]
+    assert len(r.messages[-1]["content"]) == 101
+    last = 0
+    for window in range(8000, 20001, 500):
+        out = cw.budget_tool_results(msgs, window).messages[-1]
+        assert kept(out) >= last, window
+        last = kept(out)
+    assert kept(cw.budget_tool_results(msgs, 9100).messages[-1]) == 7610  # 120 lines whole
+
+
+def test_fresh56_3_inspect_keeps_message_numbers_whole_at_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    m: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for i in range(12):
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "mcp__filesystem__read_text_file", "arguments": "{}"},
+        }
+        m += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "data " * (50 * i + 10)},
+        ]
+    f = tmp_path / "mcp.json"
+    f.write_text(json.dumps({"messages": m}))
+    assert main(["inspect", str(f)]) == 0
+    out = capsys.readouterr().out
+    rows = out[out.index("largest messages") :].splitlines()[3:8]
+    # the index was squeezed to "…" for every message numbered 10 or above
+    assert [r.split("│")[0].strip() for r in rows] == ["24", "22", "20", "18", "16"]

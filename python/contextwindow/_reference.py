@@ -2230,64 +2230,85 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
     # cuts inside the parts reach; over the budget, one marker for the middle parts
     # instead (fresh55 #1: 1,500 grep hits were each cut to a marker, 18,054 tokens for a
     # budget of 2,000)
+    span = _span_plan(st, w, part, qs, budget)
     if others + priced(at(0, [q for q in qs if worth(q, 0)])[0]) > budget:
-        _shrink_span(st, w, part, qs, budget, rule)
+        if span[1] < old:
+            _put_cut(st, w, span[0], span[1], rule, span[2])
         return
-    active = list(qs)
-    fallback: tuple[ToolResult, dict[int, int]] | None = None
-    while len(active) >= 2:
-        top = max(len(texts[q]) for q in active)
 
-        def cost(k: int, cut: list[int] = active) -> int:
-            return others + priced(at(k, cut)[0])
+    # the cut inside the parts, then the cut across them instead when that fits and keeps
+    # more characters (fresh56 #1: where 300 bare markers fit, all 300 parts were cut to
+    # their markers, while a smaller budget kept 95 of them whole)
+    def even() -> None:  # the cut inside the parts (Rust: the 'even block)
+        active = list(qs)
+        fallback: tuple[ToolResult, dict[int, int]] | None = None
+        while len(active) >= 2:
+            top = max(len(texts[q]) for q in active)
 
-        k = largest_within(top, cost, budget, others + old)
-        new_r, gone = at(k, active)
-        unworthy = [q for q in gone if not worth(q, k)]
-        if unworthy:
-            if fallback is None:
-                # the largest smaller keep that fits with the parts whose cut there pays
-                # for its marker cut (as a single text is cut further), the others whole:
-                # used when keeping the unworthy parts whole cuts nothing
-                def worthy(j: int, parts: list[int] = active) -> list[int]:
-                    return [q for q in parts if _cuts(texts[q], j) and worth(q, j)]
+            def cost(k: int, cut: list[int] = active) -> int:
+                return others + priced(at(k, cut)[0])
 
-                def ok(j: int) -> bool:
-                    cut = worthy(j)
-                    return bool(cut) and others + priced(at(j, cut)[0]) <= budget
+            k = largest_within(top, cost, budget, others + old)
+            new_r, gone = at(k, active)
+            unworthy = [q for q in gone if not worth(q, k)]
+            if unworthy:
+                if fallback is None:
+                    # the largest smaller keep that fits with the parts whose cut there pays
+                    # for its marker cut (as a single text is cut further), the others whole:
+                    # used when keeping the unworthy parts whole cuts nothing
+                    def worthy(j: int, parts: list[int] = active) -> list[int]:
+                        return [q for q in parts if _cuts(texts[q], j) and worth(q, j)]
 
-                j = largest_fitting(k, ok)
-                if ok(j):
-                    fallback = at(j, worthy(j))
-            active = [q for q in active if q not in unworthy]
-            continue
-        new_m = _with_part(m, part, new_r)
-        new_cost = _cost_with(st, m, old, part, new_r, new_m)
-        if gone and new_cost < old:
-            _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
-            return
-        break
-    else:
-        if len(active) == 1:
-            _shrink(st, w, part, active[0], budget, rule)
-            if st.m(w) is not m:
+                    def ok(j: int) -> bool:
+                        cut = worthy(j)
+                        return bool(cut) and others + priced(at(j, cut)[0]) <= budget
+
+                    j = largest_fitting(k, ok)
+                    if ok(j):
+                        fallback = at(j, worthy(j))
+                active = [q for q in active if q not in unworthy]
+                continue
+            new_m = _with_part(m, part, new_r)
+            new_cost = _cost_with(st, m, old, part, new_r, new_m)
+            if gone and new_cost < old:
+                _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
                 return
-    if fallback is not None:  # no cut made otherwise (test_fits_once_fits_for_every_larger_budget)
-        new_r, gone = fallback
-        new_m = _with_part(m, part, new_r)
-        new_cost = _cost_with(st, m, old, part, new_r, new_m)
-        if new_cost < old:
-            _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
+            break
+        else:
+            if len(active) == 1:
+                _shrink(st, w, part, active[0], budget, rule)
+                if st.m(w) is not m:
+                    return
+        if fallback is not None:  # no cut made otherwise (test_fits_once_fits_for_every_larger_budget)
+            new_r, gone = fallback
+            new_m = _with_part(m, part, new_r)
+            new_cost = _cost_with(st, m, old, part, new_r, new_m)
+            if new_cost < old:
+                _put_cut(st, w, new_m, new_cost, rule, sum(gone.values()))
+
+    src = st.work[w].src
+    saved = (st.work[w], st.costs[w], None if src is None else dict(st.fates[src]))
+    removed_before = 0 if src is None else st.fates[src]["chars_removed"]
+    even()
+    even_fits = st.total() <= budget
+    even_removed = (0 if src is None else st.fates[src]["chars_removed"]) - removed_before
+    if others + span[1] <= budget and span[1] < old and (not even_fits or span[2] < even_removed):
+        st.work[w] = saved[0]
+        st.set_cost(w, saved[1])
+        if src is not None and saved[2] is not None:
+            st.fates[src] = saved[2]
+        _put_cut(st, w, span[0], span[1], rule, span[2])
 
 
-def _shrink_span(st: _State, w: int, part: int, qs: list[int], budget: int, rule: str) -> None:
-    """Cut the text parts ``qs`` (two or more) of tool result ``part`` of item ``w`` across
-    parts: the first and last parts whole, the ones between them gone behind one marker
-    in the first of their places, naming the characters they held (:func:`shown_removed`).
-    Keeps the most parts with which the total fits (:func:`largest_fitting`), the head
-    one more than the tail when odd; one marker alone when none fit. For a result whose
-    cuts inside each part cannot fit, a marker a part (:func:`_shrink_evenly`; fresh55
-    #1). Rust ``State::shrink_span``."""
+def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tuple[Message, int, int]:
+    """The cut of the text parts ``qs`` (two or more) of tool result ``part`` of item ``w``
+    across parts: the first and last parts whole, the ones between them gone behind one
+    marker in the first of their places, naming the characters they held
+    (:func:`shown_removed`). Keeps the most parts with which the total fits
+    (:func:`largest_fitting`), the head one more than the tail when odd; one marker alone
+    when none fit. Returns the message, its tokens and the characters removed. Taken
+    where cuts inside each part cannot fit, or keep fewer characters
+    (:func:`_shrink_evenly`; fresh55 #1, fresh56 #1). Rust ``span_plan``."""
     m = st.m(w)
     result = m.content[part]
     assert isinstance(result, ToolResult)
@@ -2296,7 +2317,7 @@ def _shrink_span(st: _State, w: int, part: int, qs: list[int], budget: int, rule
     others = st.total() - old
     n = len(qs)
 
-    def at(k: int) -> tuple[Message, int]:  # k parts kept: the message and its tokens
+    def at(k: int) -> tuple[Message, int, int]:  # k parts kept
         h, t = k - k // 2, k // 2
         mark = cut_marker(sum(shown_removed(x, 0, len(x)) for x in texts[h : n - t]), False, False)
         gone = set(qs[h + 1 : n - t])
@@ -2307,13 +2328,9 @@ def _shrink_span(st: _State, w: int, part: int, qs: list[int], budget: int, rule
         ]
         new_r = msgspec.structs.replace(result, content=inner)
         new_m = _with_part(m, part, new_r)
-        return new_m, _cost_with(st, m, old, part, new_r, new_m)
+        return new_m, _cost_with(st, m, old, part, new_r, new_m), sum(len(x) for x in texts[h : n - t])
 
-    k = largest_fitting(n, lambda k: others + at(k)[1] <= budget)
-    new_m, new_cost = at(k)
-    if new_cost < old:
-        h, t = k - k // 2, k // 2
-        _put_cut(st, w, new_m, new_cost, rule, sum(len(x) for x in texts[h : n - t]))
+    return at(largest_fitting(n, lambda k: others + at(k)[1] <= budget))
 
 
 #: Texts of at least this many characters are cut after a search by interpolation

@@ -487,11 +487,14 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, sch
         soft_wrap=True,
     )
 
-    def table(title: str, *columns: str, text: bool = False) -> Table:
+    def table(title: str, *columns: str, text: bool = False, widths: dict[str, int] | None = None) -> Table:
         t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         for c in columns:
             left = c in ("role", "tool", "turn", "messages")
-            t.add_column(c, justify="left" if left else "right", no_wrap=True, min_width=len(c))
+            # `widths`: the least a column needs whole (a message's number: fresh56 #3, at
+            # 80 columns long tool names squeezed "#" to "…")
+            width = max(len(c), (widths or {}).get(c, 0))
+            t.add_column(c, justify="left" if left else "right", no_wrap=True, min_width=width)
         t.add_column("share", justify="right", no_wrap=True, min_width=6)
         t.add_column("", width=_BAR_WIDTH, no_wrap=True)
         if text:
@@ -548,7 +551,8 @@ def _render_breakdown(path: str, b: Breakdown, conv: Conversation, top: int, sch
     # the text preview only where the terminal has room for it beside the other columns
     wide = console.width >= 100
     if b.largest:  # none with --top 0: no table of no rows (fresh55 #6)
-        t = table("largest messages", "#", "role", "turn", "tokens", text=wide)
+        numbers = {"#": max(len(num(m.index)) for m in b.largest)}
+        t = table("largest messages", "#", "role", "turn", "tokens", text=wide, widths=numbers)
         for m in b.largest:
             tools = f" ({', '.join(m.tools)})" if m.tools else ""
             cells = [num(m.index), m.role + tools, str(m.turn), f"{m.tokens:,}"]

@@ -485,6 +485,38 @@ fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (
     (out, removed)
 }
 
+/// A cut of a tool result's text parts across them ([`span_plan`]): the parts kept
+/// at the head and at the tail, the marker, the parts' tokens after it and the
+/// characters removed.
+type SpanPlan = (usize, usize, String, u64, usize);
+
+/// The cut across the text parts of a tool result (`olds`: each part's tokens; `spans`:
+/// its characters and the count a marker of all of it names, [`shown_removed`]): the
+/// first and last parts whole, the ones between them gone behind one marker in the first
+/// of their places, naming the characters they held. Keeps the most parts with which
+/// the parts' tokens fit `room`, the head one more than the tail when odd; one marker
+/// alone when none fit. Taken where cuts inside each part cannot fit, or keep fewer
+/// characters (`State::shrink_evenly`; fresh55 #1, fresh56 #1). `_reference._span_plan`.
+fn span_plan(p: &Profile, olds: &[u64], spans: &[(usize, u64)], room: u64) -> SpanPlan {
+    let n = olds.len();
+    let mut pre = vec![0u64; n + 1];
+    let mut shown_pre = vec![0u64; n + 1];
+    let mut chars_pre = vec![0usize; n + 1];
+    for i in 0..n {
+        pre[i + 1] = pre[i] + olds[i];
+        shown_pre[i + 1] = shown_pre[i] + spans[i].1;
+        chars_pre[i + 1] = chars_pre[i] + spans[i].0;
+    }
+    // with `k` parts kept: the head's and the tail's counts, the marker and the tokens
+    let plan = |k: usize| {
+        let (h, t) = (k - k / 2, k / 2);
+        let mark = cut_marker(shown_pre[n - t] - shown_pre[h], false, false);
+        let tokens = pre[h] + (pre[n] - pre[n - t]) + p.text_tokens(&mark);
+        (h, t, mark, tokens, chars_pre[n - t] - chars_pre[h])
+    };
+    plan(largest_fitting(n, |k| plan(k).3 <= room))
+}
+
 fn fate(index: usize, fate: &'static str, rule: &'static str) -> Fate {
     Fate {
         index,
@@ -1207,12 +1239,9 @@ impl<'a, 'p> State<'a, 'p> {
                     (i, t, removed)
                 })
                 .collect();
-            let tokens = (0..qs.len())
-                .map(|i| match new.iter().find(|(j, _, _)| *j == i) {
-                    Some((_, t, _)) => p.text_tokens(t),
-                    None => olds[i],
-                })
-                .sum();
+            let tokens = olds.iter().sum::<u64>()
+                - new.iter().map(|(i, _, _)| olds[*i]).sum::<u64>()
+                + new.iter().map(|(_, t, _)| p.text_tokens(t)).sum::<u64>();
             let removed = new.iter().map(|(_, _, r)| r).sum();
             Some((
                 tokens,
@@ -1233,145 +1262,155 @@ impl<'a, 'p> State<'a, 'p> {
                 }
             })
             .sum();
+        let spans: Vec<(usize, u64)> = chars
+            .iter()
+            .map(|c| (c.len(), shown_removed(c, 0, c.len())))
+            .collect();
+        let span = span_plan(p, &olds, &spans, budget - others.min(budget));
         if others + floor > budget {
-            let spans: Vec<(usize, u64)> = chars
-                .iter()
-                .map(|c| (c.len(), shown_removed(c, 0, c.len())))
-                .collect();
-            drop(chars);
-            self.shrink_span(
-                w,
-                part,
-                qs,
-                (&olds, &spans),
-                budget - others.min(budget),
-                rule,
-            );
+            self.apply_span(w, part, qs, span, old, rule);
             return;
         }
-        let mut fallback: Option<(usize, Vec<usize>)> = None;
-        let mut stopped = false;
-        while active.len() >= 2 {
-            let top = active.iter().map(|&i| chars[i].len()).max().unwrap_or(0);
-            let tokens_at = |k: usize| -> u64 {
-                (0..qs.len())
-                    .map(|i| {
-                        if active.contains(&i) {
-                            p.text_tokens(&cut(i, k).0)
-                        } else {
-                            olds[i]
+        // the cut inside the parts, then the cut across them instead when that fits and
+        // keeps more characters (fresh56 #1: where 300 bare markers fit, all 300 parts
+        // were cut to their markers, while a smaller budget kept 95 of them whole)
+        let saved = (
+            self.work[w].msg.clone(),
+            self.costs[w],
+            self.total,
+            self.work[w].src.map(|i| self.fates[i].clone()),
+        );
+        let removed_of = |st: &Self| st.work[w].src.map_or(0, |i| st.fates[i].chars_removed);
+        let removed_before = removed_of(self);
+        'even: {
+            let mut fallback: Option<(usize, Vec<usize>)> = None;
+            let mut stopped = false;
+            let mut is_active = vec![true; qs.len()];
+            while active.len() >= 2 {
+                let top = active.iter().map(|&i| chars[i].len()).max().unwrap_or(0);
+                let tokens_at = |k: usize| -> u64 {
+                    (0..qs.len())
+                        .map(|i| {
+                            if is_active[i] {
+                                p.text_tokens(&cut(i, k).0)
+                            } else {
+                                olds[i]
+                            }
+                        })
+                        .sum()
+                };
+                let cut_at = |k: usize| -> Vec<usize> {
+                    active
+                        .iter()
+                        .copied()
+                        .filter(|&i| {
+                            let (head, tail_start) = cut_points(&chars[i], 0, k);
+                            head != tail_start
+                        })
+                        .collect()
+                };
+                let k = largest_within(top, |k| others + tokens_at(k), budget, others + old);
+                let cut_here = cut_at(k);
+                let unworthy: Vec<usize> =
+                    cut_here.iter().copied().filter(|&i| !worth(i, k)).collect();
+                if !unworthy.is_empty() {
+                    if fallback.is_none() {
+                        // the largest smaller keep that fits with the parts whose cut there
+                        // pays for its marker cut (as a single text is cut further), the
+                        // others whole: used when keeping the unworthy parts whole cuts nothing
+                        let worthy = |j: usize| -> Vec<usize> {
+                            cut_at(j).into_iter().filter(|&i| worth(i, j)).collect()
+                        };
+                        let ok = |j: usize| {
+                            let cut = worthy(j);
+                            !cut.is_empty()
+                                && cuts_at(j, &cut).is_some_and(|(t, _, _)| others + t <= budget)
+                        };
+                        let j = largest_fitting(k, ok);
+                        if ok(j) {
+                            fallback = Some((j, worthy(j)));
                         }
-                    })
-                    .sum()
-            };
-            let cut_at = |k: usize| -> Vec<usize> {
-                active
-                    .iter()
-                    .copied()
-                    .filter(|&i| {
-                        let (head, tail_start) = cut_points(&chars[i], 0, k);
-                        head != tail_start
-                    })
-                    .collect()
-            };
-            let k = largest_within(top, |k| others + tokens_at(k), budget, others + old);
-            let cut_here = cut_at(k);
-            let unworthy: Vec<usize> = cut_here.iter().copied().filter(|&i| !worth(i, k)).collect();
-            if !unworthy.is_empty() {
-                if fallback.is_none() {
-                    // the largest smaller keep that fits with the parts whose cut there
-                    // pays for its marker cut (as a single text is cut further), the
-                    // others whole: used when keeping the unworthy parts whole cuts nothing
-                    let worthy = |j: usize| -> Vec<usize> {
-                        cut_at(j).into_iter().filter(|&i| worth(i, j)).collect()
-                    };
-                    let ok = |j: usize| {
-                        let cut = worthy(j);
-                        !cut.is_empty()
-                            && cuts_at(j, &cut).is_some_and(|(t, _, _)| others + t <= budget)
-                    };
-                    let j = largest_fitting(k, ok);
-                    if ok(j) {
-                        fallback = Some((j, worthy(j)));
+                    }
+                    for &i in &unworthy {
+                        is_active[i] = false;
+                    }
+                    active.retain(|&i| is_active[i]);
+                    continue;
+                }
+                if let Some((new_tokens, cuts, removed)) = cuts_at(k, &cut_here) {
+                    if new_tokens < old {
+                        self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
+                        break 'even;
                     }
                 }
-                active.retain(|i| !unworthy.contains(i));
-                continue;
+                stopped = true;
+                break;
             }
-            if let Some((new_tokens, cuts, removed)) = cuts_at(k, &cut_here) {
-                if new_tokens < old {
-                    self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
-                    return;
+            if !stopped {
+                if let [i] = active[..] {
+                    let before = self.total;
+                    self.shrink(w, part, Some(qs[i]), 0, budget, rule);
+                    if self.total != before {
+                        break 'even;
+                    }
                 }
             }
-            stopped = true;
-            break;
+            // no cut made otherwise (a budget was met and one token more was not:
+            // test_fits_once_fits_for_every_larger_budget)
+            if let Some((j, cut_here)) = fallback {
+                if let Some((new_tokens, cuts, removed)) = cuts_at(j, &cut_here) {
+                    if new_tokens < old {
+                        self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
+                    }
+                }
+            }
         }
-        if !stopped {
-            if let [i] = active[..] {
-                let before = self.total;
-                self.shrink(w, part, Some(qs[i]), 0, budget, rule);
-                if self.total != before {
-                    return;
-                }
+        let even_fits = self.total() <= budget;
+        let even_removed = removed_of(self) - removed_before;
+        if others + span.3 <= budget
+            && span.3 < old
+            && (!even_fits || (span.4 as u64) < even_removed)
+        {
+            let (msg, cost, total, fate) = saved;
+            self.work[w].msg = msg;
+            self.costs[w] = cost;
+            self.total = total;
+            if let (Some(i), Some(f)) = (self.work[w].src, fate) {
+                self.fates[i] = f;
             }
-        }
-        // no cut made otherwise (a budget was met and one token more was not:
-        // test_fits_once_fits_for_every_larger_budget)
-        if let Some((j, cut_here)) = fallback {
-            if let Some((new_tokens, cuts, removed)) = cuts_at(j, &cut_here) {
-                if new_tokens < old {
-                    self.apply_cuts(w, part, qs, cuts, (old, new_tokens), rule, removed);
-                }
-            }
+            self.apply_span(w, part, qs, span, old, rule);
         }
     }
 
-    /// Cut the text parts `qs` (two or more) of tool result `part` of work item `w` across
-    /// parts: the first and last parts whole, the ones between them gone behind one
-    /// marker in the first of their places, naming the characters they held (`spans`:
-    /// each part's characters and the count a marker of all of them names,
-    /// [`shown_removed`]). Keeps the most parts with which the parts' tokens (`olds`
-    /// each) fit `room`, the head one more than the tail when odd; one marker alone when
-    /// none fit. For a result whose cuts inside each part cannot fit, a marker a part
-    /// ([`State::shrink_evenly`]; fresh55 #1). `_reference._shrink_span`.
-    fn shrink_span(
+    /// Apply the cut across parts `plan` ([`span_plan`]) to the text parts `qs` of tool
+    /// result `part` of work item `w` (`old`: their tokens): the marker in the first
+    /// removed part's place, the other removed parts deleted.
+    fn apply_span(
         &mut self,
         w: usize,
         part: usize,
         qs: &[usize],
-        (olds, spans): (&[u64], &[(usize, u64)]),
-        room: u64,
+        (h, t, mark, tokens, removed): SpanPlan,
+        old: u64,
         rule: &'static str,
     ) {
-        let p = self.opts.profile;
         let n = qs.len();
-        let mut pre = vec![0u64; n + 1];
-        let mut shown_pre = vec![0u64; n + 1];
-        for i in 0..n {
-            pre[i + 1] = pre[i] + olds[i];
-            shown_pre[i + 1] = shown_pre[i] + spans[i].1;
-        }
-        // with `k` parts kept: the head's and the tail's counts and the marker
-        let plan = |k: usize| {
-            let (h, t) = (k - k / 2, k / 2);
-            let mark = cut_marker(shown_pre[n - t] - shown_pre[h], false, false);
-            let tokens = pre[h] + (pre[n] - pre[n - t]) + p.text_tokens(&mark);
-            (h, t, mark, tokens)
-        };
-        let k = largest_fitting(n, |k| plan(k).3 <= room);
-        let (h, t, mark, tokens) = plan(k);
-        let old = pre[n];
         if tokens >= old {
             return;
         }
-        let removed = spans[h..n - t].iter().map(|s| s.0).sum();
         let m = self.work[w].msg.to_mut();
         let inner = m.content[part].content.get_or_insert_with(Vec::new);
         inner[qs[h]].text = Some(mark);
-        for &q in qs[h + 1..n - t].iter().rev() {
-            inner.remove(q);
+        // in one pass (a remove each moved the rest of the parts every time: fresh56 #2)
+        let mut gone = vec![false; inner.len()];
+        for &q in &qs[h + 1..n - t] {
+            gone[q] = true;
         }
+        let mut at = 0;
+        inner.retain(|_| {
+            at += 1;
+            !gone[at - 1]
+        });
         self.put_cut(w, old, tokens, rule, removed);
     }
 
