@@ -485,6 +485,9 @@ fn shrink_chars(chars: &CharText<'_>, floor: usize, keep: usize, end: bool) -> (
     (out, removed)
 }
 
+/// A work item's message, cost, the total and the item's fate ([`State::snapshot`]).
+type Snapshot<'a> = (Cow<'a, Message>, u64, u64, Option<Fate>);
+
 /// A cut of a tool result's text parts across them ([`span_plan`]): the parts kept
 /// at the head and at the tail, the marker, the parts' tokens after it and the
 /// characters removed.
@@ -1175,6 +1178,27 @@ impl<'a, 'p> State<'a, 'p> {
         (removed, kept_blank)
     }
 
+    /// Work item `w` as it is now, for [`State::restore`]: its message, its cost, the
+    /// total and its message's fate.
+    fn snapshot(&self, w: usize) -> Snapshot<'a> {
+        (
+            self.work[w].msg.clone(),
+            self.costs[w],
+            self.total,
+            self.work[w].src.map(|i| self.fates[i].clone()),
+        )
+    }
+
+    /// Work item `w` back as [`State::snapshot`] took it: the cuts made since undone.
+    fn restore(&mut self, w: usize, (msg, cost, total, fate): Snapshot<'a>) {
+        self.work[w].msg = msg;
+        self.costs[w] = cost;
+        self.total = total;
+        if let (Some(i), Some(f)) = (self.work[w].src, fate) {
+            self.fates[i] = f;
+        }
+    }
+
     /// Work item `w`'s text went from `old` to `new` tokens by a cut of `rule` removing
     /// `removed` characters: its cost, the total and its message's fate follow.
     /// `_reference._put_cut`.
@@ -1274,12 +1298,7 @@ impl<'a, 'p> State<'a, 'p> {
         // the cut inside the parts, then the cut across them instead when that fits and
         // keeps more characters (fresh56 #1: where 300 bare markers fit, all 300 parts
         // were cut to their markers, while a smaller budget kept 95 of them whole)
-        let saved = (
-            self.work[w].msg.clone(),
-            self.costs[w],
-            self.total,
-            self.work[w].src.map(|i| self.fates[i].clone()),
-        );
+        let saved = self.snapshot(w);
         let removed_of = |st: &Self| st.work[w].src.map_or(0, |i| st.fates[i].chars_removed);
         let removed_before = removed_of(self);
         'even: {
@@ -1371,13 +1390,7 @@ impl<'a, 'p> State<'a, 'p> {
             && span.3 < old
             && (!even_fits || (span.4 as u64) < even_removed)
         {
-            let (msg, cost, total, fate) = saved;
-            self.work[w].msg = msg;
-            self.costs[w] = cost;
-            self.total = total;
-            if let (Some(i), Some(f)) = (self.work[w].src, fate) {
-                self.fates[i] = f;
-            }
+            self.restore(w, saved);
             self.apply_span(w, part, qs, span, old, rule);
         }
     }
@@ -1991,12 +2004,7 @@ fn trim_turns_once<'a>(
             // the request as it was, put back when its cuts do not make it fit: a part
             // whose marker would cost as much as its text is never cut, so the saving
             // above can be more than the cuts give
-            let whole = (
-                st.work[w].msg.clone(),
-                st.costs[w],
-                st.total,
-                st.work[w].src.map(|i| st.fates[i].clone()),
-            );
+            let whole = st.snapshot(w);
             // the parts with words left: those not cut, and those cut to more than blanks
             let content = &st.work[w].msg.content;
             let mut worded: Vec<bool> = content
@@ -2025,13 +2033,7 @@ fn trim_turns_once<'a>(
             // the model would get no question; fresh34 #1: an indented one as a space); it
             // stays whole and the report says it does not fit
             if over(&st) || (any_words && !worded.iter().any(|&x| x)) {
-                let (msg, cost, total, fate) = whole;
-                st.work[w].msg = msg;
-                st.costs[w] = cost;
-                st.total = total;
-                if let (Some(i), Some(f)) = (st.work[w].src, fate) {
-                    st.fates[i] = f;
-                }
+                st.restore(w, whole);
             }
         }
     }
