@@ -318,3 +318,29 @@ def test_fresh56_3_inspect_keeps_message_numbers_whole_at_80_columns(
     rows = out[out.index("largest messages") :].splitlines()[3:8]
     # the index was squeezed to "…" for every message numbered 10 or above
     assert [r.split("│")[0].strip() for r in rows] == ["24", "22", "20", "18", "16"]
+
+
+def test_fresh57_2_a_first_part_too_large_to_keep_leaves_the_rest_to_the_tail() -> None:
+    # a 900-character first part and 201 short ones: every budget short of the first part
+    # whole cut the result to one marker (80 of 320 tokens used, the final error gone)
+    big = "Traceback line " * 60
+    parts = [{"type": "text", "text": big}, *({"type": "text", "text": f"hit {i}: foo"} for i in range(200))]
+    parts.append({"type": "text", "text": "FINAL ERROR: build failed"})
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Search the repo for TODO"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": parts},
+    ]
+    body = json.dumps({"messages": msgs}).encode()
+    for budget in (120, 200, 320):
+        r = cw.trim_turns(msgs, budget)
+        out = r.messages[-1]["content"]
+        assert r.report.fits and r.report.tokens_after > budget - 10
+        # the marker first, then the last parts whole, the final error last
+        assert "characters removed" in out[0]["text"] and out[1:] == parts[len(parts) - len(out) + 1 :]
+        assert len(out) > 5
+        assert json.loads(cw.fit_request(body, budget=budget))["messages"] == r.messages
+        _, rep = ref.trim_turns(cw.adapters.to_canonical(msgs), budget)
+        assert rep.tokens_after == r.report.tokens_after

@@ -2305,8 +2305,9 @@ def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tup
     across parts: the first and last parts whole, the ones between them gone behind one
     marker in the first of their places, naming the characters they held
     (:func:`shown_removed`). Keeps the most parts with which the total fits
-    (:func:`largest_fitting`), the head one more than the tail when odd; one marker alone
-    when none fit. Returns the message, its tokens and the characters removed. Taken
+    (:func:`largest_fitting`), the head one more than the tail when odd, or the most from
+    the tail alone or the head alone where that keeps more than twice as many; one marker
+    alone when none fit. Returns the message, its tokens and the characters removed. Taken
     where cuts inside each part cannot fit, or keep fewer characters
     (:func:`_shrink_evenly`; fresh55 #1, fresh56 #1). Rust ``span_plan``."""
     m = st.m(w)
@@ -2317,8 +2318,7 @@ def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tup
     others = st.total() - old
     n = len(qs)
 
-    def at(k: int) -> tuple[Message, int, int]:  # k parts kept
-        h, t = k - k // 2, k // 2
+    def at(h: int, t: int) -> tuple[Message, int, int]:  # h parts kept at the head, t at the tail
         mark = cut_marker(sum(shown_removed(x, 0, len(x)) for x in texts[h : n - t]), False, False)
         gone = set(qs[h + 1 : n - t])
         inner = [
@@ -2330,7 +2330,15 @@ def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tup
         new_m = _with_part(m, part, new_r)
         return new_m, _cost_with(st, m, old, part, new_r, new_m), sum(len(x) for x in texts[h : n - t])
 
-    return at(largest_fitting(n, lambda k: others + at(k)[1] <= budget))
+    # the most parts kept from both ends, or from the tail alone or the head alone where
+    # that keeps more than twice as many (a first part too large to keep whole kept
+    # nothing of the others: fresh57 #2; a few more short lines are not worth the end)
+    best = (0, 0)
+    for split in (lambda k: (k - k // 2, k // 2), lambda k: (0, k), lambda k: (k, 0)):
+        h, t = split(largest_fitting(n, lambda k, split=split: others + at(*split(k))[1] <= budget))
+        if h + t > 2 * sum(best):
+            best = (h, t)
+    return at(*best)
 
 
 #: Texts of at least this many characters are cut after a search by interpolation

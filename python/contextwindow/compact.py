@@ -1101,16 +1101,20 @@ def _budget_tool_results(
                 shown.append(shown[-1] + ref.shown_removed(x, 0, len(x)))
                 lines.append(lines[-1] + _text_lines(x))
 
-            def at(k: int) -> Message:
-                h, t = k - k // 2, k // 2
+            def at(h: int, t: int) -> Message:  # h parts kept at the head, t at the tail
                 mark = cut_marker(shown[n - t] - shown[h], lines[n - t] - lines[h])
                 return with_texts({qs[h]: mark}, frozenset(qs[h + 1 : n - t]))
 
-            k = ref.largest_fitting(n, lambda k: alone(at(k)) <= limit)
-            new = at(k)
+            # the most parts kept from both ends, or from the tail alone or the head alone
+            # where that keeps more than twice as many (fresh57 #2, as _reference._span_plan)
+            h, t = 0, 0
+            for split in (lambda k: (k - k // 2, k // 2), lambda k: (0, k), lambda k: (k, 0)):
+                hh, tt = split(ref.largest_fitting(n, lambda k, split=split: alone(at(*split(k))) <= limit))
+                if hh + tt > 2 * (h + t):
+                    h, t = hh, tt
+            new = at(h, t)
             if alone(new) >= alone(m):
                 return None
-            h, t = k - k // 2, k // 2
             for q in qs[h : n - t]:
                 key = (i, p, q)
                 record(key, len(_slot_text(msgs[i], (p, q))) if key in cap_keep else len(_slot_text(m, (p, q))))

@@ -497,8 +497,9 @@ type SpanPlan = (usize, usize, String, u64, usize);
 /// its characters and the count a marker of all of it names, [`shown_removed`]): the
 /// first and last parts whole, the ones between them gone behind one marker in the first
 /// of their places, naming the characters they held. Keeps the most parts with which
-/// the parts' tokens fit `room`, the head one more than the tail when odd; one marker
-/// alone when none fit. Taken where cuts inside each part cannot fit, or keep fewer
+/// the parts' tokens fit `room`, the head one more than the tail when odd, or the most
+/// from the tail alone or the head alone where that keeps more than twice as many; one
+/// marker alone when none fit. Taken where cuts inside each part cannot fit, or keep fewer
 /// characters (`State::shrink_evenly`; fresh55 #1, fresh56 #1). `_reference._span_plan`.
 fn span_plan(p: &Profile, olds: &[u64], spans: &[(usize, u64)], room: u64) -> SpanPlan {
     let n = olds.len();
@@ -510,14 +511,32 @@ fn span_plan(p: &Profile, olds: &[u64], spans: &[(usize, u64)], room: u64) -> Sp
         shown_pre[i + 1] = shown_pre[i] + spans[i].1;
         chars_pre[i + 1] = chars_pre[i] + spans[i].0;
     }
-    // with `k` parts kept: the head's and the tail's counts, the marker and the tokens
-    let plan = |k: usize| {
-        let (h, t) = (k - k / 2, k / 2);
+    // with `h` parts kept at the head and `t` at the tail: the marker and the tokens
+    let plan = |h: usize, t: usize| {
         let mark = cut_marker(shown_pre[n - t] - shown_pre[h], false, false);
         let tokens = pre[h] + (pre[n] - pre[n - t]) + p.text_tokens(&mark);
         (h, t, mark, tokens, chars_pre[n - t] - chars_pre[h])
     };
-    plan(largest_fitting(n, |k| plan(k).3 <= room))
+    // the most parts kept from both ends, or from the tail alone or the head alone where
+    // that keeps more than twice as many (a first part too large to keep whole kept
+    // nothing of the others: fresh57 #2; a few more short lines are not worth the end)
+    let splits: [fn(usize) -> (usize, usize); 3] = [|k| (k - k / 2, k / 2), |k| (0, k), |k| (k, 0)];
+    let mut best: Option<SpanPlan> = None;
+    for split in splits {
+        let k = largest_fitting(n, |k| {
+            let (h, t) = split(k);
+            plan(h, t).3 <= room
+        });
+        let (h, t) = split(k);
+        let candidate = plan(h, t);
+        if best
+            .as_ref()
+            .is_none_or(|b| candidate.0 + candidate.1 > 2 * (b.0 + b.1))
+        {
+            best = Some(candidate);
+        }
+    }
+    best.unwrap_or_else(|| plan(0, 0))
 }
 
 fn fate(index: usize, fate: &'static str, rule: &'static str) -> Fate {
