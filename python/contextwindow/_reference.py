@@ -2200,7 +2200,9 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
     the first one with which the total fits, the parts whose cut there pays for its
     marker cut and the others whole (as :func:`_shrink` cuts a text further; a budget
     was met and one token more was not: test_fits_once_fits_for_every_larger_budget).
-    Rust ``State::shrink_evenly``."""
+    The cut across the parts (:func:`_span_plan`) is taken instead where every part at its
+    marker is still over, or where it fits and removes fewer characters (or the cut inside
+    does not fit). Rust ``State::shrink_evenly``."""
     m = st.m(w)
     result = m.content[part]
     assert isinstance(result, ToolResult)
@@ -2330,15 +2332,27 @@ def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tup
         new_m = _with_part(m, part, new_r)
         return new_m, _cost_with(st, m, old, part, new_r, new_m), sum(len(x) for x in texts[h : n - t])
 
-    # the most parts kept from both ends, or from the tail alone or the head alone where
-    # that keeps more than twice as many (a first part too large to keep whole kept
-    # nothing of the others: fresh57 #2; a few more short lines are not worth the end)
+    return at(*span_split(n, lambda h, t: others + at(h, t)[1] <= budget))
+
+
+def span_split(n: int, fits: Callable[[int, int], bool]) -> tuple[int, int]:
+    """How many of ``n`` parts a cut across them keeps at the head and at the tail: the
+    most from both ends with which ``fits(head, tail)`` (the head one more when odd), or
+    the most from the tail alone or the head alone where that keeps more than twice as
+    many (a first part too large to keep whole kept nothing of the others: fresh57 #2; a
+    few more short lines are not worth the end). ``fits`` must be monotone in each
+    search (:func:`largest_fitting`). Used by :func:`_span_plan` and
+    ``budget_tool_results``' share; Rust ``span_plan``.
+
+    >>> span_split(10, lambda h, t: h + t <= 4), span_split(10, lambda h, t: h == 0 and t <= 5)
+    ((2, 2), (0, 5))
+    """
     best = (0, 0)
     for split in (lambda k: (k - k // 2, k // 2), lambda k: (0, k), lambda k: (k, 0)):
-        h, t = split(largest_fitting(n, lambda k, split=split: others + at(*split(k))[1] <= budget))
+        h, t = split(largest_fitting(n, lambda k, split=split: fits(*split(k))))
         if h + t > 2 * sum(best):
             best = (h, t)
-    return at(*best)
+    return best
 
 
 #: Texts of at least this many characters are cut after a search by interpolation

@@ -1067,9 +1067,9 @@ def _budget_tool_results(
             alone is still over: fresh55 #4, 1,500 grep hits each cut to a marker ended
             60 times over the share, in a quarter minute): the first and last parts whole,
             the ones between them gone behind one :data:`RESULT_CUT_MARKER` in the first of
-            their places, naming the characters and lines they held. Keeps the most parts
-            with which ``alone(m)`` fits, the head one more than the tail when odd; one
-            marker alone when none fit. ``None`` when cuts inside the parts can fit (unless
+            their places, naming the characters and lines they held. Keeps the parts
+            ``_reference.span_split`` picks with ``alone(m)`` fitting; one marker alone
+            when none fit. ``None`` when cuts inside the parts can fit (unless
             ``force``: the caller compares the two), or this saves nothing
             (``_reference._span_plan`` is ``trim_turns``' rule)."""
             result = m.content[p]
@@ -1105,13 +1105,7 @@ def _budget_tool_results(
                 mark = cut_marker(shown[n - t] - shown[h], lines[n - t] - lines[h])
                 return with_texts({qs[h]: mark}, frozenset(qs[h + 1 : n - t]))
 
-            # the most parts kept from both ends, or from the tail alone or the head alone
-            # where that keeps more than twice as many (fresh57 #2, as _reference._span_plan)
-            h, t = 0, 0
-            for split in (lambda k: (k - k // 2, k // 2), lambda k: (0, k), lambda k: (k, 0)):
-                hh, tt = split(ref.largest_fitting(n, lambda k, split=split: alone(at(*split(k))) <= limit))
-                if hh + tt > 2 * (h + t):
-                    h, t = hh, tt
+            h, t = ref.span_split(n, lambda h, t: alone(at(h, t)) <= limit)
             new = at(h, t)
             if alone(new) >= alone(m):
                 return None

@@ -1242,7 +1242,9 @@ impl<'a, 'p> State<'a, 'p> {
     /// again; with one part left, it is cut as [`State::shrink`] cuts a text. When that
     /// cuts nothing, the keep is the largest below the first one with which the total
     /// fits, the parts whose cut there pays for its marker cut and the others whole (as
-    /// [`State::shrink`] cuts a text further).
+    /// [`State::shrink`] cuts a text further). The cut across the parts ([`span_plan`])
+    /// is taken instead where every part at its marker is still over, or where it fits
+    /// and removes fewer characters (or the cut inside does not fit).
     /// `_reference._shrink_evenly`.
     fn shrink_evenly(
         &mut self,
