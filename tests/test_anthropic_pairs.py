@@ -695,28 +695,41 @@ def test_prune_middle_notice_never_ends_a_turn_start() -> None:
     """Found by hypothesis (``test_fit_guard_prune_validate_whole``): the notice went
     into the first kept user message after the gap, an empty one (``[]``) that started
     the thinking turn; holding the notice alone it was the notice's own message, no turn
-    start, and the turn before joined the newest (``thinking_not_first`` at "ok"). The
-    notice goes into another user message that stays what it is (here the carrier of the
-    thinking call's result, after its results) and the empty one keeps its place."""
+    start, and the turn before joined the newest (``thinking_not_first`` at "ok"). Since
+    fresh53 #1 an empty message is no turn of ours (the request is "more"), but it still
+    ends the API's turn before the thinking call: it is kept with that call (the case as
+    found, one exchange shorter, now prunes nothing), and the notice goes into the first
+    kept user message after the gap, the request, which stays one."""
     thinking = {"type": "thinking", "thinking": "", "signature": "s"}
     msgs = [
         u("q"),
         a("ok"),
+        u("mid " * 60),
+        a("mid reply " * 30),
         u("more " * 60),
         a("hello " * 60),
         u([]),
         a([thinking, {"type": "tool_use", "id": "c1", "name": "f", "input": {}}]),
         u([{"type": "tool_result", "tool_use_id": "c1", "content": "out"}]),
     ]
-    r = prune_middle(msgs, keep_recent=0, pinned=[1, 4], format="anthropic")
+    assert cw.segment_turns(msgs, format="anthropic").current_request == 4
+    r = prune_middle(msgs, keep_recent=0, pinned=[1, 6], format="anthropic")
     assert r.report.reason == "middle_pruned"
     assert [v.code for v in cw.validate(r.messages, "anthropic")] == ["empty_content"]  # the input's u([])
-    assert r.messages[:3] == [*msgs[:2], msgs[4]]
-    assert r.messages[4]["content"][1] == {"type": "text", "text": "[context compacted: 2 earlier messages removed]"}
-    assert [(f.fate, f.rule) for f in r.report.fates][2:] == [
+    assert r.messages[:2] == msgs[:2] and r.messages[3:] == msgs[5:]
+    assert r.messages[2]["content"][0] == {"type": "text", "text": "[context compacted: 2 earlier messages removed]"}
+    assert [(f.fate, f.rule) for f in r.report.fates] == [
+        ("kept", "first_user_message"),
+        ("kept", "pinned"),
         ("dropped", "middle_pruned"),
         ("dropped", "middle_pruned"),
-        ("kept", "current_request"),
-        ("kept", "thinking_block"),
         ("kept", "notice_added"),
+        ("kept", "alternation"),
+        ("kept", "pinned"),
+        ("kept", "thinking_block"),
+        ("kept", "tool_unit"),
     ]
+    # one exchange shorter, as found: every message is kept, nothing changes
+    short = [*msgs[:2], *msgs[4:]]
+    again = prune_middle(short, keep_recent=0, pinned=[1, 4], format="anthropic")
+    assert again.report.reason is None and again.messages == short

@@ -278,7 +278,10 @@ def test_a_breadcrumb_that_could_not_go_in_costs_no_turn(engine: str) -> None:
     Anthropic, budget 29 (1% of 2,946 tokens). Without the breadcrumb, dropping turns 2
     and 3 fits (20 tokens). With it, the breadcrumb before turn 4 did not fit, so turn 4
     went too, and then none went in: the message after the dropped turns (5) has no
-    content, which cannot take one. The result dropped 3 messages where 2 fit."""
+    content, which cannot take one. The result dropped 3 messages where 2 fit. Since
+    fresh53 #1 the empty messages open no turn: the pinned first one is in the first
+    image's turn and pins it, the second image is the request with the rest in its turn,
+    and nothing can go (fits=False, the input whole, no breadcrumb)."""
     thinking = cw.OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""})
     image = cw.ImagePart(source="https://example.com/a.png")
     msgs = [
@@ -296,8 +299,8 @@ def test_a_breadcrumb_that_could_not_go_in_costs_no_turn(engine: str) -> None:
         kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format="anthropic")}
     assert cw.count_messages(msgs, "conservative", format="anthropic") == 2946
     r = cw.trim_turns(msgs, 29, format="anthropic", **kw).report
-    assert (r.fits, r.tokens_after, r.dropped_messages, r.breadcrumb) == (True, 20, 2, False)
-    assert [f.index for f in r.fates if f.fate == "dropped"] == [2, 3]
+    assert (r.fits, r.tokens_after, r.dropped_messages, r.breadcrumb) == (False, 2946, 0, False)
+    assert cw.segment_turns(msgs, format="anthropic").turns == [(1, 3), (3, 7)]
 
 
 @given(case(), st.integers(0, 110), st.sampled_from(["conservative", "fim", "bytes4"]))
@@ -374,20 +377,22 @@ def test_old_turns_come_back_newest_first_and_only_while_each_fits(engine: str) 
 
 
 @pytest.mark.parametrize("engine", ["rust", "python"])
-@pytest.mark.parametrize("blank", ["", " ", "\n", [{"type": "text", "text": ""}], [{"type": "text", "text": " "}]])
+@pytest.mark.parametrize("blank", ["", " ", "\n", [], [{"type": "text", "text": ""}], [{"type": "text", "text": " "}]])
 def test_no_breadcrumb_goes_into_a_message_of_blank_text(engine: str, blank: Any) -> None:
     """fresh41 #5: an Anthropic user message of ``""``, whitespace or empty text blocks
     holds nothing, as ``[]`` does: the breadcrumb went in beside the blank block, which
-    stayed (the API refuses it either way). Now it goes in nowhere and costs nothing; the
-    message comes back as it was."""
+    stayed (the API refuses it either way). Since fresh53 #1 such a message opens no turn
+    at all: it goes with the turn before it, and the breadcrumb goes into the next real
+    user message, the request."""
     m = [u("old " * 100), a("a"), u(blank), a("b"), u("new")]
     kw: dict[str, Any] = {"profile": "conservative"}
     if engine == "python":
         kw = {"token_counter": lambda ms: cw.count_messages(ms, "conservative", format="anthropic")}
     r = cw.trim_turns(m, 30, format="anthropic", **kw)
-    assert r.messages[0] is m[2] and r.messages[1:] == m[3:]
-    assert (r.report.breadcrumb, r.report.dropped_turns, r.report.fits) == (False, 1, True)
-    assert [f.rule for f in r.report.fates] == ["oldest_turn", "oldest_turn", "kept_turn", "kept_turn", "kept_turn"]
+    crumb = {"type": "text", "text": cw.BREADCRUMB}
+    assert r.messages == [u([crumb, {"type": "text", "text": "new"}])]
+    assert (r.report.breadcrumb, r.report.dropped_turns, r.report.fits) == (True, 1, True)
+    assert [f.rule for f in r.report.fates] == [*["oldest_turn"] * 4, "breadcrumb_added"]
 
 
 @pytest.mark.parametrize("engine", ["rust", "python"])

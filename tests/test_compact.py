@@ -1501,7 +1501,9 @@ def test_clearing_an_image_result_never_puts_a_message_over_the_character_cap() 
         ],
     )
     msgs = [
-        Message(role="user", content=[], pinned=True),
+        # a word: a message of none opens no turn (fresh53 #1), and the results would be
+        # in the newest turn, which clearing never touches
+        Message(role="user", content=[TextPart(text="go")], pinned=True),
         Message(role="assistant", content=[call, call], pinned=True),
         results,
         # the request: an image and a word (an image alone, or with a blank text, right
@@ -1716,13 +1718,15 @@ def test_second_pruning_finds_the_notice_in_a_tool_struct() -> None:
     from contextwindow.messages import ImagePart, OpaquePart
 
     t = TextPart
+    # (the user messages of hypothesis's case were blank; each now has a word, since a
+    # message with no words opens no turn: fresh53 #1)
     msgs = [
-        Message(role="user", content=[], pinned=True),
+        Message(role="user", content=[t(text="a")], pinned=True),
         Message(role="user", content=[ToolCall(id="c1", name="f", arguments="{}")]),
         Message(role="user", content=[t(text="hello" * 50)]),
         Message(role="user", content=[ToolCall(id="c1", name="f", arguments="{}")]),
-        Message(role="user", content=[]),
-        Message(role="user", content=[]),
+        Message(role="user", content=[t(text="b")]),
+        Message(role="user", content=[t(text="c")]),
         Message(
             role="assistant",
             content=[
@@ -1736,7 +1740,7 @@ def test_second_pruning_finds_the_notice_in_a_tool_struct() -> None:
             role="user",
             content=[OpaquePart(type="thinking", raw={"type": "thinking", "thinking": ""}), ImagePart(source="u")],
         ),
-        Message(role="user", content=[t(text="")]),
+        Message(role="user", content=[t(text="d")]),
     ]
     once = prune_middle(msgs, keep_recent=2, format="anthropic").messages
 

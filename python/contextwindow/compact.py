@@ -1517,9 +1517,9 @@ def prune_middle(
     * Anthropic shape: the leading text block of that next kept message when it is a
       user message (after its ``tool_result`` blocks when it carries results), else the
       last text block of the kept user message before the removed run, else the
-      leading text block of a later kept user message. A message the notice would stop
-      being a turn's start (an empty user message, then the notice alone) is passed over
-      when another can hold it.
+      leading text block of a later kept user message. A message the notice would make
+      or stop being a turn's start (a screenshot in a tool unit, which the notice's text
+      would make the user's) is passed over when another can hold it.
 
     Pruning a pruned history never stacks notices: the old ones are removed and the new
     notice counts their messages plus the newly removed ones; when only old notices
@@ -1708,11 +1708,13 @@ def _prune_middle(
     def is_pinned(w: int) -> bool:
         return wm[w].pinned or items[w].src in pinned_idx
 
-    # and the real user message that starts its turn, when pruning would take it: the
-    # turn before would join the newest, whose first assistant message then has no
-    # thinking block (found by hypothesis: repair made the input's request, a pinned image
-    # message, a result carrier, so the request kept was not the turn's start)
-    boundary = None if anchor is None else next((w for w in range(anchor - 1, pre - 1, -1) if real[w]), None)
+    # and the user message that ends the turn before (a real one, or one of no words,
+    # which the API takes for a user's turn: ref.thinking_turn_start), when pruning would
+    # take it: the turn before would join the newest, whose first assistant message then
+    # has no thinking block (found by hypothesis: repair made the input's request, a
+    # pinned image message, a result carrier, so the request kept was not the turn's start)
+    start = ref.thinking_turn_start(wm)
+    boundary = start - 1 if anchor is not None and start - 1 >= pre else None
 
     def is_anchor(w: int) -> bool:
         return w == anchor or w == boundary
@@ -1837,10 +1839,11 @@ def _prune_middle(
 
         def place(w: int | None, strict: bool, trail: bool = False) -> tuple[int, str] | None:
             """Where in kept message ``w`` the notice goes, when ``w`` is a user message
-            (a tool struct is one) and, if ``strict``, stays what it was with it: an
-            empty real user message holding the notice alone would be the notice's own
-            message, no turn's start (found by hypothesis: the newest thinking turn then
-            began a turn earlier, ``thinking_not_first``)."""
+            (a tool struct is one) and, if ``strict``, stays what it was with it: a real
+            user message must stay one, and a message that is none must not become one
+            (found by hypothesis: an empty message, a turn's start until fresh53 #1,
+            holding the notice alone was the notice's own message, and the newest
+            thinking turn began a turn earlier, ``thinking_not_first``)."""
             if w is None or ref.anthropic_role(cur(w).role) != "user":
                 return None
             where = "trail" if trail else "after_results" if ref.has_results(cur(w)) else "lead"

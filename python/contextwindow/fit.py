@@ -415,6 +415,11 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
     # whole, and not subject to the share rule: the API refuses the request without it
     # (fresh20b #1)
     anchor = ref.thinking_anchor(work, prep.provider)  # in the repaired list, the one sent
+    # and a user message of no words that ends the turn before it, in the newest turn (no
+    # turn of ours, but the API's: ref.thinking_turn_start): evicted, the API's final turn
+    # would begin earlier, at an assistant message with no thinking block
+    start = ref.thinking_turn_start(work)
+    bound = start - 1 if anchor is not None and start > 0 and ref.is_blank_user(work[start - 1]) else None
     # our own breadcrumb and repair's placeholder: single-part messages only
     crumb = [len(m.content) == 1 and ref.is_breadcrumb(m) for m in work]
     placeholder = [len(m.content) == 1 and ref.is_placeholder(m) for m in work]
@@ -480,7 +485,7 @@ def _plan(prep: _engine.Prepared, pol: FitPolicy, cost: _NativeCost | _CallerCos
             continue
         # before the pin: a pinned anchor is no pin either, never unpinned by the share
         # (fresh55 #2: it was, evicted, and the output failed thinking_not_first)
-        if w == anchor:
+        if w == anchor or w == bound:
             why0[w] = "thinking_block"
             continue
         # override(w), inline

@@ -331,7 +331,8 @@ impl Message {
 
     /// A real user message: starts a turn (DESIGN.md section 4). A user message made
     /// only of (misplaced) tool calls is not one: repair removes it; neither is our own
-    /// breadcrumb or middle-pruning notice, nor a tool-result carrier. A message whose
+    /// breadcrumb or middle-pruning notice, a tool-result carrier, or a message of no
+    /// words ([`Self::is_blank_user`]). A message whose
     /// only results are stubs ([`Part::is_missing_result`]) next to what the user wrote is
     /// one: repair put the stub of a call the user interrupted into the user's next
     /// message (Anthropic), and that message still opens the user's next turn. Where it
@@ -364,9 +365,23 @@ impl Message {
         let only = |f: fn(&str) -> bool| rest_len == 1 && first.is_some_and(f);
         let only_calls = rest_first.is_some() && rest().all(|p| p.kind == PartKind::ToolCall);
         !only_calls
+            && !self.is_blank_user()
             && !first.is_some_and(|t| t.starts_with(TOOL_RESULTS_PREFIX))
             && !only(|t| t == BREADCRUMB)
             && !only(is_notice_text)
+    }
+
+    /// A user message of no words: no parts, or text parts with none (`""`, `" "`,
+    /// `wordless`). It asks nothing, so it is no real user message ([`Self::is_real_user`]):
+    /// it opens no turn and is never the current request (fresh53 #1: it was both, and the
+    /// task before it went whole as an old turn). The Messages API still sees one as the
+    /// end of the assistant's turn ([`crate::pairs`]' thinking rule).
+    pub fn is_blank_user(&self) -> bool {
+        self.role == Role::User
+            && self
+                .content
+                .iter()
+                .all(|p| p.kind == PartKind::Text && wordless(p.text_str()))
     }
 
     /// A user message of images, files, audio or documents alone (no text but text parts
@@ -475,16 +490,28 @@ pub(crate) fn in_table(table: &[(u32, u32)], c: char) -> bool {
         .is_ok()
 }
 
-/// Under Anthropic rules, the first assistant message of the newest turn (after the last
-/// real user message; the conversation's first assistant message when there is none)
-/// when its first part is a thinking block ([`Part::is_thinking`]). With extended
-/// thinking on, the API refuses a request whose final assistant turn does not start with
-/// one, so every trim keeps this message as it keeps a pinned one (fresh20b #1).
+/// Where the assistant's final turn starts, as the Messages API reads it for its
+/// extended-thinking rule: after the last real user message or the last user message of
+/// no words ([`Message::is_blank_user`]: no turn of ours, but the API's), 0 when there is
+/// neither. `_reference.thinking_turn_start`.
+pub fn thinking_turn_start<M: AsRef<Message>>(messages: &[M]) -> usize {
+    let blank = messages.iter().rposition(|m| m.as_ref().is_blank_user());
+    crate::turns::last_real_user(messages)
+        .max(blank)
+        .map_or(0, |i| i + 1)
+}
+
+/// Under Anthropic rules, the first assistant message of the assistant's final turn
+/// ([`thinking_turn_start`]; the conversation's first assistant message when no user
+/// message ends one) when its first part is a thinking block ([`Part::is_thinking`]).
+/// With extended thinking on, the API refuses a request whose final assistant turn does
+/// not start with one, so every trim keeps this message as it keeps a pinned one
+/// (fresh20b #1).
 pub fn thinking_anchor<M: AsRef<Message>>(messages: &[M], format: Format) -> Option<usize> {
     if format != Format::Anthropic {
         return None;
     }
-    let start = crate::turns::last_real_user(messages).map_or(0, |i| i + 1);
+    let start = thinking_turn_start(messages);
     let a = (start..messages.len()).find(|&i| messages[i].as_ref().role == Role::Assistant)?;
     messages[a]
         .as_ref()

@@ -652,13 +652,14 @@ fn validate_anthropic(messages: &[Message]) -> Vec<Violation> {
 
 /// The Messages API's rules for extended-thinking blocks ([`Part::is_thinking`]), in
 /// message order, after the other Anthropic violations: `thinking_not_first` at the
-/// newest turn's first assistant message (after the last real user message) when an
-/// assistant message of that turn holds a thinking block but that first message does not
-/// start with one (with thinking on, the API refuses it: fresh20b #1), and
+/// first assistant message of the assistant's final turn
+/// ([`crate::model::thinking_turn_start`]) when an assistant message of that turn holds
+/// a thinking block but that first message does not start with one (with thinking on,
+/// the API refuses it: fresh20b #1), and
 /// `thinking_last` at an assistant message whose final block is a thinking block ("The
 /// final block in an assistant message cannot be `thinking`": fresh20b #2).
 fn thinking_violations(messages: &[Message]) -> Vec<Violation> {
-    let start = crate::turns::last_real_user(messages).map_or(0, |i| i + 1);
+    let start = crate::model::thinking_turn_start(messages);
     let newest: Vec<usize> = (start..messages.len())
         .filter(|&i| messages[i].role == Role::Assistant)
         .collect();

@@ -1574,8 +1574,9 @@ fn a_screenshot_after_tool_results_goes_with_their_unit() {
         let want: Vec<std::ops::Range<usize>> = if joins { vec![0..4] } else { vec![0..3, 3..4] };
         assert_eq!(s.turns, want, "{caption:?}");
     }
-    // a blank text alone, with no media, is no screenshot: it opens a turn (README Known
-    // limits: fresh53 #1)
+    // a blank text alone asks nothing: it opens no turn either, and the task stays the
+    // current request (fresh53 #1)
     let msgs = vec![u("q"), call(&["c1"]), res("c1", "ok"), u(" ")];
-    assert_eq!(segment(&msgs).turns, vec![0..3, 3..4]);
+    let s = segment(&msgs);
+    assert_eq!((s.turns, s.current_request), (vec![0..4], Some(0)));
 }

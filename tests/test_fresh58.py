@@ -1,0 +1,138 @@
+"""Session 38: fresh53 #1 (a user message of no words is no request) and fresh58's
+findings (a tester on a fresh clone), each with its failing input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import contextwindow as cw
+from contextwindow import _reference as ref
+from contextwindow.compact import prune_middle
+
+TASK = "Refactor the parser module and add tests. " * 30  # 335 tokens with its message
+BLANKS: list[Any] = ["", " ", "\n", "\u200b", [], [{"type": "text", "text": ""}], [{"type": "text", "text": " \n"}]]
+
+
+def u(c: Any) -> dict[str, Any]:
+    return {"role": "user", "content": c}
+
+
+def a(c: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": c}
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+def test_fresh53_1_a_user_message_of_no_words_is_no_request(blank: Any) -> None:
+    # it was the current request: the task before it was an old turn, dropped whole, and
+    # the output ([system, breadcrumb, ""], 29 tokens) asked nothing, fits=True
+    m = [{"role": "system", "content": "You are an agent."}, u(TASK), a("Working on it."), u(blank)]
+    seg = cw.segment_turns(m)
+    assert (seg.turns, seg.current_request) == ([(1, 4)], 1)
+    assert ref.segment(cw.adapters.to_canonical(m)).turns == [(1, 4)]
+    r = cw.trim_turns(m, 300)
+    assert r.report.fits and 298 <= r.report.tokens_after <= 300 and not r.report.breadcrumb
+    assert [(f.index, f.rule) for f in r.report.fates] == [
+        (0, "preamble"),
+        (1, "request_truncated"),
+        (2, "kept_turn"),
+        (3, "kept_turn"),
+    ]
+    # the task is cut as a request is: its head and tail, one marker between
+    kept = r.messages[1]["content"]
+    assert kept.startswith("Refactor the parser") and kept.endswith("add tests. ") and "characters removed" in kept
+    assert r.messages[0] is m[0] and r.messages[2:] == m[2:]
+    # fit keeps the task too (P0, cut less: it evicts the reply and the blank, P1)
+    f = cw.fit(m, 300)
+    assert f.report.fits and [x.rule for x in f.report.fates] == [
+        "preamble",
+        "request_truncated",
+        "p1_evicted",
+        "p1_evicted",
+    ]
+    assert f.messages[1]["content"].startswith("Refactor the parser") and not f.report.breadcrumb
+    # the gateway and the reference engine read it as trim_turns does
+    out, rep = cw.fit_request(json.dumps({"model": "x", "messages": m}).encode(), budget=300, report=True)
+    assert json.loads(out)["messages"] == r.messages and rep.report == r.report
+    py = cw.trim_turns(m, 300, token_counter=lambda ms: cw.count_messages(ms))
+    assert py.messages == r.messages and py.report == r.report
+
+
+def test_fresh53_1_a_blank_message_after_a_tool_unit_is_no_request() -> None:
+    # [system, task, call, result, ""] at 300 gave [system, breadcrumb, ""], 29 tokens
+    call = {"id": "a", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    m = [
+        {"role": "system", "content": "You are an agent."},
+        u(TASK),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "x " * 300},
+        u(""),
+    ]
+    seg = cw.segment_turns(m)
+    assert (seg.turns, seg.units, seg.current_request) == ([(1, 5)], [[2, 3]], 1)
+    r = cw.trim_turns(m, 300)
+    assert r.report.fits and r.report.tokens_after == 300
+    rules = [(f.index, f.rule) for f in r.report.fates]
+    assert rules == [
+        (0, "preamble"),
+        (1, "request_truncated"),
+        (2, "kept_turn"),
+        (3, "tool_result_shrunk"),
+        (4, "kept_turn"),
+    ]
+    assert r.messages[1]["content"].startswith("Refactor") and r.messages[4] is m[4]
+
+
+def _thinking_loop() -> list[dict[str, Any]]:
+    th = {"type": "thinking", "thinking": "plan", "signature": "s"}
+
+    def call(i: str) -> dict[str, Any]:
+        return {"type": "tool_use", "id": i, "name": "ls", "input": {}}
+
+    def res(i: str, t: str) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": i, "content": t}
+
+    # a zero-width message, the only blank the Messages API takes (the others are
+    # empty_content), after which the thinking tool loop runs
+    return [
+        u("Fix the failing build. " * 20),
+        a("ok"),
+        u("\u200b"),
+        a([th, call("c1")]),
+        u([res("c1", "log line\n" * 200)]),
+        a([th, call("c2")]),
+        u([res("c2", "more\n" * 200)]),
+    ]
+
+
+def test_fresh53_1_the_api_ends_a_thinking_turn_at_a_message_of_no_words() -> None:
+    # no turn of ours (the task is the request), but the Messages API's: its final
+    # assistant turn starts after the blank, with a thinking block, so the input is valid
+    m = _thinking_loop()
+    assert cw.validate(m, "anthropic") == []
+    seg = cw.segment_turns(m, format="anthropic")
+    assert (seg.turns, seg.current_request) == ([(0, 7)], 0)
+    can = cw.adapters.to_canonical(m, format="anthropic")
+    assert ref.thinking_turn_start(can) == 3 and ref.thinking_anchor(can, "anthropic") == 3
+    # without the blank the final turn starts at "ok", which has no thinking block
+    assert "thinking_not_first" in [v.code for v in cw.validate([*m[:2], *m[3:]], "anthropic")]
+    for budget in (900, 400, 200):
+        for r in (
+            cw.trim_turns(m, budget, format="anthropic"),
+            cw.fit(m, budget, format="anthropic"),
+            cw.fit(m, budget, cw.FitPolicy(priorities={1: 0}), format="anthropic"),
+            prune_middle(m, budget, keep_recent=0, format="anthropic"),
+        ):
+            assert cw.validate(r.messages, "anthropic") == [], budget
+            assert r.messages[0]["content"].startswith("Fix the failing build.")
+            assert u("\u200b") in r.messages and any(x["content"] == "ok" for x in r.messages)
+    # fit holds the blank as it holds the thinking message: evicted, the API's final
+    # turn would begin at "ok"
+    f = cw.fit(m, 400, format="anthropic")
+    assert f.report.fits and [(x.index, x.rule) for x in f.report.fates][1:4] == [
+        (1, "kept"),
+        (2, "thinking_block"),
+        (3, "thinking_block"),
+    ]
