@@ -136,3 +136,62 @@ def test_fresh53_1_the_api_ends_a_thinking_turn_at_a_message_of_no_words() -> No
         (2, "thinking_block"),
         (3, "thinking_block"),
     ]
+
+
+# --------------------------------------------------------------------------- fresh58's findings
+
+
+def test_fresh58_nit2_the_guards_documented_errors() -> None:
+    guard = cw.ContextGuard(context_window=8000, max_output_tokens=2000)
+    with pytest.raises(TypeError, match="callback must be callable, got int"):
+        guard.subscribe(3)  # type: ignore[arg-type]
+    for bad in (-1, 1.5, True, None, "3"):
+        with pytest.raises(ValueError, match="prompt_tokens must be a non-negative int"):
+            guard.record_usage(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="completion_tokens must be a non-negative int"):
+            guard.record_usage(1, bad)  # type: ignore[arg-type]
+    assert (guard.stats.prompt_tokens, guard.stats.completion_tokens) == (0, 0)  # nothing half-added
+    guard.record_usage(1200, 300)
+    guard.record_usage(800)
+    assert (guard.stats.prompt_tokens, guard.stats.completion_tokens) == (2000, 300)
+
+
+def test_fresh58_nit3_inner_arrays_must_be_lists() -> None:
+    # README, at a glance: a tuple is taken for the messages, not inside a message
+    m = [{"role": "user", "content": "hi"}]
+    assert cw.count_messages(tuple(m)) == cw.count_messages(m)
+    with pytest.raises(cw.InvalidMessageError, match="message 0, field content: must be a string or a list of blocks"):
+        cw.count_messages([{"role": "user", "content": ({"type": "text", "text": "hi"},)}])
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    with pytest.raises(cw.InvalidMessageError, match="message 1, field tool_calls: must be a list or null"):
+        cw.count_messages([m[0], {"role": "assistant", "content": None, "tool_calls": (call,)}])
+
+
+SNIPPET = """
+import contextwindow as cw
+
+def gateway(body: bytearray, flag: bool) -> int:
+    n = cw.count_request(body)
+    cw.fit_request(memoryview(bytes(body)), budget=10)
+    either = cw.fit_request(body, budget=10, report=flag)
+    only: bytes = cw.fit_request(bytes(body), budget=10)
+    pair: tuple[bytes, cw.RequestReport] = cw.fit_request(bytes(body), budget=10, report=True)
+    b = cw.resolve_budget(8000, 1000)
+    cw.fit([{"role": "user", "content": "x"}], b)
+    cw.trim_turns([{"role": "user", "content": "x"}], b)
+    return n + cw.count_messages([], tools=({"type": "function", "function": {"name": "f"}},))
+"""
+
+
+def test_fresh58_low1_to_3_the_type_hints_take_what_the_docs_say(tmp_path: Any) -> None:
+    # mypy --strict refused each call: bytearray/memoryview bodies (LOW-1), report=bool
+    # (LOW-2), a Budget for fit/trim_turns (LOW-3), tools as a tuple (nit-1)
+    api = pytest.importorskip("mypy.api")
+    path = tmp_path / "snippet.py"
+    path.write_text(SNIPPET)
+    out, err, status = api.run(["--strict", "--no-incremental", "--config-file", "", str(path)])
+    assert status == 0, out + err
+    # and they all run
+    ns: dict[str, Any] = {}
+    exec(compile(SNIPPET, str(path), "exec"), ns)
+    assert ns["gateway"](bytearray(b'{"messages": []}'), False) == 24

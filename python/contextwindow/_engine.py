@@ -306,7 +306,7 @@ def _provider_of(messages: Sequence[Message], detected: InputFormat) -> Provider
     if all(m.role in ("user", "assistant") and all(plain(p) for p in m.content) for m in messages):
         return "anthropic"
     if detected in ("openai", "anthropic"):
-        return detected  # type: ignore[return-value]
+        return detected
     # a system message after the first is OpenAI's (Anthropic takes one leading system
     # prompt and refuses a second): results in a user message do not outweigh it (found
     # by hypothesis: such structs were read as Anthropic's and refused as a second system

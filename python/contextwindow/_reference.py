@@ -492,7 +492,7 @@ def _fitted(name: str) -> Profile:
 
 
 def _max_overhead(key: str) -> int:
-    return max(fam[key] for fam in _DATA["families"].values())
+    return int(max(fam[key] for fam in _DATA["families"].values()))
 
 
 PROFILES = {
@@ -1476,7 +1476,7 @@ def _emit_caller(base, msgs, answered_by, i, missing, keep_whole, out, changes) 
         extra = m.extra
         if not any(isinstance(q, ToolCall) for q in kept) and _empty_tool_calls(m):
             # the adapter would write the empty list that the calls stood in for
-            extra = {k: val for k, val in m.extra.items() if k != "tool_calls"} or None  # type: ignore[union-attr]
+            extra = {k: val for k, val in m.extra.items() if k != "tool_calls"} or None
         out.append(Item(i, msgspec.structs.replace(m, content=kept, extra=extra)))
     else:
         changes.append(_change("message_dropped", i))
@@ -2144,9 +2144,9 @@ def _text_replaced(pt: Part, inner: int | None, text: str) -> Part:
     """Part ``pt`` with its text (or that of its inner part ``inner``) replaced."""
     if inner is not None:
         inner_parts = list(pt.content)  # type: ignore[union-attr]
-        inner_parts[inner] = msgspec.structs.replace(inner_parts[inner], text=text)  # type: ignore[type-var]
-        return msgspec.structs.replace(pt, content=inner_parts)  # type: ignore[type-var]
-    return msgspec.structs.replace(pt, text=text)  # type: ignore[type-var]
+        inner_parts[inner] = msgspec.structs.replace(inner_parts[inner], text=text)
+        return msgspec.structs.replace(pt, content=inner_parts)
+    return msgspec.structs.replace(pt, text=text)
 
 
 def _with_part(m: Message, part: int, new: Part) -> Message:
@@ -2235,7 +2235,7 @@ def _shrink_evenly(st: _State, w: int, part: int, qs: list[int], budget: int, ru
         for q in cut:
             t, g = shrink_text(texts[q], k)
             if g:
-                inner[q] = msgspec.structs.replace(inner[q], text=t)  # type: ignore[type-var]
+                inner[q] = msgspec.structs.replace(inner[q], text=t)
                 gone[q] = g
         return msgspec.structs.replace(result, content=inner), gone
 
@@ -2343,7 +2343,7 @@ def _span_plan(st: _State, w: int, part: int, qs: list[int], budget: int) -> tup
         mark = cut_marker(sum(shown_removed(x, 0, len(x)) for x in texts[h : n - t]), False, False)
         gone = set(qs[h + 1 : n - t])
         inner = [
-            msgspec.structs.replace(x, text=mark) if q == qs[h] else x  # type: ignore[type-var]
+            msgspec.structs.replace(x, text=mark) if q == qs[h] else x
             for q, x in enumerate(result.content)
             if q not in gone
         ]
@@ -2367,8 +2367,17 @@ def span_split(n: int, fits: Callable[[int, int], bool]) -> tuple[int, int]:
     ((2, 2), (0, 5))
     """
     best = (0, 0)
-    for split in (lambda k: (k - k // 2, k // 2), lambda k: (0, k), lambda k: (k, 0)):
-        h, t = split(largest_fitting(n, lambda k, split=split: fits(*split(k))))
+    splits: tuple[Callable[[int], tuple[int, int]], ...] = (
+        lambda k: (k - k // 2, k // 2),
+        lambda k: (0, k),
+        lambda k: (k, 0),
+    )
+    for split in splits:
+
+        def ok(k: int, split: Callable[[int], tuple[int, int]] = split) -> bool:
+            return fits(*split(k))
+
+        h, t = split(largest_fitting(n, ok))
         if h + t > 2 * sum(best):
             best = (h, t)
     return best

@@ -387,7 +387,7 @@ def _openai_url(source: Any) -> str:
         return source
     if isinstance(source, Mapping):
         if source.get("type") == "url" and isinstance(source.get("url"), str):
-            return source["url"]
+            return str(source["url"])
         media, data = source.get("media_type"), source.get("data")
         if source.get("type") == "base64" and isinstance(media, str) and isinstance(data, str):
             return f"data:{media};base64,{data}"

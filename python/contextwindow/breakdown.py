@@ -219,7 +219,7 @@ def _preview(m: Message, heaviest: Any = None) -> str:
 def token_breakdown(
     messages: Any,
     *,
-    tools: list[Any] | None = None,
+    tools: list[Any] | tuple[Any, ...] | None = None,
     profile: str | None = DEFAULT_PROFILE,
     format: str | None = None,
     top: int = 10,

@@ -52,7 +52,7 @@ from ._jsontext import as_int, int_cause, shown
 from .budget import token_budget
 from .estimate import resolve_profile
 from .estimator import caller_cost, cost_source, on_raw_costs
-from .messages import Message, Part, TextPart, ToolCall, ToolResult
+from .messages import Message, Part, Role, TextPart, ToolCall, ToolResult
 from .report import Fate, FitReport, PairChange, Segmentation, TrimResult
 
 __all__ = [
@@ -283,7 +283,7 @@ def _cost(m: Message, profile: str) -> int:
     return _costs([m], profile)[0]
 
 
-def _change(role: str, old: Part, new: Part, profile: str) -> int:
+def _change(role: Role, old: Part, new: Part, profile: str) -> int:
     """Tokens a message of ``role`` gains when its part ``old`` becomes ``new`` (negative:
     it saves), from the two parts alone: a message costs its own tokens plus the sum of
     its parts', so what else it holds does not matter, and a message of many tool results
@@ -574,13 +574,13 @@ def _set_slots(m: Message, texts: dict[tuple[int, int | None], str]) -> Message:
     inner: dict[int, list[Any]] = {}
     for (p, q), text in texts.items():
         if q is None:
-            content[p] = msgspec.structs.replace(content[p], text=text)  # type: ignore[type-var]
+            content[p] = msgspec.structs.replace(content[p], text=text)
         else:
             if p not in inner:
                 inner[p] = list(content[p].content)  # type: ignore[union-attr]
             inner[p][q] = msgspec.structs.replace(inner[p][q], text=text)
     for p, parts in inner.items():
-        content[p] = msgspec.structs.replace(content[p], content=parts)  # type: ignore[type-var]
+        content[p] = msgspec.structs.replace(content[p], content=parts)
     return msgspec.structs.replace(m, content=content)
 
 
@@ -1055,9 +1055,12 @@ def _budget_tool_results(
             return dict(cut), dict(removed), dict(removed_in)
 
         def _restore(saved: tuple[dict[Any, int], dict[Any, int], dict[int, int]]) -> None:
-            for now, then in zip((cut, removed, removed_in), saved, strict=True):
-                now.clear()
-                now.update(then)  # type: ignore[arg-type]
+            cut.clear()
+            cut.update(saved[0])
+            removed.clear()
+            removed.update(saved[1])
+            removed_in.clear()
+            removed_in.update(saved[2])
 
         def cut_span(
             i: int, m: Message, p: int, alone: Callable[[Message], int], force: bool = False
@@ -1082,7 +1085,7 @@ def _budget_tool_results(
 
             def with_texts(new: dict[int, str], gone: frozenset[int] = frozenset()) -> Message:
                 inner = [
-                    msgspec.structs.replace(x, text=new[q]) if q in new else x  # type: ignore[type-var]
+                    msgspec.structs.replace(x, text=new[q]) if q in new else x
                     for q, x in enumerate(result.content)
                     if q not in gone
                 ]
@@ -1105,11 +1108,11 @@ def _budget_tool_results(
                 mark = cut_marker(shown[n - t] - shown[h], lines[n - t] - lines[h])
                 return with_texts({qs[h]: mark}, frozenset(qs[h + 1 : n - t]))
 
-            h, t = ref.span_split(n, lambda h, t: alone(at(h, t)) <= limit)
-            new = at(h, t)
+            head, tail = ref.span_split(n, lambda h, t: alone(at(h, t)) <= limit)
+            new = at(head, tail)
             if alone(new) >= alone(m):
                 return None
-            for q in qs[h : n - t]:
+            for q in qs[head : n - tail]:
                 key = (i, p, q)
                 record(key, len(_slot_text(msgs[i], (p, q))) if key in cap_keep else len(_slot_text(m, (p, q))))
             return new
@@ -1180,7 +1183,7 @@ def _budget_tool_results(
 
                     def with_text(t: str, result: ToolResult = result, q: int = q) -> ToolResult:
                         inner = list(result.content)
-                        inner[q] = msgspec.structs.replace(inner[q], text=t)  # type: ignore[type-var]
+                        inner[q] = msgspec.structs.replace(inner[q], text=t)
                         return msgspec.structs.replace(result, content=inner)
 
                     def alone_with(t: str, with_text: Callable[[str], ToolResult] = with_text) -> int:

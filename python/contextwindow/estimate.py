@@ -163,7 +163,7 @@ def count_many(
     conversations: Iterable[Any],
     profile: str | None = DEFAULT_PROFILE,
     *,
-    tools: list[Any] | None = None,
+    tools: list[Any] | tuple[Any, ...] | None = None,
     format: str | None = None,
 ) -> list[int]:
     """Estimate the tokens of many conversations in one engine call.
@@ -407,7 +407,7 @@ def sum_until(counts: Iterable[int], limit: int | None, scale: Callable[[int], i
 def count_messages(
     messages: Any,
     profile: str | None = DEFAULT_PROFILE,
-    tools: list[Any] | None = None,
+    tools: list[Any] | tuple[Any, ...] | None = None,
     *,
     format: str | None = None,
     limit: int | None = None,
@@ -471,7 +471,14 @@ def message_tokens(messages: Any, profile: str | None = DEFAULT_PROFILE, *, form
         format: ``"openai"`` or ``"anthropic"`` to skip auto-detection.
 
     Returns:
-        One token count per message, in order.
+        One token count per message, in order (tokens of ``profile``); their sum is
+        :func:`count_messages` without ``tools``.
+
+    Raises:
+        InvalidMessageError: a message is malformed (names its index and field), or
+            ``messages`` is not a list of messages.
+        ValueError: unknown profile or ``format``.
+        TypeError: ``profile`` or ``format`` is not a string.
 
     >>> message_tokens([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], "fim")
     [5, 5]

@@ -327,7 +327,7 @@ class Estimator:
     def count_messages(
         self,
         messages: Any,
-        tools: list[Any] | None = None,
+        tools: list[Any] | tuple[Any, ...] | None = None,
         *,
         format: str | None = None,
         limit: int | None = None,
@@ -365,7 +365,12 @@ class Estimator:
         return self._count(messages, tools, format, limit, self._factor())
 
     def observe(
-        self, messages: Any, reported: int, tools: list[Any] | None = None, *, format: str | None = None
+        self,
+        messages: Any,
+        reported: int,
+        tools: list[Any] | tuple[Any, ...] | None = None,
+        *,
+        format: str | None = None,
     ) -> float:
         """Feed the calibrator one request: its uncalibrated count and the provider's.
 

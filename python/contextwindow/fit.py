@@ -76,7 +76,7 @@ from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
-from .budget import token_budget
+from .budget import Budget, token_budget
 from .calibrate import scale_tokens
 from .estimate import resolve_profile
 from .estimator import caller_cost, cost_source, on_raw_costs, raw_budget, scaled_report, uncalibrated
@@ -702,7 +702,7 @@ class _Nav:
         if not self.crumbs and self._at_dropped == len(self.dropped_turns):
             return self._at  # no turn dropped since: the same place (no breadcrumb to look back for)
         t = self.next_kept_turn(self.first_dropped + 1)
-        at = None if t is None else self.plan.seg.turns[t][0]
+        at: int | None = None if t is None else self.plan.seg.turns[t][0]
         self._at, self._at_dropped = at, len(self.dropped_turns)
         if at is None:
             return None
@@ -827,7 +827,7 @@ def _bc_at(plan: _Plan, dropped_turns: set[int]) -> int | None:
     t = next((t for t in range(first + 1, len(seg.turns)) if t not in dropped_turns), None)
     if t is None:
         return None
-    at = seg.turns[t][0]
+    at: int = seg.turns[t][0]
     prev = next((w for w in range(at - 1, -1, -1) if st.keep[w]), None)
     if prev is not None and ref.is_breadcrumb(st.m(prev)):
         return None
@@ -846,13 +846,15 @@ def _evict(plan: _Plan, pol: FitPolicy, target: int, provider: str, hold: bool =
 
     def tokens() -> int:
         bc = nav.bc_at()
+        total: int = st.total()
         if bc is None:
-            return st.total()
+            return total
         item = st.work[bc]
         if last[0] != bc or last[1] is not item:  # a pure function of the item there
             prefetch.ensure(bc)
             last[:] = [bc, item, st.bc_cost(bc)]
-        return st.total() + last[2]
+        crumb: int = last[2]
+        return total + crumb
 
     def over() -> bool:
         return tokens() > target
@@ -1172,7 +1174,7 @@ def _fit_once(
         # and when neither fits, the smaller comes back, as in trim_turns (fresh14 #7: 25
         # tokens at budget 9, 10 at budget 12)
         if given is not None:
-            st.fates[given] = given_fate  # type: ignore[assignment]
+            st.fates[given] = given_fate
         ops0, report0 = ref._finish(st, budget, reason, turns, None)
         if not report0.fits:
             ops0, report0 = _shrink_newest_turn(prep, plan, policy, ops0, report0, budget, reason)
@@ -1236,7 +1238,7 @@ def _shrink_newest_turn(
         # could drop it: pinned, it stays whole
         held = held or w == plan.carrier_request
         keep_pinned[it.src] = held
-    first = [m if m is not None else msgs[s] for s, m in ops]  # type: ignore[index]
+    first = [m if m is not None else msgs[s] for s, m in ops]
     marked = [
         msgspec.structs.replace(m, pinned=keep_pinned[s]) if s is not None and m.pinned != keep_pinned[s] else m
         for (s, _), m in zip(ops, first, strict=True)
@@ -1291,7 +1293,7 @@ def _shrink_newest_turn(
 @nesting_errors()
 def fit(
     messages: Any,
-    budget: int,
+    budget: int | Budget,
     policy: FitPolicy | None = None,
     *,
     profile: str | None = None,

@@ -115,12 +115,12 @@ def _provider(provider: object) -> str | None:
     check_name_type(provider, "provider", "'openai', 'anthropic'")
     if provider not in (None, "openai", "anthropic"):
         raise ValueError(f"provider must be 'openai', 'anthropic' or None, got {shown(provider)}")
-    return provider  # type: ignore[return-value]
+    return provider
 
 
 @overload
 def fit_request(
-    body: bytes,
+    body: bytes | bytearray | memoryview,
     *,
     budget: int,
     profile: str | None = ...,
@@ -133,7 +133,7 @@ def fit_request(
 
 @overload
 def fit_request(
-    body: bytes,
+    body: bytes | bytearray | memoryview,
     *,
     budget: int,
     profile: str | None = ...,
@@ -144,8 +144,21 @@ def fit_request(
 ) -> tuple[bytes, RequestReport]: ...
 
 
+@overload
 def fit_request(
-    body: bytes,
+    body: bytes | bytearray | memoryview,
+    *,
+    budget: int,
+    profile: str | None = ...,
+    provider: Provider | None = ...,
+    breadcrumb: bool = ...,
+    report: bool = ...,
+    pinned: Iterable[int] = ...,
+) -> bytes | tuple[bytes, RequestReport]: ...
+
+
+def fit_request(
+    body: bytes | bytearray | memoryview,
     *,
     budget: int,
     profile: str | None = DEFAULT_PROFILE,
@@ -249,7 +262,9 @@ def _pinned_error(args: tuple[Any, int, str, str | None, bool, list[int]], bad: 
     return ValueError(f"invalid argument pinned: index {bad} is not an index of the body's messages")
 
 
-def count_request(body: bytes, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None) -> int:
+def count_request(
+    body: bytes | bytearray | memoryview, *, profile: str | None = DEFAULT_PROFILE, provider: Provider | None = None
+) -> int:
     """Estimate the tokens of a raw request body: its messages, tool definitions and
     structured-output schema.
 

@@ -594,8 +594,15 @@ class ContextGuard:
         final; an exception a callback raises propagates out of ``check``/``recover``
         (the stats already count that call).
 
+        Args:
+            callback: called with each event, one argument: a :class:`GuardEvent`
+                (``ToolResultsCleared``, ``HistoryTrimmed``, ``OverflowRecovered``, ...).
+
         Returns:
             A function that unsubscribes ``callback``.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
 
         >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
         >>> stop = guard.subscribe(print); stop()
@@ -614,6 +621,17 @@ class ContextGuard:
 
     def record_usage(self, prompt_tokens: int, completion_tokens: int = 0) -> None:
         """Add the provider-reported usage of one call to :attr:`stats`.
+
+        Args:
+            prompt_tokens: the call's prompt (input) tokens as the provider reports them
+                (OpenAI ``usage.prompt_tokens``, Anthropic ``usage.input_tokens``), an int
+                >= 0; added to ``stats.prompt_tokens``.
+            completion_tokens: its output tokens (``completion_tokens`` /
+                ``output_tokens``), an int >= 0; added to ``stats.completion_tokens``.
+
+        Raises:
+            ValueError: a count that is not an int >= 0 (a bool, float, ``None`` or a
+                negative number), naming the argument.
 
         >>> guard = ContextGuard(context_window=8000, max_output_tokens=2000)
         >>> guard.record_usage(1200, 300); guard.stats.prompt_tokens

@@ -31,7 +31,7 @@ from . import _engine
 from . import _reference as ref
 from ._engine import nesting_errors
 from ._jsontext import as_int, int_cause, shown
-from .budget import token_budget
+from .budget import Budget, token_budget
 from .compact import _pinned_range, _pinned_type
 from .estimator import Estimator, caller_cost, on_raw_costs
 from .estimator import cost_source as _costs
@@ -102,7 +102,7 @@ def _pins(pinned: Any, messages: Any) -> set[int]:
 
 def _fast_trim(
     native: Callable[..., Any], messages: Any, format: str | None, limit: int, pins: set[int], *rest: Any
-) -> Any:
+) -> TrimResult[Any] | None:
     """A trim through the native dict reader (one walk, no JSON), or ``None`` when it does
     not take the input and the caller must use the Python adapters."""
     if not _engine.fast_reader(messages, format):
@@ -118,7 +118,7 @@ def _fast_trim(
 @nesting_errors()
 def trim_turns(
     messages: Any,
-    budget: int,
+    budget: int | Budget,
     *,
     profile: str | None = None,
     breadcrumb: bool = True,
