@@ -195,3 +195,40 @@ def test_fresh58_low1_to_3_the_type_hints_take_what_the_docs_say(tmp_path: Any) 
     ns: dict[str, Any] = {}
     exec(compile(SNIPPET, str(path), "exec"), ns)
     assert ns["gateway"](bytearray(b'{"messages": []}'), False) == 24
+
+
+def test_fresh53_5_an_observation_right_after_a_tool_unit_goes_with_it() -> None:
+    # trim_turns dropped the unit and the newer step, and kept the observation, cut, right
+    # after the task (command output with no command); fit grouped it with the next step
+    def big(n: int) -> str:
+        return "[Tool results]\n" + "line of output\n" * n
+
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    m = [
+        u("TASK"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "r" * 3000},
+        u(big(200)),
+        a("cmd"),
+        u(big(200)),
+        a("cmd"),
+        u(big(20)),
+    ]
+    assert cw.message_tokens(m) == [7, 37, 992, 792, 5, 792, 5, 87]
+    seg = cw.segment_turns(m)
+    assert (seg.turns, seg.units) == ([(0, 8)], [[1, 2, 3]])
+    assert ref.segment(cw.adapters.to_canonical(m)).units == [[1, 2, 3]]
+    # the unit goes whole, observation included, before any newer step: 7 + 797 + 92
+    r = cw.trim_turns(m, 1000)
+    assert (r.report.fits, r.report.tokens_after) == (True, 896)
+    assert [f.index for f in r.report.fates if f.fate == "dropped"] == [1, 2, 3]
+    assert r.messages == [m[0], *m[4:]]
+    # at 700 the older step goes too; nothing is cut
+    r = cw.trim_turns(m, 700)
+    assert (r.report.tokens_after, r.messages) == (99, [m[0], *m[6:]])
+    # fit evicts the same unit first (at 1,500: 896 is under its low-water mark, 0.8)
+    f = cw.fit(m, 1500)
+    assert f.report.tokens_after == 896 and f.messages == [m[0], *m[4:]]
+    # a screenshot after such an observation joins the unit too
+    shot = u([{"type": "image_url", "image_url": {"url": "https://x/s.png", "detail": "low"}}])
+    assert cw.segment_turns([*m[:4], shot, *m[4:]]).units == [[1, 2, 3, 4]]

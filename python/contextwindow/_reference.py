@@ -941,7 +941,8 @@ def tool_units(
 ) -> list[list[int]]:
     """Tool units (see DESIGN.md section 4), each with the user messages of media alone
     right after its results (:func:`is_media_only`: a screenshot an OpenAI agent sends
-    after the tool messages; fresh49 #1); ``real``: :func:`is_real_user` of each message,
+    after the tool messages; fresh49 #1) and the ``[Tool results]`` observations there
+    (:func:`is_observation`; fresh53 #5); ``real``: :func:`is_real_user` of each message,
     when the caller has it already."""
     parent = list(range(len(msgs)))
 
@@ -963,10 +964,13 @@ def tool_units(
                 in_unit[i] = in_unit[c[0]] = True
     # a user message of media alone right after a message of the unit holding tool
     # results (or after another such message) is what the tool showed (a screenshot an
-    # OpenAI agent sends after the tool messages): it goes with the unit (fresh49 #1)
+    # OpenAI agent sends after the tool messages): it goes with the unit (fresh49 #1); so
+    # does a `[Tool results]` observation there, output with no command of its own
+    # (fresh53 #5: in no unit and no step, it stayed while newer steps went)
     shown = False
     for i in range(1, len(msgs)):
-        shown = is_media_only(msgs[i]) and (shown or (in_unit[i - 1] and has_results(msgs[i - 1])))
+        joins = is_media_only(msgs[i]) or is_observation(msgs[i])
+        shown = joins and (shown or (in_unit[i - 1] and has_results(msgs[i - 1])))
         if shown:
             a, b = find(i), find(i - 1)
             parent[max(a, b)] = min(a, b)

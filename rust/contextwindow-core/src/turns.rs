@@ -194,7 +194,8 @@ pub fn after_observations<M: AsRef<Message>>(messages: &[M]) -> Vec<bool> {
 
 /// Group messages into tool units by resolved call ids (union-find over messages), with
 /// a user message of media alone right after a unit's results ([`Message::is_media_only`]:
-/// a screenshot an OpenAI agent sends after the tool messages).
+/// a screenshot an OpenAI agent sends after the tool messages) or a `[Tool results]`
+/// observation there ([`Message::is_observation`]).
 pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Vec<usize>> {
     let n = messages.len();
     let mut parent: Vec<usize> = (0..n).collect();
@@ -219,11 +220,13 @@ pub fn tool_units<M: AsRef<Message>>(messages: &[M], res: &Resolution) -> Vec<Ve
     // results (or after another such message) is what the tool showed: a screenshot an
     // OpenAI agent sends after the tool messages. It goes with the unit (fresh49 #1: as
     // a turn of its own it made the last screenshot the current request and the task
-    // the oldest turn, dropped first).
+    // the oldest turn, dropped first). So does a `[Tool results]` observation there,
+    // output with no command of its own (fresh53 #5: in no unit and no text-action step,
+    // it stayed, cut, while newer steps went).
     let mut shown = false;
     for i in 1..n {
-        let prev = messages[i - 1].as_ref();
-        shown = messages[i].as_ref().is_media_only()
+        let (prev, m) = (messages[i - 1].as_ref(), messages[i].as_ref());
+        shown = (m.is_media_only() || m.is_observation())
             && (shown || (in_unit[i - 1] && prev.has_tool_results()));
         if shown {
             let (a, b) = (find(&mut parent, i), find(&mut parent, i - 1));

@@ -1513,6 +1513,37 @@ fn shot() -> Message {
 }
 
 #[test]
+fn an_observation_right_after_tool_results_goes_with_their_unit() {
+    // fresh53 #5: output with no command of its own, in no unit and no step, stayed (cut)
+    // while newer steps went
+    let obs = |t: &str| u(&format!("[Tool results]\n{t}"));
+    let msgs = vec![
+        u("the task"),
+        call(&["a"]),
+        res("a", "r"),
+        obs("out"),
+        shot(), // a screenshot after it joins as well
+        Message::new(Role::Assistant, vec![Part::text("cmd")]),
+        obs("more"),
+    ];
+    let s = segment(&msgs);
+    assert_eq!(s.units, vec![vec![1, 2, 3, 4]]);
+    assert_eq!((s.turns, s.current_request), (vec![0..7], Some(0)));
+    // after a step's command it is that step's, in no unit
+    assert_eq!(
+        segment(
+            &msgs[..1]
+                .iter()
+                .chain(&msgs[5..])
+                .cloned()
+                .collect::<Vec<_>>()
+        )
+        .units,
+        Vec::<Vec<usize>>::new()
+    );
+}
+
+#[test]
 fn a_screenshot_after_tool_results_goes_with_their_unit() {
     // fresh49 #1: OpenAI takes images in user messages only, so an agent sends a
     // screenshot after the tool messages; as a turn of its own the task was dropped first
