@@ -232,3 +232,20 @@ def test_fresh53_5_an_observation_right_after_a_tool_unit_goes_with_it() -> None
     # a screenshot after such an observation joins the unit too
     shot = u([{"type": "image_url", "image_url": {"url": "https://x/s.png", "detail": "low"}}])
     assert cw.segment_turns([*m[:4], shot, *m[4:]]).units == [[1, 2, 3, 4]]
+
+
+def test_fresh57_4_the_cut_across_counts_capped_parts_as_given() -> None:
+    # the marker named 179,158 characters for 294 parts of 178,866: one too many for each
+    # part the 50,000-character cap had cut (its marker's line breaks)
+    lines = ["\n".join(f"row {i}.{j} status ok" for j in range(30)) for i in range(300)]
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    msgs = [
+        {"role": "system", "content": "sys"},
+        u("go"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": t} for t in lines]},
+    ]
+    out = cw.budget_tool_results(msgs, 1000).messages[-1]["content"]
+    assert len(out) == 7 and out[3]["text"] == "[... 178866 characters (8820 lines) removed ...]"
+    assert sum(len(t) for t in lines[3:297]) == 178866
+    assert sum(t.count("\n") + 1 for t in lines[3:297]) == 8820

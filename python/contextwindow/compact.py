@@ -1100,7 +1100,12 @@ def _budget_tool_results(
                 return None
 
             shown, lines = [0], [0]  # running sums, so each trial is one marker and one copy
-            for x in texts:
+            for q, x in zip(qs, texts, strict=True):
+                # a part the character cap cut counts as its input text (the cap's marker
+                # with its line breaks is not what it held: fresh57 #4, one character high
+                # a part)
+                if (i, p, q) in cap_keep:
+                    x = _slot_text(msgs[i], (p, q))
                 shown.append(shown[-1] + ref.shown_removed(x, 0, len(x)))
                 lines.append(lines[-1] + _text_lines(x))
 
